@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what colossal needs from Debian, once. Idempotent and non-interactive:
+# it checks each package, installs only the missing ones (through sudo when not
+# root) and says which. The CUDA toolkit is not a Debian package: with none at
+# $CUDA_HOME or /usr/local/cuda the build is CPU-only.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap    # Bazel 4.2, used offline in WORKSPACE mode
+  g++
+  libabsl-dev        # Status/StatusOr, strings, flags, synchronization
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  liblua5.4-dev      # recipes (linked statically)
+  libopenblas-dev    # CPU GEMM
+  nlohmann-json3-dev
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "colossal setup: installing from Debian: ${missing[*]}" >&2
+  sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "colossal setup: not root and no sudo; install as root: apt-get install ${missing[*]}" >&2
+      exit 1
+    fi
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "colossal setup: done" >&2
+fi
+
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+if [[ ! -x "$cuda_home/bin/nvcc" && -z "${COLOSSAL_SETUP_QUIET:-}" ]]; then
+  echo "colossal setup: no CUDA toolkit at $cuda_home (set CUDA_HOME): building CPU-only" >&2
+fi
