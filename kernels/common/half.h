@@ -3,7 +3,8 @@
 // Half and BFloat16 hold the same 16 bits as CUDA's __half and __nv_bfloat16,
 // so buffers move between host and device unchanged. Conversions from float
 // round to nearest even and turn any NaN into the canonical 0x7fff, exactly as
-// __float2half / __float2bfloat16 do; conversions to float are exact.
+// __float2half / __float2bfloat16 do; conversions to float are exact (a half
+// NaN becomes float's canonical NaN 0x7fffffff, as __half2float gives on the GPU).
 //
 //   Half h = float_to_half(1.0f / 3.0f);   // h.bits == 0x3555
 //   float back = half_to_float(h);         // 0.333251953125f
@@ -39,8 +40,9 @@ inline float half_to_float(Half h) {
   const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
   const uint32_t exponent = (h.bits >> 10) & 0x1fu;
   uint32_t mantissa = h.bits & 0x3ffu;
-  if (exponent == 0x1f) {  // inf or NaN: keep the payload
-    return internal::bits_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) {
+    // inf keeps its sign; NaN becomes the canonical 0x7fffffff, as on the device.
+    return internal::bits_float(mantissa ? 0x7fffffffu : (sign | 0x7f800000u));
   }
   if (exponent == 0) {
     if (mantissa == 0) return internal::bits_float(sign);

@@ -38,26 +38,28 @@ TEST(HalfCudaTest, HostMatchesDeviceIntrinsics) {
 
   testing::DeviceConversions device;
   ASSERT_TRUE(testing::run_device_conversions(inputs, &device));
-  int mismatches = 0;
-  for (uint32_t b = 0; b < 65536 && mismatches < 10; ++b) {
-    float h = half_to_float(Half{uint16_t(b)});
-    float bf = bfloat16_to_float(BFloat16{uint16_t(b)});
-    uint32_t hu, bu;
-    std::memcpy(&hu, &h, 4);
-    std::memcpy(&bu, &bf, 4);
-    if (hu != device.half_to_float[b]) ++mismatches;
-    EXPECT_EQ(hu, device.half_to_float[b]) << "half bits " << std::hex << b;
-    EXPECT_EQ(bu, device.bfloat16_to_float[b]) << "bfloat16 bits " << std::hex << b;
+  // Count mismatches per conversion and show the first of each.
+  int mismatches[4] = {0, 0, 0, 0};
+  const char* names[4] = {"__half2float", "__bfloat162float", "__float2half_rn", "__float2bfloat16_rn"};
+  auto check = [&](int which, uint32_t got, uint32_t want, uint32_t input) {
+    if (got == want) return;
+    if (mismatches[which]++ == 0) {
+      ADD_FAILURE() << names[which] << "(0x" << std::hex << input << "): host 0x" << got
+                    << ", device 0x" << want;
+    }
+  };
+  for (uint32_t b = 0; b < 65536; ++b) {
+    check(0, internal::float_bits(half_to_float(Half{uint16_t(b)})), device.half_to_float[b], b);
+    check(1, internal::float_bits(bfloat16_to_float(BFloat16{uint16_t(b)})),
+          device.bfloat16_to_float[b], b);
   }
-  for (size_t i = 0; i < inputs.size() && mismatches < 10; ++i) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
     float f;
     std::memcpy(&f, &inputs[i], 4);
-    const uint16_t h = float_to_half(f).bits;
-    const uint16_t bf = float_to_bfloat16(f).bits;
-    if (h != device.float_to_half[i] || bf != device.float_to_bfloat16[i]) ++mismatches;
-    EXPECT_EQ(h, device.float_to_half[i]) << "float bits " << std::hex << inputs[i];
-    EXPECT_EQ(bf, device.float_to_bfloat16[i]) << "float bits " << std::hex << inputs[i];
+    check(2, float_to_half(f).bits, device.float_to_half[i], inputs[i]);
+    check(3, float_to_bfloat16(f).bits, device.float_to_bfloat16[i], inputs[i]);
   }
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(mismatches[k], 0) << names[k];
 #endif
 }
 

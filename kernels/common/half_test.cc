@@ -27,6 +27,8 @@ TEST(HalfTest, KnownValues) {
   EXPECT_EQ(float_to_half(std::nanf("")).bits, 0x7fff);
   EXPECT_EQ(float_to_half(-std::nanf("")).bits, 0x7fff);
   EXPECT_EQ(half_to_float(Half{0x0001}), std::ldexp(1.0f, -24));
+  EXPECT_EQ(internal::float_bits(half_to_float(Half{0xfc01})), 0x7fffffffu);  // canonical NaN
+  EXPECT_EQ(half_to_float(Half{0xfc00}), -std::numeric_limits<float>::infinity());
   EXPECT_EQ(half_to_float(Half{0x3bff}), 1.0f - std::ldexp(1.0f, -11));
 }
 
