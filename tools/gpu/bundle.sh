@@ -5,6 +5,7 @@
 #
 #   tools/gpu/bundle.sh                      # every target tagged gpu or multi_gpu
 #   tools/gpu/bundle.sh //kernels/reduce:all # named targets (tests and binaries)
+#   BUNDLE_ARCHS=sm_80,sm_90 tools/gpu/bundle.sh  # other GPUs (default sm_90: H100/H200)
 #
 # Then carry the folder to the GPU machine and run tools/gpu/run.sh there
 # (CONTRIBUTING.md shows the one-call workflow).
@@ -13,6 +14,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 out="${BUNDLE_DIR:-$root/.gpu_bundle}"
+# The lent GPUs are Hopper (H100/H200): one architecture keeps the bundle small.
+archs="${BUNDLE_ARCHS:-sm_90}"
 limit_mb=64
 
 if (($# > 0)); then
@@ -25,8 +28,8 @@ if ((${#targets[@]} == 0)); then
   echo "bundle: no targets match: $query" >&2
   exit 1
 fi
-echo "bundle: building ${#targets[@]} targets with -c opt" >&2
-bazel build -c opt "${targets[@]}" >&2
+echo "bundle: building ${#targets[@]} targets with -c opt for $archs" >&2
+bazel build -c opt "--//bazel:cuda_archs=$archs" "${targets[@]}" >&2
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
@@ -44,6 +47,8 @@ for target in "${targets[@]}"; do
   tags=$(bazel query "attr(tags, 'multi_gpu', $target)" 2>/dev/null | wc -l)
   flat="${pkg//\//_}_$name"
   cp "$binary" "$out/bin/$flat"
+  chmod u+w "$out/bin/$flat"
+  strip --strip-debug "$out/bin/$flat"
   role=bench
   [[ $kind == cc_test ]] && role=test
   [[ $tags -gt 0 ]] && role="${role}_multi_gpu"

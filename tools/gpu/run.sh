@@ -4,7 +4,10 @@
 # test fails. Full logs go to $OUT (when set) or the bundle's logs/ folder.
 #
 #   tools/gpu/run.sh [bundle-dir]       # default .gpu_bundle
-#   RUN_BENCHMARKS=0 tools/gpu/run.sh   # tests only
+#   RUN_BENCHMARKS=0 tools/gpu/run.sh   # tests only (no benchmarks, no PyTorch references)
+#
+# With benchmarks on, the PyTorch reference scripts tools/bench/torch_*.py run
+# first (when python3 has torch), so both sets of numbers come from one run.
 set -uo pipefail
 
 bundle="${1:-.gpu_bundle}"
@@ -20,6 +23,18 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 
 rows=()
 failures=0
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+if [[ ${RUN_BENCHMARKS:-1} != 0 ]] && python3 -c 'import torch' 2>/dev/null; then
+  for script in "$here"/tools/bench/torch_*.py; do
+    name="$(basename "$script" .py)"
+    echo "===== $name ====="
+    if PYTHONUNBUFFERED=1 timeout 300 python3 "$script" 2>&1 | tee "$logs/$name.log"; then
+      rows+=("$name|reference ok|-")
+    else
+      rows+=("$name|reference FAILED|-")
+    fi
+  done
+fi
 while read -r name role target; do
   if [[ $role == *multi_gpu && $gpus -lt 2 ]]; then
     rows+=("$name|skipped (needs 2+ GPUs, have $gpus)|0")
