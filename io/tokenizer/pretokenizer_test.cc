@@ -1,0 +1,115 @@
+#include "io/tokenizer/pretokenizer.h"
+
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace colossal::io {
+namespace {
+
+using Pieces = std::vector<std::string>;
+
+Pieces Split(std::string_view text) {
+  Pieces out;
+  for (std::string_view p : SplitGpt2(text)) out.emplace_back(p);
+  return out;
+}
+
+// Expected pieces come from GPT-2's pattern run by a regex engine with
+// Unicode properties (Python's `regex` module).
+struct Case {
+  const char* name;
+  std::string_view text;
+  Pieces pieces;
+};
+
+class Gpt2SplitTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Gpt2SplitTest, MatchesThePattern) {
+  const Case& c = GetParam();
+  EXPECT_EQ(Split(c.text), c.pieces);
+}
+
+const Case kCases[] = {
+    {"header_example", "Hello  world's 42!\n", {"Hello", " ", " world", "'s", " 42", "!", "\n"}},
+    {"contractions",
+     "I'm you'll they've we'd she's can't we're I'M",
+     {"I", "'m", " you", "'ll", " they", "'ve", " we", "'d", " she", "'s", " can", "'t", " we", "'re",
+      " I", "'", "M"}},
+    {"apostrophe_runs", "'s''s 'sx 'l 'll's", {"'s", "''", "s", " '", "sx", " '", "l", " '", "ll", "'s"}},
+    {"contraction_at_end", "it'", {"it", "'"}},
+    {"contraction_cut", "we'l", {"we", "'", "l"}},
+    {"space_runs", "a  b   c\td", {"a", " ", " b", "  ", " c", "\t", "d"}},
+    {"space_newline_space", "a \n b", {"a", " \n", " b"}},
+    {"double_newline", "x\n\ny", {"x", "\n", "\n", "y"}},
+    {"trailing_spaces", "end   ", {"end", "   "}},
+    {"only_two_spaces", "  ", {"  "}},
+    {"only_one_space", " ", {" "}},
+    {"tabs_before_word", "\t\tx", {"\t", "\t", "x"}},
+    {"space_tab_word", " \tx", {" ", "\t", "x"}},
+    {"unicode_spaces", "a\u00a0b\u3000\u3000c", {"a", "\u00a0", "b", "\u3000", "\u3000", "c"}},
+    {"chinese", "你好，世界。", {"你好", "，", "世界", "。"}},
+    {"japanese", "日本語のテキスト", {"日本語のテキスト"}},
+    {"emoji", "🙂👍🏽 ok 🇫🇷!", {"🙂👍🏽", " ok", " 🇫🇷!"}},
+    {"combining_marks", "e\u0301t\u00e9 n\u0303", {"e", "\u0301", "t\u00e9", " n", "\u0303"}},
+    {"devanagari", "नमस्ते", {"नमस", "्", "त", "े"}},
+    {"numbers", "12345 3.14 ٣٤ ²½ Ⅻ", {"12345", " 3", ".", "14", " ٣٤", " ²½", " Ⅻ"}},
+    {"letters_digits", "abc123def", {"abc", "123", "def"}},
+    {"python",
+     "def f(x):\n    return x**2\n",
+     {"def", " f", "(", "x", "):", "\n   ", " return", " x", "**", "2", "\n"}},
+    {"c_braces", "if (a) {\n\treturn;\n}", {"if", " (", "a", ")", " {", "\n", "\t", "return", ";", "\n", "}"}},
+    {"path", "--flag=value ~/path/to_file.txt",
+     {"--", "flag", "=", "value", " ~/", "path", "/", "to", "_", "file", ".", "txt"}},
+    {"punct_runs", " !!! ??", {" !!!", " ??"}},
+    {"zero_width_space", "zero\u200bwidth", {"zero", "\u200b", "width"}},
+    {"empty", "", {}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, Gpt2SplitTest, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(Gpt2SplitterTest, InvalidUtf8BytesAreSymbols) {
+  // A lone continuation byte and a cut-short character are symbols ("other"),
+  // so they join punctuation runs and a preceding space.
+  EXPECT_EQ(Split("ab\x80!c"), (Pieces{"ab", "\x80!", "c"}));
+  EXPECT_EQ(Split("a \xE4\xB8"), (Pieces{"a", " \xE4\xB8"}));
+  EXPECT_EQ(Split("\xFF\xFEx"), (Pieces{"\xFF\xFE", "x"}));
+}
+
+TEST(Gpt2SplitterTest, IteratorAndVectorAgree) {
+  const std::string_view text = "one  two\n\nthree's 4 5";
+  Gpt2Splitter split(text);
+  std::vector<std::string_view> pieces;
+  std::string_view piece;
+  while (split.Next(&piece)) pieces.push_back(piece);
+  EXPECT_EQ(pieces, SplitGpt2(text));
+  EXPECT_FALSE(split.Next(&piece));
+}
+
+// Any bytes split into non-empty pieces that are contiguous views of the input.
+TEST(Gpt2SplitterTest, PiecesTileRandomBytes) {
+  std::mt19937 rng(7);
+  const std::string_view alphabet[] = {"a", "Z", "1", " ", "  ", "\n", "\t", "'", "'s", "!", "\xC3\xA9",
+                                       "\xE4\xB8\xAD", "\xF0\x9F\x99\x82", "\xCC\x81", "\xC2\xA0", "\x80",
+                                       "\xFF", "\xE4\xB8", "\xE3\x80\x80"};
+  for (int round = 0; round < 2000; ++round) {
+    std::string text;
+    const int n = static_cast<int>(rng() % 40);
+    for (int i = 0; i < n; ++i) text += alphabet[rng() % std::size(alphabet)];
+    const std::vector<std::string_view> pieces = SplitGpt2(text);
+    const char* expected_start = text.data();
+    for (std::string_view p : pieces) {
+      ASSERT_FALSE(p.empty());
+      ASSERT_EQ(p.data(), expected_start);
+      expected_start += p.size();
+    }
+    ASSERT_EQ(expected_start, text.data() + text.size());
+  }
+}
+
+}  // namespace
+}  // namespace colossal::io

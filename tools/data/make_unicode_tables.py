@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Generates io/tokenizer/unicode_tables.inc: the code point classes GPT-2's
+pre-tokenisation pattern needs (\\p{L}, \\p{N}, \\s) as sorted ranges.
+
+    python3 tools/data/make_unicode_tables.py            # writes the .inc
+    python3 tools/data/make_unicode_tables.py --check-tiktoken   # also compare with tiktoken
+
+Classes, as the regex engine behind tiktoken defines them:
+  L  general category L* (Lu Ll Lt Lm Lo)
+  N  general category N* (Nd Nl No)
+  S  the White_Space property (\\s in Rust's regex crate; not Python's
+     str.isspace(), which also counts U+001C..U+001F)
+
+Unicode version: byte-exactness with tiktoken means using the Unicode version of
+its regex engine (tiktoken 0.14 is built with regex-syntax 0.8.11: Unicode
+16.0.0). Python's own unicodedata is tied to the interpreter (3.11: 14.0,
+3.13: 15.1), so the script takes the first of `unicodedata2` (PyPI,
+`pip install unicodedata2==16.0.0`) and `unicodedata` whose version is the one
+asked for, and fails otherwise. --check-tiktoken verifies every code point
+against tiktoken's own regex engine (tiktoken must be installed).
+"""
+import argparse
+import importlib
+import os
+import sys
+
+DEFAULT_VERSION = "16.0.0"
+
+# PropList.txt White_Space, unchanged since Unicode 6.3.
+WHITE_SPACE = [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680] + \
+    list(range(0x2000, 0x200B)) + [0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
+
+MAX_CODEPOINT = 0x10FFFF
+
+
+def load_unicodedata(version):
+    seen = []
+    for name in ("unicodedata2", "unicodedata"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        seen.append(f"{name} {module.unidata_version}")
+        if module.unidata_version == version:
+            return module
+    sys.exit(f"make_unicode_tables: no unicodedata module with Unicode {version} "
+             f"(found: {', '.join(seen) or 'none'}); pip install unicodedata2=={version}")
+
+
+def classify(ud):
+    """Returns one class letter ('L', 'N', 'S' or '') per code point."""
+    white = set(WHITE_SPACE)
+    # Cross-check the hard-coded list against the data: White_Space is
+    # isspace() less the four information separators.
+    derived = {c for c in range(0x110000) if chr(c).isspace() and not 0x1C <= c <= 0x1F}
+    if ud.__name__ == "unicodedata" and derived != white:
+        sys.exit(f"make_unicode_tables: White_Space differs from isspace(): {sorted(derived ^ white)}")
+    classes = []
+    for c in range(MAX_CODEPOINT + 1):
+        if c in white:
+            classes.append("S")
+            continue
+        cat = ud.category(chr(c))
+        classes.append("L" if cat[0] == "L" else "N" if cat[0] == "N" else "")
+    return classes
+
+
+def ranges_of(classes):
+    out = []
+    start = 0
+    for c in range(1, MAX_CODEPOINT + 2):
+        if c == MAX_CODEPOINT + 1 or classes[c] != classes[start]:
+            if classes[start]:
+                out.append((start, c - 1, classes[start]))
+            start = c
+    return out
+
+
+def check_tiktoken(classes):
+    import tiktoken
+    ranks = {bytes([b]): b for b in range(256)}
+    text = "".join(chr(c) for c in range(MAX_CODEPOINT + 1) if not 0xD800 <= c <= 0xDFFF)
+    for letter, pattern in (("L", r"\p{L}"), ("N", r"\p{N}"), ("S", r"\s")):
+        # tiktoken encodes only what its pattern matches: with single-byte ranks
+        # the decoded output is exactly the code points in the class.
+        enc = tiktoken.Encoding(name="probe_" + letter, pat_str=pattern,
+                                mergeable_ranks=ranks, special_tokens={})
+        theirs = {ord(ch) for ch in bytes(enc.encode_ordinary(text)).decode("utf-8")}
+        ours = {c for c, k in enumerate(classes) if k == letter}
+        if theirs != ours:
+            diff = sorted(theirs ^ ours)
+            sys.exit(f"make_unicode_tables: class {letter} differs from tiktoken {tiktoken.__version__} "
+                     f"at {len(diff)} code points, first {[hex(c) for c in diff[:10]]}")
+        print(f"class {letter}: {len(ours)} code points, identical to tiktoken {tiktoken.__version__}")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    default_out = os.path.join(here, "..", "..", "io", "tokenizer", "unicode_tables.inc")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--unicode-version", default=DEFAULT_VERSION)
+    parser.add_argument("--out", default=os.path.normpath(default_out))
+    parser.add_argument("--check-tiktoken", action="store_true")
+    args = parser.parse_args()
+
+    ud = load_unicodedata(args.unicode_version)
+    classes = classify(ud)
+    ranges = ranges_of(classes)
+    counts = {k: sum(1 for c in classes if c == k) for k in "LNS"}
+    if args.check_tiktoken:
+        check_tiktoken(classes)
+
+    kind = {"L": "kLetter", "N": "kNumber", "S": "kSpace"}
+    lines = [
+        "// Generated by tools/data/make_unicode_tables.py; do not edit.",
+        f"// Unicode {ud.unidata_version} ({ud.__name__} module): general categories L* and N*, and the",
+        "// White_Space property, as sorted, disjoint, inclusive code point ranges.",
+        f"// Code points: L {counts['L']}, N {counts['N']}, White_Space {counts['S']}; {len(ranges)} ranges.",
+        "// Included once, by io/tokenizer/unicode_class.cc (inside namespace colossal::io).",
+        "",
+        f'inline constexpr char kTablesUnicodeVersion[] = "{ud.unidata_version}";',
+        f"inline constexpr int kTablesLetterCount = {counts['L']};",
+        f"inline constexpr int kTablesNumberCount = {counts['N']};",
+        f"inline constexpr int kTablesSpaceCount = {counts['S']};",
+        "",
+        "inline constexpr CodepointRange kTablesRanges[] = {",
+    ]
+    cells = [f"{{0x{first:06X}, 0x{last:06X}, CharClass::{kind[k]}}}," for first, last, k in ranges]
+    for i in range(0, len(cells), 3):
+        lines.append("    " + " ".join(cells[i:i + 3]))
+    lines.append("};")
+    with open(args.out, "w", encoding="ascii") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"wrote {args.out}: Unicode {ud.unidata_version}, {len(ranges)} ranges")
+
+
+if __name__ == "__main__":
+    main()
