@@ -1,0 +1,247 @@
+// The launcher with a real worker program (launch_test_worker): torchrun's
+// variables, "[rank N]" prefixes, a failing worker stopping the others and
+// naming itself, SIGKILL after the grace period, and SIGINT forwarded by the
+// stand-alone `launch` binary.
+#include "comm/launch/launch.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace colossal::comm {
+namespace {
+
+const char kWorker[] = "comm/launch/launch_test_worker";
+const char kLauncher[] = "comm/launch/launch_main";
+
+std::string tmp_path(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir ? dir : "/tmp", "/", name);
+}
+
+// A file to collect output in; read() returns everything written.
+class Capture {
+ public:
+  explicit Capture(const std::string& name) : path_(tmp_path(name)) {
+    fd_ = open(path_.c_str(), O_CREAT | O_TRUNC | O_RDWR | O_CLOEXEC, 0644);
+    EXPECT_GE(fd_, 0);
+  }
+  ~Capture() { close(fd_); }
+  int fd() const { return fd_; }
+  std::string read() const {
+    std::ifstream in(path_);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
+
+LaunchOptions options(std::vector<std::string> args, const Capture& out, const Capture& err) {
+  LaunchOptions o;
+  o.command = {kWorker};
+  o.command.insert(o.command.end(), args.begin(), args.end());
+  o.stdout_fd = out.fd();
+  o.stderr_fd = err.fd();
+  o.forward_signals = false;  // the test process keeps its own handlers
+  o.grace_period = absl::Seconds(5);
+  return o;
+}
+
+bool contains(const std::string& text, const std::string& fragment) {
+  return text.find(fragment) != std::string::npos;
+}
+
+TEST(LaunchTest, WorkersGetTorchrunVariablesAndPrefixedOutput) {
+  Capture out("env.out"), err("env.err");
+  LaunchOptions o = options({"env"}, out, err);
+  o.nproc_per_node = 3;
+  o.nnodes = 2;
+  o.node_rank = 1;
+  o.master_addr = "127.0.0.1";
+  o.master_port = 29511;
+  o.env = {{"EXTRA", "yes"}};
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->message;
+  EXPECT_EQ(r->failed_rank, -1);
+  const std::string text = out.read();
+  for (int local = 0; local < 3; ++local) {
+    const int rank = 3 + local;
+    const std::string p = absl::StrCat("[rank ", rank, "] ");
+    EXPECT_TRUE(contains(text, absl::StrCat(p, "RANK=", rank, "\n"))) << text;
+    EXPECT_TRUE(contains(text, absl::StrCat(p, "LOCAL_RANK=", local, "\n"))) << text;
+    EXPECT_TRUE(contains(text, p + "WORLD_SIZE=6\n")) << text;
+    EXPECT_TRUE(contains(text, p + "LOCAL_WORLD_SIZE=3\n")) << text;
+    EXPECT_TRUE(contains(text, p + "GROUP_RANK=1\n")) << text;
+    EXPECT_TRUE(contains(text, p + "MASTER_ADDR=127.0.0.1\n")) << text;
+    EXPECT_TRUE(contains(text, p + "MASTER_PORT=29511\n")) << text;
+    EXPECT_TRUE(contains(text, p + "EXTRA=yes\n")) << text;
+    EXPECT_TRUE(contains(text, p + "tail\n")) << "unterminated last line: " << text;
+    EXPECT_TRUE(contains(err.read(), absl::StrCat(p, "err from ", rank, "\n"))) << err.read();
+  }
+  // Every line carries a prefix.
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(line, "[rank ")) << line;
+  }
+}
+
+TEST(LaunchTest, WithoutPrefix) {
+  Capture out("plain.out"), err("plain.err");
+  LaunchOptions o = options({"env"}, out, err);
+  o.prefix_output = false;
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(contains(out.read(), "\nLOCAL_RANK=0\n")) << out.read();
+}
+
+TEST(LaunchTest, AFailingWorkerStopsTheOthersAndIsNamed) {
+  Capture out("fail.out"), err("fail.err");
+  LaunchOptions o = options({"fail", "1", "7"}, out, err);
+  o.nproc_per_node = 3;
+  const absl::Time start = absl::Now();
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(4)) << "others were not stopped promptly";
+  EXPECT_EQ(r->exit_code, 7);
+  EXPECT_EQ(r->failed_rank, 1);
+  EXPECT_TRUE(contains(r->message, "worker rank 1")) << r->message;
+  EXPECT_TRUE(contains(r->message, "exited with code 7")) << r->message;
+  EXPECT_TRUE(contains(r->message, "stopped 2 other worker(s)")) << r->message;
+  EXPECT_TRUE(contains(out.read(), "[rank 2] waiting\n")) << out.read();
+}
+
+TEST(LaunchTest, ACrashIsReportedBySignal) {
+  Capture out("crash.out"), err("crash.err");
+  LaunchOptions o = options({"crash", "0"}, out, err);
+  o.nproc_per_node = 2;
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 128 + SIGABRT);
+  EXPECT_EQ(r->failed_rank, 0);
+  EXPECT_TRUE(contains(r->message, "killed by SIGABRT")) << r->message;
+}
+
+TEST(LaunchTest, StubbornWorkersAreKilledAfterTheGracePeriod) {
+  Capture out("stubborn.out"), err("stubborn.err");
+  LaunchOptions o = options({"stubborn", "0", "3"}, out, err);
+  o.nproc_per_node = 3;
+  o.grace_period = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(r->exit_code, 3);
+  EXPECT_EQ(r->failed_rank, 0);
+}
+
+TEST(LaunchTest, SetupErrors) {
+  Capture out("bad.out"), err("bad.err");
+  LaunchOptions o = options({}, out, err);
+  o.command = {"/nonexistent/colossal-worker"};
+  auto missing = launch(o);
+  EXPECT_TRUE(absl::IsInvalidArgument(missing.status())) << missing.status();
+  EXPECT_TRUE(contains(std::string(missing.status().message()), "cannot run '/nonexistent/colossal-worker'"))
+      << missing.status();
+  o.command = {};
+  EXPECT_TRUE(absl::IsInvalidArgument(launch(o).status()));
+  o = options({"env"}, out, err);
+  o.node_rank = 1;  // with nnodes 1
+  EXPECT_TRUE(absl::IsInvalidArgument(launch(o).status()));
+  o.node_rank = 0;
+  o.master_port = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(launch(o).status()));
+}
+
+TEST(LaunchTest, WorkerEnvironment) {
+  LaunchOptions o;
+  o.nproc_per_node = 4;
+  o.nnodes = 3;
+  o.node_rank = 2;
+  o.master_addr = "10.1.2.3";
+  o.master_port = 1234;
+  const auto env = worker_environment(o, 1);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"RANK", "9"},         {"LOCAL_RANK", "1"},         {"WORLD_SIZE", "12"},
+      {"LOCAL_WORLD_SIZE", "4"}, {"GROUP_RANK", "2"},     {"MASTER_ADDR", "10.1.2.3"},
+      {"MASTER_PORT", "1234"}};
+  EXPECT_EQ(env, want);
+}
+
+// The stand-alone binary: SIGINT to the launcher reaches every worker.
+TEST(LaunchMainTest, ForwardsSigintToWorkers) {
+  const std::string dir = tmp_path("signal_ready");
+  mkdir(dir.c_str(), 0755);
+  Capture out("main.out");
+  std::vector<std::string> args = {kLauncher, "--nproc_per_node", "2", "--grace_seconds", "5",
+                                   "--", kWorker, "signal", dir};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (int r = 0; r < 2; ++r) {
+    const std::string ready = absl::StrCat(dir, "/ready.", r);
+    while (access(ready.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+  const std::string text = out.read();
+  EXPECT_TRUE(contains(text, "[rank 0] got signal 2")) << text;
+  EXPECT_TRUE(contains(text, "[rank 1] got signal 2")) << text;
+  EXPECT_TRUE(contains(text, "interrupted by SIGINT; forwarded to 2 worker(s)")) << text;
+}
+
+TEST(LaunchMainTest, FailureExitCodeAndUnknownFlag) {
+  Capture out("main_fail.out");
+  auto run = [&](std::vector<std::string> args) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
+    pid_t pid = 0;
+    EXPECT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(run({kLauncher, "--nproc_per_node=2", kWorker, "fail", "0", "5"}), 5);
+  EXPECT_TRUE(contains(out.read(), "launch: worker rank 0")) << out.read();
+  EXPECT_EQ(run({kLauncher, "--nproc_per_nod", "2", "--", kWorker, "env"}), 2);
+  EXPECT_TRUE(contains(out.read(), "did you mean \"--nproc_per_node\"")) << out.read();
+}
+
+}  // namespace
+}  // namespace colossal::comm

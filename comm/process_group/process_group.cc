@@ -1,0 +1,366 @@
+#include "comm/process_group/process_group.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status/check.h"
+#include "core/status/status.h"
+#include "core/tensor/tensor.h"
+
+namespace colossal::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kProd: return "prod";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+const char* op_type_name(OpType type) {
+  switch (type) {
+    case OpType::kAllReduce: return "all_reduce";
+    case OpType::kReduceScatter: return "reduce_scatter";
+    case OpType::kAllGather: return "all_gather";
+    case OpType::kAllToAll: return "all_to_all";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kSend: return "send";
+    case OpType::kRecv: return "recv";
+    case OpType::kBatchSendRecv: return "batch_send_recv";
+    case OpType::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<Buffer> Buffer::of(const core::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return absl::InvalidArgumentError("collective on an undefined tensor");
+  }
+  return Buffer{tensor.raw_data(), tensor.numel(), tensor.dtype(), tensor.device()};
+}
+
+std::string Buffer::to_string() const {
+  return absl::StrCat(core::dtype_name(dtype), " x ", count, " on ", device.to_string());
+}
+
+namespace {
+
+bool overlaps(const Buffer& a, const Buffer& b) {
+  if (a.nbytes() == 0 || b.nbytes() == 0 || a.device != b.device) return false;
+  const char* pa = static_cast<const char*>(a.data);
+  const char* pb = static_cast<const char*>(b.data);
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+absl::Status check_counts(const char* side, absl::Span<const int64_t> counts, int size,
+                          int64_t total) {
+  if (static_cast<int>(counts.size()) != size) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: ", counts.size(), " ", side,
+                                                   " counts for a group of ", size, " ranks"));
+  }
+  int64_t sum = 0;
+  for (int i = 0; i < size; ++i) {
+    if (counts[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("all_to_all: ", side, " count for rank ", i, " is negative (", counts[i], ")"));
+    }
+    sum += counts[i];
+  }
+  if (sum != total) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: ", side, " counts sum to ", sum,
+                                                   " but the ", side, " buffer holds ", total,
+                                                   " elements"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(int rank, int size, std::vector<int> world_ranks,
+                           absl::Duration timeout)
+    : rank_(rank), size_(size), world_ranks_(std::move(world_ranks)), timeout_(timeout) {
+  COLOSSAL_CHECK(size_ >= 1 && rank_ >= 0 && rank_ < size_) << "rank " << rank_ << " of " << size_;
+  COLOSSAL_CHECK_EQ(static_cast<int>(world_ranks_.size()), size_);
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+OpInfo ProcessGroup::next_op(OpType type, const CollectiveOptions& options, std::string detail,
+                             size_t bytes) {
+  OpInfo info;
+  info.type = type;
+  info.seq = next_seq_++;
+  info.tag = options.tag;
+  info.timeout = options.timeout > absl::ZeroDuration() ? options.timeout : timeout_;
+  info.stream = options.stream;
+  info.bytes = bytes;
+  info.description = absl::StrCat(op_type_name(type), " #", info.seq,
+                                   options.tag != 0 ? absl::StrCat(" tag ", options.tag) : "",
+                                   detail.empty() ? "" : " (", detail, detail.empty() ? "" : ")");
+  return info;
+}
+
+absl::Status ProcessGroup::check_buffer(const char* what, const Buffer& buffer,
+                                        const char* op) const {
+  if (buffer.count < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " has a negative count (", buffer.count, ")"));
+  }
+  if (buffer.count > 0 && buffer.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", what, " is null with ", buffer.count, " elements"));
+  }
+  return core::annotate(check_device(buffer.device), absl::StrCat(op, ": ", what));
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp op,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("buffer", buffer, "all_reduce"));
+  if (op == ReduceOp::kAvg && !core::dtype_is_floating(buffer.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_reduce: avg needs a floating-point dtype, not ", core::dtype_name(buffer.dtype),
+        " (reduce with sum and divide)"));
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_all_reduce(next_op(OpType::kAllReduce, options,
+                               absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()),
+                               buffer.nbytes()),
+                       buffer, op);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const Buffer& output, const Buffer& input,
+                                                     ReduceOp op,
+                                                     const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("output", output, "reduce_scatter"));
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("input", input, "reduce_scatter"));
+  if (input.dtype != output.dtype || input.device != output.device) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: input (", input.to_string(),
+                                                   ") and output (", output.to_string(),
+                                                   ") differ in dtype or device"));
+  }
+  if (input.count != output.count * size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce_scatter: input has ", input.count, " elements; a group of ", size_,
+        " ranks with ", output.count, " output elements needs ", output.count * size_));
+  }
+  if (op == ReduceOp::kAvg && !core::dtype_is_floating(input.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "reduce_scatter: avg needs a floating-point dtype, not ", core::dtype_name(input.dtype)));
+  }
+  const bool in_place =
+      output.data == static_cast<char*>(input.data) + static_cast<size_t>(rank_) * output.nbytes();
+  if (!in_place && overlaps(input, output)) {
+    return absl::InvalidArgumentError(
+        "reduce_scatter: output overlaps input other than at this rank's slice (in place)");
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_reduce_scatter(
+      next_op(OpType::kReduceScatter, options,
+              absl::StrCat(reduce_op_name(op), ", ", input.to_string()), input.nbytes()),
+      output, input, op);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::all_gather(const Buffer& output, const Buffer& input,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("output", output, "all_gather"));
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("input", input, "all_gather"));
+  if (input.dtype != output.dtype || input.device != output.device) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: input (", input.to_string(),
+                                                   ") and output (", output.to_string(),
+                                                   ") differ in dtype or device"));
+  }
+  if (output.count != input.count * size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_gather: output has ", output.count, " elements; a group of ", size_,
+        " ranks with ", input.count, " input elements needs ", input.count * size_));
+  }
+  const bool in_place =
+      input.data == static_cast<char*>(output.data) + static_cast<size_t>(rank_) * input.nbytes();
+  if (!in_place && overlaps(input, output)) {
+    return absl::InvalidArgumentError(
+        "all_gather: input overlaps output other than as this rank's slice (in place)");
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_all_gather(
+      next_op(OpType::kAllGather, options, output.to_string(), output.nbytes()), output, input);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const Buffer& output, const Buffer& input,
+                                                 const CollectiveOptions& options) {
+  if (input.count % size_ != 0 || output.count % size_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_to_all: equal splits need counts divisible by the group size ", size_, " (input ",
+        input.count, ", output ", output.count, "); pass per-rank counts instead"));
+  }
+  std::vector<int64_t> in_counts(size_, input.count / size_);
+  std::vector<int64_t> out_counts(size_, output.count / size_);
+  return all_to_all(output, out_counts, input, in_counts, options);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const Buffer& output,
+                                                 absl::Span<const int64_t> output_counts,
+                                                 const Buffer& input,
+                                                 absl::Span<const int64_t> input_counts,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("output", output, "all_to_all"));
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("input", input, "all_to_all"));
+  if (input.dtype != output.dtype || input.device != output.device) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: input (", input.to_string(),
+                                                   ") and output (", output.to_string(),
+                                                   ") differ in dtype or device"));
+  }
+  COLOSSAL_RETURN_IF_ERROR(check_counts("output", output_counts, size_, output.count));
+  COLOSSAL_RETURN_IF_ERROR(check_counts("input", input_counts, size_, input.count));
+  if (overlaps(input, output)) {
+    return absl::InvalidArgumentError("all_to_all: input and output overlap");
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_all_to_all(
+      next_op(OpType::kAllToAll, options,
+              absl::StrCat(input.to_string(), " -> ", output.count, " elements"), input.nbytes()),
+      output, std::vector<int64_t>(output_counts.begin(), output_counts.end()), input,
+      std::vector<int64_t>(input_counts.begin(), input_counts.end()));
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const Buffer& buffer, int root,
+                                                const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("buffer", buffer, "broadcast"));
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast: root ", root, " is not a rank of this group of ", size_));
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_broadcast(next_op(OpType::kBroadcast, options,
+                              absl::StrCat("root ", root, ", ", buffer.to_string()),
+                              buffer.nbytes()),
+                      buffer, root);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::send(const Buffer& buffer, int peer,
+                                           const CollectiveOptions& options) {
+  const P2POp op{P2POp::Kind::kSend, buffer, peer};
+  return batch_send_recv(absl::MakeConstSpan(&op, 1), options);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::recv(const Buffer& buffer, int peer,
+                                           const CollectiveOptions& options) {
+  const P2POp op{P2POp::Kind::kRecv, buffer, peer};
+  return batch_send_recv(absl::MakeConstSpan(&op, 1), options);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::batch_send_recv(absl::Span<const P2POp> ops,
+                                                      const CollectiveOptions& options) {
+  if (ops.empty()) return absl::InvalidArgumentError("batch_send_recv: no operations");
+  std::vector<std::string> parts;
+  size_t bytes = 0;
+  for (const P2POp& op : ops) {
+    const char* name = op.kind == P2POp::Kind::kSend ? "send" : "recv";
+    COLOSSAL_RETURN_IF_ERROR(check_buffer("buffer", op.buffer, name));
+    if (op.peer < 0 || op.peer >= size_ || op.peer == rank_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": peer ", op.peer, op.peer == rank_ ? " is this rank" : " is not a rank",
+          " of this group of ", size_));
+    }
+    if (op.buffer.device != ops[0].buffer.device) {
+      return absl::InvalidArgumentError("batch_send_recv: buffers on different devices");
+    }
+    parts.push_back(absl::StrCat(name, op.kind == P2POp::Kind::kSend ? " to " : " from ", "rank ",
+                                 op.peer, ": ", op.buffer.to_string()));
+    bytes += op.buffer.nbytes();
+  }
+  const OpType type = ops.size() > 1 ? OpType::kBatchSendRecv
+                      : ops[0].kind == P2POp::Kind::kSend ? OpType::kSend
+                                                          : OpType::kRecv;
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_batch_send_recv(next_op(type, options, absl::StrJoin(parts, "; "), bytes),
+                            std::vector<P2POp>(ops.begin(), ops.end()));
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::barrier(const CollectiveOptions& options) {
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  return do_barrier(next_op(OpType::kBarrier, options, "", 0));
+}
+
+// Tensor overloads.
+absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const core::Tensor& tensor, ReduceOp op,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
+  return all_reduce(b, op, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const core::Tensor& output,
+                                                     const core::Tensor& input, ReduceOp op,
+                                                     const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer out, Buffer::of(output));
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer in, Buffer::of(input));
+  return reduce_scatter(out, in, op, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::all_gather(const core::Tensor& output,
+                                                 const core::Tensor& input,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer out, Buffer::of(output));
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer in, Buffer::of(input));
+  return all_gather(out, in, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const core::Tensor& output,
+                                                 const core::Tensor& input,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer out, Buffer::of(output));
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer in, Buffer::of(input));
+  return all_to_all(out, in, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const core::Tensor& tensor, int root,
+                                                const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
+  return broadcast(b, root, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::send(const core::Tensor& tensor, int peer,
+                                           const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
+  return send(b, peer, options);
+}
+absl::StatusOr<WorkPtr> ProcessGroup::recv(const core::Tensor& tensor, int peer,
+                                           const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
+  return recv(b, peer, options);
+}
+
+absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroup::new_group(absl::Span<const int> ranks) {
+  if (ranks.empty()) return absl::InvalidArgumentError("new_group: empty rank list");
+  std::set<int> seen;
+  int group_rank = -1;
+  std::vector<int> world;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= size_) {
+      return absl::InvalidArgumentError(absl::StrCat("new_group: rank ", r,
+                                                     " is not a rank of this group of ", size_));
+    }
+    if (!seen.insert(r).second) {
+      return absl::InvalidArgumentError(absl::StrCat("new_group: rank ", r, " is listed twice"));
+    }
+    if (r == rank_) group_rank = static_cast<int>(i);
+    world.push_back(world_ranks_[r]);
+  }
+  if (group_rank < 0) return std::shared_ptr<ProcessGroup>();
+  std::vector<int> key(ranks.begin(), ranks.end());
+  int instance;
+  {
+    std::lock_guard<std::mutex> lock(issue_mu_);
+    instance = subgroups_created_[key]++;
+  }
+  const std::string name =
+      absl::StrCat("subgroup/", absl::StrJoin(ranks, ","), "/", instance);
+  auto group = do_new_group(name, std::move(world), group_rank);
+  if (!group.ok()) {
+    return core::annotate(group.status(), absl::StrCat("new_group(", absl::StrJoin(ranks, ","), ")"));
+  }
+  return group;
+}
+
+}  // namespace colossal::comm

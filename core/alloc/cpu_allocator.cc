@@ -1,0 +1,64 @@
+#include "core/alloc/cpu_allocator.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace colossal::core {
+namespace {
+
+size_t round_up(size_t bytes) {
+  return (bytes + CpuAllocator::kAlignment - 1) / CpuAllocator::kAlignment * CpuAllocator::kAlignment;
+}
+
+}  // namespace
+
+uint64_t host_memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    uint64_t kib = 0;
+    if (fields >> key >> kib && key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages < 0 || page_size < 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
+absl::Status host_out_of_memory(const std::string& allocator_name, size_t bytes) {
+  const uint64_t available = host_memory_available();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("out of host memory (", allocator_name, "): asked for ", bytes, " bytes (",
+                   format_bytes(bytes), ") with ", available, " bytes (", format_bytes(available),
+                   ") available"));
+}
+
+absl::StatusOr<void*> CpuAllocator::allocate(size_t bytes, const Stream& stream) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  if (bytes <= std::numeric_limits<size_t>::max() - kAlignment) {
+    p = std::aligned_alloc(kAlignment, round_up(bytes));
+  }
+  if (p == nullptr) {
+    counters_.on_failure();
+    return host_out_of_memory(name(), bytes);
+  }
+  counters_.on_allocate(bytes, round_up(bytes));
+  return p;
+}
+
+void CpuAllocator::deallocate(void* ptr, size_t bytes, const Stream& stream) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  counters_.on_free(bytes, round_up(bytes));
+}
+
+}  // namespace colossal::core

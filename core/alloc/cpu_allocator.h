@@ -1,0 +1,52 @@
+// colossal::core — host memory allocator: 64-byte aligned blocks.
+//
+// The CPU path's allocator (the process-wide one is cpu_allocator() in
+// core/alloc/default_allocator.h). Blocks are aligned to 64 bytes (a cache line,
+// and enough for AVX-512 loads) and their sizes rounded up to 64, which is what
+// reserved_bytes counts; allocated_bytes counts the bytes asked for.
+//
+//   auto alloc = std::make_shared<CpuAllocator>();
+//   COLOSSAL_ASSIGN_OR_RETURN(void* p, alloc->allocate(1000, Stream::cpu()));
+//   alloc->stats().reserved_bytes;   // 1024
+//   alloc->deallocate(p, 1000, Stream::cpu());
+#ifndef COLOSSAL_CORE_ALLOC_CPU_ALLOCATOR_H_
+#define COLOSSAL_CORE_ALLOC_CPU_ALLOCATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/alloc/allocator.h"
+
+namespace colossal::core {
+
+class CpuAllocator final : public Allocator {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  Device device() const override { return Device::cpu(); }
+  MemoryKind kind() const override { return MemoryKind::kHost; }
+  std::string name() const override { return "cpu"; }
+  // Any stream is accepted and ignored: host memory is usable at once.
+  absl::StatusOr<void*> allocate(size_t bytes, const Stream& stream) override;
+  void deallocate(void* ptr, size_t bytes, const Stream& stream) override;
+  AllocatorStats stats() const override { return counters_.snapshot(); }
+  void reset_peak_stats() override { counters_.reset_peaks(); }
+  // Nothing is cached on the host: a no-op.
+  void release_cached_memory() override {}
+
+ private:
+  AllocationCounters counters_;
+};
+
+// Host memory the kernel reports as available (MemAvailable in /proc/meminfo,
+// else free physical pages), for out-of-memory messages.
+uint64_t host_memory_available();
+
+// The ResourceExhaustedError for a failed host allocation of `bytes` by
+// `allocator_name`, naming the bytes asked for and the bytes available.
+absl::Status host_out_of_memory(const std::string& allocator_name, size_t bytes);
+
+}  // namespace colossal::core
+
+#endif  // COLOSSAL_CORE_ALLOC_CPU_ALLOCATOR_H_

@@ -1,0 +1,131 @@
+#include "core/context/context.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/alloc/default_allocator.h"
+#include "core/status/check.h"
+#include "core/status/cublas_check.h"
+#include "core/status/cuda_check.h"
+#include "core/status/status.h"
+
+#if COLOSSAL_WITH_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#endif
+
+namespace colossal::core {
+namespace {
+
+std::mutex g_init_mu;
+std::atomic<Context*> g_context{nullptr};
+
+}  // namespace
+
+Context::Context(Device device, OwnedStream compute, OwnedStream comm, Event event,
+                 std::shared_ptr<Allocator> allocator, uint64_t seed)
+    : device_(device),
+      compute_(std::move(compute)),
+      comm_(std::move(comm)),
+      event_(std::move(event)),
+      allocator_(std::move(allocator)),
+      rng_{seed, 0} {}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
+                                                         const ContextOptions& options) {
+  const std::string what = absl::StrCat("creating the context for ", device.to_string());
+  COLOSSAL_RETURN_IF_ERROR(annotate(check_device_available(device), what));
+  COLOSSAL_ASSIGN_OR_RETURN(OwnedStream compute, OwnedStream::create(device));
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OwnedStream comm,
+      OwnedStream::create(device, options.high_priority_comm_stream ? StreamPriority::kHigh
+                                                                    : StreamPriority::kNormal));
+  COLOSSAL_ASSIGN_OR_RETURN(Event event, Event::create(device));
+  COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<Allocator> allocator, device_allocator(device));
+  std::unique_ptr<Context> ctx(new Context(device, std::move(compute), std::move(comm),
+                                           std::move(event), std::move(allocator), options.seed));
+#if COLOSSAL_WITH_CUDA
+  if (device.is_cuda()) {
+    DeviceGuard guard(device);
+    cublasLtHandle_t handle = nullptr;
+    CUBLAS_CHECK(cublasLtCreate(&handle));
+    ctx->cublaslt_ = handle;
+    absl::StatusOr<std::shared_ptr<Storage>> workspace =
+        Storage::allocate(ctx->allocator_, options.cublaslt_workspace_bytes, ctx->compute_stream());
+    if (!workspace.ok()) return annotate(workspace.status(), what + ": cuBLASLt workspace");
+    ctx->workspace_ = *std::move(workspace);
+  }
+#endif
+  return ctx;
+}
+
+Context::~Context() {
+  synchronize();
+  workspace_.reset();  // freed on the compute stream, which is idle
+#if COLOSSAL_WITH_CUDA
+  if (cublaslt_ != nullptr) {
+    DeviceGuard guard(device_);
+    CUBLAS_CHECK(cublasLtDestroy(cublaslt_));
+  }
+#endif
+}
+
+absl::Status Context::initialize(Device device, const ContextOptions& options) {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (Context* existing = g_context.load()) {
+    if (existing->device() == device) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("Context::initialize(", device.to_string(),
+                     "): the process context already exists for ",
+                     existing->device().to_string(), "; one process uses one device"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Context> ctx, create(device, options));
+#if COLOSSAL_WITH_CUDA
+  if (device.is_cuda()) CUDA_CHECK(cudaSetDevice(device.index()));
+#endif
+  g_context.store(ctx.release());  // lives until exit, like the allocators it uses
+  return absl::OkStatus();
+}
+
+bool Context::initialized() { return g_context.load() != nullptr; }
+
+Context& Context::get() {
+  Context* ctx = g_context.load();
+  COLOSSAL_CHECK(ctx != nullptr) << "Context::get() before Context::initialize(device)";
+  return *ctx;
+}
+
+void Context::wait(const Stream& waiter, const Stream& producer) {
+  std::lock_guard<std::mutex> lock(event_mu_);
+  wait_stream(waiter, producer, event_);
+}
+
+void Context::synchronize() const {
+  compute_stream().synchronize();
+  comm_stream().synchronize();
+}
+
+void Context::manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  rng_ = RngState{seed, 0};
+}
+
+RngState Context::rng_state() const {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  return rng_;
+}
+
+void Context::set_rng_state(const RngState& state) {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  rng_ = state;
+}
+
+RngState Context::next_offset(uint64_t n) {
+  std::lock_guard<std::mutex> lock(rng_mu_);
+  const RngState reserved = rng_;
+  rng_.offset += n;
+  return reserved;
+}
+
+}  // namespace colossal::core

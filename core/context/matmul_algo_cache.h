@@ -1,0 +1,75 @@
+// colossal::core — a cache of cuBLASLt matmul algorithms, keyed by problem.
+//
+// Choosing a cuBLASLt algorithm (cublasLtMatmulAlgoGetHeuristic) costs tens of
+// microseconds; a training step runs the same few GEMM shapes thousands of
+// times. core/gemm asks this cache first and stores the heuristic's choice in
+// it. Each Context owns one (Context::matmul_algo_cache()). Keys and values are
+// plain data, so this header needs no CUDA headers: MatmulAlgo holds the bytes
+// of a cublasLtMatmulAlgo_t (an opaque struct of eight uint64_t).
+//
+//   MatmulAlgoKey key;
+//   key.m = 8192; key.n = 2304; key.k = 768; ...
+//   if (std::optional<MatmulAlgo> hit = cache.find(key)) { ... use *hit ... }
+//   else { MatmulAlgo chosen = ...; cache.insert(key, chosen); }
+#ifndef COLOSSAL_CORE_CONTEXT_MATMUL_ALGO_CACHE_H_
+#define COLOSSAL_CORE_CONTEXT_MATMUL_ALGO_CACHE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace colossal::core {
+
+// Everything cuBLASLt's choice depends on, in cuBLASLt's own (column-major)
+// terms; enum fields hold the numeric values of cudaDataType_t,
+// cublasComputeType_t, cublasOperation_t and cublasLtEpilogue_t. Alignments are
+// the largest power of two (<= 256 bytes) dividing each pointer, since an
+// algorithm chosen for aligned pointers may not run on misaligned ones.
+struct MatmulAlgoKey {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int32_t a_type = 0, b_type = 0, c_type = 0, compute_type = 0, scale_type = 0;
+  int32_t op_a = 0, op_b = 0, epilogue = 0;
+  int32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
+  int64_t aux_ld = 0;
+
+  friend bool operator==(const MatmulAlgoKey& a, const MatmulAlgoKey& b) = default;
+
+  template <typename H>
+  friend H AbslHashValue(H h, const MatmulAlgoKey& k) {
+    return H::combine(std::move(h), k.m, k.n, k.k, k.batch, k.lda, k.ldb, k.ldc, k.stride_a,
+                      k.stride_b, k.stride_c, k.a_type, k.b_type, k.c_type, k.compute_type,
+                      k.scale_type, k.op_a, k.op_b, k.epilogue, k.align_a, k.align_b, k.align_c,
+                      k.align_bias, k.align_aux, k.aux_ld);
+  }
+};
+
+// A chosen algorithm: the bytes of a cublasLtMatmulAlgo_t and the workspace it needs.
+struct MatmulAlgo {
+  std::array<uint64_t, 8> data{};
+  size_t workspace_bytes = 0;
+};
+
+// Thread-safe map from MatmulAlgoKey to MatmulAlgo.
+class MatmulAlgoCache {
+ public:
+  std::optional<MatmulAlgo> find(const MatmulAlgoKey& key) const;
+  // Stores `algo` for `key`, replacing any earlier entry.
+  void insert(const MatmulAlgoKey& key, const MatmulAlgo& algo);
+  size_t size() const;
+  void clear();
+
+ private:
+  mutable std::mutex mu_;
+  absl::flat_hash_map<MatmulAlgoKey, MatmulAlgo> map_;
+};
+
+}  // namespace colossal::core
+
+#endif  // COLOSSAL_CORE_CONTEXT_MATMUL_ALGO_CACHE_H_

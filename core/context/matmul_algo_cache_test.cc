@@ -1,0 +1,100 @@
+#include "core/context/matmul_algo_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+namespace colossal::core {
+namespace {
+
+MatmulAlgoKey key(int64_t m, int32_t epilogue = 1) {
+  MatmulAlgoKey k;
+  k.m = m;
+  k.n = 2304;
+  k.k = 768;
+  k.epilogue = epilogue;
+  return k;
+}
+
+TEST(MatmulAlgoCacheTest, FindInsertReplaceClear) {
+  MatmulAlgoCache cache;
+  EXPECT_FALSE(cache.find(key(8192)).has_value());
+  MatmulAlgo algo;
+  algo.data[0] = 42;
+  algo.workspace_bytes = 1 << 20;
+  cache.insert(key(8192), algo);
+  ASSERT_TRUE(cache.find(key(8192)).has_value());
+  EXPECT_EQ(cache.find(key(8192))->data[0], 42u);
+  EXPECT_EQ(cache.find(key(8192))->workspace_bytes, size_t{1} << 20);
+  EXPECT_FALSE(cache.find(key(8192, 4)).has_value());  // another epilogue is another problem
+  EXPECT_FALSE(cache.find(key(4096)).has_value());
+  algo.data[0] = 7;
+  cache.insert(key(8192), algo);
+  EXPECT_EQ(cache.find(key(8192))->data[0], 7u);
+  EXPECT_EQ(cache.size(), 1u);
+  cache.clear();
+  EXPECT_EQ(cache.size(), 0u);
+}
+
+TEST(MatmulAlgoCacheTest, EveryFieldIsPartOfTheKey) {
+  MatmulAlgoKey base;
+  std::vector<MatmulAlgoKey> variants;
+  auto vary = [&](auto setter) {
+    MatmulAlgoKey k = base;
+    setter(k);
+    variants.push_back(k);
+  };
+  vary([](MatmulAlgoKey& k) { k.m = 1; });
+  vary([](MatmulAlgoKey& k) { k.n = 1; });
+  vary([](MatmulAlgoKey& k) { k.k = 1; });
+  vary([](MatmulAlgoKey& k) { k.batch = 2; });
+  vary([](MatmulAlgoKey& k) { k.lda = 1; });
+  vary([](MatmulAlgoKey& k) { k.ldb = 1; });
+  vary([](MatmulAlgoKey& k) { k.ldc = 1; });
+  vary([](MatmulAlgoKey& k) { k.stride_a = 1; });
+  vary([](MatmulAlgoKey& k) { k.stride_b = 1; });
+  vary([](MatmulAlgoKey& k) { k.stride_c = 1; });
+  vary([](MatmulAlgoKey& k) { k.a_type = 1; });
+  vary([](MatmulAlgoKey& k) { k.b_type = 1; });
+  vary([](MatmulAlgoKey& k) { k.c_type = 1; });
+  vary([](MatmulAlgoKey& k) { k.compute_type = 1; });
+  vary([](MatmulAlgoKey& k) { k.scale_type = 1; });
+  vary([](MatmulAlgoKey& k) { k.op_a = 1; });
+  vary([](MatmulAlgoKey& k) { k.op_b = 1; });
+  vary([](MatmulAlgoKey& k) { k.epilogue = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_a = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_b = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_c = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_bias = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_aux = 1; });
+  vary([](MatmulAlgoKey& k) { k.aux_ld = 1; });
+  MatmulAlgoCache cache;
+  cache.insert(base, MatmulAlgo{});
+  for (size_t i = 0; i < variants.size(); ++i) {
+    EXPECT_FALSE(cache.find(variants[i]).has_value()) << "field " << i;
+    cache.insert(variants[i], MatmulAlgo{});
+  }
+  EXPECT_EQ(cache.size(), variants.size() + 1);
+}
+
+TEST(MatmulAlgoCacheTest, ThreadSafe) {
+  MatmulAlgoCache cache;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&cache, t] {
+      for (int i = 0; i < 1000; ++i) {
+        MatmulAlgo a;
+        a.data[0] = i;
+        cache.insert(key(t * 1000 + i), a);
+        (void)cache.find(key(i));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(cache.size(), 4000u);
+  EXPECT_EQ(cache.find(key(2999))->data[0], 999u);
+}
+
+}  // namespace
+}  // namespace colossal::core

@@ -1,0 +1,82 @@
+// colossal::core::gemm — matrix multiply: C = epilogue(alpha * op(A) * op(B) + beta * C).
+//
+// Row-major throughout: A is [m, k] (or [k, m] with trans_a), B is [k, n] (or
+// [n, k] with trans_b), C is [m, n]; with a leading batch dimension all three
+// are 3-D ([batch, ...], contiguous, so batch strides are m*k, k*n and m*n) and
+// the batch runs as one strided-batched GEMM. A Linear layer's y = x W^T + b is
+//   gemm(ctx, x, w, y, {.trans_b = true, .epilogue = Epilogue::kBias, .bias = &b});
+//
+// Dtypes (A, B and C share one): float32, float16 and bfloat16 (fp32
+// accumulation, one rounding of the result), float64; with allow_tf32 a
+// float32 GEMM may use TF32 tensor cores (inputs rounded to 10 mantissa bits).
+//
+// Epilogues, applied to v = alpha * op(A) op(B) + beta * C, in fp32 (fp64 for
+// float64), before the one rounding to C's dtype:
+//   kBias      C = v + bias[j]                      (bias: [n], per output column)
+//   kBiasGelu  C = gelu(v + bias[j]), gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// and optionally, for GELU's backward, gelu_input = v + bias[j] (the pre-GELU value).
+//
+// CUDA: cuBLASLt on ctx.compute_stream(), using the context's workspace, with the
+// algorithm chosen by cuBLASLt's heuristic once per problem (shape, dtypes,
+// transposes, epilogue, pointer alignment) and cached in the context.
+// cuBLASLt is column-major; a row-major matrix is the column-major view of its
+// transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's
+// "A" is our B and its "B" our A, its m is our n and its n our m, the transposes
+// swap along, every leading dimension is a row length of ours, and bias[j] is
+// cuBLASLt's per-row bias of C^T. Enqueued, not synchronised.
+// CPU: OpenBLAS cblas_sgemm / cblas_dgemm; float16/bfloat16 are converted to
+// float32, multiplied by sgemm and rounded once; epilogues run in a loop after.
+// allow_tf32 does nothing on the CPU (the result is plain fp32, more accurate).
+//
+//   Context& ctx = Context::get();
+//   COLOSSAL_ASSIGN_OR_RETURN(Tensor h, gemm::matmul(ctx, x, w_fc, {.trans_b = true,
+//       .epilogue = gemm::Epilogue::kBiasGelu, .bias = &b_fc}));
+//   COLOSSAL_RETURN_IF_ERROR(gemm::gemm(ctx, h, w_proj, y, {.trans_b = true, .beta = 1.0}));
+#ifndef COLOSSAL_CORE_GEMM_GEMM_H_
+#define COLOSSAL_CORE_GEMM_GEMM_H_
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/context/context.h"
+#include "core/tensor/tensor.h"
+
+namespace colossal::core::gemm {
+
+enum class Epilogue { kNone, kBias, kBiasGelu };
+
+const char* epilogue_name(Epilogue epilogue);  // "none", "bias", "bias_gelu"
+
+struct GemmOptions {
+  bool trans_a = false;  // op(A) = A^T: A is stored [k, m]
+  bool trans_b = false;  // op(B) = B^T: B is stored [n, k]
+  double alpha = 1.0;
+  // 0 means C is not read (it may hold anything, NaN included).
+  double beta = 0.0;
+  // float32 only: allow TF32 tensor cores on CUDA (ignored on the CPU).
+  bool allow_tf32 = false;
+  Epilogue epilogue = Epilogue::kNone;
+  // kBias / kBiasGelu: [n], C's dtype, C's device. Must be null for kNone.
+  const Tensor* bias = nullptr;
+  // kBiasGelu only, optional: receives the pre-GELU value; C's shape and dtype,
+  // and n a multiple of 8 (cuBLASLt's rule for it, kept on the CPU too).
+  const Tensor* gelu_input = nullptr;
+};
+
+// C = epilogue(alpha * op(A) op(B) + beta * C) on ctx's device (A, B, C, bias
+// and gelu_input must all be on ctx.device()). C must not overlap A or B.
+// Errors (InvalidArgumentError naming the shapes and dtypes): ranks other than
+// all-2 or all-3, mismatched batch/inner/outer dimensions, mixed or unsupported
+// dtypes, tensors on another device, a bias or gelu_input that does not fit the
+// epilogue, dimensions past what the BLAS takes (2^31 - 1). UnimplementedError
+// when cuBLASLt has no algorithm for the problem.
+absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
+                  const GemmOptions& options = {});
+
+// A new C = epilogue(alpha * op(A) op(B)), allocated on ctx.compute_stream().
+// options.beta must be 0. Errors as gemm(), or out of memory.
+absl::StatusOr<Tensor> matmul(Context& ctx, const Tensor& a, const Tensor& b,
+                              const GemmOptions& options = {});
+
+}  // namespace colossal::core::gemm
+
+#endif  // COLOSSAL_CORE_GEMM_GEMM_H_

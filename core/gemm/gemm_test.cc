@@ -1,0 +1,514 @@
+// GEMM on every dtype, transpose, odd shape, batch, epilogue and alpha/beta,
+// on the CPU and (with a GPU) CUDA, against a float64 reference computed on the
+// CPU from the exact values stored in the inputs.
+//
+// Error measure: for each element, |got - ref| / scale with
+//   scale = |alpha| sum_k |a_ik b_kj| + |beta c_ij| + |bias_j|,
+// the magnitude the result is built from (the classical bound for a dot
+// product's rounding error is proportional to it). Tolerances per dtype:
+//   float64  1e-12  accumulation error ~ sqrt(k) 2^-53, k <= 511
+//   float32  1e-5   fp32 accumulation: ~sqrt(k) 2^-24 = 1.3e-6 typical, ~8x headroom
+//   tf32     1e-3   each input rounded to 10 mantissa bits: a product is off by at
+//                   most 2 * 2^-11 = 9.8e-4 of |a b| (round to nearest), so the sum
+//                   by at most that fraction of scale; random signs keep it far below
+//   bfloat16 1e-2   inputs are exact bf16 values and products accumulate in fp32;
+//                   the one rounding of the output costs up to 2^-8 = 3.9e-3 of
+//                   |ref| <= scale (bf16 keeps 8 significant bits); 1e-2 (2.5 such
+//                   roundings) leaves room for cuBLASLt's split-K reductions, which
+//                   may round a partial sum to the output type
+//   float16  2e-3   the same reasoning with 2^-11 = 4.9e-4 per rounding (4 roundings)
+// The GELU epilogue is 1-Lipschitz-ish (|gelu'| <= 1.13), so the same bounds
+// hold after it, scaled by 1.13.
+#include "core/gemm/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/common/half.h"
+#include "tests/util/gpu_test.h"
+
+namespace colossal::core::gemm {
+namespace {
+
+using kernels::BFloat16;
+using kernels::Half;
+
+// GELU, tanh approximation, in float64: the reference, written independently
+// of the implementation's.
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+bool contains(absl::string_view haystack, absl::string_view needle) {
+  return haystack.find(needle) != absl::string_view::npos;
+}
+
+struct Case {
+  DType dtype = DType::kF32;
+  bool tf32 = false;
+  int64_t batch = 0;  // 0: 2-D operands
+  int64_t m = 1, n = 1, k = 1;
+  bool trans_a = false, trans_b = false;
+  double alpha = 1.0, beta = 0.0;
+  Epilogue epilogue = Epilogue::kNone;
+  bool gelu_input = false;
+  int64_t misalign = 0;  // start every operand this many elements into its storage
+
+  std::string label() const {
+    return absl::StrCat(dtype_name(dtype), tf32 ? "(tf32)" : "", " batch=", batch, " m=", m,
+                        " n=", n, " k=", k, " ", trans_a ? "T" : "N", trans_b ? "T" : "N",
+                        " alpha=", alpha, " beta=", beta, " epilogue=", epilogue_name(epilogue),
+                        gelu_input ? "+aux" : "", misalign ? absl::StrCat(" misalign=", misalign) : "");
+  }
+};
+
+// The largest normalised error seen per dtype mode, printed after each test so
+// a run shows how much room each tolerance leaves.
+struct WorstErrors {
+  std::map<std::string, double> by_mode;
+  void note(const Case& c, double e) {
+    double& w = by_mode[absl::StrCat(dtype_name(c.dtype), c.tf32 ? "(tf32)" : "")];
+    w = std::max(w, e);
+  }
+  void print_and_reset(const std::string& where) {
+    for (const auto& [mode, worst] : by_mode) {
+      std::printf("  worst normalised error %-16s %-10s %.3g\n", where.c_str(), mode.c_str(), worst);
+    }
+    by_mode.clear();
+  }
+};
+WorstErrors worst_errors;
+
+double tolerance(const Case& c) {
+  double tol = 0;
+  switch (c.dtype) {
+    case DType::kF64: tol = 1e-12; break;
+    case DType::kF32: tol = c.tf32 ? 1e-3 : 1e-5; break;
+    case DType::kBF16: tol = 1e-2; break;
+    case DType::kF16: tol = 2e-3; break;
+    default: ADD_FAILURE() << "no tolerance for " << dtype_name(c.dtype);
+  }
+  return c.epilogue == Epilogue::kBiasGelu ? 1.13 * tol : tol;
+}
+
+double get(const Tensor& host, int64_t i) {
+  switch (host.dtype()) {
+    case DType::kF32: return host.data<float>()[i];
+    case DType::kF64: return host.data<double>()[i];
+    case DType::kF16: return kernels::half_to_float(host.data<Half>()[i]);
+    case DType::kBF16: return kernels::bfloat16_to_float(host.data<BFloat16>()[i]);
+    default: ADD_FAILURE() << "unexpected dtype"; return 0;
+  }
+}
+
+void put(const Tensor& host, int64_t i, double v) {
+  switch (host.dtype()) {
+    case DType::kF32: host.data<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: host.data<double>()[i] = v; break;
+    case DType::kF16: host.data<Half>()[i] = kernels::float_to_half(static_cast<float>(v)); break;
+    case DType::kBF16:
+      host.data<BFloat16>()[i] = kernels::float_to_bfloat16(static_cast<float>(v));
+      break;
+    default: ADD_FAILURE() << "unexpected dtype";
+  }
+}
+
+// A host tensor `shape` of `dtype` viewed `misalign` elements into a larger
+// storage, filled with `fill(i)`; the exact stored values go to `values`.
+template <typename Fill>
+Tensor host_tensor(const Shape& shape, DType dtype, int64_t misalign, Fill fill,
+                   std::vector<double>* values) {
+  absl::StatusOr<Tensor> storage =
+      Tensor::empty({shape.numel() + misalign}, dtype, Stream::cpu());
+  COLOSSAL_CHECK_OK(storage.status());
+  absl::StatusOr<Tensor> flat = storage->slice(misalign, misalign + shape.numel());
+  absl::StatusOr<Tensor> t = flat->reshape(shape.dims());
+  COLOSSAL_CHECK_OK(t.status());
+  if (values) values->resize(shape.numel());
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    put(*t, i, fill(i));
+    if (values) (*values)[i] = get(*t, i);
+  }
+  return *t;
+}
+
+// The tensor on ctx's device (a misaligned copy keeps its misalignment).
+Tensor on_device(Context& ctx, const Tensor& host, int64_t misalign) {
+  if (ctx.device().is_cpu()) return host;
+  absl::StatusOr<Tensor> storage =
+      Tensor::empty({host.numel() + misalign}, host.dtype(), ctx.compute_stream());
+  COLOSSAL_CHECK_OK(storage.status());
+  absl::StatusOr<Tensor> t = storage->slice(misalign, misalign + host.numel())->reshape(host.shape().dims());
+  COLOSSAL_CHECK_OK(t.status());
+  COLOSSAL_CHECK_OK(t->copy_from(host, ctx.compute_stream()));
+  return *t;
+}
+
+Tensor to_host(Context& ctx, const Tensor& t) {
+  absl::StatusOr<Tensor> host = t.to(Device::cpu(), ctx.compute_stream());
+  COLOSSAL_CHECK_OK(host.status());
+  ctx.synchronize();
+  return *host;
+}
+
+Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
+  return batch > 0 ? Shape{batch, rows, cols} : Shape{rows, cols};
+}
+
+// Runs one case on ctx and compares with the float64 reference.
+void check(Context& ctx, const Case& c, uint32_t seed) {
+  SCOPED_TRACE(c.label() + " on " + ctx.device().to_string());
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  auto random = [&](int64_t) { return uniform(rng); };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const int64_t batches = std::max<int64_t>(c.batch, 1);
+  std::vector<double> a, b, c0, bias;
+  const Shape a_shape = shape_of(c.batch, c.trans_a ? c.k : c.m, c.trans_a ? c.m : c.k);
+  const Shape b_shape = shape_of(c.batch, c.trans_b ? c.n : c.k, c.trans_b ? c.k : c.n);
+  const Shape c_shape = shape_of(c.batch, c.m, c.n);
+  const Tensor ha = host_tensor(a_shape, c.dtype, c.misalign, random, &a);
+  const Tensor hb = host_tensor(b_shape, c.dtype, c.misalign, random, &b);
+  // beta == 0: C must not be read, so it holds NaN.
+  const Tensor hc = host_tensor(c_shape, c.dtype, c.misalign,
+                                [&](int64_t i) { return c.beta == 0.0 ? nan : random(i); }, &c0);
+  Tensor da = on_device(ctx, ha, c.misalign), db = on_device(ctx, hb, c.misalign);
+  Tensor dc = on_device(ctx, hc, c.misalign);
+  Tensor dbias, daux;
+  GemmOptions options;
+  options.trans_a = c.trans_a;
+  options.trans_b = c.trans_b;
+  options.alpha = c.alpha;
+  options.beta = c.beta;
+  options.allow_tf32 = c.tf32;
+  options.epilogue = c.epilogue;
+  if (c.epilogue != Epilogue::kNone) {
+    dbias = on_device(ctx, host_tensor({c.n}, c.dtype, c.misalign, random, &bias), c.misalign);
+    options.bias = &dbias;
+  }
+  if (c.gelu_input) {
+    daux = on_device(ctx, host_tensor(c_shape, c.dtype, 0, [&](int64_t) { return nan; }, nullptr), 0);
+    options.gelu_input = &daux;
+  }
+  const absl::Status status = gemm(ctx, da, db, dc, options);
+  ASSERT_TRUE(status.ok()) << status;
+  const Tensor got = to_host(ctx, dc);
+  const Tensor got_aux = c.gelu_input ? to_host(ctx, daux) : Tensor();
+
+  const double tol = tolerance(c);
+  double worst = 0, worst_aux = 0;
+  for (int64_t p = 0; p < batches; ++p) {
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double sum = 0, magnitude = 0;
+        for (int64_t q = 0; q < c.k; ++q) {
+          const double x = a[p * c.m * c.k + (c.trans_a ? q * c.m + i : i * c.k + q)];
+          const double y = b[p * c.k * c.n + (c.trans_b ? j * c.k + q : q * c.n + j)];
+          sum += x * y;
+          magnitude += std::fabs(x * y);
+        }
+        const int64_t idx = p * c.m * c.n + i * c.n + j;
+        double v = c.alpha * sum, scale = std::fabs(c.alpha) * magnitude;
+        if (c.beta != 0.0) {
+          v += c.beta * c0[idx];
+          scale += std::fabs(c.beta * c0[idx]);
+        }
+        if (c.epilogue != Epilogue::kNone) {
+          v += bias[j];
+          scale += std::fabs(bias[j]);
+        }
+        scale = std::max(scale, 1e-30);
+        if (c.gelu_input) {
+          const double e = std::fabs(get(got_aux, idx) - v) / scale;
+          ASSERT_FALSE(std::isnan(e)) << "gelu_input (" << p << ", " << i << ", " << j << ")";
+          worst_aux = std::max(worst_aux, e);
+        }
+        if (c.epilogue == Epilogue::kBiasGelu) v = gelu(v);
+        const double e = std::fabs(get(got, idx) - v) / scale;
+        ASSERT_FALSE(std::isnan(e)) << "c (" << p << ", " << i << ", " << j << ") = "
+                                    << get(got, idx) << ", want " << v;
+        worst = std::max(worst, e);
+      }
+    }
+  }
+  EXPECT_LE(worst, tol);
+  EXPECT_LE(worst_aux, tol);
+  worst_errors.note(c, std::max(worst, worst_aux));
+}
+
+std::unique_ptr<Context> cpu_context() {
+  absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cpu());
+  COLOSSAL_CHECK_OK(ctx.status());
+  return *std::move(ctx);
+}
+
+#if COLOSSAL_WITH_CUDA
+std::unique_ptr<Context> cuda_context() {
+  absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cuda(0));
+  COLOSSAL_CHECK_OK(ctx.status());
+  return *std::move(ctx);
+}
+#endif
+
+struct DtypeMode {
+  DType dtype;
+  bool tf32;
+};
+constexpr DtypeMode kModes[] = {{DType::kF32, false}, {DType::kF32, true}, {DType::kBF16, false},
+                                {DType::kF16, false}, {DType::kF64, false}};
+constexpr int64_t kShapes[][3] = {{1, 1, 1}, {3, 5, 7}, {65, 33, 127}, {257, 129, 511}};
+
+void every_dtype_transpose_and_shape(Context& ctx) {
+  uint32_t seed = 1;
+  for (const DtypeMode& mode : kModes) {
+    for (int t = 0; t < 4; ++t) {
+      for (const auto& s : kShapes) {
+        Case c;
+        c.dtype = mode.dtype;
+        c.tf32 = mode.tf32;
+        c.m = s[0];
+        c.n = s[1];
+        c.k = s[2];
+        c.trans_a = t & 1;
+        c.trans_b = t & 2;
+        check(ctx, c, seed++);
+      }
+    }
+  }
+  worst_errors.print_and_reset(ctx.device().to_string());
+}
+
+void batched_and_epilogues(Context& ctx) {
+  uint32_t seed = 1000;
+  for (const DtypeMode& mode : kModes) {
+    for (int t = 0; t < 4; ++t) {
+      Case c;
+      c.dtype = mode.dtype;
+      c.tf32 = mode.tf32;
+      c.trans_a = t & 1;
+      c.trans_b = t & 2;
+      // Strided batch, odd sizes.
+      c.batch = 3;
+      c.m = 33;
+      c.n = 65;
+      c.k = 17;
+      check(ctx, c, seed++);
+      // alpha, beta != (1, 0); C is read.
+      c.alpha = 0.5;
+      c.beta = -1.5;
+      check(ctx, c, seed++);
+      // Epilogues, 2-D and batched, odd n for bias; n % 8 == 0 for gelu_input.
+      c.batch = 0;
+      c.alpha = 1.0;
+      c.beta = 0.0;
+      c.epilogue = Epilogue::kBias;
+      check(ctx, c, seed++);
+      c.epilogue = Epilogue::kBiasGelu;
+      check(ctx, c, seed++);
+      c.m = 40;
+      c.n = 72;
+      c.k = 96;
+      c.gelu_input = true;
+      check(ctx, c, seed++);
+      c.batch = 2;
+      c.alpha = -0.75;
+      c.beta = 0.25;
+      check(ctx, c, seed++);
+      c.gelu_input = false;
+      c.epilogue = Epilogue::kBias;
+      check(ctx, c, seed++);
+    }
+  }
+  worst_errors.print_and_reset(ctx.device().to_string());
+}
+
+void edge_cases(Context& ctx) {
+  uint32_t seed = 5000;
+  for (const DtypeMode& mode : kModes) {
+    Case c;
+    c.dtype = mode.dtype;
+    c.tf32 = mode.tf32;
+    // Pointers one element past an aligned start (2 bytes for half types).
+    c.m = 65;
+    c.n = 33;
+    c.k = 127;
+    c.misalign = 1;
+    c.trans_b = true;
+    check(ctx, c, seed++);
+    c.epilogue = Epilogue::kBias;
+    c.beta = 1.0;
+    check(ctx, c, seed++);
+    // k = 0: C = beta C (+ bias).
+    c.misalign = 0;
+    c.m = 5;
+    c.n = 8;
+    c.k = 0;
+    c.beta = 2.0;
+    check(ctx, c, seed++);
+  }
+  worst_errors.print_and_reset(ctx.device().to_string());
+}
+
+TEST(GemmCpuTest, EveryDtypeTransposeAndShape) {
+  auto ctx = cpu_context();
+  every_dtype_transpose_and_shape(*ctx);
+}
+
+TEST(GemmCpuTest, BatchedEpiloguesAlphaBeta) {
+  auto ctx = cpu_context();
+  batched_and_epilogues(*ctx);
+}
+
+TEST(GemmCpuTest, MisalignedAndEmpty) {
+  auto ctx = cpu_context();
+  edge_cases(*ctx);
+}
+
+TEST(GemmCudaTest, EveryDtypeTransposeAndShape) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  auto ctx = cuda_context();
+  every_dtype_transpose_and_shape(*ctx);
+#endif
+}
+
+TEST(GemmCudaTest, BatchedEpiloguesAlphaBeta) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  auto ctx = cuda_context();
+  batched_and_epilogues(*ctx);
+#endif
+}
+
+TEST(GemmCudaTest, MisalignedAndEmpty) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  auto ctx = cuda_context();
+  edge_cases(*ctx);
+#endif
+}
+
+TEST(GemmCudaTest, AlgorithmsAreCachedPerProblem) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  auto ctx = cuda_context();
+  MatmulAlgoCache& cache = ctx->matmul_algo_cache();
+  Case c;
+  c.dtype = DType::kBF16;
+  c.m = 64;
+  c.n = 128;
+  c.k = 256;
+  check(*ctx, c, 1);
+  EXPECT_EQ(cache.size(), 1u);
+  check(*ctx, c, 2);  // same problem: a cache hit
+  EXPECT_EQ(cache.size(), 1u);
+  c.trans_b = true;
+  check(*ctx, c, 3);
+  EXPECT_EQ(cache.size(), 2u);
+  c.misalign = 1;  // other pointer alignment: another algorithm
+  check(*ctx, c, 4);
+  EXPECT_EQ(cache.size(), 3u);
+  c.misalign = 0;
+  c.epilogue = Epilogue::kBias;
+  check(*ctx, c, 5);
+  EXPECT_EQ(cache.size(), 4u);
+#endif
+}
+
+// The usage example of gemm.h: a Linear layer with GELU, then a projection
+// accumulated into y.
+TEST(GemmCpuTest, HeaderExample) {
+  auto ctx = cpu_context();
+  Context& c = *ctx;
+  auto ones = [&](const Shape& s, double v) {
+    return host_tensor(s, DType::kF32, 0, [v](int64_t) { return v; }, nullptr);
+  };
+  const Tensor x = ones({4, 8}, 0.5), w_fc = ones({16, 8}, 0.25), b_fc = ones({16}, -0.5);
+  const Tensor w_proj = ones({8, 16}, 0.125);
+  Tensor y = ones({4, 8}, 1.0);
+  absl::StatusOr<Tensor> h = matmul(c, x, w_fc, {.trans_b = true, .epilogue = Epilogue::kBiasGelu,
+                                                 .bias = &b_fc});
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->shape(), Shape({4, 16}));
+  const double pre = 8 * 0.5 * 0.25 - 0.5;  // 0.5
+  EXPECT_NEAR(h->data<float>()[0], gelu(pre), 1e-6);
+  ASSERT_TRUE(gemm(c, *h, w_proj, y, {.trans_b = true, .beta = 1.0}).ok());
+  EXPECT_NEAR(y.data<float>()[5], 1.0 + 16 * gelu(pre) * 0.125, 1e-5);
+}
+
+TEST(GemmCpuTest, ErrorsNameShapesAndDtypes) {
+  auto ctx = cpu_context();
+  Context& c = *ctx;
+  auto make = [&](const Shape& s, DType t = DType::kF32) {
+    absl::StatusOr<Tensor> x = Tensor::empty(s, t, Stream::cpu());
+    COLOSSAL_CHECK_OK(x.status());
+    return *x;
+  };
+  Tensor a = make({3, 5}), b = make({7, 4}), out = make({3, 4});
+  absl::Status s = gemm(c, a, b, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "gemm(a: float32 [3, 5] on cpu, b: float32 [7, 4] on cpu, c: float32 [3, 4] on cpu): "
+            "inner dimensions differ: op(a) is [3, 5], op(b) is [7, 4]");
+  Tensor b2 = make({4, 5});
+  s = gemm(c, a, b2, out, {.trans_b = true});
+  EXPECT_TRUE(s.ok()) << s;
+  Tensor wrong_c = make({4, 3});
+  EXPECT_TRUE(contains(gemm(c, a, b2, wrong_c, {.trans_b = true}).message(),
+                       "(transposed), c: float32 [4, 3] on cpu): c must be [3, 4] for op(a) [3, 5] "
+                       "times op(b) [5, 4]"));
+  Tensor a3 = make({2, 3, 5});
+  EXPECT_TRUE(contains(gemm(c, a3, b2, out, {.trans_b = true}).message(),
+                       "must all be 2-D or all 3-D (got ranks 3, 2, 2)"));
+  Tensor b3 = make({3, 4, 5}), c3 = make({2, 3, 4});
+  EXPECT_TRUE(contains(gemm(c, a3, b3, c3, {.trans_b = true}).message(), "batch sizes differ (2, 3, 2)"));
+  Tensor ai = make({3, 5}, DType::kI32), bi = make({5, 4}, DType::kI32), ci = make({3, 4}, DType::kI32);
+  EXPECT_TRUE(contains(gemm(c, ai, bi, ci).message(),
+                       "dtype int32 is not supported (float32, float64, float16, bfloat16)"));
+  Tensor bh = make({5, 4}, DType::kBF16);
+  EXPECT_TRUE(contains(gemm(c, a, bh, out).message(), "b: bfloat16 [5, 4] on cpu, c: float32 [3, 4] "
+                                                      "on cpu): dtypes differ"));
+  Tensor bias = make({4}), bad_bias = make({3});
+  Tensor b54 = make({5, 4});
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.bias = &bias}).message(),
+                       "a bias needs the bias or bias_gelu epilogue"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBias}).message(),
+                       "the bias epilogue needs a bias"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBias, .bias = &bad_bias}).message(),
+                       "the bias must be float32 [4] on cpu, not float32 [3] on cpu"));
+  Tensor aux = make({3, 4});
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBias, .bias = &bias,
+                                             .gelu_input = &aux})
+                           .message(),
+                       "gelu_input is only written by the bias_gelu epilogue"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBiasGelu, .bias = &bias,
+                                             .gelu_input = &aux})
+                           .message(),
+                       "gelu_input needs n (4) to be a multiple of 8"));
+  Tensor square = make({4, 4});
+  Tensor rows = *square.slice(0, 4);
+  EXPECT_TRUE(contains(gemm(c, square, make({4, 4}), rows).message(), "c overlaps an input"));
+  EXPECT_TRUE(contains(matmul(c, a, b54, {.beta = 1.0}).status().message(),
+                       "matmul allocates its result, so beta must be 0"));
+  Tensor undefined;
+  EXPECT_TRUE(contains(gemm(c, a, b54, undefined).message(), "every operand must be defined"));
+  if (cuda_device_count() > 0) {
+#if COLOSSAL_WITH_CUDA
+    auto gpu = cuda_context();
+    EXPECT_TRUE(contains(gemm(*gpu, a, b54, out).message(),
+                         "operands must be on the context's device cuda:0"));
+#endif
+  }
+}
+
+}  // namespace
+}  // namespace colossal::core::gemm

@@ -1,0 +1,176 @@
+// CPU reference and backend for kernels/activation. Every element type computes
+// in double and rounds once on store; the dbias sum over rows is a double
+// accumulator per column (rows in ascending order), so results are exact to a
+// few double ulps before the final rounding.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/activation/activation.h"
+#include "kernels/activation/activation_layout.h"
+#include "kernels/common/dispatch.h"
+
+namespace colossal::kernels::activation {
+namespace {
+
+using internal::kCubic;
+using internal::kSqrt2OverPi;
+
+template <typename T>
+double load(const T* p, int64_t i) {
+  return static_cast<double>(to_math(p[i]));
+}
+
+// double -> float rounding toward zero with the last bit set when inexact
+// ("round to odd"). A later float -> half/bfloat16 rounding of that value then
+// equals the correct direct double -> half rounding (float keeps >= 2 extra bits).
+float round_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits |= 1u;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Stores a double result with exactly one rounding to T.
+template <typename T>
+void store(T* p, int64_t i, double v) {
+  if constexpr (std::is_same_v<T, double>) {
+    p[i] = v;
+  } else if constexpr (std::is_same_v<T, float>) {
+    p[i] = static_cast<float>(v);
+  } else {
+    p[i] = from_math<T>(round_to_odd(v));
+  }
+}
+
+// gelu(x) = x * sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3); identical to
+// 0.5 x (1 + tanh(u)) but without cancellation for large negative x.
+double gelu(double x) {
+  const double u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  return x / (1.0 + std::exp(-2.0 * u));
+}
+
+// d/dx gelu = s + 2 x s (1 - s) u'(x), s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+double gelu_grad(double x) {
+  const double u = kSqrt2OverPi * (x + kCubic * x * x * x);
+  const double e = std::exp(-2.0 * u);
+  const double s = 1.0 / (1.0 + e);
+  const double one_minus_s = 1.0 / (1.0 + 1.0 / e);  // = e / (1 + e), finite when e overflows
+  const double du = kSqrt2OverPi * (1.0 + 3.0 * kCubic * x * x);
+  return s + 2.0 * x * s * one_minus_s * du;
+}
+
+// float32, float16, bfloat16 and float64: the CPU backend's element types.
+template <typename F>
+KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(float{});
+    case DType::kF16: return f(Half{});
+    case DType::kBF16: return f(BFloat16{});
+    case DType::kF64: return f(double{});
+    default:
+      return KernelStatus::unsupported("activation: dtype must be float32, float16, bfloat16 or float64");
+  }
+}
+
+KernelStatus check_rows_cols(int64_t rows, int64_t cols, const char* negative) {
+  if (rows < 0 || cols < 0) return KernelStatus::invalid_argument(negative);
+  return KernelStatus();
+}
+
+}  // namespace
+
+size_t bias_gelu_backward_scratch_bytes(int64_t rows, int64_t cols) {
+  return internal::bias_grad_scratch_bytes(rows, cols);
+}
+
+KernelStatus gelu_forward_cpu(void* out, const void* x, int64_t n, DType dtype) {
+  if (n < 0) return KernelStatus::invalid_argument("gelu_forward_cpu: n < 0");
+  if (n > 0 && (out == nullptr || x == nullptr)) {
+    return KernelStatus::invalid_argument("gelu_forward_cpu: null buffer with n > 0");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    const T* in = static_cast<const T*>(x);
+    for (int64_t i = 0; i < n; ++i) store(o, i, gelu(load(in, i)));
+    return KernelStatus();
+  });
+}
+
+KernelStatus gelu_backward_cpu(void* dx, const void* dout, const void* x, int64_t n, DType dtype) {
+  if (n < 0) return KernelStatus::invalid_argument("gelu_backward_cpu: n < 0");
+  if (n > 0 && (dx == nullptr || dout == nullptr || x == nullptr)) {
+    return KernelStatus::invalid_argument("gelu_backward_cpu: null buffer with n > 0");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* g = static_cast<T*>(dx);
+    const T* dy = static_cast<const T*>(dout);
+    const T* in = static_cast<const T*>(x);
+    // Read dout[i] before writing dx[i]: they may be the same buffer.
+    for (int64_t i = 0; i < n; ++i) store(g, i, load(dy, i) * gelu_grad(load(in, i)));
+    return KernelStatus();
+  });
+}
+
+KernelStatus bias_gelu_forward_cpu(void* out, const void* x, const void* bias, int64_t rows,
+                                   int64_t cols, DType dtype) {
+  KernelStatus s = check_rows_cols(rows, cols, "bias_gelu_forward_cpu: rows < 0 or cols < 0");
+  if (!s.ok()) return s;
+  if (rows == 0 || cols == 0) return KernelStatus();
+  if (out == nullptr || x == nullptr || bias == nullptr) {
+    return KernelStatus::invalid_argument("bias_gelu_forward_cpu: null buffer with rows * cols > 0");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    const T* in = static_cast<const T*>(x);
+    const T* b = static_cast<const T*>(bias);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        // The bias add is part of the double computation: one rounding in total.
+        store(o, i, gelu(load(in, i) + load(b, c)));
+      }
+    }
+    return KernelStatus();
+  });
+}
+
+KernelStatus bias_gelu_backward_cpu(void* dx, void* dbias, const void* dout, const void* x,
+                                    const void* bias, int64_t rows, int64_t cols, DType dtype) {
+  KernelStatus s = check_rows_cols(rows, cols, "bias_gelu_backward_cpu: rows < 0 or cols < 0");
+  if (!s.ok()) return s;
+  if (rows == 0 || cols == 0) return KernelStatus();  // dbias += 0
+  if (dx == nullptr || dbias == nullptr || dout == nullptr || x == nullptr || bias == nullptr) {
+    return KernelStatus::invalid_argument("bias_gelu_backward_cpu: null buffer with rows * cols > 0");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* g = static_cast<T*>(dx);
+    T* gb = static_cast<T*>(dbias);
+    const T* dy = static_cast<const T*>(dout);
+    const T* in = static_cast<const T*>(x);
+    const T* b = static_cast<const T*>(bias);
+    std::vector<double> sum(static_cast<size_t>(cols), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        const double dpre = load(dy, i) * gelu_grad(load(in, i) + load(b, c));
+        sum[c] += dpre;
+        store(g, i, dpre);
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) store(gb, c, load(gb, c) + sum[c]);
+    return KernelStatus();
+  });
+}
+
+}  // namespace colossal::kernels::activation

@@ -1,0 +1,191 @@
+// CPU reference and backend for kernels/embedding.
+//
+// Forward: the add in the element type's math type (float for float32/16/bf16,
+// double for float64), rounded once — the same operation the CUDA kernel does,
+// so the two agree bit for bit. Backward: positions are stably sorted by token
+// id (std::stable_sort, so each token's rows are in ascending position order),
+// each token's rows are summed in double, and the sum is added to dwte with a
+// single rounding; dwpe sums over the batch in double. Deterministic.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/dispatch.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/embedding/embedding_layout.h"
+
+namespace colossal::kernels::embedding {
+namespace {
+
+// double -> float truncated with the last bit set when inexact ("round to
+// odd"): a following float -> half/bfloat16 rounding then equals the correct
+// direct double -> half rounding.
+float round_to_odd(double v) {
+  float f = static_cast<float>(v);
+  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  bits |= 1u;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Adds a double sum to a stored gradient element with one rounding.
+template <typename G>
+void accumulate(G* p, double sum) {
+  const double v = static_cast<double>(to_math(*p)) + sum;
+  if constexpr (std::is_same_v<G, double>) {
+    *p = v;
+  } else if constexpr (std::is_same_v<G, float>) {
+    *p = static_cast<float>(v);
+  } else {
+    *p = from_math<G>(round_to_odd(v));
+  }
+}
+
+template <typename F>
+KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::kF32: return f(float{});
+    case DType::kF16: return f(Half{});
+    case DType::kBF16: return f(BFloat16{});
+    case DType::kF64: return f(double{});
+    default:
+      return KernelStatus::unsupported("embedding: dtype must be float32, float16, bfloat16 or float64");
+  }
+}
+
+KernelStatus check_sizes(int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab_size,
+                         int64_t max_seq_len) {
+  if (batch < 0 || seq_len < 0 || channels < 0 || vocab_size < 0 || max_seq_len < 0) {
+    return KernelStatus::invalid_argument("embedding: negative size");
+  }
+  if (seq_len > max_seq_len) return KernelStatus::invalid_argument("embedding: seq_len > max_seq_len");
+  return KernelStatus();
+}
+
+KernelStatus check_tokens(const int32_t* tokens, int64_t n, int64_t vocab_size) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= vocab_size) {
+      return KernelStatus::invalid_argument("embedding: token id outside [0, vocab_size)");
+    }
+  }
+  return KernelStatus();
+}
+
+template <typename T>
+void forward_typed(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t batch,
+                   int64_t seq_len, int64_t channels) {
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq_len; ++t) {
+      const int64_t p = b * seq_len + t;
+      const T* e = wte + static_cast<int64_t>(tokens[p]) * channels;
+      const T* q = wpe + t * channels;
+      T* o = out + p * channels;
+      for (int64_t c = 0; c < channels; ++c) o[c] = from_math<T>(to_math(e[c]) + to_math(q[c]));
+    }
+  }
+}
+
+template <typename T, typename G>
+void backward_typed(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t batch,
+                    int64_t seq_len, int64_t channels) {
+  const int64_t n = batch * seq_len;
+  std::vector<double> acc(static_cast<size_t>(channels));
+  // dwpe[t] += sum over b, b ascending.
+  for (int64_t t = 0; t < seq_len; ++t) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t b = 0; b < batch; ++b) {
+      const T* row = dout + (b * seq_len + t) * channels;
+      for (int64_t c = 0; c < channels; ++c) acc[c] += static_cast<double>(to_math(row[c]));
+    }
+    for (int64_t c = 0; c < channels; ++c) accumulate(dwpe + t * channels + c, acc[c]);
+  }
+  // dwte: positions grouped by token, ascending within a token.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return tokens[a] < tokens[b]; });
+  for (int64_t i = 0; i < n;) {
+    const int32_t token = tokens[order[i]];
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (; i < n && tokens[order[i]] == token; ++i) {
+      const T* row = dout + order[i] * channels;
+      for (int64_t c = 0; c < channels; ++c) acc[c] += static_cast<double>(to_math(row[c]));
+    }
+    G* grad = dwte + static_cast<int64_t>(token) * channels;
+    for (int64_t c = 0; c < channels; ++c) accumulate(grad + c, acc[c]);
+  }
+}
+
+}  // namespace
+
+const char* grad_mode_name(GradMode mode) {
+  switch (mode) {
+    case GradMode::kDeterministic: return "deterministic";
+    case GradMode::kAtomic: return "atomic";
+  }
+  return "unknown";
+}
+
+size_t embedding_backward_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels,
+                                        GradMode mode) {
+  if (mode != GradMode::kDeterministic || batch <= 0 || seq_len <= 0 || channels <= 0) return 0;
+  return internal::deterministic_layout(batch * seq_len, channels).total;
+}
+
+KernelStatus embedding_forward_cpu(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                   int64_t batch, int64_t seq_len, int64_t channels,
+                                   int64_t vocab_size, int64_t max_seq_len, DType dtype) {
+  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len);
+  if (!s.ok()) return s;
+  const int64_t n = batch * seq_len;
+  if (n == 0 || channels == 0) return KernelStatus();
+  if (out == nullptr || tokens == nullptr || wte == nullptr || wpe == nullptr) {
+    return KernelStatus::invalid_argument("embedding_forward_cpu: null buffer");
+  }
+  s = check_tokens(tokens, n, vocab_size);
+  if (!s.ok()) return s;
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(static_cast<T*>(out), tokens, static_cast<const T*>(wte),
+                  static_cast<const T*>(wpe), batch, seq_len, channels);
+    return KernelStatus();
+  });
+}
+
+KernelStatus embedding_backward_cpu(void* dwte, void* dwpe, const void* dout, const int32_t* tokens,
+                                    int64_t batch, int64_t seq_len, int64_t channels,
+                                    int64_t vocab_size, int64_t max_seq_len, DType dtype,
+                                    DType grad_dtype) {
+  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len);
+  if (!s.ok()) return s;
+  if (grad_dtype != dtype && !(grad_dtype == DType::kF32 && dtype != DType::kF64)) {
+    return KernelStatus::unsupported("embedding_backward_cpu: grad_dtype must be dtype or float32");
+  }
+  const int64_t n = batch * seq_len;
+  if (n == 0 || channels == 0) return KernelStatus();
+  if (dwte == nullptr || dwpe == nullptr || dout == nullptr || tokens == nullptr) {
+    return KernelStatus::invalid_argument("embedding_backward_cpu: null buffer");
+  }
+  s = check_tokens(tokens, n, vocab_size);
+  if (!s.ok()) return s;
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* dy = static_cast<const T*>(dout);
+    if (grad_dtype == dtype) {
+      backward_typed(static_cast<T*>(dwte), static_cast<T*>(dwpe), dy, tokens, batch, seq_len, channels);
+    } else {
+      backward_typed(static_cast<float*>(dwte), static_cast<float*>(dwpe), dy, tokens, batch, seq_len,
+                     channels);
+    }
+    return KernelStatus();
+  });
+}
+
+}  // namespace colossal::kernels::embedding

@@ -1,0 +1,661 @@
+// kernels/embedding: the CPU path against float64/long double references and
+// finite differences, the gradient contract (dwte and dwpe accumulate, rows not
+// addressed stay bit-identical), token validation, and the CUDA path against
+// the CPU path: forward bit for bit, backward within float32-summation
+// tolerances in both modes, the deterministic mode bit-identical across reruns
+// with heavy token repetition.
+#include "kernels/embedding/embedding.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/common/dispatch.h"
+#include "kernels/common/half.h"
+#include "tests/util/gpu_test.h"
+#include "tests/util/test_data.h"
+
+#if COLOSSAL_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace colossal::kernels::embedding {
+namespace {
+
+using Code = KernelStatus::Code;
+
+// A host buffer of n elements of `dtype`, read and written as double.
+class Buf {
+ public:
+  Buf() : Buf(DType::kF32, 0) {}
+  Buf(DType dtype, int64_t n) : dtype_(dtype), n_(n), bytes_(n * dtype_size(dtype)) {
+    testing::poison(bytes_.data(), bytes_.size());
+  }
+  static Buf random(DType dtype, int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    Buf b(dtype, n);
+    const std::vector<float> v = testing::random_floats(n, seed, lo, hi);
+    for (int64_t i = 0; i < n; ++i) b.set(i, v[i]);
+    return b;
+  }
+  double get(int64_t i) const {
+    double v = 0;
+    (void)dispatch_all_types(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      v = static_cast<double>(to_math(reinterpret_cast<const T*>(bytes_.data())[i]));
+      return KernelStatus();
+    });
+    return v;
+  }
+  void set(int64_t i, double v) {
+    (void)dispatch_all_types(dtype_, [&](auto tag) {
+      using T = decltype(tag);
+      T* p = reinterpret_cast<T*>(bytes_.data());
+      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+        p[i] = from_float<T>(static_cast<float>(v));
+      } else {
+        p[i] = static_cast<T>(v);
+      }
+      return KernelStatus();
+    });
+  }
+  // Bytes of element range [begin, end).
+  bool same_range(const Buf& o, int64_t begin, int64_t end) const {
+    const size_t es = dtype_size(dtype_);
+    return std::memcmp(bytes_.data() + begin * es, o.bytes_.data() + begin * es, (end - begin) * es) == 0;
+  }
+  void* data() { return bytes_.data(); }
+  const void* data() const { return bytes_.data(); }
+  size_t bytes() const { return bytes_.size(); }
+  int64_t size() const { return n_; }
+  DType dtype() const { return dtype_; }
+  bool same_bits(const Buf& o) const { return bytes_ == o.bytes_; }
+
+ private:
+  DType dtype_;
+  int64_t n_;
+  std::vector<uint8_t> bytes_;
+};
+
+struct Shape {
+  int64_t batch, seq_len, channels, vocab, max_seq_len;
+  int64_t positions() const { return batch * seq_len; }
+  std::string str() const {
+    return "B=" + std::to_string(batch) + " T=" + std::to_string(seq_len) + " C=" + std::to_string(channels) +
+           " V=" + std::to_string(vocab);
+  }
+};
+
+enum class Ids { kUniform, kAllEqual, kZipf };
+const char* ids_name(Ids ids) {
+  return ids == Ids::kUniform ? "uniform" : ids == Ids::kAllEqual ? "all-equal" : "zipf";
+}
+
+// Token ids in [0, vocab): uniform, all one id, or Zipf-like (p(v) ~ 1 / (v + 1)^1.1,
+// as in text: a few ids cover a large share of the positions).
+std::vector<int32_t> make_tokens(Ids ids, int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  if (ids == Ids::kAllEqual) {
+    const int32_t v = static_cast<int32_t>(std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng));
+    for (auto& x : t) x = v;
+  } else if (ids == Ids::kUniform) {
+    std::uniform_int_distribution<int64_t> d(0, vocab - 1);
+    for (auto& x : t) x = static_cast<int32_t>(d(rng));
+  } else {
+    std::vector<double> w(vocab);
+    for (int64_t v = 0; v < vocab; ++v) w[v] = 1.0 / std::pow(static_cast<double>(v + 1), 1.1);
+    std::discrete_distribution<int32_t> d(w.begin(), w.end());
+    for (auto& x : t) x = d(rng);
+  }
+  return t;
+}
+
+// One rounding of a stored value (relative), as in kernels/activation's tests.
+double round_tol(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 1.2e-7;
+    case DType::kF16: return 1.0e-3;
+    case DType::kBF16: return 8.0e-3;
+    default: return 1e-15;
+  }
+}
+
+// References: out in long double, and the accumulated gradients from their
+// starting values.
+std::vector<long double> reference_forward(const Buf& wte, const Buf& wpe, const std::vector<int32_t>& tok,
+                                           const Shape& s) {
+  std::vector<long double> out(s.positions() * s.channels);
+  for (int64_t p = 0; p < s.positions(); ++p) {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      out[p * s.channels + c] = static_cast<long double>(wte.get(tok[p] * s.channels + c)) +
+                                wpe.get((p % s.seq_len) * s.channels + c);
+    }
+  }
+  return out;
+}
+
+// Sums in double: its error (~1e-16 relative per term) is far below every
+// tolerance used here.
+struct GradRef {
+  std::vector<double> dwte, dwte_abs, dwpe, dwpe_abs;  // want, and sum of |terms| + |start|
+  std::vector<bool> touched;                                // per vocab row
+};
+
+GradRef reference_backward(const Buf& dwte0, const Buf& dwpe0, const Buf& dout, const std::vector<int32_t>& tok,
+                           const Shape& s) {
+  GradRef r;
+  const int64_t C = s.channels;
+  r.dwte.resize(dwte0.size());
+  r.dwte_abs.resize(dwte0.size());
+  r.dwpe.resize(dwpe0.size());
+  r.dwpe_abs.resize(dwpe0.size());
+  r.touched.assign(s.vocab, false);
+  for (int64_t i = 0; i < dwte0.size(); ++i) r.dwte[i] = dwte0.get(i), r.dwte_abs[i] = std::fabs(dwte0.get(i));
+  for (int64_t i = 0; i < dwpe0.size(); ++i) r.dwpe[i] = dwpe0.get(i), r.dwpe_abs[i] = std::fabs(dwpe0.get(i));
+  for (int64_t p = 0; p < s.positions(); ++p) {
+    if (tok[p] < 0 || tok[p] >= s.vocab) continue;  // skipped (the CUDA contract)
+    r.touched[tok[p]] = true;
+    const int64_t t = p % s.seq_len;
+    for (int64_t c = 0; c < C; ++c) {
+      const double d = dout.get(p * C + c);
+      r.dwte[tok[p] * C + c] += d;
+      r.dwte_abs[tok[p] * C + c] += std::fabs(d);
+      r.dwpe[t * C + c] += d;
+      r.dwpe_abs[t * C + c] += std::fabs(d);
+    }
+  }
+  return r;
+}
+
+// got within round_tol * |want| + sum_tol * (sum of |terms| + |start|); rows the
+// call must not touch (tokens absent; dwpe rows >= seq_len) bit-identical to start.
+void expect_grads(const Buf& dwte, const Buf& dwpe, const Buf& dwte0, const Buf& dwpe0, const GradRef& ref,
+                  const Shape& s, double sum_tol, const std::string& what) {
+  const int64_t C = s.channels;
+  const double rt = round_tol(dwte.dtype());
+  for (int64_t v = 0; v < s.vocab; ++v) {
+    if (!ref.touched[v]) {
+      ASSERT_TRUE(dwte.same_range(dwte0, v * C, (v + 1) * C)) << what << " dwte row " << v << " changed";
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t i = v * C + c;
+      const double want = ref.dwte[i];
+      ASSERT_LE(std::fabs(dwte.get(i) - want), rt * std::fabs(want) + sum_tol * ref.dwte_abs[i])
+          << what << " dwte[" << v << ", " << c << "] got " << dwte.get(i) << " want " << want;
+    }
+  }
+  for (int64_t i = 0; i < s.seq_len * C; ++i) {
+    const double want = ref.dwpe[i];
+    ASSERT_LE(std::fabs(dwpe.get(i) - want), rt * std::fabs(want) + sum_tol * ref.dwpe_abs[i])
+        << what << " dwpe[" << i / C << ", " << i % C << "]";
+  }
+  ASSERT_TRUE(dwpe.same_range(dwpe0, s.seq_len * C, s.max_seq_len * C)) << what << " dwpe rows >= seq_len changed";
+}
+
+const Shape kCpuShapes[] = {{1, 1, 1, 1, 1}, {2, 3, 5, 7, 4}, {3, 17, 24, 50, 20}, {2, 100, 64, 1000, 128}};
+constexpr DType kCpuTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};
+
+// ------------------------------------------------------------------ CPU ----
+
+TEST(EmbeddingCpuTest, ForwardMatchesReference) {
+  uint32_t seed = 1;
+  for (DType dtype : kCpuTypes) {
+    for (const Shape& s : kCpuShapes) {
+      const Buf wte = Buf::random(dtype, s.vocab * s.channels, seed++);
+      const Buf wpe = Buf::random(dtype, s.max_seq_len * s.channels, seed++);
+      const auto tok = make_tokens(Ids::kZipf, s.positions(), s.vocab, seed++);
+      Buf out(dtype, s.positions() * s.channels);
+      ASSERT_TRUE(embedding_forward_cpu(out.data(), tok.data(), wte.data(), wpe.data(), s.batch, s.seq_len,
+                                        s.channels, s.vocab, s.max_seq_len, dtype).ok());
+      const auto want = reference_forward(wte, wpe, tok, s);
+      for (int64_t i = 0; i < out.size(); ++i) {
+        const double w = static_cast<double>(want[i]);
+        ASSERT_LE(std::fabs(out.get(i) - w), round_tol(dtype) * std::fabs(w) + 1e-300)
+            << dtype_name(dtype) << " " << s.str() << " i=" << i;
+      }
+    }
+  }
+}
+
+TEST(EmbeddingCpuTest, BackwardAccumulatesAndMatchesReference) {
+  uint32_t seed = 100;
+  struct Types { DType dtype, grad; };
+  const Types types[] = {{DType::kF32, DType::kF32}, {DType::kF16, DType::kF16}, {DType::kBF16, DType::kBF16},
+                         {DType::kF64, DType::kF64}, {DType::kF16, DType::kF32}, {DType::kBF16, DType::kF32}};
+  for (Types ty : types) {
+    for (const Shape& s : kCpuShapes) {
+      for (Ids ids : {Ids::kUniform, Ids::kAllEqual, Ids::kZipf}) {
+        const std::string what = std::string(dtype_name(ty.dtype)) + "/" + dtype_name(ty.grad) + " " + s.str() +
+                                  " " + ids_name(ids);
+        const Buf dout = Buf::random(ty.dtype, s.positions() * s.channels, seed++);
+        const auto tok = make_tokens(ids, s.positions(), s.vocab, seed++);
+        const Buf dwte0 = Buf::random(ty.grad, s.vocab * s.channels, seed++, -3.0f, 3.0f);
+        const Buf dwpe0 = Buf::random(ty.grad, s.max_seq_len * s.channels, seed++, -3.0f, 3.0f);
+        Buf dwte = dwte0, dwpe = dwpe0;
+        ASSERT_TRUE(embedding_backward_cpu(dwte.data(), dwpe.data(), dout.data(), tok.data(), s.batch, s.seq_len,
+                                           s.channels, s.vocab, s.max_seq_len, ty.dtype, ty.grad).ok())
+            << what;
+        const GradRef ref = reference_backward(dwte0, dwpe0, dout, tok, s);
+        expect_grads(dwte, dwpe, dwte0, dwpe0, ref, s, 1e-12, what);
+        // A second call adds the same sums again (+=, not =).
+        const Buf dwte1 = dwte, dwpe1 = dwpe;
+        ASSERT_TRUE(embedding_backward_cpu(dwte.data(), dwpe.data(), dout.data(), tok.data(), s.batch, s.seq_len,
+                                           s.channels, s.vocab, s.max_seq_len, ty.dtype, ty.grad).ok());
+        expect_grads(dwte, dwpe, dwte1, dwpe1, reference_backward(dwte1, dwpe1, dout, tok, s), s, 1e-12,
+                     what + " (2nd call)");
+      }
+    }
+  }
+}
+
+// L = sum(dout * out); central differences in float64 for every element of wte and wpe.
+TEST(EmbeddingCpuTest, BackwardFiniteDifferencesFloat64) {
+  const Shape s{2, 3, 4, 5, 4};
+  const DType f64 = DType::kF64;
+  const std::vector<int32_t> tok = {3, 1, 3, 3, 0, 1};  // repeats, and ids 2, 4 absent
+  const Buf wte = Buf::random(f64, s.vocab * s.channels, 1);
+  const Buf wpe = Buf::random(f64, s.max_seq_len * s.channels, 2);
+  const Buf dout = Buf::random(f64, s.positions() * s.channels, 3);
+  const Buf dwte0 = Buf::random(f64, wte.size(), 4), dwpe0 = Buf::random(f64, wpe.size(), 5);
+  Buf dwte = dwte0, dwpe = dwpe0;
+  ASSERT_TRUE(embedding_backward_cpu(dwte.data(), dwpe.data(), dout.data(), tok.data(), s.batch, s.seq_len,
+                                     s.channels, s.vocab, s.max_seq_len, f64, f64).ok());
+  auto loss = [&](const Buf& e, const Buf& q) {
+    Buf out(f64, s.positions() * s.channels);
+    EXPECT_TRUE(embedding_forward_cpu(out.data(), tok.data(), e.data(), q.data(), s.batch, s.seq_len, s.channels,
+                                      s.vocab, s.max_seq_len, f64).ok());
+    double l = 0;
+    for (int64_t i = 0; i < out.size(); ++i) l += dout.get(i) * out.get(i);
+    return l;
+  };
+  const double h = 1e-4;
+  for (int64_t i = 0; i < wte.size(); ++i) {
+    Buf p = wte, m = wte;
+    p.set(i, wte.get(i) + h);
+    m.set(i, wte.get(i) - h);
+    ASSERT_NEAR(dwte.get(i) - dwte0.get(i), (loss(p, wpe) - loss(m, wpe)) / (2 * h), 1e-9) << "dwte " << i;
+  }
+  for (int64_t i = 0; i < wpe.size(); ++i) {
+    Buf p = wpe, m = wpe;
+    p.set(i, wpe.get(i) + h);
+    m.set(i, wpe.get(i) - h);
+    ASSERT_NEAR(dwpe.get(i) - dwpe0.get(i), (loss(wte, p) - loss(wte, m)) / (2 * h), 1e-9) << "dwpe " << i;
+  }
+}
+
+TEST(EmbeddingCpuTest, RejectsInvalidTokensWithoutWriting) {
+  const Shape s{2, 3, 4, 5, 3};
+  const Buf wte = Buf::random(DType::kF32, 20, 1), wpe = Buf::random(DType::kF32, 12, 2);
+  const Buf dout = Buf::random(DType::kF32, 24, 3);
+  for (int32_t bad : {-1, 5, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+    std::vector<int32_t> tok = {0, 1, 2, 3, 4, 0};
+    tok[4] = bad;
+    Buf out(DType::kF32, 24);
+    const Buf out0 = out;
+    EXPECT_EQ(embedding_forward_cpu(out.data(), tok.data(), wte.data(), wpe.data(), s.batch, s.seq_len, s.channels,
+                                    s.vocab, s.max_seq_len, DType::kF32).code(),
+              Code::kInvalidArgument);
+    EXPECT_TRUE(out.same_bits(out0));
+    Buf dwte = wte, dwpe = wpe;
+    EXPECT_EQ(embedding_backward_cpu(dwte.data(), dwpe.data(), dout.data(), tok.data(), s.batch, s.seq_len,
+                                     s.channels, s.vocab, s.max_seq_len, DType::kF32, DType::kF32).code(),
+              Code::kInvalidArgument);
+    EXPECT_TRUE(dwte.same_bits(wte));
+    EXPECT_TRUE(dwpe.same_bits(wpe));
+  }
+}
+
+TEST(EmbeddingCpuTest, RejectsBadArguments) {
+  float a[64] = {}, b[64] = {}, c[64] = {};
+  int32_t tok[4] = {0, 1, 0, 1};
+  const DType f32 = DType::kF32;
+  EXPECT_EQ(embedding_forward_cpu(nullptr, tok, a, b, 2, 2, 4, 2, 2, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cpu(c, nullptr, a, b, 2, 2, 4, 2, 2, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cpu(c, tok, a, b, 2, 3, 4, 2, 2, f32).code(), Code::kInvalidArgument);  // T > maxT
+  EXPECT_EQ(embedding_forward_cpu(c, tok, a, b, -2, 2, 4, 2, 2, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cpu(c, tok, a, b, 2, 2, 4, 2, 2, DType::kI32).code(), Code::kUnsupported);
+  EXPECT_TRUE(embedding_forward_cpu(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, 2, 2, f32).ok());
+  EXPECT_EQ(embedding_backward_cpu(a, nullptr, c, tok, 2, 2, 4, 2, 2, f32, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, -4, 2, 2, f32, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, 4, 2, 2, DType::kBF16, DType::kF16).code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, 4, 2, 2, DType::kF64, DType::kF32).code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, 4, 2, 2, DType::kU8, DType::kU8).code(), Code::kUnsupported);
+  EXPECT_TRUE(embedding_backward_cpu(nullptr, nullptr, nullptr, nullptr, 2, 2, 0, 2, 2, f32, f32).ok());
+  EXPECT_STREQ(grad_mode_name(GradMode::kAtomic), "atomic");
+  EXPECT_STREQ(grad_mode_name(GradMode::kDeterministic), "deterministic");
+}
+
+TEST(EmbeddingCpuTest, ScratchBytes) {
+  EXPECT_EQ(embedding_backward_scratch_bytes(8, 1024, 768, GradMode::kAtomic), 0u);
+  EXPECT_EQ(embedding_backward_scratch_bytes(0, 1024, 768, GradMode::kDeterministic), 0u);
+  EXPECT_EQ(embedding_backward_scratch_bytes(8, 1024, 0, GradMode::kDeterministic), 0u);
+  // 8192 keys of 8 bytes, then two partial arrays of 256 tiles x 768 floats.
+  EXPECT_EQ(embedding_backward_scratch_bytes(8, 1024, 768, GradMode::kDeterministic),
+            size_t{8192} * 8 + 2 * size_t{256} * 768 * 4);
+  // 3 positions: 4 padded keys (256-byte section), 1 tile of 5 floats (256-byte sections).
+  EXPECT_EQ(embedding_backward_scratch_bytes(1, 3, 5, GradMode::kDeterministic), 3u * 256);
+}
+
+// ----------------------------------------------------------------- CUDA ----
+
+#if COLOSSAL_WITH_CUDA
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+// float32 summation on the device against long double: the error of a float32
+// sum of n terms is far below 1e-5 of the sum of |terms| for n up to 10^5
+// (random rounding errors grow like sqrt(n) * 6e-8).
+constexpr double kSumTol = 1e-5;
+
+// A device copy of `host` placed `offset` elements into an allocation with
+// kGuard poisoned elements on each side; fetch() verifies they survived.
+class DeviceBuf {
+ public:
+  static constexpr int64_t kGuard = 32;
+  DeviceBuf(const void* host, size_t elem, int64_t n, int64_t offset) : elem_(elem), n_(n), offset_(offset) {
+    total_ = (n_ + 2 * kGuard + offset_) * elem_;
+    std::vector<uint8_t> init(total_);
+    testing::poison(init.data(), total_);
+    std::memcpy(init.data() + (kGuard + offset_) * elem_, host, n_ * elem_);
+    ok_ = cudaMalloc(&base_, total_) == cudaSuccess &&
+          cudaMemcpy(base_, init.data(), total_, cudaMemcpyHostToDevice) == cudaSuccess;
+  }
+  DeviceBuf(const Buf& host, int64_t offset) : DeviceBuf(host.data(), dtype_size(host.dtype()), host.size(), offset) {}
+  ~DeviceBuf() { cudaFree(base_); }
+  DeviceBuf(const DeviceBuf&) = delete;
+  DeviceBuf& operator=(const DeviceBuf&) = delete;
+  bool ok() const { return ok_; }
+  template <typename P = void>
+  P* ptr() {
+    return reinterpret_cast<P*>(static_cast<uint8_t*>(base_) + (kGuard + offset_) * elem_);
+  }
+  void fetch(void* host, const std::string& what) {
+    std::vector<uint8_t> all(total_);
+    ASSERT_EQ(cudaMemcpy(all.data(), base_, total_, cudaMemcpyDeviceToHost), cudaSuccess) << what;
+    std::memcpy(host, all.data() + (kGuard + offset_) * elem_, n_ * elem_);
+    for (size_t i = 0; i < (kGuard + offset_) * elem_; ++i) ASSERT_EQ(all[i], 0xA5) << what << " guard before";
+    for (size_t i = (kGuard + offset_ + n_) * elem_; i < total_; ++i) ASSERT_EQ(all[i], 0xA5) << what << " guard after";
+  }
+  void fetch(Buf* host, const std::string& what) { fetch(host->data(), what); }
+
+ private:
+  size_t elem_;
+  int64_t n_, offset_;
+  size_t total_ = 0;
+  void* base_ = nullptr;
+  bool ok_ = false;
+};
+
+constexpr DType kCudaTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+const Shape kCudaShapes[] = {
+    {1, 1, 1, 1, 1},     {2, 3, 5, 7, 4},        {3, 17, 24, 50, 20}, {4, 64, 768, 1000, 64},
+    {2, 2500, 64, 500, 2500},  // 5000 positions: 8192 padded keys, global sort steps
+    {1, 17000, 8, 300, 17000},  // 32768 padded keys, runs over hundreds of tiles
+    {3, 33, 17, 40, 40},        // scalar path (17 channels)
+};
+
+// Runs embedding_backward_cuda on fresh device copies and fetches the results.
+struct BackwardRun {
+  Buf dwte, dwpe;
+  int32_t flag = -1;
+};
+void run_backward(const Buf& dwte0, const Buf& dwpe0, const Buf& dout, const std::vector<int32_t>& tok,
+                  const Shape& s, DType dtype, DType grad, GradMode mode, int64_t offset, BackwardRun* run,
+                  const std::string& what) {
+  DeviceBuf d_dwte(dwte0, offset), d_dwpe(dwpe0, offset), d_dout(dout, offset);
+  DeviceBuf d_tok(tok.data(), sizeof(int32_t), s.positions(), 0);
+  const int32_t zero = 0;
+  DeviceBuf d_flag(&zero, sizeof(int32_t), 1, 0);
+  ASSERT_TRUE(d_dwte.ok() && d_dwpe.ok() && d_dout.ok() && d_tok.ok() && d_flag.ok()) << what;
+  const size_t scratch_bytes = embedding_backward_scratch_bytes(s.batch, s.seq_len, s.channels, mode);
+  void* scratch = nullptr;
+  if (scratch_bytes > 0) {
+    CUDA_OK(cudaMalloc(&scratch, scratch_bytes));
+    CUDA_OK(cudaMemset(scratch, 0xA5, scratch_bytes));
+  }
+  const KernelStatus st = embedding_backward_cuda(d_dwte.ptr(), d_dwpe.ptr(), d_flag.ptr<int32_t>(), d_dout.ptr(),
+                                                  d_tok.ptr<int32_t>(), scratch, scratch_bytes, s.batch, s.seq_len,
+                                                  s.channels, s.vocab, s.max_seq_len, dtype, grad, mode, nullptr);
+  ASSERT_TRUE(st.ok()) << what << ": " << st.message();
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaFree(scratch));
+  run->dwte = Buf(grad, dwte0.size());
+  run->dwpe = Buf(grad, dwpe0.size());
+  d_dwte.fetch(&run->dwte, what + " dwte");
+  d_dwpe.fetch(&run->dwpe, what + " dwpe");
+  d_flag.fetch(&run->flag, what + " flag");
+}
+#endif
+
+TEST(EmbeddingCudaTest, ForwardMatchesCpuBitForBit) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 1000;
+  for (DType dtype : kCudaTypes) {
+    for (const Shape& s : kCudaShapes) {
+      for (int64_t offset : {0, 1}) {
+        const std::string what = std::string(dtype_name(dtype)) + " " + s.str() + " offset " + std::to_string(offset);
+        const Buf wte = Buf::random(dtype, s.vocab * s.channels, seed++);
+        const Buf wpe = Buf::random(dtype, s.max_seq_len * s.channels, seed++);
+        const auto tok = make_tokens(Ids::kZipf, s.positions(), s.vocab, seed++);
+        Buf want(dtype, s.positions() * s.channels);
+        ASSERT_TRUE(embedding_forward_cpu(want.data(), tok.data(), wte.data(), wpe.data(), s.batch, s.seq_len,
+                                          s.channels, s.vocab, s.max_seq_len, dtype).ok());
+        DeviceBuf d_wte(wte, offset), d_wpe(wpe, offset), d_out(Buf(dtype, want.size()), offset);
+        DeviceBuf d_tok(tok.data(), sizeof(int32_t), s.positions(), 0);
+        const int32_t zero = 0;
+        DeviceBuf d_flag(&zero, sizeof(int32_t), 1, 0);
+        ASSERT_TRUE(d_wte.ok() && d_wpe.ok() && d_out.ok() && d_tok.ok() && d_flag.ok());
+        ASSERT_TRUE(embedding_forward_cuda(d_out.ptr(), d_flag.ptr<int32_t>(), d_tok.ptr<int32_t>(), d_wte.ptr(),
+                                           d_wpe.ptr(), s.batch, s.seq_len, s.channels, s.vocab, s.max_seq_len,
+                                           dtype, nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        Buf got(dtype, want.size());
+        int32_t flag = -1;
+        d_out.fetch(&got, what);
+        d_flag.fetch(&flag, what);
+        EXPECT_EQ(flag, 0) << what;
+        ASSERT_TRUE(got.same_bits(want)) << what;
+      }
+    }
+  }
+#endif
+}
+
+TEST(EmbeddingCudaTest, ForwardInvalidTokensFlaggedAndContained) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  for (DType dtype : kCudaTypes) {
+    const Shape s{2, 9, 24, 11, 9};
+    const Buf wte = Buf::random(dtype, s.vocab * s.channels, 5), wpe = Buf::random(dtype, s.max_seq_len * s.channels, 6);
+    std::vector<int32_t> tok = make_tokens(Ids::kUniform, s.positions(), s.vocab, 7);
+    const std::vector<int64_t> bad_at = {0, 5, 9, 17};
+    const int32_t bad_ids[] = {-1, 11, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+    std::vector<int32_t> fixed = tok;
+    for (size_t k = 0; k < bad_at.size(); ++k) tok[bad_at[k]] = bad_ids[k], fixed[bad_at[k]] = 0;
+    Buf want(dtype, s.positions() * s.channels);
+    ASSERT_TRUE(embedding_forward_cpu(want.data(), fixed.data(), wte.data(), wpe.data(), s.batch, s.seq_len,
+                                      s.channels, s.vocab, s.max_seq_len, dtype).ok());
+    DeviceBuf d_wte(wte, 0), d_wpe(wpe, 0), d_out(Buf(dtype, want.size()), 0);
+    DeviceBuf d_tok(tok.data(), sizeof(int32_t), s.positions(), 0);
+    const int32_t zero = 0;
+    DeviceBuf d_flag(&zero, sizeof(int32_t), 1, 0);
+    ASSERT_TRUE(d_wte.ok() && d_wpe.ok() && d_out.ok() && d_tok.ok() && d_flag.ok());
+    ASSERT_TRUE(embedding_forward_cuda(d_out.ptr(), d_flag.ptr<int32_t>(), d_tok.ptr<int32_t>(), d_wte.ptr(),
+                                       d_wpe.ptr(), s.batch, s.seq_len, s.channels, s.vocab, s.max_seq_len, dtype,
+                                       nullptr).ok());
+    CUDA_OK(cudaDeviceSynchronize());
+    Buf got(dtype, want.size());
+    int32_t flag = 0;
+    d_out.fetch(&got, dtype_name(dtype));
+    d_flag.fetch(&flag, dtype_name(dtype));
+    EXPECT_EQ(flag, 1);
+    for (int64_t p = 0; p < s.positions(); ++p) {
+      const bool bad = std::find(bad_at.begin(), bad_at.end(), p) != bad_at.end();
+      for (int64_t c = 0; c < s.channels; ++c) {
+        const int64_t i = p * s.channels + c;
+        if (bad) {
+          ASSERT_TRUE(std::isnan(got.get(i))) << dtype_name(dtype) << " p=" << p;
+        } else {
+          ASSERT_EQ(got.get(i), want.get(i)) << dtype_name(dtype) << " p=" << p;
+        }
+      }
+    }
+  }
+#endif
+}
+
+TEST(EmbeddingCudaTest, BackwardMatchesCpuBothModes) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 2000;
+  struct Types { DType dtype, grad; };
+  const Types types[] = {{DType::kF32, DType::kF32}, {DType::kF16, DType::kF16}, {DType::kBF16, DType::kBF16},
+                         {DType::kF16, DType::kF32}, {DType::kBF16, DType::kF32}};
+  for (Types ty : types) {
+    for (const Shape& s : kCudaShapes) {
+      for (Ids ids : {Ids::kUniform, Ids::kAllEqual, Ids::kZipf}) {
+        const Buf dout = Buf::random(ty.dtype, s.positions() * s.channels, seed++);
+        const auto tok = make_tokens(ids, s.positions(), s.vocab, seed++);
+        const Buf dwte0 = Buf::random(ty.grad, s.vocab * s.channels, seed++, -3.0f, 3.0f);
+        const Buf dwpe0 = Buf::random(ty.grad, s.max_seq_len * s.channels, seed++, -3.0f, 3.0f);
+        const GradRef ref = reference_backward(dwte0, dwpe0, dout, tok, s);
+        for (GradMode mode : {GradMode::kDeterministic, GradMode::kAtomic}) {
+          if (mode == GradMode::kAtomic && ty.grad != DType::kF32) continue;
+          for (int64_t offset : {0, 1}) {
+            const std::string what = std::string(dtype_name(ty.dtype)) + "/" + dtype_name(ty.grad) + " " + s.str() +
+                                     " " + ids_name(ids) + " " + grad_mode_name(mode) + " offset " +
+                                     std::to_string(offset);
+            BackwardRun run;
+            run_backward(dwte0, dwpe0, dout, tok, s, ty.dtype, ty.grad, mode, offset, &run, what);
+            if (::testing::Test::HasFatalFailure()) return;
+            EXPECT_EQ(run.flag, 0) << what;
+            expect_grads(run.dwte, run.dwpe, dwte0, dwpe0, ref, s, kSumTol, what);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
+// GPT-2 shapes with heavy repetition: the deterministic mode gives the same
+// bits twice; the atomic mode agrees within float32 summation tolerance.
+TEST(EmbeddingCudaTest, DeterministicModeIsBitIdenticalAcrossRuns) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  // GPT-2 124M's batch and width; a vocabulary of 8192 keeps the host-side
+  // reference small (the kernels' work does not depend on the vocabulary size).
+  const Shape s{8, 1024, 768, 8192, 1024};
+  uint32_t seed = 3000;
+  struct Types { DType dtype, grad; };
+  for (Types ty : {Types{DType::kF32, DType::kF32}, Types{DType::kBF16, DType::kF32}, Types{DType::kBF16, DType::kBF16}}) {
+    for (Ids ids : {Ids::kAllEqual, Ids::kZipf}) {
+      const std::string what = std::string(dtype_name(ty.dtype)) + "/" + dtype_name(ty.grad) + " " + ids_name(ids);
+      const Buf dout = Buf::random(ty.dtype, s.positions() * s.channels, seed++);
+      const auto tok = make_tokens(ids, s.positions(), s.vocab, seed++);
+      const Buf dwte0 = Buf::random(ty.grad, s.vocab * s.channels, seed++, -3.0f, 3.0f);
+      const Buf dwpe0 = Buf::random(ty.grad, s.max_seq_len * s.channels, seed++, -3.0f, 3.0f);
+      BackwardRun first, second;
+      run_backward(dwte0, dwpe0, dout, tok, s, ty.dtype, ty.grad, GradMode::kDeterministic, 0, &first, what);
+      run_backward(dwte0, dwpe0, dout, tok, s, ty.dtype, ty.grad, GradMode::kDeterministic, 0, &second, what);
+      if (::testing::Test::HasFatalFailure()) return;
+      EXPECT_TRUE(first.dwte.same_bits(second.dwte)) << what;
+      EXPECT_TRUE(first.dwpe.same_bits(second.dwpe)) << what;
+      const GradRef ref = reference_backward(dwte0, dwpe0, dout, tok, s);
+      expect_grads(first.dwte, first.dwpe, dwte0, dwpe0, ref, s, kSumTol, what + " deterministic");
+      if (ty.grad == DType::kF32) {
+        BackwardRun atomic;
+        run_backward(dwte0, dwpe0, dout, tok, s, ty.dtype, ty.grad, GradMode::kAtomic, 0, &atomic, what);
+        if (::testing::Test::HasFatalFailure()) return;
+        expect_grads(atomic.dwte, atomic.dwpe, dwte0, dwpe0, ref, s, kSumTol, what + " atomic");
+        EXPECT_TRUE(atomic.dwpe.same_bits(first.dwpe)) << what << ": dwpe is deterministic in both modes";
+      }
+    }
+  }
+#endif
+}
+
+TEST(EmbeddingCudaTest, BackwardSkipsInvalidTokensAndFlagsThem) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Shape s{3, 50, 16, 20, 64};
+  const Buf dout = Buf::random(DType::kF32, s.positions() * s.channels, 11);
+  std::vector<int32_t> tok = make_tokens(Ids::kZipf, s.positions(), s.vocab, 12);
+  const Buf dwte0 = Buf::random(DType::kF32, s.vocab * s.channels, 13);
+  const Buf dwpe0 = Buf::random(DType::kF32, s.max_seq_len * s.channels, 14);
+  tok[0] = -5;
+  tok[37] = 20;
+  tok[149] = std::numeric_limits<int32_t>::min();
+  const GradRef ref = reference_backward(dwte0, dwpe0, dout, tok, s);  // skips them
+  for (GradMode mode : {GradMode::kDeterministic, GradMode::kAtomic}) {
+    BackwardRun run;
+    run_backward(dwte0, dwpe0, dout, tok, s, DType::kF32, DType::kF32, mode, 0, &run, grad_mode_name(mode));
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_EQ(run.flag, 1) << grad_mode_name(mode);
+    expect_grads(run.dwte, run.dwpe, dwte0, dwpe0, ref, s, kSumTol, grad_mode_name(mode));
+  }
+#endif
+}
+
+TEST(EmbeddingCudaTest, RejectsBadArguments) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  void* d = nullptr;
+  CUDA_OK(cudaMalloc(&d, 1 << 20));
+  char* p = static_cast<char*>(d);
+  int32_t* tok = reinterpret_cast<int32_t*>(p);
+  const DType f32 = DType::kF32, bf16 = DType::kBF16;
+  const GradMode det = GradMode::kDeterministic, atomic = GradMode::kAtomic;
+  const size_t need = embedding_backward_scratch_bytes(2, 4, 8, det);
+  EXPECT_EQ(embedding_forward_cuda(nullptr, nullptr, tok, p, p, 2, 4, 8, 10, 4, f32, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cuda(p, nullptr, tok, p, p, 2, 5, 8, 10, 4, f32, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cuda(p, nullptr, tok, p, p, 2, 4, 8, 10, 4, DType::kF64, nullptr).code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_forward_cuda(p, nullptr, tok, p, p, int64_t{1} << 20, 2048, 8, 10, 2048, f32, nullptr).code(),
+            Code::kInvalidArgument);  // 2^31 positions
+  EXPECT_TRUE(embedding_forward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 4, 8, 10, 4, f32, nullptr).ok());
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, p, need - 1, 2, 4, 8, 10, 4, f32, f32, det, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, nullptr, need, 2, 4, 8, 10, 4, f32, f32, det, nullptr)
+                .code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, p + 8, need, 2, 4, 8, 10, 4, f32, f32, det, nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, nullptr, 0, 2, 4, 8, 10, 4, bf16, bf16, atomic, nullptr)
+                .code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, p, need, 2, 4, 8, 10, 4, bf16, DType::kF16, det, nullptr)
+                .code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, p, need, 2, 4, 8, 10, 4, DType::kF64, DType::kF64, det,
+                                    nullptr).code(),
+            Code::kUnsupported);
+  EXPECT_EQ(embedding_backward_cuda(nullptr, p, nullptr, p, tok, p, need, 2, 4, 8, 10, 4, f32, f32, det, nullptr)
+                .code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cuda(p, p, nullptr, p, tok, p, need, 2, 4, 8, 10, 4, f32, f32, static_cast<GradMode>(7),
+                                    nullptr).code(),
+            Code::kInvalidArgument);
+  EXPECT_TRUE(embedding_backward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 2, 0, 8, 10, 4, f32,
+                                      f32, det, nullptr).ok());
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaFree(d));
+#endif
+}
+
+}  // namespace
+}  // namespace colossal::kernels::embedding
