@@ -18,7 +18,9 @@
 //                   may round a partial sum to the output type
 //   float16  2e-3   the same reasoning with 2^-11 = 4.9e-4 per rounding (4 roundings)
 // The GELU epilogue is 1-Lipschitz-ish (|gelu'| <= 1.13), so the same bounds
-// hold after it, scaled by 1.13.
+// hold after it, scaled by 1.13 — except float64 on CUDA: cuBLASLt's GELU
+// epilogue evaluates tanh with an approximation good to about 1e-10 (measured
+// 1.2e-10 worst on an H100, 2026-11-22), so float64 GELU gets 5e-10 there.
 #include "core/gemm/gemm.h"
 
 #include <gtest/gtest.h>
@@ -88,7 +90,7 @@ struct WorstErrors {
 };
 WorstErrors worst_errors;
 
-double tolerance(const Case& c) {
+double tolerance(const Case& c, bool on_cuda) {
   double tol = 0;
   switch (c.dtype) {
     case DType::kF64: tol = 1e-12; break;
@@ -97,6 +99,7 @@ double tolerance(const Case& c) {
     case DType::kF16: tol = 2e-3; break;
     default: ADD_FAILURE() << "no tolerance for " << dtype_name(c.dtype);
   }
+  if (c.epilogue == Epilogue::kBiasGelu && c.dtype == DType::kF64 && on_cuda) return 5e-10;
   return c.epilogue == Epilogue::kBiasGelu ? 1.13 * tol : tol;
 }
 
@@ -204,7 +207,7 @@ void check(Context& ctx, const Case& c, uint32_t seed) {
   const Tensor got = to_host(ctx, dc);
   const Tensor got_aux = c.gelu_input ? to_host(ctx, daux) : Tensor();
 
-  const double tol = tolerance(c);
+  const double tol = tolerance(c, !ctx.device().is_cpu());
   double worst = 0, worst_aux = 0;
   for (int64_t p = 0; p < batches; ++p) {
     for (int64_t i = 0; i < c.m; ++i) {

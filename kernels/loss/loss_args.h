@@ -1,0 +1,101 @@
+// Argument checks shared by the CPU and CUDA entry points of kernels/loss, so
+// both backends accept and reject exactly the same calls (private header).
+#ifndef COLOSSAL_KERNELS_LOSS_LOSS_ARGS_H_
+#define COLOSSAL_KERNELS_LOSS_LOSS_ARGS_H_
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/common/dtype.h"
+#include "kernels/common/status.h"
+#include "kernels/loss/loss.h"
+
+namespace colossal::kernels::loss::internal {
+
+enum class Entry { kForward, kBackward, kFused };
+
+struct Args {
+  float* loss = nullptr;
+  float* row_losses = nullptr;
+  float* lse_out = nullptr;
+  const float* lse_in = nullptr;
+  void* dlogits = nullptr;
+  const void* logits = nullptr;
+  const int32_t* targets = nullptr;
+  int64_t n = 0;
+  int64_t v = 0;
+  int64_t v_real = 0;
+  DType dtype = DType::kF32;
+  CrossEntropyOptions options;
+};
+
+inline bool aligned(const void* p, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(p) % alignment == 0;
+}
+
+inline bool needs_total(Reduction r) { return r == Reduction::kSum || r == Reduction::kMean; }
+
+// The checks every entry point runs before touching memory. `allow_f64` is
+// true for the CPU backend only. A call that returns ok with n == 0 has
+// nothing to do except write loss = 0 for kSum/kMean.
+inline KernelStatus validate(Entry entry, const Args& a, bool allow_f64) {
+  const Reduction r = a.options.reduction;
+  if (r != Reduction::kNone && r != Reduction::kSum && r != Reduction::kMean) {
+    return KernelStatus::invalid_argument("cross_entropy: unknown Reduction");
+  }
+  const bool float_type = a.dtype == DType::kF32 || a.dtype == DType::kF16 ||
+                          a.dtype == DType::kBF16 || (allow_f64 && a.dtype == DType::kF64);
+  if (!float_type) {
+    return KernelStatus::unsupported(allow_f64
+                                         ? "cross_entropy: dtype must be float32/float16/bfloat16/float64"
+                                         : "cross_entropy: dtype must be float32/float16/bfloat16");
+  }
+  if (a.n < 0 || a.v < 0 || a.v_real < 0) {
+    return KernelStatus::invalid_argument("cross_entropy: negative size");
+  }
+  if (a.v_real > a.v) return KernelStatus::invalid_argument("cross_entropy: v_real > v");
+  if (needs_total(r) && entry != Entry::kBackward && a.loss == nullptr) {
+    return KernelStatus::invalid_argument("cross_entropy: loss is null with reduction sum/mean");
+  }
+  if (a.loss != nullptr && !aligned(a.loss, alignof(float))) {
+    return KernelStatus::invalid_argument("cross_entropy: misaligned loss");
+  }
+  if (a.n == 0) return KernelStatus();
+  if (a.v_real == 0) return KernelStatus::invalid_argument("cross_entropy: v_real == 0 with n > 0");
+  if (a.n > std::numeric_limits<int64_t>::max() / a.v / 8) {
+    return KernelStatus::invalid_argument("cross_entropy: n * v too large");
+  }
+  if (a.logits == nullptr || a.targets == nullptr) {
+    return KernelStatus::invalid_argument("cross_entropy: null logits or targets with n > 0");
+  }
+  if (entry != Entry::kBackward && a.row_losses == nullptr) {
+    return KernelStatus::invalid_argument("cross_entropy: null row_losses with n > 0");
+  }
+  if (entry == Entry::kBackward && a.lse_in == nullptr) {
+    return KernelStatus::invalid_argument("cross_entropy: backward needs lse");
+  }
+  if (entry != Entry::kForward && a.dlogits == nullptr) {
+    return KernelStatus::invalid_argument("cross_entropy: null dlogits with n > 0");
+  }
+  const size_t es = dtype_size(a.dtype);
+  if (!aligned(a.logits, es) || (a.dlogits != nullptr && !aligned(a.dlogits, es)) ||
+      !aligned(a.targets, alignof(int32_t)) ||
+      (a.row_losses != nullptr && !aligned(a.row_losses, alignof(float))) ||
+      (a.lse_out != nullptr && !aligned(a.lse_out, alignof(float))) ||
+      (a.lse_in != nullptr && !aligned(a.lse_in, alignof(float)))) {
+    return KernelStatus::invalid_argument("cross_entropy: misaligned pointer");
+  }
+  if (entry != Entry::kForward && a.dlogits != a.logits) {
+    const uintptr_t x = reinterpret_cast<uintptr_t>(a.logits);
+    const uintptr_t d = reinterpret_cast<uintptr_t>(a.dlogits);
+    const uintptr_t bytes = static_cast<uintptr_t>(a.n * a.v) * es;
+    if (x < d + bytes && d < x + bytes) {
+      return KernelStatus::invalid_argument("cross_entropy: dlogits partially overlaps logits");
+    }
+  }
+  return KernelStatus();
+}
+
+}  // namespace colossal::kernels::loss::internal
+
+#endif  // COLOSSAL_KERNELS_LOSS_LOSS_ARGS_H_

@@ -1,0 +1,241 @@
+// CPU reference and backend for kernels/loss. Every row is computed in float64
+// (max, sum of exponentials, log, gradient) whatever the element type, and
+// rounded once to the output type: this is the reference the CUDA path is
+// tested against, and float64 logits keep full float64 gradients for the
+// finite-difference tests. Rows are processed in order; the kSum/kMean total
+// is a float64 sum of the float32 row losses in index order.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/common/dispatch.h"
+#include "kernels/common/half.h"
+#include "kernels/loss/loss.h"
+#include "kernels/loss/loss_args.h"
+
+namespace colossal::kernels::loss {
+namespace {
+
+using internal::Args;
+using internal::Entry;
+
+template <typename T>
+double load(const T* x, int64_t j) {
+  return static_cast<double>(to_math(x[j]));
+}
+
+template <typename T>
+T store(double g) {
+  if constexpr (std::is_same_v<T, double>) {
+    return g;
+  } else {
+    return from_math<T>(static_cast<float>(g));
+  }
+}
+
+// log(sum_j exp(x_j)) over j < v_real, max-shifted.
+template <typename T>
+double row_logsumexp(const T* x, int64_t v_real) {
+  double m = -std::numeric_limits<double>::infinity();
+  bool nan = false;
+  for (int64_t j = 0; j < v_real; ++j) {
+    const double xj = load(x, j);
+    if (std::isnan(xj)) nan = true;
+    if (xj > m) m = xj;
+  }
+  // NaN or +inf anywhere gives NaN (as on CUDA, where +inf - +inf appears); a
+  // row of -inf gives -inf.
+  if (nan || m == std::numeric_limits<double>::infinity()) {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  if (std::isinf(m)) return m;
+  double s = 0.0;
+  for (int64_t j = 0; j < v_real; ++j) s += std::exp(load(x, j) - m);
+  return m + std::log(s);
+}
+
+// dlogits row = scale * (softmax - onehot(t)) for j < v_real, 0 after. x may
+// equal d: each element is read before it is written and never read again.
+template <typename T>
+void write_grad_row(T* d, const T* x, double lse, int32_t t, double scale, int64_t v,
+                    int64_t v_real) {
+  for (int64_t j = 0; j < v_real; ++j) {
+    const double p = std::exp(load(x, j) - lse);
+    d[j] = store<T>(scale * (p - (j == t ? 1.0 : 0.0)));
+  }
+  for (int64_t j = v_real; j < v; ++j) d[j] = store<T>(0.0);
+}
+
+template <typename T>
+void zero_row(T* d, int64_t v) {
+  for (int64_t j = 0; j < v; ++j) d[j] = store<T>(0.0);
+}
+
+// Every non-ignored target must lie in [0, v_real); checked before any write.
+KernelStatus check_targets(const Args& a) {
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int32_t t = a.targets[i];
+    if (t != a.options.ignore_index && (t < 0 || t >= a.v_real)) {
+      return KernelStatus::invalid_argument("cross_entropy_cpu: target out of range [0, v_real)");
+    }
+  }
+  return KernelStatus();
+}
+
+int64_t count_rows(const Args& a) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < a.n; ++i) count += a.targets[i] != a.options.ignore_index;
+  return count;
+}
+
+// dloss times the weight of each row's loss in options.reduction.
+double row_scale(const Args& a, float dloss) {
+  if (a.options.reduction != Reduction::kMean) return dloss;
+  const int64_t count = count_rows(a);
+  return count > 0 ? static_cast<double>(dloss) / static_cast<double>(count) : 0.0;
+}
+
+void write_total(const Args& a) {
+  if (!internal::needs_total(a.options.reduction)) return;
+  double sum = 0.0;
+  for (int64_t i = 0; i < a.n; ++i) sum += a.row_losses[i];
+  if (a.options.reduction == Reduction::kMean) {
+    const int64_t count = count_rows(a);
+    sum = count > 0 ? sum / static_cast<double>(count) : 0.0;
+  }
+  a.loss[0] = static_cast<float>(sum);
+}
+
+// Forward (grad == false) or fused forward+backward (grad == true).
+template <typename T>
+void forward_rows(const Args& a, bool grad, float dloss) {
+  const T* logits = static_cast<const T*>(a.logits);
+  T* dlogits = static_cast<T*>(a.dlogits);
+  const double scale = grad ? row_scale(a, dloss) : 0.0;
+  for (int64_t i = 0; i < a.n; ++i) {
+    const T* x = logits + i * a.v;
+    const int32_t t = a.targets[i];
+    const bool ignored = t == a.options.ignore_index;
+    if (ignored) {
+      a.row_losses[i] = 0.0f;
+      if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(row_logsumexp(x, a.v_real));
+      if (grad) zero_row(dlogits + i * a.v, a.v);
+      continue;
+    }
+    const double lse = row_logsumexp(x, a.v_real);
+    a.row_losses[i] = static_cast<float>(lse - load(x, t));
+    if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(lse);
+    if (grad) write_grad_row(dlogits + i * a.v, x, lse, t, scale, a.v, a.v_real);
+  }
+  write_total(a);
+}
+
+template <typename T>
+void backward_rows(const Args& a, float dloss) {
+  const T* logits = static_cast<const T*>(a.logits);
+  T* dlogits = static_cast<T*>(a.dlogits);
+  const double scale = row_scale(a, dloss);
+  for (int64_t i = 0; i < a.n; ++i) {
+    const int32_t t = a.targets[i];
+    if (t == a.options.ignore_index) {
+      zero_row(dlogits + i * a.v, a.v);
+    } else {
+      write_grad_row(dlogits + i * a.v, logits + i * a.v, static_cast<double>(a.lse_in[i]), t,
+                     scale, a.v, a.v_real);
+    }
+  }
+}
+
+template <typename F>
+KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
+  if (dtype == DType::kF64) return f(double{});
+  return dispatch_float_types(dtype, f);
+}
+
+KernelStatus run(Entry entry, const Args& a, float dloss) {
+  KernelStatus s = internal::validate(entry, a, /*allow_f64=*/true);
+  if (!s.ok()) return s;
+  if (a.n == 0) {
+    if (entry != Entry::kBackward && internal::needs_total(a.options.reduction)) a.loss[0] = 0.0f;
+    return KernelStatus();
+  }
+  s = check_targets(a);
+  if (!s.ok()) return s;
+  return dispatch_cpu_types(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    switch (entry) {
+      case Entry::kForward: forward_rows<T>(a, /*grad=*/false, 0.0f); break;
+      case Entry::kFused: forward_rows<T>(a, /*grad=*/true, dloss); break;
+      case Entry::kBackward: backward_rows<T>(a, dloss); break;
+    }
+    return KernelStatus();
+  });
+}
+
+}  // namespace
+
+const char* reduction_name(Reduction reduction) {
+  switch (reduction) {
+    case Reduction::kNone: return "none";
+    case Reduction::kSum: return "sum";
+    case Reduction::kMean: return "mean";
+  }
+  return "unknown";
+}
+
+KernelStatus cross_entropy_forward_cpu(float* loss, float* row_losses, float* lse,
+                                       const void* logits, const int32_t* targets, int64_t n,
+                                       int64_t v, int64_t v_real, DType dtype,
+                                       const CrossEntropyOptions& options) {
+  Args a;
+  a.loss = loss;
+  a.row_losses = row_losses;
+  a.lse_out = lse;
+  a.logits = logits;
+  a.targets = targets;
+  a.n = n;
+  a.v = v;
+  a.v_real = v_real;
+  a.dtype = dtype;
+  a.options = options;
+  return run(Entry::kForward, a, 0.0f);
+}
+
+KernelStatus cross_entropy_backward_cpu(void* dlogits, const void* logits, const float* lse,
+                                        const int32_t* targets, float dloss, int64_t n, int64_t v,
+                                        int64_t v_real, DType dtype,
+                                        const CrossEntropyOptions& options) {
+  Args a;
+  a.dlogits = dlogits;
+  a.logits = logits;
+  a.lse_in = lse;
+  a.targets = targets;
+  a.n = n;
+  a.v = v;
+  a.v_real = v_real;
+  a.dtype = dtype;
+  a.options = options;
+  return run(Entry::kBackward, a, dloss);
+}
+
+KernelStatus cross_entropy_fused_cpu(float* loss, float* row_losses, float* lse, void* dlogits,
+                                     const void* logits, const int32_t* targets, float dloss,
+                                     int64_t n, int64_t v, int64_t v_real, DType dtype,
+                                     const CrossEntropyOptions& options) {
+  Args a;
+  a.loss = loss;
+  a.row_losses = row_losses;
+  a.lse_out = lse;
+  a.dlogits = dlogits;
+  a.logits = logits;
+  a.targets = targets;
+  a.n = n;
+  a.v = v;
+  a.v_real = v_real;
+  a.dtype = dtype;
+  a.options = options;
+  return run(Entry::kFused, a, dloss);
+}
+
+}  // namespace colossal::kernels::loss
