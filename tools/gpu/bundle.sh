@@ -42,7 +42,8 @@ for target in "${targets[@]}"; do
   pkg="${target#//}"
   pkg="${pkg%%:*}"
   name="${target##*:}"
-  binary="bazel-bin/$pkg/$name"
+  # Not bazel-bin: a concurrent build in another configuration may repoint it.
+  binary="bazel-out/k8-opt/bin/$pkg/$name"
   kind=$(bazel query --output=label_kind "$target" 2>/dev/null | awk '{print $1}')
   tags=$(bazel query "attr(tags, 'multi_gpu', $target)" 2>/dev/null | wc -l)
   flat="${pkg//\//_}_$name"

@@ -6,8 +6,10 @@
 #   tools/gpu/run.sh [bundle-dir]       # default .gpu_bundle
 #   RUN_BENCHMARKS=0 tools/gpu/run.sh   # tests only (no benchmarks, no PyTorch references)
 #
-# With benchmarks on, the PyTorch reference scripts tools/bench/torch_*.py run
-# first (when python3 has torch), so both sets of numbers come from one run.
+# With benchmarks on, the PyTorch references for the bundled packages
+# (tools/bench/torch_<package>.py, plus torch_copy.py) run first when python3 has
+# torch, so both sets of numbers come from one run. Bundle a few packages per
+# call: a device call is limited to 10 minutes.
 set -uo pipefail
 
 bundle="${1:-.gpu_bundle}"
@@ -25,7 +27,12 @@ rows=()
 failures=0
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 if [[ ${RUN_BENCHMARKS:-1} != 0 ]] && python3 -c 'import torch' 2>/dev/null; then
-  for script in "$here"/tools/bench/torch_*.py; do
+  # The references for the packages in this bundle (torch_<package>.py), and the copy ceiling.
+  scripts=("$here/tools/bench/torch_copy.py")
+  for pkg in $(awk '$2 ~ /^bench/ {split($3, p, ":"); n = split(p[1], d, "/"); print d[n]}' "$bundle/manifest" | sort -u); do
+    [[ -f "$here/tools/bench/torch_$pkg.py" ]] && scripts+=("$here/tools/bench/torch_$pkg.py")
+  done
+  for script in "${scripts[@]}"; do
     name="$(basename "$script" .py)"
     echo "===== $name ====="
     if PYTHONUNBUFFERED=1 timeout 300 python3 "$script" 2>&1 | tee "$logs/$name.log"; then
