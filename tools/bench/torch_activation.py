@@ -10,24 +10,10 @@ e = element size):
 Timed with CUDA events (median of 50 after 10 warm-ups). Run on the GPU machine:
     python3 tools/bench/torch_activation.py
 """
-import statistics
 
 import torch
 import torch.nn.functional as F
-
-
-def time_ms(fn, warmup=10, reps=50):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+from bench_timing import cuda_ms as time_ms
 
 
 def main():

@@ -12,43 +12,9 @@ GPU times are CUDA-event medians (20 after 5 warm-ups); CPU times are wall-clock
 medians with all threads (torch.get_num_threads()). Run on the GPU machine:
     python3 tools/bench/torch_adam.py
 """
-import statistics
-import time
 
 import torch
-
-
-def gpt2_sizes():
-    C, V, T = 768, 50257, 1024
-    sizes = [V * C, T * C]
-    for _ in range(12):
-        sizes += [C, C, C * 3 * C, 3 * C, C * C, C, C, C, C * 4 * C, 4 * C, 4 * C * C, C]
-    return sizes + [C, C]
-
-
-def cuda_ms(fn, warmup=5, reps=20):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
-
-
-def cpu_ms(fn, warmup=1, reps=5):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+from bench_timing import cuda_ms, cpu_ms, gpt2_sizes
 
 
 def make_params(sizes, device):

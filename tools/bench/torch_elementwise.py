@@ -9,26 +9,12 @@ CUDA benchmarks, timed with CUDA events (median of 50 after 10 warm-ups):
 Run on the GPU machine:
     python3 tools/bench/torch_elementwise.py
 """
-import statistics
 
 import torch
+from bench_timing import cuda_ms as time_ms
 
 GPT2 = 8192 * 768  # GPT-2 small activations: 8 x 1024 tokens x 768
 N64MI = 1 << 26
-
-
-def time_ms(fn, warmup=10, reps=50):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def report(op, label, nbytes, ms):

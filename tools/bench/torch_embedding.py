@@ -11,10 +11,10 @@ PyTorch's gradients have the parameters' dtype). Timed with CUDA events (median
 of 50 after 10 warm-ups). Run on the GPU machine:
     python3 tools/bench/torch_embedding.py
 """
-import statistics
 
 import torch
 import torch.nn.functional as F
+from bench_timing import cuda_ms as time_ms
 
 B, T, C, V = 8, 1024, 768, 50257
 MASK = (1 << 64) - 1
@@ -25,20 +25,6 @@ def splitmix64(x):
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
     return z ^ (z >> 31)
-
-
-def time_ms(fn, warmup=10, reps=50):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def main():

@@ -10,24 +10,10 @@ plus dlogits written once (2 * n * v * element size), although PyTorch moves
 several times that. Run on the GPU machine:
     python3 tools/bench/torch_loss.py
 """
-import statistics
 
 import torch
 import torch.nn.functional as F
-
-
-def time_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+from bench_timing import cuda_ms as time_ms
 
 
 def main():

@@ -6,27 +6,13 @@ once) as //kernels/random:random_bench's BM_RandomCuda, timed with CUDA events
 preallocated tensor (Philox in PyTorch too). Run on the GPU machine:
     python3 tools/bench/torch_random.py
 """
-import statistics
 
 import torch
+from bench_timing import cuda_ms as time_ms
 
 N64MI = 1 << 26
 WTE = 50257 * 768  # GPT-2 small token embedding
 MLP = 768 * 3072   # GPT-2 small MLP weight
-
-
-def time_ms(fn, warmup=10, reps=50):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def main():
