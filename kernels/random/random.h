@@ -6,7 +6,7 @@
 // g is word g % 4 of Philox block g / 4). The offset unit is one element, so
 // filling [0, n) at once equals filling [0, k) at `offset` and [k, n) at
 // `offset + k`, for any k; a caller keeping a generator state advances its
-// offset by n after each fill (core/'s Generator does). Different seeds give
+// offset by n after each fill (core's Context::next_offset does). Different seeds give
 // independent streams; uniform and normal fills at the same (seed, offset)
 // use the same random words.
 //
