@@ -1,0 +1,49 @@
+// colossal::nn — GPT-2's causal self-attention.
+//
+//   qkv = c_attn(x)                      [B, T, 3C]: q | k | v along the last dim
+//   q, k, v -> [B*NH, T, hs] per head    (head h owns channels h*hs .. h*hs+hs-1)
+//   p = causal_softmax(q k^T / sqrt(hs)) (batched GEMM, kernels/softmax)
+//   y = p v -> [B, T, C] (heads merged)  out = c_proj(y)
+//
+// Children (Linear, WeightLayout::kInOut like HF's Conv1D): "<name>.c_attn"
+// [C, 3C] and "<name>.c_proj" [C, C]; with name "transformer.h.<i>.attn" these
+// are Hugging Face GPT-2's parameter names. Input [B, T, C] -> [B, T, C].
+// Saves q, k, v and the probabilities [B*NH, T, T] (no dropout). Heads are
+// split/merged with strided 2-D copies (one per batch and head; a fused
+// kernel would be faster on CUDA). Devices and dtypes: see nn/layers/BUILD.
+//
+//   CausalSelfAttention attn("transformer.h.0.attn", 768, 12, DType::kF32);
+//   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, attn.forward(ctx, x));
+#ifndef COLOSSAL_NN_LAYERS_ATTENTION_H_
+#define COLOSSAL_NN_LAYERS_ATTENTION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "nn/layers/linear.h"
+#include "nn/module/module.h"
+
+namespace colossal::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  // channels must be a multiple of heads (checked in forward).
+  CausalSelfAttention(std::string name, int64_t channels, int64_t heads, core::DType dtype);
+  const char* type() const override { return "CausalSelfAttention"; }
+  Linear& c_attn() { return c_attn_; }
+  Linear& c_proj() { return c_proj_; }
+
+ protected:
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+
+ private:
+  int64_t channels_, heads_;
+  core::DType dtype_;
+  Linear c_attn_, c_proj_;
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_LAYERS_ATTENTION_H_

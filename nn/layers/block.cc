@@ -1,0 +1,57 @@
+#include "nn/layers/block.h"
+
+#include "core/status/status.h"
+#include "nn/layers/tensor_util.h"
+
+namespace colossal::nn {
+namespace {
+
+struct BlockSaved : Saved {
+  std::unique_ptr<Saved> ln_1, attn, ln_2, mlp;
+};
+
+}  // namespace
+
+TransformerBlock::TransformerBlock(std::string name, int64_t channels, int64_t heads,
+                                   core::DType dtype)
+    : Module(name),
+      ln_1_(name + ".ln_1", channels, {.dtype = dtype}),
+      attn_(name + ".attn", channels, heads, dtype),
+      ln_2_(name + ".ln_2", channels, {.dtype = dtype}),
+      mlp_(name + ".mlp", channels, dtype) {
+  register_child(&ln_1_);
+  register_child(&attn_);
+  register_child(&ln_2_);
+  register_child(&mlp_);
+}
+
+absl::StatusOr<ForwardResult> TransformerBlock::forward_impl(core::Context& ctx,
+                                                             const core::Tensor& input) {
+  auto saved = std::make_unique<BlockSaved>();
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult a, ln_1_.forward(ctx, input));
+  saved->ln_1 = std::move(a.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, attn_.forward(ctx, a.output));
+  saved->attn = std::move(h.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor r, add(ctx, input, h.output));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult b, ln_2_.forward(ctx, r));
+  saved->ln_2 = std::move(b.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.output));
+  saved->mlp = std::move(m.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, r, m.output));
+  return ForwardResult{y, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> TransformerBlock::backward_impl(core::Context& ctx, Saved& saved,
+                                                             const core::Tensor& grad_output) {
+  COLOSSAL_ASSIGN_OR_RETURN(BlockSaved * s, saved_as<BlockSaved>(saved));
+  // y = r + mlp(ln_2(r)): dr = dy + ln_2'(mlp'(dy)).
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp_.backward(ctx, *s->mlp, grad_output));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, ln_2_.backward(ctx, *s->ln_2, dm));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, add(ctx, grad_output, db));
+  // r = x + attn(ln_1(x)): dx = dr + ln_1'(attn'(dr)).
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, attn_.backward(ctx, *s->attn, dr));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor da, ln_1_.backward(ctx, *s->ln_1, dh));
+  return add(ctx, dr, da);
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,50 @@
+// colossal::nn — GPT-2's token + position embedding (kernels/embedding).
+//
+//   out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+//
+// Parameters "<name>.wte.weight" [vocab, C] and "<name>.wpe.weight"
+// [max_seq_len, C]; with name "transformer" these are Hugging Face GPT-2's
+// names. `vocab` is the (possibly padded) row count of wte. Input int32 token
+// ids [B, T] (T <= max_seq_len) -> [B, T, C]. Token ids are not
+// differentiable: backward accumulates dwte/dwpe and returns an undefined
+// tensor. CPU: float32, float64 (and the 16-bit types); an id outside [0,
+// vocab) is an InvalidArgumentError. CUDA (float32 and the 16-bit types;
+// deterministic backward): such an id gives a NaN output row instead (no
+// synchronisation to report it) and no gradient.
+//
+//   Embedding emb("transformer", 50304, 1024, 768, DType::kF32);
+//   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, emb.forward(ctx, tokens));   // [B, T, 768]
+#ifndef COLOSSAL_NN_LAYERS_EMBEDDING_H_
+#define COLOSSAL_NN_LAYERS_EMBEDDING_H_
+
+#include <cstdint>
+#include <string>
+
+#include "nn/module/module.h"
+
+namespace colossal::nn {
+
+class Embedding : public Module {
+ public:
+  Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64_t channels,
+            core::DType dtype);
+  const char* type() const override { return "Embedding"; }
+  // The token table's view (bound), e.g. for a tied output head.
+  const Parameter& wte() const { return wte_; }
+
+ protected:
+  absl::Status declare_own(ParameterTable& table) override;
+  absl::Status bind_own(const ParameterStore& store) override;
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+
+ private:
+  int64_t vocab_, max_seq_len_, channels_;
+  core::DType dtype_;
+  Parameter wte_, wpe_;
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_LAYERS_EMBEDDING_H_

@@ -1,0 +1,244 @@
+// Finite-difference (float64) gradient checks of every layer, a few forward
+// values by hand, and the loss head.
+#include <cmath>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nn/layers/attention.h"
+#include "nn/layers/block.h"
+#include "nn/layers/cross_entropy.h"
+#include "nn/layers/embedding.h"
+#include "nn/layers/gelu.h"
+#include "nn/layers/layernorm.h"
+#include "nn/layers/linear.h"
+#include "nn/layers/mlp.h"
+#include "nn/module/gradcheck.h"
+
+namespace colossal::nn {
+namespace {
+
+using core::DType;
+using core::Tensor;
+
+class LayersTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
+
+  // Declares, allocates, binds and fills the parameters with N(0, 0.5)
+  // (LayerNorm weights: 1 + N(0, 0.5)).
+  ParameterStore make_store(Module& m, uint64_t seed = 7) {
+    ParameterTable table;
+    EXPECT_TRUE(m.declare(table).ok());
+    ParameterStore store = *ParameterStore::create(table, core::Stream::cpu());
+    EXPECT_TRUE(m.bind(store).ok());
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal(0.0, 0.5);
+    for (const Parameter& p : store.parameters()) {
+      const bool ln_weight = p.name.find("ln") != std::string::npos &&
+                             p.name.find(".weight") != std::string::npos;
+      for (int64_t i = 0; i < p.value.numel(); ++i) {
+        const double v = normal(rng) + (ln_weight ? 1.0 : 0.0);
+        if (p.value.dtype() == DType::kF64) {
+          p.value.data<double>()[i] = v;
+        } else {
+          p.value.data<float>()[i] = static_cast<float>(v);
+        }
+      }
+    }
+    return store;
+  }
+
+  Tensor random(const core::Shape& shape, uint64_t seed, DType dtype = DType::kF64) {
+    Tensor t = *Tensor::empty(shape, dtype, core::Stream::cpu());
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (dtype == DType::kF64) {
+        t.data<double>()[i] = normal(rng);
+      } else {
+        t.data<float>()[i] = static_cast<float>(normal(rng));
+      }
+    }
+    return t;
+  }
+
+  void expect_gradcheck(Module& m, const Tensor& x, double tol = 1e-6) {
+    ParameterStore store = make_store(m);
+    absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, m, store, x, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_GT(r->checked, 0);
+    EXPECT_LT(r->max_error, tol) << m.description() << ": " << r->worst;
+  }
+
+  std::unique_ptr<core::Context> ctx_;
+};
+
+TEST_F(LayersTest, LinearForwardByHand) {
+  Linear fc("fc", 2, 3, {.dtype = DType::kF32});
+  ParameterTable table;
+  ASSERT_TRUE(fc.declare(table).ok());
+  ASSERT_EQ(table.find("fc.weight")->shape, core::Shape({2, 3}));  // [in, out]: HF Conv1D
+  ParameterStore store = *ParameterStore::create(table, core::Stream::cpu());
+  ASSERT_TRUE(fc.bind(store).ok());
+  float* w = store.find("fc.weight")->value.data<float>();
+  for (int i = 0; i < 6; ++i) w[i] = static_cast<float>(i + 1);  // [[1,2,3],[4,5,6]]
+  float* b = store.find("fc.bias")->value.data<float>();
+  b[0] = 0.5f;
+  Tensor x = *Tensor::empty({1, 1, 2}, DType::kF32, core::Stream::cpu());
+  x.data<float>()[0] = 1;
+  x.data<float>()[1] = 2;
+  absl::StatusOr<ForwardResult> y = fc.forward(*ctx_, x);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_EQ(y->output.shape(), core::Shape({1, 1, 3}));
+  EXPECT_FLOAT_EQ(y->output.data<float>()[0], 9.5f);
+  EXPECT_FLOAT_EQ(y->output.data<float>()[2], 15.0f);
+}
+
+TEST_F(LayersTest, LinearGradients) {
+  Linear a("a", 5, 3, {.dtype = DType::kF64});
+  expect_gradcheck(a, random({2, 3, 5}, 1));
+  Linear b("b", 4, 6, {.bias = false, .layout = WeightLayout::kOutIn, .dtype = DType::kF64});
+  expect_gradcheck(b, random({7, 4}, 2));
+}
+
+TEST_F(LayersTest, LinearRejectsWrongInput) {
+  Linear a("a", 5, 3, {.dtype = DType::kF64});
+  make_store(a);
+  absl::StatusOr<ForwardResult> y = a.forward(*ctx_, random({2, 4}, 1));
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(y.status().message().find("Linear a: input is"), std::string::npos) << y.status();
+  y = a.forward(*ctx_, random({2, 5}, 1, DType::kF32));
+  EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(LayersTest, LayerNormGradients) {
+  LayerNorm ln("ln", 6, {.dtype = DType::kF64});
+  expect_gradcheck(ln, random({2, 3, 6}, 3), 1e-5);  // saved stats are float32
+}
+
+TEST_F(LayersTest, GeluGradients) {
+  Gelu g("g");
+  ParameterTable table;
+  ASSERT_TRUE(g.declare(table).ok());
+  EXPECT_EQ(table.size(), 0u);
+  expect_gradcheck(g, random({3, 5}, 4));
+}
+
+TEST_F(LayersTest, EmbeddingForwardAndGradients) {
+  Embedding emb("transformer", 7, 5, 3, DType::kF64);
+  ParameterStore store = make_store(emb);
+  Tensor tokens = *Tensor::empty({2, 4}, DType::kI32, core::Stream::cpu());
+  const int32_t ids[8] = {1, 6, 1, 0, 3, 3, 2, 5};
+  std::copy(ids, ids + 8, tokens.data<int32_t>());
+  absl::StatusOr<ForwardResult> y = emb.forward(*ctx_, tokens);
+  ASSERT_TRUE(y.ok()) << y.status();
+  const double* wte = store.find("transformer.wte.weight")->value.data<double>();
+  const double* wpe = store.find("transformer.wpe.weight")->value.data<double>();
+  // out[1, 2, 1] = wte[2, 1] + wpe[2, 1]
+  EXPECT_DOUBLE_EQ(y->output.data<double>()[(4 + 2) * 3 + 1], wte[2 * 3 + 1] + wpe[2 * 3 + 1]);
+  absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, emb, store, tokens, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->checked, 7 * 3 + 5 * 3);
+  EXPECT_LT(r->max_error, 1e-7) << r->worst;
+
+  tokens.data<int32_t>()[3] = 7;  // out of range
+  EXPECT_EQ(emb.forward(*ctx_, tokens).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(LayersTest, AttentionGradients) {
+  CausalSelfAttention attn("attn", 6, 2, DType::kF64);
+  ParameterTable table;
+  ASSERT_TRUE(attn.declare(table).ok());
+  ASSERT_NE(table.find("attn.c_attn.weight"), nullptr);
+  EXPECT_EQ(table.find("attn.c_attn.weight")->shape, core::Shape({6, 18}));
+  EXPECT_EQ(table.find("attn.c_proj.bias")->shape, core::Shape({6}));
+  expect_gradcheck(attn, random({2, 4, 6}, 5));
+}
+
+TEST_F(LayersTest, AttentionIsCausal) {
+  // Changing the last position's input leaves earlier outputs unchanged.
+  CausalSelfAttention attn("attn", 4, 2, DType::kF64);
+  make_store(attn);
+  Tensor x = random({1, 3, 4}, 6);
+  std::vector<double> before(12);
+  {
+    ForwardResult y = *attn.forward(*ctx_, x);
+    std::copy(y.output.data<double>(), y.output.data<double>() + 12, before.begin());
+  }
+  x.data<double>()[2 * 4 + 1] += 1.0;
+  ForwardResult y = *attn.forward(*ctx_, x);
+  for (int i = 0; i < 8; ++i) EXPECT_DOUBLE_EQ(y.output.data<double>()[i], before[i]) << i;
+  EXPECT_NE(y.output.data<double>()[9], before[9]);
+}
+
+TEST_F(LayersTest, MlpGradients) {
+  Mlp mlp("mlp", 3, DType::kF64);
+  expect_gradcheck(mlp, random({2, 2, 3}, 7));
+}
+
+TEST_F(LayersTest, BlockGradients) {
+  TransformerBlock block("transformer.h.0", 4, 2, DType::kF64);
+  ParameterTable table;
+  ASSERT_TRUE(block.declare(table).ok());
+  std::vector<std::string> names;
+  for (const ParameterEntry& e : table.entries()) names.push_back(e.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "transformer.h.0.ln_1.weight", "transformer.h.0.ln_1.bias",
+                       "transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_attn.bias",
+                       "transformer.h.0.attn.c_proj.weight", "transformer.h.0.attn.c_proj.bias",
+                       "transformer.h.0.ln_2.weight", "transformer.h.0.ln_2.bias",
+                       "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_fc.bias",
+                       "transformer.h.0.mlp.c_proj.weight", "transformer.h.0.mlp.c_proj.bias"}));
+  expect_gradcheck(block, random({2, 3, 4}, 8), 1e-5);
+}
+
+// The usage example of nn/module/module.h.
+TEST_F(LayersTest, SequentialOfLayers) {
+  Sequential net("net");
+  net.append(std::make_unique<Linear>("net.0", 4, 8, LinearOptions{.dtype = DType::kF64}));
+  net.append(std::make_unique<Gelu>("net.1"));
+  net.append(std::make_unique<Linear>("net.2", 8, 3, LinearOptions{.dtype = DType::kF64}));
+  expect_gradcheck(net, random({5, 4}, 10));
+}
+
+TEST_F(LayersTest, CrossEntropyMatchesFiniteDifferences) {
+  const int64_t n = 3, V = 6, v_real = 5;
+  Tensor logits = random({n, V}, 9);
+  Tensor targets = *Tensor::empty({n}, DType::kI32, core::Stream::cpu());
+  targets.data<int32_t>()[0] = 4;
+  targets.data<int32_t>()[1] = -100;  // ignored
+  targets.data<int32_t>()[2] = 0;
+  absl::StatusOr<CrossEntropyResult> ce = cross_entropy(*ctx_, logits, targets, v_real, {});
+  ASSERT_TRUE(ce.ok()) << ce.status();
+  // The mean over the two counted rows, in double.
+  auto loss = [&]() {
+    double total = 0;
+    for (int64_t i : {0, 2}) {
+      const double* row = logits.data<double>() + i * V;
+      double s = 0;
+      for (int j = 0; j < v_real; ++j) s += std::exp(row[j]);
+      total += std::log(s) - row[targets.data<int32_t>()[i]];
+    }
+    return total / 2;
+  };
+  EXPECT_NEAR(ce->loss, loss(), 1e-6);
+  for (int64_t i = 0; i < n * V; ++i) {
+    double& v = logits.data<double>()[i];
+    const double saved = v;
+    v = saved + 1e-6;
+    const double plus = loss();
+    v = saved - 1e-6;
+    const double minus = loss();
+    v = saved;
+    EXPECT_NEAR(ce->dlogits.data<double>()[i], (plus - minus) / 2e-6, 1e-8) << i;
+  }
+  EXPECT_EQ(ce->dlogits.data<double>()[5], 0.0);  // padding column
+  targets.data<int32_t>()[0] = 5;                 // a padding class
+  EXPECT_EQ(cross_entropy(*ctx_, logits, targets, v_real, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace colossal::nn

@@ -1,0 +1,59 @@
+// colossal::nn — Linear: y = x W + b over the last dimension.
+//
+// Weight layout (a choice per layer, stated in its ParameterTable entry):
+//   * WeightLayout::kInOut — weight [in, out], y = x W. This is Hugging Face
+//     GPT-2's Conv1D layout, so GPT-2's c_attn / c_proj / c_fc weights are
+//     stored exactly as `transformers` stores them: the HF name and shape map
+//     to ours one to one, checkpoints need no transpose.
+//   * WeightLayout::kOutIn — weight [out, in], y = x W^T (torch.nn.Linear, and
+//     the tied GPT-2 LM head, which uses wte [vocab, C] this way).
+// bias [out] (optional). Parameters: "<name>.weight", "<name>.bias".
+//
+// Input [..., in] -> output [..., out]. Backward: dW += x^T dy (or dy^T x),
+// db += column sums of dy, dx = dy W^T (or dy W), all GEMMs (core/gemm).
+// Devices and dtypes: see nn/layers/BUILD.
+//
+//   Linear fc("transformer.h.0.mlp.c_fc", 768, 3072, {.dtype = DType::kF32});
+//   COLOSSAL_RETURN_IF_ERROR(fc.declare(table));   ... fc.bind(store) ...
+//   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, fc.forward(ctx, x));   // [B, T, 3072]
+#ifndef COLOSSAL_NN_LAYERS_LINEAR_H_
+#define COLOSSAL_NN_LAYERS_LINEAR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "nn/module/module.h"
+
+namespace colossal::nn {
+
+enum class WeightLayout { kInOut, kOutIn };
+
+struct LinearOptions {
+  bool bias = true;
+  WeightLayout layout = WeightLayout::kInOut;
+  core::DType dtype = core::DType::kF32;
+};
+
+class Linear : public Module {
+ public:
+  Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options);
+  const char* type() const override { return "Linear"; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+
+ protected:
+  absl::Status declare_own(ParameterTable& table) override;
+  absl::Status bind_own(const ParameterStore& store) override;
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+
+ private:
+  int64_t in_, out_;
+  LinearOptions options_;
+  Parameter weight_, bias_;
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_LAYERS_LINEAR_H_

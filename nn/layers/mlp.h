@@ -1,0 +1,30 @@
+// colossal::nn — GPT-2's MLP: c_proj(gelu(c_fc(x))).
+//
+// Children: "<name>.c_fc" Linear [C, 4C], "<name>.act" Gelu, "<name>.c_proj"
+// Linear [4C, C] (kInOut, HF Conv1D layout); with name "transformer.h.<i>.mlp"
+// the parameter names are Hugging Face GPT-2's. Input [..., C] -> [..., C].
+// Devices and dtypes: see nn/layers/BUILD.
+//
+//   Mlp mlp("transformer.h.0.mlp", 768, DType::kF32);
+//   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, mlp.forward(ctx, x));
+#ifndef COLOSSAL_NN_LAYERS_MLP_H_
+#define COLOSSAL_NN_LAYERS_MLP_H_
+
+#include <cstdint>
+#include <string>
+
+#include "nn/layers/gelu.h"
+#include "nn/layers/linear.h"
+#include "nn/module/module.h"
+
+namespace colossal::nn {
+
+class Mlp : public Sequential {
+ public:
+  Mlp(std::string name, int64_t channels, core::DType dtype);
+  const char* type() const override { return "Mlp"; }
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_LAYERS_MLP_H_

@@ -1,0 +1,105 @@
+#include "nn/layers/tensor_util.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/gemm/gemm.h"
+#include "core/status/status.h"
+#include "kernels/elementwise/elementwise.h"
+
+#if COLOSSAL_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/status/cuda_check.h"
+#endif
+
+namespace colossal::nn {
+
+absl::Status require_device(const core::Context& ctx, const core::Tensor& x,
+                            absl::string_view what) {
+  if (!x.defined()) return absl::InvalidArgumentError(absl::StrCat(what, " is undefined"));
+  if (x.device() == ctx.device()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(what, " is ", x.to_string(),
+                                                 " but the context runs on ",
+                                                 ctx.device().to_string()));
+}
+
+absl::StatusOr<core::Tensor> empty(core::Context& ctx, const core::Shape& shape, core::DType dtype) {
+  return core::Tensor::empty(shape, dtype, ctx.compute_stream());
+}
+
+absl::StatusOr<core::Tensor> scratch(core::Context& ctx, size_t bytes) {
+  if (bytes == 0) return core::Tensor();
+  return empty(ctx, {static_cast<int64_t>(bytes)}, core::DType::kU8);
+}
+
+absl::StatusOr<core::Tensor> as_rows(const core::Tensor& x, int64_t cols, absl::string_view what) {
+  if (!x.defined() || x.rank() < 1 || x.dim(-1) != cols) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", x.to_string(),
+                                                   "; its last dimension must be ", cols));
+  }
+  return x.reshape({-1, cols});
+}
+
+absl::Status require_dtype(const core::Tensor& x, core::DType dtype, absl::string_view what) {
+  if (x.defined() && x.dtype() == dtype) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " is ", x.to_string(), "; expected dtype ", core::dtype_name(dtype)));
+}
+
+absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("add: ", a.to_string(), " and ", b.to_string(), " differ"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, a.shape(), a.dtype()));
+  using kernels::elementwise::BinaryOp;
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(ctx,
+                            kernels::elementwise::binary_cpu(out.raw_data(), a.raw_data(),
+                                                             b.raw_data(), a.numel(), a.dtype(),
+                                                             BinaryOp::kAdd),
+                            kernels::elementwise::binary_cuda(out.raw_data(), a.raw_data(),
+                                                              b.raw_data(), a.numel(), a.dtype(),
+                                                              BinaryOp::kAdd, cuda_stream(ctx))),
+      "add"));
+  return out;
+}
+
+absl::Status fill(core::Context& ctx, core::Tensor& x, double value) {
+  return core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx, kernels::elementwise::fill_cpu(x.raw_data(), value, x.numel(), x.dtype()),
+          kernels::elementwise::fill_cuda(x.raw_data(), value, x.numel(), x.dtype(),
+                                          cuda_stream(ctx))),
+      "fill");
+}
+
+absl::Status accumulate_column_sums(core::Context& ctx, const core::Tensor& dy,
+                                    core::Tensor& dbias) {
+  const int64_t rows = dy.dim(0), n = dy.dim(1);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor ones, empty(ctx, {1, rows}, dy.dtype()));
+  COLOSSAL_RETURN_IF_ERROR(fill(ctx, ones, 1.0));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db2, dbias.reshape({1, n}));
+  return core::gemm::gemm(ctx, ones, dy, db2, {.beta = 1.0});
+}
+
+absl::Status copy_2d(core::Context& ctx, void* dst, size_t dst_pitch, const void* src,
+                     size_t src_pitch, size_t width, size_t height) {
+  if (ctx.device().is_cpu()) {
+    for (size_t r = 0; r < height; ++r) {
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
+                  static_cast<const char*>(src) + r * src_pitch, width);
+    }
+    return absl::OkStatus();
+  }
+#if COLOSSAL_WITH_CUDA
+  CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                               cudaMemcpyDeviceToDevice, cuda_stream(ctx)));
+  return absl::OkStatus();
+#else
+  return absl::InternalError("copy_2d: a non-CPU context in a CPU-only build");
+#endif
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,207 @@
+#include "nn/models/gpt2/gpt2.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "core/gemm/gemm.h"
+#include "core/status/status.h"
+#include "core/status/suggest.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/random/random.h"
+#include "nn/layers/tensor_util.h"
+
+namespace colossal::nn {
+namespace {
+
+struct Preset {
+  const char* name;
+  int64_t n_layer, n_head, n_embd;
+};
+constexpr Preset kPresets[] = {
+    {"gpt2", 12, 12, 768},
+    {"gpt2-medium", 24, 16, 1024},
+    {"gpt2-large", 36, 20, 1280},
+    {"gpt2-xl", 48, 25, 1600},
+};
+
+struct GPT2Saved : Saved {
+  std::unique_ptr<Saved> embedding, blocks, ln_f;
+  core::Tensor x;  // ln_f output [B, T, C]
+};
+
+}  // namespace
+
+absl::StatusOr<GPT2Config> GPT2Config::preset(absl::string_view name) {
+  std::vector<absl::string_view> names;
+  for (const Preset& p : kPresets) {
+    if (name == p.name) {
+      GPT2Config c;
+      c.n_layer = p.n_layer;
+      c.n_head = p.n_head;
+      c.n_embd = p.n_embd;
+      return c;
+    }
+    names.push_back(p.name);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown GPT-2 preset \"", name, "\"",
+                                          core::did_you_mean(name, names),
+                                          " (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl)"));
+}
+
+absl::Status GPT2Config::validate() const {
+  const std::pair<const char*, int64_t> fields[] = {
+      {"n_layer", n_layer},         {"n_head", n_head},         {"n_embd", n_embd},
+      {"vocab_size", vocab_size},   {"max_seq_len", max_seq_len},
+      {"padded_vocab_multiple", padded_vocab_multiple}};
+  for (const auto& [field, value] : fields) {
+    if (value <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPT-2 config: ", field, " is ", value, "; it must be positive"));
+    }
+  }
+  if (n_embd % n_head != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: n_embd ", n_embd,
+                                                   " is not a multiple of n_head ", n_head));
+  }
+  return absl::OkStatus();
+}
+
+GPT2::GPT2(const GPT2Config& config, core::DType dtype)
+    : Module("gpt2"),
+      config_(config),
+      dtype_(dtype),
+      embedding_("transformer", config.padded_vocab_size(), config.max_seq_len, config.n_embd,
+                 dtype),
+      blocks_("transformer.h"),
+      ln_f_("transformer.ln_f", config.n_embd, {.dtype = dtype}) {
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    blocks_.append(std::make_unique<TransformerBlock>(absl::StrCat("transformer.h.", i),
+                                                      config.n_embd, config.n_head, dtype));
+  }
+  register_child(&embedding_);
+  register_child(&blocks_);
+  register_child(&ln_f_);
+}
+
+absl::StatusOr<ParameterTable> GPT2::parameter_table(const GPT2Config& config, core::DType dtype) {
+  COLOSSAL_RETURN_IF_ERROR(config.validate());
+  GPT2 model(config, dtype);
+  ParameterTable table;
+  COLOSSAL_RETURN_IF_ERROR(model.declare(table));
+  return table;
+}
+
+core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry) {
+  if (entry.name == "transformer.wte.weight") return core::Shape{config.vocab_size, config.n_embd};
+  return entry.shape;
+}
+
+absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, core::DType dtype,
+                                                   const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(config.validate());
+  std::unique_ptr<GPT2> model(new GPT2(config, dtype));
+  ParameterTable table;
+  COLOSSAL_RETURN_IF_ERROR(model->declare(table));
+  COLOSSAL_ASSIGN_OR_RETURN(model->store_, ParameterStore::create(table, stream));
+  COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
+  return model;
+}
+
+namespace {
+
+// The kernels' fills on the buffer's device.
+kernels::KernelStatus fill_value(void* out, double value, int64_t n, core::DType dtype,
+                                 bool on_cpu, const core::Stream& stream) {
+  if (on_cpu) return kernels::elementwise::fill_cpu(out, value, n, dtype);
+#if COLOSSAL_WITH_CUDA
+  return kernels::elementwise::fill_cuda(out, value, n, dtype, stream.handle());
+#else
+  return kernels::KernelStatus::unsupported("CUDA buffers in a CPU-only build");
+#endif
+}
+
+kernels::KernelStatus fill_normal(void* out, double std, uint64_t seed, uint64_t offset, int64_t n,
+                                  core::DType dtype, bool on_cpu, const core::Stream& stream) {
+  if (on_cpu) return kernels::random::fill_normal_cpu(out, 0.0, std, seed, offset, n, dtype);
+#if COLOSSAL_WITH_CUDA
+  return kernels::random::fill_normal_cuda(out, 0.0, std, seed, offset, n, dtype, stream.handle());
+#else
+  return kernels::KernelStatus::unsupported("CUDA buffers in a CPU-only build");
+#endif
+}
+
+}  // namespace
+
+absl::Status GPT2::init(uint64_t seed, const core::Stream& stream) {
+  const double std_default = 0.02;
+  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  for (const Parameter& p : store_.parameters()) {
+    const bool on_cpu = p.value.device().is_cpu();
+    const ParameterEntry& e = *store_.table().find(p.name);
+    const int64_t n = p.value.numel();
+    kernels::KernelStatus s;
+    if (absl::EndsWith(p.name, ".bias")) {
+      s = fill_value(p.value.raw_data(), 0.0, n, dtype_, on_cpu, stream);
+    } else if (absl::StrContains(p.name, ".ln_")) {
+      s = fill_value(p.value.raw_data(), 1.0, n, dtype_, on_cpu, stream);
+    } else {
+      const bool residual = absl::EndsWith(p.name, "attn.c_proj.weight") ||
+                            absl::EndsWith(p.name, "mlp.c_proj.weight");
+      s = fill_normal(p.value.raw_data(), residual ? std_residual : std_default, seed,
+                      static_cast<uint64_t>(e.offset), n, dtype_, on_cpu, stream);
+      if (s.ok() && p.name == "transformer.wte.weight") {
+        const int64_t real = config_.vocab_size * config_.n_embd;
+        char* pad = static_cast<char*>(p.value.raw_data()) + real * core::dtype_size(dtype_);
+        s = fill_value(pad, 0.0, n - real, dtype_, on_cpu, stream);
+      }
+    }
+    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(s, absl::StrCat("initialising ", p.name)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
+  auto saved = std::make_unique<GPT2Saved>();
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_.forward(ctx, input));
+  saved->embedding = std::move(e.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, e.output));
+  saved->blocks = std::move(h.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_.forward(ctx, h.output));
+  saved->ln_f = std::move(f.saved);
+  saved->x = f.output;
+  const int64_t B = input.dim(0), T = input.dim(1), Vp = config_.padded_vocab_size();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, f.output.reshape({B * T, config_.n_embd}));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
+                            core::gemm::matmul(ctx, x2, embedding_.wte().value, {.trans_b = true}));
+  COLOSSAL_ASSIGN_OR_RETURN(logits, logits.reshape({B, T, Vp}));
+  return ForwardResult{logits, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& saved,
+                                                 const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "dlogits"));
+  COLOSSAL_ASSIGN_OR_RETURN(GPT2Saved * s, saved_as<GPT2Saved>(saved));
+  const int64_t B = s->x.dim(0), T = s->x.dim(1), Vp = config_.padded_vocab_size();
+  COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, dtype_, "dlogits"));
+  if (grad_output.shape() != core::Shape{B, T, Vp}) {
+    return absl::InvalidArgumentError(absl::StrCat("dlogits are ", grad_output.to_string(),
+                                                   "; expected [", B, ", ", T, ", ", Vp, "]"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, Vp}));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, config_.n_embd}));
+  // Tied head: logits = x wte^T, so dwte += dlogits^T x and dx = dlogits wte.
+  core::Tensor dwte = embedding_.wte().grad;
+  COLOSSAL_RETURN_IF_ERROR(
+      core::gemm::gemm(ctx, dlogits, x2, dwte, {.trans_a = true, .beta = 1.0}));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, embedding_.wte().value));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, config_.n_embd}));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_.backward(ctx, *s->ln_f, dx));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
+  return embedding_.backward(ctx, *s->embedding, dx);
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,129 @@
+// colossal::nn — GPT-2 (Hugging Face / llm.c architecture) built from nn/layers.
+//
+//   tokens [B, T] int32 -> Embedding (wte + wpe) -> n_layer TransformerBlocks
+//   (pre-LN, residual) -> ln_f -> logits = x wte^T  [B, T, padded_vocab]
+//
+// The LM head is tied to the token embedding: there is no lm_head parameter,
+// the head reads wte and its backward accumulates into wte's gradient too.
+// The vocabulary is padded (llm.c's padded_vocab_size: 50257 -> 50304, a
+// multiple of 128): wte has padded_vocab_size rows, the padding rows are
+// initialised to zero, never indexed by valid tokens and get no gradient from
+// the loss (cross_entropy with v_real = vocab_size gives dlogits 0 there).
+//
+// Parameters, in one table, under Hugging Face GPT-2 names and shapes:
+//   transformer.wte.weight [Vp, C]   (HF: [V, C], the first V rows)
+//   transformer.wpe.weight [maxT, C]
+//   transformer.h.<i>.ln_1.{weight,bias} [C]
+//   transformer.h.<i>.attn.c_attn.{weight [C, 3C], bias [3C]}     (Conv1D layout [in, out])
+//   transformer.h.<i>.attn.c_proj.{weight [C, C], bias [C]}
+//   transformer.h.<i>.ln_2.{weight,bias} [C]
+//   transformer.h.<i>.mlp.c_fc.{weight [C, 4C], bias [4C]}
+//   transformer.h.<i>.mlp.c_proj.{weight [4C, C], bias [C]}
+//   transformer.ln_f.{weight,bias} [C]
+// so a safetensors checkpoint maps one to one (dropping wte's padding rows).
+//
+// Initialisation (GPT2::init, GPT-2 / llm.c): weights N(0, 0.02), the residual
+// projections (attn.c_proj.weight, mlp.c_proj.weight) N(0, 0.02 / sqrt(2 n_layer)),
+// biases 0, LayerNorm weights 1, wte padding rows 0. Each parameter takes the
+// Philox stream elements [offset, offset + numel) of `seed` (kernels/random),
+// offset being its place in the flat buffer: the same seed gives the same
+// weights on any device and whatever part of the model a process initialises.
+//
+// CPU: float32 (training) and float64 (gradient checks), the tested path.
+// CUDA (float32 and 16-bit): the same code through the kernels' CUDA
+// functions; its tests (CPU vs CUDA) skip without a GPU and have not run yet.
+//
+//   COLOSSAL_ASSIGN_OR_RETURN(GPT2Config config, GPT2Config::preset("gpt2"));
+//   COLOSSAL_ASSIGN_OR_RETURN(auto model, GPT2::create(config, DType::kF32, Stream::cpu()));
+//   COLOSSAL_RETURN_IF_ERROR(model->init(/*seed=*/1337));
+//   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, model->forward(ctx, tokens));   // logits
+//   COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult ce,
+//       cross_entropy(ctx, out.output, targets, config.vocab_size, {}));
+//   COLOSSAL_RETURN_IF_ERROR(model->store().zero_grad(Stream::cpu()));
+//   COLOSSAL_RETURN_IF_ERROR(model->backward(ctx, *out.saved, ce.dlogits).status());
+//   // gradients: model->store().flat_grads(DType::kF32)
+#ifndef COLOSSAL_NN_MODELS_GPT2_GPT2_H_
+#define COLOSSAL_NN_MODELS_GPT2_GPT2_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nn/layers/block.h"
+#include "nn/layers/embedding.h"
+#include "nn/layers/layernorm.h"
+#include "nn/module/module.h"
+#include "nn/module/parameter.h"
+
+namespace colossal::nn {
+
+struct GPT2Config {
+  int64_t n_layer = 12;
+  int64_t n_head = 12;
+  int64_t n_embd = 768;
+  int64_t vocab_size = 50257;
+  int64_t max_seq_len = 1024;
+  // wte rows are vocab_size rounded up to a multiple of this.
+  int64_t padded_vocab_multiple = 128;
+
+  int64_t padded_vocab_size() const {
+    return (vocab_size + padded_vocab_multiple - 1) / padded_vocab_multiple *
+           padded_vocab_multiple;
+  }
+  // "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).
+  // NotFoundError with the closest name otherwise.
+  static absl::StatusOr<GPT2Config> preset(absl::string_view name);
+  // InvalidArgumentError naming the field: sizes must be positive and n_embd a
+  // multiple of n_head.
+  absl::Status validate() const;
+};
+
+class GPT2 : public Module {
+ public:
+  // The model's parameter table (no allocation).
+  static absl::StatusOr<ParameterTable> parameter_table(const GPT2Config& config, core::DType dtype);
+  // The shape Hugging Face's GPT2LMHeadModel gives `entry` (same name): equal
+  // to entry.shape except transformer.wte.weight, which has vocab_size rows
+  // there (ours are its first vocab_size rows, then the padding).
+  static core::Shape hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry);
+  // Builds the model, its table and flat buffers on `stream`'s device (values
+  // and gradients zero; call init()).
+  static absl::StatusOr<std::unique_ptr<GPT2>> create(const GPT2Config& config, core::DType dtype,
+                                                      const core::Stream& stream);
+
+  const char* type() const override { return "GPT2"; }
+  const GPT2Config& config() const { return config_; }
+  core::DType dtype() const { return dtype_; }
+  const ParameterTable& table() const { return store_.table(); }
+  ParameterStore& store() { return store_; }
+  // The n_layer blocks ("transformer.h"), e.g. for hooks.
+  Sequential& blocks() { return blocks_; }
+
+  // GPT-2 initialisation (see the file comment), enqueued on `stream` (a
+  // stream of the parameters' device; Stream::cpu() for CPU buffers).
+  absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu());
+
+ protected:
+  // tokens int32 [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size].
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  // dlogits [B, T, padded_vocab_size] -> undefined (tokens have no gradient).
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+
+ private:
+  GPT2(const GPT2Config& config, core::DType dtype);
+
+  GPT2Config config_;
+  core::DType dtype_;
+  Embedding embedding_;
+  Sequential blocks_;
+  LayerNorm ln_f_;
+  ParameterStore store_;
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_MODELS_GPT2_GPT2_H_

@@ -1,0 +1,287 @@
+#include "nn/models/gpt2/gpt2.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nn/layers/cross_entropy.h"
+#include "nn/module/gradcheck.h"
+
+namespace colossal::nn {
+namespace {
+
+using core::DType;
+using core::Stream;
+using core::Tensor;
+
+GPT2Config tiny_config() {
+  GPT2Config c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.vocab_size = 11;
+  c.max_seq_len = 4;
+  c.padded_vocab_multiple = 8;  // 11 -> 16
+  return c;
+}
+
+Tensor tokens_of(std::vector<int32_t> ids, int64_t B, int64_t T) {
+  Tensor t = *Tensor::empty({B, T}, DType::kI32, Stream::cpu());
+  std::copy(ids.begin(), ids.end(), t.data<int32_t>());
+  return t;
+}
+
+class GPT2Test : public ::testing::Test {
+ protected:
+  void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
+  std::unique_ptr<core::Context> ctx_;
+};
+
+TEST_F(GPT2Test, PresetsAndParameterCounts) {
+  absl::StatusOr<GPT2Config> c = GPT2Config::preset("gpt2");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->padded_vocab_size(), 50304);
+  absl::StatusOr<ParameterTable> t = GPT2::parameter_table(*c, DType::kF32);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->parameter_count(), 124475904);  // llm.c's count (padded vocabulary)
+  EXPECT_EQ(t->parameter_count() - (50304 - 50257) * 768, 124439808);  // Hugging Face's
+  EXPECT_EQ(t->size(), 2u + 12u * 12u + 2u);
+  EXPECT_EQ(t->entries()[0].name, "transformer.wte.weight");
+  EXPECT_EQ(t->entries()[0].shape, core::Shape({50304, 768}));
+  EXPECT_EQ(t->find("transformer.h.11.mlp.c_fc.weight")->shape, core::Shape({768, 3072}));
+  EXPECT_EQ(t->entries().back().name, "transformer.ln_f.bias");
+  EXPECT_EQ(t->find("lm_head.weight"), nullptr);  // tied
+  EXPECT_EQ(GPT2::hugging_face_shape(*c, t->entries()[0]), core::Shape({50257, 768}));
+  const ParameterEntry& c_attn = *t->find("transformer.h.3.attn.c_attn.weight");
+  EXPECT_EQ(GPT2::hugging_face_shape(*c, c_attn), core::Shape({768, 2304}));  // Conv1D [in, out]
+
+  const std::pair<const char*, int64_t> hf_counts[] = {
+      {"gpt2-medium", 354823168}, {"gpt2-large", 774030080}, {"gpt2-xl", 1557611200}};
+  for (const auto& [name, hf] : hf_counts) {
+    GPT2Config p = *GPT2Config::preset(name);
+    ParameterTable table = *GPT2::parameter_table(p, DType::kF32);
+    EXPECT_EQ(table.parameter_count() - (50304 - 50257) * p.n_embd, hf) << name;
+  }
+  absl::StatusOr<GPT2Config> bad = GPT2Config::preset("gpt2-meduim");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(bad.status().message().find("did you mean \"gpt2-medium\""), std::string::npos);
+
+  GPT2Config odd = tiny_config();
+  odd.n_head = 3;
+  EXPECT_EQ(GPT2::create(odd, DType::kF32, Stream::cpu()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GPT2Test, InitIsReproducibleAndFollowsGpt2) {
+  GPT2Config c = tiny_config();
+  c.n_layer = 3;
+  c.n_embd = 64;
+  c.max_seq_len = 32;
+  auto a = *GPT2::create(c, DType::kF32, Stream::cpu());
+  auto b = *GPT2::create(c, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(a->init(42).ok());
+  ASSERT_TRUE(b->init(42).ok());
+  Tensor fa = a->store().flat_values(DType::kF32), fb = b->store().flat_values(DType::kF32);
+  EXPECT_EQ(std::memcmp(fa.raw_data(), fb.raw_data(), fa.nbytes()), 0);
+  ASSERT_TRUE(b->init(43).ok());
+  EXPECT_NE(std::memcmp(fa.raw_data(), fb.raw_data(), fa.nbytes()), 0);
+
+  auto stddev = [](const Parameter& p) {
+    double s = 0;
+    for (int64_t i = 0; i < p.value.numel(); ++i) s += double(p.value.data<float>()[i]) * p.value.data<float>()[i];
+    return std::sqrt(s / p.value.numel());
+  };
+  const ParameterStore& store = a->store();
+  EXPECT_NEAR(stddev(*store.find("transformer.h.0.mlp.c_fc.weight")), 0.02, 0.002);
+  EXPECT_NEAR(stddev(*store.find("transformer.h.1.mlp.c_proj.weight")), 0.02 / std::sqrt(6.0),
+              0.001);
+  EXPECT_NEAR(stddev(*store.find("transformer.h.2.attn.c_proj.weight")), 0.02 / std::sqrt(6.0),
+              0.001);
+  for (const Parameter& p : store.parameters()) {
+    const float* v = p.value.data<float>();
+    if (p.name.ends_with(".bias")) {
+      for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(v[i], 0.0f) << p.name;
+    } else if (p.name.find(".ln_") != std::string::npos) {
+      for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(v[i], 1.0f) << p.name;
+    }
+  }
+  const Parameter wte = *store.find("transformer.wte.weight");
+  for (int64_t i = 11 * 64; i < 16 * 64; ++i) ASSERT_EQ(wte.value.data<float>()[i], 0.0f);
+  EXPECT_NE(wte.value.data<float>()[10 * 64], 0.0f);
+}
+
+TEST_F(GPT2Test, TinyModelGradientsMatchFiniteDifferences) {
+  auto model = *GPT2::create(tiny_config(), DType::kF64, Stream::cpu());
+  ASSERT_TRUE(model->init(7).ok());
+  // Larger weights than GPT-2's 0.02 so every path carries signal.
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  for (const Parameter& p : model->store().parameters()) {
+    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
+  }
+  Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9}, 2, 4);
+  absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, *model, model->store(), tokens, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->checked, model->table().parameter_count());
+  EXPECT_LT(r->max_error, 1e-5) << r->worst;
+}
+
+TEST_F(GPT2Test, RejectsBadTokensWithTheModulePath) {
+  auto model = *GPT2::create(tiny_config(), DType::kF32, Stream::cpu());
+  absl::StatusOr<ForwardResult> out = model->forward(*ctx_, tokens_of({1, 2, 3, 4, 5}, 1, 5));
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("GPT2 gpt2: Embedding transformer: tokens are"),
+            std::string::npos)
+      << out.status();
+}
+
+// Saved activations belong to the call: two micro-batches in flight, their
+// backwards in either order, accumulate the same gradients as one at a time.
+TEST_F(GPT2Test, MicroBatchesInFlightAccumulate) {
+  auto model = *GPT2::create(tiny_config(), DType::kF64, Stream::cpu());
+  ASSERT_TRUE(model->init(5).ok());
+  Tensor a = tokens_of({1, 2, 3, 4, 5, 6, 7, 8}, 2, 4), b = tokens_of({9, 9, 0, 1}, 1, 4);
+  auto dlogits = [&](const Tensor& logits, double k) {
+    Tensor d = *Tensor::empty(logits.shape(), DType::kF64, Stream::cpu());
+    for (int64_t i = 0; i < d.numel(); ++i) d.data<double>()[i] = std::sin(k * (i + 1));
+    return d;
+  };
+  ParameterStore& store = model->store();
+  Tensor g = store.flat_grads(DType::kF64);
+  // One at a time.
+  ASSERT_TRUE(store.zero_grad(Stream::cpu()).ok());
+  ForwardResult fa = *model->forward(*ctx_, a);
+  ASSERT_TRUE(model->backward(*ctx_, *fa.saved, dlogits(fa.output, 0.3)).ok());
+  ForwardResult fb = *model->forward(*ctx_, b);
+  ASSERT_TRUE(model->backward(*ctx_, *fb.saved, dlogits(fb.output, 0.7)).ok());
+  std::vector<double> sequential(g.data<double>(), g.data<double>() + g.numel());
+  // Both forwards first, backwards in reverse order.
+  ASSERT_TRUE(store.zero_grad(Stream::cpu()).ok());
+  ForwardResult fa2 = *model->forward(*ctx_, a);
+  ForwardResult fb2 = *model->forward(*ctx_, b);
+  ASSERT_TRUE(model->backward(*ctx_, *fb2.saved, dlogits(fb2.output, 0.7)).ok());
+  ASSERT_TRUE(model->backward(*ctx_, *fa2.saved, dlogits(fa2.output, 0.3)).ok());
+  for (int64_t i = 0; i < g.numel(); ++i) {
+    ASSERT_NEAR(g.data<double>()[i], sequential[i], 1e-12 * (1 + std::abs(sequential[i]))) << i;
+  }
+}
+
+// The float32 path agrees with the float64 path the gradient check covers.
+TEST_F(GPT2Test, Float32MatchesFloat64) {
+  auto m32 = *GPT2::create(tiny_config(), DType::kF32, Stream::cpu());
+  auto m64 = *GPT2::create(tiny_config(), DType::kF64, Stream::cpu());
+  ASSERT_TRUE(m32->init(9).ok());
+  Tensor w32 = m32->store().flat_values(DType::kF32), w64 = m64->store().flat_values(DType::kF64);
+  ASSERT_EQ(w32.numel(), w64.numel());
+  for (int64_t i = 0; i < w32.numel(); ++i) {
+    w32.data<float>()[i] *= 10;  // larger weights: a less trivial function
+    w64.data<double>()[i] = w32.data<float>()[i];
+  }
+  Tensor tokens = tokens_of({4, 8, 15, 10, 2, 3, 1, 0}, 2, 4);
+  ForwardResult o32 = *m32->forward(*ctx_, tokens), o64 = *m64->forward(*ctx_, tokens);
+  double max_diff = 0, max_abs = 0;
+  for (int64_t i = 0; i < o64.output.numel(); ++i) {
+    max_diff = std::max(max_diff, std::abs(o32.output.data<float>()[i] - o64.output.data<double>()[i]));
+    max_abs = std::max(max_abs, std::abs(o64.output.data<double>()[i]));
+  }
+  EXPECT_GT(max_abs, 0.1);
+  EXPECT_LT(max_diff, 1e-5 * (1 + max_abs));
+  Tensor d32 = *Tensor::empty(o32.output.shape(), DType::kF32, Stream::cpu());
+  Tensor d64 = *Tensor::empty(o64.output.shape(), DType::kF64, Stream::cpu());
+  for (int64_t i = 0; i < d64.numel(); ++i) {
+    d64.data<double>()[i] = d32.data<float>()[i] = static_cast<float>(std::cos(0.37 * i));
+  }
+  ASSERT_TRUE(m32->backward(*ctx_, *o32.saved, d32).ok());
+  ASSERT_TRUE(m64->backward(*ctx_, *o64.saved, d64).ok());
+  Tensor g32 = m32->store().flat_grads(DType::kF32), g64 = m64->store().flat_grads(DType::kF64);
+  double gmax = 0, gdiff = 0;
+  for (int64_t i = 0; i < g64.numel(); ++i) {
+    gmax = std::max(gmax, std::abs(g64.data<double>()[i]));
+    gdiff = std::max(gdiff, std::abs(g32.data<float>()[i] - g64.data<double>()[i]));
+  }
+  EXPECT_GT(gmax, 0.1);
+  EXPECT_LT(gdiff, 1e-4 * gmax);
+}
+
+// Hooks fire around every block, in forward order and then in reverse.
+TEST_F(GPT2Test, BlockHooksFireInOrder) {
+  GPT2Config c = tiny_config();
+  c.n_layer = 3;
+  auto model = *GPT2::create(c, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(model->init(2).ok());
+  std::vector<std::string> events;
+  for (size_t i = 0; i < model->blocks().size(); ++i) {
+    Module& block = model->blocks().at(i);
+    block.add_forward_pre_hook([&](Module& m, const Tensor&) {
+      events.push_back("f " + m.name());
+      return absl::OkStatus();
+    });
+    block.add_backward_hook([&](Module& m, const Tensor&) {
+      events.push_back("b " + m.name());
+      return absl::OkStatus();
+    });
+  }
+  Tensor tokens = tokens_of({1, 2, 3, 4}, 1, 4);
+  ForwardResult out = *model->forward(*ctx_, tokens);
+  Tensor d = *Tensor::empty(out.output.shape(), DType::kF32, Stream::cpu());
+  ASSERT_TRUE(d.set_zero(Stream::cpu()).ok());
+  ASSERT_TRUE(model->backward(*ctx_, *out.saved, d).ok());
+  EXPECT_EQ(events, (std::vector<std::string>{"f transformer.h.0", "f transformer.h.1",
+                                              "f transformer.h.2", "b transformer.h.2",
+                                              "b transformer.h.1", "b transformer.h.0"}));
+}
+
+// A tiny GPT-2 memorises one batch with Adam steps written here.
+TEST_F(GPT2Test, TinyModelOverfitsOneBatch) {
+  GPT2Config c = tiny_config();
+  c.n_embd = 16;
+  c.max_seq_len = 8;
+  auto model = *GPT2::create(c, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(model->init(1).ok());
+  std::vector<int32_t> seq = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3};
+  std::vector<int32_t> in, target;
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 8; ++t) {
+      in.push_back(seq[b * 9 + t]);
+      target.push_back(seq[b * 9 + t + 1]);
+    }
+  }
+  Tensor tokens = tokens_of(in, 2, 8), targets = tokens_of(target, 2, 8);
+
+  ParameterStore& store = model->store();
+  Tensor w = store.flat_values(DType::kF32), g = store.flat_grads(DType::kF32);
+  const int64_t n = w.numel();
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float first_loss = 0, loss = 0;
+  for (int step = 1; step <= 300; ++step) {
+    ASSERT_TRUE(store.zero_grad(Stream::cpu()).ok());
+    ForwardResult out = *model->forward(*ctx_, tokens);
+    absl::StatusOr<CrossEntropyResult> ce =
+        cross_entropy(*ctx_, out.output, targets, c.vocab_size, {});
+    ASSERT_TRUE(ce.ok()) << ce.status();
+    loss = ce->loss;
+    if (step == 1) first_loss = loss;
+    ASSERT_TRUE(model->backward(*ctx_, *out.saved, ce->dlogits).ok());
+    float* wp = w.data<float>();
+    const float* gp = g.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = beta1 * m[i] + (1 - beta1) * gp[i];
+      v[i] = beta2 * v[i] + (1 - beta2) * gp[i] * gp[i];
+      const float mh = m[i] / (1 - std::pow(beta1, step)), vh = v[i] / (1 - std::pow(beta2, step));
+      wp[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+    if (loss < 0.05f) break;
+  }
+  EXPECT_NEAR(first_loss, std::log(11.0f), 0.1f);  // uniform prediction at init
+  EXPECT_LT(loss, 0.1f);
+  // Padding rows of wte receive no gradient from the loss and stay zero.
+  const Parameter wte = *store.find("transformer.wte.weight");
+  for (int64_t i = 11 * 16; i < 16 * 16; ++i) ASSERT_EQ(wte.value.data<float>()[i], 0.0f);
+}
+
+}  // namespace
+}  // namespace colossal::nn

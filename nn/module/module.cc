@@ -1,0 +1,103 @@
+#include "nn/module/module.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+
+namespace colossal::nn {
+namespace {
+
+absl::Status run_hooks(const std::vector<Module::Hook>& hooks, Module& module,
+                       const core::Tensor& tensor, const char* when) {
+  for (const Module::Hook& hook : hooks) {
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(hook(module, tensor), when));
+  }
+  return absl::OkStatus();
+}
+
+// Saved activations of a Sequential: one per child.
+class SequentialSaved : public Saved {
+ public:
+  std::vector<std::unique_ptr<Saved>> children;
+};
+
+}  // namespace
+
+std::string Module::description() const { return absl::StrCat(type(), " ", name_); }
+
+absl::Status Module::declare(ParameterTable& table) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(declare_own(table), description()));
+  for (Module* child : children_) COLOSSAL_RETURN_IF_ERROR(child->declare(table));
+  return absl::OkStatus();
+}
+
+absl::Status Module::bind(const ParameterStore& store) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(bind_own(store), description()));
+  for (Module* child : children_) COLOSSAL_RETURN_IF_ERROR(child->bind(store));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardResult> Module::forward(core::Context& ctx, const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_pre_hooks_, *this, input, "forward pre-hook"));
+  absl::StatusOr<ForwardResult> result = forward_impl(ctx, input);
+  if (!result.ok()) return core::annotate(result.status(), description());
+  COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_hooks_, *this, result->output, "forward hook"));
+  return result;
+}
+
+absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
+                                              const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(
+      run_hooks(backward_pre_hooks_, *this, grad_output, "backward pre-hook"));
+  absl::StatusOr<core::Tensor> result = backward_impl(ctx, saved, grad_output);
+  if (!result.ok()) return core::annotate(result.status(), description());
+  COLOSSAL_RETURN_IF_ERROR(run_hooks(backward_hooks_, *this, *result, "backward hook"));
+  return result;
+}
+
+absl::Status Module::wrong_saved() const {
+  return absl::InvalidArgumentError(
+      "backward was given the saved activations of another kind of module");
+}
+
+Module* Sequential::append(std::unique_ptr<Module> child) {
+  Module* raw = child.get();
+  modules_.push_back(std::move(child));
+  register_child(raw);
+  return raw;
+}
+
+absl::StatusOr<ForwardResult> Sequential::forward_impl(core::Context& ctx,
+                                                       const core::Tensor& input) {
+  auto saved = std::make_unique<SequentialSaved>();
+  core::Tensor x = input;
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    absl::StatusOr<ForwardResult> r = modules_[i]->forward(ctx, x);
+    if (!r.ok()) {
+      return core::annotate(r.status(), absl::StrCat("child ", i, " (", modules_[i]->type(), ")"));
+    }
+    x = r->output;
+    saved->children.push_back(std::move(r->saved));
+  }
+  return ForwardResult{x, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> Sequential::backward_impl(core::Context& ctx, Saved& saved,
+                                                       const core::Tensor& grad_output) {
+  COLOSSAL_ASSIGN_OR_RETURN(SequentialSaved * s, saved_as<SequentialSaved>(saved));
+  if (s->children.size() != modules_.size()) {
+    return absl::InvalidArgumentError("saved activations are from a Sequential of another size");
+  }
+  core::Tensor g = grad_output;
+  for (size_t i = modules_.size(); i-- > 0;) {
+    absl::StatusOr<core::Tensor> r = modules_[i]->backward(ctx, *s->children[i], g);
+    if (!r.ok()) {
+      return core::annotate(r.status(), absl::StrCat("child ", i, " (", modules_[i]->type(), ")"));
+    }
+    g = *r;
+  }
+  return g;
+}
+
+}  // namespace colossal::nn
