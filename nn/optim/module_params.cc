@@ -1,0 +1,21 @@
+#include "nn/optim/module_params.h"
+
+#include <utility>
+#include <vector>
+
+#include "core/status/status.h"
+
+namespace colossal::nn {
+
+absl::StatusOr<std::vector<ParamRef>> optimizer_params(absl::Span<const Parameter> parameters,
+                                                       const core::Stream& stream) {
+  std::vector<ParamRef> out;
+  out.reserve(parameters.size());
+  for (const Parameter& p : parameters) {
+    COLOSSAL_ASSIGN_OR_RETURN(ParamRef ref, make_master_param(p.name, p.value, p.grad, stream));
+    out.push_back(std::move(ref));
+  }
+  return out;
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,219 @@
+// Optimizer state save/load: a round trip through state_dict(), JSON and deep
+// copies gives bit-identical next steps (Adam with fp32 and bf16-master
+// parameters, SGD with momentum); Adam-family states load across flavours;
+// bad states are rejected with the key named and nothing changed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/optim/adam.h"
+#include "nn/optim/sgd.h"
+#include "nn/optim/state_dict.h"
+#include "nn/optim/test_util.h"
+
+namespace colossal::nn {
+namespace {
+
+using core::DType;
+using core::Tensor;
+
+// What a checkpoint holds: deep copies of the tensors and the JSON text.
+struct Saved {
+  std::string json;
+  std::map<std::string, Tensor> tensors;
+};
+
+Saved save(const Optimizer& opt) {
+  OptimizerStateDict sd = opt.state_dict().value();
+  Saved s;
+  s.json = optimizer_meta_to_json(sd.meta);
+  for (const auto& [k, t] : sd.tensors) s.tensors[k] = testing::clone_cpu(t);
+  return s;
+}
+
+OptimizerStateDict restore(const Saved& s) {
+  OptimizerStateDict sd;
+  sd.meta = optimizer_meta_from_json(s.json).value();
+  sd.tensors = s.tensors;
+  return sd;
+}
+
+// A model: fp32 parameters (their own masters) and bf16 ones (optimizer-owned
+// masters), with gradients. `seed` varies the initial values.
+struct Model {
+  std::vector<Tensor> weights;
+  std::vector<ParamRef> params;
+  explicit Model(uint32_t seed) {
+    const std::vector<std::pair<std::string, core::Shape>> spec = {
+        {"wte.weight", {20, 6}}, {"h.0.ln_1.weight", {6}}, {"h.0.mlp.c_fc.weight", {6, 9}},
+        {"h.0.mlp.c_fc.bias", {9}}};
+    for (size_t i = 0; i < spec.size(); ++i) {
+      const DType dt = i % 2 == 0 ? DType::kBF16 : DType::kF32;
+      Tensor w = testing::random_cpu_tensor(spec[i].second, dt, seed + i);
+      Tensor g = testing::random_cpu_tensor(spec[i].second, dt, seed + 100 + i);
+      weights.push_back(w);
+      params.push_back(make_master_param(spec[i].first, w, g, core::Stream::cpu()).value());
+    }
+  }
+  void fill_grads(uint32_t seed) {
+    for (size_t i = 0; i < params.size(); ++i) testing::refill(params[i].grad, seed + i);
+  }
+  // What loading a model checkpoint does: the model weights' values.
+  void copy_weights_from(const Model& other) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      std::memcpy(weights[i].raw_data(), other.weights[i].raw_data(), weights[i].nbytes());
+    }
+  }
+};
+
+void expect_same(const Model& a, const Model& b, const Optimizer& oa, const Optimizer& ob,
+                 const std::vector<std::string>& states) {
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    const std::string& n = a.params[i].name;
+    EXPECT_EQ(testing::to_bytes(a.params[i].master), testing::to_bytes(b.params[i].master)) << n;
+    EXPECT_EQ(testing::to_bytes(a.weights[i]), testing::to_bytes(b.weights[i])) << n;
+    EXPECT_EQ(oa.param_step(n).value(), ob.param_step(n).value()) << n;
+    for (const std::string& s : states) {
+      EXPECT_EQ(testing::to_bytes(oa.state_tensor(n, s).value()),
+                testing::to_bytes(ob.state_tensor(n, s).value()))
+          << n << " " << s;
+    }
+  }
+}
+
+TEST(OptimizerStateTest, AdamRoundTripGivesIdenticalNextSteps) {
+  Model a(1);
+  AdamOptions o;
+  o.lr = 1e-2;
+  o.beta2 = 0.95;
+  auto oa = make_hybrid_adam(split_decay_groups(a.params, 0.1), o).value();
+  for (int step = 0; step < 3; ++step) {
+    a.fill_grads(10 * step);
+    ASSERT_TRUE(oa->step().ok());
+  }
+  ASSERT_TRUE(oa->set_lrs({5e-3, 7e-3}).ok());  // as a scheduler would
+  const Saved saved = save(*oa);
+  EXPECT_EQ(saved.tensors.count("state.wte.weight.exp_avg"), 1u);
+  EXPECT_EQ(saved.tensors.count("state.wte.weight.master"), 1u);        // bf16: optimizer-owned
+  EXPECT_EQ(saved.tensors.count("state.h.0.ln_1.weight.master"), 0u);   // fp32: the model's
+  EXPECT_EQ(saved.tensors.at("state.h.0.mlp.c_fc.bias.step").data<int64_t>()[0], 3);
+
+  // A fresh model and optimizer (other initial values and hyper-parameters).
+  Model b(77);
+  b.copy_weights_from(a);  // the model checkpoint: restores fp32 weights and bf16 copies
+  auto ob = make_hybrid_adam(split_decay_groups(b.params, 0.0)).value();
+  ASSERT_TRUE(ob->load_state_dict(restore(saved)).ok());
+  EXPECT_EQ(ob->lrs(), (std::vector<double>{5e-3, 7e-3}));
+  EXPECT_EQ(ob->group_hyper(0).weight_decay, 0.1);
+  EXPECT_EQ(ob->group_hyper(0).beta2, 0.95);
+  expect_same(a, b, *oa, *ob, {"exp_avg", "exp_avg_sq"});
+  for (int step = 3; step < 6; ++step) {
+    a.fill_grads(10 * step);
+    b.fill_grads(10 * step);
+    ASSERT_TRUE(oa->step().ok());
+    ASSERT_TRUE(ob->step().ok());
+  }
+  expect_same(a, b, *oa, *ob, {"exp_avg", "exp_avg_sq"});
+}
+
+TEST(OptimizerStateTest, AdamFamilyStatesLoadAcrossFlavours) {
+  Model a(1);
+  auto oa = make_cpu_adam({ParamGroup{a.params}}).value();
+  a.fill_grads(5);
+  ASSERT_TRUE(oa->step().ok());
+  Model b(2);
+  b.copy_weights_from(a);
+  auto ob = make_adamw({ParamGroup{b.params}}).value();
+  ASSERT_TRUE(ob->load_state_dict(restore(save(*oa))).ok());
+  expect_same(a, b, *oa, *ob, {"exp_avg", "exp_avg_sq"});
+}
+
+TEST(OptimizerStateTest, SgdRoundTripGivesIdenticalNextSteps) {
+  Model a(3);
+  SgdOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  auto oa = Sgd::create({ParamGroup{a.params}}, o).value();
+  for (int step = 0; step < 2; ++step) {
+    a.fill_grads(step);
+    ASSERT_TRUE(oa->step().ok());
+  }
+  const Saved saved = save(*oa);
+  Model b(4);
+  b.copy_weights_from(a);
+  auto ob = Sgd::create({ParamGroup{b.params}}).value();  // no momentum: no buffers yet
+  ASSERT_TRUE(ob->load_state_dict(restore(saved)).ok());
+  EXPECT_EQ(ob->group_hyper(0).momentum, 0.9);
+  for (int step = 2; step < 5; ++step) {
+    a.fill_grads(step);
+    b.fill_grads(step);
+    ASSERT_TRUE(oa->step().ok());
+    ASSERT_TRUE(ob->step().ok());
+  }
+  expect_same(a, b, *oa, *ob, {"momentum_buffer"});
+}
+
+void expect_load_error(Optimizer& opt, const OptimizerStateDict& sd, const std::string& needle) {
+  const std::vector<double> lrs = opt.lrs();
+  const absl::Status s = opt.load_state_dict(sd);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "\"" << needle << "\" not in: " << s;
+  EXPECT_EQ(opt.lrs(), lrs);  // nothing changed
+}
+
+TEST(OptimizerStateTest, BadStatesAreRejectedNamingTheKey) {
+  Model a(1);
+  auto opt = make_adamw(split_decay_groups(a.params, 0.1)).value();
+  ASSERT_TRUE(opt->step().ok());
+  const OptimizerStateDict good = opt->state_dict().value();
+  ASSERT_TRUE(opt->set_lrs({0.5, 0.25}).ok());
+  {
+    OptimizerStateDict sd = good;
+    sd.meta.type = "sgd";
+    expect_load_error(*opt, sd, "\"sgd\" optimizer");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.meta.groups.pop_back();
+    expect_load_error(*opt, sd, "1 parameter groups");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.meta.groups[0].params[1] = "h.1.mlp.c_fc.weight";
+    expect_load_error(*opt, sd, "\"h.1.mlp.c_fc.weight\" in the state but \"h.0.mlp.c_fc.weight\"");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.tensors.erase("state.h.0.mlp.c_fc.bias.exp_avg_sq");
+    expect_load_error(*opt, sd, "missing \"state.h.0.mlp.c_fc.bias.exp_avg_sq\"");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.tensors["state.h.0.mlp.c_fc.bias.momentum_buffer"] = sd.tensors["state.h.0.mlp.c_fc.bias.exp_avg"];
+    expect_load_error(*opt, sd, "unexpected key \"state.h.0.mlp.c_fc.bias.momentum_buffer\"");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.tensors["state.wte.weight.exp_avg"] = testing::random_cpu_tensor({20, 5}, DType::kF32, 1);
+    expect_load_error(*opt, sd, "\"state.wte.weight.exp_avg\" must be float32 [20, 6]");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.tensors["state.wte.weight.step"] = testing::cpu_tensor({1}, DType::kF32, {1.0f});
+    expect_load_error(*opt, sd, "\"state.wte.weight.step\" must be an int64");
+  }
+  {
+    OptimizerStateDict sd = good;
+    sd.meta.groups[1].hyper.eps = -1;
+    expect_load_error(*opt, sd, "param group 1: eps");
+  }
+  ASSERT_TRUE(opt->load_state_dict(good).ok());  // its own views: a no-op copy
+}
+
+}  // namespace
+}  // namespace colossal::nn
