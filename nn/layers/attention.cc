@@ -12,6 +12,9 @@ namespace colossal::nn {
 namespace {
 
 struct AttentionSaved : Saved {
+  SavedStats stats() const override {
+    return saved_stats({q, k, v, probs}, {c_attn.get(), c_proj.get()});
+  }
   std::unique_ptr<Saved> c_attn, c_proj;
   core::Tensor q, k, v, probs;  // [B*NH, T, hs] x3, [B*NH, T, T]
 };

@@ -7,6 +7,9 @@ namespace colossal::nn {
 namespace {
 
 struct BlockSaved : Saved {
+  SavedStats stats() const override {
+    return saved_stats({}, {ln_1.get(), attn.get(), ln_2.get(), mlp.get()});
+  }
   std::unique_ptr<Saved> ln_1, attn, ln_2, mlp;
 };
 

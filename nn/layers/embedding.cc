@@ -9,6 +9,7 @@ namespace colossal::nn {
 namespace {
 
 struct EmbeddingSaved : Saved {
+  SavedStats stats() const override { return saved_stats({tokens}); }
   core::Tensor tokens;
 };
 

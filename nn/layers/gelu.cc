@@ -8,6 +8,7 @@ namespace colossal::nn {
 namespace {
 
 struct GeluSaved : Saved {
+  SavedStats stats() const override { return saved_stats({input}); }
   core::Tensor input;
 };
 

@@ -8,6 +8,7 @@ namespace colossal::nn {
 namespace {
 
 struct LayerNormSaved : Saved {
+  SavedStats stats() const override { return saved_stats({input, mean, rstd}); }
   core::Tensor input, mean, rstd;
 };
 

@@ -10,6 +10,7 @@ namespace colossal::nn {
 namespace {
 
 struct LinearSaved : Saved {
+  SavedStats stats() const override { return saved_stats({input}); }
   core::Tensor input;  // as given ([..., in])
 };
 

@@ -1,5 +1,6 @@
 #include "nn/module/module.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,10 +20,57 @@ absl::Status run_hooks(const std::vector<Module::Hook>& hooks, Module& module,
 // Saved activations of a Sequential: one per child.
 class SequentialSaved : public Saved {
  public:
+  SavedStats stats() const override {
+    SavedStats s;
+    for (const auto& c : children) {
+      if (c == nullptr) continue;
+      const SavedStats cs = c->stats();
+      s.tensors += cs.tensors;
+      s.bytes += cs.bytes;
+    }
+    return s;
+  }
   std::vector<std::unique_ptr<Saved>> children;
 };
 
+// The context of a checkpointed module's forward: only its input.
+class CheckpointSaved : public Saved {
+ public:
+  explicit CheckpointSaved(core::Tensor in) : input(std::move(in)) {}
+  SavedStats stats() const override { return saved_stats({input}); }
+  core::Tensor input;
+};
+
+// Marks a subtree as recomputing for the lifetime of the guard.
+class RecomputeGuard {
+ public:
+  explicit RecomputeGuard(std::function<void(int)> add) : add_(std::move(add)) { add_(1); }
+  ~RecomputeGuard() { add_(-1); }
+  RecomputeGuard(const RecomputeGuard&) = delete;
+  RecomputeGuard& operator=(const RecomputeGuard&) = delete;
+
+ private:
+  std::function<void(int)> add_;
+};
+
 }  // namespace
+
+SavedStats saved_stats(std::initializer_list<core::Tensor> tensors,
+                       std::initializer_list<const Saved*> children) {
+  SavedStats s;
+  for (const core::Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    s.tensors += 1;
+    s.bytes += static_cast<int64_t>(t.nbytes());
+  }
+  for (const Saved* c : children) {
+    if (c == nullptr) continue;
+    const SavedStats cs = c->stats();
+    s.tensors += cs.tensors;
+    s.bytes += cs.bytes;
+  }
+  return s;
+}
 
 std::string Module::description() const { return absl::StrCat(type(), " ", name_); }
 
@@ -38,19 +86,45 @@ absl::Status Module::bind(const ParameterStore& store) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardResult> Module::forward(core::Context& ctx, const core::Tensor& input) {
+absl::StatusOr<ForwardResult> Module::run_forward(core::Context& ctx, const core::Tensor& input,
+                                                  bool keep_only_input) {
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_pre_hooks_, *this, input, "forward pre-hook"));
   absl::StatusOr<ForwardResult> result = forward_impl(ctx, input);
   if (!result.ok()) return core::annotate(result.status(), description());
+  if (keep_only_input) result->saved = std::make_unique<CheckpointSaved>(input);
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_hooks_, *this, result->output, "forward hook"));
   return result;
+}
+
+absl::StatusOr<ForwardResult> Module::forward(core::Context& ctx, const core::Tensor& input) {
+  return run_forward(ctx, input, checkpoint_);
+}
+
+void Module::add_recomputing(int delta) {
+  recomputing_ += delta;
+  for (Module* child : children_) child->add_recomputing(delta);
 }
 
 absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
                                               const core::Tensor& grad_output) {
   COLOSSAL_RETURN_IF_ERROR(
       run_hooks(backward_pre_hooks_, *this, grad_output, "backward pre-hook"));
-  absl::StatusOr<core::Tensor> result = backward_impl(ctx, saved, grad_output);
+  Saved* use = &saved;
+  std::unique_ptr<Saved> rebuilt;
+  if (auto* checkpoint = dynamic_cast<CheckpointSaved*>(&saved)) {
+    absl::StatusOr<ForwardResult> again;
+    {
+      RecomputeGuard guard([this](int d) { add_recomputing(d); });
+      again = run_forward(ctx, checkpoint->input, /*keep_only_input=*/false);
+    }
+    if (!again.ok()) {
+      return core::annotate(again.status(), "recomputing the forward (activation checkpointing)");
+    }
+    rebuilt = std::move(again->saved);
+    use = rebuilt.get();
+  }
+  absl::StatusOr<core::Tensor> result = backward_impl(ctx, *use, grad_output);
+  rebuilt.reset();
   if (!result.ok()) return core::annotate(result.status(), description());
   COLOSSAL_RETURN_IF_ERROR(run_hooks(backward_hooks_, *this, *result, "backward hook"));
   return result;

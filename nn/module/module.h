@@ -17,6 +17,11 @@
 //   * Hooks: plain std::function lists run before and after each forward and
 //     backward (ZeRO-3 gathers parameters before, releases after; DDP starts a
 //     reduction after backward). A hook returning an error stops the call.
+//   * Activation checkpointing (set_checkpoint): the module's forward keeps
+//     only its input in the Saved context (its own activations and its
+//     children's are dropped); its backward re-runs the forward on that input
+//     to rebuild them, then runs the normal backward. See "Activation
+//     checkpointing" below for the hook order.
 //
 // Containers: Sequential chains children in forward and walks them in reverse
 // in backward; an error from child i is prefixed with its index, type and name.
@@ -32,10 +37,14 @@
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, net.forward(ctx, x));
 //   COLOSSAL_ASSIGN_OR_RETURN(Tensor dx, net.backward(ctx, *out.saved, dy));
 // (the same net is gradient-checked in nn/layers/layers_test.cc, SequentialOfLayers)
+//   net.set_checkpoint(true);  // keep only x; backward re-runs the forward
+// (nn/module/module_test.cc, NestedCheckpointingRecomputesAndKeepsGradients)
 #ifndef COLOSSAL_NN_MODULE_MODULE_H_
 #define COLOSSAL_NN_MODULE_MODULE_H_
 
+#include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,17 +57,56 @@
 
 namespace colossal::nn {
 
+// What a Saved context holds: the number of tensor references and the sum of
+// their nbytes(), its children's included. A tensor referenced by two contexts
+// (a layer's output saved as the next layer's input) counts in both, so bytes
+// is an upper bound on the distinct memory held. Undefined tensors count 0.
+struct SavedStats {
+  int64_t tensors = 0;
+  int64_t bytes = 0;
+};
+
 // What one forward call keeps for its backward. Each module derives its own.
 class Saved {
  public:
   virtual ~Saved() = default;
+  // The activations this context keeps (for memory accounting and tests).
+  virtual SavedStats stats() const = 0;
 };
+
+// The stats of `tensors` plus those of `children` (null children skipped):
+// the usual body of a Saved::stats() override.
+SavedStats saved_stats(std::initializer_list<core::Tensor> tensors,
+                       std::initializer_list<const Saved*> children = {});
 
 struct ForwardResult {
   core::Tensor output;
   std::unique_ptr<Saved> saved;
 };
 
+// Activation checkpointing. With set_checkpoint(true):
+//   forward:  forward pre-hooks(input) -> forward -> the Saved context is
+//             replaced by one holding only `input` (stats(): 1 tensor,
+//             input.nbytes()) -> forward hooks(output).
+//   backward: backward pre-hooks(grad_output) -> recomputation, with
+//             recomputing() true on this module and all its descendants:
+//             forward pre-hooks(input) -> forward -> forward hooks(output)
+//             (children's hooks fire too, as in any forward) -> the normal
+//             backward on the rebuilt context -> the rebuilt context is freed
+//             -> backward hooks(input gradient).
+// So every hook that gathers parameters before a forward (ZeRO-3, Gemini)
+// gathers them again for the recomputation; a forward hook that releases them
+// should keep them while module.recomputing() (the backward right after needs
+// them; the backward hook releases). The recomputation runs the same kernels in
+// the same order on the same input and parameters, so the gradients are
+// bit-identical to a plain backward's, provided nothing changes the parameters
+// or the input tensor between forward and backward and the forward is
+// deterministic (no random ops: a module with dropout would have to replay its
+// RNG offset). The backward dispatches on the context, not on the flag: a
+// context from a checkpointed forward is recomputed even if the flag was turned
+// off since, and a plain context is used as is. Several micro-batches may be in
+// flight (each context holds its own input); calls are single-threaded.
+// Nested checkpointed modules work (the inner one recomputes again).
 class Module {
  public:
   // Called with the module and a tensor: the input (before forward), the
@@ -99,6 +147,13 @@ class Module {
   // "Linear transformer.h.0.mlp.c_fc".
   std::string description() const;
 
+  // Activation checkpointing of this module (see above). Off by default.
+  void set_checkpoint(bool on) { checkpoint_ = on; }
+  bool checkpoint() const { return checkpoint_; }
+  // True while a checkpointed ancestor (or this module) re-runs its forward
+  // inside its backward, e.g. for hooks that must not release parameters then.
+  bool recomputing() const { return recomputing_ > 0; }
+
  protected:
   virtual absl::Status declare_own(ParameterTable& table) { return absl::OkStatus(); }
   virtual absl::Status bind_own(const ParameterStore& store) { return absl::OkStatus(); }
@@ -120,10 +175,18 @@ class Module {
 
  private:
   absl::Status wrong_saved() const;
+  // Hooks around forward_impl; with keep_only_input the context is replaced
+  // by a checkpoint context holding `input` before the forward hooks run.
+  absl::StatusOr<ForwardResult> run_forward(core::Context& ctx, const core::Tensor& input,
+                                            bool keep_only_input);
+  // Adds `delta` to recomputing_ of this module and all its descendants.
+  void add_recomputing(int delta);
 
   std::string name_;
   std::vector<Module*> children_;
   std::vector<Hook> forward_pre_hooks_, forward_hooks_, backward_pre_hooks_, backward_hooks_;
+  bool checkpoint_ = false;
+  int recomputing_ = 0;  // a count: nested checkpointed modules recompute inside each other
 };
 
 // Children run one after another; backward in reverse order.

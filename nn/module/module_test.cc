@@ -22,6 +22,7 @@ class SquareScale : public Module {
 
  protected:
   struct MySaved : Saved {
+    SavedStats stats() const override { return saved_stats({x}); }
     Tensor x;
   };
   absl::Status declare_own(ParameterTable& table) override {
@@ -179,6 +180,58 @@ TEST_F(ModuleTest, HookErrorsStopTheCall) {
   absl::StatusOr<ForwardResult> out = m.forward(*ctx_, vec({1}));
   EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(out.status().message().find("forward pre-hook"), std::string::npos);
+}
+
+// Checkpointing a container and, inside it, one child: the outer backward
+// re-runs both children, the inner one re-runs its child again; gradients
+// (and the gradient check) are unchanged.
+TEST_F(ModuleTest, NestedCheckpointingRecomputesAndKeepsGradients) {
+  Sequential net("net");
+  net.append(std::make_unique<SquareScale>("net.0", 3));
+  net.append(std::make_unique<SquareScale>("net.1", 3));
+  ParameterTable table;
+  ASSERT_TRUE(net.declare(table).ok());
+  ParameterStore store = *ParameterStore::create(table, core::Stream::cpu());
+  ASSERT_TRUE(net.bind(store).ok());
+  for (const Parameter& p : store.parameters()) {
+    for (int i = 0; i < 3; ++i) p.value.data<double>()[i] = 0.5 + i;
+  }
+  Tensor x = vec({1.0, -2.0, 0.5}), dy = vec({0.3, -1.0, 2.0});
+  auto grads = [&] {
+    EXPECT_TRUE(store.zero_grad(core::Stream::cpu()).ok());
+    ForwardResult out = *net.forward(*ctx_, x);
+    Tensor dx = *net.backward(*ctx_, *out.saved, dy);
+    std::vector<double> g(dx.data<double>(), dx.data<double>() + 3);
+    for (const Parameter& p : store.parameters()) {
+      g.insert(g.end(), p.grad.data<double>(), p.grad.data<double>() + 3);
+    }
+    return g;
+  };
+  const std::vector<double> plain = grads();
+
+  std::vector<std::string> events;
+  for (size_t i = 0; i < net.size(); ++i) {
+    net.at(i).add_forward_pre_hook([&](Module& m, const Tensor&) {
+      events.push_back(m.name() + (m.recomputing() ? " recompute" : ""));
+      return absl::OkStatus();
+    });
+  }
+  net.set_checkpoint(true);
+  net.at(1).set_checkpoint(true);
+  ForwardResult out = *net.forward(*ctx_, x);
+  EXPECT_EQ(out.saved->stats().tensors, 1);
+  EXPECT_EQ(out.saved->stats().bytes, 3 * 8);
+  EXPECT_EQ(grads(), plain);
+  // grads() ran one forward and one backward after the forward above.
+  EXPECT_EQ(events, (std::vector<std::string>{"net.0", "net.1",               // forward above
+                                              "net.0", "net.1",               // grads() forward
+                                              "net.0 recompute", "net.1 recompute",  // net's
+                                              "net.1 recompute"}));           // net.1's own
+  EXPECT_FALSE(net.recomputing());
+  EXPECT_FALSE(net.at(1).recomputing());
+  absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, net, store, x, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_LT(r->max_error, 1e-7) << r->worst;
 }
 
 TEST_F(ModuleTest, BindFailsForUndeclaredParameters) {

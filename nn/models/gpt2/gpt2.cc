@@ -28,6 +28,9 @@ constexpr Preset kPresets[] = {
 };
 
 struct GPT2Saved : Saved {
+  SavedStats stats() const override {
+    return saved_stats({x}, {embedding.get(), blocks.get(), ln_f.get()});
+  }
   std::unique_ptr<Saved> embedding, blocks, ln_f;
   core::Tensor x;  // ln_f output [B, T, C]
 };
@@ -62,6 +65,10 @@ absl::Status GPT2Config::validate() const {
           absl::StrCat("GPT-2 config: ", field, " is ", value, "; it must be positive"));
     }
   }
+  if (!(checkpoint_ratio >= 0.0 && checkpoint_ratio <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: checkpoint_ratio is ",
+                                                   checkpoint_ratio, "; it must be in [0, 1]"));
+  }
   if (n_embd % n_head != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: n_embd ", n_embd,
                                                    " is not a multiple of n_head ", n_head));
@@ -78,8 +85,9 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype)
       blocks_("transformer.h"),
       ln_f_("transformer.ln_f", config.n_embd, {.dtype = dtype}) {
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    blocks_.append(std::make_unique<TransformerBlock>(absl::StrCat("transformer.h.", i),
-                                                      config.n_embd, config.n_head, dtype));
+    Module* block = blocks_.append(std::make_unique<TransformerBlock>(
+        absl::StrCat("transformer.h.", i), config.n_embd, config.n_head, dtype));
+    block->set_checkpoint(i < config.checkpointed_layers());
   }
   register_child(&embedding_);
   register_child(&blocks_);

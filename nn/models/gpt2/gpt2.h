@@ -29,6 +29,11 @@
 // offset being its place in the flat buffer: the same seed gives the same
 // weights on any device and whatever part of the model a process initialises.
 //
+// Activation checkpointing: GPT2Config::checkpoint_ratio checkpoints the first
+// int(ratio * n_layer) blocks (nn/module/module.h, "Activation checkpointing";
+// tested bit-identical in gpt2_checkpoint_test.cc). Gradient accumulation over
+// micro-batches: nn/train/train_step.h.
+//
 // CPU: float32 (training) and float64 (gradient checks), the tested path.
 // CUDA (float32 and 16-bit): the same code through the kernels' CUDA
 // functions; its tests (CPU vs CUDA) skip without a GPU and have not run yet.
@@ -68,6 +73,17 @@ struct GPT2Config {
   int64_t max_seq_len = 1024;
   // wte rows are vocab_size rounded up to a multiple of this.
   int64_t padded_vocab_multiple = 128;
+  // Activation checkpointing (Colossal-AI's gradient_checkpointing_ratio): the
+  // first checkpointed_layers() = int(checkpoint_ratio * n_layer) blocks
+  // (truncated, as Colossal-AI's GradientCheckpointConfig) keep only their
+  // input in forward and re-run their forward in backward (nn/module/module.h,
+  // "Activation checkpointing"): same gradients bit for bit, less activation
+  // memory, one more block forward per checkpointed block. In [0, 1].
+  double checkpoint_ratio = 0.0;
+
+  int64_t checkpointed_layers() const {
+    return static_cast<int64_t>(checkpoint_ratio * static_cast<double>(n_layer));
+  }
 
   int64_t padded_vocab_size() const {
     return (vocab_size + padded_vocab_multiple - 1) / padded_vocab_multiple *
@@ -76,8 +92,8 @@ struct GPT2Config {
   // "gpt2" (124M), "gpt2-medium" (350M), "gpt2-large" (774M), "gpt2-xl" (1558M).
   // NotFoundError with the closest name otherwise.
   static absl::StatusOr<GPT2Config> preset(absl::string_view name);
-  // InvalidArgumentError naming the field: sizes must be positive and n_embd a
-  // multiple of n_head.
+  // InvalidArgumentError naming the field: sizes must be positive, n_embd a
+  // multiple of n_head, checkpoint_ratio in [0, 1].
   absl::Status validate() const;
 };
 
@@ -99,7 +115,9 @@ class GPT2 : public Module {
   core::DType dtype() const { return dtype_; }
   const ParameterTable& table() const { return store_.table(); }
   ParameterStore& store() { return store_; }
-  // The n_layer blocks ("transformer.h"), e.g. for hooks.
+  // The n_layer blocks ("transformer.h"), e.g. for hooks; the first
+  // config().checkpointed_layers() have checkpoint() set (Module::set_checkpoint
+  // changes it per block).
   Sequential& blocks() { return blocks_; }
 
   // GPT-2 initialisation (see the file comment), enqueued on `stream` (a
