@@ -1,0 +1,159 @@
+// `colossal data prepare`: text files -> GPT-2 token shards (io/prepare).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status/suggest.h"
+#include "io/prepare/prepare.h"
+#include "lua/cli/commands.h"
+#include "lua/cli/flags.h"
+
+namespace colossal::lua::cli {
+namespace {
+
+constexpr char kDataUsage[] =
+    "usage: colossal data prepare --input FILE|DIR|GLOB... --output DIR [options]\n"
+    "\n"
+    "subcommands:\n"
+    "  prepare    tokenize text into llm.c token shards and a manifest.json\n";
+
+constexpr FlagSpec kPrepareFlags[] = {
+    {"--input", FlagKind::kList, "PATH...", "text files, folders (*.txt, recursive) or globs"},
+    {"--output", FlagKind::kValue, "DIR", "where the shards and manifest.json go"},
+    {"--val_fraction", FlagKind::kValue, "F", "share of the text for validation (0.05)"},
+    {"--tokenizer", FlagKind::kValue, "FILE",
+     "GPT-2 ranks, tiktoken format ($COLOSSAL_DATA/gpt2.tiktoken)"},
+    {"--threads", FlagKind::kValue, "N", "tokenizing threads (0: one per core)"},
+    {"--name", FlagKind::kValue, "NAME", "shard file prefix: NAME_train_000000.bin (data)"},
+};
+
+std::string PrepareUsage() {
+  return absl::StrCat(
+      "usage: colossal data prepare --input FILE|DIR|GLOB... --output DIR [options]\n\n"
+      "Tokenizes text with GPT-2's BPE into llm.c .bin shards (val first, then train)\n"
+      "and writes manifest.json. The same inputs give byte-identical output.\n\n",
+      FlagHelp(kPrepareFlags));
+}
+
+std::string DataDir() {
+  if (const char* d = std::getenv("COLOSSAL_DATA"); d != nullptr && *d != '\0') return d;
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home ? home : "", "/.cache/colossal/data");
+}
+
+// Progress: a redrawn bar on a terminal, a line per 10% otherwise.
+struct Progress {
+  bool tty = isatty(STDERR_FILENO) != 0;
+  int last_decile = -1;
+  bool drawn = false;
+
+  void operator()(const io::PrepareProgress& p) {
+    const double share =
+        p.bytes_total == 0 ? 1.0 : static_cast<double>(p.bytes_done) / p.bytes_total;
+    if (tty) {
+      drawn = p.bytes_done != p.bytes_total;  // a bar line is open
+      const int width = 40, filled = static_cast<int>(share * width);
+      std::fprintf(stderr, "\r[%s%s] %5.1f%%  %lld/%lld documents  %lld tokens",
+                   std::string(filled, '=').c_str(), std::string(width - filled, ' ').c_str(),
+                   100 * share, static_cast<long long>(p.documents_done),
+                   static_cast<long long>(p.documents_total),
+                   static_cast<long long>(p.tokens_done));
+      if (p.bytes_done == p.bytes_total) std::fputc('\n', stderr);
+      return;
+    }
+    const int decile = static_cast<int>(share * 10);
+    if (decile == last_decile) return;
+    last_decile = decile;
+    std::fprintf(stderr, "prepare: %3d%%  %lld/%lld documents  %lld tokens\n", decile * 10,
+                 static_cast<long long>(p.documents_done),
+                 static_cast<long long>(p.documents_total), static_cast<long long>(p.tokens_done));
+  }
+};
+
+int Prepare(const Args& args) {
+  const std::string usage = PrepareUsage();
+  auto flags = ParseFlags(args, kPrepareFlags, /*stop_at_positional=*/false);
+  if (!flags.ok()) return FailStatus("data prepare", flags.status(), usage);
+  if (flags->help) {
+    std::fputs(usage.c_str(), stdout);
+    return kExitOk;
+  }
+  if (!flags->positional.empty()) {
+    return Fail("data prepare",
+                absl::StrCat("unexpected argument '", flags->positional[0],
+                             "' (inputs go after --input)"),
+                kExitUsage, usage);
+  }
+  if (!flags->has("--input")) return Fail("data prepare", "--input is required", kExitUsage, usage);
+  if (!flags->has("--output")) {
+    return Fail("data prepare", "--output is required", kExitUsage, usage);
+  }
+  io::PrepareOptions options;
+  options.inputs = flags->values.at("--input");
+  options.output_dir = flags->value("--output");
+  options.name = flags->value("--name", options.name);
+  auto val = DoubleFlag(*flags, "--val_fraction", options.val_fraction);
+  if (!val.ok()) return FailStatus("data prepare", val.status(), usage);
+  if (!(*val >= 0 && *val < 1)) {
+    return Fail("data prepare", absl::StrCat("--val_fraction must be in [0, 1), got ", *val),
+                kExitUsage, usage);
+  }
+  options.val_fraction = *val;
+  auto threads = IntFlag(*flags, "--threads", 0, 0, 4096);
+  if (!threads.ok()) return FailStatus("data prepare", threads.status(), usage);
+  options.threads = *threads;
+  if (flags->has("--tokenizer")) {
+    options.tokenizer_path = flags->value("--tokenizer");
+  } else {
+    options.tokenizer_path = absl::StrCat(DataDir(), "/gpt2.tiktoken");
+    struct stat st;
+    if (stat(options.tokenizer_path.c_str(), &st) != 0) {
+      return Fail("data prepare",
+                  absl::StrCat("no GPT-2 tokenizer at ", options.tokenizer_path,
+                               "; fetch it with tools/data/fetch_gpt2_ranks.sh (it installs "
+                               "gpt2.tiktoken under $COLOSSAL_DATA, default ~/.cache/colossal/data)"
+                               ", or pass --tokenizer FILE"),
+                  kExitFailure);
+    }
+  }
+  Progress progress;
+  options.progress = [&progress](const io::PrepareProgress& p) { progress(p); };
+  absl::StatusOr<io::PrepareResult> result = io::PrepareDataset(options);
+  if (progress.tty && progress.drawn && !result.ok()) std::fputc('\n', stderr);
+  if (!result.ok()) {
+    // Bad inputs are the user's files, not their flags: a runtime failure.
+    return Fail("data prepare", result.status().message(), kExitFailure);
+  }
+  std::printf("train: %lld documents, %llu bytes, %lld tokens\n",
+              static_cast<long long>(result->train_documents),
+              static_cast<unsigned long long>(result->train_bytes),
+              static_cast<long long>(result->train_tokens));
+  std::printf("val:   %lld documents, %llu bytes, %lld tokens\n",
+              static_cast<long long>(result->val_documents),
+              static_cast<unsigned long long>(result->val_bytes),
+              static_cast<long long>(result->val_tokens));
+  std::printf("%zu shards, manifest %s\n", result->shards.size(), result->manifest_path.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+int DataCommand(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    if (args.empty()) return Fail("data", "which one? (prepare)", kExitUsage, kDataUsage);
+    std::fputs(kDataUsage, stdout);
+    return kExitOk;
+  }
+  if (args[0] == "prepare") return Prepare(Args(args.begin() + 1, args.end()));
+  return Fail("data",
+              absl::StrCat("unknown subcommand '", args[0], "'",
+                           core::did_you_mean(args[0], {absl::string_view("prepare")})),
+              kExitUsage, kDataUsage);
+}
+
+}  // namespace colossal::lua::cli

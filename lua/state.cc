@@ -1,0 +1,81 @@
+#include "lua/state.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "comm/launch/env.h"
+#include "core/device/device.h"
+
+extern "C" {
+#include "lauxlib.h"
+#include "lualib.h"
+}
+
+namespace colossal::lua {
+namespace {
+
+// colossal.env() -> {rank, world_size, local_rank, device}
+int Env(lua_State* L) {
+  absl::StatusOr<comm::RankInfo> info = comm::discover_rank();
+  if (!info.ok()) {
+    const std::string message(info.status().message());
+    return luaL_error(L, "colossal.env(): %s", message.c_str());
+  }
+  const std::string device = core::cuda_device_count() > 0
+                                 ? core::Device::cuda(info->local_rank).to_string()
+                                 : core::Device::cpu().to_string();
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, info->rank);
+  lua_setfield(L, -2, "rank");
+  lua_pushinteger(L, info->world_size);
+  lua_setfield(L, -2, "world_size");
+  lua_pushinteger(L, info->local_rank);
+  lua_setfield(L, -2, "local_rank");
+  lua_pushstring(L, device.c_str());
+  lua_setfield(L, -2, "device");
+  return 1;
+}
+
+}  // namespace
+
+int OpenColossalModule(lua_State* L) {
+  const luaL_Reg functions[] = {{"env", Env}, {nullptr, nullptr}};
+  luaL_newlib(L, functions);
+  lua_pushstring(L, kVersion);
+  lua_setfield(L, -2, "version");
+  return 1;
+}
+
+absl::StatusOr<LuaState> NewState() {
+  LuaState state(luaL_newstate());
+  if (!state) return absl::ResourceExhaustedError("cannot allocate a Lua state");
+  lua_State* L = state.get();
+  const luaL_Reg libs[] = {{LUA_GNAME, luaopen_base},          {LUA_LOADLIBNAME, luaopen_package},
+                           {LUA_COLIBNAME, luaopen_coroutine}, {LUA_TABLIBNAME, luaopen_table},
+                           {LUA_STRLIBNAME, luaopen_string},   {LUA_MATHLIBNAME, luaopen_math},
+                           {LUA_UTF8LIBNAME, luaopen_utf8}};
+  for (const luaL_Reg& lib : libs) {
+    luaL_requiref(L, lib.name, lib.func, 1);
+    lua_pop(L, 1);
+  }
+  // No file access from recipes: not through the base library...
+  lua_pushnil(L);
+  lua_setglobal(L, "dofile");
+  lua_pushnil(L);
+  lua_setglobal(L, "loadfile");
+  // ...nor through require, which finds only preloaded modules.
+  lua_getglobal(L, LUA_LOADLIBNAME);
+  lua_pushstring(L, "");
+  lua_setfield(L, -2, "path");
+  lua_pushstring(L, "");
+  lua_setfield(L, -2, "cpath");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "loadlib");
+  lua_getfield(L, -1, "preload");
+  lua_pushcfunction(L, OpenColossalModule);
+  lua_setfield(L, -2, "colossal");
+  lua_pop(L, 2);
+  return state;
+}
+
+}  // namespace colossal::lua

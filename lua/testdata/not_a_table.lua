@@ -1,0 +1,2 @@
+-- Forgets to return the table.
+local recipe = { model = { preset = "gpt2" } }

@@ -1,0 +1,3 @@
+-- Fails while running (line 3).
+local plugin = nil
+return { stage = plugin.stage }
