@@ -30,7 +30,7 @@ def _missing_build(reason):
         "load(\":missing.bzl\", \"cuda_missing\")",
         "package(default_visibility = [\"//visibility:public\"])",
     ]
-    for t in ["headers", "cudart", "nvcc", "compiler_files", "cublas", "cublasLt", "nccl", "cudnn"]:
+    for t in ["headers", "cudart", "nvcc", "compiler_files", "cublas", "cublasLt", "nccl", "cudnn", "cudnn_if_available"]:
         lines.append("cuda_missing(name = \"%s\", reason = %r)" % (t, reason))
     return "\n".join(lines) + "\n"
 
@@ -85,6 +85,11 @@ def _cuda_configure_impl(rctx):
         else:
             build.append("cuda_missing(name = %r, reason = %r)" %
                          (target, "the CUDA install at %s has no %s" % (root, libname)))
+        if target == "cudnn":
+            # For code that only reports cuDNN when it is there (colossal check):
+            # defines COLOSSAL_HAS_CUDNN to 1 and links cuDNN, or defines it to 0.
+            build.append("cc_library(name = \"cudnn_if_available\", defines = [\"COLOSSAL_HAS_CUDNN=%d\"]%s)" %
+                         (1 if (lib and header_ok) else 0, ", deps = [\":cudnn\"]" if (lib and header_ok) else ""))
     rctx.file("BUILD.bazel", "\n".join(build) + "\n")
     rctx.file("defs.bzl", "CUDA_FOUND = True\nCUDA_ROOT = %r\nCUDA_VERSION = %r\n" % (root, version))
 

@@ -19,8 +19,10 @@ extern "C" {
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
-#include <cudnn.h>
 #include <nccl.h>
+#if COLOSSAL_HAS_CUDNN
+#include <cudnn.h>
+#endif
 #endif
 
 namespace colossal::lua::cli {
@@ -55,8 +57,12 @@ void CudaLines() {
   } else {
     Line("NCCL", "linked, but ncclGetVersion failed");
   }
+#if COLOSSAL_HAS_CUDNN
   const size_t cudnn = cudnnGetVersion();
   Line("cuDNN", absl::StrCat(cudnn / 10000, ".", (cudnn % 10000) / 100, ".", cudnn % 100));
+#else
+  Line("cuDNN", "not found in this CUDA install");
+#endif
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
