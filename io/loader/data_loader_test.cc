@@ -1,0 +1,320 @@
+#include "io/loader/data_loader.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/alloc/default_allocator.h"
+#include "gtest/gtest.h"
+#include "io/shards/token_shard.h"
+
+namespace colossal::io {
+namespace {
+
+std::string MakeTestDir() {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(base != nullptr ? base : "/tmp", "/loader_",
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  ::mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// Shard s holds tokens (s * 7919 + i) mod 65536, i = 0..sizes[s]-1, so every
+// window's content says where it came from.
+uint16_t TokenAt(int s, int64_t i) { return static_cast<uint16_t>((s * 7919 + i) % 65536); }
+
+std::string WriteShards(const std::string& dir, const std::vector<int64_t>& sizes) {
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    std::vector<uint16_t> tokens(sizes[s]);
+    for (int64_t i = 0; i < sizes[s]; ++i) tokens[i] = TokenAt(static_cast<int>(s), i);
+    const absl::Status st = WriteTokenShard(absl::StrFormat("%s/train_%06d.bin", dir, s), tokens);
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  return dir + "/train_*.bin";
+}
+
+DataLoaderOptions Options(const std::string& pattern, int64_t B, int64_t T) {
+  DataLoaderOptions o;
+  o.pattern = pattern;
+  o.batch_size = B;
+  o.seq_len = T;
+  o.seed = 1234;
+  return o;
+}
+
+std::unique_ptr<DataLoader> OpenOrDie(const DataLoaderOptions& o) {
+  absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(o);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return l.ok() ? *std::move(l) : nullptr;
+}
+
+std::vector<int32_t> Values(const core::Tensor& t) {
+  const int32_t* p = t.data<int32_t>();
+  return std::vector<int32_t>(p, p + t.numel());
+}
+
+// inputs then targets of the next `n` batches.
+std::vector<std::vector<int32_t>> Take(DataLoader& l, int n) {
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<Batch> b = l.next_batch();
+    EXPECT_TRUE(b.ok()) << b.status();
+    if (!b.ok()) break;
+    out.push_back(Values(b->inputs));
+    out.push_back(Values(b->targets));
+  }
+  return out;
+}
+
+TEST(DataLoader, UsageExampleAndFileOrder) {
+  const std::string pattern = WriteShards(MakeTestDir(), {41});  // (41-1)/4 = 10 windows
+  DataLoaderOptions o = Options(pattern, 2, 4);
+  o.shuffle = false;
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->num_windows(), 10);
+  EXPECT_EQ(l->batches_per_epoch(), 5);
+  absl::StatusOr<Batch> b = l->next_batch();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->inputs.dtype(), core::DType::kI32);
+  EXPECT_EQ(b->inputs.shape(), core::Shape({2, 4}));
+  EXPECT_EQ(b->targets.shape(), core::Shape({2, 4}));
+  EXPECT_EQ(Values(b->inputs), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(Values(b->targets), (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(l->state().epoch, 0);
+  EXPECT_EQ(l->state().batch, 1);
+}
+
+TEST(DataLoader, RowsMatchWindowAt) {
+  const std::string pattern = WriteShards(MakeTestDir(), {101, 77, 250});
+  DataLoaderOptions o = Options(pattern, 3, 8);
+  o.world_size = 2;
+  o.rank = 1;
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  std::unique_ptr<DataLoader> probe = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  for (int i = 0; i < 2 * l->batches_per_epoch() + 1; ++i) {
+    absl::StatusOr<Batch> b = l->next_batch();
+    ASSERT_TRUE(b.ok());
+    for (int64_t r = 0; r < 3; ++r) {
+      const auto [shard, window] = probe->WindowAt(b->epoch, b->batch, r);
+      for (int64_t t = 0; t < 8; ++t) {
+        EXPECT_EQ(b->inputs.data<int32_t>()[r * 8 + t], TokenAt(shard, window * 8 + t));
+        EXPECT_EQ(b->targets.data<int32_t>()[r * 8 + t], TokenAt(shard, window * 8 + t + 1));
+      }
+    }
+  }
+}
+
+TEST(DataLoader, RanksGetDisjointWindowsCoveringTheEpoch) {
+  const std::string pattern = WriteShards(MakeTestDir(), {41, 33, 65, 25});  // 10 + 8 + 16 + 6 = 40 windows of T=4
+  const int world = 4;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  int64_t bpe = 0;
+  for (int rank = 0; rank < world; ++rank) {
+    DataLoaderOptions o = Options(pattern, 2, 4);
+    o.world_size = world;
+    o.rank = rank;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    bpe = l->batches_per_epoch();
+    for (int64_t b = 0; b < bpe; ++b) {
+      for (int64_t r = 0; r < 2; ++r) EXPECT_TRUE(seen.insert(l->WindowAt(0, b, r)).second);
+    }
+  }
+  EXPECT_EQ(bpe, 5);
+  EXPECT_EQ(seen.size(), 40u);  // 40 windows, 4 ranks x 5 batches x 2 rows: each once
+}
+
+TEST(DataLoader, DeterministicBySeedAndEpoch) {
+  const std::string pattern = WriteShards(MakeTestDir(), {401, 301, 201});
+  DataLoaderOptions o = Options(pattern, 4, 10);
+  std::unique_ptr<DataLoader> a = OpenOrDie(o);
+  std::unique_ptr<DataLoader> b = OpenOrDie(o);
+  ASSERT_NE(a, nullptr);
+  const int n = 2 * static_cast<int>(a->batches_per_epoch());
+  const auto sa = Take(*a, n);
+  EXPECT_EQ(sa, Take(*b, n));
+  o.seed = 99;
+  std::unique_ptr<DataLoader> c = OpenOrDie(o);
+  EXPECT_NE(sa, Take(*c, n));
+  // Epochs come in different orders.
+  const int half = static_cast<int>(a->batches_per_epoch());
+  EXPECT_NE(std::vector<std::vector<int32_t>>(sa.begin(), sa.begin() + 2 * half),
+            std::vector<std::vector<int32_t>>(sa.begin() + 2 * half, sa.end()));
+}
+
+TEST(DataLoader, EpochRolloverCoversEveryWindowEachEpoch) {
+  const std::string pattern = WriteShards(MakeTestDir(), {49, 33, 17});  // 6 + 4 + 2 = 12 windows of T=8
+  DataLoaderOptions o = Options(pattern, 3, 8);
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  std::unique_ptr<DataLoader> probe = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  ASSERT_EQ(l->batches_per_epoch(), 4);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::set<std::pair<int64_t, int64_t>> seen;
+    for (int64_t i = 0; i < 4; ++i) {
+      absl::StatusOr<Batch> b = l->next_batch();
+      ASSERT_TRUE(b.ok());
+      EXPECT_EQ(b->epoch, epoch);
+      EXPECT_EQ(b->batch, i);
+      for (int64_t r = 0; r < 3; ++r) seen.insert(probe->WindowAt(epoch, i, r));
+    }
+    EXPECT_EQ(seen.size(), 12u);
+  }
+  EXPECT_EQ(l->state().epoch, 3);
+  EXPECT_EQ(l->state().batch, 0);
+}
+
+TEST(DataLoader, ResumeFromSavedStateGivesTheExactRemainingBatches) {
+  const std::string pattern = WriteShards(MakeTestDir(), {301, 257, 90, 1000});
+  for (int depth : {0, 3}) {
+    DataLoaderOptions o = Options(pattern, 2, 16);
+    o.world_size = 2;
+    o.rank = 1;
+    o.prefetch_depth = depth;
+    std::unique_ptr<DataLoader> full = OpenOrDie(o);
+    ASSERT_NE(full, nullptr);
+    const int bpe = static_cast<int>(full->batches_per_epoch());
+    const int before = bpe - 2, after = bpe + 5;  // resume crosses an epoch boundary
+    const auto all = Take(*full, before + after);
+
+    std::unique_ptr<DataLoader> first = OpenOrDie(o);
+    Take(*first, before);
+    const std::string saved = DataLoaderStateToJson(first->state()).dump();
+
+    std::unique_ptr<DataLoader> second = OpenOrDie(o);
+    Take(*second, 1);  // a fresh process may have read ahead: set_state overrides
+    absl::StatusOr<DataLoaderState> state = DataLoaderStateFromJson(nlohmann::json::parse(saved));
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(*state, first->state());
+    ASSERT_TRUE(second->set_state(*state).ok());
+    EXPECT_EQ(Take(*second, after), std::vector<std::vector<int32_t>>(all.begin() + 2 * before, all.end()))
+        << "prefetch_depth " << depth;
+  }
+}
+
+TEST(DataLoader, PrefetchOnAndOffGiveTheSameBatches) {
+  const std::string pattern = WriteShards(MakeTestDir(), {500, 300, 211});
+  DataLoaderOptions o = Options(pattern, 4, 12);
+  o.prefetch_depth = 0;
+  std::unique_ptr<DataLoader> off = OpenOrDie(o);
+  ASSERT_NE(off, nullptr);
+  const int n = 3 * static_cast<int>(off->batches_per_epoch()) + 1;
+  const auto expected = Take(*off, n);
+  for (int depth : {1, 2, 5}) {
+    o.prefetch_depth = depth;
+    std::unique_ptr<DataLoader> on = OpenOrDie(o);
+    EXPECT_EQ(Take(*on, n), expected) << "prefetch_depth " << depth;
+  }
+}
+
+TEST(DataLoader, HeldBatchesAreNotOverwritten) {
+  const std::string pattern = WriteShards(MakeTestDir(), {800});
+  DataLoaderOptions o = Options(pattern, 2, 8);
+  o.prefetch_depth = 2;
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  std::vector<Batch> held;
+  std::vector<std::vector<int32_t>> copies;
+  for (int i = 0; i < 20; ++i) {
+    absl::StatusOr<Batch> b = l->next_batch();
+    ASSERT_TRUE(b.ok());
+    copies.push_back(Values(b->inputs));
+    held.push_back(*std::move(b));
+  }
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Values(held[i].inputs), copies[i]) << i;
+}
+
+TEST(DataLoader, CudaDeviceUsesPinnedMemoryOrSaysWhyNot) {
+  const std::string pattern = WriteShards(MakeTestDir(), {100});
+  DataLoaderOptions o = Options(pattern, 2, 4);
+  o.device = core::Device::cuda(0);
+  absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(o);
+  if (!core::pinned_host_allocator().ok()) {  // CPU build or no GPU: a clear error
+    ASSERT_FALSE(l.ok());
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(l.status().message(), "no pinned host memory")) << l.status();
+    GTEST_SKIP() << "no pinned host memory here";
+  }
+  ASSERT_TRUE(l.ok()) << l.status();
+  absl::StatusOr<Batch> b = (*l)->next_batch();
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->inputs.is_pinned());
+  EXPECT_TRUE(b->targets.is_pinned());
+}
+
+TEST(DataLoader, ManyShards) {
+  std::vector<int64_t> sizes;
+  for (int s = 0; s < 60; ++s) sizes.push_back(33 + 17 * (s % 7));
+  const std::string pattern = WriteShards(MakeTestDir(), sizes);
+  int64_t windows = 0;
+  for (int64_t n : sizes) windows += (n - 1) / 8;
+  DataLoaderOptions o = Options(pattern, 5, 8);
+  o.world_size = 3;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (int rank = 0; rank < 3; ++rank) {
+    o.rank = rank;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->shard_paths().size(), 60u);
+    EXPECT_EQ(l->num_windows(), windows);
+    EXPECT_EQ(l->batches_per_epoch(), windows / 15);
+    for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
+      for (int64_t r = 0; r < 5; ++r) EXPECT_TRUE(seen.insert(l->WindowAt(1, b, r)).second);
+    }
+    Take(*l, static_cast<int>(l->batches_per_epoch()) + 3);
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), windows / 15 * 15);
+  std::set<int64_t> shards_used;
+  for (const auto& w : seen) shards_used.insert(w.first);
+  EXPECT_GT(shards_used.size(), 50u);
+}
+
+TEST(DataLoader, Errors) {
+  const std::string dir = MakeTestDir();
+  absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(Options(dir + "/nothing_*.bin", 2, 4));
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "no shards matched the pattern")) << l.status();
+
+  ASSERT_TRUE(WriteTokenShard(dir + "/a_000.bin", std::vector<uint16_t>(100, 1)).ok());
+  ASSERT_TRUE(WriteTokenShard(dir + "/a_001.bin", std::vector<uint16_t>(4, 1)).ok());
+  l = DataLoader::Open(Options(dir + "/a_*.bin", 2, 4));
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "a_001.bin' has 4 tokens, fewer than one window"))
+      << l.status();
+
+  l = DataLoader::Open(Options(dir + "/a_000.bin", 200, 4));
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition);
+
+  DataLoaderOptions o = Options(dir + "/a_000.bin", 2, 4);
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_EQ(DataLoader::Open(o).status().code(), absl::StatusCode::kInvalidArgument);
+
+  o.rank = 0;
+  std::unique_ptr<DataLoader> ok = OpenOrDie(o);
+  ASSERT_NE(ok, nullptr);
+  DataLoaderState s = ok->state();
+  s.seed = 7;
+  absl::Status st = ok->set_state(s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(st.message(), "seed = 7")) << st;
+  s = ok->state();
+  s.batch = ok->batches_per_epoch();
+  EXPECT_EQ(ok->set_state(s).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(DataLoaderStateFromJson(nlohmann::json{{"epoch", 1}}).ok());
+  EXPECT_FALSE(DataLoaderStateFromJson(nlohmann::json::parse("[1]")).ok());
+}
+
+}  // namespace
+}  // namespace colossal::io
