@@ -1,0 +1,73 @@
+#include "parallel/booster/booster.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/check.h"
+#include "core/status/status.h"
+
+namespace colossal::parallel {
+
+Booster::Booster(std::unique_ptr<Plugin> plugin) : plugin_(std::move(plugin)) {
+  COLOSSAL_CHECK(plugin_ != nullptr);
+}
+
+absl::Status Booster::boost(nn::Module& model, const nn::ParameterStore& store,
+                            nn::Optimizer& optimizer) {
+  if (model_ != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Booster::boost: already boosted ", model_->description(),
+                     "; make one Booster per model"));
+  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->boost(model, store, optimizer),
+                                          absl::StrCat("plugin ", plugin_->name(), ": boost")));
+  model_ = &model;
+  optimizer_ = &optimizer;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::Tensor> Booster::backward(core::Context& ctx, nn::Module& model,
+                                               nn::Saved& saved, const core::Tensor& grad_output) {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::backward before Booster::boost");
+  }
+  if (&model != model_) {
+    return absl::InvalidArgumentError(absl::StrCat("Booster::backward: ", model.description(),
+                                                   " is not the boosted model ",
+                                                   model_->description()));
+  }
+  const bool sync = sync_enabled();
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->begin_backward(ctx, sync),
+                                          absl::StrCat("plugin ", plugin_->name())));
+  absl::StatusOr<core::Tensor> result = model.backward(ctx, saved, grad_output);
+  const absl::Status end = plugin_->end_backward(result.ok());
+  if (!result.ok()) return result.status();
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(end, absl::StrCat("plugin ", plugin_->name())));
+  unsynced_ = !sync;
+  return result;
+}
+
+absl::StatusOr<nn::MixedPrecisionStepResult> Booster::step(const BoosterStepOptions& options) {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::step before Booster::boost");
+  }
+  if (unsynced_) {
+    return absl::FailedPreconditionError(
+        "Booster::step: the last backward ran under no_sync, so the gradients were not reduced "
+        "and differ by rank; run the last micro-batch's backward outside no_sync");
+  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->before_step(optimizer_->stream()),
+                                          absl::StrCat("plugin ", plugin_->name())));
+  nn::MixedPrecisionStepOptions step;
+  step.max_norm = options.max_norm;
+  return nn::mixed_precision_step(*optimizer_, options.scaler, step);
+}
+
+absl::Status Booster::zero_grad() {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::zero_grad before Booster::boost");
+  }
+  return optimizer_->zero_grad();
+}
+
+}  // namespace colossal::parallel

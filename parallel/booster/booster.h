@@ -1,0 +1,121 @@
+// colossal::parallel — Booster: one training loop, any parallel plugin.
+//
+// Colossal-AI's Booster in C++. A Booster is made with a plugin (how ranks
+// share the work: parallel/ddp for data parallelism), boosts the model and
+// optimizer (the plugin takes them over: DDP broadcasts rank 0's weights and
+// hooks gradient reduction into the model's backward), and then runs the
+// backward and the optimizer step through the plugin:
+//
+//   COLOSSAL_ASSIGN_OR_RETURN(auto ddp, DdpPlugin::create(pg, {.bucket_cap_mb = 25}));
+//   Booster booster(std::move(ddp));
+//   COLOSSAL_RETURN_IF_ERROR(booster.boost(*model, model->store(), *optimizer));
+//   // io::DataLoaderOptions: rank = booster.plugin().dp_rank(), world_size = dp_size()
+//   for (int step = 0; step < steps; ++step) {
+//     COLOSSAL_RETURN_IF_ERROR(booster.zero_grad());
+//     for (int i = 0; i < n_micro; ++i) {
+//       std::optional<Booster::NoSync> no_sync;
+//       if (i + 1 < n_micro) no_sync.emplace(booster.no_sync());  // reduce only on the last
+//       ... out = model->forward(ctx, tokens_i); ce = cross_entropy(..., {.dloss = 1.0f / n_micro})
+//       COLOSSAL_RETURN_IF_ERROR(booster.backward(ctx, *model, *out.saved, ce.dlogits).status());
+//     }
+//     COLOSSAL_ASSIGN_OR_RETURN(nn::MixedPrecisionStepResult r, booster.step({.max_norm = 1.0f}));
+//   }
+// (this loop is ddp_rank_run in parallel/ddp/ddp_test_util.cc, run by ddp_test.cc)
+//
+// Contracts:
+//   * boost once; the model, store and optimizer must outlive the Booster's
+//     use of them. The optimizer's gradients must be the store's gradient
+//     views (nn/optim/module_params.h's optimizer_params does that).
+//   * backward() is the model's Module::backward with the plugin around it;
+//     calling model.backward directly bypasses the plugin (no reduction).
+//   * no_sync(): while the returned guard lives, backward() only accumulates
+//     gradients locally; the next backward() outside it reduces the
+//     accumulated sum. step() after a backward under no_sync (before any
+//     synced one) is a FailedPreconditionError: the gradients differ by rank.
+//   * step(): waits for the plugin's reductions, then nn::mixed_precision_step
+//     (global-norm clipping on the reduced gradients, so the norm is the same
+//     on every rank; optional fp16 loss scaler).
+//   * Not here: checkpoint save/load through the plugin, dataloader and LR
+//     scheduler wrapping (make the DataLoader with dp_rank()/dp_size(); step
+//     the scheduler yourself).
+#ifndef COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
+#define COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/context/context.h"
+#include "core/tensor/tensor.h"
+#include "nn/amp/loss_scaler.h"
+#include "nn/amp/mixed_precision_step.h"
+#include "nn/module/module.h"
+#include "nn/module/parameter.h"
+#include "nn/optim/optimizer.h"
+#include "parallel/booster/plugin.h"
+
+namespace colossal::parallel {
+
+struct BoosterStepOptions {
+  float max_norm = 0.0f;                  // clip by global L2 norm; 0: off
+  nn::DynamicLossScaler* scaler = nullptr;  // fp16 loss scaling; null: none
+};
+
+class Booster {
+ public:
+  // `plugin` must not be null (aborts).
+  explicit Booster(std::unique_ptr<Plugin> plugin);
+  Booster(const Booster&) = delete;
+  Booster& operator=(const Booster&) = delete;
+
+  Plugin& plugin() { return *plugin_; }
+
+  // Hands `model` (parameters: views of `store`) and `optimizer` to the
+  // plugin. Errors: boosting twice (FailedPrecondition); the plugin's.
+  [[nodiscard]] absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
+                                   nn::Optimizer& optimizer);
+
+  // `model.backward(ctx, saved, grad_output)` with the plugin's hooks (see
+  // the file comment). Errors: not boosted, another model than the boosted
+  // one (FailedPrecondition / InvalidArgument); the model's; the plugin's.
+  absl::StatusOr<core::Tensor> backward(core::Context& ctx, nn::Module& model, nn::Saved& saved,
+                                        const core::Tensor& grad_output);
+
+  // Suppresses gradient reduction while alive (nestable; movable).
+  class NoSync {
+   public:
+    NoSync(NoSync&& other) noexcept : booster_(other.booster_) { other.booster_ = nullptr; }
+    NoSync& operator=(NoSync&&) = delete;
+    NoSync(const NoSync&) = delete;
+    ~NoSync() {
+      if (booster_ != nullptr) --booster_->no_sync_depth_;
+    }
+
+   private:
+    friend class Booster;
+    explicit NoSync(Booster* booster) : booster_(booster) { ++booster_->no_sync_depth_; }
+    Booster* booster_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(this); }
+  bool sync_enabled() const { return no_sync_depth_ == 0; }
+
+  // Waits for the gradient reductions, then one optimizer step (see the file
+  // comment). Errors: not boosted; step after an unsynced backward
+  // (FailedPrecondition); the plugin's and mixed_precision_step's.
+  absl::StatusOr<nn::MixedPrecisionStepResult> step(const BoosterStepOptions& options = {});
+
+  // The optimizer's zero_grad. Errors: not boosted; the optimizer's.
+  [[nodiscard]] absl::Status zero_grad();
+
+ private:
+  std::unique_ptr<Plugin> plugin_;
+  nn::Module* model_ = nullptr;
+  nn::Optimizer* optimizer_ = nullptr;
+  int no_sync_depth_ = 0;
+  // The last backward ran under no_sync and no synced one followed.
+  bool unsynced_ = false;
+};
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_

@@ -1,0 +1,127 @@
+// Booster with a recording plugin: the order of the plugin's calls, the sync
+// flag under (nested, moved) no_sync guards, step refused after an unsynced
+// backward, and the errors of calls in the wrong order. (The ddp plugin's
+// numerics: parallel/ddp/ddp_test.cc.)
+#include "parallel/booster/booster.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/context/context.h"
+#include "nn/layers/linear.h"
+#include "nn/optim/module_params.h"
+#include "nn/optim/sgd.h"
+
+namespace colossal::parallel {
+namespace {
+
+using core::DType;
+using core::Stream;
+using core::Tensor;
+
+class RecordingPlugin : public Plugin {
+ public:
+  explicit RecordingPlugin(std::vector<std::string>* log) : log_(log) {}
+  const char* name() const override { return "recording"; }
+  int dp_rank() const override { return 0; }
+  int dp_size() const override { return 1; }
+  absl::Status boost(nn::Module& model, const nn::ParameterStore&, nn::Optimizer&) override {
+    log_->push_back("boost " + model.name());
+    model.add_backward_hook([this](nn::Module& m, const Tensor&) {
+      log_->push_back("hook " + m.name());
+      return absl::OkStatus();
+    });
+    return absl::OkStatus();
+  }
+  absl::Status begin_backward(core::Context&, bool sync) override {
+    log_->push_back(sync ? "begin sync" : "begin no_sync");
+    return absl::OkStatus();
+  }
+  absl::Status end_backward(bool ok) override {
+    log_->push_back(ok ? "end ok" : "end failed");
+    return absl::OkStatus();
+  }
+  absl::Status before_step(const core::Stream&) override {
+    log_->push_back("before_step");
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+struct Fixture {
+  Fixture() {
+    ctx = std::move(*core::Context::create(core::Device::cpu()));
+    fc = std::make_unique<nn::Linear>("fc", 3, 2, nn::LinearOptions{});
+    nn::ParameterTable table;
+    EXPECT_TRUE(fc->declare(table).ok());
+    store = *nn::ParameterStore::create(table, Stream::cpu());
+    EXPECT_TRUE(fc->bind(store).ok());
+    auto params = *nn::optimizer_params(store.parameters(), Stream::cpu());
+    sgd = *nn::Sgd::create({nn::ParamGroup{std::move(params)}}, nn::SgdOptions{});
+    x = *Tensor::empty({4, 3}, DType::kF32, Stream::cpu());
+    EXPECT_TRUE(x.set_zero(Stream::cpu()).ok());
+  }
+  // Forward and Booster::backward with a zero output gradient.
+  absl::Status backward(Booster& booster) {
+    auto out = fc->forward(*ctx, x);
+    if (!out.ok()) return out.status();
+    Tensor dy = *Tensor::empty(out->output.shape(), DType::kF32, Stream::cpu());
+    EXPECT_TRUE(dy.set_zero(Stream::cpu()).ok());
+    return booster.backward(*ctx, *fc, *out->saved, dy).status();
+  }
+  std::unique_ptr<core::Context> ctx;
+  std::unique_ptr<nn::Linear> fc;
+  nn::ParameterStore store;
+  std::unique_ptr<nn::Sgd> sgd;
+  Tensor x;
+};
+
+TEST(Booster, DrivesThePluginAroundBackwardAndStep) {
+  std::vector<std::string> log;
+  Fixture f;
+  Booster booster(std::make_unique<RecordingPlugin>(&log));
+  ASSERT_TRUE(booster.boost(*f.fc, f.store, *f.sgd).ok());
+  ASSERT_TRUE(booster.zero_grad().ok());
+  {
+    Booster::NoSync outer = booster.no_sync();
+    {
+      std::optional<Booster::NoSync> inner;
+      inner.emplace(booster.no_sync());
+      Booster::NoSync moved = std::move(*inner);
+      inner.reset();  // the moved-from guard releases nothing
+      EXPECT_FALSE(booster.sync_enabled());
+    }
+    EXPECT_FALSE(booster.sync_enabled());  // nested: the outer guard still holds
+    ASSERT_TRUE(f.backward(booster).ok());
+    EXPECT_EQ(booster.step().status().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_TRUE(booster.sync_enabled());
+  ASSERT_TRUE(f.backward(booster).ok());
+  ASSERT_TRUE(booster.step({.max_norm = 1.0f}).ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"boost fc", "begin no_sync", "hook fc", "end ok",
+                                           "begin sync", "hook fc", "end ok", "before_step"}));
+}
+
+TEST(Booster, CallsOutOfOrderAreErrors) {
+  std::vector<std::string> log;
+  Fixture f;
+  Fixture other;
+  Booster booster(std::make_unique<RecordingPlugin>(&log));
+  EXPECT_EQ(f.backward(booster).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(booster.step().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(booster.zero_grad().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(booster.boost(*f.fc, f.store, *f.sgd).ok());
+  EXPECT_EQ(booster.boost(*f.fc, f.store, *f.sgd).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(other.backward(booster).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(booster.plugin().dp_size(), 1);
+}
+
+}  // namespace
+}  // namespace colossal::parallel

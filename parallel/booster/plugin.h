@@ -1,0 +1,62 @@
+// colossal::parallel — the Plugin interface a Booster drives.
+//
+// A plugin (Colossal-AI's `Plugin`) decides how a model trains on several
+// ranks: `ddp` (parallel/ddp/ddp_plugin.h) replicates the model and averages
+// gradients; later plugins (low_level_zero, gemini, hybrid_parallel) shard.
+// Users never call these methods: the Booster (parallel/booster/booster.h)
+// calls them around the model's backward and the optimizer step, in this order
+// for every micro-batch and step:
+//
+//   boost(model, store, optimizer)                 once
+//   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  per micro-batch
+//   before_step(stream)                            gradients final -> optimizer.step()
+//
+//   class MyPlugin : public Plugin { ... };
+//   Booster booster(std::make_unique<MyPlugin>());  // see booster.h
+#ifndef COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
+#define COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
+
+#include "absl/status/status.h"
+#include "core/context/context.h"
+#include "core/device/stream.h"
+#include "nn/module/module.h"
+#include "nn/module/parameter.h"
+#include "nn/optim/optimizer.h"
+
+namespace colossal::parallel {
+
+class Plugin {
+ public:
+  virtual ~Plugin() = default;
+  Plugin(const Plugin&) = delete;
+  Plugin& operator=(const Plugin&) = delete;
+
+  // The plugin's name as recipes write it ("ddp").
+  virtual const char* name() const = 0;
+  // This process's data-parallel rank and the number of data-parallel ranks:
+  // what io::DataLoaderOptions::rank / world_size must be set to.
+  virtual int dp_rank() const = 0;
+  virtual int dp_size() const = 0;
+
+  // Takes over `model`, whose parameters are the views of `store`, trained by
+  // `optimizer` (whose gradients must be the store's gradient views). Called
+  // once, by Booster::boost. Errors are the plugin's (InvalidArgument naming
+  // the mismatch; a collective's failure).
+  [[nodiscard]] virtual absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
+                                           nn::Optimizer& optimizer) = 0;
+  // Before the model's backward of one micro-batch. `sync` is false inside a
+  // no_sync scope: gradients must only accumulate locally.
+  [[nodiscard]] virtual absl::Status begin_backward(core::Context& ctx, bool sync) = 0;
+  // After the model's backward returned (`ok` false when it failed).
+  [[nodiscard]] virtual absl::Status end_backward(bool ok) = 0;
+  // Before the optimizer step: every gradient is final and ready for work
+  // enqueued on `stream` (the optimizer's).
+  [[nodiscard]] virtual absl::Status before_step(const core::Stream& stream) = 0;
+
+ protected:
+  Plugin() = default;
+};
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_

@@ -1,0 +1,182 @@
+// The ddp plugin across real processes: this binary spawns itself as 2 ranks
+// (posix_spawn of /proc/self/exe running only DdpChild.Run), the parent
+// serves the TCP store on 127.0.0.1, the ranks talk over shared memory
+// (comm/builtin's shm transport) and train the tiny GPT-2 of ddp_test_util
+// for kSteps with no_sync accumulation and clipping; the parent checks their
+// losses and weights against one process on the union of their data
+// (relative difference <= kRelTol = 1e-5) and that both ranks end equal.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "comm/builtin/process_group_builtin.h"
+#include "comm/store/tcp_store.h"
+#include "parallel/ddp/ddp_plugin.h"
+#include "parallel/ddp/ddp_test_util.h"
+
+extern char** environ;
+
+namespace colossal::parallel {
+namespace {
+
+using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+// Starts this binary running only `filter`, with `extra` added to the
+// environment (Bazel's per-test output variables removed).
+pid_t spawn_self(const std::string& filter,
+                 const std::vector<std::pair<std::string, std::string>>& extra) {
+  static const char* kDropped[] = {"XML_OUTPUT_FILE=", "GTEST_OUTPUT=", "TEST_SHARD_INDEX=",
+                                   "TEST_TOTAL_SHARDS=", "TEST_SHARD_STATUS_FILE=",
+                                   "TEST_PREMATURE_EXIT_FILE=", "GTEST_SHARD_INDEX=",
+                                   "GTEST_TOTAL_SHARDS=", "GTEST_SHARD_STATUS_FILE="};
+  std::vector<std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool drop = false;
+    for (const char* d : kDropped) drop = drop || absl::StartsWith(*e, d);
+    if (!drop) vars.push_back(*e);
+  }
+  for (const auto& [k, v] : extra) vars.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (std::string& v : vars) envp.push_back(v.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string arg = "--gtest_filter=" + filter;
+  char* argv[] = {exe.data(), arg.data(), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data());
+  if (rc != 0) {
+    std::fprintf(stderr, "posix_spawn: %s\n", std::strerror(rc));
+    std::abort();
+  }
+  return pid;
+}
+
+// The exit code of `pid`, or -1 (after SIGKILL) when it runs past `deadline`.
+int wait_child(pid_t pid, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+std::string result_path(const std::string& dir, int rank) {
+  return absl::StrCat(dir, "/ddp_rank", rank, ".bin");
+}
+
+void write_floats(std::ofstream& out, const std::vector<float>& v) {
+  const uint64_t n = v.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
+}
+
+std::vector<float> read_floats(std::ifstream& in) {
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), sizeof n);
+  if (!in || n > (uint64_t{1} << 24)) return {};
+  std::vector<float> v(n);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
+  return in ? v : std::vector<float>{};
+}
+
+// One rank (only when spawned by the parent below).
+TEST(DdpChild, Run) {
+  if (env_or_empty("DDP_TEST_RANK").empty()) GTEST_SKIP() << "runs only as a spawned rank";
+  int rank = 0, world = 0, port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_RANK"), &rank));
+  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_WORLD"), &world));
+  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_PORT"), &port));
+  comm::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  so.timeout = absl::Seconds(30);
+  auto store = comm::TcpStore::create(so);
+  ASSERT_TRUE(store.ok()) << store.status();
+  comm::BuiltinOptions o;
+  o.transport = comm::TransportKind::kShm;
+  o.timeout = absl::Seconds(30);
+  auto pg = comm::ProcessGroupBuiltin::create(std::shared_ptr<comm::Store>(std::move(*store)),
+                                              rank, world, o);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  DdpOptions options;
+  options.bucket_cap_mb = 0.001;  // several buckets
+  EquivalenceRun run = ddp_rank_run(*pg, options);
+  ASSERT_EQ(run.loss.size(), size_t(kSteps));
+  EXPECT_GT(run.buckets, 1u);
+  EXPECT_EQ(run.issued_in_hooks, run.issued);
+  std::ofstream out(result_path(env_or_empty("DDP_TEST_DIR"), rank), std::ios::binary);
+  write_floats(out, run.loss);
+  write_floats(out, run.weights);
+  ASSERT_TRUE(out.good());
+}
+
+TEST(DdpMultiprocess, TwoProcessesOverShmMatchOneProcess) {
+  if (!env_or_empty("DDP_TEST_RANK").empty()) GTEST_SKIP() << "the parent only";
+  const int W = 2;
+  std::string dir = env_or_empty("TEST_TMPDIR");
+  if (dir.empty()) dir = "/tmp";
+  comm::TcpStoreOptions mo;
+  mo.host = "127.0.0.1";
+  mo.listen_address = "127.0.0.1";
+  mo.port = 0;
+  mo.is_master = true;
+  mo.timeout = absl::Seconds(30);
+  auto master = comm::TcpStore::create(mo);
+  ASSERT_TRUE(master.ok()) << master.status();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < W; ++r) {
+    std::remove(result_path(dir, r).c_str());
+    pids.push_back(spawn_self("DdpChild.Run", {{"DDP_TEST_RANK", std::to_string(r)},
+                                               {"DDP_TEST_WORLD", std::to_string(W)},
+                                               {"DDP_TEST_PORT", std::to_string((*master)->port())},
+                                               {"DDP_TEST_DIR", dir}}));
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(45);
+  for (int r = 0; r < W; ++r) EXPECT_EQ(wait_child(pids[r], deadline), 0) << "rank " << r;
+  if (HasFailure()) return;
+
+  const EquivalenceRun ref = reference_run(W);
+  std::vector<std::vector<float>> loss(W), weights(W);
+  for (int r = 0; r < W; ++r) {
+    std::ifstream in(result_path(dir, r), std::ios::binary);
+    loss[r] = read_floats(in);
+    weights[r] = read_floats(in);
+    ASSERT_EQ(loss[r].size(), size_t(kSteps)) << "rank " << r;
+    ASSERT_EQ(weights[r].size(), ref.weights.size()) << "rank " << r;
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    const double mean = (double(loss[0][step]) + loss[1][step]) / 2;
+    EXPECT_LE(std::abs(mean - ref.loss[step]) / std::abs(double(ref.loss[step])), kRelTol)
+        << "step " << step;
+  }
+  EXPECT_LE(rel_diff(weights[0], ref.weights), kRelTol);
+  EXPECT_EQ(weights[1], weights[0]);
+}
+
+}  // namespace
+}  // namespace colossal::parallel

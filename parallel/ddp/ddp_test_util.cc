@@ -1,0 +1,155 @@
+#include "parallel/ddp/ddp_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "nn/layers/cross_entropy.h"
+#include "nn/optim/module_params.h"
+
+namespace colossal::parallel::testing {
+
+using core::DType;
+using core::Stream;
+using core::Tensor;
+
+nn::GPT2Config tiny_config(double checkpoint_ratio) {
+  nn::GPT2Config c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 8;
+  c.vocab_size = 11;
+  c.max_seq_len = kT;
+  c.padded_vocab_multiple = 8;
+  c.checkpoint_ratio = checkpoint_ratio;
+  return c;
+}
+
+nn::MicroBatch micro_batch(int step, int rank, int micro) {
+  Tensor in = *Tensor::empty({kRows, kT}, DType::kI32, Stream::cpu());
+  Tensor tg = *Tensor::empty({kRows, kT}, DType::kI32, Stream::cpu());
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ (uint64_t(step) * 1000003 + rank * 1009 + micro * 17);
+  auto next = [&x] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int32_t>((x >> 33) % 11);
+  };
+  for (int64_t r = 0; r < kRows; ++r) {
+    int32_t prev = next();
+    for (int64_t t = 0; t < kT; ++t) {
+      const int32_t cur = next();
+      in.data<int32_t>()[r * kT + t] = prev;
+      tg.data<int32_t>()[r * kT + t] = cur;
+      prev = cur;
+    }
+  }
+  return {in, tg};
+}
+
+std::unique_ptr<nn::GPT2> make_model(uint64_t seed, double checkpoint_ratio) {
+  auto model = *nn::GPT2::create(tiny_config(checkpoint_ratio), DType::kF32, Stream::cpu());
+  EXPECT_TRUE(model->init(seed).ok());
+  return model;
+}
+
+std::unique_ptr<nn::Sgd> make_sgd(nn::GPT2& model) {
+  std::vector<nn::ParamRef> params =
+      *nn::optimizer_params(model.store().parameters(), Stream::cpu());
+  nn::SgdOptions o;
+  o.lr = 0.1;
+  return *nn::Sgd::create({nn::ParamGroup{std::move(params)}}, o);
+}
+
+std::vector<float> floats_of(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::abs(double(a[i]) - b[i]));
+    m = std::max(m, std::abs(double(b[i])));
+  }
+  return d / m;
+}
+
+float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
+                         const nn::MicroBatch& mb, float dloss) {
+  auto out = model.forward(ctx, mb.tokens);
+  EXPECT_TRUE(out.ok()) << out.status();
+  if (!out.ok()) return NAN;
+  nn::CrossEntropyOptions co;
+  co.dloss = dloss;
+  auto ce = nn::cross_entropy(ctx, out->output, mb.targets, tiny_config().vocab_size, co);
+  EXPECT_TRUE(ce.ok()) << ce.status();
+  if (!ce.ok()) return NAN;
+  auto dx = booster.backward(ctx, model, *out->saved, ce->dlogits);
+  EXPECT_TRUE(dx.ok()) << dx.status();
+  return ce->loss;
+}
+
+EquivalenceRun reference_run(int world, int steps) {
+  EquivalenceRun run;
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  auto model = make_model(kSeed);
+  auto sgd = make_sgd(*model);
+  for (int step = 0; step < steps; ++step) {
+    std::vector<nn::MicroBatch> mbs;
+    for (int r = 0; r < world; ++r) {
+      for (int i = 0; i < kMicro; ++i) mbs.push_back(micro_batch(step, r, i));
+    }
+    nn::TrainStepOptions o;
+    o.max_norm = kMaxNorm;
+    auto res = nn::train_step(*ctx, *model, *sgd, tiny_config().vocab_size, mbs, o);
+    EXPECT_TRUE(res.ok()) << res.status();
+    if (!res.ok()) return run;
+    run.loss.push_back(res->loss);
+    run.clipped.push_back(res->step.clip_coef < 1.0f);
+    run.grad_norm.push_back(res->step.grad_norm);
+  }
+  run.weights = floats_of(model->store().flat_values(DType::kF32));
+  return run;
+}
+
+EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,
+                            int steps, double checkpoint_ratio) {
+  EquivalenceRun run;
+  const int rank = pg->rank();
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  auto model = make_model(kSeed + rank, checkpoint_ratio);  // different on every rank: boost broadcasts rank 0's
+  auto sgd = make_sgd(*model);
+  auto plugin = DdpPlugin::create(pg, options);
+  EXPECT_TRUE(plugin.ok()) << plugin.status();
+  if (!plugin.ok()) return run;
+  DdpPlugin* ddp = plugin->get();
+  Booster booster(std::move(*plugin));
+  const absl::Status boosted = booster.boost(*model, model->store(), *sgd);
+  EXPECT_TRUE(boosted.ok()) << boosted;
+  if (!boosted.ok()) return run;
+  EXPECT_EQ(booster.plugin().dp_rank(), rank);
+  EXPECT_EQ(booster.plugin().dp_size(), pg->size());
+  for (int step = 0; step < steps; ++step) {
+    EXPECT_TRUE(booster.zero_grad().ok());
+    double sum = 0;
+    for (int i = 0; i < kMicro; ++i) {
+      std::optional<Booster::NoSync> no_sync;
+      if (i + 1 < kMicro) no_sync.emplace(booster.no_sync());
+      sum += booster_micro_step(*ctx, booster, *model, micro_batch(step, rank, i), 1.0f / kMicro);
+    }
+    auto r = booster.step({.max_norm = kMaxNorm});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return run;
+    run.loss.push_back(static_cast<float>(sum / kMicro));
+    run.clipped.push_back(r->clip_coef < 1.0f);
+    run.grad_norm.push_back(r->grad_norm);
+  }
+  run.weights = floats_of(model->store().flat_values(DType::kF32));
+  run.buckets = ddp->buckets().size();
+  run.issued = ddp->reductions_issued();
+  run.issued_in_hooks = ddp->reductions_issued_in_hooks();
+  return run;
+}
+
+}  // namespace colossal::parallel::testing

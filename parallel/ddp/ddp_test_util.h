@@ -1,0 +1,71 @@
+// Test helpers for parallel/ddp: a tiny GPT-2, deterministic micro-batches,
+// the single-process reference run on the union of the ranks' data, and one
+// rank's Booster training loop (no_sync on all micro-batches but the last,
+// clipping by global norm).
+//
+//   EquivalenceRun ref = reference_run(/*world=*/2);
+//   ... on each rank: EquivalenceRun mine = ddp_rank_run(pg, rank, {.bucket_cap_mb = 25});
+//   // mine.loss[s] averaged over ranks ~ ref.loss[s]; mine.weights ~ ref.weights
+#ifndef COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
+#define COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/process_group/process_group.h"
+#include "core/context/context.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/optim/sgd.h"
+#include "nn/train/train_step.h"
+#include "parallel/booster/booster.h"
+#include "parallel/ddp/ddp_plugin.h"
+
+namespace colossal::parallel::testing {
+
+// fp32 tolerance for "W ranks equal one process": relative to the reference's
+// magnitude (losses: |a - b| / |b|; tensors: max |a - b| / max |b|).
+constexpr double kRelTol = 1e-5;
+constexpr int64_t kT = 4;     // sequence length
+constexpr int64_t kRows = 1;  // rows per micro-batch
+constexpr int kMicro = 2;     // micro-batches per step and rank
+constexpr int kSteps = 20;
+constexpr float kMaxNorm = 0.9f;
+constexpr uint64_t kSeed = 100;  // rank r initialises with kSeed + r
+
+// checkpoint_ratio: activation checkpointing of the first blocks (GPT2Config).
+nn::GPT2Config tiny_config(double checkpoint_ratio = 0.0);
+// kRows rows of kT (+1) tokens, a function of (step, rank, micro) only.
+nn::MicroBatch micro_batch(int step, int rank, int micro);
+// A tiny GPT-2 initialised with `seed` (GPT2::init).
+std::unique_ptr<nn::GPT2> make_model(uint64_t seed, double checkpoint_ratio = 0.0);
+// SGD over the model's parameters (lr 0.1).
+std::unique_ptr<nn::Sgd> make_sgd(nn::GPT2& model);
+std::vector<float> floats_of(const core::Tensor& t);
+// max |a - b| / max |b|.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b);
+// Forward, cross entropy with `dloss`, Booster::backward; returns the loss.
+float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
+                         const nn::MicroBatch& mb, float dloss);
+
+struct EquivalenceRun {
+  std::vector<float> loss;      // per step
+  std::vector<char> clipped;    // per step: clip_coef < 1
+  std::vector<float> grad_norm;  // per step: the global pre-clip norm
+  std::vector<float> weights;   // after the last step
+  size_t buckets = 0;           // ddp only
+  int64_t issued = 0;           // ddp only: all-reduces issued
+  int64_t issued_in_hooks = 0;  // ddp only
+};
+
+// One process, kSteps train_steps over the world * kMicro micro-batches of
+// every step, starting from rank 0's weights.
+EquivalenceRun reference_run(int world, int steps = kSteps);
+// This rank's kSteps through a Booster with the ddp plugin (GTest failures on
+// errors).
+EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,
+                            int steps = kSteps, double checkpoint_ratio = 0.0);
+
+}  // namespace colossal::parallel::testing
+
+#endif  // COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
