@@ -1,5 +1,6 @@
 #include "parallel/booster/booster.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,18 @@ absl::StatusOr<nn::MixedPrecisionStepResult> Booster::step(const BoosterStepOpti
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->before_step(optimizer_->stream()),
                                           absl::StrCat("plugin ", plugin_->name())));
+  if (plugin_->owns_step()) {
+    if (!std::isfinite(options.max_norm) || options.max_norm < 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Booster::step: max_norm must be >= 0 (0: no clipping), got ", options.max_norm));
+    }
+    absl::StatusOr<nn::MixedPrecisionStepResult> r =
+        plugin_->step(options.scaler, options.max_norm);
+    if (!r.ok()) {
+      return core::annotate(r.status(), absl::StrCat("plugin ", plugin_->name(), ": step"));
+    }
+    return r;
+  }
   nn::MixedPrecisionStepOptions step;
   step.max_norm = options.max_norm;
   return nn::mixed_precision_step(*optimizer_, options.scaler, step);
@@ -67,7 +80,8 @@ absl::Status Booster::zero_grad() {
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("Booster::zero_grad before Booster::boost");
   }
-  return optimizer_->zero_grad();
+  COLOSSAL_RETURN_IF_ERROR(optimizer_->zero_grad());
+  return core::annotate(plugin_->zero_grad(), absl::StrCat("plugin ", plugin_->name()));
 }
 
 }  // namespace colossal::parallel

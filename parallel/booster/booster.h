@@ -34,7 +34,9 @@
 //     synced one) is a FailedPreconditionError: the gradients differ by rank.
 //   * step(): waits for the plugin's reductions, then nn::mixed_precision_step
 //     (global-norm clipping on the reduced gradients, so the norm is the same
-//     on every rank; optional fp16 loss scaler).
+//     on every rank; optional fp16 loss scaler); plugins that shard the
+//     optimizer state (low_level_zero, Plugin::owns_step) do the step
+//     themselves with the same semantics.
 //   * Not here: checkpoint save/load through the plugin, dataloader and LR
 //     scheduler wrapping (make the DataLoader with dp_rank()/dp_size(); step
 //     the scheduler yourself).
@@ -104,7 +106,8 @@ class Booster {
   // (FailedPrecondition); the plugin's and mixed_precision_step's.
   absl::StatusOr<nn::MixedPrecisionStepResult> step(const BoosterStepOptions& options = {});
 
-  // The optimizer's zero_grad. Errors: not boosted; the optimizer's.
+  // The optimizer's zero_grad, then the plugin's (ZeRO-2 clears its gradient
+  // shard). Errors: not boosted; the optimizer's; the plugin's.
   [[nodiscard]] absl::Status zero_grad();
 
  private:

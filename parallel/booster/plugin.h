@@ -10,6 +10,7 @@
 //   boost(model, store, optimizer)                 once
 //   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  per micro-batch
 //   before_step(stream)                            gradients final -> optimizer.step()
+//                                                  (or the plugin's step() when owns_step())
 //
 //   class MyPlugin : public Plugin { ... };
 //   Booster booster(std::make_unique<MyPlugin>());  // see booster.h
@@ -17,8 +18,11 @@
 #define COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "core/context/context.h"
 #include "core/device/stream.h"
+#include "nn/amp/loss_scaler.h"
+#include "nn/amp/mixed_precision_step.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
@@ -52,6 +56,19 @@ class Plugin {
   // Before the optimizer step: every gradient is final and ready for work
   // enqueued on `stream` (the optimizer's).
   [[nodiscard]] virtual absl::Status before_step(const core::Stream& stream) = 0;
+
+  // Plugins that shard the optimizer state (low_level_zero) update the
+  // parameters themselves: owns_step() true, and Booster::step calls step()
+  // after before_step() instead of nn::mixed_precision_step on the optimizer
+  // (same result fields and clipping semantics: global norm over every rank).
+  virtual bool owns_step() const { return false; }
+  // After the optimizer's zero_grad (Booster::zero_grad): plugins keeping
+  // gradients of their own (ZeRO-2's gradient shard) clear them.
+  [[nodiscard]] virtual absl::Status zero_grad() { return absl::OkStatus(); }
+  virtual absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
+                                                            float max_norm) {
+    return absl::UnimplementedError("this plugin leaves the step to the optimizer");
+  }
 
  protected:
   Plugin() = default;

@@ -55,6 +55,7 @@
 #include "comm/process_group/process_group.h"
 #include "core/dtype/dtype.h"
 #include "parallel/booster/plugin.h"
+#include "parallel/common/grad_buckets.h"
 
 namespace colossal::parallel {
 
@@ -67,20 +68,8 @@ struct DdpOptions {
   bool broadcast_parameters = true;
 };
 
-// One all-reduce: elements [offset, offset + count) of the flat gradient
-// buffer of `dtype`, holding `params` (in reverse table order).
-struct GradBucket {
-  core::DType dtype = core::DType::kF32;
-  int64_t offset = 0;
-  int64_t count = 0;
-  std::vector<std::string> params;
-};
-
-// The buckets of `table` for a cap of `cap_bytes`: per dtype, walking the
-// parameters in reverse order, a bucket is closed when adding the next
-// parameter would take it past the cap. Buckets of one dtype tile its flat
-// buffer. Ordered by closing (for one dtype: from the buffer's end).
-std::vector<GradBucket> make_grad_buckets(const nn::ParameterTable& table, int64_t cap_bytes);
+// GradBucket and make_grad_buckets (the bucket layout: per dtype, reverse
+// table order, closed at the cap) are in parallel/common/grad_buckets.h.
 
 class DdpPlugin : public Plugin {
  public:
