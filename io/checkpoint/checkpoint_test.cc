@@ -237,6 +237,11 @@ TEST(Checkpoint, CrashLeftoversNeverCorruptLatestAndAreCleanedUp) {
   const std::string dead = root + "/step_000020.tmp-999999999";
   ASSERT_EQ(::mkdir(dead.c_str(), 0755), 0);
   ASSERT_TRUE(WriteFileAtomically(dead + "/model.safetensors", "half a file").ok());
+  // ...a save killed while replacing `latest` (a process that is gone)...
+  const std::string dead_latest = root + "/latest.tmp.999999999.0";
+  ASSERT_TRUE(WriteFileAtomically(dead_latest, "step_0000").ok());
+  const std::string live_latest = absl::StrCat(root, "/latest.tmp.", ::getppid(), ".0");
+  ASSERT_TRUE(WriteFileAtomically(live_latest, "step_0000").ok());
   // ...and one of this process that stopped before publishing.
   absl::StatusOr<std::string> mine = BeginStepDir(root, 30);
   ASSERT_TRUE(mine.ok()) << mine.status();
@@ -254,6 +259,8 @@ TEST(Checkpoint, CrashLeftoversNeverCorruptLatestAndAreCleanedUp) {
   ASSERT_TRUE(SaveCheckpoint(root, save).ok());
   EXPECT_FALSE(Exists(dead));
   EXPECT_FALSE(Exists(*mine));
+  EXPECT_FALSE(Exists(dead_latest));
+  EXPECT_TRUE(Exists(live_latest));  // our parent is alive: its write may be in progress
   EXPECT_EQ(*ReadFileToString(root + "/latest"), "step_000040\n");
 
   // A live process's temporary folder is left alone (our parent is alive).

@@ -16,6 +16,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
@@ -105,6 +106,21 @@ absl::StatusOr<std::string> BeginStepDir(const std::string& root, int64_t step) 
   if (!names.ok()) return names.status();
   const pid_t me = ::getpid();
   for (const std::string& name : *names) {
+    // A save killed while replacing `latest` leaves `latest.tmp.<pid>.<n>`
+    // (io/common's temporary name); remove those of processes that are gone.
+    const std::string latest_tmp = absl::StrCat(kLatest, ".tmp.");
+    if (absl::StartsWith(name, latest_tmp)) {
+      const absl::string_view rest = absl::string_view(name).substr(latest_tmp.size());
+      int64_t pid;
+      if (absl::SimpleAtoi(rest.substr(0, rest.find('.')), &pid) &&
+          (pid == me || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))) {
+        const std::string path = root + "/" + name;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+          return ErrnoStatus(errno, "cannot remove a leftover temporary file", path);
+        }
+      }
+      continue;
+    }
     const size_t at = name.find(std::string(kTmpMarker));
     if (at == std::string::npos || ParseStepName(absl::string_view(name).substr(0, at)) < 0) continue;
     int64_t pid;

@@ -10,8 +10,10 @@
 //   // ckpt/step_000100 exists, ckpt/latest says "step_000100"
 //   absl::Status s = colossal::io::PruneStepDirs("ckpt", /*keep_last=*/3);
 //
-// BeginStepDir removes leftover `step_*.tmp-<pid>` directories of processes
-// that no longer run (crashed saves), then creates `step_NNNNNN.tmp-<pid>`.
+// BeginStepDir removes leftover `step_*.tmp-<pid>` directories and
+// `latest.tmp.<pid>.*` files of processes that no longer run (crashed saves),
+// then creates `step_NNNNNN.tmp-<pid>`. A killed child that has not been
+// reaped (a zombie) still counts as running: reap children before saving.
 // PublishStepDir fsyncs it, renames it to `step_NNNNNN` (exchanging with an
 // existing one, which is then removed), fsyncs the root and replaces
 // `latest` atomically, last. PruneStepDirs removes all but the newest
