@@ -106,7 +106,52 @@ for recipe in recipes/gpt2_zero.lua recipes/gpt2_single.lua; do
 done
 run_cli 2 recipes/gpt2_zero.lua --set optimizer.lrr=1 &&
   expect "$err" "the recipe has no key 'optimizer.lrr'; did you mean \"lr\"\\?"
-run_cli 2 generate && expect "$err" '^colossal generate: text generation is not available in this build yet'
+
+# --- generate ----------------------------------------------------------------
+# A tiny random GPT-2 over the 256 bytes (context 8) and the byte-level $tok.
+ckpt="$tmp/ckpt"
+lua/write_test_checkpoint "$ckpt" >/dev/null || { echo "FAIL: write_test_checkpoint"; failures=$((failures + 1)); }
+gen=(generate --checkpoint "$ckpt" --tokenizer "$tok" --prompt "Hello, world" --max_new_tokens 24)
+# Greedy: the same text twice, from the root (via `latest`) and the step directory.
+run_cli 0 "${gen[@]}" --temperature 0 && cp "$out" "$tmp/greedy1" &&
+  expect "$err" '^generate: .*/step_000007: GPT-2 2 layers, 2 heads, n_embd 16, vocab 256, context 8; CPU, float32; 12 prompt tokens$' &&
+  expect "$err" '^generate: 24 new tokens$'
+run_cli 0 generate --checkpoint "$ckpt/step_000007" --tokenizer "$tok" --prompt "Hello, world" \
+  --max_new_tokens 24 --temperature 0 && cp "$out" "$tmp/greedy2"
+cmp -s "$tmp/greedy1" "$tmp/greedy2" || { echo "FAIL: greedy generation differs between runs"; failures=$((failures + 1)); }
+# The prompt, then 24 one-byte tokens, then a newline.
+[[ "$(head -c 12 "$tmp/greedy1")" == "Hello, world" && $(wc -c <"$tmp/greedy1") -eq 37 ]] ||
+  { echo "FAIL: greedy output is not the prompt + 24 bytes + newline:"; od -c "$tmp/greedy1"; failures=$((failures + 1)); }
+# Sampling: the same seed gives the same text; other seeds other text.
+run=0
+for s in 1 1 2; do
+  run=$((run + 1))
+  run_cli 0 "${gen[@]}" --temperature 20 --top_k 0 --seed "$s" && cp "$out" "$tmp/sampled_$run"
+done
+cmp -s "$tmp/sampled_1" "$tmp/sampled_2" ||
+  { echo "FAIL: sampling with --seed 1 is not reproducible"; failures=$((failures + 1)); }
+cmp -s "$tmp/sampled_1" "$tmp/sampled_3" && { echo "FAIL: seeds 1 and 2 gave the same text"; failures=$((failures + 1)); }
+run_cli 0 "${gen[@]}" --temperature 0.8 --top_k 5 --seed 9 && expect "$err" '^generate: 24 new tokens$'
+run_cli 0 "${gen[@]}" --max_new_tokens 0 && [[ "$(cat "$out")" == "Hello, world" ]] ||
+  { echo "FAIL: --max_new_tokens 0 is not the prompt alone"; failures=$((failures + 1)); }
+# Errors.
+run_cli 2 generate && expect "$err" '^colossal generate: --checkpoint is required$' && expect "$err" '^usage: colossal generate'
+run_cli 2 generate --checkpoint "$ckpt" && expect "$err" '^colossal generate: --prompt is required'
+run_cli 2 "${gen[@]}" --temprature 0 && expect "$err" 'unknown flag --temprature; did you mean "--temperature"\?$'
+run_cli 2 "${gen[@]}" --temperature -1 && expect "$err" '^colossal generate: --temperature must be a finite number >= 0'
+run_cli 2 "${gen[@]}" --top_k many && expect "$err" "^colossal generate: --top_k wants an integer, got 'many'$"
+run_cli 2 "${gen[@]}" --seed -3 && expect "$err" '^colossal generate: --seed wants an integer'
+run_cli 1 generate --checkpoint "$tmp/no_ckpt" --tokenizer "$tok" --prompt hi &&
+  expect "$err" "^colossal generate: .*$tmp/no_ckpt"
+COLOSSAL_DATA="$tmp/nothing" run_cli 1 generate --checkpoint "$ckpt" --prompt hi &&
+  expect "$err" "^colossal generate: no GPT-2 tokenizer at $tmp/nothing/gpt2.tiktoken; fetch it with tools/data/fetch_gpt2_ranks.sh"
+run_cli 1 generate --checkpoint "$ckpt" --tokenizer "$tmp/absent.tiktoken" --prompt hi &&
+  expect "$err" "^colossal generate: tokenizer $tmp/absent.tiktoken: "
+# A config.json that does not match the weights.
+cp -r "$ckpt/step_000007" "$tmp/mismatch"
+sed -i 's/"n_embd": 16/"n_embd": 32/' "$tmp/mismatch/config.json"
+run_cli 1 generate --checkpoint "$tmp/mismatch" --tokenizer "$tok" --prompt hi &&
+  expect "$err" '^colossal generate: loading the weights .*'
 
 if [[ $failures -ne 0 ]]; then
   echo "$failures failure(s)"

@@ -4,7 +4,7 @@
 //   colossal data prepare --input ... --output DIR
 //   colossal run --nproc_per_node N <recipe.lua | command> [args]
 //   colossal <recipe.lua> [--set key=value ...]
-//   colossal generate
+//   colossal generate --checkpoint DIR --prompt TEXT [--max_new_tokens N] [--temperature T] ...
 //
 // Exit codes: 0 ok, 1 runtime failure, 2 usage error; `run` returns the
 // failing worker's code. See lua/cli/commands.h.
@@ -27,7 +27,7 @@ constexpr char kUsage[] =
     "  data prepare              tokenize text files into GPT-2 token shards\n"
     "  run                       start workers on this node, torchrun-style\n"
     "  <recipe.lua> [--set k=v]  load a training recipe (training itself: not in this build yet)\n"
-    "  generate                  text generation (not in this build yet)\n"
+    "  generate                  continue a prompt with a checkpoint's GPT-2 (CPU)\n"
     "\n"
     "exit codes: 0 ok, 1 runtime failure, 2 usage error; run: the failing worker's code\n";
 

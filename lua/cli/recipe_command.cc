@@ -1,5 +1,5 @@
-// `colossal <recipe.lua>` and `colossal generate`. Training and generation
-// are not wired yet; the recipe is still loaded so that mistakes show now.
+// `colossal <recipe.lua>`. Training is not wired yet; the recipe is still
+// loaded so that mistakes show now. (`colossal generate`: generate.cc.)
 #include <cstdio>
 #include <string>
 
@@ -30,10 +30,6 @@ std::string RecipeUsage() {
       "and applies the overrides. Training itself is not available in this build yet.\n\n",
       FlagHelp(kRecipeFlags));
 }
-
-constexpr char kGenerateUsage[] =
-    "usage: colossal generate\n\n"
-    "Text generation from a checkpoint: not available in this build yet.\n";
 
 }  // namespace
 
@@ -68,17 +64,6 @@ int RecipeCommand(const std::string& path, const Args& args) {
   return Fail("recipe",
               absl::StrCat("training from recipes is not available in this build yet: ", kMissing,
                            " (see docs/architecture.md)"),
-              kExitUsage);
-}
-
-int GenerateCommand(const Args& args) {
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::fputs(kGenerateUsage, stdout);
-    return kExitOk;
-  }
-  return Fail("generate",
-              "text generation is not available in this build yet: loading a GPT-2 checkpoint "
-              "and sampling are not wired into the CLI (see docs/architecture.md)",
               kExitUsage);
 }
 
