@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/common/exact_math.h"
+
 namespace colossal::kernels {
 
 struct Half {
@@ -24,16 +26,8 @@ struct BFloat16 {
 };
 
 namespace internal {
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+using exact::bits_float;
+using exact::float_bits;
 }  // namespace internal
 
 inline float half_to_float(Half h) {

@@ -8,12 +8,9 @@
 // with its own half types: float16/bfloat16 -> float is exact, float ->
 // float16/bfloat16 rounds to nearest even and maps NaN to 0x7fff on both.
 //
-// Floating-point arithmetic goes through fmul/fadd below: on the device they
-// are the __fmul_rn/__fadd_rn intrinsics, which nvcc never fuses into an FMA
-// (its default --fmad=true would otherwise contract a*x + b*y); on the host
-// GCC in ISO C++ mode does not contract either (-ffp-contract=off), and the
-// x86-64 baseline has no FMA instruction. Every result is thus one IEEE
-// rounding per operation on both sides.
+// Floating-point arithmetic goes through fmul/fadd/fsub from
+// kernels/common/exact_math.h, which are never fused into an FMA on either
+// side: every result is one IEEE rounding per operation on host and device.
 #ifndef COLOSSAL_KERNELS_ELEMENTWISE_ELEMENTWISE_OPS_H_
 #define COLOSSAL_KERNELS_ELEMENTWISE_ELEMENTWISE_OPS_H_
 
@@ -22,93 +19,23 @@
 #include <limits>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#define COLOSSAL_EW_HD __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_EW_HD inline
-#endif
+#include "kernels/common/exact_math.h"
+#include "kernels/common/host_device.h"
 
 namespace colossal::kernels::elementwise::internal {
 
-COLOSSAL_EW_HD uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-
-COLOSSAL_EW_HD float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
-
-COLOSSAL_EW_HD double bits_double(uint64_t u) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(u));
-#else
-  double d;
-  std::memcpy(&d, &u, sizeof(d));
-  return d;
-#endif
-}
-
-// One correctly rounded operation each; never fused (see the file comment).
-COLOSSAL_EW_HD float fmul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-COLOSSAL_EW_HD float fadd(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-COLOSSAL_EW_HD float fsub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-COLOSSAL_EW_HD double fmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-COLOSSAL_EW_HD double fadd(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-COLOSSAL_EW_HD double fsub(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
+using exact::bits_double;
+using exact::bits_float;
+using exact::fadd;
+using exact::float_bits;
+using exact::fmul;
+using exact::fsub;
 
 // Every NaN a kernel produces is the canonical quiet NaN (the one the GPU's
 // float arithmetic produces), so NaN results are bit-identical too: x86 would
 // otherwise keep an input's payload or produce the negative "default NaN".
-COLOSSAL_EW_HD float canonical_nan(float v) { return v != v ? bits_float(0x7fffffffu) : v; }
-COLOSSAL_EW_HD double canonical_nan(double v) {
+COLOSSAL_HOST_DEVICE float canonical_nan(float v) { return v != v ? bits_float(0x7fffffffu) : v; }
+COLOSSAL_HOST_DEVICE double canonical_nan(double v) {
   return v != v ? bits_double(0x7fffffffffffffffull) : v;
 }
 
@@ -121,7 +48,7 @@ using WrapType = std::conditional_t<(sizeof(M) < 4), uint32_t, std::make_unsigne
 
 struct AddOp {
   template <typename M>
-  COLOSSAL_EW_HD M operator()(M a, M b) const {
+  COLOSSAL_HOST_DEVICE M operator()(M a, M b) const {
     if constexpr (std::is_floating_point_v<M>) {
       return canonical_nan(fadd(a, b));
     } else {
@@ -131,7 +58,7 @@ struct AddOp {
 };
 struct SubOp {
   template <typename M>
-  COLOSSAL_EW_HD M operator()(M a, M b) const {
+  COLOSSAL_HOST_DEVICE M operator()(M a, M b) const {
     if constexpr (std::is_floating_point_v<M>) {
       return canonical_nan(fsub(a, b));
     } else {
@@ -141,7 +68,7 @@ struct SubOp {
 };
 struct MulOp {
   template <typename M>
-  COLOSSAL_EW_HD M operator()(M a, M b) const {
+  COLOSSAL_HOST_DEVICE M operator()(M a, M b) const {
     if constexpr (std::is_floating_point_v<M>) {
       return canonical_nan(fmul(a, b));
     } else {
@@ -154,7 +81,7 @@ struct MulOp {
 template <typename M>
 struct ScaleOp {
   M alpha;
-  COLOSSAL_EW_HD M operator()(M a) const { return canonical_nan(fmul(alpha, a)); }
+  COLOSSAL_HOST_DEVICE M operator()(M a) const { return canonical_nan(fmul(alpha, a)); }
 };
 
 // out = alpha * a + beta * b, two products then one sum, each rounded.
@@ -162,7 +89,7 @@ template <typename M>
 struct AxpbyOp {
   M alpha;
   M beta;
-  COLOSSAL_EW_HD M operator()(M a, M b) const {
+  COLOSSAL_HOST_DEVICE M operator()(M a, M b) const {
     return canonical_nan(fadd(fmul(alpha, a), fmul(beta, b)));
   }
 };
@@ -175,7 +102,7 @@ struct AxpbyOp {
 // 24) gives the correctly rounded result of the original double; a plain
 // double -> float -> half conversion would round twice and could break a tie
 // the wrong way.
-COLOSSAL_EW_HD float double_to_float_odd(double d) {
+COLOSSAL_HOST_DEVICE float double_to_float_odd(double d) {
   const float f = static_cast<float>(d);  // round to nearest even
   const double back = static_cast<double>(f);
   if (back == d || d != d) return f;
@@ -189,7 +116,7 @@ COLOSSAL_EW_HD float double_to_float_odd(double d) {
 // Integer -> float rounded to odd, for the same reason (int32/int64 values
 // above 2^24 are not exact in float).
 template <typename I>
-COLOSSAL_EW_HD float int_to_float_odd(I v) {
+COLOSSAL_HOST_DEVICE float int_to_float_odd(I v) {
   if constexpr (sizeof(I) <= 2) {
     return static_cast<float>(v);  // exact
   } else if constexpr (sizeof(I) == 4) {
@@ -212,7 +139,7 @@ COLOSSAL_EW_HD float int_to_float_odd(I v) {
 // limits; NaN -> 0. (The same as CUDA's cvt.rzi.sat; C++'s static_cast is
 // undefined out of range.)
 template <typename I, typename F>
-COLOSSAL_EW_HD I float_to_int(F x) {
+COLOSSAL_HOST_DEVICE I float_to_int(F x) {
   if (x != x) return I{0};
   constexpr int kBits = static_cast<int>(sizeof(I) * 8) - (std::is_signed_v<I> ? 1 : 0);
   constexpr F kUpper = static_cast<F>(static_cast<uint64_t>(1) << kBits);  // exclusive, exact
@@ -230,7 +157,7 @@ COLOSSAL_EW_HD I float_to_int(F x) {
 //   DstM = integer : float sources truncate and saturate (NaN -> 0); integer
 //       sources wrap modulo 2^bits, like static_cast.
 template <typename DstM, bool kDstHalf, typename SrcM>
-COLOSSAL_EW_HD DstM convert(SrcM v) {
+COLOSSAL_HOST_DEVICE DstM convert(SrcM v) {
   if constexpr (kDstHalf) {
     static_assert(std::is_same_v<DstM, float>);
     if constexpr (std::is_same_v<SrcM, float>) {

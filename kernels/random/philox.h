@@ -24,11 +24,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define COLOSSAL_PHILOX_HD __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_PHILOX_HD inline
-#endif
+#include "kernels/common/host_device.h"
 
 namespace colossal::kernels::random {
 
@@ -43,7 +39,7 @@ struct PhiloxBlock {
 };
 
 // High 32 bits of the 64-bit product a * b.
-COLOSSAL_PHILOX_HD uint32_t philox_mulhi(uint32_t a, uint32_t b) {
+COLOSSAL_HOST_DEVICE uint32_t philox_mulhi(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __umulhi(a, b);
 #else
@@ -52,7 +48,7 @@ COLOSSAL_PHILOX_HD uint32_t philox_mulhi(uint32_t a, uint32_t b) {
 }
 
 // Philox4x32 with 10 rounds: the bijection of `counter` selected by the key (k0, k1).
-COLOSSAL_PHILOX_HD PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t k0, uint32_t k1) {
+COLOSSAL_HOST_DEVICE PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t k0, uint32_t k1) {
   uint32_t c0 = counter.w[0], c1 = counter.w[1], c2 = counter.w[2], c3 = counter.w[3];
 #if defined(__CUDA_ARCH__)
 #pragma unroll
@@ -73,14 +69,14 @@ COLOSSAL_PHILOX_HD PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t k0, u
 }
 
 // Block `block` of the stream for `seed`: stream elements 4 * block .. 4 * block + 3.
-COLOSSAL_PHILOX_HD PhiloxBlock philox_stream_block(uint64_t seed, uint64_t block) {
+COLOSSAL_HOST_DEVICE PhiloxBlock philox_stream_block(uint64_t seed, uint64_t block) {
   const PhiloxBlock counter{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), 0u, 0u}};
   return philox4x32_10(counter, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // A random word as a float uniform in [0, 1): its top 24 bits times 2^-24
 // (exact in float, the same on every device).
-COLOSSAL_PHILOX_HD float uniform_float(uint32_t x) {
+COLOSSAL_HOST_DEVICE float uniform_float(uint32_t x) {
   return static_cast<float>(x >> 8) * (1.0f / 16777216.0f);
 }
 

@@ -17,89 +17,31 @@
 #include <cstring>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/exact_math.h"
+#include "kernels/common/host_device.h"
 #include "kernels/common/status.h"
 #include "kernels/random/philox.h"
 
-#if defined(__CUDACC__)
-#define COLOSSAL_RNG_HD __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_RNG_HD inline
-#endif
 
 namespace colossal::kernels::random::internal {
 
-COLOSSAL_RNG_HD float fmul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-COLOSSAL_RNG_HD float fadd(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-COLOSSAL_RNG_HD float fdiv(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
-COLOSSAL_RNG_HD float fsqrt(float a) {
-#if defined(__CUDA_ARCH__)
-  return __fsqrt_rn(a);
-#else
-  return std::sqrt(a);
-#endif
-}
-COLOSSAL_RNG_HD double dmul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-COLOSSAL_RNG_HD double dadd(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-COLOSSAL_RNG_HD uint32_t float_to_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-#endif
-}
-COLOSSAL_RNG_HD float bits_to_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-#endif
-}
+using exact::bits_float;
+using exact::fadd;
+using exact::fdiv;
+using exact::float_bits;
+using exact::fmul;
+using exact::fsqrt;
 
 // -2 ln(u) for u = k * 2^-24, 1 <= k <= 2^24 (so u in (0, 1], never 0).
 // u = 2^e * m with m in [sqrt(1/2), sqrt(2)); ln m = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| <= 0.172, as an odd series to s^11 (truncation
 // below 1e-10 relative); e ln 2 with ln 2 split in a 17-bit head (e * head
 // exact) and a tail (fdlibm's constants).
-COLOSSAL_RNG_HD float minus_two_log(uint32_t k) {
+COLOSSAL_HOST_DEVICE float minus_two_log(uint32_t k) {
   const float u = fmul(static_cast<float>(k), 1.0f / 16777216.0f);  // exact
-  const uint32_t bits = float_to_bits(u);
+  const uint32_t bits = float_bits(u);
   int e = static_cast<int>(bits >> 23) - 127;  // u >= 2^-24 is normal
-  float m = bits_to_float((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  float m = bits_float((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
   if (m > 1.41421356f) {
     m = fmul(m, 0.5f);  // exact
     e += 1;
@@ -123,7 +65,7 @@ COLOSSAL_RNG_HD float minus_two_log(uint32_t k) {
 // sin and cos of 2 pi j / 2^24 for 0 <= j < 2^24. The quadrant and the
 // reflection to [0, pi/4] are exact integer steps on j; Taylor polynomials on
 // [0, pi/4] (truncation below 3e-9 relative).
-COLOSSAL_RNG_HD void sincos_turns(uint32_t j, float* sin_out, float* cos_out) {
+COLOSSAL_HOST_DEVICE void sincos_turns(uint32_t j, float* sin_out, float* cos_out) {
   const uint32_t quadrant = j >> 22;
   uint32_t r = j & 0x3fffffu;               // angle in the quadrant: (pi / 2) r / 2^22
   const bool reflect = r > 0x200000u;       // past pi/4: use pi/2 - angle
@@ -154,7 +96,7 @@ COLOSSAL_RNG_HD void sincos_turns(uint32_t j, float* sin_out, float* cos_out) {
 // Box-Muller: two standard normals from two random words,
 // r = sqrt(-2 ln u1) with u1 = (a >> 8) + 1 in 2^-24 units (in (0, 1]), and
 // angle 2 pi (b >> 8) / 2^24; z0 = r cos, z1 = r sin. |z| <= 5.77.
-COLOSSAL_RNG_HD void box_muller(uint32_t a, uint32_t b, float* z0, float* z1) {
+COLOSSAL_HOST_DEVICE void box_muller(uint32_t a, uint32_t b, float* z0, float* z1) {
   const float r = fsqrt(minus_two_log((a >> 8) + 1u));
   float s, c;
   sincos_turns(b >> 8, &s, &c);
@@ -168,11 +110,11 @@ template <typename M>
 struct Uniform {
   M lo;
   M range;  // hi - lo, rounded once to M
-  COLOSSAL_RNG_HD void operator()(const PhiloxBlock& bits, M* v) const {
+  COLOSSAL_HOST_DEVICE void operator()(const PhiloxBlock& bits, M* v) const {
     for (int t = 0; t < 4; ++t) {
       const float u = uniform_float(bits.w[t]);
       if constexpr (sizeof(M) == 8) {
-        v[t] = dadd(lo, dmul(range, static_cast<double>(u)));
+        v[t] = fadd(lo, fmul(range, static_cast<double>(u)));
       } else {
         v[t] = fadd(lo, fmul(range, u));
       }
@@ -186,13 +128,13 @@ template <typename M>
 struct Normal {
   M mean;
   M std;
-  COLOSSAL_RNG_HD void operator()(const PhiloxBlock& bits, M* v) const {
+  COLOSSAL_HOST_DEVICE void operator()(const PhiloxBlock& bits, M* v) const {
     float z[4];
     box_muller(bits.w[0], bits.w[1], &z[0], &z[1]);
     box_muller(bits.w[2], bits.w[3], &z[2], &z[3]);
     for (int t = 0; t < 4; ++t) {
       if constexpr (sizeof(M) == 8) {
-        v[t] = dadd(mean, dmul(std, static_cast<double>(z[t])));
+        v[t] = fadd(mean, fmul(std, static_cast<double>(z[t])));
       } else {
         v[t] = fadd(mean, fmul(std, z[t]));
       }

@@ -3,11 +3,7 @@
 #ifndef COLOSSAL_KERNELS_REDUCE_REDUCE_OPS_H_
 #define COLOSSAL_KERNELS_REDUCE_REDUCE_OPS_H_
 
-#if defined(__CUDACC__)
-#define COLOSSAL_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_HOST_DEVICE inline
-#endif
+#include "kernels/common/host_device.h"
 
 namespace colossal::kernels::reduce::internal {
 

@@ -8,12 +8,7 @@
 #include <limits>
 
 #include "kernels/common/dtype.h"
-
-#if defined(__CUDACC__)
-#define COLOSSAL_RD_HD __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_RD_HD inline
-#endif
+#include "kernels/common/host_device.h"
 
 namespace colossal::kernels::reduction::internal {
 
@@ -71,11 +66,11 @@ inline int64_t scratch_bytes(int64_t rows, int64_t cols, DType in_dtype) {
 
 struct SumOp {
   template <typename A>
-  static COLOSSAL_RD_HD A identity() {
+  static COLOSSAL_HOST_DEVICE A identity() {
     return A(0);
   }
   template <typename A>
-  COLOSSAL_RD_HD A operator()(A a, A b) const {
+  COLOSSAL_HOST_DEVICE A operator()(A a, A b) const {
     return a + b;
   }
 };
@@ -83,11 +78,11 @@ struct SumOp {
 // max that propagates NaN: if either operand is NaN the result is NaN.
 struct MaxOp {
   template <typename A>
-  static COLOSSAL_RD_HD A identity() {
+  static COLOSSAL_HOST_DEVICE A identity() {
     return -std::numeric_limits<A>::infinity();  // constexpr: usable on the device
   }
   template <typename A>
-  COLOSSAL_RD_HD A operator()(A a, A b) const {
+  COLOSSAL_HOST_DEVICE A operator()(A a, A b) const {
     if (a != a) return a;
     if (b != b) return b;
     return a < b ? b : a;
@@ -97,7 +92,7 @@ struct MaxOp {
 // The final value of a row from its accumulated total: mean divides by cols
 // (in the accumulator type, so CPU and CUDA divide the same way).
 template <typename A>
-COLOSSAL_RD_HD A finish(A total, int64_t cols, bool mean) {
+COLOSSAL_HOST_DEVICE A finish(A total, int64_t cols, bool mean) {
   return mean ? total / static_cast<A>(cols) : total;
 }
 

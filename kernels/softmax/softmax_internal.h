@@ -9,25 +9,20 @@
 #include <initializer_list>
 
 #include "kernels/common/dtype.h"
+#include "kernels/common/host_device.h"
 #include "kernels/common/status.h"
-
-#if defined(__CUDACC__)
-#define COLOSSAL_SOFTMAX_HD __host__ __device__ __forceinline__
-#else
-#define COLOSSAL_SOFTMAX_HD inline
-#endif
 
 namespace colossal::kernels::softmax::internal {
 
 // Number of leading columns of row `row` ([..., sq, sk] flattened to rows) that a
 // causal softmax includes: column j is excluded when j > i + (sk - sq), i = row % sq.
-COLOSSAL_SOFTMAX_HD int64_t causal_limit(int64_t row, int64_t sq, int64_t sk) {
+COLOSSAL_HOST_DEVICE int64_t causal_limit(int64_t row, int64_t sq, int64_t sk) {
   const int64_t limit = row % sq + 1 + (sk - sq);
   return limit < 0 ? 0 : (limit > sk ? sk : limit);
 }
 
 // Row of the [batch, 1, sq, sk] mask that row `row` of [batch, heads, sq, sk] uses.
-COLOSSAL_SOFTMAX_HD int64_t mask_row(int64_t row, int64_t heads, int64_t sq) {
+COLOSSAL_HOST_DEVICE int64_t mask_row(int64_t row, int64_t heads, int64_t sq) {
   return (row / (heads * sq)) * sq + row % sq;
 }
 
@@ -91,6 +86,5 @@ inline KernelStatus check_backward_buffers(void* dx, const void* dy, const void*
 
 }  // namespace colossal::kernels::softmax::internal
 
-#undef COLOSSAL_SOFTMAX_HD
 
 #endif  // COLOSSAL_KERNELS_SOFTMAX_SOFTMAX_INTERNAL_H_
