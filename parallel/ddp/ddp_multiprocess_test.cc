@@ -23,8 +23,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "comm/builtin/process_group_builtin.h"
-#include "comm/store/tcp_store.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
 
@@ -111,17 +109,7 @@ TEST(DdpChild, Run) {
   ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_RANK"), &rank));
   ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_WORLD"), &world));
   ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("DDP_TEST_PORT"), &port));
-  comm::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = port;
-  so.timeout = absl::Seconds(30);
-  auto store = comm::TcpStore::create(so);
-  ASSERT_TRUE(store.ok()) << store.status();
-  comm::BuiltinOptions o;
-  o.transport = comm::TransportKind::kShm;
-  o.timeout = absl::Seconds(30);
-  auto pg = comm::ProcessGroupBuiltin::create(std::shared_ptr<comm::Store>(std::move(*store)),
-                                              rank, world, o);
+  auto pg = connect_builtin_group(port, rank, world, comm::TransportKind::kShm);
   ASSERT_TRUE(pg.ok()) << pg.status();
   DdpOptions options;
   options.bucket_cap_mb = 0.001;  // several buckets
@@ -140,13 +128,7 @@ TEST(DdpMultiprocess, TwoProcessesOverShmMatchOneProcess) {
   const int W = 2;
   std::string dir = env_or_empty("TEST_TMPDIR");
   if (dir.empty()) dir = "/tmp";
-  comm::TcpStoreOptions mo;
-  mo.host = "127.0.0.1";
-  mo.listen_address = "127.0.0.1";
-  mo.port = 0;
-  mo.is_master = true;
-  mo.timeout = absl::Seconds(30);
-  auto master = comm::TcpStore::create(mo);
+  auto master = serve_loopback_store();
   ASSERT_TRUE(master.ok()) << master.status();
   std::vector<pid_t> pids;
   for (int r = 0; r < W; ++r) {

@@ -22,12 +22,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/builtin/process_group_builtin.h"
-#include "comm/store/tcp_store.h"
 #include "core/context/context.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/train/train_step.h"
@@ -41,40 +38,6 @@ using core::DType;
 using core::Stream;
 using core::Tensor;
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
-
-// Runs fn(rank, pg) on `world` threads, each with its own builtin group over
-// the in-process transport.
-void run_ranks(int world,
-               const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn) {
-  comm::TcpStoreOptions mo;
-  mo.host = "127.0.0.1";
-  mo.listen_address = "127.0.0.1";
-  mo.port = 0;
-  mo.is_master = true;
-  mo.timeout = absl::Seconds(30);
-  auto master = comm::TcpStore::create(mo);
-  ASSERT_TRUE(master.ok()) << master.status();
-  const int port = (*master)->port();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      comm::TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = port;
-      so.timeout = absl::Seconds(30);
-      auto store = comm::TcpStore::create(so);
-      ASSERT_TRUE(store.ok()) << store.status();
-      comm::BuiltinOptions o;
-      o.transport = comm::TransportKind::kInproc;
-      o.timeout = absl::Seconds(30);
-      auto pg = comm::ProcessGroupBuiltin::create(std::shared_ptr<comm::Store>(std::move(*store)),
-                                                  r, world, o);
-      ASSERT_TRUE(pg.ok()) << pg.status();
-      fn(r, *pg);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 struct EquivalenceCase {
   int world;

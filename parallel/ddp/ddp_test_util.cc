@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <thread>
 #include <utility>
 
+#include "comm/builtin/process_group_builtin.h"
+#include "comm/store/tcp_store.h"
 #include "nn/layers/cross_entropy.h"
 #include "nn/optim/module_params.h"
 
@@ -90,11 +93,50 @@ float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
   return ce->loss;
 }
 
-EquivalenceRun reference_run(int world, int steps) {
+absl::StatusOr<std::unique_ptr<comm::TcpStore>> serve_loopback_store() {
+  comm::TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.listen_address = "127.0.0.1";
+  o.port = 0;
+  o.is_master = true;
+  o.timeout = absl::Seconds(30);
+  return comm::TcpStore::create(o);
+}
+
+absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> connect_builtin_group(
+    int port, int rank, int world, comm::TransportKind transport) {
+  comm::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = port;
+  so.timeout = absl::Seconds(30);
+  auto store = comm::TcpStore::create(so);
+  if (!store.ok()) return store.status();
+  comm::BuiltinOptions o;
+  o.transport = transport;
+  o.timeout = absl::Seconds(30);
+  return comm::ProcessGroupBuiltin::create(std::shared_ptr<comm::Store>(std::move(*store)), rank,
+                                           world, o);
+}
+
+void run_ranks(int world,
+               const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn) {
+  auto master = serve_loopback_store();
+  ASSERT_TRUE(master.ok()) << master.status();
+  const int port = (*master)->port();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto pg = connect_builtin_group(port, r, world, comm::TransportKind::kInproc);
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      fn(r, *pg);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int world, int steps) {
   EquivalenceRun run;
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  auto model = make_model(kSeed);
-  auto sgd = make_sgd(*model);
   for (int step = 0; step < steps; ++step) {
     std::vector<nn::MicroBatch> mbs;
     for (int r = 0; r < world; ++r) {
@@ -102,15 +144,21 @@ EquivalenceRun reference_run(int world, int steps) {
     }
     nn::TrainStepOptions o;
     o.max_norm = kMaxNorm;
-    auto res = nn::train_step(*ctx, *model, *sgd, tiny_config().vocab_size, mbs, o);
+    auto res = nn::train_step(*ctx, model, optimizer, tiny_config().vocab_size, mbs, o);
     EXPECT_TRUE(res.ok()) << res.status();
     if (!res.ok()) return run;
     run.loss.push_back(res->loss);
     run.clipped.push_back(res->step.clip_coef < 1.0f);
     run.grad_norm.push_back(res->step.grad_norm);
   }
-  run.weights = floats_of(model->store().flat_values(DType::kF32));
+  run.weights = floats_of(model.store().flat_values(DType::kF32));
   return run;
+}
+
+EquivalenceRun reference_run(int world, int steps) {
+  auto model = make_model(kSeed);
+  auto sgd = make_sgd(*model);
+  return reference_run(*model, *sgd, world, steps);
 }
 
 EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,

@@ -10,12 +10,17 @@
 #define COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "comm/builtin/process_group_builtin.h"
 #include "comm/process_group/process_group.h"
+#include "comm/store/tcp_store.h"
 #include "core/context/context.h"
 #include "nn/models/gpt2/gpt2.h"
+#include "nn/optim/optimizer.h"
 #include "nn/optim/sgd.h"
 #include "nn/train/train_step.h"
 #include "parallel/booster/booster.h"
@@ -58,8 +63,25 @@ struct EquivalenceRun {
   int64_t issued_in_hooks = 0;  // ddp only
 };
 
-// One process, kSteps train_steps over the world * kMicro micro-batches of
-// every step, starting from rank 0's weights.
+// The rendezvous store, served on 127.0.0.1 at an ephemeral port (port()).
+absl::StatusOr<std::unique_ptr<comm::TcpStore>> serve_loopback_store();
+
+// A builtin group for `rank` of `world` over `transport`, meeting the others
+// through the TCP store served at 127.0.0.1:`port`.
+absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> connect_builtin_group(
+    int port, int rank, int world, comm::TransportKind transport);
+
+// Runs fn(rank, pg) on `world` threads, each with its own builtin group over
+// the in-process transport (rendezvous through a loopback TCP store).
+void run_ranks(int world,
+               const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn);
+
+// One process, `steps` train_steps (clipping at kMaxNorm) of `model` with
+// `optimizer` over the world * kMicro micro-batches of every step: the result
+// every plugin's ranks must match.
+EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int world,
+                             int steps = kSteps);
+// The same for make_model(kSeed) (rank 0's weights) with make_sgd.
 EquivalenceRun reference_run(int world, int steps = kSteps);
 // This rank's kSteps through a Booster with the ddp plugin (GTest failures on
 // errors).

@@ -29,12 +29,9 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "comm/builtin/process_group_builtin.h"
-#include "comm/store/tcp_store.h"
 #include "core/context/context.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/models/gpt2/gpt2.h"
@@ -53,38 +50,6 @@ using core::DType;
 using core::Stream;
 using core::Tensor;
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
-
-void run_ranks(int world,
-               const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn) {
-  comm::TcpStoreOptions mo;
-  mo.host = "127.0.0.1";
-  mo.listen_address = "127.0.0.1";
-  mo.port = 0;
-  mo.is_master = true;
-  mo.timeout = absl::Seconds(30);
-  auto master = comm::TcpStore::create(mo);
-  ASSERT_TRUE(master.ok()) << master.status();
-  const int port = (*master)->port();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      comm::TcpStoreOptions so;
-      so.host = "127.0.0.1";
-      so.port = port;
-      so.timeout = absl::Seconds(30);
-      auto store = comm::TcpStore::create(so);
-      ASSERT_TRUE(store.ok()) << store.status();
-      comm::BuiltinOptions o;
-      o.transport = comm::TransportKind::kInproc;
-      o.timeout = absl::Seconds(30);
-      auto pg = comm::ProcessGroupBuiltin::create(std::shared_ptr<comm::Store>(std::move(*store)),
-                                                  r, world, o);
-      ASSERT_TRUE(pg.ok()) << pg.status();
-      fn(r, *pg);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 constexpr double kWeightDecay = 0.1;
 
@@ -115,26 +80,9 @@ std::unique_ptr<nn::Adam> make_adam(nn::GPT2& model) {
 }
 
 EquivalenceRun adam_reference_run(int world) {
-  EquivalenceRun run;
-  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
   auto model = make_zero_model(kSeed);
   auto adam = make_adam(*model);
-  for (int step = 0; step < kSteps; ++step) {
-    std::vector<nn::MicroBatch> mbs;
-    for (int r = 0; r < world; ++r) {
-      for (int i = 0; i < kMicro; ++i) mbs.push_back(micro_batch(step, r, i));
-    }
-    nn::TrainStepOptions o;
-    o.max_norm = kMaxNorm;
-    auto res = nn::train_step(*ctx, *model, *adam, tiny_config().vocab_size, mbs, o);
-    EXPECT_TRUE(res.ok()) << res.status();
-    if (!res.ok()) return run;
-    run.loss.push_back(res->loss);
-    run.clipped.push_back(res->step.clip_coef < 1.0f);
-    run.grad_norm.push_back(res->step.grad_norm);
-  }
-  run.weights = floats_of(model->store().flat_values(DType::kF32));
-  return run;
+  return reference_run(*model, *adam, world);
 }
 
 struct ZeroRun {
