@@ -17,6 +17,7 @@
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 #include "tests/util/gpu_test.h"
+#include "tests/util/host_buffer.h"
 #include "tests/util/test_data.h"
 
 #if COLOSSAL_WITH_CUDA
@@ -28,51 +29,7 @@ namespace {
 
 constexpr DType kCpuTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};
 
-// A host buffer of n elements of `dtype`, read and written as double.
-class Buf {
- public:
-  Buf(DType dtype, int64_t n) : dtype_(dtype), n_(n), bytes_(n * dtype_size(dtype)) {
-    testing::poison(bytes_.data(), bytes_.size());
-  }
-  static Buf random(DType dtype, int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    Buf b(dtype, n);
-    const std::vector<float> v = testing::random_floats(n, seed, lo, hi);
-    for (int64_t i = 0; i < n; ++i) b.set(i, v[i]);
-    return b;
-  }
-  double get(int64_t i) const {
-    double v = 0;
-    (void)dispatch_all_types(dtype_, [&](auto tag) {
-      using T = decltype(tag);
-      v = static_cast<double>(to_math(reinterpret_cast<const T*>(bytes_.data())[i]));
-      return KernelStatus();
-    });
-    return v;
-  }
-  void set(int64_t i, double v) {
-    (void)dispatch_all_types(dtype_, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = reinterpret_cast<T*>(bytes_.data());
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-        p[i] = from_float<T>(static_cast<float>(v));
-      } else {
-        p[i] = static_cast<T>(v);
-      }
-      return KernelStatus();
-    });
-  }
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  size_t bytes() const { return bytes_.size(); }
-  int64_t size() const { return n_; }
-  DType dtype() const { return dtype_; }
-  bool same_bits(const Buf& o) const { return bytes_ == o.bytes_; }
-
- private:
-  DType dtype_;
-  int64_t n_;
-  std::vector<uint8_t> bytes_;
-};
+using Buf = testing::HostBuffer;
 
 // The tanh approximation exactly as written, in long double.
 long double gelu_tanh(long double x) {

@@ -21,6 +21,7 @@
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 #include "tests/util/gpu_test.h"
+#include "tests/util/host_buffer.h"
 #include "tests/util/test_data.h"
 
 #if COLOSSAL_WITH_CUDA
@@ -32,57 +33,7 @@ namespace {
 
 using Code = KernelStatus::Code;
 
-// A host buffer of n elements of `dtype`, read and written as double.
-class Buf {
- public:
-  Buf() : Buf(DType::kF32, 0) {}
-  Buf(DType dtype, int64_t n) : dtype_(dtype), n_(n), bytes_(n * dtype_size(dtype)) {
-    testing::poison(bytes_.data(), bytes_.size());
-  }
-  static Buf random(DType dtype, int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-    Buf b(dtype, n);
-    const std::vector<float> v = testing::random_floats(n, seed, lo, hi);
-    for (int64_t i = 0; i < n; ++i) b.set(i, v[i]);
-    return b;
-  }
-  double get(int64_t i) const {
-    double v = 0;
-    (void)dispatch_all_types(dtype_, [&](auto tag) {
-      using T = decltype(tag);
-      v = static_cast<double>(to_math(reinterpret_cast<const T*>(bytes_.data())[i]));
-      return KernelStatus();
-    });
-    return v;
-  }
-  void set(int64_t i, double v) {
-    (void)dispatch_all_types(dtype_, [&](auto tag) {
-      using T = decltype(tag);
-      T* p = reinterpret_cast<T*>(bytes_.data());
-      if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-        p[i] = from_float<T>(static_cast<float>(v));
-      } else {
-        p[i] = static_cast<T>(v);
-      }
-      return KernelStatus();
-    });
-  }
-  // Bytes of element range [begin, end).
-  bool same_range(const Buf& o, int64_t begin, int64_t end) const {
-    const size_t es = dtype_size(dtype_);
-    return std::memcmp(bytes_.data() + begin * es, o.bytes_.data() + begin * es, (end - begin) * es) == 0;
-  }
-  void* data() { return bytes_.data(); }
-  const void* data() const { return bytes_.data(); }
-  size_t bytes() const { return bytes_.size(); }
-  int64_t size() const { return n_; }
-  DType dtype() const { return dtype_; }
-  bool same_bits(const Buf& o) const { return bytes_ == o.bytes_; }
-
- private:
-  DType dtype_;
-  int64_t n_;
-  std::vector<uint8_t> bytes_;
-};
+using Buf = testing::HostBuffer;
 
 struct Shape {
   int64_t batch, seq_len, channels, vocab, max_seq_len;
