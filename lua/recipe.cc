@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status/suggest.h"
+#include "lua/api/lua_util.h"
 
 extern "C" {
 #include "lauxlib.h"
@@ -16,6 +17,9 @@ namespace colossal::lua {
 namespace {
 
 int Traceback(lua_State* L) {
+  // Errors from the colossal module are {message, code} tables that already
+  // say where: they pass unchanged.
+  if (lua_istable(L, 1)) return 1;
   const char* message = lua_tostring(L, 1);
   luaL_traceback(L, L, message ? message : "(error object is not a string)", 1);
   return 1;
@@ -41,16 +45,18 @@ absl::Status LoadRecipe(lua_State* L, const std::string& path) {
   lua_insert(L, -2);
   const int handler = lua_gettop(L) - 1;
   if (lua_pcall(L, 0, 1, handler) != LUA_OK) {
-    std::string message = ErrorText(L);
-    lua_pop(L, 1);  // the handler
-    return absl::InvalidArgumentError(message);
+    const ErrorInfo error = ErrorFromStack(L, -1);
+    lua_pop(L, 2);  // the error and the handler
+    return error.code == kErrorUsage ? absl::InvalidArgumentError(error.message)
+                                     : absl::AbortedError(error.message);
   }
   lua_remove(L, handler);
-  if (!lua_istable(L, -1)) {
+  if (!lua_istable(L, -1) && !lua_isnil(L, -1)) {
     const std::string got = luaL_typename(L, -1);
     lua_pop(L, 1);
     return absl::InvalidArgumentError(absl::StrCat(
-        path, ": a recipe must return a table (e.g. `return { model = ... }`), but it returned ",
+        path, ": a recipe must return a table (e.g. `return { model = ... }`) or nothing (a script "
+        "that trains by itself), but it returned ",
         got));
   }
   return absl::OkStatus();

@@ -24,9 +24,12 @@ extern "C" {
 
 namespace colossal::lua {
 
-// Runs the recipe at `path` and pushes the table it returns. On error nothing
-// is pushed: NotFoundError when the file cannot be read, InvalidArgumentError
-// for syntax/runtime errors and a result that is not a table.
+// Runs the recipe at `path` and pushes what it returns: a table (a
+// declarative recipe) or nil (a script that ran its own loop). On error
+// nothing is pushed: NotFoundError when the file cannot be read,
+// InvalidArgumentError for syntax errors, the script's own mistakes, errors of
+// the colossal module with code 2 and a result of another type;
+// AbortedError for the module's runtime failures (code 1).
 absl::Status LoadRecipe(lua_State* L, const std::string& path);
 
 // `assignment` is "dotted.key.path=value". The key path must already exist in

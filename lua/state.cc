@@ -3,8 +3,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "comm/launch/env.h"
-#include "core/device/device.h"
+#include "lua/api/module.h"
 
 extern "C" {
 #include "lauxlib.h"
@@ -12,39 +11,6 @@ extern "C" {
 }
 
 namespace colossal::lua {
-namespace {
-
-// colossal.env() -> {rank, world_size, local_rank, device}
-int Env(lua_State* L) {
-  absl::StatusOr<comm::RankInfo> info = comm::discover_rank();
-  if (!info.ok()) {
-    const std::string message(info.status().message());
-    return luaL_error(L, "colossal.env(): %s", message.c_str());
-  }
-  const std::string device = core::cuda_device_count() > 0
-                                 ? core::Device::cuda(info->local_rank).to_string()
-                                 : core::Device::cpu().to_string();
-  lua_createtable(L, 0, 4);
-  lua_pushinteger(L, info->rank);
-  lua_setfield(L, -2, "rank");
-  lua_pushinteger(L, info->world_size);
-  lua_setfield(L, -2, "world_size");
-  lua_pushinteger(L, info->local_rank);
-  lua_setfield(L, -2, "local_rank");
-  lua_pushstring(L, device.c_str());
-  lua_setfield(L, -2, "device");
-  return 1;
-}
-
-}  // namespace
-
-int OpenColossalModule(lua_State* L) {
-  const luaL_Reg functions[] = {{"env", Env}, {nullptr, nullptr}};
-  luaL_newlib(L, functions);
-  lua_pushstring(L, kVersion);
-  lua_setfield(L, -2, "version");
-  return 1;
-}
 
 absl::StatusOr<LuaState> NewState() {
   LuaState state(luaL_newstate());

@@ -33,7 +33,7 @@
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
 #include "io/tokenizer/tokenizer.h"
-#include "kernels/random/philox.h"
+#include "lua/api/generation.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
 #include "nn/models/gpt2/gpt2.h"
@@ -61,51 +61,6 @@ std::string GenerateUsage() {
       "text. Exit codes: 0 ok, 1 runtime failure (checkpoint, tokenizer, model),\n"
       "2 usage error.\n\n",
       FlagHelp(kGenerateFlags));
-}
-
-std::string DefaultTokenizerPath() {
-  if (const char* d = std::getenv("COLOSSAL_DATA"); d != nullptr && *d != '\0') {
-    return absl::StrCat(d, "/gpt2.tiktoken");
-  }
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home ? home : "", "/.cache/colossal/data/gpt2.tiktoken");
-}
-
-struct SamplingOptions {
-  double temperature = 1.0;
-  int top_k = 50;
-  uint64_t seed = 1337;
-};
-
-// The next token from `logits` (the real vocabulary only). `draw` is the
-// index of the Philox stream element this choice uses.
-int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t draw) {
-  if (o.temperature == 0) {
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);  // first max
-  }
-  std::vector<int32_t> ids(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  const int64_t k = (o.top_k == 0 || o.top_k > vocab) ? vocab : o.top_k;
-  // Likeliest first; equal logits by id, so the order is total.
-  auto better = [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
-  std::vector<double> p(k);
-  const double top = logits[ids[0]];
-  double sum = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    p[i] = std::exp((static_cast<double>(logits[ids[i]]) - top) / o.temperature);
-    sum += p[i];
-  }
-  const kernels::random::PhiloxBlock bits = kernels::random::philox_stream_block(o.seed, draw / 4);
-  const double u = static_cast<double>(kernels::random::uniform_float(bits.w[draw % 4])) * sum;
-  double acc = 0;
-  for (int64_t i = 0; i < k; ++i) {
-    acc += p[i];
-    if (u < acc) return ids[i];
-  }
-  return ids[k - 1];
 }
 
 void Emit(std::string_view bytes) {
@@ -142,48 +97,30 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
   if (!ctx.ok()) return ctx.status();
 
   std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(prompt);
-  for (int32_t id : tokens) {
-    if (id >= config->vocab_size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the prompt has token ", id, ", outside the model's vocabulary (vocab_size ",
-          config->vocab_size, " in ", *dir, "/config.json): the tokenizer does not match"));
-    }
-  }
   const int32_t eot = tokenizer->special_token_id(io::kEndOfText).value_or(io::kGpt2EndOfTextId);
-  const int64_t vocab = config->vocab_size, padded = config->padded_vocab_size();
   std::fprintf(stderr,
                "generate: %s: GPT-2 %lld layers, %lld heads, n_embd %lld, vocab %lld, "
                "context %lld; CPU, float32; %zu prompt tokens\n",
                dir->c_str(), static_cast<long long>(config->n_layer),
                static_cast<long long>(config->n_head), static_cast<long long>(config->n_embd),
-               static_cast<long long>(vocab), static_cast<long long>(config->max_seq_len),
-               tokens.size());
+               static_cast<long long>(config->vocab_size),
+               static_cast<long long>(config->max_seq_len), tokens.size());
   Emit(prompt);
-  int generated = 0;
-  for (; generated < max_new_tokens; ++generated) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config->max_seq_len);
-    absl::StatusOr<core::Tensor> input = core::Tensor::empty({1, T}, core::DType::kI32,
-                                                             core::Stream::cpu());
-    if (!input.ok()) return input.status();
-    std::copy(tokens.end() - T, tokens.end(), input->data<int32_t>());
-    absl::StatusOr<nn::ForwardResult> out = (*model)->forward(**ctx, *input);
-    if (!out.ok()) return out.status();
-    (*ctx)->compute_stream().synchronize();
-    const float* last = out->output.data<float>() + (T - 1) * padded;
-    const int32_t next = PickToken(last, vocab, o, static_cast<uint64_t>(generated));
-    if (next == eot) break;
-    tokens.push_back(next);
-    std::optional<std::string_view> bytes = tokenizer->TokenBytes(next);
-    if (!bytes.has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the model produced token ", next, ", which the tokenizer ", tokenizer_path,
-          " has no text for: the tokenizer does not match the checkpoint"));
-    }
-    Emit(*bytes);
-  }
+  absl::StatusOr<int> generated = GenerateTokens(
+      **ctx, **model, tokens, max_new_tokens, o, eot, [&](int32_t next) -> absl::Status {
+        std::optional<std::string_view> bytes = tokenizer->TokenBytes(next);
+        if (!bytes.has_value()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "the model produced token ", next, ", which the tokenizer ", tokenizer_path,
+              " has no text for: the tokenizer does not match the checkpoint"));
+        }
+        Emit(*bytes);
+        return absl::OkStatus();
+      });
+  if (!generated.ok()) return generated.status();
   Emit("\n");
-  std::fprintf(stderr, "generate: %d new tokens%s\n", generated,
-               generated < max_new_tokens ? " (<|endoftext|>)" : "");
+  std::fprintf(stderr, "generate: %d new tokens%s\n", *generated,
+               *generated < max_new_tokens ? " (<|endoftext|>)" : "");
   return absl::OkStatus();
 }
 

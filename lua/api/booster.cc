@@ -1,0 +1,315 @@
+// colossal.plugin and colossal.booster: Colossal-AI's Booster API over
+// parallel/ (one process, torch_ddp, low_level_zero).
+//
+//   local plugin = colossal.plugin.low_level_zero{ stage = 2, max_norm = 1.0 }
+//   local booster = colossal.booster{ plugin = plugin }        -- or mixed_precision = "bf16"
+//   model, optimizer, loader, sched = booster:boost(model, optimizer, loader, sched)
+//   optimizer:zero_grad()
+//   for i = 1, n do
+//     local loss = model(loader:next()) / n
+//     if i < n then
+//       local _ <close> = booster:no_sync(model)   -- accumulate locally (stage 1, ddp)
+//       booster:backward(loss, optimizer)
+//     else
+//       booster:backward(loss, optimizer)
+//     end
+//   end
+//   optimizer:step()                                -- through the plugin
+//   booster:save_checkpoint("checkpoints/run", { step = step })
+//
+// Precision: "fp32", "bf16" or "fp16" (Booster's mixed_precision, or the
+// plugin's `precision`): boost converts a float32 model to 16 bits (its
+// optimizer is rebuilt over the new parameters with float32 masters); fp16
+// adds a dynamic loss scaler with the plugin's initial_scale, growth_factor,
+// backoff_factor, growth_interval, hysteresis, min_scale and max_scale.
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
+#include "core/status/status.h"
+#include "io/checkpoint/checkpoint.h"
+#include "lua/api/lua_util.h"
+#include "lua/api/objects.h"
+#include "nn/optim/grad_clip.h"
+#include "parallel/ddp/ddp_plugin.h"
+#include "parallel/zero/low_level_zero_plugin.h"
+
+namespace colossal::lua {
+namespace {
+
+struct NoSyncGuard {
+  static constexpr char kMetatable[] = "colossal.NoSync";
+  static constexpr char kTypeName[] = "a no_sync guard";
+  std::shared_ptr<BoosterObject> owner;
+  std::optional<parallel::Booster::NoSync> guard;
+};
+
+std::string CheckPrecision(lua_State* L, OptionTable& o, const char* key, const char* fallback) {
+  const std::string p = o.string(key, fallback);
+  if (p != "fp32" && p != "bf16" && p != "fp16") {
+    o.fail(key, absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", p, "\""));
+  }
+  return p;
+}
+
+// colossal.plugin.torch_ddp{bucket_cap_mb}
+int TorchDdp(lua_State* L) {
+  OptionTable o(L, 1, "colossal.plugin.torch_ddp");
+  auto spec = std::make_shared<PluginSpec>();
+  spec->name = "torch_ddp";
+  spec->bucket_mb = o.number("bucket_cap_mb", 25.0);
+  o.finish();
+  if (!(spec->bucket_mb > 0)) o.fail("bucket_cap_mb", "must be positive");
+  PushHandle(L, std::move(spec));
+  return 1;
+}
+
+// colossal.plugin.low_level_zero{stage, precision, max_norm, reduce_bucket_size_in_m,
+// overlap_communication, cpu_offload, initial_scale, ...}
+int LowLevelZero(lua_State* L) {
+  OptionTable o(L, 1, "colossal.plugin.low_level_zero");
+  auto spec = std::make_shared<PluginSpec>();
+  spec->name = "low_level_zero";
+  spec->stage = static_cast<int>(o.integer("stage", 1));
+  spec->precision = CheckPrecision(L, o, "precision", "fp32");
+  spec->max_norm = static_cast<float>(o.number("max_norm", 0.0));
+  spec->bucket_mb = o.number("reduce_bucket_size_in_m", 12.0);
+  const bool overlap = o.boolean("overlap_communication", true);
+  const bool offload = o.boolean("cpu_offload", false);
+  nn::DynamicLossScalerOptions& s = spec->scaler;
+  s.initial_scale = o.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
+  s.min_scale = o.number("min_scale", s.min_scale);
+  s.max_scale = o.number("max_scale", 4294967296.0);
+  s.growth_factor = o.number("growth_factor", s.growth_factor);
+  s.backoff_factor = o.number("backoff_factor", s.backoff_factor);
+  s.growth_interval = o.integer("growth_interval", s.growth_interval);
+  s.hysteresis = o.integer("hysteresis", s.hysteresis);
+  o.finish();
+  if (spec->stage != 1 && spec->stage != 2) o.fail("stage", "must be 1 or 2");
+  if (spec->max_norm < 0) o.fail("max_norm", "must be >= 0 (0: no clipping)");
+  if (!(spec->bucket_mb > 0)) o.fail("reduce_bucket_size_in_m", "must be positive");
+  if (!overlap) {
+    o.fail("overlap_communication",
+           "= false is not available: gradients are always reduced while backward runs");
+  }
+  if (offload) {
+    o.fail("cpu_offload", "= true is not available in this build (ZeRO keeps its shards where "
+                          "the model is; see issue #9)");
+  }
+  PushHandle(L, std::move(spec));
+  return 1;
+}
+
+// colossal.booster{plugin, mixed_precision}
+int MakeBooster(lua_State* L) {
+  OptionTable o(L, 1, "colossal.booster");
+  auto booster = std::make_shared<BoosterObject>();
+  booster->rt = GetRuntime(L);
+  if (o.push("plugin") != LUA_TNIL) booster->spec = CheckHandle<PluginSpec>(L, -1);
+  lua_pop(L, 1);
+  booster->precision = CheckPrecision(L, o, "mixed_precision", "fp32");
+  o.finish();
+  if (booster->spec && booster->spec->name == "low_level_zero") {
+    // As in Colossal-AI, the ZeRO plugin's own precision decides.
+    booster->precision = booster->spec->precision;
+  }
+  if (!booster->spec && booster->rt->rank.world_size > 1) {
+    RaiseError(L,
+               absl::StrCat("colossal.booster: this job has ", booster->rt->rank.world_size,
+                            " processes; give a plugin (colossal.plugin.torch_ddp{} or "
+                            "colossal.plugin.low_level_zero{}) to train them together"),
+               kErrorUsage);
+  }
+  PushHandle(L, std::move(booster));
+  return 1;
+}
+
+// Replaces the model's float32 GPT-2 by a `dtype` copy, and its optimizer.
+absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
+  Runtime& rt = *model.rt;
+  const core::Stream& stream = rt.ctx->compute_stream();
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::GPT2> net,
+                            nn::GPT2::create(model.net->config(), dtype, stream));
+  core::Tensor out = net->store().flat_values(dtype);
+  COLOSSAL_RETURN_IF_ERROR(
+      core::ops::cast(*rt.ctx, out, model.net->store().flat_values(model.net->dtype())));
+  model.net = std::move(net);
+  COLOSSAL_ASSIGN_OR_RETURN(optim.opt, optim.make(*model.net, stream));
+  return absl::OkStatus();
+}
+
+// booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the same four
+int Boost(lua_State* L) {
+  std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
+  std::shared_ptr<Model> model = CheckHandle<Model>(L, 2);
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 3);
+  if (!lua_isnoneornil(L, 4)) b->loader = CheckHandle<Loader>(L, 4);
+  if (!lua_isnoneornil(L, 5)) b->scheduler = CheckHandle<Scheduler>(L, 5);
+  if (b->model) RaiseError(L, "booster:boost: this booster has boosted a model already", kErrorUsage);
+  if (model->boosted) RaiseError(L, "booster:boost: this model is boosted already", kErrorUsage);
+  if (optim->model != model) {
+    RaiseError(L, "booster:boost: the optimizer was made for another model", kErrorUsage);
+  }
+  if (b->scheduler && b->scheduler->optim != optim) {
+    RaiseError(L, "booster:boost: the LR scheduler belongs to another optimizer", kErrorUsage);
+  }
+  if (b->precision != "fp32") {
+    const core::DType dtype = b->precision == "bf16" ? core::DType::kBF16 : core::DType::kF16;
+    if (!b->rt->device.is_cuda()) {
+      RaiseError(L,
+                 absl::StrCat("booster:boost: precision ", b->precision,
+                              " needs a CUDA device; this process runs on the CPU (use fp32)"),
+                 kErrorUsage);
+    }
+    ThrowIfError(L, "booster:boost", ConvertModel(*model, *optim, dtype));
+    if (b->scheduler) {
+      ThrowIfError(L, "booster:boost", optim->opt->set_lrs(b->scheduler->schedule->lrs()));
+    }
+  }
+  if (b->precision == "fp16") {
+    const nn::DynamicLossScalerOptions so = b->spec ? b->spec->scaler : nn::DynamicLossScalerOptions{};
+    absl::StatusOr<nn::DynamicLossScaler> scaler = nn::DynamicLossScaler::create(so);
+    ThrowIfError(L, "booster:boost", scaler.status());
+    b->scaler.emplace(*std::move(scaler));
+  }
+  if (b->spec) {
+    absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = b->rt->process_group();
+    ThrowIfError(L, "booster:boost: the process group", pg.status());
+    std::unique_ptr<parallel::Plugin> plugin;
+    if (b->spec->name == "torch_ddp") {
+      absl::StatusOr<std::unique_ptr<parallel::DdpPlugin>> p =
+          parallel::DdpPlugin::create(*pg, {.bucket_cap_mb = b->spec->bucket_mb});
+      ThrowIfError(L, "booster:boost: torch_ddp", p.status());
+      plugin = *std::move(p);
+    } else {
+      parallel::LowLevelZeroOptions zo;
+      zo.stage = b->spec->stage;
+      zo.reduce_bucket_size_in_m = b->spec->bucket_mb;
+      absl::StatusOr<std::unique_ptr<parallel::LowLevelZeroPlugin>> p =
+          parallel::LowLevelZeroPlugin::create(*pg, zo);
+      ThrowIfError(L, "booster:boost: low_level_zero", p.status());
+      plugin = *std::move(p);
+    }
+    b->booster = std::make_unique<parallel::Booster>(std::move(plugin));
+    ThrowIfError(L, absl::StrCat("booster:boost: ", b->spec->name),
+                 b->booster->boost(*model->net, model->net->store(), *optim->opt));
+  }
+  model->boosted = true;
+  b->model = model;
+  b->optim = optim;
+  optim->booster = b;
+  lua_settop(L, 5);
+  lua_remove(L, 1);
+  return 4;
+}
+
+// booster:backward(loss, optimizer)
+int Backward(lua_State* L) {
+  std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
+  std::shared_ptr<Loss> loss = CheckHandle<Loss>(L, 2);
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 3);
+  if (!b->model) RaiseError(L, "booster:backward: boost the model first", kErrorUsage);
+  if (loss->model != b->model || optim != b->optim) {
+    RaiseError(L, "booster:backward: the loss or optimizer is not the boosted one", kErrorUsage);
+  }
+  LossState& state = *loss->state;
+  if (state.consumed) {
+    RaiseError(L, "booster:backward: this loss went through backward already", kErrorUsage);
+  }
+  Runtime& rt = *b->rt;
+  const double factor = loss->scale * (b->scaler ? b->scaler->scale() : 1.0);
+  if (factor != 1.0) {
+    ThrowIfError(L, "booster:backward",
+                 core::ops::scale(*rt.ctx, state.dlogits, state.dlogits, factor));
+  }
+  state.consumed = true;
+  absl::Status status =
+      b->booster ? b->booster->backward(*rt.ctx, *b->model->net, *state.saved, state.dlogits).status()
+                 : b->model->net->backward(*rt.ctx, *state.saved, state.dlogits).status();
+  state.saved.reset();
+  state.dlogits = core::Tensor();
+  ThrowIfError(L, "booster:backward", status);
+  return 0;
+}
+
+int EndNoSync(lua_State* L) {
+  void* memory = luaL_testudata(L, 1, NoSyncGuard::kMetatable);
+  if (memory != nullptr) {
+    auto& guard = *static_cast<std::shared_ptr<NoSyncGuard>*>(memory);
+    if (guard) guard->guard.reset();
+  }
+  return 0;
+}
+
+// booster:no_sync(model) -> a to-be-closed guard: `local _ <close> = booster:no_sync(model)`
+int NoSync(lua_State* L) {
+  std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
+  std::shared_ptr<Model> model = CheckHandle<Model>(L, 2);
+  if (model != b->model) RaiseError(L, "booster:no_sync: not the boosted model", kErrorUsage);
+  auto guard = std::make_shared<NoSyncGuard>();
+  guard->owner = b;
+  // One process without a plugin has nothing to synchronise.
+  if (b->booster) guard->guard.emplace(b->booster->no_sync());
+  PushHandle(L, std::move(guard));
+  return 1;
+}
+
+}  // namespace
+
+nn::MixedPrecisionStepResult StepOptimizer(lua_State* L, Optim& optim) {
+  std::shared_ptr<BoosterObject> b = optim.booster.lock();
+  nn::DynamicLossScaler* scaler = b && b->scaler ? &*b->scaler : nullptr;
+  float max_norm = optim.max_norm;
+  if (max_norm == 0 && b && b->spec) max_norm = b->spec->max_norm;
+  const float clip_value = optim.clip_value;
+  optim.max_norm = 0;
+  optim.clip_value = 0;
+  if (clip_value > 0) {
+    if (scaler != nullptr) {
+      RaiseError(L, "optimizer:step: clip_grad_by_value with fp16 loss scaling is not supported",
+                 kErrorUsage);
+    }
+    if (b && b->booster) {
+      // The plugin reduces (and may shard) the gradients inside its step.
+      RaiseError(L,
+                 absl::StrCat("optimizer:step: clip_grad_by_value is not supported with the ",
+                              b->booster->plugin().name(), " plugin (use clip_grad_by_norm)"),
+                 kErrorUsage);
+    }
+    ThrowIfError(L, "optimizer:clip_grad_by_value",
+                 nn::clip_grad_by_value(optim.opt->grads(), clip_value, optim.opt->stream()));
+  }
+  absl::StatusOr<nn::MixedPrecisionStepResult> r =
+      b && b->booster ? b->booster->step({.max_norm = max_norm, .scaler = scaler})
+                      : nn::mixed_precision_step(*optim.opt, scaler, {.max_norm = max_norm});
+  ThrowIfError(L, "optimizer:step", r.status());
+  optim.last = *r;
+  return *r;
+}
+
+int OpenBooster(lua_State* L) {
+  static const luaL_Reg kNoMethods[] = {{nullptr, nullptr}};
+  static const luaL_Reg kGuardMeta[] = {{"__close", EndNoSync}, {nullptr, nullptr}};
+  RegisterType<NoSyncGuard>(L, kNoMethods, kGuardMeta);
+  RegisterType<PluginSpec>(L, kNoMethods);
+  static const luaL_Reg kMethods[] = {{"boost", Protected<Boost>},
+                                      {"backward", Protected<Backward>},
+                                      {"no_sync", Protected<NoSync>},
+                                      {"save_checkpoint", Protected<BoosterSaveCheckpoint>},
+                                      {"load_checkpoint", Protected<BoosterLoadCheckpoint>},
+                                      {"save_model", Protected<BoosterSaveModel>},
+                                      {"load_model", Protected<BoosterLoadModel>},
+                                      {nullptr, nullptr}};
+  RegisterType<BoosterObject>(L, kMethods);
+  lua_pushcfunction(L, Protected<MakeBooster>);
+  lua_setfield(L, -2, "booster");
+  static const luaL_Reg kPlugins[] = {{"torch_ddp", Protected<TorchDdp>},
+                                      {"low_level_zero", Protected<LowLevelZero>},
+                                      {nullptr, nullptr}};
+  luaL_newlib(L, kPlugins);
+  return 1;
+}
+
+}  // namespace colossal::lua

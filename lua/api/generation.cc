@@ -1,0 +1,90 @@
+#include "lua/api/generation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
+#include "core/status/status.h"
+#include "core/tensor/tensor.h"
+#include "kernels/random/philox.h"
+
+namespace colossal::lua {
+
+std::string DefaultTokenizerPath() {
+  if (const char* d = std::getenv("COLOSSAL_DATA"); d != nullptr && *d != '\0') {
+    return absl::StrCat(d, "/gpt2.tiktoken");
+  }
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home ? home : "", "/.cache/colossal/data/gpt2.tiktoken");
+}
+
+int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t draw) {
+  if (o.temperature == 0) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);  // first max
+  }
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  const int64_t k = (o.top_k == 0 || o.top_k > vocab) ? vocab : o.top_k;
+  // Likeliest first; equal logits by id, so the order is total.
+  auto better = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), better);
+  std::vector<double> p(k);
+  const double top = logits[ids[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    p[i] = std::exp((static_cast<double>(logits[ids[i]]) - top) / o.temperature);
+    sum += p[i];
+  }
+  const kernels::random::PhiloxBlock bits = kernels::random::philox_stream_block(o.seed, draw / 4);
+  const double u = static_cast<double>(kernels::random::uniform_float(bits.w[draw % 4])) * sum;
+  double acc = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    acc += p[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[k - 1];
+}
+
+absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
+                                   std::vector<int32_t>& tokens, int max_new_tokens,
+                                   const SamplingOptions& options, int32_t stop_token,
+                                   const std::function<absl::Status(int32_t)>& emit) {
+  const nn::GPT2Config& config = model.config();
+  if (tokens.empty()) return absl::InvalidArgumentError("generation needs at least one token");
+  for (int32_t id : tokens) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token ", id, " is outside the model's vocabulary of ", config.vocab_size,
+          ": the tokenizer does not match the model"));
+    }
+  }
+  const core::Stream& stream = ctx.compute_stream();
+  const int64_t padded = config.padded_vocab_size();
+  int generated = 0;
+  for (; generated < max_new_tokens; ++generated) {
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config.max_seq_len);
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host,
+                              core::Tensor::empty({1, T}, core::DType::kI32, core::Stream::cpu()));
+    std::copy(tokens.end() - T, tokens.end(), host.data<int32_t>());
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor input, host.to(ctx.device(), stream));
+    COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, model.forward(ctx, input));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({T, padded}));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last, flat.narrow(0, T - 1, 1));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last_f32, core::ops::cast(ctx, last, core::DType::kF32));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, last_f32.to(core::Device::cpu(), stream));
+    stream.synchronize();
+    const int32_t next =
+        PickToken(logits.data<float>(), config.vocab_size, options, static_cast<uint64_t>(generated));
+    if (next == stop_token) break;
+    tokens.push_back(next);
+    COLOSSAL_RETURN_IF_ERROR(emit(next));
+  }
+  return generated;
+}
+
+}  // namespace colossal::lua

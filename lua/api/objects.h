@@ -1,0 +1,156 @@
+// colossal::lua — the C++ objects behind the `colossal` module's userdata.
+//
+// Each type names its metatable and how errors describe it. Objects keep
+// shared_ptrs to what they use (an optimizer its model, a booster everything
+// it boosted, all of them the Runtime), never the other way round, so there
+// are no cycles and Lua may collect them in any order.
+#ifndef COLOSSAL_LUA_API_OBJECTS_H_
+#define COLOSSAL_LUA_API_OBJECTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+#include "io/loader/data_loader.h"
+#include "lua/api/runtime.h"
+#include "nn/amp/loss_scaler.h"
+#include "nn/amp/mixed_precision_step.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/module/module.h"
+#include "nn/optim/optimizer.h"
+#include "nn/schedule/lr_schedule.h"
+#include "parallel/booster/booster.h"
+
+namespace colossal::lua {
+
+struct Model {
+  static constexpr char kMetatable[] = "colossal.Model";
+  static constexpr char kTypeName[] = "a model (colossal.model.gpt2)";
+  std::shared_ptr<Runtime> rt;
+  std::unique_ptr<nn::GPT2> net;
+  bool boosted = false;
+};
+
+// A forward pass waiting for its backward: the activations and dlogits of
+// d(mean loss)/d(logits). Released by the backward.
+struct LossState {
+  std::unique_ptr<nn::Saved> saved;
+  core::Tensor dlogits;
+  float value = 0.0f;
+  bool consumed = false;
+};
+
+struct Loss {
+  static constexpr char kMetatable[] = "colossal.Loss";
+  static constexpr char kTypeName[] = "a loss (model(batch))";
+  std::shared_ptr<Model> model;
+  std::shared_ptr<LossState> state;
+  double scale = 1.0;  // loss / n  ->  scale 1/n, applied to dlogits in backward
+};
+
+struct Batch {
+  static constexpr char kMetatable[] = "colossal.Batch";
+  static constexpr char kTypeName[] = "a batch (loader:next())";
+  io::Batch batch;
+};
+
+struct Loader {
+  static constexpr char kMetatable[] = "colossal.DataLoader";
+  static constexpr char kTypeName[] = "a data loader (colossal.data.loader)";
+  io::DataLoaderOptions options;
+  std::unique_ptr<io::DataLoader> loader;
+};
+
+struct BoosterObject;
+
+struct Optim {
+  static constexpr char kMetatable[] = "colossal.Optimizer";
+  static constexpr char kTypeName[] = "an optimizer (colossal.optim.*)";
+  std::shared_ptr<Runtime> rt;
+  std::shared_ptr<Model> model;
+  std::unique_ptr<nn::Optimizer> opt;
+  // Builds `opt` over a model's parameters: booster:boost calls it again
+  // when it converts the model to 16-bit (the parameters are new tensors).
+  std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(nn::GPT2&, const core::Stream&)>
+      make;
+  std::string name;
+  double weight_decay = 0.0;
+  // clip_grad_by_norm / clip_grad_by_value set these for the next step().
+  float max_norm = 0.0f;
+  float clip_value = 0.0f;
+  // Set by booster:boost: step() goes through the booster.
+  std::weak_ptr<BoosterObject> booster;
+  nn::MixedPrecisionStepResult last;
+};
+
+struct Scheduler {
+  static constexpr char kMetatable[] = "colossal.LRScheduler";
+  static constexpr char kTypeName[] = "an LR scheduler (colossal.lr_scheduler.*)";
+  std::shared_ptr<Optim> optim;
+  std::string name;
+  std::optional<nn::LrScheduler> schedule;
+};
+
+// A plugin as constructed in Lua; the parallel::Plugin itself is made by
+// booster:boost (it needs the process group, made then).
+struct PluginSpec {
+  static constexpr char kMetatable[] = "colossal.Plugin";
+  static constexpr char kTypeName[] = "a plugin (colossal.plugin.*)";
+  std::string name;  // "torch_ddp" or "low_level_zero"
+  int stage = 1;
+  double bucket_mb = 25.0;           // torch_ddp: bucket_cap_mb; zero: reduce_bucket_size_in_m
+  std::string precision = "fp32";    // low_level_zero: precision
+  float max_norm = 0.0f;             // low_level_zero: max_norm
+  nn::DynamicLossScalerOptions scaler;
+};
+
+struct BoosterObject {
+  static constexpr char kMetatable[] = "colossal.Booster";
+  static constexpr char kTypeName[] = "a booster (colossal.booster)";
+  std::shared_ptr<Runtime> rt;
+  std::shared_ptr<PluginSpec> spec;  // null: one process, no plugin
+  std::string precision = "fp32";    // "fp32", "bf16" or "fp16"
+  std::unique_ptr<parallel::Booster> booster;
+  std::optional<nn::DynamicLossScaler> scaler;  // fp16
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Optim> optim;
+  std::shared_ptr<Loader> loader;
+  std::shared_ptr<Scheduler> scheduler;
+  int no_sync_depth = 0;
+};
+
+// Module pieces: each pushes its table of functions (and registers its
+// metatables). module.cc assembles them into `colossal`.
+int OpenModel(lua_State* L);      // colossal.model
+int OpenData(lua_State* L);       // colossal.data
+int OpenOptim(lua_State* L);      // colossal.optim
+int OpenScheduler(lua_State* L);  // colossal.lr_scheduler
+int OpenBooster(lua_State* L);    // colossal.plugin; sets colossal.booster on the table at -2
+// Adds launch, env, clock, memory, device_info, jsonl, term, settings and
+// _key_line to the table on top of the stack.
+int OpenUtil(lua_State* L);
+
+// The command line's `--set key=value` list, which colossal.settings(t)
+// applies (util.cc); OverridesApplied says whether a script called it.
+void SetOverrides(lua_State* L, const std::vector<std::string>& assignments);
+bool OverridesApplied(lua_State* L);
+
+// booster:save_checkpoint / load_checkpoint / save_model / load_model
+// (checkpoint.cc).
+int BoosterSaveCheckpoint(lua_State* L);
+int BoosterLoadCheckpoint(lua_State* L);
+int BoosterSaveModel(lua_State* L);
+int BoosterLoadModel(lua_State* L);
+int LatestCheckpoint(lua_State* L);  // colossal.checkpoint.latest(root) -> path or nil
+
+// The optimizer's step through its booster when boosted, else directly
+// (booster.cc); used by optimizer:step().
+nn::MixedPrecisionStepResult StepOptimizer(lua_State* L, Optim& optim);
+
+}  // namespace colossal::lua
+
+#endif  // COLOSSAL_LUA_API_OBJECTS_H_

@@ -1,0 +1,248 @@
+// colossal.optim and colossal.lr_scheduler, with Colossal-AI's names and
+// parameters:
+//
+//   local opt = colossal.optim.hybrid_adam(model, { lr = 6e-4, betas = {0.9, 0.95},
+//                                                   weight_decay = 0.1, adamw_mode = true })
+//   local sched = colossal.lr_scheduler.cosine_annealing_warmup(opt,
+//                    { warmup_steps = 700, total_steps = 19073, eta_min = 6e-5 })
+//   opt:zero_grad(); ...; opt:clip_grad_by_norm(1.0); opt:step(); sched:step()
+//
+// Weight decay applies to weights only: biases and LayerNorm parameters are
+// in a group without decay (nn::split_decay_groups), as GPT-2 recipes do.
+// clip_grad_by_norm / clip_grad_by_value take effect in the next step():
+// nothing reads the gradients in between, and the step (or the booster's
+// plugin, which owns the reduced gradients) folds the clipping in.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/module_params.h"
+#include "nn/optim/param.h"
+#include "nn/optim/sgd.h"
+#include "lua/api/lua_util.h"
+#include "lua/api/objects.h"
+
+namespace colossal::lua {
+namespace {
+
+using MakeFn = decltype(Optim::make);
+
+absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::GPT2& model, const core::Stream& stream,
+                                                   double weight_decay) {
+  absl::StatusOr<std::vector<nn::ParamRef>> params =
+      nn::optimizer_params(model.store().parameters(), stream);
+  if (!params.ok()) return params.status();
+  return nn::split_decay_groups(*std::move(params), weight_decay);
+}
+
+void PushOptimizer(lua_State* L, std::shared_ptr<Model> model, const std::string& name,
+                   double weight_decay, MakeFn make) {
+  auto optim = std::make_shared<Optim>();
+  optim->rt = model->rt;
+  optim->model = model;
+  optim->name = name;
+  optim->weight_decay = weight_decay;
+  optim->make = std::move(make);
+  absl::StatusOr<std::unique_ptr<nn::Optimizer>> opt =
+      optim->make(*model->net, model->rt->ctx->compute_stream());
+  ThrowIfError(L, absl::StrCat("colossal.optim.", name), opt.status());
+  optim->opt = *std::move(opt);
+  PushHandle(L, std::move(optim));
+}
+
+// colossal.optim.{adamw,hybrid_adam,cpu_adam}(model, {lr, betas, eps, weight_decay, adamw_mode,
+// bias_correction})
+template <int kVariant>
+int MakeAdam(lua_State* L) {
+  static constexpr const char* kNames[] = {"adamw", "hybrid_adam", "cpu_adam"};
+  const std::string name = kNames[kVariant];
+  std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
+  OptionTable o(L, 2, absl::StrCat("colossal.optim.", name));
+  nn::AdamOptions a = kVariant == 0 ? nn::AdamOptions::adamw_defaults() : nn::AdamOptions{};
+  a.lr = o.number("lr", a.lr);
+  if (auto betas = o.numbers("betas", 2)) {
+    a.beta1 = (*betas)[0];
+    a.beta2 = (*betas)[1];
+  }
+  a.eps = o.number("eps", a.eps);
+  a.weight_decay = o.number("weight_decay", a.weight_decay);
+  a.bias_correction = o.boolean("bias_correction", a.bias_correction);
+  if (kVariant != 0) a.adamw_mode = o.boolean("adamw_mode", a.adamw_mode);
+  o.finish();
+  PushOptimizer(L, model, name, a.weight_decay,
+                [a](nn::GPT2& net, const core::Stream& stream)
+                    -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
+                  auto groups = Groups(net, stream, a.weight_decay);
+                  if (!groups.ok()) return groups.status();
+                  absl::StatusOr<std::unique_ptr<nn::Adam>> opt =
+                      kVariant == 0   ? nn::make_adamw(*std::move(groups), a, stream)
+                      : kVariant == 1 ? nn::make_hybrid_adam(*std::move(groups), a, stream)
+                                      : nn::make_cpu_adam(*std::move(groups), a);
+                  if (!opt.ok()) return opt.status();
+                  return std::unique_ptr<nn::Optimizer>(*std::move(opt));
+                });
+  return 1;
+}
+
+// colossal.optim.sgd(model, {lr, momentum, dampening, weight_decay, nesterov})
+int MakeSgd(lua_State* L) {
+  std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
+  OptionTable o(L, 2, "colossal.optim.sgd");
+  nn::SgdOptions s;
+  s.lr = o.number("lr", s.lr);
+  s.momentum = o.number("momentum", s.momentum);
+  s.dampening = o.number("dampening", s.dampening);
+  s.weight_decay = o.number("weight_decay", s.weight_decay);
+  s.nesterov = o.boolean("nesterov", s.nesterov);
+  o.finish();
+  PushOptimizer(L, model, "sgd", s.weight_decay,
+                [s](nn::GPT2& net, const core::Stream& stream)
+                    -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
+                  auto groups = Groups(net, stream, s.weight_decay);
+                  if (!groups.ok()) return groups.status();
+                  absl::StatusOr<std::unique_ptr<nn::Sgd>> opt =
+                      nn::Sgd::create(*std::move(groups), s, stream);
+                  if (!opt.ok()) return opt.status();
+                  return std::unique_ptr<nn::Optimizer>(*std::move(opt));
+                });
+  return 1;
+}
+
+int ZeroGrad(lua_State* L) {
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  if (std::shared_ptr<BoosterObject> b = optim->booster.lock(); b && b->booster) {
+    ThrowIfError(L, "optimizer:zero_grad", b->booster->zero_grad());
+  } else {
+    ThrowIfError(L, "optimizer:zero_grad", optim->opt->zero_grad());
+  }
+  return 0;
+}
+
+float PositiveFinite(lua_State* L, int index, const char* what) {
+  int ok = 0;
+  const double v = lua_tonumberx(L, index, &ok);
+  if (!ok || !(v > 0) || !std::isfinite(v)) {
+    RaiseError(L, absl::StrCat(what, ": wants a positive, finite number"), kErrorUsage);
+  }
+  return static_cast<float>(v);
+}
+
+int ClipByNorm(lua_State* L) {
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  optim->max_norm = PositiveFinite(L, 2, "optimizer:clip_grad_by_norm(max_norm)");
+  return 0;
+}
+
+int ClipByValue(lua_State* L) {
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  optim->clip_value = PositiveFinite(L, 2, "optimizer:clip_grad_by_value(clip_value)");
+  return 0;
+}
+
+// optimizer:step() -> {grad_norm, clip_coef, loss_scale, skipped}
+int Step(lua_State* L) {
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  const nn::MixedPrecisionStepResult r = StepOptimizer(L, *optim);
+  PushNumberTable(L, {{"grad_norm", r.grad_norm},
+                      {"clip_coef", r.clip_coef},
+                      {"loss_scale", r.loss_scale}});
+  lua_pushboolean(L, r.skipped);
+  lua_setfield(L, -2, "skipped");
+  return 1;
+}
+
+// optimizer:get_lr() -> the first group's learning rate
+int GetLr(lua_State* L) {
+  lua_pushnumber(L, CheckHandle<Optim>(L, 1)->opt->lrs().at(0));
+  return 1;
+}
+
+int SetLr(lua_State* L) {
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  const double lr = PositiveFinite(L, 2, "optimizer:set_lr(lr)");
+  std::vector<double> lrs(optim->opt->lrs().size(), lr);
+  ThrowIfError(L, "optimizer:set_lr", optim->opt->set_lrs(lrs));
+  return 0;
+}
+
+// colossal.lr_scheduler.<kind>(optimizer, {...}) with Colossal-AI's names:
+//   cosine_annealing_warmup {warmup_steps, total_steps, eta_min}  (CosineAnnealingWarmupLR)
+//   linear_warmup {warmup_steps, total_steps, eta_min}           (LinearWarmupLR + linear decay)
+//   constant {warmup_steps}
+template <int kKind>
+int MakeScheduler(lua_State* L) {
+  static constexpr const char* kNames[] = {"cosine_annealing_warmup", "linear_warmup", "constant"};
+  const std::string name = kNames[kKind];
+  std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
+  OptionTable o(L, 2, absl::StrCat("colossal.lr_scheduler.", name));
+  nn::LrScheduleOptions s;
+  s.kind = kKind == 0 ? nn::LrScheduleKind::kCosine
+           : kKind == 1 ? nn::LrScheduleKind::kLinear
+                        : nn::LrScheduleKind::kConstant;
+  s.warmup_steps = o.integer("warmup_steps", 0);
+  if (kKind != 2) {
+    s.total_steps = o.integer("total_steps", -1);
+    s.min_lr = o.number("eta_min", 0.0);
+  }
+  o.finish();
+  if (kKind != 2 && s.total_steps < 0) o.fail("total_steps", "is required");
+  auto sched = std::make_shared<Scheduler>();
+  sched->optim = optim;
+  sched->name = name;
+  absl::StatusOr<nn::LrScheduler> made = nn::LrScheduler::create(s, optim->opt->lrs());
+  ThrowIfError(L, o.what(), made.status());
+  sched->schedule = *std::move(made);
+  ThrowIfError(L, o.what(), optim->opt->set_lrs(sched->schedule->lrs()));
+  PushHandle(L, std::move(sched));
+  return 1;
+}
+
+int SchedulerStep(lua_State* L) {
+  std::shared_ptr<Scheduler> sched = CheckHandle<Scheduler>(L, 1);
+  sched->schedule->step();
+  ThrowIfError(L, "lr_scheduler:step", sched->optim->opt->set_lrs(sched->schedule->lrs()));
+  return 0;
+}
+
+int SchedulerLr(lua_State* L) {
+  lua_pushnumber(L, CheckHandle<Scheduler>(L, 1)->schedule->lrs().at(0));
+  return 1;
+}
+
+}  // namespace
+
+int OpenOptim(lua_State* L) {
+  static const luaL_Reg kMethods[] = {{"zero_grad", Protected<ZeroGrad>},
+                                      {"step", Protected<Step>},
+                                      {"clip_grad_by_norm", Protected<ClipByNorm>},
+                                      {"clip_grad_by_value", Protected<ClipByValue>},
+                                      {"get_lr", Protected<GetLr>},
+                                      {"set_lr", Protected<SetLr>},
+                                      {nullptr, nullptr}};
+  RegisterType<Optim>(L, kMethods);
+  static const luaL_Reg kFunctions[] = {{"adamw", Protected<MakeAdam<0>>},
+                                        {"hybrid_adam", Protected<MakeAdam<1>>},
+                                        {"cpu_adam", Protected<MakeAdam<2>>},
+                                        {"sgd", Protected<MakeSgd>},
+                                        {nullptr, nullptr}};
+  luaL_newlib(L, kFunctions);
+  return 1;
+}
+
+int OpenScheduler(lua_State* L) {
+  static const luaL_Reg kMethods[] = {{"step", Protected<SchedulerStep>},
+                                      {"get_last_lr", Protected<SchedulerLr>},
+                                      {nullptr, nullptr}};
+  RegisterType<Scheduler>(L, kMethods);
+  static const luaL_Reg kFunctions[] = {
+      {"cosine_annealing_warmup", Protected<MakeScheduler<0>>},
+      {"linear_warmup", Protected<MakeScheduler<1>>},
+      {"constant", Protected<MakeScheduler<2>>},
+      {nullptr, nullptr}};
+  luaL_newlib(L, kFunctions);
+  return 1;
+}
+
+}  // namespace colossal::lua

@@ -1,0 +1,300 @@
+// colossal.launch/env/clock/memory/device_info/jsonl/term/settings and the
+// recipe-file helpers the embedded recipe loop uses.
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "lua/api/lua_util.h"
+#include "lua/api/objects.h"
+#include "lua/recipe.h"
+#include "nlohmann/json.hpp"
+
+#if COLOSSAL_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace colossal::lua {
+namespace {
+
+constexpr char kOverridesKey[] = "colossal.overrides";
+
+void PushEnv(lua_State* L, const Runtime& rt) {
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, rt.rank.rank);
+  lua_setfield(L, -2, "rank");
+  lua_pushinteger(L, rt.rank.world_size);
+  lua_setfield(L, -2, "world_size");
+  lua_pushinteger(L, rt.rank.local_rank);
+  lua_setfield(L, -2, "local_rank");
+  lua_pushstring(L, rt.device.to_string().c_str());
+  lua_setfield(L, -2, "device");
+}
+
+// colossal.launch{device = "auto", seed = 1337} -> env (once per process)
+int Launch(lua_State* L) {
+  OptionTable o(L, 1, "colossal.launch");
+  RuntimeOptions options;
+  options.device = o.string("device", options.device);
+  options.seed = static_cast<uint64_t>(o.integer("seed", static_cast<int64_t>(options.seed)));
+  o.finish();
+  if (HasRuntime(L)) {
+    RaiseError(L, "colossal.launch: called twice, or after a model or booster was made",
+               kErrorUsage);
+  }
+  absl::StatusOr<std::shared_ptr<Runtime>> rt = MakeRuntime(options);
+  ThrowIfError(L, "colossal.launch", rt.status());
+  SetRuntime(L, *rt);
+  PushEnv(L, **rt);
+  return 1;
+}
+
+// colossal.env() -> {rank, world_size, local_rank, device}: what launch() would
+// use, without making the runtime.
+int Env(lua_State* L) {
+  if (HasRuntime(L)) {
+    PushEnv(L, *GetRuntime(L));
+    return 1;
+  }
+  absl::StatusOr<comm::RankInfo> info = comm::discover_rank();
+  ThrowIfError(L, "colossal.env()", info.status());
+  Runtime rt;
+  rt.rank = *info;
+  rt.device = core::cuda_device_count() > 0 ? core::Device::cuda(info->local_rank)
+                                            : core::Device::cpu();
+  PushEnv(L, rt);
+  return 1;
+}
+
+int Clock(lua_State* L) {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  lua_pushnumber(L, std::chrono::duration<double>(now).count());
+  return 1;
+}
+
+// colossal.memory() -> {allocated, peak, reserved (device bytes), max_rss (host bytes)}
+int Memory(lua_State* L) {
+  std::shared_ptr<Runtime> rt = GetRuntime(L);
+  const core::AllocatorStats s = rt->ctx->allocator()->stats();
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  PushNumberTable(L, {{"allocated", static_cast<double>(s.allocated_bytes)},
+                      {"peak", static_cast<double>(s.peak_allocated_bytes)},
+                      {"reserved", static_cast<double>(s.reserved_bytes)},
+                      {"max_rss", static_cast<double>(usage.ru_maxrss) * 1024.0}});
+  return 1;
+}
+
+// colossal.device_info() -> {name, peak_flops_16bit (dense tensor-core FLOP/s, or nil)}
+int DeviceInfo(lua_State* L) {
+  std::shared_ptr<Runtime> rt = GetRuntime(L);
+  lua_createtable(L, 0, 2);
+  std::string name = "CPU";
+#if COLOSSAL_WITH_CUDA
+  if (rt->device.is_cuda()) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, rt->device.index()) == cudaSuccess) name = p.name;
+  }
+#endif
+  // Dense bf16/fp16 tensor-core peaks (vendor data sheets), for MFU.
+  double peak = 0;
+  if (name.find("H100") != std::string::npos || name.find("H200") != std::string::npos) {
+    peak = 989e12;
+  } else if (name.find("A100") != std::string::npos) {
+    peak = 312e12;
+  }
+  lua_pushstring(L, name.c_str());
+  lua_setfield(L, -2, "name");
+  if (peak > 0) {
+    lua_pushnumber(L, peak);
+    lua_setfield(L, -2, "peak_flops_16bit");
+  }
+  return 1;
+}
+
+struct JsonLog {
+  static constexpr char kMetatable[] = "colossal.JsonLog";
+  static constexpr char kTypeName[] = "a JSON lines log (colossal.jsonl)";
+  std::string path;
+  std::FILE* file = nullptr;
+  ~JsonLog() {
+    if (file != nullptr) std::fclose(file);
+  }
+};
+
+void MakeParents(const std::string& path) {
+  std::string prefix;
+  const std::vector<std::string> parts = absl::StrSplit(path, '/');
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    prefix += parts[i];
+    if (!prefix.empty()) mkdir(prefix.c_str(), 0755);
+    prefix += "/";
+  }
+}
+
+// colossal.jsonl(path) -> log; log:write{step = 1, loss = 2.5} appends one line
+int OpenJsonl(lua_State* L) {
+  const char* path = lua_tostring(L, 1);
+  if (path == nullptr || lua_type(L, 1) != LUA_TSTRING || *path == '\0') {
+    RaiseError(L, "colossal.jsonl: wants a file path", kErrorUsage);
+  }
+  auto log = std::make_shared<JsonLog>();
+  log->path = path;
+  MakeParents(log->path);
+  log->file = std::fopen(path, "a");
+  if (log->file == nullptr) {
+    RaiseError(L, absl::StrCat("colossal.jsonl: cannot open ", path, " for appending"),
+               kErrorRuntime);
+  }
+  PushHandle(L, std::move(log));
+  return 1;
+}
+
+int WriteJsonl(lua_State* L) {
+  std::shared_ptr<JsonLog> log = CheckHandle<JsonLog>(L, 1);
+  if (!lua_istable(L, 2)) RaiseError(L, "log:write: wants a table", kErrorUsage);
+  nlohmann::json line = nlohmann::json::object();
+  lua_pushnil(L);
+  while (lua_next(L, 2) != 0) {
+    if (lua_type(L, -2) == LUA_TSTRING) {
+      const std::string key = lua_tostring(L, -2);
+      switch (lua_type(L, -1)) {
+        case LUA_TNUMBER:
+          if (lua_isinteger(L, -1)) {
+            line[key] = static_cast<int64_t>(lua_tointeger(L, -1));
+          } else {
+            line[key] = lua_tonumber(L, -1);
+          }
+          break;
+        case LUA_TBOOLEAN: line[key] = static_cast<bool>(lua_toboolean(L, -1)); break;
+        case LUA_TSTRING: line[key] = lua_tostring(L, -1); break;
+        default: break;  // tables and functions are not logged
+      }
+    }
+    lua_pop(L, 1);
+  }
+  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  if (std::fwrite(text.data(), 1, text.size(), log->file) != text.size() ||
+      std::fflush(log->file) != 0) {
+    RaiseError(L, absl::StrCat("log:write: cannot write ", log->path), kErrorRuntime);
+  }
+  return 0;
+}
+
+// colossal.term.write(text): stdout without a newline (progress bars)
+int TermWrite(lua_State* L) {
+  size_t n = 0;
+  const char* s = lua_tolstring(L, 1, &n);
+  if (s != nullptr) {
+    std::fwrite(s, 1, n, stdout);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int TermIsatty(lua_State* L) {
+  lua_pushboolean(L, isatty(STDOUT_FILENO) == 1);
+  return 1;
+}
+
+// colossal.settings(t) -> t with the command line's --set overrides applied
+int Settings(lua_State* L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, kOverridesKey);
+  if (lua_istable(L, -1)) {
+    const lua_Integer n = luaL_len(L, -1);
+    for (lua_Integer i = 1; i <= n; ++i) {
+      lua_geti(L, -1, i);
+      const std::string assignment = lua_tostring(L, -1);
+      lua_pop(L, 1);
+      ThrowIfError(L, "", ApplyOverride(L, 1, assignment));
+    }
+  }
+  lua_pop(L, 1);
+  lua_pushboolean(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, "colossal.overrides_applied");
+  return 1;
+}
+
+// colossal._key_line(file, "optimizer.lr") -> the line of that key in the
+// recipe's source, or nil: the recipe loop's errors point at it. It finds
+// `lr =` after the line of `optimizer =` (the usual nesting of a recipe).
+int KeyLine(lua_State* L) {
+  const char* file = lua_tostring(L, 1);
+  const char* dotted = lua_tostring(L, 2);
+  if (file == nullptr || dotted == nullptr) return 0;
+  std::ifstream in(file);
+  if (!in) return 0;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  const std::vector<std::string> keys = absl::StrSplit(dotted, '.');
+  size_t from = 0;
+  int found = 0;
+  for (const std::string& key : keys) {
+    const std::regex pattern("(^|[{,;\\s])" + key + "\\s*=[^=]");
+    found = 0;
+    for (size_t i = from; i < lines.size(); ++i) {
+      const std::string code = lines[i].substr(0, lines[i].find("--"));
+      if (std::regex_search(code + " ", pattern)) {
+        found = static_cast<int>(i) + 1;
+        from = i;
+        break;
+      }
+    }
+    if (found == 0) return 0;
+  }
+  lua_pushinteger(L, found);
+  return 1;
+}
+
+}  // namespace
+
+void SetOverrides(lua_State* L, const std::vector<std::string>& assignments) {
+  lua_createtable(L, static_cast<int>(assignments.size()), 0);
+  for (size_t i = 0; i < assignments.size(); ++i) {
+    lua_pushstring(L, assignments[i].c_str());
+    lua_rawseti(L, -2, static_cast<lua_Integer>(i) + 1);
+  }
+  lua_setfield(L, LUA_REGISTRYINDEX, kOverridesKey);
+}
+
+bool OverridesApplied(lua_State* L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, "colossal.overrides_applied");
+  const bool applied = lua_toboolean(L, -1);
+  lua_pop(L, 1);
+  return applied;
+}
+
+int OpenUtil(lua_State* L) {
+  static const luaL_Reg kNone[] = {{nullptr, nullptr}};
+  static const luaL_Reg kLogMethods[] = {{"write", Protected<WriteJsonl>}, {nullptr, nullptr}};
+  RegisterType<JsonLog>(L, kLogMethods);
+  (void)kNone;
+  const luaL_Reg functions[] = {{"launch", Protected<Launch>},
+                                {"env", Protected<Env>},
+                                {"clock", Clock},
+                                {"memory", Protected<Memory>},
+                                {"device_info", Protected<DeviceInfo>},
+                                {"jsonl", Protected<OpenJsonl>},
+                                {"settings", Protected<Settings>},
+                                {"_key_line", Protected<KeyLine>},
+                                {nullptr, nullptr}};
+  luaL_setfuncs(L, functions, 0);
+  const luaL_Reg term[] = {{"write", TermWrite}, {"isatty", TermIsatty}, {nullptr, nullptr}};
+  luaL_newlib(L, term);
+  lua_setfield(L, -2, "term");
+  return 0;
+}
+
+}  // namespace colossal::lua

@@ -1,0 +1,338 @@
+-- colossal.recipe(t[, file]): the standard training loop, in Lua over the
+-- imperative API (DESIGN principle 7: Lua describes, C++ executes). Embedded
+-- in the binary; `colossal <recipe.lua>` calls it with the table the recipe
+-- returns. Every key is checked before any work starts; a mistake names the
+-- recipe file, the line of the key and the key.
+local colossal = ...
+
+local recipe = {}
+
+-- Where a key is written in the recipe file ("file:line: ").
+local function where(file, path)
+  if not file then return "" end
+  local line = path and colossal._key_line(file, path)
+  return string.format("%s:%s: ", file, line or "?")
+end
+
+local function usage_error(file, path, message)
+  error({ message = where(file, path) .. (path and (path .. ": ") or "") .. message, code = 2 }, 0)
+end
+
+-- An error from a binding, rethrown at the recipe key it comes from.
+local function rethrow(file, section, t, err)
+  local message = type(err) == "table" and err.message or tostring(err)
+  local code = type(err) == "table" and err.code or 1
+  message = message:gsub("^[^:\n]*:%d+: ", "")
+  local key = message:match("unknown option '([%w_]+)'")
+      or message:match("^colossal%.[%w_.]+: ([%w_]+) ")
+      or message:match("^colossal%.[%w_.]+: ([%w_]+) must")
+  local path = section
+  if key and type(t) == "table" and t[key] ~= nil then path = section .. "." .. key end
+  error({ message = where(file, path) .. section .. ": " .. message, code = code }, 0)
+end
+
+local function call(file, section, t, fn, ...)
+  local results = table.pack(pcall(fn, ...))
+  if not results[1] then rethrow(file, section, t, results[2]) end
+  return table.unpack(results, 2, results.n)
+end
+
+-- Checks table `t` (at `path`) against `spec`: key -> {type, default}.
+local function check(file, path, t, spec)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then usage_error(file, path, "must be a table, got a " .. type(t)) end
+  local names = {}
+  for k in pairs(spec) do names[#names + 1] = k end
+  table.sort(names)
+  for k, v in pairs(t) do
+    local key = path and (path .. "." .. tostring(k)) or tostring(k)
+    local s = spec[k]
+    if s == nil then
+      local best, best_d
+      for _, n in ipairs(names) do
+        local d = recipe.distance(tostring(k), n)
+        if d <= math.max(1, #tostring(k) // 3) and (not best_d or d < best_d) then best, best_d = n, d end
+      end
+      usage_error(file, key, "unknown key" .. (best and (' (did you mean "' .. best .. '"?)') or "")
+        .. "; known: " .. table.concat(names, ", "))
+    end
+    local want = s[1]
+    local got = math.type(v) == "integer" and "integer" or type(v)
+    local ok = got == want or (want == "number" and got == "integer") or want == "any"
+    if not ok then usage_error(file, key, "must be a " .. want .. ", got a " .. got) end
+    if s.check then
+      local why = s.check(v)
+      if why then usage_error(file, key, why) end
+    end
+  end
+  local out = {}
+  for k, s in pairs(spec) do
+    local v = t[k]
+    if v == nil then v = s[2] end
+    if v == nil and s.required then
+      usage_error(file, path, "needs `" .. k .. "`" .. (s.hint and (" (" .. s.hint .. ")") or ""))
+    end
+    out[k] = v
+  end
+  return out
+end
+
+-- Levenshtein distance, for "did you mean".
+function recipe.distance(a, b)
+  a, b = a:lower(), b:lower()
+  local prev = {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    local cur = { [0] = i }
+    for j = 1, #b do
+      local cost = a:sub(i, i) == b:sub(j, j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev = cur
+  end
+  return prev[#b]
+end
+
+local function positive(v) if v <= 0 then return "must be positive" end end
+local function non_negative(v) if v < 0 then return "must be >= 0" end end
+local function one_of(...)
+  local allowed = { ... }
+  return function(v)
+    for _, a in ipairs(allowed) do if v == a then return nil end end
+    return 'must be one of "' .. table.concat(allowed, '", "') .. '", got "' .. tostring(v) .. '"'
+  end
+end
+
+local TOP = {
+  model = { "table", required = true },
+  data = { "table", required = true },
+  optimizer = { "table", required = true },
+  lr_scheduler = { "table" },
+  plugin = { "table" },
+  precision = { "string", "fp32", check = one_of("fp32", "bf16", "fp16") },
+  device = { "string", "auto" },
+  seed = { "integer", 1337 },
+  steps = { "integer", required = true, check = positive, hint = "optimizer steps to train" },
+  accumulation_steps = { "integer", 1, check = positive },
+  max_norm = { "number", 0, check = non_negative },
+  clip_value = { "number", 0, check = non_negative },
+  eval = { "table" },
+  log = { "table" },
+  checkpoint = { "table" },
+  sample = { "table" },
+}
+local DATA = {
+  corpus = { "string", check = one_of("shakespeare") },
+  input = { "string" },
+  name = { "string" },
+  output = { "string" },
+  train = { "string" },
+  val = { "string" },
+  micro_batch_size = { "integer", required = true, check = positive },
+  seq_len = { "integer", required = true, check = positive },
+  shuffle = { "boolean", true },
+  val_fraction = { "number" },
+}
+local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }
+local LOG = { every_steps = { "integer", 1, check = positive }, file = { "string" } }
+local CHECKPOINT = {
+  dir = { "string", required = true },
+  every_steps = { "integer", 0, check = non_negative },
+  keep = { "integer", 3, check = non_negative },
+  resume = { "boolean", true },
+}
+local SAMPLE = {
+  prompt = { "string", "\n" },
+  max_new_tokens = { "integer", 64, check = non_negative },
+  temperature = { "number", 0.8, check = non_negative },
+  top_k = { "integer", 40, check = non_negative },
+}
+
+-- Shallow copy of `t` without `drop` (a section's own keys go to a binding).
+local function without(t, drop)
+  local out = {}
+  for k, v in pairs(t or {}) do if k ~= drop then out[k] = v end end
+  return out
+end
+
+local function datasets(file, d)
+  local ways = (d.corpus and 1 or 0) + (d.input and 1 or 0) + ((d.train or d.val) and 1 or 0)
+  if ways ~= 1 then
+    usage_error(file, "data", "give exactly one of `corpus` (\"shakespeare\"), `input` (text files "
+      .. "to tokenize) or `train` (+ `val`: prepared token shards)")
+  end
+  if d.train then return d.train, d.val end
+  local name = d.name or d.corpus or "data"
+  local input = d.input
+  if d.corpus then input = call(file, "data.corpus", d, colossal.data.default_corpus) end
+  local paths = call(file, "data", d, colossal.data.prepare, {
+    input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
+  })
+  return paths.train, paths.val
+end
+
+local function human(n)
+  if n >= 1e9 then return string.format("%.2fG", n / 1e9) end
+  if n >= 1e6 then return string.format("%.1fM", n / 1e6) end
+  if n >= 1e3 then return string.format("%.1fk", n / 1e3) end
+  return string.format("%.0f", n)
+end
+
+function recipe.run(t, file)
+  local r = check(file, nil, t, TOP)
+  local d = check(file, "data", r.data, DATA)
+  local ev = check(file, "eval", r.eval, EVAL)
+  local lg = check(file, "log", r.log, LOG)
+  local ck = r.checkpoint and check(file, "checkpoint", r.checkpoint, CHECKPOINT)
+  local sm = r.sample and check(file, "sample", r.sample, SAMPLE)
+  if type(r.optimizer.name) ~= "string" or not colossal.optim[r.optimizer.name] then
+    usage_error(file, "optimizer.name", "must be one of \"adamw\", \"hybrid_adam\", \"cpu_adam\", \"sgd\"")
+  end
+  if r.lr_scheduler and (type(r.lr_scheduler.name) ~= "string" or not colossal.lr_scheduler[r.lr_scheduler.name]) then
+    usage_error(file, "lr_scheduler.name",
+      "must be one of \"cosine_annealing_warmup\", \"linear_warmup\", \"constant\"")
+  end
+  if r.plugin and (type(r.plugin.name) ~= "string" or not colossal.plugin[r.plugin.name]) then
+    usage_error(file, "plugin.name", "must be \"torch_ddp\" or \"low_level_zero\"")
+  end
+  local model_cfg = r.model
+  if model_cfg.max_seq_len and d.seq_len > model_cfg.max_seq_len then
+    usage_error(file, "data.seq_len", string.format("%d is longer than model.max_seq_len (%d)",
+      d.seq_len, model_cfg.max_seq_len))
+  end
+  if r.plugin and r.plugin.name == "low_level_zero" and r.clip_value > 0 then
+    usage_error(file, "clip_value", "low_level_zero clips by norm only (plugin.max_norm)")
+  end
+
+  local env = call(file, "device", r, colossal.launch, { device = r.device, seed = r.seed })
+  local main = env.rank == 0
+  local say = function(...) if main then print(string.format(...)) end end
+
+  local train_pattern, val_pattern = datasets(file, d)
+  local model = call(file, "model", model_cfg, colossal.model.gpt2, model_cfg)
+  local cfg = model:config()
+  if d.seq_len > cfg.max_seq_len then
+    usage_error(file, "data.seq_len", string.format("%d is longer than the model's context (%d)",
+      d.seq_len, cfg.max_seq_len))
+  end
+  local optimizer = call(file, "optimizer", r.optimizer, colossal.optim[r.optimizer.name], model,
+    without(r.optimizer, "name"))
+  local scheduler = r.lr_scheduler and call(file, "lr_scheduler", r.lr_scheduler,
+    colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
+  local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
+    without(r.plugin, "name"))
+  local booster = call(file, "plugin", r.plugin, colossal.booster,
+    { plugin = plugin, mixed_precision = (not r.plugin or r.plugin.name ~= "low_level_zero") and r.precision or nil })
+  local loader = call(file, "data.train", d, colossal.data.loader, {
+    pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
+  })
+  model, optimizer, loader, scheduler = call(file, "plugin", r.plugin, booster.boost, booster, model,
+    optimizer, loader, scheduler)
+
+  local start = 0
+  if ck and ck.resume then
+    local latest = colossal.checkpoint.latest(ck.dir)
+    if latest then
+      start = call(file, "checkpoint.dir", r.checkpoint, booster.load_checkpoint, booster, latest)
+      say("resumed from %s (step %d)", latest, start)
+    end
+  end
+
+  local n_params = model:num_params()
+  local accum, world = r.accumulation_steps, env.world_size
+  local tokens_per_step = d.micro_batch_size * d.seq_len * accum * world
+  local flops_per_token = 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
+  local info = colossal.device_info()
+  local peak = (r.precision ~= "fp32") and info.peak_flops_16bit or nil
+  say("colossal: GPT-2 %s parameters (%d layers, %d heads, n_embd %d) on %s %s x%d, %s, plugin %s",
+    human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, env.device, info.name, world,
+    r.precision, r.plugin and r.plugin.name or "none")
+  say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
+    human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
+
+  local log_file = lg.file or (ck and (ck.dir .. "/log.jsonl")) or "logs/train.jsonl"
+  local log = main and colossal.jsonl(log_file) or nil
+  local tty = main and colossal.term.isatty()
+  local max_norm = r.max_norm
+  local val_loader
+  local function evaluate()
+    if not val_pattern then return nil end
+    val_loader = val_loader or call(file, "data.val", d, colossal.data.loader, {
+      pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
+      prefetch = 0,
+    })
+    local sum = 0
+    for _ = 1, ev.batches do sum = sum + model:evaluate(val_loader:next()) end
+    return sum / ev.batches
+  end
+
+  local first_loss, last_loss
+  local t0 = colossal.clock()
+  for step = start + 1, r.steps do
+    optimizer:zero_grad()
+    local loss_sum = 0
+    for micro = 1, accum do
+      local loss = model(loader:next()) / accum
+      if micro < accum and not (r.plugin and r.plugin.name == "low_level_zero" and (r.plugin.stage or 1) == 2) then
+        local _ <close> = booster:no_sync(model)
+        booster:backward(loss, optimizer)
+      else
+        booster:backward(loss, optimizer)
+      end
+      loss_sum = loss_sum + loss:item()
+    end
+    if r.clip_value > 0 then optimizer:clip_grad_by_value(r.clip_value) end
+    if max_norm > 0 then optimizer:clip_grad_by_norm(max_norm) end
+    local result = optimizer:step()
+    local lr = scheduler and scheduler:get_last_lr() or optimizer:get_lr()
+    if scheduler then scheduler:step() end
+    local t1 = colossal.clock()
+    local dt = t1 - t0
+    t0 = t1
+    first_loss = first_loss or loss_sum
+    last_loss = loss_sum
+    local tps = tokens_per_step / dt
+    local mem = colossal.memory()
+    local line = {
+      step = step, loss = loss_sum, lr = lr, grad_norm = result.grad_norm, tokens_per_s = tps,
+      ms = dt * 1000, skipped = result.skipped, loss_scale = result.loss_scale,
+      memory = env.device == "cpu" and mem.max_rss or mem.peak,
+    }
+    if peak then line.mfu = flops_per_token * tps / (peak * world) end
+    if ev.every_steps > 0 and (step % ev.every_steps == 0 or step == r.steps) then
+      line.val_loss = evaluate()
+    end
+    if main then
+      log:write(line)
+      if step % lg.every_steps == 0 or step == r.steps or step == start + 1 or line.val_loss then
+        if tty then colossal.term.write("\r\27[K") end
+        print(string.format("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.0f ms | mfu %s | mem %s%s%s",
+          step, r.steps, loss_sum, lr, result.grad_norm, human(tps), dt * 1000,
+          line.mfu and string.format("%.1f%%", 100 * line.mfu) or "-", human(line.memory) .. "B",
+          line.val_loss and string.format(" | val %.4f", line.val_loss) or "",
+          result.skipped and " | skipped (overflow)" or ""))
+      elseif tty then
+        local width = 30
+        local done = math.floor(width * step / r.steps)
+        colossal.term.write(string.format("\r[%s%s] %d/%d loss %.4f", string.rep("#", done),
+          string.rep(".", width - done), step, r.steps, loss_sum))
+      end
+    end
+    if ck and ck.every_steps > 0 and (step % ck.every_steps == 0 or step == r.steps) then
+      local path = booster:save_checkpoint(ck.dir, { step = step, keep = ck.keep })
+      say("saved %s", path)
+    end
+    t0 = colossal.clock()  -- evaluation and saving do not count as training time
+  end
+  if first_loss then say("loss %.4f -> %.4f over steps %d..%d", first_loss, last_loss, start + 1, r.steps) end
+  if sm and main then
+    local text = model:generate(sm.prompt, { max_new_tokens = sm.max_new_tokens,
+      temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
+    print("--- sample ---")
+    print(text)
+    print("--------------")
+  end
+  return { first_loss = first_loss, last_loss = last_loss, steps = r.steps - start }
+end
+
+return recipe
