@@ -84,4 +84,25 @@ absl::Status Booster::zero_grad() {
   return core::annotate(plugin_->zero_grad(), absl::StrCat("plugin ", plugin_->name()));
 }
 
+absl::StatusOr<nn::OptimizerStateDict> Booster::optimizer_state_dict() {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::optimizer_state_dict before Booster::boost");
+  }
+  absl::StatusOr<nn::OptimizerStateDict> sd = plugin_->optimizer_state_dict(*optimizer_);
+  if (!sd.ok()) {
+    return core::annotate(sd.status(),
+                          absl::StrCat("plugin ", plugin_->name(), ": optimizer_state_dict"));
+  }
+  return sd;
+}
+
+absl::Status Booster::load_optimizer_state_dict(const nn::OptimizerStateDict& state) {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "Booster::load_optimizer_state_dict before Booster::boost");
+  }
+  return core::annotate(plugin_->load_optimizer_state_dict(*optimizer_, state),
+                        absl::StrCat("plugin ", plugin_->name(), ": load_optimizer_state_dict"));
+}
+
 }  // namespace colossal::parallel

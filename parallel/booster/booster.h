@@ -37,9 +37,14 @@
 //     on every rank; optional fp16 loss scaler); plugins that shard the
 //     optimizer state (low_level_zero, Plugin::owns_step) do the step
 //     themselves with the same semantics.
-//   * Not here: checkpoint save/load through the plugin, dataloader and LR
-//     scheduler wrapping (make the DataLoader with dp_rank()/dp_size(); step
-//     the scheduler yourself).
+//   * optimizer_state_dict() / load_optimizer_state_dict(): the optimizer
+//     state as one process's nn::Optimizer::state_dict() would hold it, also
+//     when the plugin shards it (low_level_zero gathers: call it on every
+//     rank); a dict saved at one world size loads at another. The model's
+//     weights are saved and loaded through its ParameterStore, as without a
+//     Booster (every rank holds them whole).
+//   * Not here: file I/O (io/), dataloader and LR scheduler wrapping (make the
+//     DataLoader with dp_rank()/dp_size(); step the scheduler yourself).
 #ifndef COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
 #define COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
 
@@ -109,6 +114,16 @@ class Booster {
   // The optimizer's zero_grad, then the plugin's (ZeRO-2 clears its gradient
   // shard). Errors: not boosted; the optimizer's; the plugin's.
   [[nodiscard]] absl::Status zero_grad();
+
+  // The boosted optimizer's whole state (nn/optim/state_dict.h), through the
+  // plugin. With the default plugins (ddp) the tensors are views of the
+  // optimizer's memory: write them out or copy them before the next step.
+  // Errors: not boosted (FailedPrecondition); the plugin's.
+  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict();
+  // Restores such a state (of the same parameter groups and names; any world
+  // size). Errors: not boosted (FailedPrecondition); InvalidArgument naming
+  // the mismatch (nn::Optimizer::load_state_dict's, the plugin's).
+  [[nodiscard]] absl::Status load_optimizer_state_dict(const nn::OptimizerStateDict& state);
 
  private:
   std::unique_ptr<Plugin> plugin_;

@@ -1,7 +1,8 @@
 // Booster with a recording plugin: the order of the plugin's calls, the sync
 // flag under (nested, moved) no_sync guards, step refused after an unsynced
-// backward, and the errors of calls in the wrong order. (The ddp plugin's
-// numerics: parallel/ddp/ddp_test.cc.)
+// backward, the errors of calls in the wrong order, and optimizer checkpoints
+// forwarded to the optimizer. (The ddp plugin's numerics:
+// parallel/ddp/ddp_test.cc.)
 #include "parallel/booster/booster.h"
 
 #include <gtest/gtest.h>
@@ -121,6 +122,27 @@ TEST(Booster, CallsOutOfOrderAreErrors) {
   EXPECT_EQ(booster.boost(*f.fc, f.store, *f.sgd).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(other.backward(booster).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(booster.plugin().dp_size(), 1);
+}
+
+// Plugins that leave the optimizer its state (ddp) forward checkpoints to it.
+TEST(Booster, OptimizerStateDictForwardsToTheOptimizerByDefault) {
+  std::vector<std::string> log;
+  Fixture f;
+  Booster booster(std::make_unique<RecordingPlugin>(&log));
+  EXPECT_EQ(booster.optimizer_state_dict().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(booster.load_optimizer_state_dict({}).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(booster.boost(*f.fc, f.store, *f.sgd).ok());
+  auto sd = booster.optimizer_state_dict();
+  ASSERT_TRUE(sd.ok()) << sd.status();
+  const nn::OptimizerStateDict direct = *f.sgd->state_dict();
+  EXPECT_TRUE(sd->meta == direct.meta);
+  EXPECT_EQ(sd->tensors.size(), direct.tensors.size());
+  sd->meta.groups[0].hyper.lr = 0.25;
+  ASSERT_TRUE(booster.load_optimizer_state_dict(*sd).ok());
+  EXPECT_EQ(f.sgd->lrs(), std::vector<double>{0.25});
+  sd->meta.groups[0].params.pop_back();
+  EXPECT_EQ(booster.load_optimizer_state_dict(*sd).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(log, (std::vector<std::string>{"boost fc"}));
 }
 
 }  // namespace

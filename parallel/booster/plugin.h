@@ -11,6 +11,7 @@
 //   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  per micro-batch
 //   before_step(stream)                            gradients final -> optimizer.step()
 //                                                  (or the plugin's step() when owns_step())
+//   optimizer_state_dict / load_optimizer_state_dict  checkpoints, between steps
 //
 //   class MyPlugin : public Plugin { ... };
 //   Booster booster(std::make_unique<MyPlugin>());  // see booster.h
@@ -68,6 +69,21 @@ class Plugin {
   virtual absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                             float max_norm) {
     return absl::UnimplementedError("this plugin leaves the step to the optimizer");
+  }
+
+  // The optimizer state of the whole model, in the format (keys, shapes,
+  // meta) of nn::Optimizer::state_dict() of one process, and its restore (from
+  // any world size). `optimizer` is the boosted one. The default forwards to
+  // the optimizer (plugins whose optimizer holds the whole state: ddp); its
+  // tensors are then views of the optimizer's memory. Plugins that shard the
+  // state (low_level_zero) gather it: a collective, every rank must call it.
+  virtual absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(
+      const nn::Optimizer& optimizer) {
+    return optimizer.state_dict();
+  }
+  [[nodiscard]] virtual absl::Status load_optimizer_state_dict(
+      nn::Optimizer& optimizer, const nn::OptimizerStateDict& state) {
+    return optimizer.load_state_dict(state);
   }
 
  protected:

@@ -10,6 +10,7 @@
 #include "core/tensor/tensor.h"
 #include "kernels/adam/adam.h"
 #include "parallel/common/grad_buckets.h"
+#include "parallel/zero/low_level_zero_checkpoint.h"
 
 namespace colossal::parallel {
 
@@ -53,9 +54,9 @@ struct LowLevelZeroPlugin::State {
   int64_t numel = 0;
   ZeroShard shard;
   std::vector<ShardPiece> pieces;
-  std::vector<float> master, exp_avg, exp_avg_sq;  // this rank's slice
-  std::vector<float> gathered;                     // shard.padded elements
-  int64_t step = 0;
+  std::vector<float> master;    // this rank's slice
+  ZeroAdamSlice adam;           // its moments and the step count
+  std::vector<float> gathered;  // shard.padded elements
   // Stage 2: this rank's averaged gradient slice (shard.size elements,
   // accumulated over backwards), and per bucket the reduce-scatter buffers.
   std::vector<float> grad_shard;
@@ -108,6 +109,24 @@ struct LowLevelZeroPlugin::State {
     return w;
   }
 
+  // Checkpoint calls: boosted, with the boosted optimizer.
+  absl::Status check_optimizer(const nn::Optimizer& o, const char* what) const {
+    if (!boosted) {
+      return absl::FailedPreconditionError(absl::StrCat("low_level_zero: ", what, " before boost"));
+    }
+    if (&o != optimizer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("low_level_zero: ", what, ": not the boosted optimizer"));
+    }
+    return absl::OkStatus();
+  }
+
+  // The fp32 weights are the masters: this slice of them.
+  void read_master() {
+    const float* v = store.flat_values(core::DType::kF32).data<float>();
+    master.assign(v + shard.begin, v + shard.end);
+  }
+
   // Waits for the collectives; stage 2 then adds the received parts to grad_shard.
   absl::Status wait() {
     absl::Status s = reducer->wait_all(core::Stream::cpu());
@@ -150,10 +169,13 @@ int LowLevelZeroPlugin::dp_size() const { return state_->pg->size(); }
 const ZeroShard& LowLevelZeroPlugin::shard() const { return state_->shard; }
 const std::vector<ShardPiece>& LowLevelZeroPlugin::pieces() const { return state_->pieces; }
 const std::vector<float>& LowLevelZeroPlugin::master_shard() const { return state_->master; }
-const std::vector<float>& LowLevelZeroPlugin::exp_avg_shard() const { return state_->exp_avg; }
-const std::vector<float>& LowLevelZeroPlugin::exp_avg_sq_shard() const {
-  return state_->exp_avg_sq;
+const std::vector<float>& LowLevelZeroPlugin::exp_avg_shard() const {
+  return state_->adam.exp_avg;
 }
+const std::vector<float>& LowLevelZeroPlugin::exp_avg_sq_shard() const {
+  return state_->adam.exp_avg_sq;
+}
+int64_t LowLevelZeroPlugin::step_count() const { return state_->adam.step; }
 
 absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterStore& store,
                                        nn::Optimizer& optimizer) {
@@ -217,10 +239,9 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   s.shard = zero_shard(s.numel, s.pg->size(), s.pg->rank());
   COLOSSAL_ASSIGN_OR_RETURN(s.pieces, shard_pieces(table, optimizer, s.shard));
   const int64_t n = s.shard.end - s.shard.begin;
-  const float* v = values.data<float>();
-  s.master.assign(v + s.shard.begin, v + s.shard.end);
-  s.exp_avg.assign(n, 0.0f);
-  s.exp_avg_sq.assign(n, 0.0f);
+  s.read_master();
+  s.adam.exp_avg.assign(n, 0.0f);
+  s.adam.exp_avg_sq.assign(n, 0.0f);
   s.gathered.assign(s.shard.padded, 0.0f);
   if (s.options.stage == 2) {
     s.grad_shard.assign(s.shard.size, 0.0f);
@@ -327,12 +348,16 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
     r.clip_coef = coef < 1.0 ? static_cast<float>(coef) : 1.0f;
   }
 
-  // Adam on this rank's slice, piece by piece with the piece's group.
-  ++s.step;
+  // Adam on this rank's slice, piece by piece with the piece's group. The
+  // master slice equals the weights after every step's all_gather (so this
+  // is a no-op then), but weights loaded into the model after boost (a
+  // checkpoint) must not be overwritten by a stale master.
+  s.read_master();
+  ++s.adam.step;
   for (const ShardPiece& p : s.pieces) {
     const nn::GroupHyperParams& h = s.optimizer->group_hyper(p.group);
     kernels::adam::AdamOptions o;
-    o.step = s.step;
+    o.step = s.adam.step;
     o.lr = static_cast<float>(h.lr);
     o.beta1 = static_cast<float>(h.beta1);
     o.beta2 = static_cast<float>(h.beta2);
@@ -343,7 +368,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
     o.grad_scale = r.clip_coef < 1.0f ? 1.0f / r.clip_coef : 1.0f;
     const int64_t at = p.offset - s.shard.begin;
     const kernels::KernelStatus ks = kernels::adam::adam_step_cpu(
-        s.master.data() + at, s.exp_avg.data() + at, s.exp_avg_sq.data() + at,
+        s.master.data() + at, s.adam.exp_avg.data() + at, s.adam.exp_avg_sq.data() + at,
         /*model_copy=*/nullptr, g + at, /*found_inf=*/nullptr, p.count,
         kernels::DType::kF32, kernels::DType::kF32, o);
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
@@ -363,6 +388,23 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
   }
   std::memcpy(values.data<float>(), s.gathered.data(), sizeof(float) * s.numel);
   return r;
+}
+
+absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
+    const nn::Optimizer& optimizer) {
+  const State& s = *state_;
+  COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
+  return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam);
+}
+
+absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
+                                                           const nn::OptimizerStateDict& state) {
+  State& s = *state_;
+  COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "load_optimizer_state_dict"));
+  COLOSSAL_ASSIGN_OR_RETURN(s.adam,
+                            load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
+  s.read_master();  // a .master in the dict was written into the weights
+  return absl::OkStatus();
 }
 
 }  // namespace colossal::parallel

@@ -58,15 +58,25 @@
 //     no CUDA path (collectives are waited for on the host), no cpu_offload;
 //   * the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam) over
 //     fp32 parameters that are their own masters (optimizer_params). It
-//     supplies the groups, hyper-parameters and zero_grad; its own step() and
-//     state tensors are not used (nn::Adam allocates full-size states at
-//     creation, and the model's full flat gradient buffer still exists in
-//     stage 2: the memory savings of ZeRO need an optimizer that allocates
-//     lazily and gradients that are freed per bucket, not here). One step
-//     count for the whole slice (every parameter steps together);
+//     supplies the groups, hyper-parameters and zero_grad; its own step() is
+//     not used and its state tensors only stage a loaded checkpoint, so its
+//     own state_dict() is stale after boost (nn::Adam allocates full-size
+//     states at creation, and the model's full flat gradient buffer still
+//     exists in stage 2: the memory savings of ZeRO need an optimizer that
+//     allocates lazily and gradients that are freed per bucket, not here).
+//     One step count for the whole slice (every parameter steps together), so
+//     a checkpoint whose parameters took different step counts is refused;
 //   * a parameter whose gradient is written after its owner module's
-//     backward hook would be reduced early (as for ddp);
-//   * no checkpoint I/O of the sharded state.
+//     backward hook would be reduced early (as for ddp).
+//
+// Checkpoints (Booster::optimizer_state_dict / load_optimizer_state_dict;
+// parallel/zero/low_level_zero_checkpoint.h): the slices are gathered into
+// the whole state nn::Adam::state_dict() would give on one process (every
+// rank gets it: a collective), and a whole state (any world size, or one
+// process's nn::Adam) loads on every rank, each keeping its slice. The model's
+// weights are the masters: save and load them as the model's; the slice of
+// the master is re-read from the model's weights at each step, so weights
+// loaded after boost take effect.
 #ifndef COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_PLUGIN_H_
 #define COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_PLUGIN_H_
 
@@ -136,15 +146,24 @@ class LowLevelZeroPlugin : public Plugin {
   // Adam kernel's failure.
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                     float max_norm) override;
+  // See "Checkpoints" above. Errors: before boost (FailedPrecondition);
+  // another optimizer than the boosted one; a state that does not fit
+  // (InvalidArgument: nn::Optimizer::load_state_dict's checks, or step
+  // counts that differ between parameters); the all_gather's failure.
+  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(
+      const nn::Optimizer& optimizer) override;
+  absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
+                                         const nn::OptimizerStateDict& state) override;
 
   // This rank's slice (valid after boost) and its pieces.
   const ZeroShard& shard() const;
   const std::vector<ShardPiece>& pieces() const;
   // This rank's fp32 master weights and Adam moments of its slice
-  // (shard().end - shard().begin elements each).
+  // (shard().end - shard().begin elements each), and its step count.
   const std::vector<float>& master_shard() const;
   const std::vector<float>& exp_avg_shard() const;
   const std::vector<float>& exp_avg_sq_shard() const;
+  int64_t step_count() const;
   // Stage 2: this rank's averaged gradients of its slice (shard().size
   // elements, the tail past shard().end is padding), summed over the
   // backwards since the last zero_grad. Empty for stage 1.

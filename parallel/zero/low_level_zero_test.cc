@@ -42,6 +42,7 @@
 #include "parallel/booster/booster.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/zero/zero_test_util.h"
 
 namespace colossal::parallel {
 namespace {
@@ -50,34 +51,6 @@ using core::DType;
 using core::Stream;
 using core::Tensor;
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
-
-constexpr double kWeightDecay = 0.1;
-
-// tiny_config with n_embd 6 (head size 3) and an unpadded vocabulary of 11:
-// the flat buffer (1718 elements... see TinyGpt2SlicesArePaddedAndCutParameters)
-// is not a multiple of 3 or 4, so those worlds pad, and slice boundaries fall
-// inside parameters.
-nn::GPT2Config zero_config() {
-  nn::GPT2Config c = tiny_config();
-  c.n_embd = 6;
-  c.n_head = 2;
-  c.padded_vocab_multiple = 1;
-  return c;
-}
-
-std::unique_ptr<nn::GPT2> make_zero_model(uint64_t seed) {
-  auto model = *nn::GPT2::create(zero_config(), DType::kF32, Stream::cpu());
-  EXPECT_TRUE(model->init(seed).ok());
-  return model;
-}
-
-std::unique_ptr<nn::Adam> make_adam(nn::GPT2& model) {
-  std::vector<nn::ParamRef> params =
-      *nn::optimizer_params(model.store().parameters(), Stream::cpu());
-  nn::AdamOptions o;
-  o.lr = 1e-2;
-  return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);
-}
 
 EquivalenceRun adam_reference_run(int world) {
   auto model = make_zero_model(kSeed);
@@ -140,17 +113,7 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
     out.issued_in_hooks = zero->reductions_issued_in_hooks();
   }
   out.numel = model->store().table().buffer_numel(DType::kF32);
-  for (const nn::ParameterEntry& e : model->store().table().entries()) {
-    // The key third of c_attn's bias cannot change attention (softmax is
-    // invariant to it): its true gradient is 0 and what backward computes is
-    // rounding noise, which Adam normalises into lr-sized steps. Its values
-    // therefore depend on the order of summation (1e-5-sized, not 1e-8) and
-    // are compared to the reference separately.
-    if (e.name.find("attn.c_attn.bias") != std::string::npos) {
-      const int64_t c = zero_config().n_embd;
-      out.key_bias.emplace_back(e.offset + c, c);
-    }
-  }
+  out.key_bias = key_bias_ranges(model->store().table());  // compared separately
   return out;
 }
 
@@ -169,23 +132,6 @@ ZeroRun ddp_adam_rank_run(std::shared_ptr<comm::ProcessGroup> pg,
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return {};
   return rank_run(std::move(pg), std::move(*plugin));
-}
-
-// max |a - b| / max |b| over the elements outside `skip`, and max |a| inside.
-std::pair<double, double> rel_diff_outside(const std::vector<float>& a, const std::vector<float>& b,
-                                           const std::vector<std::pair<int64_t, int64_t>>& skip) {
-  std::vector<char> out(a.size(), 0);
-  for (const auto& [off, n] : skip) std::fill(out.begin() + off, out.begin() + off + n, 1);
-  double d = 0, m = 1e-30, inside = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    m = std::max(m, std::abs(double(b[i])));
-    if (out[i]) {
-      inside = std::max(inside, std::abs(double(a[i])));
-    } else {
-      d = std::max(d, std::abs(double(a[i]) - b[i]));
-    }
-  }
-  return {d / m, inside};
 }
 
 struct EquivalenceCase {

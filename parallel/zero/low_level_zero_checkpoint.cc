@@ -1,0 +1,148 @@
+#include "parallel/zero/low_level_zero_checkpoint.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "core/tensor/tensor.h"
+
+namespace colossal::parallel {
+namespace {
+
+// The table entry of optimizer parameter `name` (boost checked they all exist).
+absl::StatusOr<const nn::ParameterEntry*> entry_of(const nn::ParameterTable& table,
+                                                   const std::string& name) {
+  const nn::ParameterEntry* e = table.find(name);
+  if (e == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("low_level_zero: optimizer parameter \"", name,
+                                                   "\" is not in the model's table"));
+  }
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup& pg,
+                                                              const nn::ParameterTable& table,
+                                                              const nn::Optimizer& optimizer,
+                                                              const ZeroShard& shard,
+                                                              const ZeroAdamSlice& slice) {
+  // Both moments in one collective: rank j's block is [exp_avg | exp_avg_sq],
+  // each padded to the slice size S (the last ranks' slices are short).
+  const int64_t S = shard.size;
+  const int world = pg.size();
+  std::vector<float> send(2 * S, 0.0f), all(static_cast<size_t>(world) * 2 * S, 0.0f);
+  std::copy(slice.exp_avg.begin(), slice.exp_avg.end(), send.begin());
+  std::copy(slice.exp_avg_sq.begin(), slice.exp_avg_sq.end(), send.begin() + S);
+  {
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w,
+                              pg.all_gather(comm::Buffer::cpu(all.data(), all.size()),
+                                            comm::Buffer::cpu(send.data(), send.size())));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
+  }
+  // Flat elements [lo, lo + n) of moment `m` (0: exp_avg, 1: exp_avg_sq) into dst.
+  auto copy_flat = [&](int m, int64_t lo, int64_t n, float* dst) {
+    while (n > 0) {
+      const int64_t j = lo / S, in = lo - j * S, len = std::min(n, S - in);
+      const float* src = all.data() + (j * 2 + m) * S + in;
+      std::copy(src, src + len, dst);
+      dst += len;
+      lo += len;
+      n -= len;
+    }
+  };
+
+  nn::OptimizerStateDict out;
+  out.meta.type = optimizer.type();
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    nn::GroupState gs;
+    gs.hyper = optimizer.group_hyper(g);
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      gs.params.push_back(p.name);
+      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
+      const char* names[2] = {"exp_avg", "exp_avg_sq"};
+      for (int m = 0; m < 2; ++m) {
+        COLOSSAL_ASSIGN_OR_RETURN(
+            core::Tensor t,
+            core::Tensor::empty(p.master.shape(), core::DType::kF32, core::Stream::cpu()));
+        copy_flat(m, e->offset, e->numel(), t.data<float>());
+        out.tensors[nn::state_key(p.name, names[m])] = std::move(t);
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(
+          core::Tensor step,
+          core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
+      *step.data<int64_t>() = slice.step;
+      out.tensors[nn::state_key(p.name, "step")] = std::move(step);
+    }
+    out.meta.groups.push_back(std::move(gs));
+  }
+  return out;
+}
+
+absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
+                                                   const nn::ParameterTable& table,
+                                                   nn::Optimizer& optimizer,
+                                                   const ZeroShard& shard) {
+  // One step count for the slice: refuse differing counts before the
+  // optimizer changes (malformed step tensors are left to its checks).
+  std::string first_name;  // empty: no step count seen yet
+  int64_t first = 0;
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      const auto it = state.tensors.find(nn::state_key(p.name, "step"));
+      if (it == state.tensors.end()) continue;
+      const core::Tensor& t = it->second;
+      if (!t.defined() || t.dtype() != core::DType::kI64 || t.numel() != 1 ||
+          !t.device().is_cpu()) {
+        continue;
+      }
+      const int64_t step = *t.data<int64_t>();
+      if (first_name.empty()) {
+        first_name = p.name;
+        first = step;
+      } else if (step != first) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("low_level_zero: load_optimizer_state_dict: the state has ", first,
+                         " steps for \"", first_name, "\" but ", step, " for \"", p.name,
+                         "\"; this plugin steps every parameter together (one step count)"));
+      }
+    }
+  }
+  // Validates everything and restores the hyper-parameters (and the
+  // optimizer's own, unused copy of the state, which also gives the tensors
+  // on the CPU in float32 whatever device the dict's were on).
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(optimizer.load_state_dict(state), "low_level_zero"));
+
+  ZeroAdamSlice out;
+  const int64_t n = shard.end - shard.begin;
+  out.exp_avg.assign(n, 0.0f);  // alignment gaps and non-optimizer parameters stay 0
+  out.exp_avg_sq.assign(n, 0.0f);
+  bool have_step = false;
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
+      if (!have_step) {
+        COLOSSAL_ASSIGN_OR_RETURN(out.step, optimizer.param_step(p.name));
+        have_step = true;
+      }
+      const int64_t lo = std::max(e->offset, shard.begin);
+      const int64_t hi = std::min(e->offset + e->numel(), shard.end);
+      if (lo >= hi) continue;
+      for (auto [name, dst] :
+           {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, optimizer.state_tensor(p.name, name));
+        if (!t.device().is_cpu() || t.dtype() != core::DType::kF32 || t.numel() != e->numel()) {
+          return absl::InternalError(absl::StrCat("low_level_zero: the optimizer's ", name, " of ",
+                                                  p.name, " is ", t.to_string()));
+        }
+        const float* src = t.data<float>() + (lo - e->offset);
+        std::copy(src, src + (hi - lo), dst->data() + (lo - shard.begin));
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace colossal::parallel

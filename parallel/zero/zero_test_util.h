@@ -1,0 +1,89 @@
+// Test helpers for parallel/zero: the tiny GPT-2 whose flat buffer forces
+// padding and slice boundaries inside parameters, AdamW with decay groups,
+// and the weight comparison that sets c_attn's key bias apart.
+#ifndef COLOSSAL_PARALLEL_ZERO_ZERO_TEST_UTIL_H_
+#define COLOSSAL_PARALLEL_ZERO_ZERO_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/module_params.h"
+#include "nn/optim/param.h"
+#include "parallel/ddp/ddp_test_util.h"
+
+namespace colossal::parallel::testing {
+
+constexpr double kWeightDecay = 0.1;
+
+// tiny_config with n_embd 6 (head size 3) and an unpadded vocabulary of 11:
+// the flat buffer is not a multiple of 3 or 4, so those worlds pad, and slice
+// boundaries fall inside parameters (low_level_zero_test checks both).
+inline nn::GPT2Config zero_config() {
+  nn::GPT2Config c = tiny_config();
+  c.n_embd = 6;
+  c.n_head = 2;
+  c.padded_vocab_multiple = 1;
+  return c;
+}
+
+inline std::unique_ptr<nn::GPT2> make_zero_model(uint64_t seed) {
+  auto model = *nn::GPT2::create(zero_config(), core::DType::kF32, core::Stream::cpu());
+  EXPECT_TRUE(model->init(seed).ok());
+  return model;
+}
+
+// AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms.
+inline std::unique_ptr<nn::Adam> make_adam(nn::GPT2& model) {
+  std::vector<nn::ParamRef> params =
+      *nn::optimizer_params(model.store().parameters(), core::Stream::cpu());
+  nn::AdamOptions o;
+  o.lr = 1e-2;
+  return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);
+}
+
+// (offset, numel) in the flat buffer of the key third of every c_attn bias.
+// It cannot change attention (softmax is invariant to it): its true gradient
+// is 0 and what backward computes is rounding noise, which Adam normalises
+// into lr-sized steps. Its values therefore depend on the order of summation
+// (1e-5-sized, not 1e-8) and are compared to a reference separately.
+inline std::vector<std::pair<int64_t, int64_t>> key_bias_ranges(const nn::ParameterTable& table) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const nn::ParameterEntry& e : table.entries()) {
+    if (e.name.find("attn.c_attn.bias") != std::string::npos) {
+      const int64_t c = zero_config().n_embd;
+      out.emplace_back(e.offset + c, c);
+    }
+  }
+  return out;
+}
+
+// max |a - b| / max |b| over the elements outside `skip`, and max |a| inside.
+inline std::pair<double, double> rel_diff_outside(
+    const std::vector<float>& a, const std::vector<float>& b,
+    const std::vector<std::pair<int64_t, int64_t>>& skip) {
+  std::vector<char> out(a.size(), 0);
+  for (const auto& [off, n] : skip) std::fill(out.begin() + off, out.begin() + off + n, 1);
+  double d = 0, m = 1e-30, inside = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    m = std::max(m, std::abs(double(b[i])));
+    if (out[i]) {
+      inside = std::max(inside, std::abs(double(a[i])));
+    } else {
+      d = std::max(d, std::abs(double(a[i]) - b[i]));
+    }
+  }
+  return {d / m, inside};
+}
+
+}  // namespace colossal::parallel::testing
+
+#endif  // COLOSSAL_PARALLEL_ZERO_ZERO_TEST_UTIL_H_
