@@ -1,9 +1,11 @@
 #include "core/context/context.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "core/alloc/default_allocator.h"
 #include "core/status/check.h"
 #include "core/status/cublas_check.h"
@@ -23,18 +25,39 @@ std::atomic<Context*> g_context{nullptr};
 
 }  // namespace
 
+absl::StatusOr<GemmAutotune> parse_gemm_autotune(const char* value) {
+  if (value == nullptr) return GemmAutotune::kOn;
+  const absl::string_view v(value);
+  if (v.empty() || v == "1" || v == "on" || v == "true") return GemmAutotune::kOn;
+  if (v == "0" || v == "off" || v == "false") return GemmAutotune::kOff;
+  if (v == "log") return GemmAutotune::kLog;
+  return absl::InvalidArgumentError(
+      absl::StrCat("environment variable COLOSSAL_GEMM_AUTOTUNE=\"", v,
+                   "\": expected 0 (cuBLASLt's first heuristic choice, deterministic), 1 (time the "
+                   "top candidates, the default) or log (1, and print the timings)"));
+}
+
 Context::Context(Device device, OwnedStream compute, OwnedStream comm, Event event,
-                 std::shared_ptr<Allocator> allocator, uint64_t seed)
+                 std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune)
     : device_(device),
       compute_(std::move(compute)),
       comm_(std::move(comm)),
       event_(std::move(event)),
       allocator_(std::move(allocator)),
-      rng_{seed, 0} {}
+      rng_{seed, 0},
+      gemm_autotune_(gemm_autotune) {}
 
 absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
                                                          const ContextOptions& options) {
   const std::string what = absl::StrCat("creating the context for ", device.to_string());
+  GemmAutotune gemm_autotune = GemmAutotune::kOn;
+  if (options.gemm_autotune.has_value()) {
+    gemm_autotune = *options.gemm_autotune;
+  } else {
+    absl::StatusOr<GemmAutotune> parsed = parse_gemm_autotune(std::getenv("COLOSSAL_GEMM_AUTOTUNE"));
+    if (!parsed.ok()) return annotate(parsed.status(), what);
+    gemm_autotune = *parsed;
+  }
   COLOSSAL_RETURN_IF_ERROR(annotate(check_device_available(device), what));
   COLOSSAL_ASSIGN_OR_RETURN(OwnedStream compute, OwnedStream::create(device));
   COLOSSAL_ASSIGN_OR_RETURN(
@@ -44,7 +67,8 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
   COLOSSAL_ASSIGN_OR_RETURN(Event event, Event::create(device));
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<Allocator> allocator, device_allocator(device));
   std::unique_ptr<Context> ctx(new Context(device, std::move(compute), std::move(comm),
-                                           std::move(event), std::move(allocator), options.seed));
+                                           std::move(event), std::move(allocator), options.seed,
+                                           gemm_autotune));
 #if COLOSSAL_WITH_CUDA
   if (device.is_cuda()) {
     DeviceGuard guard(device);

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,10 +36,30 @@ struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*
 
 namespace colossal::core {
 
+// How core/gemm chooses a cuBLASLt algorithm the first time it sees a problem
+// (CUDA only; see core/gemm/gemm.h):
+//   kOff  cuBLASLt's first heuristic choice. Deterministic: the same GPU and
+//         cuBLAS version always pick the same algorithm, so results repeat
+//         bit for bit across runs and processes.
+//   kOn   time cuBLASLt's top heuristic candidates on the compute stream and
+//         keep the fastest (once per problem and context; the choice can
+//         differ between runs, so results may differ in the last bits).
+//   kLog  kOn, and print each tuning's candidates and times to stderr.
+enum class GemmAutotune { kOff, kOn, kLog };
+
+// The value of the environment variable COLOSSAL_GEMM_AUTOTUNE (null: unset):
+// unset or "" -> kOn; "0", "off", "false" -> kOff; "1", "on", "true" -> kOn;
+// "log" -> kLog. Anything else is an InvalidArgumentError naming the variable.
+absl::StatusOr<GemmAutotune> parse_gemm_autotune(const char* value);
+
 struct ContextOptions {
   // Workspace for cuBLASLt (CUDA only). 32 MiB lets Hopper pick its fastest
-  // kernels (split-K and stream-K need scratch).
+  // kernels (split-K and stream-K need scratch); it equals PyTorch's default
+  // on Hopper (the workspace its cuBLAS and cuBLASLt calls get), so it is kept.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
+  // GEMM algorithm autotuning. Unset: the environment variable
+  // COLOSSAL_GEMM_AUTOTUNE decides (parse_gemm_autotune; on by default).
+  std::optional<GemmAutotune> gemm_autotune;
   // The initial random seed.
   uint64_t seed = 0;
   // Give the communication stream CUDA's highest priority, so collectives
@@ -58,7 +79,8 @@ class Context {
  public:
   // A new context for `device`: creates its streams, event and (CUDA) the
   // cuBLASLt handle and workspace. Does not change the thread's current device.
-  // Errors: the device is not available; the workspace does not fit.
+  // Errors: the device is not available; the workspace does not fit;
+  // COLOSSAL_GEMM_AUTOTUNE is read and holds no valid value.
   static absl::StatusOr<std::unique_ptr<Context>> create(Device device,
                                                          const ContextOptions& options = {});
 
@@ -108,10 +130,12 @@ class Context {
   void* cublaslt_workspace() const { return workspace_ ? workspace_->data() : nullptr; }
   size_t cublaslt_workspace_bytes() const { return workspace_ ? workspace_->nbytes() : 0; }
   MatmulAlgoCache& matmul_algo_cache() { return algo_cache_; }
+  // How GEMMs choose their algorithms (ContextOptions::gemm_autotune, resolved).
+  GemmAutotune gemm_autotune() const { return gemm_autotune_; }
 
  private:
   Context(Device device, OwnedStream compute, OwnedStream comm, Event event,
-          std::shared_ptr<Allocator> allocator, uint64_t seed);
+          std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune);
 
   const Device device_;
   OwnedStream compute_;
@@ -126,6 +150,7 @@ class Context {
   cublasLtContext* cublaslt_ = nullptr;
   std::shared_ptr<Storage> workspace_;
   MatmulAlgoCache algo_cache_;
+  const GemmAutotune gemm_autotune_;
 };
 
 }  // namespace colossal::core

@@ -2,10 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -81,6 +84,78 @@ TEST(ContextTest, RngReservationsFromManyThreadsNeverOverlap) {
   std::sort(all.begin(), all.end());
   for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], 10 * i);
   EXPECT_EQ(c.rng_state().offset, 40000u);
+}
+
+TEST(ContextTest, ParseGemmAutotune) {
+  EXPECT_EQ(*parse_gemm_autotune(nullptr), GemmAutotune::kOn);
+  EXPECT_EQ(*parse_gemm_autotune(""), GemmAutotune::kOn);
+  for (const char* on : {"1", "on", "true"}) EXPECT_EQ(*parse_gemm_autotune(on), GemmAutotune::kOn);
+  for (const char* off : {"0", "off", "false"}) {
+    EXPECT_EQ(*parse_gemm_autotune(off), GemmAutotune::kOff);
+  }
+  EXPECT_EQ(*parse_gemm_autotune("log"), GemmAutotune::kLog);
+  const absl::Status s = parse_gemm_autotune("yes please").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "environment variable COLOSSAL_GEMM_AUTOTUNE=\"yes please\": "
+                                    "expected 0"))
+      << s;
+}
+
+// Sets an environment variable for one scope, restoring the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) {
+      had_ = true;
+      old_ = old;
+    }
+    set(value);
+  }
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
+
+ private:
+  void set(const char* value) {
+    if (value != nullptr) {
+      setenv(name_, value, 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(ContextTest, GemmAutotuneFromOptionsOrEnvironment) {
+  {
+    ScopedEnv env("COLOSSAL_GEMM_AUTOTUNE", nullptr);
+    absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cpu());
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOn);  // the default
+  }
+  {
+    ScopedEnv env("COLOSSAL_GEMM_AUTOTUNE", "0");
+    absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cpu());
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOff);
+    ContextOptions options;
+    options.gemm_autotune = GemmAutotune::kLog;  // the option wins over the environment
+    ctx = Context::create(Device::cpu(), options);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kLog);
+  }
+  {
+    ScopedEnv env("COLOSSAL_GEMM_AUTOTUNE", "maybe");
+    const absl::Status s = Context::create(Device::cpu()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(contains(s.message(), "creating the context for cpu: environment variable "
+                                      "COLOSSAL_GEMM_AUTOTUNE=\"maybe\""))
+        << s;
+    ContextOptions options;
+    options.gemm_autotune = GemmAutotune::kOff;  // not read when the option is set
+    EXPECT_TRUE(Context::create(Device::cpu(), options).ok());
+  }
 }
 
 TEST(ContextTest, CudaContextNeedsCuda) {

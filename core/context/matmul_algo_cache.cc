@@ -19,6 +19,11 @@ size_t MatmulAlgoCache::size() const {
   return map_.size();
 }
 
+std::vector<std::pair<MatmulAlgoKey, MatmulAlgo>> MatmulAlgoCache::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {map_.begin(), map_.end()};
+}
+
 void MatmulAlgoCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
   map_.clear();

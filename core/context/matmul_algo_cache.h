@@ -2,8 +2,9 @@
 //
 // Choosing a cuBLASLt algorithm (cublasLtMatmulAlgoGetHeuristic) costs tens of
 // microseconds; a training step runs the same few GEMM shapes thousands of
-// times. core/gemm asks this cache first and stores the heuristic's choice in
-// it. Each Context owns one (Context::matmul_algo_cache()). Keys and values are
+// times. core/gemm asks this cache first and stores its choice in it (the
+// heuristic's first, or the fastest of its top candidates when autotuning, see
+// ContextOptions::gemm_autotune). Each Context owns one (Context::matmul_algo_cache()). Keys and values are
 // plain data, so this header needs no CUDA headers: MatmulAlgo holds the bytes
 // of a cublasLtMatmulAlgo_t (an opaque struct of eight uint64_t).
 //
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -50,10 +52,25 @@ struct MatmulAlgoKey {
   }
 };
 
+// How a cached algorithm was chosen.
+enum class MatmulAlgoSource : int32_t {
+  // cuBLASLt's first heuristic choice, final: autotuning was off, or had
+  // nothing to compare (one candidate), or could not run (no memory for its
+  // scratch output).
+  kHeuristic = 0,
+  // The fastest of the timed candidates.
+  kAutotuned = 1,
+  // cuBLASLt's first heuristic choice, taken while the stream was being
+  // captured into a CUDA graph (nothing may be timed then); the next call
+  // outside a capture autotunes and replaces it.
+  kProvisional = 2,
+};
+
 // A chosen algorithm: the bytes of a cublasLtMatmulAlgo_t and the workspace it needs.
 struct MatmulAlgo {
   std::array<uint64_t, 8> data{};
   size_t workspace_bytes = 0;
+  MatmulAlgoSource source = MatmulAlgoSource::kHeuristic;
 };
 
 // Thread-safe map from MatmulAlgoKey to MatmulAlgo.
@@ -64,6 +81,8 @@ class MatmulAlgoCache {
   void insert(const MatmulAlgoKey& key, const MatmulAlgo& algo);
   size_t size() const;
   void clear();
+  // A copy of every entry, in no particular order (for tests and diagnostics).
+  std::vector<std::pair<MatmulAlgoKey, MatmulAlgo>> entries() const;
 
  private:
   mutable std::mutex mu_;

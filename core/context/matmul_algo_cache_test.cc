@@ -37,6 +37,37 @@ TEST(MatmulAlgoCacheTest, FindInsertReplaceClear) {
   EXPECT_EQ(cache.size(), 0u);
 }
 
+TEST(MatmulAlgoCacheTest, KeepsHowTheAlgorithmWasChosen) {
+  MatmulAlgoCache cache;
+  EXPECT_EQ(MatmulAlgo{}.source, MatmulAlgoSource::kHeuristic);
+  MatmulAlgo provisional;
+  provisional.data[0] = 1;
+  provisional.source = MatmulAlgoSource::kProvisional;
+  cache.insert(key(8192), provisional);
+  EXPECT_EQ(cache.find(key(8192))->source, MatmulAlgoSource::kProvisional);
+  MatmulAlgo tuned;
+  tuned.data[0] = 2;
+  tuned.source = MatmulAlgoSource::kAutotuned;
+  cache.insert(key(8192), tuned);  // autotuning replaces the provisional choice
+  EXPECT_EQ(cache.find(key(8192))->source, MatmulAlgoSource::kAutotuned);
+  EXPECT_EQ(cache.find(key(8192))->data[0], 2u);
+  EXPECT_EQ(cache.size(), 1u);
+  cache.insert(key(4096), MatmulAlgo{});
+  std::vector<std::pair<MatmulAlgoKey, MatmulAlgo>> entries = cache.entries();
+  ASSERT_EQ(entries.size(), 2u);
+  int tuned_entries = 0;
+  for (const auto& [k, a] : entries) {
+    if (k == key(8192)) {
+      EXPECT_EQ(a.source, MatmulAlgoSource::kAutotuned);
+      ++tuned_entries;
+    } else {
+      EXPECT_TRUE(k == key(4096));
+      EXPECT_EQ(a.source, MatmulAlgoSource::kHeuristic);
+    }
+  }
+  EXPECT_EQ(tuned_entries, 1);
+}
+
 TEST(MatmulAlgoCacheTest, EveryFieldIsPartOfTheKey) {
   MatmulAlgoKey base;
   std::vector<MatmulAlgoKey> variants;

@@ -1,6 +1,7 @@
 // gemm(): validation of the tensors and options, then the CPU or CUDA backend.
 #include "core/gemm/gemm.h"
 
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -39,6 +40,33 @@ bool supported_dtype(DType t) {
 }
 
 }  // namespace
+
+namespace internal {
+
+AlgoAction choose_algo_action(const std::optional<MatmulAlgo>& cached, GemmAutotune autotune,
+                              bool capturing) {
+  const bool tune = autotune != GemmAutotune::kOff;
+  if (cached.has_value()) {
+    if (cached->source != MatmulAlgoSource::kProvisional || !tune || capturing) {
+      return AlgoAction::kUseCached;
+    }
+    return AlgoAction::kAutotune;
+  }
+  if (!tune) return AlgoAction::kHeuristic;
+  return capturing ? AlgoAction::kProvisional : AlgoAction::kAutotune;
+}
+
+int fastest_candidate(const float* times_ms, int count) {
+  int best = -1;
+  for (int i = 0; i < count; ++i) {
+    const float t = times_ms[i];
+    if (!std::isfinite(t) || t < 0) continue;
+    if (best < 0 || t < times_ms[best]) best = i;
+  }
+  return best;
+}
+
+}  // namespace internal
 
 absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
                   const GemmOptions& options) {

@@ -16,9 +16,33 @@
 //   kBiasGelu  C = gelu(v + bias[j]), gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // and optionally, for GELU's backward, gelu_input = v + bias[j] (the pre-GELU value).
 //
-// CUDA: cuBLASLt on ctx.compute_stream(), using the context's workspace, with the
-// algorithm chosen by cuBLASLt's heuristic once per problem (shape, dtypes,
-// transposes, epilogue, pointer alignment) and cached in the context.
+// CUDA: cuBLASLt on ctx.compute_stream(), using the context's workspace (32 MiB
+// by default), with the algorithm chosen once per problem (shape, dtypes,
+// transposes, epilogue, pointer alignment) and cached in the context's
+// matmul_algo_cache(). How it is chosen is ctx.gemm_autotune()
+// (ContextOptions::gemm_autotune, else the environment variable
+// COLOSSAL_GEMM_AUTOTUNE):
+//   on (default, "1")  the first call of a problem asks cuBLASLt's heuristic for
+//       its top 8 candidates, runs each on the compute stream (2 warm-ups, then 2
+//       interleaved rounds of 5 calls between CUDA events) and keeps the fastest
+//       (ties: the heuristic's order). That first call blocks the host until the
+//       timing is done and costs 12 GEMMs per candidate; later calls cost
+//       nothing extra. With beta == 0 the candidates write C (and gelu_input),
+//       which the real call then overwrites; with beta != 0 they write a scratch
+//       output of C's size (allocated on the compute stream; when it does not fit,
+//       the heuristic's first choice is kept) so C is read, never changed. While
+//       the compute stream is being captured into a CUDA graph nothing is timed:
+//       the heuristic's first choice is used and cached as provisional, and the
+//       first call of that problem outside a capture autotunes.
+//   off ("0")  cuBLASLt's heuristic's first choice. Deterministic: one GPU model
+//       and cuBLAS version always pick the same algorithm, so results repeat bit
+//       for bit across runs and processes. With autotuning the choice depends on
+//       timings, so two runs (or two ranks) may pick different algorithms whose
+//       results differ by rounding (within the tolerances of core/gemm's tests:
+//       about one rounding of the output type, more with split-K); within one
+//       context a problem keeps its algorithm, so repeated calls are identical.
+//   "log"  on, and each tuning prints its candidates (cuBLASLt algorithm id,
+//       tile, stages, split-K) and their times to stderr.
 // cuBLASLt is column-major; a row-major matrix is the column-major view of its
 // transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's
 // "A" is our B and its "B" our A, its m is our n and its n our m, the transposes

@@ -4,7 +4,10 @@
 //
 // CUDA cases time batches of kReps back-to-back GEMMs between two CUDA events
 // (so host overhead overlaps the GPU, as in a training step) and report the
-// per-GEMM time as the iteration time. Inputs are random (not zeros: constant
+// per-GEMM time as the iteration time. The untimed first call chooses the
+// algorithm: autotuned by default; COLOSSAL_GEMM_AUTOTUNE=0 measures cuBLASLt's
+// first heuristic choice instead, COLOSSAL_GEMM_AUTOTUNE=log also prints each
+// tuning's candidates and times (see core/gemm/gemm.h). The label says which. Inputs are random (not zeros: constant
 // data draws less power and runs faster than real data). Args: dtype mode
 // (0 float32, 1 tf32, 2 bfloat16, 3 float16), m, n, k, trans_b, epilogue
 // (0 none, 2 bias+GELU).
@@ -77,12 +80,12 @@ Problem make_problem(Context& ctx, const benchmark::State& state) {
   return p;
 }
 
-void set_counters(benchmark::State& state) {
+void set_counters(benchmark::State& state, const std::string& suffix = "") {
   const double flops = 2.0 * state.range(1) * state.range(2) * state.range(3);
   state.counters["TFLOP/s"] = benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(absl::StrCat(kModeNames[state.range(0)], " ", state.range(1), "x", state.range(2), "x",
                               state.range(3), state.range(4) ? " NT" : " NN",
-                              state.range(5) == 2 ? " bias+gelu" : ""));
+                              state.range(5) == 2 ? " bias+gelu" : "", suffix));
 }
 
 void BM_GemmCpu(benchmark::State& state) {
@@ -128,7 +131,12 @@ void BM_GemmCuda(benchmark::State& state) {
     state.SetIterationTime(ms / 1e3 / kReps);
   }
   if (!status.ok()) state.SkipWithError(status.ToString().c_str());
-  set_counters(state);
+  // How the algorithm was chosen (the context has just this one problem).
+  std::string how = " (no algorithm)";
+  for (const auto& [key, algo] : c.matmul_algo_cache().entries()) {
+    how = algo.source == MatmulAlgoSource::kAutotuned ? " autotuned" : " heuristic";
+  }
+  set_counters(state, how);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }

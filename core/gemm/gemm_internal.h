@@ -1,11 +1,15 @@
-// Private to core/gemm: the validated problem handed to a backend.
+// Private to core/gemm (a public header of the target only so that its tests
+// can reach these): the validated problem handed to a backend, and the
+// host-side pieces of the CUDA backend's algorithm choice.
 #ifndef COLOSSAL_CORE_GEMM_GEMM_INTERNAL_H_
 #define COLOSSAL_CORE_GEMM_GEMM_INTERNAL_H_
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "bazel/cuda_config.h"
 #include "core/context/context.h"
 #include "core/dtype/dtype.h"
 #include "core/gemm/gemm.h"
@@ -38,7 +42,38 @@ T gelu_tanh(T x) {
 // OpenBLAS; every dtype gemm() accepts.
 absl::Status run_cpu(const GemmProblem& p);
 
+// How run_cuda gets its algorithm, from the cache entry for the problem (if
+// any), the context's autotune setting and whether the compute stream is being
+// captured into a CUDA graph.
+enum class AlgoAction {
+  kUseCached,    // a final entry, or a provisional one inside a capture
+  kHeuristic,    // no entry, autotuning off: heuristic #1, cached as kHeuristic
+  kProvisional,  // no entry, autotuning on, capturing: heuristic #1, cached as kProvisional
+  kAutotune,     // no entry or a provisional one, autotuning on, not capturing: time the
+                 // candidates, cache the fastest as kAutotuned
+};
+AlgoAction choose_algo_action(const std::optional<MatmulAlgo>& cached, GemmAutotune autotune,
+                              bool capturing);
+
+// Autotuning: how many of cuBLASLt's heuristic candidates are timed, and how.
+// Each candidate runs kAutotuneWarmups times, then kAutotuneRounds rounds (the
+// candidates interleaved) of kAutotuneReps back-to-back calls between CUDA
+// events; a candidate's time is its fastest round.
+inline constexpr int kAutotuneCandidates = 8;
+inline constexpr int kAutotuneWarmups = 2;
+inline constexpr int kAutotuneRounds = 2;
+inline constexpr int kAutotuneReps = 5;
+
+// The index of the smallest time (the earliest among equals: heuristic order
+// breaks ties); -1 when `times_ms` is empty or holds no finite time. Negative
+// or NaN entries mark candidates that failed and are never chosen.
+int fastest_candidate(const float* times_ms, int count);
+
 #if COLOSSAL_WITH_CUDA
+// The cache key of a problem, in cuBLASLt's column-major terms (see gemm.h).
+// Host-only: reads the pointers' addresses, never the memory.
+MatmulAlgoKey matmul_algo_key(const GemmProblem& p);
+
 // cuBLASLt on ctx.compute_stream().
 absl::Status run_cuda(Context& ctx, const GemmProblem& p);
 #endif

@@ -35,8 +35,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/gemm/gemm_internal.h"
 #include "kernels/common/half.h"
 #include "tests/util/gpu_test.h"
+
+#if COLOSSAL_WITH_CUDA
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#endif
 
 namespace colossal::core::gemm {
 namespace {
@@ -167,8 +173,15 @@ Shape shape_of(int64_t batch, int64_t rows, int64_t cols) {
   return batch > 0 ? Shape{batch, rows, cols} : Shape{rows, cols};
 }
 
-// Runs one case on ctx and compares with the float64 reference.
-void check(Context& ctx, const Case& c, uint32_t seed) {
+// What check() computed: C on the host, and each element's error scale.
+struct Outcome {
+  Tensor got;
+  std::vector<double> scale;
+};
+
+// Runs one case on ctx and compares with the float64 reference. The inputs
+// depend only on the case and the seed.
+void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullptr) {
   SCOPED_TRACE(c.label() + " on " + ctx.device().to_string());
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> uniform(-1.0, 1.0);
@@ -208,6 +221,10 @@ void check(Context& ctx, const Case& c, uint32_t seed) {
   const Tensor got_aux = c.gelu_input ? to_host(ctx, daux) : Tensor();
 
   const double tol = tolerance(c, !ctx.device().is_cpu());
+  if (outcome != nullptr) {
+    outcome->got = got;
+    outcome->scale.assign(got.numel(), 0.0);
+  }
   double worst = 0, worst_aux = 0;
   for (int64_t p = 0; p < batches; ++p) {
     for (int64_t i = 0; i < c.m; ++i) {
@@ -230,6 +247,7 @@ void check(Context& ctx, const Case& c, uint32_t seed) {
           scale += std::fabs(bias[j]);
         }
         scale = std::max(scale, 1e-30);
+        if (outcome != nullptr) outcome->scale[idx] = scale;
         if (c.gelu_input) {
           const double e = std::fabs(get(got_aux, idx) - v) / scale;
           ASSERT_FALSE(std::isnan(e)) << "gelu_input (" << p << ", " << i << ", " << j << ")";
@@ -424,6 +442,287 @@ TEST(GemmCudaTest, AlgorithmsAreCachedPerProblem) {
   c.epilogue = Epilogue::kBias;
   check(*ctx, c, 5);
   EXPECT_EQ(cache.size(), 4u);
+#endif
+}
+
+TEST(GemmCpuTest, AlgorithmActionPerCacheEntryAutotuneAndCapture) {
+  using internal::AlgoAction;
+  using internal::choose_algo_action;
+  const std::optional<MatmulAlgo> none;
+  auto entry = [](MatmulAlgoSource source) {
+    MatmulAlgo a;
+    a.source = source;
+    return std::optional<MatmulAlgo>(a);
+  };
+  for (GemmAutotune on : {GemmAutotune::kOn, GemmAutotune::kLog}) {
+    EXPECT_EQ(choose_algo_action(none, on, false), AlgoAction::kAutotune);
+    EXPECT_EQ(choose_algo_action(none, on, true), AlgoAction::kProvisional);
+    EXPECT_EQ(choose_algo_action(entry(MatmulAlgoSource::kProvisional), on, false),
+              AlgoAction::kAutotune);
+    EXPECT_EQ(choose_algo_action(entry(MatmulAlgoSource::kProvisional), on, true),
+              AlgoAction::kUseCached);
+    for (bool capturing : {false, true}) {
+      EXPECT_EQ(choose_algo_action(entry(MatmulAlgoSource::kAutotuned), on, capturing),
+                AlgoAction::kUseCached);
+      EXPECT_EQ(choose_algo_action(entry(MatmulAlgoSource::kHeuristic), on, capturing),
+                AlgoAction::kUseCached);
+    }
+  }
+  for (bool capturing : {false, true}) {
+    EXPECT_EQ(choose_algo_action(none, GemmAutotune::kOff, capturing), AlgoAction::kHeuristic);
+    for (MatmulAlgoSource source : {MatmulAlgoSource::kHeuristic, MatmulAlgoSource::kAutotuned,
+                                    MatmulAlgoSource::kProvisional}) {
+      EXPECT_EQ(choose_algo_action(entry(source), GemmAutotune::kOff, capturing),
+                AlgoAction::kUseCached);
+    }
+  }
+}
+
+TEST(GemmCpuTest, FastestCandidate) {
+  using internal::fastest_candidate;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(fastest_candidate(nullptr, 0), -1);
+  const float a[] = {1.0f, 0.5f, 0.75f};
+  EXPECT_EQ(fastest_candidate(a, 3), 1);
+  const float ties[] = {2.0f, 1.0f, 1.0f};
+  EXPECT_EQ(fastest_candidate(ties, 3), 1);  // the heuristic's order breaks ties
+  const float failed[] = {-1.0f, nan, 3.0f, inf, 2.5f};
+  EXPECT_EQ(fastest_candidate(failed, 5), 4);
+  const float all_failed[] = {-1.0f, nan};
+  EXPECT_EQ(fastest_candidate(all_failed, 2), -1);
+}
+
+#if COLOSSAL_WITH_CUDA
+// The cache key is plain host arithmetic over the problem and the pointers'
+// addresses, so it is checked without a GPU.
+TEST(GemmCpuTest, CudaAlgorithmCacheKey) {
+  auto at = [](uintptr_t address) { return reinterpret_cast<void*>(address); };
+  internal::GemmProblem p;
+  p.m = 8192;
+  p.n = 768;
+  p.k = 3072;
+  p.dtype = DType::kBF16;
+  p.trans_b = true;  // y = x W^T with W [768, 3072]
+  p.a = at(0x10000);
+  p.b = at(0x20040);  // 64-byte aligned
+  p.c = at(0x30002);  // 2-byte aligned
+  MatmulAlgoKey key = internal::matmul_algo_key(p);
+  // cuBLASLt computes C^T = op(B)^T op(A)^T: its m is our n, its A our B.
+  EXPECT_EQ(key.m, 768);
+  EXPECT_EQ(key.n, 8192);
+  EXPECT_EQ(key.k, 3072);
+  EXPECT_EQ(key.batch, 1);
+  EXPECT_EQ(key.lda, 3072);  // our B stored [768, 3072]: column-major 3072 x 768
+  EXPECT_EQ(key.ldb, 3072);  // our A stored [8192, 3072]
+  EXPECT_EQ(key.ldc, 768);
+  EXPECT_EQ(key.stride_a, 0);
+  EXPECT_EQ(key.op_a, CUBLAS_OP_T);
+  EXPECT_EQ(key.op_b, CUBLAS_OP_N);
+  EXPECT_EQ(key.a_type, CUDA_R_16BF);
+  EXPECT_EQ(key.c_type, CUDA_R_16BF);
+  EXPECT_EQ(key.compute_type, CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(key.scale_type, CUDA_R_32F);
+  EXPECT_EQ(key.epilogue, CUBLASLT_EPILOGUE_DEFAULT);
+  EXPECT_EQ(key.align_a, 64);
+  EXPECT_EQ(key.align_b, 256);
+  EXPECT_EQ(key.align_c, 2);
+  EXPECT_EQ(key.align_bias, 0);
+  EXPECT_EQ(key.align_aux, 0);
+  EXPECT_EQ(key.aux_ld, 0);
+
+  // alpha and beta are not part of the key: one algorithm serves both.
+  internal::GemmProblem q = p;
+  q.alpha = 0.5;
+  q.beta = 1.0;
+  EXPECT_TRUE(internal::matmul_algo_key(q) == key);
+
+  // Batched, transposed A, float32 with TF32, bias + GELU writing gelu_input.
+  q = p;
+  q.batch = 3;
+  q.trans_a = true;
+  q.trans_b = false;
+  q.dtype = DType::kF32;
+  q.allow_tf32 = true;
+  q.epilogue = Epilogue::kBiasGelu;
+  q.bias = at(0x40010);
+  q.gelu_input = at(0x50100);
+  key = internal::matmul_algo_key(q);
+  EXPECT_EQ(key.batch, 3);
+  EXPECT_EQ(key.lda, 768);   // our B stored [3072, 768]
+  EXPECT_EQ(key.ldb, 8192);  // our A stored [3072, 8192]
+  EXPECT_EQ(key.stride_a, 3072 * 768);
+  EXPECT_EQ(key.stride_b, 8192 * 3072);
+  EXPECT_EQ(key.stride_c, 8192 * 768);
+  EXPECT_EQ(key.op_a, CUBLAS_OP_N);
+  EXPECT_EQ(key.op_b, CUBLAS_OP_T);
+  EXPECT_EQ(key.a_type, CUDA_R_32F);
+  EXPECT_EQ(key.compute_type, CUBLAS_COMPUTE_32F_FAST_TF32);
+  EXPECT_EQ(key.epilogue, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
+  EXPECT_EQ(key.align_bias, 16);
+  EXPECT_EQ(key.align_aux, 256);
+  EXPECT_EQ(key.aux_ld, 768);
+  q.gelu_input = nullptr;
+  EXPECT_EQ(internal::matmul_algo_key(q).epilogue, CUBLASLT_EPILOGUE_GELU_BIAS);
+  q.allow_tf32 = false;
+  EXPECT_EQ(internal::matmul_algo_key(q).compute_type, CUBLAS_COMPUTE_32F);
+}
+#endif
+
+// Autotuning may pick another algorithm than the heuristic's first; the result
+// must agree with the heuristic's (and the reference) within the tolerance.
+// Covers beta != 0 (the candidates must not accumulate into C), gelu_input,
+// batches, misaligned pointers and shapes big enough for several candidates.
+TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  ContextOptions tuned_options, plain_options;
+  tuned_options.gemm_autotune = GemmAutotune::kOn;
+  plain_options.gemm_autotune = GemmAutotune::kOff;
+  absl::StatusOr<std::unique_ptr<Context>> tuned = Context::create(Device::cuda(0), tuned_options);
+  absl::StatusOr<std::unique_ptr<Context>> plain = Context::create(Device::cuda(0), plain_options);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::vector<Case> cases;
+  auto add = [&](DType dtype, bool tf32, int64_t m, int64_t n, int64_t k) {
+    Case c;
+    c.dtype = dtype;
+    c.tf32 = tf32;
+    c.m = m;
+    c.n = n;
+    c.k = k;
+    c.trans_b = true;
+    cases.push_back(c);
+    return &cases.back();
+  };
+  add(DType::kBF16, false, 512, 768, 1024);
+  add(DType::kBF16, false, 256, 384, 2048)->beta = 1.0;  // accumulate: C is read
+  Case* c = add(DType::kBF16, false, 256, 512, 768);
+  c->alpha = 0.5;
+  c->beta = -1.5;
+  c->epilogue = Epilogue::kBias;
+  c = add(DType::kBF16, false, 256, 512, 256);
+  c->epilogue = Epilogue::kBiasGelu;
+  c->gelu_input = true;
+  add(DType::kF16, false, 384, 256, 512)->batch = 3;
+  add(DType::kF32, false, 256, 256, 256);
+  add(DType::kF32, true, 256, 256, 512)->beta = 0.25;
+  add(DType::kF64, false, 64, 96, 128);
+  add(DType::kBF16, false, 65, 33, 127)->misalign = 1;
+  uint32_t seed = 9000;
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.label());
+    Outcome t, u;
+    const size_t before = (*tuned)->matmul_algo_cache().size();
+    check(**tuned, k, seed, &t);
+    ASSERT_FALSE(HasFatalFailure());
+    check(**plain, k, seed, &u);
+    ASSERT_FALSE(HasFatalFailure());
+    ++seed;
+    ASSERT_EQ(t.got.numel(), u.got.numel());
+    ASSERT_EQ((*tuned)->matmul_algo_cache().size(), before + 1);
+    const double tol = tolerance(k, true);
+    double worst = 0;
+    for (int64_t i = 0; i < t.got.numel(); ++i) {
+      worst = std::max(worst, std::fabs(get(t.got, i) - get(u.got, i)) / t.scale[i]);
+    }
+    EXPECT_LE(worst, tol);
+    std::printf("  autotuned vs heuristic %-40s normalised difference %.3g\n", k.label().c_str(),
+                worst);
+  }
+  // How the algorithms were chosen: the tuned context timed candidates for at
+  // least some problems (each large one has several); the plain one never did.
+  int autotuned = 0;
+  for (const auto& [key, algo] : (*tuned)->matmul_algo_cache().entries()) {
+    EXPECT_NE(algo.source, MatmulAlgoSource::kProvisional);
+    autotuned += algo.source == MatmulAlgoSource::kAutotuned;
+  }
+  std::printf("  %d of %zu problems autotuned\n", autotuned, cases.size());
+  EXPECT_GE(autotuned, 1);
+  ASSERT_EQ((*plain)->matmul_algo_cache().size(), cases.size());
+  for (const auto& [key, algo] : (*plain)->matmul_algo_cache().entries()) {
+    EXPECT_EQ(algo.source, MatmulAlgoSource::kHeuristic);
+  }
+#endif
+}
+
+// While the compute stream is being captured into a CUDA graph nothing is
+// timed: the heuristic's first choice is captured and cached as provisional,
+// and the next call outside a capture autotunes and replaces it. The graph and
+// the eager call both give the right result.
+TEST(GemmCudaTest, GraphCaptureTakesTheHeuristicChoiceProvisionally) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  ContextOptions options;
+  options.gemm_autotune = GemmAutotune::kOn;
+  absl::StatusOr<std::unique_ptr<Context>> created = Context::create(Device::cuda(0), options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Context& ctx = **created;
+  MatmulAlgoCache& cache = ctx.matmul_algo_cache();
+  const int64_t m = 256, n = 512, k = 512;
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  auto random = [&](int64_t) { return uniform(rng); };
+  std::vector<double> a, b;
+  const Tensor da = on_device(ctx, host_tensor({m, k}, DType::kBF16, 0, random, &a), 0);
+  const Tensor db = on_device(ctx, host_tensor({n, k}, DType::kBF16, 0, random, &b), 0);
+  absl::StatusOr<Tensor> dc = Tensor::empty({m, n}, DType::kBF16, ctx.compute_stream());
+  ASSERT_TRUE(dc.ok()) << dc.status();
+  ctx.synchronize();
+  const GemmOptions linear{.trans_b = true};  // y = x W^T
+
+  internal::GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.dtype = DType::kBF16;
+  p.trans_b = true;
+  p.a = da.raw_data();
+  p.b = db.raw_data();
+  p.c = dc->raw_data();
+  const MatmulAlgoKey key = internal::matmul_algo_key(p);
+
+  cudaStream_t stream = ctx.compute_stream().handle();
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status captured = gemm(ctx, da, db, *dc, linear);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.ok()) << captured;
+  ASSERT_TRUE(cache.find(key).has_value());
+  EXPECT_EQ(cache.find(key)->source, MatmulAlgoSource::kProvisional);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiateWithFlags(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  const Tensor from_graph = to_host(ctx, *dc);
+
+  ASSERT_TRUE(gemm(ctx, da, db, *dc, linear).ok());  // outside a capture: autotunes
+  const Tensor eager = to_host(ctx, *dc);
+  ASSERT_TRUE(cache.find(key).has_value());
+  EXPECT_NE(cache.find(key)->source, MatmulAlgoSource::kProvisional);
+  EXPECT_EQ(cache.size(), 1u);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);  // still valid after the retuning
+  const Tensor from_graph_again = to_host(ctx, *dc);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+
+  Case c;
+  c.dtype = DType::kBF16;
+  const double tol = tolerance(c, true);
+  double worst = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0, scale = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        sum += a[i * k + q] * b[j * k + q];
+        scale += std::fabs(a[i * k + q] * b[j * k + q]);
+      }
+      const int64_t idx = i * n + j;
+      worst = std::max({worst, std::fabs(get(from_graph, idx) - sum) / scale,
+                        std::fabs(get(from_graph_again, idx) - sum) / scale,
+                        std::fabs(get(eager, idx) - sum) / scale});
+    }
+  }
+  EXPECT_LE(worst, tol);
 #endif
 }
 
