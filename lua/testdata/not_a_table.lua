@@ -1,2 +1,1 @@
--- Forgets to return the table.
-local recipe = { model = { preset = "gpt2" } }
+return 42  -- a recipe returns a table (or nothing)
