@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
+#include "kernels/elementwise/elementwise.h"
 
 namespace colossal::parallel {
 namespace {
@@ -20,6 +21,51 @@ absl::StatusOr<const nn::ParameterEntry*> entry_of(const nn::ParameterTable& tab
                                                    "\" is not in the model's table"));
   }
   return e;
+}
+
+// The dict from `all`: every rank's block of K*S floats, rank j's block being
+// [exp_avg | exp_avg_sq (| master)] of flat elements [j*S, j*S + S).
+absl::StatusOr<nn::OptimizerStateDict> build_state(const nn::ParameterTable& table,
+                                                   const nn::Optimizer& optimizer, int64_t S,
+                                                   int K, const std::vector<float>& all,
+                                                   int64_t step_count) {
+  // Flat elements [lo, lo + n) of moment `m` (0: exp_avg, 1: exp_avg_sq, 2: master) into dst.
+  auto copy_flat = [&](int m, int64_t lo, int64_t n, float* dst) {
+    while (n > 0) {
+      const int64_t j = lo / S, in = lo - j * S, len = std::min(n, S - in);
+      const float* src = all.data() + (j * K + m) * S + in;
+      std::copy(src, src + len, dst);
+      dst += len;
+      lo += len;
+      n -= len;
+    }
+  };
+
+  nn::OptimizerStateDict out;
+  out.meta.type = optimizer.type();
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    nn::GroupState gs;
+    gs.hyper = optimizer.group_hyper(g);
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      gs.params.push_back(p.name);
+      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
+      const char* names[3] = {"exp_avg", "exp_avg_sq", "master"};
+      for (int m = 0; m < K; ++m) {
+        COLOSSAL_ASSIGN_OR_RETURN(
+            core::Tensor t,
+            core::Tensor::empty(p.master.shape(), core::DType::kF32, core::Stream::cpu()));
+        copy_flat(m, e->offset, e->numel(), t.data<float>());
+        out.tensors[nn::state_key(p.name, names[m])] = std::move(t);
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(
+          core::Tensor step,
+          core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
+      *step.data<int64_t>() = step_count;
+      out.tensors[nn::state_key(p.name, "step")] = std::move(step);
+    }
+    out.meta.groups.push_back(std::move(gs));
+  }
+  return out;
 }
 
 }  // namespace
@@ -42,49 +88,50 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                             comm::Buffer::cpu(send.data(), send.size())));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
   }
-  // Flat elements [lo, lo + n) of moment `m` (0: exp_avg, 1: exp_avg_sq) into dst.
-  auto copy_flat = [&](int m, int64_t lo, int64_t n, float* dst) {
-    while (n > 0) {
-      const int64_t j = lo / S, in = lo - j * S, len = std::min(n, S - in);
-      const float* src = all.data() + (j * 2 + m) * S + in;
-      std::copy(src, src + len, dst);
-      dst += len;
-      lo += len;
-      n -= len;
-    }
-  };
+  return build_state(table, optimizer, S, 2, all, slice.step);
+}
 
-  nn::OptimizerStateDict out;
-  out.meta.type = optimizer.type();
-  for (int g = 0; g < optimizer.num_groups(); ++g) {
-    nn::GroupState gs;
-    gs.hyper = optimizer.group_hyper(g);
-    for (const nn::ParamRef& p : optimizer.group_params(g)) {
-      gs.params.push_back(p.name);
-      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
-      const char* names[2] = {"exp_avg", "exp_avg_sq"};
-      for (int m = 0; m < 2; ++m) {
-        COLOSSAL_ASSIGN_OR_RETURN(
-            core::Tensor t,
-            core::Tensor::empty(p.master.shape(), core::DType::kF32, core::Stream::cpu()));
-        copy_flat(m, e->offset, e->numel(), t.data<float>());
-        out.tensors[nn::state_key(p.name, names[m])] = std::move(t);
-      }
-      COLOSSAL_ASSIGN_OR_RETURN(
-          core::Tensor step,
-          core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
-      *step.data<int64_t>() = slice.step;
-      out.tensors[nn::state_key(p.name, "step")] = std::move(step);
-    }
-    out.meta.groups.push_back(std::move(gs));
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
+    comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
+    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream) {
+  const int64_t S = shard.size;
+  const int64_t n = shard.end - shard.begin;
+  const int world = pg.size();
+  const int K = slice.master.defined() ? 3 : 2;
+  if (!stream.is_cuda()) {
+    return absl::InvalidArgumentError("low_level_zero: gathering device slices needs a CUDA stream");
   }
-  return out;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send,
+                            core::Tensor::empty({K * S}, core::DType::kF32, stream));
+  COLOSSAL_RETURN_IF_ERROR(send.set_zero(stream));
+  const core::Tensor* parts[3] = {&slice.exp_avg, &slice.exp_avg_sq, &slice.master};
+  for (int m = 0; m < K && n > 0; ++m) {
+    if (!parts[m]->defined() || parts[m]->numel() < n || parts[m]->dtype() != core::DType::kF32) {
+      return absl::InternalError(absl::StrCat("low_level_zero: device slice ", m, " is ",
+                                              parts[m]->to_string()));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, send.slice(m * S, m * S + n));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, parts[m]->slice(0, n));
+    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all_d,
+                            core::Tensor::empty({world * K * S}, core::DType::kF32, stream));
+  {
+    comm::CollectiveOptions o;
+    o.stream = stream;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pg.all_gather(all_d, send, o));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, all_d.to(core::Device::cpu(), stream));
+  stream.synchronize();  // also keeps send / all_d alive until the copies ran
+  std::vector<float> all(host.data<float>(), host.data<float>() + host.numel());
+  return build_state(table, optimizer, S, K, all, slice.step);
 }
 
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,
                                                    nn::Optimizer& optimizer,
-                                                   const ZeroShard& shard) {
+                                                   const ZeroShard& shard, bool with_master) {
   // One step count for the slice: refuse differing counts before the
   // optimizer changes (malformed step tensors are left to its checks).
   std::string first_name;  // empty: no step count seen yet
@@ -119,6 +166,15 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
   const int64_t n = shard.end - shard.begin;
   out.exp_avg.assign(n, 0.0f);  // alignment gaps and non-optimizer parameters stay 0
   out.exp_avg_sq.assign(n, 0.0f);
+  if (with_master) out.master.assign(n, 0.0f);
+  const core::Stream& stream = optimizer.stream();
+  // A host float32 copy of `t` (the optimizer's CUDA state or master), or `t`.
+  auto on_host = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
+    if (t.device().is_cpu()) return t;
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, t.to(core::Device::cpu(), stream));
+    stream.synchronize();
+    return h;
+  };
   bool have_step = false;
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
@@ -132,7 +188,8 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       if (lo >= hi) continue;
       for (auto [name, dst] :
            {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, optimizer.state_tensor(p.name, name));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor td, optimizer.state_tensor(p.name, name));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, on_host(td));
         if (!t.device().is_cpu() || t.dtype() != core::DType::kF32 || t.numel() != e->numel()) {
           return absl::InternalError(absl::StrCat("low_level_zero: the optimizer's ", name, " of ",
                                                   p.name, " is ", t.to_string()));
@@ -140,6 +197,20 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
         const float* src = t.data<float>() + (lo - e->offset);
         std::copy(src, src + (hi - lo), dst->data() + (lo - shard.begin));
       }
+      if (!with_master) continue;
+      // The dict's master (now the optimizer's), else the 16-bit weight.
+      const bool saved = state.tensors.count(nn::state_key(p.name, "master")) > 0;
+      const core::Tensor& src_t = saved ? p.master : p.model_copy;
+      if (!src_t.defined() || src_t.numel() != e->numel()) {
+        return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, on_host(src_t));
+      const char* base = static_cast<const char*>(h.raw_data()) +
+                         (lo - e->offset) * static_cast<int64_t>(core::dtype_size(h.dtype()));
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::elementwise::cast_cpu(out.master.data() + (lo - shard.begin), base, hi - lo,
+                                         core::DType::kF32, h.dtype()),
+          absl::StrCat("low_level_zero: the master of ", p.name)));
     }
   }
   return out;

@@ -6,13 +6,13 @@
 // parameters on one process (nn/optim/state_dict.h): per optimizer parameter
 // state.<name>.exp_avg and .exp_avg_sq (float32, the parameter's shape) and
 // .step (int64 scalar, CPU), and the optimizer's meta (type, each group's
-// hyper-parameters and parameter names). No .master: nn::Adam writes it only
-// for parameters with a 16-bit model copy, and the plugin takes only float32
-// parameters that are their own masters (the model's weights are the
-// master; checkpoint them as the model's).
+// hyper-parameters and parameter names). .master only for 16-bit models (the
+// CUDA path): nn::Adam writes it only for parameters with a 16-bit model
+// copy; float32 parameters are their own masters (the model's weights are
+// the master; checkpoint them as the model's).
 //
-//   slices of rank r:  [exp_avg | exp_avg_sq] of flat elements [r*S, r*S + S)
-//   gather: one all_gather of 2*S floats per rank; every rank builds the dict
+//   slices of rank r:  [exp_avg | exp_avg_sq (| master)] of flat elements [r*S, r*S + S)
+//   gather: one all_gather of 2*S (3*S) floats per rank; every rank builds the dict
 //   load:   every rank reads the whole dict and keeps its own slice, so a dict
 //           from any world size (or from one process's nn::Adam) loads.
 #ifndef COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_CHECKPOINT_H_
@@ -32,9 +32,19 @@
 namespace colossal::parallel {
 
 // One rank's Adam state: moments of [shard.begin, shard.end) and the step
-// count shared by every parameter.
+// count shared by every parameter; `master` (the same range, float32) only
+// for 16-bit models (load_zero_adam_state's with_master).
 struct ZeroAdamSlice {
   std::vector<float> exp_avg, exp_avg_sq;
+  std::vector<float> master;
+  int64_t step = 0;
+};
+
+// The CUDA path's slice: float32 device tensors of shard.end - shard.begin
+// elements on one CUDA device; `master` defined only for 16-bit models (then
+// the dict gets state.<name>.master, as nn::Adam's for a 16-bit model copy).
+struct ZeroAdamDeviceSlice {
+  core::Tensor exp_avg, exp_avg_sq, master;
   int64_t step = 0;
 };
 
@@ -47,16 +57,29 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                                               const ZeroShard& shard,
                                                               const ZeroAdamSlice& slice);
 
+// The same from device slices: one all_gather on the device (NCCL), ordered
+// after the work on `stream` (a CUDA stream of the slices' device), then one
+// copy to the host. The returned tensors are on the CPU (float32; steps
+// int64), whatever the device of the model.
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
+    comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
+    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream);
+
 // Checks `state` against `optimizer` and loads it there
 // (nn::Optimizer::load_state_dict: type family, groups, parameter names,
 // shapes, hyper-parameters, step counts; the hyper-parameters are what the
 // plugin steps with), then returns `shard`'s slice of it. Nothing changes on
 // an error: InvalidArgument naming the mismatch, or step counts that differ
-// between parameters (the plugin keeps one).
+// between parameters (the plugin keeps one). The optimizer's state tensors
+// may be on the CPU or on CUDA (copied to the host). with_master (16-bit
+// models): also the slice of the float32 masters: a parameter's
+// state.<name>.master when the dict has one (the optimizer loaded it), else
+// its 16-bit weight (the optimizer's model copy) widened.
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,
                                                    nn::Optimizer& optimizer,
-                                                   const ZeroShard& shard);
+                                                   const ZeroShard& shard,
+                                                   bool with_master = false);
 
 }  // namespace colossal::parallel
 

@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "bazel/cuda_config.h"
+#include "core/device/device.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 #include "kernels/adam/adam.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/multi_tensor/multi_tensor.h"
 #include "parallel/common/grad_buckets.h"
 #include "parallel/zero/low_level_zero_checkpoint.h"
 
@@ -68,6 +73,29 @@ struct LowLevelZeroPlugin::State {
   std::vector<Scatter> scatters;  // per bucket
   std::vector<size_t> pending;    // buckets launched, not yet added to grad_shard
 
+  // The CUDA path (cuda true): parameters of `dtype` (float32, bfloat16 or
+  // float16) on `stream`'s device; every shard is a device tensor and the
+  // host vectors above stay empty.
+  bool cuda = false;
+  core::DType dtype = core::DType::kF32;
+  core::Stream stream;             // the optimizer's (CUDA) stream: the step's work
+  core::Tensor d_master;           // float32 [n]: this rank's master slice
+  core::Tensor d_exp_avg, d_exp_avg_sq;  // float32 [n]
+  core::Tensor d_gathered;         // dtype [shard.padded]: the all_gather's output
+  core::Tensor d_grad_shard;       // dtype [shard.size]: stage 2's reduced gradients
+  core::Tensor d_norm;             // float32 [3]: sum of squares, found_inf, local norm
+  core::Tensor d_norm_scratch;     // l2_norm_cuda's scratch
+  int64_t norm_scratch_bytes = 0;
+  struct DeviceScatter {
+    core::Tensor send, recv;  // dtype: world * chunk, chunk
+  };
+  std::vector<DeviceScatter> d_scatters;  // per bucket (stage 2)
+  // Orders a backward's compute stream after the step's stream when they differ.
+  std::optional<core::Event> step_done;
+
+  bool sixteen_bit() const { return dtype != core::DType::kF32; }
+  int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype)); }
+
   // Rank j's part [lo, lo + n) of flat range [a, e).
   void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const {
     const ZeroShard sj = zero_shard(numel, pg->size(), j);
@@ -81,6 +109,7 @@ struct LowLevelZeroPlugin::State {
   absl::StatusOr<comm::WorkPtr> launch(size_t b, const comm::CollectiveOptions& o) {
     const std::vector<GradBucket>& buckets = reducer->buckets();
     const GradBucket& bucket = buckets[b];
+    if (cuda) return launch_cuda(b, o);
     float* g = store.flat_grads(core::DType::kF32).data<float>();
     absl::StatusOr<comm::WorkPtr> w;
     if (options.stage == 1) {
@@ -109,6 +138,60 @@ struct LowLevelZeroPlugin::State {
     return w;
   }
 
+  // The CUDA path of launch: the bucket's range of the flat gradient buffer
+  // (the gradient dtype: 16-bit gradients are reduced in 16 bits) on the
+  // device. Stage 2 packs the ranks' parts into the bucket's send buffer and
+  // zeroes the range with work enqueued on the input stream (the compute
+  // stream, after the backward that wrote the gradients); the collective runs
+  // after it (CollectiveOptions::stream: an event, no host wait).
+  absl::StatusOr<comm::WorkPtr> launch_cuda(size_t b, const comm::CollectiveOptions& o) {
+    const std::vector<GradBucket>& buckets = reducer->buckets();
+    const GradBucket& bucket = buckets[b];
+    const core::Tensor flat = store.flat_grads(dtype);
+    comm::CollectiveOptions co = o;
+    if (!co.stream.has_value() || !co.stream->is_cuda()) co.stream = stream;
+    const core::Stream& in = *co.stream;
+    absl::StatusOr<comm::WorkPtr> w;
+    absl::Status prep;
+    if (options.stage == 1) {
+      comm::Buffer buffer;
+      buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
+      buffer.count = bucket.count;
+      buffer.dtype = dtype;
+      buffer.device = flat.device();
+      w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
+    } else {
+      const Scatter& sc = scatters[b];
+      DeviceScatter& ds = d_scatters[b];
+      prep = ds.send.set_zero(in);
+      for (int j = 0; j < pg->size() && prep.ok(); ++j) {
+        int64_t lo = 0, n = 0;
+        part(bucket.offset, bucket.offset + bucket.count, j, &lo, &n);
+        if (n == 0) continue;
+        absl::StatusOr<core::Tensor> dst = ds.send.slice(j * sc.chunk, j * sc.chunk + n);
+        absl::StatusOr<core::Tensor> src = flat.slice(lo, lo + n);
+        prep = !dst.ok() ? dst.status() : !src.ok() ? src.status() : dst->copy_from(*src, in);
+      }
+      if (prep.ok()) {
+        absl::StatusOr<core::Tensor> range = flat.slice(bucket.offset, bucket.offset + bucket.count);
+        prep = range.ok() ? range->set_zero(in) : range.status();
+      }
+      if (prep.ok()) {
+        w = pg->reduce_scatter(ds.recv, ds.send, comm::ReduceOp::kAvg, co);
+        if (w.ok()) pending.push_back(b);
+      } else {
+        w = prep;
+      }
+    }
+    if (!w.ok()) {
+      return core::annotate(w.status(),
+                            absl::StrCat(options.stage == 1 ? "all-reducing" : "reduce-scattering",
+                                         " gradient bucket ", b, " of ", buckets.size(), " (",
+                                         bucket.params.front(), " ...)"));
+    }
+    return w;
+  }
+
   // Checkpoint calls: boosted, with the boosted optimizer.
   absl::Status check_optimizer(const nn::Optimizer& o, const char* what) const {
     if (!boosted) {
@@ -121,14 +204,25 @@ struct LowLevelZeroPlugin::State {
     return absl::OkStatus();
   }
 
-  // The fp32 weights are the masters: this slice of them.
-  void read_master() {
+  // The fp32 weights are the masters: this slice of them. The 16-bit CUDA
+  // path keeps its float32 master slice (the weights are its rounding).
+  absl::Status read_master() {
+    if (cuda) {
+      if (sixteen_bit() || shard.end == shard.begin) return absl::OkStatus();
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v,
+                                store.flat_values(dtype).slice(shard.begin, shard.end));
+      return d_master.copy_from(v, stream);
+    }
     const float* v = store.flat_values(core::DType::kF32).data<float>();
     master.assign(v + shard.begin, v + shard.end);
+    return absl::OkStatus();
   }
 
-  // Waits for the collectives; stage 2 then adds the received parts to grad_shard.
-  absl::Status wait() {
+  // Waits for the collectives; stage 2 then adds the received parts to
+  // grad_shard. CUDA: `on` waits for them on the device (the CPU stream: the
+  // host waits) and the additions are enqueued on it.
+  absl::Status wait(const core::Stream& on) {
+    if (cuda) return wait_cuda(on);
     absl::Status s = reducer->wait_all(core::Stream::cpu());
     for (size_t b : pending) {
       const Scatter& sc = scatters[b];
@@ -137,6 +231,39 @@ struct LowLevelZeroPlugin::State {
     }
     pending.clear();
     return s;
+  }
+
+  absl::Status wait_cuda(const core::Stream& on_given) {
+    const core::Stream on = on_given.is_cuda() ? on_given : stream;
+    if (!on_given.is_cuda()) {
+      // The host waits (destructor, failed backward): errors surface here.
+      absl::Status s = reducer->wait_all(core::Stream::cpu());
+      if (!s.ok()) {
+        pending.clear();
+        return s;
+      }
+    } else {
+      COLOSSAL_RETURN_IF_ERROR(reducer->wait_all(on));
+    }
+    absl::Status first;
+#if COLOSSAL_WITH_CUDA
+    core::DeviceGuard guard(on.device());
+    for (size_t b : pending) {
+      const Scatter& sc = scatters[b];
+      if (sc.mine_n == 0) continue;
+      char* dst = static_cast<char*>(d_grad_shard.raw_data()) + (sc.mine_lo - shard.begin) * esize();
+      const absl::Status s = core::from_kernel_status(
+          kernels::elementwise::binary_cuda(dst, dst, d_scatters[b].recv.raw_data(), sc.mine_n,
+                                            dtype, kernels::elementwise::BinaryOp::kAdd,
+                                            on.handle()),
+          "low_level_zero: accumulating the gradient shard");
+      if (first.ok() && !s.ok()) first = s;
+    }
+#else
+    if (!pending.empty()) first = absl::InternalError("low_level_zero: CUDA work without CUDA");
+#endif
+    pending.clear();
+    return first;
   }
 };
 
@@ -161,7 +288,10 @@ absl::StatusOr<std::unique_ptr<LowLevelZeroPlugin>> LowLevelZeroPlugin::create(
 LowLevelZeroPlugin::LowLevelZeroPlugin(std::unique_ptr<State> state) : state_(std::move(state)) {}
 LowLevelZeroPlugin::~LowLevelZeroPlugin() {
   // Finish unfinished collectives before the buffers they use go away.
-  if (state_ != nullptr && state_->reducer != nullptr) state_->wait().IgnoreError();
+  if (state_ != nullptr && state_->reducer != nullptr) {
+    state_->wait(core::Stream::cpu()).IgnoreError();
+    if (state_->cuda) state_->stream.synchronize();
+  }
 }
 
 int LowLevelZeroPlugin::dp_rank() const { return state_->pg->rank(); }
@@ -176,41 +306,103 @@ const std::vector<float>& LowLevelZeroPlugin::exp_avg_sq_shard() const {
   return state_->adam.exp_avg_sq;
 }
 int64_t LowLevelZeroPlugin::step_count() const { return state_->adam.step; }
+bool LowLevelZeroPlugin::on_cuda() const { return state_->cuda; }
+core::DType LowLevelZeroPlugin::param_dtype() const { return state_->dtype; }
+const core::Tensor& LowLevelZeroPlugin::master_shard_tensor() const { return state_->d_master; }
+const core::Tensor& LowLevelZeroPlugin::exp_avg_shard_tensor() const {
+  return state_->d_exp_avg;
+}
+const core::Tensor& LowLevelZeroPlugin::exp_avg_sq_shard_tensor() const {
+  return state_->d_exp_avg_sq;
+}
+const core::Tensor& LowLevelZeroPlugin::grad_shard_tensor() const { return state_->d_grad_shard; }
+
+namespace {
+
+// A new float32 host tensor holding `v`.
+absl::StatusOr<core::Tensor> host_tensor(const std::vector<float>& v) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                            core::Tensor::empty({static_cast<int64_t>(v.size())},
+                                                core::DType::kF32, core::Stream::cpu()));
+  if (!v.empty()) std::memcpy(t.data<float>(), v.data(), sizeof(float) * v.size());
+  return t;
+}
+
+// A zeroed device tensor of `n` elements of `dtype` on `stream` (at least one
+// element, so that raw_data() is a valid device pointer).
+[[maybe_unused]] absl::StatusOr<core::Tensor> device_zeros(int64_t n, core::DType dtype,
+                                          const core::Stream& stream) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                            core::Tensor::empty({std::max<int64_t>(n, 1)}, dtype, stream));
+  COLOSSAL_RETURN_IF_ERROR(t.set_zero(stream));
+  if (n == 0) return t.slice(0, 0);
+  return t;
+}
+
+}  // namespace
 
 absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterStore& store,
                                        nn::Optimizer& optimizer) {
   State& s = *state_;
   if (s.boosted) return absl::FailedPreconditionError("low_level_zero: boost called twice");
   const nn::ParameterTable& table = store.table();
-  for (core::DType dtype : table.dtypes()) {
-    if (dtype != core::DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat(
-          "low_level_zero: only float32 models are supported, this one has ",
-          core::dtype_name(dtype), " parameters"));
-    }
-  }
   if (table.dtypes().empty()) return absl::InvalidArgumentError("low_level_zero: no parameters");
-  const core::Tensor values = store.flat_values(core::DType::kF32);
-  if (!values.device().is_cpu()) {
-    return absl::UnimplementedError("low_level_zero: only CPU parameters are supported");
+  if (table.dtypes().size() != 1) {
+    return absl::UnimplementedError(
+        "low_level_zero: the parameters must all have one dtype (one flat buffer)");
   }
+  const core::DType dtype = table.dtypes().front();
+  const core::Tensor values = store.flat_values(dtype);
+  const bool cuda = values.device().is_cuda();
+  if (!cuda && dtype != core::DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat(
+        "low_level_zero: on the CPU only float32 models are supported, this one has ",
+        core::dtype_name(dtype), " parameters (16-bit parameters need the CUDA path)"));
+  }
+  if (cuda && dtype != core::DType::kF32 && dtype != core::DType::kBF16 &&
+      dtype != core::DType::kF16) {
+    return absl::UnimplementedError(absl::StrCat(
+        "low_level_zero: parameters must be float32, bfloat16 or float16, got ",
+        core::dtype_name(dtype)));
+  }
+  if (!cuda && !values.device().is_cpu()) {
+    return absl::UnimplementedError("low_level_zero: parameters must be on the CPU or on CUDA");
+  }
+#if !COLOSSAL_WITH_CUDA
+  if (cuda) {
+    return absl::UnimplementedError("low_level_zero: CUDA parameters in a build without CUDA");
+  }
+#endif
   const std::string& type = optimizer.type();
   if (type != "adamw" && type != "cpu_adam" && type != "hybrid_adam") {
     return absl::InvalidArgumentError(absl::StrCat(
         "low_level_zero: the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam), got ",
         type));
   }
+  if (cuda && !(optimizer.stream().is_cuda() && optimizer.stream().device() == values.device())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "low_level_zero: the parameters are on ", values.device().to_string(),
+        " but the optimizer's stream is not a CUDA stream of that device"));
+  }
+  const bool sixteen = dtype != core::DType::kF32;
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
       absl::StatusOr<nn::Parameter> mine = store.find(p.name);
       if (!mine.ok()) {
         return core::annotate(mine.status(), "an optimizer parameter is not in the model's store");
       }
-      if (p.model_copy.defined() || p.master.raw_data() != mine->value.raw_data()) {
+      if (!sixteen && (p.model_copy.defined() || p.master.raw_data() != mine->value.raw_data())) {
         return absl::InvalidArgumentError(absl::StrCat(
             "low_level_zero: the optimizer's master of ", p.name,
             " is not the store's float32 value view; build its parameters with "
             "optimizer_params"));
+      }
+      if (sixteen && (!p.model_copy.defined() ||
+                      p.model_copy.raw_data() != mine->value.raw_data())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "low_level_zero: the optimizer's model copy of ", p.name,
+            " is not the store's ", core::dtype_name(dtype),
+            " value view; build its parameters with optimizer_params"));
       }
       if (p.grad.raw_data() != mine->grad.raw_data()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -219,13 +411,20 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
       }
     }
   }
+  s.cuda = cuda;
+  s.dtype = dtype;
+  if (cuda) s.stream = optimizer.stream();
   // Rank 0's weights everywhere.
   {
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->broadcast(values, 0));
+    comm::CollectiveOptions o;
+    if (cuda) o.stream = s.stream;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->broadcast(values, 0, o));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "broadcasting rank 0's parameters"));
   }
+  const int64_t dsize = static_cast<int64_t>(core::dtype_size(dtype));
   const int64_t cap_bytes = std::max<int64_t>(
-      4, static_cast<int64_t>(s.options.reduce_bucket_size_in_m * 1024.0 * 1024.0 * 4.0));
+      dsize, static_cast<int64_t>(s.options.reduce_bucket_size_in_m * 1024.0 * 1024.0 *
+                                  static_cast<double>(dsize)));
   State* raw = &s;  // the reducer is owned by the state: it never outlives it
   COLOSSAL_ASSIGN_OR_RETURN(
       s.reducer,
@@ -235,16 +434,11 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
 
   s.store = store;
   s.optimizer = &optimizer;
-  s.numel = table.buffer_numel(core::DType::kF32);
+  s.numel = table.buffer_numel(dtype);
   s.shard = zero_shard(s.numel, s.pg->size(), s.pg->rank());
   COLOSSAL_ASSIGN_OR_RETURN(s.pieces, shard_pieces(table, optimizer, s.shard));
   const int64_t n = s.shard.end - s.shard.begin;
-  s.read_master();
-  s.adam.exp_avg.assign(n, 0.0f);
-  s.adam.exp_avg_sq.assign(n, 0.0f);
-  s.gathered.assign(s.shard.padded, 0.0f);
   if (s.options.stage == 2) {
-    s.grad_shard.assign(s.shard.size, 0.0f);
     for (const GradBucket& bucket : s.reducer->buckets()) {
       State::Scatter sc;
       for (int j = 0; j < s.pg->size(); ++j) {
@@ -256,13 +450,66 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
           sc.mine_n = cnt;
         }
       }
-      sc.send.assign(sc.chunk * s.pg->size(), 0.0f);
-      sc.recv.assign(sc.chunk, 0.0f);
+      if (!cuda) {
+        sc.send.assign(sc.chunk * s.pg->size(), 0.0f);
+        sc.recv.assign(sc.chunk, 0.0f);
+      }
       s.scatters.push_back(std::move(sc));
     }
   }
+  if (!cuda) {
+    COLOSSAL_RETURN_IF_ERROR(s.read_master());
+    s.adam.exp_avg.assign(n, 0.0f);
+    s.adam.exp_avg_sq.assign(n, 0.0f);
+    s.gathered.assign(s.shard.padded, 0.0f);
+    if (s.options.stage == 2) s.grad_shard.assign(s.shard.size, 0.0f);
+    s.boosted = true;
+    return absl::OkStatus();
+  }
+#if COLOSSAL_WITH_CUDA
+  const core::Stream& st = s.stream;
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_master, device_zeros(n, core::DType::kF32, st));
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, device_zeros(n, core::DType::kF32, st));
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, device_zeros(n, core::DType::kF32, st));
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_gathered, device_zeros(s.shard.padded, dtype, st));
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_norm, device_zeros(3, core::DType::kF32, st));
+  {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event e, core::Event::create(st.device()));
+    s.step_done.emplace(std::move(e));
+  }
+  {
+    // The scratch depends only on the slice's length (one tensor).
+    const kernels::multi_tensor::TensorRef ref{values.raw_data(), n};
+    s.norm_scratch_bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(&ref, 1);
+    COLOSSAL_ASSIGN_OR_RETURN(
+        s.d_norm_scratch,
+        core::Tensor::empty({std::max<int64_t>(s.norm_scratch_bytes, 16)}, core::DType::kU8, st));
+  }
+  if (s.options.stage == 2) {
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_grad_shard, device_zeros(s.shard.size, dtype, st));
+    for (const State::Scatter& sc : s.scatters) {
+      State::DeviceScatter ds;
+      COLOSSAL_ASSIGN_OR_RETURN(ds.send, device_zeros(sc.chunk * s.pg->size(), dtype, st));
+      COLOSSAL_ASSIGN_OR_RETURN(ds.recv, device_zeros(sc.chunk, dtype, st));
+      s.d_scatters.push_back(std::move(ds));
+    }
+  }
+  if (n > 0) {
+    // The master slice: the (broadcast) weights, exactly (a 16-bit value
+    // widens to float32 without rounding).
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, values.slice(s.shard.begin, s.shard.end));
+    core::DeviceGuard guard(st.device());
+    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+        kernels::elementwise::cast_cuda(s.d_master.raw_data(), v.raw_data(), n,
+                                        core::DType::kF32, dtype, st.handle()),
+        "low_level_zero: the master slice"));
+  }
+  st.synchronize();
   s.boosted = true;
   return absl::OkStatus();
+#else
+  return absl::InternalError("low_level_zero: unreachable");
+#endif
 }
 
 absl::Status LowLevelZeroPlugin::begin_backward(core::Context& ctx, bool sync) {
@@ -276,7 +523,18 @@ absl::Status LowLevelZeroPlugin::begin_backward(core::Context& ctx, bool sync) {
         "accumulate, or use stage 1");
   }
   // The previous backward's collectives write the buffers this one adds to.
-  COLOSSAL_RETURN_IF_ERROR(s.wait());
+  const core::Stream compute = s.cuda ? ctx.compute_stream() : core::Stream::cpu();
+  if (s.cuda && !(compute.is_cuda() && compute.device() == s.stream.device())) {
+    return absl::InvalidArgumentError(
+        "low_level_zero: the context's compute stream is not a CUDA stream of the model's "
+        "device");
+  }
+  if (s.cuda && compute.handle() != s.stream.handle() && s.step_done.has_value()) {
+    // The step's stream last read the stage-2 receive buffers and wrote the
+    // weights: this backward's collectives (ordered after `compute`) follow it.
+    core::wait_stream(compute, s.stream, *s.step_done);
+  }
+  COLOSSAL_RETURN_IF_ERROR(s.wait(compute));
   return s.reducer->begin_backward(ctx.compute_stream(), sync);
 }
 
@@ -284,19 +542,28 @@ absl::Status LowLevelZeroPlugin::end_backward(bool ok) {
   if (state_->reducer == nullptr) return absl::OkStatus();
   if (!ok) {
     const absl::Status s = state_->reducer->end_backward(ok);
-    state_->wait().IgnoreError();
+    state_->wait(core::Stream::cpu()).IgnoreError();
     return s;
   }
   return state_->reducer->end_backward(ok);
 }
 
 absl::Status LowLevelZeroPlugin::before_step(const core::Stream& stream) {
-  if (!state_->boosted) return absl::FailedPreconditionError("low_level_zero: step before boost");
-  return core::annotate(state_->wait(), "low_level_zero: waiting for the gradient reductions");
+  State& s = *state_;
+  if (!s.boosted) return absl::FailedPreconditionError("low_level_zero: step before boost");
+  // CUDA: the step's stream (the optimizer's) waits for the reductions; the
+  // Booster passes that stream.
+  return core::annotate(s.wait(s.cuda ? s.stream : core::Stream::cpu()),
+                        "low_level_zero: waiting for the gradient reductions");
 }
 
 absl::Status LowLevelZeroPlugin::zero_grad() {
-  std::fill(state_->grad_shard.begin(), state_->grad_shard.end(), 0.0f);
+  State& s = *state_;
+  if (s.cuda) {
+    if (s.d_grad_shard.defined()) return s.d_grad_shard.set_zero(s.stream);
+    return absl::OkStatus();
+  }
+  std::fill(s.grad_shard.begin(), s.grad_shard.end(), 0.0f);
   return absl::OkStatus();
 }
 
@@ -308,19 +575,158 @@ int64_t LowLevelZeroPlugin::reductions_issued_in_hooks() const {
 }
 const std::vector<float>& LowLevelZeroPlugin::grad_shard() const { return state_->grad_shard; }
 
+namespace {
+
+kernels::adam::AdamOptions adam_options(const nn::GroupHyperParams& h, int64_t step,
+                                        float grad_scale) {
+  kernels::adam::AdamOptions o;
+  o.step = step;
+  o.lr = static_cast<float>(h.lr);
+  o.beta1 = static_cast<float>(h.beta1);
+  o.beta2 = static_cast<float>(h.beta2);
+  o.eps = static_cast<float>(h.eps);
+  o.weight_decay = static_cast<float>(h.weight_decay);
+  o.adamw_mode = h.adamw_mode;
+  o.bias_correction = h.bias_correction;
+  o.grad_scale = grad_scale;
+  return o;
+}
+
+}  // namespace
+
+// The CUDA step (see the header's "CUDA" section).
+static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin::State& s,
+                                                              nn::DynamicLossScaler* scaler,
+                                                              float max_norm) {
+#if COLOSSAL_WITH_CUDA
+  const core::Stream& st = s.stream;
+  const int64_t n = s.shard.end - s.shard.begin;
+  const int64_t es = s.esize();
+  // g: this rank's reduced gradients of its slice, in the gradient dtype.
+  const char* g = s.options.stage == 1
+                      ? static_cast<const char*>(s.store.flat_grads(s.dtype).raw_data()) +
+                            s.shard.begin * es
+                      : static_cast<const char*>(s.d_grad_shard.raw_data());
+  float* d = s.d_norm.data<float>();
+  {
+    core::DeviceGuard guard(st.device());
+    COLOSSAL_RETURN_IF_ERROR(s.d_norm.set_zero(st));
+    if (n > 0) {
+      // Local norm (and found_inf) on the device, squared there: d[0] is this
+      // slice's sum of squares, d[1] its found_inf flag.
+      const kernels::multi_tensor::TensorRef ref{g, n};
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::multi_tensor::l2_norm_cuda(d + 2, nullptr, d + 1, nullptr, &ref,
+                                              s.d_norm_scratch.raw_data(), s.norm_scratch_bytes,
+                                              1, s.dtype, 0.0f, st.handle()),
+          "low_level_zero: gradient norm"));
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::elementwise::binary_cuda(d, d + 2, d + 2, 1, core::DType::kF32,
+                                            kernels::elementwise::BinaryOp::kMul, st.handle()),
+          "low_level_zero: gradient norm"));
+    }
+  }
+  // Summed over the ranks (squares and flags), then the one host sync.
+  {
+    comm::CollectiveOptions o;
+    o.stream = st;
+    comm::Buffer b;
+    b.data = d;
+    b.count = 2;
+    b.dtype = core::DType::kF32;
+    b.device = st.device();
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->all_reduce(b, comm::ReduceOp::kSum, o));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gradient norm"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, s.d_norm.to(core::Device::cpu(), st));
+  st.synchronize();
+  const float total = host.data<float>()[0];
+  const bool found_inf = host.data<float>()[1] != 0.0f;
+
+  // As nn::mixed_precision_step: s = the scale the loss was multiplied by.
+  nn::MixedPrecisionStepResult r;
+  r.loss_scale = scaler != nullptr ? scaler->scale() : 1.0f;
+  const float scaled_norm = std::sqrt(total);
+  const double norm = static_cast<double>(scaled_norm) / r.loss_scale;
+  r.grad_norm = r.loss_scale == 1.0f ? scaled_norm : static_cast<float>(norm);
+  const bool finite = !found_inf && std::isfinite(r.grad_norm);
+  if (scaler != nullptr) scaler->update(!finite);
+  if (!finite) {
+    r.skipped = true;  // on every rank: they all saw the same sums
+    return r;
+  }
+  if (max_norm > 0.0f) {
+    const double coef = static_cast<double>(max_norm) / (norm + 1e-6);
+    r.clip_coef = coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+  }
+  const float grad_scale = r.clip_coef < 1.0f ? r.loss_scale / r.clip_coef : r.loss_scale;
+
+  COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
+  const int64_t size = s.shard.size;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine,
+                            s.d_gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
+                                               static_cast<int64_t>(s.pg->rank()) * size + size));
+  if (s.sixteen_bit() && n > 0) {
+    // Elements of the slice no piece covers (alignment gaps) keep the weights.
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
+                              s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
+    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, st));
+  }
+  ++s.adam.step;
+  {
+    core::DeviceGuard guard(st.device());
+    for (const ShardPiece& p : s.pieces) {
+      const kernels::adam::AdamOptions o =
+          adam_options(s.optimizer->group_hyper(p.group), s.adam.step, grad_scale);
+      const int64_t at = p.offset - s.shard.begin;
+      // 16-bit: the kernel writes the rounded master straight into this
+      // rank's block of the gather buffer.
+      void* copy = s.sixteen_bit() ? static_cast<char*>(mine.raw_data()) + at * es : nullptr;
+      const kernels::KernelStatus ks = kernels::adam::adam_step_cuda(
+          s.d_master.data<float>() + at, s.d_exp_avg.data<float>() + at,
+          s.d_exp_avg_sq.data<float>() + at, copy, g + at * es, /*found_inf=*/nullptr, p.count,
+          s.dtype, s.sixteen_bit() ? s.dtype : core::DType::kF32, o, st.handle());
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          ks, absl::StrCat("low_level_zero: Adam step of group ", p.group)));
+    }
+  }
+  if (!s.sixteen_bit() && n > 0) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
+    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(s.d_master, st));
+  }
+  // Every rank's slice into the flat parameter buffer: the gather runs after
+  // the step's work (input stream), the stream waits for it, then copies.
+  {
+    comm::CollectiveOptions o;
+    o.stream = st;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->all_gather(s.d_gathered, mine, o));
+    w->wait_stream(st);
+    s.reducer->track(std::move(w));  // waited for again (host) before the buffers go
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all, s.d_gathered.slice(0, s.numel));
+  core::Tensor values = s.store.flat_values(s.dtype);
+  COLOSSAL_RETURN_IF_ERROR(values.copy_from(all, st));
+  return r;
+#else
+  return absl::InternalError("low_level_zero: the CUDA path in a build without CUDA");
+#endif
+}
+
 absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
     nn::DynamicLossScaler* scaler, float max_norm) {
   State& s = *state_;
   if (!s.boosted) return absl::FailedPreconditionError("low_level_zero: step before boost");
-  if (scaler != nullptr) {
+  if (scaler != nullptr && !s.cuda) {
     return absl::UnimplementedError(
-        "low_level_zero: loss scaling is for 16-bit weights, which this plugin does not "
-        "support; train in float32 without a scaler");
+        "low_level_zero: loss scaling is for 16-bit weights, which this plugin supports only "
+        "on CUDA; train the CPU model in float32 without a scaler");
   }
   if (!std::isfinite(max_norm) || max_norm < 0.0f) {
     return absl::InvalidArgumentError(
         absl::StrCat("low_level_zero: max_norm must be >= 0 (0: no clipping), got ", max_norm));
   }
+  if (s.cuda) return step_cuda(s, scaler, max_norm);
   const core::Tensor grads = s.store.flat_grads(core::DType::kF32);
   const core::Tensor values = s.store.flat_values(core::DType::kF32);
   // g[i - shard.begin]: the averaged gradient of flat element i of this rank's slice.
@@ -352,20 +758,12 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
   // master slice equals the weights after every step's all_gather (so this
   // is a no-op then), but weights loaded into the model after boost (a
   // checkpoint) must not be overwritten by a stale master.
-  s.read_master();
+  COLOSSAL_RETURN_IF_ERROR(s.read_master());
   ++s.adam.step;
   for (const ShardPiece& p : s.pieces) {
-    const nn::GroupHyperParams& h = s.optimizer->group_hyper(p.group);
-    kernels::adam::AdamOptions o;
-    o.step = s.adam.step;
-    o.lr = static_cast<float>(h.lr);
-    o.beta1 = static_cast<float>(h.beta1);
-    o.beta2 = static_cast<float>(h.beta2);
-    o.eps = static_cast<float>(h.eps);
-    o.weight_decay = static_cast<float>(h.weight_decay);
-    o.adamw_mode = h.adamw_mode;
-    o.bias_correction = h.bias_correction;
-    o.grad_scale = r.clip_coef < 1.0f ? 1.0f / r.clip_coef : 1.0f;
+    const kernels::adam::AdamOptions o =
+        adam_options(s.optimizer->group_hyper(p.group), s.adam.step,
+                     r.clip_coef < 1.0f ? 1.0f / r.clip_coef : 1.0f);
     const int64_t at = p.offset - s.shard.begin;
     const kernels::KernelStatus ks = kernels::adam::adam_step_cpu(
         s.master.data() + at, s.adam.exp_avg.data() + at, s.adam.exp_avg_sq.data() + at,
@@ -394,17 +792,46 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
     const nn::Optimizer& optimizer) {
   const State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
-  return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam);
+  if (!s.cuda) return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam);
+  ZeroAdamDeviceSlice slice;
+  slice.exp_avg = s.d_exp_avg;
+  slice.exp_avg_sq = s.d_exp_avg_sq;
+  if (s.sixteen_bit()) slice.master = s.d_master;
+  slice.step = s.adam.step;
+  return gather_zero_adam_state_device(*s.pg, s.store.table(), optimizer, s.shard, slice,
+                                       s.stream);
 }
 
 absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
                                                            const nn::OptimizerStateDict& state) {
   State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "load_optimizer_state_dict"));
-  COLOSSAL_ASSIGN_OR_RETURN(s.adam,
-                            load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
-  s.read_master();  // a .master in the dict was written into the weights
-  return absl::OkStatus();
+  if (!s.cuda) {
+    COLOSSAL_ASSIGN_OR_RETURN(s.adam,
+                              load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
+    return s.read_master();  // a .master in the dict was written into the weights
+  }
+  // Every device tensor written on the step's stream (ordered after the
+  // previous step's work), from host copies that live until the stream is
+  // synchronised.
+  COLOSSAL_ASSIGN_OR_RETURN(
+      ZeroAdamSlice loaded,
+      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit()));
+  const int64_t n = s.shard.end - s.shard.begin;
+  if (n > 0) {
+    std::vector<std::pair<const std::vector<float>*, core::Tensor*>> uploads = {
+        {&loaded.exp_avg, &s.d_exp_avg}, {&loaded.exp_avg_sq, &s.d_exp_avg_sq}};
+    if (s.sixteen_bit()) uploads.emplace_back(&loaded.master, &s.d_master);
+    std::vector<core::Tensor> keep;
+    for (auto& [src, dst] : uploads) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host_tensor(*src));
+      COLOSSAL_RETURN_IF_ERROR(dst->copy_from(h, s.stream));
+      keep.push_back(std::move(h));
+    }
+    s.stream.synchronize();
+  }
+  s.adam.step = loaded.step;
+  return s.read_master();  // float32: the weights (a .master was written into them)
 }
 
 }  // namespace colossal::parallel

@@ -1,7 +1,7 @@
 // colossal::parallel — the `low_level_zero` plugin: ZeRO stages 1 and 2
 // (Colossal-AI's LowLevelZeroPlugin, stage=1 / stage=2).
 //
-// Every rank holds the whole fp32 model, but the fp32 master weights and the
+// Every rank holds the whole model, but the fp32 master weights and the
 // Adam states (exp_avg, exp_avg_sq) of only one contiguous slice of the flat
 // parameter buffer (nn/module/parameter.h): the buffer of N elements is
 // padded to a multiple of the world size W, and rank r owns elements
@@ -53,16 +53,61 @@
 //   }
 // (parallel/zero/low_level_zero_test.cc; the loop is in parallel/booster/booster.h)
 //
+// CUDA (the model's flat buffer on a CUDA device, NCCL group): the same
+// algorithm with every shard a device tensor on the model's device and every
+// collective on the device, ordered by events as in the ddp plugin:
+//   * buckets: issued from the backward hooks with the compute stream
+//     (Context::compute_stream()) as the collective's input stream; stage 2
+//     packs the ranks' parts into a per-bucket send buffer and zeroes the
+//     bucket's range on that stream; the streams that need the results
+//     (begin_backward: the compute stream; before_step: the optimizer's)
+//     wait for the collectives with Work::wait_stream (no host wait), and
+//     stage 2 adds the received parts to the gradient shard there;
+//   * gradients are reduced in the gradient dtype (16-bit for a 16-bit
+//     model), as Colossal-AI's low-level ZeRO does: half the bytes of fp32,
+//     no cast buffers, and on one rank exactly nn::Adam's input. The price:
+//     the average is rounded to 16 bits (the per-element sum over ranks in
+//     NCCL, and stage 2's accumulation of micro-batch shards, round once per
+//     addition), and an fp16 sum can overflow, which the loss scaler then
+//     treats as an overflow (skip, back off);
+//   * step (on the optimizer's stream, a CUDA stream of the model's device):
+//     kernels/multi_tensor's l2_norm of the gradient slice and its found_inf
+//     flag, squared on the device, one NCCL all_reduce(sum) of
+//     [sum of squares, found_inf], one 12-byte copy to the host (the step's
+//     only host sync); then as nn::mixed_precision_step: with a
+//     DynamicLossScaler s = scale(), norm = ||g|| / s, scaler->update(overflow)
+//     on every rank (they all saw the same sums), overflow skips the step on
+//     every rank (nothing changes, step count included), else the CUDA flat
+//     Adam kernel per piece with grad_scale = s / clip_coef; finally the slice
+//     is all_gathered into a padded device buffer and copied into the model's
+//     flat buffer on the stream;
+//   * float32 parameters: the weights are the masters, as on the CPU;
+//     bfloat16 / float16 parameters: the float32 master slice is this
+//     plugin's (made at boost from the broadcast weights, exactly), the Adam
+//     kernel writes its rounding (nearest even) straight into this rank's
+//     block of the 16-bit gather buffer, and the optimizer's parameters must
+//     come from optimizer_params (its float32 masters are separate tensors,
+//     the store's 16-bit views are its model copies). The optimizer's own
+//     masters are not updated by the steps.
+//
 // Limits (checked at create, boost or step: InvalidArgument / Unimplemented):
-//   * fp32 parameters on the CPU only: no 16-bit weights (so no loss scaler),
-//     no CUDA path (collectives are waited for on the host), no cpu_offload;
-//   * the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam) over
-//     fp32 parameters that are their own masters (optimizer_params). It
-//     supplies the groups, hyper-parameters and zero_grad; its own step() is
-//     not used and its state tensors only stage a loaded checkpoint, so its
-//     own state_dict() is stale after boost (nn::Adam allocates full-size
-//     states at creation, and the model's full flat gradient buffer still
-//     exists in stage 2: the memory savings of ZeRO need an optimizer that
+//   * one parameter dtype per model (one flat buffer). CPU: float32 only, no
+//     loss scaler, collectives waited for on the host. CUDA: float32,
+//     bfloat16 or float16, the optimizer's stream a CUDA stream of the
+//     model's device, the Booster's Context on that device; a loss scaler is
+//     accepted with any dtype (it is meant for float16). No cpu_offload;
+//   * 16-bit CUDA models: the master slice persists between steps, so
+//     weights loaded into the model after boost do not reach it (load the
+//     weights before boost, or load an optimizer state: its .master entries,
+//     else the weights, become the master slice);
+//   * the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam), its
+//     parameters made by optimizer_params (float32: the weights are their own
+//     masters). It supplies the groups, hyper-parameters and zero_grad; its
+//     own step() is not used and its state tensors only stage a loaded
+//     checkpoint, so its own state_dict() is stale after boost (nn::Adam
+//     allocates full-size states at creation, and the model's full flat
+//     gradient buffer still exists in stage 2, plus per-bucket send/receive
+//     buffers on CUDA: the memory savings of ZeRO need an optimizer that
 //     allocates lazily and gradients that are freed per bucket, not here).
 //     One step count for the whole slice (every parameter steps together), so
 //     a checkpoint whose parameters took different step counts is refused;
@@ -73,10 +118,15 @@
 // parallel/zero/low_level_zero_checkpoint.h): the slices are gathered into
 // the whole state nn::Adam::state_dict() would give on one process (every
 // rank gets it: a collective), and a whole state (any world size, or one
-// process's nn::Adam) loads on every rank, each keeping its slice. The model's
-// weights are the masters: save and load them as the model's; the slice of
-// the master is re-read from the model's weights at each step, so weights
-// loaded after boost take effect.
+// process's nn::Adam) loads on every rank, each keeping its slice. float32:
+// the model's weights are the masters: save and load them as the model's;
+// the slice of the master is re-read from the model's weights at each step,
+// so weights loaded after boost take effect. CUDA: the device slices are
+// gathered on the device (NCCL) and the returned dict's tensors are on the
+// CPU (float32 moments, int64 steps); 16-bit models also get
+// state.<name>.master (float32), as nn::Adam's state_dict for a model copy,
+// and loading one writes the masters (and, through the optimizer, their
+// rounding into the model's weights).
 #ifndef COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_PLUGIN_H_
 #define COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_PLUGIN_H_
 
@@ -87,6 +137,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/process_group/process_group.h"
+#include "core/dtype/dtype.h"
+#include "core/tensor/tensor.h"
 #include "nn/optim/optimizer.h"
 #include "parallel/booster/plugin.h"
 
@@ -142,8 +194,8 @@ class LowLevelZeroPlugin : public Plugin {
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
   absl::Status zero_grad() override;
-  // Errors: a loss scaler (fp32 only: Unimplemented); a collective's or the
-  // Adam kernel's failure.
+  // Errors: a loss scaler on the CPU path (float32 only: Unimplemented); a
+  // collective's or a kernel's failure.
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                     float max_norm) override;
   // See "Checkpoints" above. Errors: before boost (FailedPrecondition);
@@ -168,6 +220,18 @@ class LowLevelZeroPlugin : public Plugin {
   // elements, the tail past shard().end is padding), summed over the
   // backwards since the last zero_grad. Empty for stage 1.
   const std::vector<float>& grad_shard() const;
+  // The CUDA path (on_cuda(): the model's parameters are on a CUDA device;
+  // the vector accessors above are then empty): the same as device tensors
+  // on the model's device, written on the optimizer's stream (synchronise it
+  // before reading them on the host). master / exp_avg / exp_avg_sq: float32
+  // [shard().end - shard().begin]; grad_shard: param_dtype() [shard().size]
+  // (stage 2; undefined for stage 1). Valid after boost.
+  bool on_cuda() const;
+  core::DType param_dtype() const;
+  const core::Tensor& master_shard_tensor() const;
+  const core::Tensor& exp_avg_shard_tensor() const;
+  const core::Tensor& exp_avg_sq_shard_tensor() const;
+  const core::Tensor& grad_shard_tensor() const;
   // Bucket collectives issued so far, and how many from a module's backward
   // hook (the rest when the model's backward returned).
   int64_t reductions_issued() const;
