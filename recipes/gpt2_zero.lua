@@ -32,8 +32,8 @@ return {
     overlap_communication = true,     -- reduce gradients while backward runs
     reduce_bucket_size_in_m = 12,
     max_norm = 1.0,                   -- clip by global norm, inside the plugin
+    precision = gpu and "bf16" or "fp32",  -- bf16 weights, fp32 master shards (GPU)
   },
-  precision = "fp32",                 -- the ZeRO plugin trains fp32 weights in this build
 
   optimizer = {
     name = "hybrid_adam",

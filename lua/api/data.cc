@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "io/prepare/prepare.h"
 #include "lua/api/generation.h"
@@ -59,6 +60,11 @@ int MakeLoader(lua_State* L) {
   options.world_size = rt->rank.world_size;
   options.device = rt->device;
   absl::StatusOr<std::unique_ptr<io::DataLoader>> opened = io::DataLoader::Open(options);
+  if (absl::IsFailedPrecondition(opened.status()) &&
+      absl::StrContains(opened.status().message(), "fewer than one global batch")) {
+    // Too little data for the batch: the recipe's batch size (or world size), not the machine.
+    RaiseError(L, absl::StrCat("colossal.data.loader: ", opened.status().message()), kErrorUsage);
+  }
   ThrowIfError(L, "colossal.data.loader", opened.status());
   loader->loader = *std::move(opened);
   PushHandle(L, std::move(loader));

@@ -65,24 +65,34 @@ int Gpt2(lua_State* L) {
   return 1;
 }
 
+// The forward pass and fused cross-entropy of `batch` (targets are the
+// batch's next tokens).
+struct ForwardLoss {
+  nn::ForwardResult out;
+  nn::CrossEntropyResult ce;
+};
+ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const char* what) {
+  Runtime& rt = *model.rt;
+  const core::Tensor tokens = ToDevice(L, rt, batch.batch.inputs);
+  const core::Tensor targets = ToDevice(L, rt, batch.batch.targets);
+  absl::StatusOr<nn::ForwardResult> out = model.net->forward(*rt.ctx, tokens);
+  ThrowIfError(L, absl::StrCat(what, " forward"), out.status());
+  absl::StatusOr<nn::CrossEntropyResult> ce =
+      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->config().vocab_size, {});
+  ThrowIfError(L, absl::StrCat(what, " loss"), ce.status());
+  return ForwardLoss{*std::move(out), *std::move(ce)};
+}
+
 // model(batch) -> Loss
 int Call(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, 2);
-  Runtime& rt = *model->rt;
-  const core::Tensor tokens = ToDevice(L, rt, batch->batch.inputs);
-  const core::Tensor targets = ToDevice(L, rt, batch->batch.targets);
-  absl::StatusOr<nn::ForwardResult> out = model->net->forward(*rt.ctx, tokens);
-  ThrowIfError(L, "model forward", out.status());
-  absl::StatusOr<nn::CrossEntropyResult> ce =
-      nn::cross_entropy(*rt.ctx, out->output, targets, model->net->config().vocab_size, {});
-  ThrowIfError(L, "model loss", ce.status());
+  ForwardLoss f = RunForward(L, *model, *CheckHandle<Batch>(L, 2), "model");
   auto loss = std::make_shared<Loss>();
   loss->model = model;
   loss->state = std::make_shared<LossState>();
-  loss->state->saved = std::move(out->saved);
-  loss->state->dlogits = std::move(ce->dlogits);
-  loss->state->value = ce->loss;
+  loss->state->saved = std::move(f.out.saved);
+  loss->state->dlogits = std::move(f.ce.dlogits);
+  loss->state->value = f.ce.loss;
   PushHandle(L, std::move(loss));
   return 1;
 }
@@ -90,19 +100,7 @@ int Call(lua_State* L) {
 // model:evaluate(batch) -> mean loss (activations dropped at once)
 int Evaluate(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, 2);
-  Runtime& rt = *model->rt;
-  const core::Tensor tokens = ToDevice(L, rt, batch->batch.inputs);
-  const core::Tensor targets = ToDevice(L, rt, batch->batch.targets);
-  float value = 0.0f;
-  {
-    absl::StatusOr<nn::ForwardResult> out = model->net->forward(*rt.ctx, tokens);
-    ThrowIfError(L, "model:evaluate forward", out.status());
-    absl::StatusOr<nn::CrossEntropyResult> ce =
-        nn::cross_entropy(*rt.ctx, out->output, targets, model->net->config().vocab_size, {});
-    ThrowIfError(L, "model:evaluate loss", ce.status());
-    value = ce->loss;
-  }
+  const float value = RunForward(L, *model, *CheckHandle<Batch>(L, 2), "model:evaluate").ce.loss;
   lua_pushnumber(L, value);
   return 1;
 }

@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -227,34 +230,141 @@ int Settings(lua_State* L) {
   return 1;
 }
 
+// The source with comments and string contents blanked (newlines kept), the
+// line of each byte and the table depth ({ } nesting) before it.
+struct Code {
+  std::string text;
+  std::vector<int> line, depth;
+};
+
+// The length of a long bracket opening at s[i] ("[[", "[==["), or 0.
+size_t LongBracket(const std::string& s, size_t i, size_t* level) {
+  if (s[i] != '[') return 0;
+  size_t j = i + 1;
+  while (j < s.size() && s[j] == '=') ++j;
+  if (j >= s.size() || s[j] != '[') return 0;
+  *level = j - i - 1;
+  return j - i + 1;
+}
+
+Code Scan(const std::string& src) {
+  Code c;
+  c.text = src;
+  c.line.resize(src.size() + 1);
+  c.depth.resize(src.size() + 1);
+  auto blank = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to && k < src.size(); ++k) {
+      if (src[k] != '\n') c.text[k] = ' ';
+    }
+  };
+  size_t i = 0;
+  while (i < src.size()) {
+    size_t level = 0, open = 0, end = std::string::npos;
+    if (src.compare(i, 2, "--") == 0) {
+      if ((open = LongBracket(src, i + 2, &level)) != 0) {
+        end = src.find("]" + std::string(level, '=') + "]", i + 2 + open);
+        end = end == std::string::npos ? src.size() : end + level + 2;
+      } else {
+        end = src.find('\n', i);
+        if (end == std::string::npos) end = src.size();
+      }
+      blank(i, end);
+    } else if ((open = LongBracket(src, i, &level)) != 0) {
+      end = src.find("]" + std::string(level, '=') + "]", i + open);
+      end = end == std::string::npos ? src.size() : end + level + 2;
+      blank(i + 1, end - 1);  // keep a one-character "string"
+    } else if (src[i] == '"' || src[i] == '\'') {
+      end = i + 1;
+      while (end < src.size() && src[end] != src[i] && src[end] != '\n') end += src[end] == '\\' ? 2 : 1;
+      end = std::min(end + 1, src.size());
+      blank(i + 1, end - 1);
+    }
+    i = end == std::string::npos ? i + 1 : end;
+  }
+  int line = 1, depth = 0;
+  for (size_t k = 0; k < c.text.size(); ++k) {
+    c.line[k] = line;
+    c.depth[k] = depth;
+    if (c.text[k] == '\n') ++line;
+    if (c.text[k] == '{') ++depth;
+    if (c.text[k] == '}') --depth;
+  }
+  c.line[c.text.size()] = line;
+  c.depth[c.text.size()] = depth;
+  return c;
+}
+
+// The line of `dotted` ("optimizer.lr") in `src`, or 0. The first key is the
+// outermost `key =` of the file; each next one is looked for only inside the
+// value of the previous (up to the `,`, `;` or `}` that ends it). "" gives the
+// line of the outermost `return`.
+int FindKeyLine(const std::string& src, const std::string& dotted) {
+  const Code c = Scan(src);
+  std::vector<std::string> keys;
+  std::stringstream ss(dotted);
+  for (std::string k; std::getline(ss, k, '.');) keys.push_back(k);
+  if (dotted.empty()) {
+    const std::regex ret("(^|[^A-Za-z0-9_.])return([^A-Za-z0-9_]|$)");
+    int found = 0, best = INT_MAX;
+    for (auto it = std::sregex_iterator(c.text.begin(), c.text.end(), ret); it != std::sregex_iterator(); ++it) {
+      const size_t pos = it->position(0) + it->length(1);
+      if (c.depth[pos] <= best) best = c.depth[pos], found = c.line[pos];
+    }
+    return found;
+  }
+  size_t begin = 0, end = c.text.size();
+  int want = -1;  // the depth the next key must be at; -1: the outermost
+  int found = 0;
+  for (const std::string& key : keys) {
+    if (key.empty()) return 0;
+    for (char ch : key) {
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return 0;
+    }
+    const std::regex pattern("(^|[^A-Za-z0-9_.])" + key + "\\s*=([^=]|$)");
+    size_t best = std::string::npos;
+    int best_depth = INT_MAX;
+    const auto first = c.text.begin() + static_cast<std::ptrdiff_t>(begin);
+    const auto last = c.text.begin() + static_cast<std::ptrdiff_t>(end);
+    for (auto it = std::sregex_iterator(first, last, pattern); it != std::sregex_iterator(); ++it) {
+      const size_t pos = begin + it->position(0) + it->length(1);
+      const int d = c.depth[pos];
+      if (want >= 0 ? d == want : d < best_depth) {
+        best = pos;
+        best_depth = d;
+        if (want >= 0) break;
+      }
+    }
+    if (best == std::string::npos) return 0;
+    found = c.line[best];
+    // The value runs to the `,`, `;` or `}` at the key's depth.
+    size_t stop = best;
+    while (stop < c.text.size() &&
+           !(c.depth[stop] == best_depth && (c.text[stop] == ',' || c.text[stop] == ';' || c.text[stop] == '}'))) {
+      ++stop;
+    }
+    begin = best;
+    end = stop;
+    want = best_depth + 1;
+  }
+  return found;
+}
+
 // colossal._key_line(file, "optimizer.lr") -> the line of that key in the
-// recipe's source, or nil: the recipe loop's errors point at it. It finds
-// `lr =` after the line of `optimizer =` (the usual nesting of a recipe).
+// recipe's source, or nil: the recipe loop's errors point at it. The first key
+// is the outermost `key =` of the file; each next one is looked for only
+// inside the value of the previous (comments and strings skipped).
+// colossal._key_line(file, "") -> the line of the outermost `return`.
 int KeyLine(lua_State* L) {
   const char* file = lua_tostring(L, 1);
   const char* dotted = lua_tostring(L, 2);
   if (file == nullptr || dotted == nullptr) return 0;
   std::ifstream in(file);
   if (!in) return 0;
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  const std::vector<std::string> keys = absl::StrSplit(dotted, '.');
-  size_t from = 0;
-  int found = 0;
-  for (const std::string& key : keys) {
-    const std::regex pattern("(^|[{,;\\s])" + key + "\\s*=[^=]");
-    found = 0;
-    for (size_t i = from; i < lines.size(); ++i) {
-      const std::string code = lines[i].substr(0, lines[i].find("--"));
-      if (std::regex_search(code + " ", pattern)) {
-        found = static_cast<int>(i) + 1;
-        from = i;
-        break;
-      }
-    }
-    if (found == 0) return 0;
-  }
-  lua_pushinteger(L, found);
+  std::stringstream source;
+  source << in.rdbuf();
+  const int line = FindKeyLine(source.str(), dotted);
+  if (line == 0) return 0;
+  lua_pushinteger(L, line);
   return 1;
 }
 

@@ -7,10 +7,17 @@ local colossal = ...
 
 local recipe = {}
 
--- Where a key is written in the recipe file ("file:line: ").
+-- Where a key is written in the recipe file ("file:line: "). A key the recipe
+-- does not write (a missing one) is placed at its parent table, and a missing
+-- top-level key at the recipe's `return`.
 local function where(file, path)
   if not file then return "" end
-  local line = path and colossal._key_line(file, path)
+  local p, line = path or "", nil
+  while true do
+    line = colossal._key_line(file, p)
+    if line or p == "" then break end
+    p = p:match("^(.*)%.[^.]*$") or ""
+  end
   return string.format("%s:%s: ", file, line or "?")
 end
 
@@ -26,6 +33,7 @@ local function rethrow(file, section, t, err)
   local key = message:match("unknown option '([%w_]+)'")
       or message:match("^colossal%.[%w_.]+: ([%w_]+) ")
       or message:match("^colossal%.[%w_.]+: ([%w_]+) must")
+      or message:match("config: ([%w_]+) ")
   local path = section
   if key and type(t) == "table" and t[key] ~= nil then path = section .. "." .. key end
   error({ message = where(file, path) .. section .. ": " .. message, code = code }, 0)
@@ -59,7 +67,10 @@ local function check(file, path, t, spec)
     local want = s[1]
     local got = math.type(v) == "integer" and "integer" or type(v)
     local ok = got == want or (want == "number" and got == "integer") or want == "any"
-    if not ok then usage_error(file, key, "must be a " .. want .. ", got a " .. got) end
+    if not ok then
+      local article = want:match("^[aeiou]") and "an " or "a "
+      usage_error(file, key, "must be " .. article .. want .. ", got " .. (got:match("^[aeiou]") and "an " or "a ") .. got)
+    end
     if s.check then
       local why = s.check(v)
       if why then usage_error(file, key, why) end
@@ -142,7 +153,7 @@ local CHECKPOINT = {
   resume = { "boolean", true },
 }
 local SAMPLE = {
-  prompt = { "string", "\n" },
+  prompt = { "string", "\n", check = function(v) if v == "" then return "must not be empty" end end },
   max_new_tokens = { "integer", 64, check = non_negative },
   temperature = { "number", 0.8, check = non_negative },
   top_k = { "integer", 40, check = non_negative },
@@ -165,7 +176,7 @@ local function datasets(file, d)
   local name = d.name or d.corpus or "data"
   local input = d.input
   if d.corpus then input = call(file, "data.corpus", d, colossal.data.default_corpus) end
-  local paths = call(file, "data", d, colossal.data.prepare, {
+  local paths = call(file, d.corpus and "data.corpus" or "data.input", d, colossal.data.prepare, {
     input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
   })
   return paths.train, paths.val
@@ -196,19 +207,33 @@ function recipe.run(t, file)
     usage_error(file, "plugin.name", "must be \"torch_ddp\" or \"low_level_zero\"")
   end
   local model_cfg = r.model
-  if model_cfg.max_seq_len and d.seq_len > model_cfg.max_seq_len then
+  if math.type(model_cfg.max_seq_len) == "integer" and d.seq_len > model_cfg.max_seq_len then
     usage_error(file, "data.seq_len", string.format("%d is longer than model.max_seq_len (%d)",
       d.seq_len, model_cfg.max_seq_len))
+  end
+  local zero = r.plugin and r.plugin.name == "low_level_zero"
+  if zero and r.precision ~= "fp32" then
+    usage_error(file, "precision", "low_level_zero takes its precision from plugin.precision "
+      .. "(Colossal-AI's LowLevelZeroPlugin(precision=...)); set that instead")
   end
   if r.plugin and r.plugin.name == "low_level_zero" and r.clip_value > 0 then
     usage_error(file, "clip_value", "low_level_zero clips by norm only (plugin.max_norm)")
   end
 
+  -- Every binding's options are checked before any work starts: the plugin
+  -- (no runtime needed), then the model, optimizer and schedule, and only then
+  -- is the data prepared.
+  local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
+    without(r.plugin, "name"))
   local env = call(file, "device", r, colossal.launch, { device = r.device, seed = r.seed })
   local main = env.rank == 0
   local say = function(...) if main then print(string.format(...)) end end
+  local precision = zero and (r.plugin.precision or "fp32") or r.precision
+  if precision ~= "fp32" and env.device == "cpu" then
+    usage_error(file, zero and "plugin.precision" or "precision", string.format(
+      "%s needs a CUDA device; this process runs on the CPU (use fp32)", precision))
+  end
 
-  local train_pattern, val_pattern = datasets(file, d)
   local model = call(file, "model", model_cfg, colossal.model.gpt2, model_cfg)
   local cfg = model:config()
   if d.seq_len > cfg.max_seq_len then
@@ -219,10 +244,9 @@ function recipe.run(t, file)
     without(r.optimizer, "name"))
   local scheduler = r.lr_scheduler and call(file, "lr_scheduler", r.lr_scheduler,
     colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
-  local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
-    without(r.plugin, "name"))
   local booster = call(file, "plugin", r.plugin, colossal.booster,
-    { plugin = plugin, mixed_precision = (not r.plugin or r.plugin.name ~= "low_level_zero") and r.precision or nil })
+    { plugin = plugin, mixed_precision = (not zero) and r.precision or nil })
+  local train_pattern, val_pattern = datasets(file, d)
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
   })
@@ -264,6 +288,13 @@ function recipe.run(t, file)
     local sum = 0
     for _ = 1, ev.batches do sum = sum + model:evaluate(val_loader:next()) end
     return sum / ev.batches
+  end
+
+  if val_pattern and ev.every_steps > 0 then
+    val_loader = call(file, "data.val", d, colossal.data.loader, {
+      pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
+      prefetch = 0,
+    })
   end
 
   local first_loss, last_loss
@@ -326,8 +357,8 @@ function recipe.run(t, file)
   end
   if first_loss then say("loss %.4f -> %.4f over steps %d..%d", first_loss, last_loss, start + 1, r.steps) end
   if sm and main then
-    local text = model:generate(sm.prompt, { max_new_tokens = sm.max_new_tokens,
-      temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
+    local text = call(file, "sample", r.sample, model.generate, model, sm.prompt, {
+      max_new_tokens = sm.max_new_tokens, temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
     print("--- sample ---")
     print(text)
     print("--------------")

@@ -1,0 +1,12 @@
+-- expect: line 7: data.micro_batch: unknown key
+-- A shortened data key (micro_batch for micro_batch_size).
+return {
+  model = { n_layer = 1, n_head = 2, n_embd = 16, max_seq_len = 16 },
+  data = {
+    input = "lua/testdata/corpus",
+    micro_batch = 2,
+    seq_len = 8,
+  },
+  optimizer = { name = "adamw", lr = 1e-3 },
+  steps = 2,
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Every recipe in recipes/ runs two optimizer steps of a tiny model on the CPU
+# through --set overrides; a recipe's GPU-only setting (fp16, bf16) forced on
+# the CPU exits with code 2 and says that it needs a GPU.
+#
+# The overrides of each recipe are listed below (OVERRIDES): --set only replaces
+# keys the recipe's table (or, for a script, its colossal.settings{...}) has,
+# so each list names only keys that recipe writes. A new recipe without an
+# entry fails this test with a message saying to add one.
+#
+# Hermetic: runs in $TEST_TMPDIR, each recipe in a folder of its own (its data/,
+# checkpoints/ and logs/ go there); COLOSSAL_DATA points at a folder with a
+# small stand-in for the Shakespeare corpus and a synthetic tokenizer: bytes
+# 0..255 plus 50000 two-byte tokens, so that every id of GPT-2's 50257 decodes
+# (the samples of a random model) and no GPT-2 ranks are needed.
+set -uo pipefail
+# The CPU, also on a machine with a GPU (the expectations are the CPU's).
+export CUDA_VISIBLE_DEVICES=""
+
+# steps=2 and a tiny model/batch; evaluation, checkpoints and samples kept small.
+tiny="steps=2 model.n_layer=1 model.n_head=2 model.n_embd=16 model.max_seq_len=16
+  data.micro_batch_size=2 data.seq_len=8 lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2"
+declare -A OVERRIDES=(
+  [gpt2_zero]="$tiny eval.batches=1 checkpoint.every_steps=1 sample.max_new_tokens=4"
+  [gpt2_single]="$tiny checkpoint.every_steps=1 sample.max_new_tokens=4"
+  [gpt2_ddp]="$tiny eval.every_steps=1 eval.batches=1"
+  [gpt2_fp16]="$tiny"
+  [custom_loop]="steps=2 n_layer=1 n_head=2 n_embd=16 micro_batch_size=2 seq_len=8"
+)
+# recipe -> "key=value|message": with the tiny overrides plus this one, the
+# recipe must exit with code 2 on the CPU and print the message.
+declare -A NEEDS_GPU=(
+  [gpt2_fp16]="plugin.precision=fp16|fp16 needs a CUDA device"
+  [gpt2_ddp]="precision=bf16|bf16 needs a CUDA device"
+)
+
+root="$PWD"
+bin="$root/lua/colossal"
+tmp="${TEST_TMPDIR:-$(mktemp -d)}"
+export COLOSSAL_DATA="$tmp/cdata"
+corpus="$COLOSSAL_DATA/corpus/shakespeare"
+mkdir -p "$corpus"
+
+# The synthetic tokenizer: ranks 0..255 the single bytes, 256..50255 two-byte strings.
+tok="$COLOSSAL_DATA/gpt2.tiktoken"
+if ! perl -MMIME::Base64 -e 'for $i (0..255) { print encode_base64(chr($i), ""), " $i\n" }
+    for $k (0..49999) { print encode_base64(chr($k >> 8) . chr($k & 255), ""), " ", 256 + $k, "\n" }' \
+  >"$tok"; then
+  echo "FAIL: perl (with MIME::Base64) is needed to write the tokenizer fixture"
+  exit 1
+fi
+# A stand-in for tools/data/fetch_default_corpus.sh's Shakespeare.
+for d in $(seq 1 12); do
+  printf 'ROMEO:\nBut soft, what light through yonder window breaks? (%d)\nJULIET:\nO Romeo, Romeo.\n' \
+    "$d" >"$corpus/part$d.txt"
+done
+(cd "$corpus" && sha256sum ./*.txt >SHA256SUMS)
+
+# run_recipe NAME WANT_CODE LABEL SETS...: runs recipes/NAME.lua in its folder.
+run_recipe() {
+  local name="$1" want="$2" label="$3"
+  shift 3
+  local recipe="recipes/$name.lua"
+  (cd "$tmp/work_$name" && timeout 300 "$bin" "$recipe" "$@" >"$tmp/$name.$label.out" 2>"$tmp/$name.$label.err")
+  local got=$?
+  if [[ "$got" != "$want" ]]; then
+    echo "FAIL: colossal $recipe $* exited $got, want $want"
+    echo "--- stdout (last lines)"; tail -n 20 "$tmp/$name.$label.out"
+    echo "--- stderr"; cat "$tmp/$name.$label.err"
+    failures=$((failures + 1))
+    return 1
+  fi
+}
+
+failures=0
+shopt -s nullglob
+recipes=("$root"/recipes/*.lua)
+if ((${#recipes[@]} == 0)); then
+  echo "FAIL: no recipes in recipes/"
+  exit 1
+fi
+for path in "${recipes[@]}"; do
+  name="$(basename "$path" .lua)"
+  recipe="recipes/$name.lua"
+  if [[ -z "${OVERRIDES[$name]+x}" ]]; then
+    echo "FAIL: $recipe has no entry in OVERRIDES in lua/tests/recipes_test.sh; add the --set" \
+      "overrides that make it train 2 steps of a tiny model (keys it has: see the recipe)"
+    failures=$((failures + 1))
+    continue
+  fi
+  mkdir -p "$tmp/work_$name"
+  ln -sfn "$root/recipes" "$tmp/work_$name/recipes"
+  sets=()
+  for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
+  if run_recipe "$name" 0 cpu "${sets[@]}"; then
+    if [[ "$name" != custom_loop ]] && ! grep -qE '^step +2/2 ' "$tmp/$name.cpu.out"; then
+      echo "FAIL: $recipe: no 'step 2/2' line in its output:"
+      cat "$tmp/$name.cpu.out"
+      failures=$((failures + 1))
+    else
+      echo "ok: $recipe trains 2 steps on the CPU"
+    fi
+  fi
+  if [[ -n "${NEEDS_GPU[$name]+x}" ]]; then
+    IFS='|' read -r gpu_set message <<<"${NEEDS_GPU[$name]}"
+    if run_recipe "$name" 2 gpu "${sets[@]}" --set "$gpu_set"; then
+      err="$tmp/$name.gpu.err"
+      if ! grep -qF -- "$message" "$err" || ! grep -qE -- "$recipe:[0-9]+: " "$err"; then
+        echo "FAIL: $recipe --set $gpu_set: stderr lacks '$recipe:<line>:' or '$message':"
+        cat "$err"
+        failures=$((failures + 1))
+      else
+        echo "ok: $recipe --set $gpu_set: exit 2 on the CPU ($(head -n 1 "$err"))"
+      fi
+    fi
+  fi
+done
+
+if ((failures != 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "all passed"
