@@ -246,11 +246,13 @@ TEST(ProcessGroupNcclTest, WatchdogAbortsAHungCollective) {
           EXPECT_NE(s.message().find("4096 bytes"), std::string::npos) << s;
           auto later = pg.barrier();
           EXPECT_TRUE(absl::IsFailedPrecondition(later.status())) << later.status();
-          cudaFree(d);
+          // Before cudaFree, which may wait for the aborted kernel to leave the GPU.
           ASSERT_TRUE(store.set("rank0_done", "1").ok());
+          cudaFree(d);
         } else {
-          // Never joins the all_reduce; stays alive until rank 0 has seen the timeout.
-          ASSERT_TRUE(store.get("rank0_done").ok());
+          // Never joins the all_reduce; stays alive until rank 0 has seen the timeout
+          // (the watchdog's 2 s, then the abort: longer than the store's default wait).
+          ASSERT_TRUE(store.wait({std::string("rank0_done")}, absl::Minutes(2)).ok());
         }
       },
       absl::Seconds(30));

@@ -10,6 +10,10 @@
 #include "core/status/status.h"
 #include "lua/api/lua_util.h"
 
+#if COLOSSAL_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace colossal::lua {
 namespace {
 
@@ -71,6 +75,17 @@ absl::StatusOr<std::shared_ptr<Runtime>> MakeRuntime(const RuntimeOptions& optio
   if (absl::Status s = core::check_device_available(rt->device); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("device '", options.device, "': ", s.message()));
   }
+#if COLOSSAL_WITH_CUDA
+  // The process works on its device from here on: CUDA calls made without a
+  // guard (copies, kernels on the context's streams) must go to it, not to
+  // device 0 (a worker of `colossal run` has local rank n and uses cuda:n).
+  if (rt->device.is_cuda()) {
+    if (cudaError_t e = cudaSetDevice(rt->device.index()); e != cudaSuccess) {
+      return absl::FailedPreconditionError(absl::StrCat("cudaSetDevice(", rt->device.index(),
+                                                        "): ", cudaGetErrorString(e)));
+    }
+  }
+#endif
   COLOSSAL_ASSIGN_OR_RETURN(rt->ctx, core::Context::create(rt->device));
   rt->ctx->manual_seed(options.seed);
   return rt;

@@ -267,10 +267,10 @@ function recipe.run(t, file)
   local tokens_per_step = d.micro_batch_size * d.seq_len * accum * world
   local flops_per_token = 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
   local info = colossal.device_info()
-  local peak = (r.precision ~= "fp32") and info.peak_flops_16bit or nil
+  local peak = (precision ~= "fp32") and info.peak_flops_16bit or nil
   say("colossal: GPT-2 %s parameters (%d layers, %d heads, n_embd %d) on %s %s x%d, %s, plugin %s",
     human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, env.device, info.name, world,
-    r.precision, r.plugin and r.plugin.name or "none")
+    precision, r.plugin and r.plugin.name or "none")
   say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
 
