@@ -111,7 +111,8 @@ train() {
   local dir="$1" want="$2"
   shift 2
   mkdir -p "$dir" && cp -r "$here/lua/testdata/corpus" "$dir/corpus"
-  (cd "$dir" && run_cli "$want" "$@")
+  # run_cli counts a failure in the subshell: count it here too.
+  (cd "$dir" && run_cli "$want" "$@") || { failures=$((failures + 1)); return 1; }
 }
 bin="$here/lua/colossal"
 train "$tmp/straight" 0 "$tiny" --set steps=6 &&
@@ -133,6 +134,8 @@ done
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port 29631 "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"; failures=$((failures + 1)); fi
+# Optimizer and model state through booster:save_/load_optimizer and _model.
+train "$tmp/optio" 0 "$here/lua/testdata/optimizer_io.lua" && expect "$out" '^optimizer_io: ok'
 bin="lua/colossal"
 unset COLOSSAL_DATA
 
@@ -148,6 +151,10 @@ run_cli 0 "${gen[@]}" --temperature 0 && cp "$out" "$tmp/greedy1" &&
 run_cli 0 generate --checkpoint "$ckpt/step_000007" --tokenizer "$tok" --prompt "Hello, world" \
   --max_new_tokens 24 --temperature 0 && cp "$out" "$tmp/greedy2"
 cmp -s "$tmp/greedy1" "$tmp/greedy2" || { echo "FAIL: greedy generation differs between runs"; failures=$((failures + 1)); }
+# A bf16 checkpoint (what GPU training saves) is widened to float32 and generates.
+lua/write_test_checkpoint "$tmp/ckpt16" --bf16 >/dev/null || { echo "FAIL: write_test_checkpoint --bf16"; failures=$((failures + 1)); }
+run_cli 0 generate --checkpoint "$tmp/ckpt16" --tokenizer "$tok" --prompt "Hello, world" \
+  --max_new_tokens 24 --temperature 0 && expect "$err" '^generate: 24 new tokens$'
 # The prompt, then 24 one-byte tokens, then a newline.
 [[ "$(head -c 12 "$tmp/greedy1")" == "Hello, world" && $(wc -c <"$tmp/greedy1") -eq 37 ]] ||
   { echo "FAIL: greedy output is not the prompt + 24 bytes + newline:"; od -c "$tmp/greedy1"; failures=$((failures + 1)); }

@@ -9,11 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "core/context/context.h"
+#include "core/ops/elementwise.h"
 #include "io/checkpoint/checkpoint.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUT_ROOT\n", argv[0]);
+  // --bf16: the weights are saved in bfloat16, as GPU training in bf16 does.
+  const bool bf16 = argc == 3 && std::string(argv[2]) == "--bf16";
+  if (argc != 2 && !bf16) {
+    std::fprintf(stderr, "usage: %s OUT_ROOT [--bf16]\n", argv[0]);
     return 2;
   }
   colossal::nn::GPT2Config config;
@@ -35,6 +39,25 @@ int main(int argc, char** argv) {
     save.step = 7;
     save.config = &config;
     save.model = &(*model)->store();
+    absl::StatusOr<colossal::nn::ParameterStore> narrow;
+    if (bf16) {
+      auto table = colossal::nn::GPT2::parameter_table(config, colossal::core::DType::kBF16);
+      narrow = table.ok() ? colossal::nn::ParameterStore::create(*table, colossal::core::Stream::cpu())
+                          : absl::StatusOr<colossal::nn::ParameterStore>(table.status());
+      auto ctx = colossal::core::Context::create(colossal::core::Device::cpu());
+      if (!narrow.ok() || !ctx.ok()) {
+        std::fprintf(stderr, "cannot make the bf16 copy\n");
+        return 1;
+      }
+      colossal::core::Tensor out = narrow->flat_values(colossal::core::DType::kBF16);
+      s = colossal::core::ops::cast(**ctx, out,
+                                    (*model)->store().flat_values(colossal::core::DType::kF32));
+      if (!s.ok()) {
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        return 1;
+      }
+      save.model = &*narrow;
+    }
     absl::StatusOr<std::string> dir = colossal::io::SaveCheckpoint(argv[1], save);
     if (dir.ok()) {
       std::printf("%s\n", dir->c_str());

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/suggest.h"
+#include "core/dtype/dtype.h"
 #include "io/common/absl_view.h"
 #include "io/common/atomic_file.h"
 #include "io/common/file_util.h"
@@ -174,6 +176,19 @@ absl::StatusOr<nn::GPT2Config> ReadGPT2Config(const std::string& dir) {
   return c;
 }
 
+absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
+  const std::string path = dir + "/" + kConfigFile;
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return text.status();
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("torch_dtype") || !j["torch_dtype"].is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", path, "': no \"torch_dtype\" string"));
+  }
+  absl::StatusOr<core::DType> dtype = core::parse_dtype(j["torch_dtype"].get<std::string>());
+  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("'", path, "': torch_dtype: ", dtype.status().message()));
+  return dtype;
+}
+
 // ---- save ------------------------------------------------------------------
 
 namespace {
@@ -203,18 +218,7 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
   if (!s.ok()) return s;
 
   if (save.optimizer != nullptr) {
-    std::vector<SafetensorsEntry> opt;
-    std::vector<core::Tensor> opt_host;
-    for (const auto& [name, t] : save.optimizer->tensors) {  // sorted by name
-      absl::StatusOr<core::Tensor> h = OnHost(t);
-      if (!h.ok()) return h.status();
-      opt_host.push_back(*h);
-      opt.push_back(SafetensorsEntry{name, std::string(SafetensorsDTypeName(t.dtype())),
-                                     std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
-                                     h->raw_data(), t.nbytes()});
-    }
-    s = WriteSafetensors(dir + "/" + kOptimizerTensors, opt, {{"format", "pt"}});
-    if (s.ok()) s = WriteFileAtomically(dir + "/" + kOptimizerMeta, nn::optimizer_meta_to_json(save.optimizer->meta));
+    s = SaveOptimizerState(dir, *save.optimizer);
     if (!s.ok()) return s;
   }
   TrainerState trainer = save.trainer;
@@ -223,6 +227,30 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
 }
 
 }  // namespace
+
+absl::Status SaveOptimizerState(const std::string& dir, const nn::OptimizerStateDict& state) {
+  // The folder and its missing parents.
+  for (size_t end = dir.find('/', 1); ; end = dir.find('/', end + 1)) {
+    const std::string prefix = dir.substr(0, end);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, "cannot create the optimizer folder", prefix);
+    }
+    if (end == std::string::npos) break;
+  }
+  std::vector<SafetensorsEntry> entries;
+  std::vector<core::Tensor> host;  // keeps the host copies alive while writing
+  for (const auto& [name, t] : state.tensors) {  // sorted by name
+    absl::StatusOr<core::Tensor> h = OnHost(t);
+    if (!h.ok()) return h.status();
+    host.push_back(*h);
+    entries.push_back(SafetensorsEntry{name, std::string(SafetensorsDTypeName(t.dtype())),
+                                       std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
+                                       h->raw_data(), t.nbytes()});
+  }
+  absl::Status s = WriteSafetensors(dir + "/" + kOptimizerTensors, entries, {{"format", "pt"}});
+  if (s.ok()) s = WriteFileAtomically(dir + "/" + kOptimizerMeta, nn::optimizer_meta_to_json(state.meta));
+  return s;
+}
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& save,
                                            const CheckpointOptions& options) {

@@ -124,12 +124,18 @@ std::string GPT2ConfigToHuggingFaceJson(const nn::GPT2Config& config, core::DTyp
 // vocab_size, n_positions; padded_vocab_multiple from our own
 // "colossal_padded_vocab_multiple" key when present). InvalidArgument naming the key.
 absl::StatusOr<nn::GPT2Config> GPT2ConfigFromHuggingFaceJson(std::string_view json);
+// The weights' dtype that `dir`/config.json names ("torch_dtype").
+absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir);
 // GPT2ConfigFromHuggingFaceJson of `dir`/config.json.
 absl::StatusOr<nn::GPT2Config> ReadGPT2Config(const std::string& dir);
 
 // Copies the model tensors of step directory `dir` into `store` (validated
 // as described above).
 absl::Status LoadGPT2Model(const std::string& dir, const nn::GPT2Config& config, nn::ParameterStore& store);
+
+// Writes `state` as `dir`/optimizer.safetensors + optimizer.json (the files
+// a step directory holds; `dir` is created if missing), each file atomically.
+absl::Status SaveOptimizerState(const std::string& dir, const nn::OptimizerStateDict& state);
 
 // optimizer.safetensors + optimizer.json as a state dict of host tensors.
 // NotFound when the checkpoint has no optimizer state.

@@ -301,6 +301,8 @@ int OpenBooster(lua_State* L) {
                                       {"load_checkpoint", Protected<BoosterLoadCheckpoint>},
                                       {"save_model", Protected<BoosterSaveModel>},
                                       {"load_model", Protected<BoosterLoadModel>},
+                                      {"save_optimizer", Protected<BoosterSaveOptimizer>},
+                                      {"load_optimizer", Protected<BoosterLoadOptimizer>},
                                       {nullptr, nullptr}};
   RegisterType<BoosterObject>(L, kMethods);
   lua_pushcfunction(L, Protected<MakeBooster>);

@@ -1,5 +1,5 @@
-// booster:save_checkpoint / load_checkpoint / save_model / load_model and
-// colossal.checkpoint.latest: io/checkpoint's step directories (Hugging Face
+// booster:save_checkpoint / load_checkpoint / save_model / load_model /
+// save_optimizer / load_optimizer and colossal.checkpoint.latest: io/checkpoint's step directories (Hugging Face
 // GPT-2 weights, optimizer state, trainer_state.json) for a boosted run.
 //
 //   local path = booster:save_checkpoint("checkpoints/run", { step = 100, keep = 3 })
@@ -213,6 +213,44 @@ int BoosterLoadModel(lua_State* L) {
   ThrowIfError(L, "booster:load_model", host.status());
   ThrowIfError(L, "booster:load_model", io::LoadGPT2Model(*dir, b.model->net->config(), *host));
   ThrowIfError(L, "booster:load_model", CopyToModel(*b.model, *host));
+  return 0;
+}
+
+// booster:save_optimizer(optimizer, folder): the optimizer state alone
+// (optimizer.safetensors + optimizer.json; ZeRO gathers its shards first).
+// Every process calls it; rank 0 writes.
+int BoosterSaveOptimizer(lua_State* L) {
+  BoosterObject& b = Boosted(L, "booster:save_optimizer");
+  if (CheckHandle<Optim>(L, 2) != b.optim) {
+    RaiseError(L, "booster:save_optimizer: not the boosted optimizer", kErrorUsage);
+  }
+  const char* dir = lua_tostring(L, 3);
+  if (dir == nullptr || lua_type(L, 3) != LUA_TSTRING || *dir == '\0') {
+    RaiseError(L, "booster:save_optimizer: the second argument is a folder", kErrorUsage);
+  }
+  absl::StatusOr<nn::OptimizerStateDict> state = OptimizerState(b);
+  ThrowIfError(L, "booster:save_optimizer", state.status());
+  if (b.rt->rank.rank == 0) ThrowIfError(L, "booster:save_optimizer", io::SaveOptimizerState(dir, *state));
+  ThrowIfError(L, "booster:save_optimizer: waiting for rank 0", Barrier(b));
+  return 0;
+}
+
+// booster:load_optimizer(optimizer, folder): a folder from save_optimizer or
+// a checkpoint step folder.
+int BoosterLoadOptimizer(lua_State* L) {
+  BoosterObject& b = Boosted(L, "booster:load_optimizer");
+  if (CheckHandle<Optim>(L, 2) != b.optim) {
+    RaiseError(L, "booster:load_optimizer: not the boosted optimizer", kErrorUsage);
+  }
+  const char* dir = lua_tostring(L, 3);
+  if (dir == nullptr || lua_type(L, 3) != LUA_TSTRING) {
+    RaiseError(L, "booster:load_optimizer: the second argument is a folder", kErrorUsage);
+  }
+  absl::StatusOr<nn::OptimizerStateDict> state = io::LoadOptimizerState(dir);
+  ThrowIfError(L, "booster:load_optimizer", state.status());
+  ThrowIfError(L, "booster:load_optimizer",
+               b.booster ? b.booster->load_optimizer_state_dict(*state)
+                         : b.optim->opt->load_state_dict(*state));
   return 0;
 }
 

@@ -139,12 +139,14 @@ int OpenUtil(lua_State* L);
 void SetOverrides(lua_State* L, const std::vector<std::string>& assignments);
 bool OverridesApplied(lua_State* L);
 
-// booster:save_checkpoint / load_checkpoint / save_model / load_model
-// (checkpoint.cc).
+// booster:save_checkpoint / load_checkpoint / save_model / load_model /
+// save_optimizer / load_optimizer (checkpoint.cc).
 int BoosterSaveCheckpoint(lua_State* L);
 int BoosterLoadCheckpoint(lua_State* L);
 int BoosterSaveModel(lua_State* L);
 int BoosterLoadModel(lua_State* L);
+int BoosterSaveOptimizer(lua_State* L);
+int BoosterLoadOptimizer(lua_State* L);
 int LatestCheckpoint(lua_State* L);  // colossal.checkpoint.latest(root) -> path or nil
 
 // The optimizer's step through its booster when boosted, else directly

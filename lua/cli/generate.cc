@@ -33,6 +33,7 @@
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
 #include "io/tokenizer/tokenizer.h"
+#include "core/ops/elementwise.h"
 #include "lua/api/generation.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
@@ -63,6 +64,23 @@ std::string GenerateUsage() {
       FlagHelp(kGenerateFlags));
 }
 
+// Loads the checkpoint's weights into the float32 `model`: directly when they
+// are float32, else (bf16/fp16 training) in their own dtype, then widened.
+absl::Status LoadAsFloat32(const std::string& dir, const nn::GPT2Config& config, nn::GPT2& model) {
+  absl::StatusOr<core::DType> dtype = io::ReadCheckpointDType(dir);
+  if (!dtype.ok()) return dtype.status();
+  if (*dtype == core::DType::kF32) return io::LoadGPT2Model(dir, config, model.store());
+  absl::StatusOr<nn::ParameterTable> table = nn::GPT2::parameter_table(config, *dtype);
+  if (!table.ok()) return table.status();
+  absl::StatusOr<nn::ParameterStore> narrow = nn::ParameterStore::create(*table, core::Stream::cpu());
+  if (!narrow.ok()) return narrow.status();
+  if (absl::Status s = io::LoadGPT2Model(dir, config, *narrow); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<core::Context>> ctx = core::Context::create(core::Device::cpu());
+  if (!ctx.ok()) return ctx.status();
+  core::Tensor wide = model.store().flat_values(core::DType::kF32);
+  return core::ops::cast(**ctx, wide, narrow->flat_values(*dtype));
+}
+
 void Emit(std::string_view bytes) {
   std::fwrite(bytes.data(), 1, bytes.size(), stdout);
   std::fflush(stdout);
@@ -89,7 +107,7 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
     return absl::FailedPreconditionError(
         absl::StrCat(*dir, ": the model of config.json: ", model.status().message()));
   }
-  if (absl::Status s = io::LoadGPT2Model(*dir, *config, (*model)->store()); !s.ok()) {
+  if (absl::Status s = LoadAsFloat32(*dir, *config, **model); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("loading the weights (generate runs float32 on the CPU): ", s.message()));
   }
