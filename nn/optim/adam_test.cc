@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/alloc/default_allocator.h"
 #include "core/device/device.h"
 #include "core/device/stream.h"
 #include "nn/optim/test_util.h"
@@ -380,6 +381,21 @@ TEST(CpuAdamCudaTest, RejectsCudaParametersAndForeignStreams) {
   // A CUDA parameter with the CPU stream.
   expect_error(make_hybrid_adam({ParamGroup{{p}}}).status(), "\"gpu.w\" is on cuda:0");
 #endif
+}
+
+// The state is allocated on first use, not at creation: a plugin that takes
+// the step over (low_level_zero) never pays for the full-size state.
+TEST(AdamTest, StateIsAllocatedOnFirstUse) {
+  ParamGroup g;
+  g.params = {random_param("w", {1000, 16}, 3)};
+  const int64_t state_bytes = 2 * 1000 * 16 * sizeof(float);
+  const int64_t before = core::cpu_allocator()->stats().allocated_bytes;
+  auto opt = make_adamw({g}).value();
+  const int64_t created = core::cpu_allocator()->stats().allocated_bytes;
+  EXPECT_LT(created - before, state_bytes);
+  ASSERT_TRUE(opt->step().ok());
+  EXPECT_GE(core::cpu_allocator()->stats().allocated_bytes - created, state_bytes);
+  EXPECT_EQ(opt->param_step("w").value(), 1);
 }
 
 }  // namespace

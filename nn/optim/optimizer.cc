@@ -105,11 +105,12 @@ absl::Status Optimizer::init(std::vector<ParamGroup> groups, const GroupHyperPar
                                                      " and ", param_what(n1), " overlap"));
     }
   }
-  return allocate_state();
+  return absl::OkStatus();  // state: on first use (allocate_state)
 }
 
 absl::Status Optimizer::allocate_state() {
-  if (state_names_.empty()) return absl::OkStatus();
+  if (state_allocated_ || state_names_.empty()) return absl::OkStatus();
+  state_allocated_ = true;
   // One zeroed float32 buffer per device, carved into aligned views.
   for (const bool cuda : {false, true}) {
     int64_t total = 0;
@@ -173,6 +174,7 @@ absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
                                                 absl::StrCat(type_, ": step: found_inf")));
     if (flag != 0.0f) return StepResult{true};
   }
+  COLOSSAL_RETURN_IF_ERROR(allocate_state());
   COLOSSAL_RETURN_IF_ERROR(do_step(options.grad_scale));
   return StepResult{false};
 }
@@ -276,6 +278,9 @@ absl::StatusOr<int64_t> Optimizer::param_step(absl::string_view name) const {
 
 absl::StatusOr<core::Tensor> Optimizer::state_tensor(absl::string_view name,
                                                      absl::string_view state) const {
+  // Allocating on first use does not change what the optimizer means (zeroed
+  // state either way): logically const.
+  COLOSSAL_RETURN_IF_ERROR(const_cast<Optimizer*>(this)->allocate_state());
   const Slot* slot = find_slot(name);
   if (slot == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(type_, ": unknown ", param_what(name)));
@@ -294,6 +299,7 @@ absl::StatusOr<core::Tensor> Optimizer::state_tensor(absl::string_view name,
 }
 
 absl::StatusOr<OptimizerStateDict> Optimizer::state_dict() const {
+  COLOSSAL_RETURN_IF_ERROR(const_cast<Optimizer*>(this)->allocate_state());  // as in state_tensor
   OptimizerStateDict out;
   out.meta.type = type_;
   for (const Group& g : groups_) {
@@ -427,6 +433,7 @@ absl::Status Optimizer::check_loadable(const OptimizerStateDict& state) const {
 
 absl::Status Optimizer::load_state_dict(const OptimizerStateDict& state) {
   COLOSSAL_RETURN_IF_ERROR(check_loadable(state));
+  COLOSSAL_RETURN_IF_ERROR(allocate_state());
   // Copies `src` into `dst` on a stream valid for both (checked above).
   auto copy_into = [&](core::Tensor& dst, const core::Tensor& src) -> absl::Status {
     if (dst.storage() == src.storage() && dst.byte_offset() == src.byte_offset()) {

@@ -134,8 +134,11 @@ class Optimizer {
 
   Optimizer(std::string type, std::vector<std::string> state_names, const core::Stream& stream);
 
-  // Resolves and validates groups, checks every parameter, allocates and zeroes
-  // state. Subclasses call it from their factory.
+  // Resolves and validates groups and checks every parameter. Subclasses call
+  // it from their factory. The state tensors are allocated (zeroed) on first
+  // use: step(), state_dict(), state_tensor() or load_state_dict(). So an
+  // optimizer whose step a plugin takes over (low_level_zero keeps only its
+  // shard of the state) never holds full-size state.
   absl::Status init(std::vector<ParamGroup> groups, const GroupHyperParams& defaults);
 
   // InvalidArgument naming the group for hyper-parameters this optimizer rejects.
@@ -160,6 +163,7 @@ class Optimizer {
   std::string type_;
   std::vector<std::string> state_names_;
   core::Stream stream_;
+  bool state_allocated_ = false;
 };
 
 }  // namespace colossal::nn
