@@ -24,6 +24,9 @@ namespace {
 
 using Json = nlohmann::json;
 
+// The deepest JSON nesting a header may have (it needs 3).
+constexpr int kMaxJsonDepth = 64;
+
 // Collects what a file's header says, then checks it as a whole.
 class HeaderParser {
  public:
@@ -68,7 +71,15 @@ absl::StatusOr<Json> HeaderParser::ParseJson(std::string_view text) const {
   std::vector<std::set<std::string>> open_objects;
   std::string top_level_key;
   std::string duplicate;
+  // A header needs 3 levels ({name: {"shape": [...]}}); deeper nesting is
+  // refused while parsing: dump() (error excerpts) recurses once per level,
+  // and a 200 kB header of '[' overflowed the stack (tests/fuzz corpus).
+  struct TooDeep {};
   auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      throw TooDeep{};
+    }
     switch (event) {
       case Json::parse_event_t::object_start:
         open_objects.emplace_back();
@@ -105,6 +116,9 @@ absl::StatusOr<Json> HeaderParser::ParseJson(std::string_view text) const {
       why.remove_prefix(bracket + 2);
     }
     return Invalid(absl::StrCat("the header is not valid JSON: ", ToAbsl(why)));
+  } catch (const TooDeep&) {
+    return Invalid(absl::StrCat("the header nests JSON values more than ", kMaxJsonDepth,
+                                " levels deep (a safetensors header needs 3)"));
   }
   if (!duplicate.empty()) return Invalid(duplicate);
   if (!json.is_object()) return Invalid("the header is not a JSON object");

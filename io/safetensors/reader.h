@@ -27,7 +27,8 @@
 //                       of the file; a tensor's data_offsets past the end of
 //                       the data; bytes after the last tensor
 //      InvalidArgument  header over 100 MB (the library's limit), not starting
-//                       with '{', not valid JSON / UTF-8, a duplicate key;
+//                       with '{', not valid JSON / UTF-8, nested over 64 levels,
+//                       a duplicate key;
 //                       __metadata__ not str -> str; an entry without dtype,
 //                       shape or data_offsets, of the wrong type, or with an
 //                       unknown dtype; a byte size that disagrees with dtype

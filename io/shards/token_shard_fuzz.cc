@@ -1,0 +1,44 @@
+// libFuzzer target for llm.c token shards (TokenShard::Open): the 1024-byte
+// header (magic, version, count) against the file size. Any input must either
+// open with exactly the tokens the header counts, or fail with
+// InvalidArgument / DataLoss naming the file; the outcome must agree with an
+// independent reading of the format (token_shard.h). Run by
+// :token_shard_fuzz_test (tests/fuzz/fuzz_driver.cc) and by
+// tests/fuzz/run_libfuzzer.sh.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "io/shards/token_shard.h"
+#include "tests/fuzz/fuzz_target.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using colossal::fuzz::Check;
+  namespace io = colossal::io;
+  colossal::fuzz::MemoryFile file(data, size);
+  absl::StatusOr<io::TokenShard> shard = io::TokenShard::Open(file.path());
+  colossal::fuzz::RecordStatus(shard.status(), {absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss},
+                               "token shard '" + file.path() + "'");
+
+  // The format, read independently.
+  bool valid = size >= io::kTokenShardHeaderBytes;
+  int32_t header[3] = {};
+  if (valid) {
+    std::memcpy(header, data, sizeof(header));
+    valid = header[0] == io::kTokenShardMagic && header[1] == io::kTokenShardVersion && header[2] >= 0 &&
+            size - io::kTokenShardHeaderBytes == 2 * static_cast<uint64_t>(header[2]);
+  }
+  Check(shard.ok() == valid, shard.ok() ? "accepted an invalid shard" : "rejected a valid shard");
+  if (!shard.ok()) return 0;
+
+  Check(shard->num_tokens() == header[2], "num_tokens differs from the header");
+  Check(shard->tokens().size() == static_cast<size_t>(header[2]), "tokens() size differs from the header");
+  for (size_t i = 0; i < shard->tokens().size(); ++i) {
+    uint16_t want;
+    std::memcpy(&want, data + io::kTokenShardHeaderBytes + 2 * i, 2);
+    Check(shard->tokens()[i] == want, "a token differs from the file");
+  }
+  return 0;
+}
