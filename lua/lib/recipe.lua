@@ -168,10 +168,12 @@ end
 
 local function datasets(file, d)
   local ways = (d.corpus and 1 or 0) + (d.input and 1 or 0) + ((d.train or d.val) and 1 or 0)
-  if ways ~= 1 then
+  if ways > 1 then
     usage_error(file, "data", "give exactly one of `corpus` (\"shakespeare\"), `input` (text files "
       .. "to tokenize) or `train` (+ `val`: prepared token shards)")
   end
+  -- No data named: the built-in corpus, tokenized on first use.
+  if ways == 0 then d.corpus = "shakespeare" end
   if d.train then return d.train, d.val end
   local name = d.name or d.corpus or "data"
   local input = d.input
