@@ -1,5 +1,5 @@
-// comm_bench: nccl-tests style collective benchmark for the builtin (CPU) and
-// NCCL (GPU) process groups.
+// comm_bench: nccl-tests style collective benchmark for the builtin (CPU, and
+// CUDA buffers with --transport cuda_ipc) and NCCL (GPU) process groups.
 //
 // Started once per rank with torchrun's variables (colossal run, comm/launch,
 // torchrun, srun, mpirun: see comm/launch/env.h), or with --spawn N to start N
@@ -7,6 +7,7 @@
 //
 //   comm_bench --spawn 2 --backend builtin --transport shm --op all_reduce
 //       --min_bytes 8 --max_bytes 64M --factor 2 --iters 20 --warmup 5 --dtype float32
+//   comm_bench --spawn 2 --backend builtin --transport cuda_ipc ...   (cuda:LOCAL_RANK buffers)
 //
 // Sizes follow nccl-tests: "size" is the bytes of the largest buffer of the
 // collective (all_reduce/broadcast: the buffer; reduce_scatter: the input;
@@ -70,7 +71,7 @@ struct Flags {
 };
 
 constexpr const char* kUsage =
-    "usage: comm_bench [--spawn N] [--backend builtin|nccl] [--transport shm|tcp]\n"
+    "usage: comm_bench [--spawn N] [--backend builtin|nccl] [--transport shm|tcp|cuda_ipc]\n"
     "                  [--op all_reduce|reduce_scatter|all_gather|all_to_all|broadcast]\n"
     "                  [--min_bytes B] [--max_bytes B] [--factor F] [--iters N] [--warmup N]\n"
     "                  [--dtype float32|float64|float16|bfloat16|int32|int64] [--check 0|1]\n"
@@ -159,9 +160,9 @@ absl::StatusOr<Flags> parse_flags(int argc, char** argv, std::vector<std::string
     return absl::InvalidArgumentError(absl::StrCat("--backend='", f.backend,
                                                    "': expected builtin or nccl"));
   }
-  if (f.transport != "shm" && f.transport != "tcp") {
+  if (f.transport != "shm" && f.transport != "tcp" && f.transport != "cuda_ipc") {
     return absl::InvalidArgumentError(absl::StrCat("--transport='", f.transport,
-                                                   "': expected shm or tcp"));
+                                                   "': expected shm, tcp or cuda_ipc"));
   }
   if (f.op != "all_reduce" && f.op != "reduce_scatter" && f.op != "all_gather" &&
       f.op != "all_to_all" && f.op != "broadcast") {
@@ -375,7 +376,9 @@ absl::Status run_rank(const Flags& f) {
                      ": expected float32, float64, float16, bfloat16, int32 or int64"));
   }
   const size_t elem = core::dtype_size(dtype);
-  const bool cuda = f.backend == "nccl";
+  // CUDA buffers for nccl and for the builtin backend's cuda_ipc transport.
+  const bool cuda_ipc = f.backend == "builtin" && f.transport == "cuda_ipc";
+  const bool cuda = f.backend == "nccl" || cuda_ipc;
   const int rank = me.rank;
   const int n = me.world_size;
 
@@ -389,7 +392,7 @@ absl::Status run_rank(const Flags& f) {
 
   std::shared_ptr<ProcessGroup> pg;
   core::Device device = core::Device::cpu();
-  if (!cuda) {
+  if (f.backend == "builtin") {
     BuiltinOptions bo;
     auto kind = parse_transport_kind(f.transport);
     if (!kind.ok()) return kind.status();
@@ -400,6 +403,27 @@ absl::Status run_rank(const Flags& f) {
           ", WORLD_SIZE=", me.world_size, "); use --transport=tcp"));
     }
     bo.tcp.route_to = me.master_addr;
+    if (cuda_ipc) {
+#if COLOSSAL_WITH_CUDA
+      if (me.local_world_size != me.world_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--transport=cuda_ipc needs every rank on one host (LOCAL_WORLD_SIZE=",
+            me.local_world_size, ", WORLD_SIZE=", me.world_size, "); use --backend=nccl"));
+      }
+      cudaError_t e = cudaSetDevice(me.local_rank);
+      if (e != cudaSuccess) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cudaSetDevice(", me.local_rank, "): ", cudaGetErrorString(e),
+            " (--transport=cuda_ipc needs one GPU per local rank)"));
+      }
+      device = core::Device::cuda(me.local_rank);
+      bo.cuda_ipc.device = me.local_rank;
+#else
+      return absl::FailedPreconditionError(
+          "--transport=cuda_ipc: cuda_ipc transport: not available (this comm_bench was built "
+          "without CUDA, COLOSSAL_WITH_CUDA=0); rebuild with the CUDA configuration");
+#endif
+    }
     auto g = ProcessGroupBuiltin::create(store, rank, n, bo);
     if (!g.ok()) return g.status();
     pg = std::move(*g);

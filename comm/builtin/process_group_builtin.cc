@@ -19,6 +19,7 @@ const char* transport_kind_name(TransportKind kind) {
     case TransportKind::kShm: return "shm";
     case TransportKind::kTcp: return "tcp";
     case TransportKind::kInproc: return "inproc";
+    case TransportKind::kCudaIpc: return "cuda_ipc";
   }
   return "unknown";
 }
@@ -28,8 +29,9 @@ absl::StatusOr<TransportKind> parse_transport_kind(absl::string_view text) {
   if (t == "shm") return TransportKind::kShm;
   if (t == "tcp") return TransportKind::kTcp;
   if (t == "inproc") return TransportKind::kInproc;
+  if (t == "cuda_ipc" || t == "cuda-ipc") return TransportKind::kCudaIpc;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown transport '", text, "' (accepted: shm, tcp, inproc)"));
+      absl::StrCat("unknown transport '", text, "' (accepted: shm, tcp, inproc, cuda_ipc)"));
 }
 
 namespace {
@@ -44,6 +46,11 @@ absl::StatusOr<std::unique_ptr<builtin::Transport>> make_transport(Store& store,
     }
     case TransportKind::kTcp: {
       COLOSSAL_ASSIGN_OR_RETURN(auto t, builtin::TcpTransport::create(store, rank, size, o.tcp));
+      return std::unique_ptr<builtin::Transport>(std::move(t));
+    }
+    case TransportKind::kCudaIpc: {
+      COLOSSAL_ASSIGN_OR_RETURN(
+          auto t, builtin::CudaIpcTransport::create(store, rank, size, o.cuda_ipc));
       return std::unique_ptr<builtin::Transport>(std::move(t));
     }
     case TransportKind::kInproc: {
@@ -100,6 +107,9 @@ ProcessGroupBuiltin::ProcessGroupBuiltin(std::shared_ptr<Store> store, int rank,
       transport_(std::move(transport)),
       send_seq_(size, 0),
       recv_seq_(size, 0) {
+  if (options.transport == TransportKind::kCudaIpc) {
+    cuda_ipc_ = static_cast<builtin::CudaIpcTransport*>(transport_.get());
+  }
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -126,9 +136,39 @@ std::string ProcessGroupBuiltin::backend_name() const {
 
 absl::Status ProcessGroupBuiltin::check_device(const core::Device& device) const {
   if (device.is_cpu()) return absl::OkStatus();
+  if (cuda_ipc_ != nullptr && device.is_cuda()) {
+    if (device.index() == cuda_ipc_->device()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the builtin backend's cuda_ipc transport of this rank works on cuda:",
+        cuda_ipc_->device(), " memory, not ", device.to_string(),
+        " memory: move the tensor to the rank's GPU"));
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       "the builtin backend works on host memory, not ", device.to_string(),
-      " memory: use the nccl backend for CUDA tensors, or copy them to the host first"));
+      " memory: use the cuda_ipc transport (GPUs of one host) or the nccl backend for CUDA "
+      "tensors, or copy them to the host first"));
+}
+
+absl::StatusOr<std::shared_ptr<core::Event>> ProcessGroupBuiltin::device_ready(
+    const OpInfo& info, const core::Device& device) {
+  const core::Stream input = info.stream.value_or(core::Stream::cuda(device, nullptr));
+  if (input.device() != device) {
+    return absl::InvalidArgumentError(absl::StrCat(info.description, ": input stream on ",
+                                                   input.device().to_string(), ", the buffer on ",
+                                                   device.to_string()));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event event, core::Event::create(device));
+  event.record(input);
+  return std::make_shared<core::Event>(std::move(event));
+}
+
+absl::Status ProcessGroupBuiltin::same_memory(const OpInfo& info, const Buffer& output,
+                                              const Buffer& input) {
+  if (output.device.is_cuda() == input.device.is_cuda()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(info.description, ": output on ",
+                                                 output.device.to_string(), ", input on ",
+                                                 input.device.to_string(),
+                                                 ": both must be host or both CUDA memory"));
 }
 
 WorkPtr ProcessGroupBuiltin::enqueue(const OpInfo& info, Run run) {
@@ -177,6 +217,13 @@ void ProcessGroupBuiltin::worker_loop() {
 
 absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_all_reduce(const OpInfo& info,
                                                            const Buffer& buffer, ReduceOp op) {
+  if (buffer.device.is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(auto ready, device_ready(info, buffer.device));
+    return enqueue(info, [this, buffer, op, ready](const OpContext& ctx) {
+      ready->wait(cuda_ipc_->stream());
+      return cuda_ipc_->all_reduce(ctx, buffer.data, buffer.count, buffer.dtype, op);
+    });
+  }
   return enqueue(info, [this, buffer, op](const OpContext& ctx) {
     return builtin::ring_all_reduce(*transport_, ctx, scratch_, buffer.data, buffer.count,
                                     buffer.dtype, op);
@@ -186,6 +233,15 @@ absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_all_reduce(const OpInfo& info,
 absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_reduce_scatter(const OpInfo& info,
                                                                const Buffer& output,
                                                                const Buffer& input, ReduceOp op) {
+  COLOSSAL_RETURN_IF_ERROR(same_memory(info, output, input));
+  if (input.device.is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(auto ready, device_ready(info, input.device));
+    return enqueue(info, [this, output, input, op, ready](const OpContext& ctx) {
+      ready->wait(cuda_ipc_->stream());
+      return cuda_ipc_->reduce_scatter(ctx, output.data, input.data, output.count,
+                                       output.dtype, op);
+    });
+  }
   return enqueue(info, [this, output, input, op](const OpContext& ctx) {
     return builtin::ring_reduce_scatter(*transport_, ctx, scratch_, output.data, input.data,
                                         output.count, output.dtype, op);
@@ -195,6 +251,14 @@ absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_reduce_scatter(const OpInfo& inf
 absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_all_gather(const OpInfo& info,
                                                            const Buffer& output,
                                                            const Buffer& input) {
+  COLOSSAL_RETURN_IF_ERROR(same_memory(info, output, input));
+  if (input.device.is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(auto ready, device_ready(info, input.device));
+    return enqueue(info, [this, output, input, ready](const OpContext& ctx) {
+      ready->wait(cuda_ipc_->stream());
+      return cuda_ipc_->all_gather(ctx, output.data, input.data, input.nbytes());
+    });
+  }
   return enqueue(info, [this, output, input](const OpContext& ctx) {
     return builtin::ring_all_gather(*transport_, ctx, output.data, input.data, input.nbytes());
   });
@@ -209,6 +273,15 @@ absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_all_to_all(const OpInfo& info,
   std::vector<size_t> out_bytes, in_bytes;
   for (int64_t c : output_counts) out_bytes.push_back(static_cast<size_t>(c) * esz);
   for (int64_t c : input_counts) in_bytes.push_back(static_cast<size_t>(c) * esz);
+  COLOSSAL_RETURN_IF_ERROR(same_memory(info, output, input));
+  if (input.device.is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(auto ready, device_ready(info, input.device));
+    return enqueue(info, [this, output, input, ready, out_bytes = std::move(out_bytes),
+                          in_bytes = std::move(in_bytes)](const OpContext& ctx) {
+      ready->wait(cuda_ipc_->stream());
+      return cuda_ipc_->all_to_all(ctx, output.data, out_bytes, input.data, in_bytes);
+    });
+  }
   return enqueue(info, [this, output, input, out_bytes = std::move(out_bytes),
                         in_bytes = std::move(in_bytes)](const OpContext& ctx) {
     return builtin::pairwise_all_to_all(*transport_, ctx, output.data, out_bytes, input.data,
@@ -218,6 +291,13 @@ absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_all_to_all(const OpInfo& info,
 
 absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_broadcast(const OpInfo& info,
                                                           const Buffer& buffer, int root) {
+  if (buffer.device.is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(auto ready, device_ready(info, buffer.device));
+    return enqueue(info, [this, buffer, root, ready](const OpContext& ctx) {
+      ready->wait(cuda_ipc_->stream());
+      return cuda_ipc_->broadcast(ctx, buffer.data, buffer.nbytes(), root);
+    });
+  }
   return enqueue(info, [this, buffer, root](const OpContext& ctx) {
     return builtin::ring_broadcast(*transport_, ctx, buffer.data, buffer.nbytes(), root);
   });
@@ -225,6 +305,13 @@ absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_broadcast(const OpInfo& info,
 
 absl::StatusOr<WorkPtr> ProcessGroupBuiltin::do_batch_send_recv(const OpInfo& info,
                                                                 std::vector<P2POp> ops) {
+  for (const P2POp& op : ops) {
+    if (op.buffer.device.is_cuda()) {
+      return absl::UnimplementedError(absl::StrCat(
+          info.description, ": send/recv of CUDA buffers is not supported by the builtin "
+                            "backend's cuda_ipc transport: use the nccl backend"));
+    }
+  }
   return enqueue(info, [this, ops = std::move(ops)](const OpContext& op_ctx) {
     // Point-to-point messages are matched per peer and direction, not by the
     // group-wide sequence (ranks not involved do not count them).
@@ -256,6 +343,8 @@ absl::StatusOr<std::shared_ptr<ProcessGroup>> ProcessGroupBuiltin::do_new_group(
     const std::string& name, std::vector<int> world_ranks, int group_rank) {
   BuiltinOptions o = options_;
   o.group_name = absl::StrCat(options_.group_name, "/", name);
+  // Subgroups use this rank's GPU, whatever their rank numbers.
+  if (cuda_ipc_ != nullptr) o.cuda_ipc.device = cuda_ipc_->device();
   const int size = static_cast<int>(world_ranks.size());
   COLOSSAL_ASSIGN_OR_RETURN(auto group,
                             create_group(store_, group_rank, size, std::move(world_ranks), o));

@@ -15,7 +15,12 @@
 //   COLOSSAL_RETURN_IF_ERROR(w->wait());
 //
 // Contracts (beyond ProcessGroup's):
-//   * Buffers must be host memory (CUDA memory: use comm/nccl).
+//   * Buffers must be host memory (CUDA memory: use comm/nccl), except on the
+//     cuda_ipc transport, which takes memory of its device (transport
+//     cuda_ipc_transport.h) as well as host memory; a CUDA collective runs
+//     after the work enqueued so far on OpInfo::stream (default: the device's
+//     legacy default stream) and its Work completes once the result is on the
+//     device. batch_send_recv of CUDA buffers is not supported.
 //   * A collective's timeout counts from when it starts running on the worker.
 //   * Destroying the group cancels operations not yet finished (their Work
 //     gets CancelledError): wait for them first.
@@ -36,6 +41,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "comm/builtin/cuda_ipc_transport.h"
 #include "comm/builtin/exchange.h"
 #include "comm/builtin/inproc_transport.h"
 #include "comm/builtin/ring.h"
@@ -44,12 +50,13 @@
 #include "comm/builtin/transport.h"
 #include "comm/process_group/process_group.h"
 #include "comm/store/store.h"
+#include "core/device/stream.h"
 
 namespace colossal::comm {
 
-enum class TransportKind { kShm, kTcp, kInproc };
+enum class TransportKind { kShm, kTcp, kInproc, kCudaIpc };
 
-// "shm", "tcp", "inproc".
+// "shm", "tcp", "inproc", "cuda_ipc".
 const char* transport_kind_name(TransportKind kind);
 // Parses those names (as users write them in a recipe or COLOSSAL_TRANSPORT).
 absl::StatusOr<TransportKind> parse_transport_kind(absl::string_view text);
@@ -63,6 +70,8 @@ struct BuiltinOptions {
   builtin::ShmTransportOptions shm;
   builtin::TcpTransportOptions tcp;
   builtin::InprocTransportOptions inproc;
+  // kCudaIpc: CUDA tensors on this rank's GPU (cuda_ipc.device), GPUs of one host.
+  builtin::CudaIpcTransportOptions cuda_ipc;
 };
 
 class ProcessGroupBuiltin : public ProcessGroup {
@@ -113,11 +122,16 @@ class ProcessGroupBuiltin : public ProcessGroup {
       std::shared_ptr<Store> store, int rank, int size, std::vector<int> world_ranks,
       const BuiltinOptions& options);
   WorkPtr enqueue(const OpInfo& info, Run run);
+  // CUDA buffers (cuda_ipc): an event marking the input stream's work so far.
+  static absl::StatusOr<std::shared_ptr<core::Event>> device_ready(const OpInfo& info,
+                                                                   const core::Device& device);
+  static absl::Status same_memory(const OpInfo& info, const Buffer& output, const Buffer& input);
   void worker_loop();
 
   const std::shared_ptr<Store> store_;
   const BuiltinOptions options_;
   std::unique_ptr<builtin::Transport> transport_;
+  builtin::CudaIpcTransport* cuda_ipc_ = nullptr;  // transport_ when kCudaIpc
 
   std::mutex mu_;
   std::condition_variable cv_;
