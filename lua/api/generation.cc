@@ -63,6 +63,14 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
           ": the tokenizer does not match the model"));
     }
   }
+  // No dropout while generating; the model's mode comes back afterwards.
+  const bool was_training = model.training();
+  model.set_training(false);
+  struct Restore {
+    nn::GPT2& model;
+    bool training;
+    ~Restore() { model.set_training(training); }
+  } restore{model, was_training};
   const core::Stream& stream = ctx.compute_stream();
   const int64_t padded = config.padded_vocab_size();
   int generated = 0;

@@ -44,6 +44,9 @@ int Gpt2(lua_State* L) {
   config.max_seq_len = o.integer("max_seq_len", config.max_seq_len);
   config.padded_vocab_multiple = o.integer("padded_vocab_multiple", config.padded_vocab_multiple);
   config.checkpoint_ratio = o.number("checkpoint_ratio", config.checkpoint_ratio);
+  config.embd_pdrop = o.number("embd_pdrop", config.embd_pdrop);    // Hugging Face's names
+  config.resid_pdrop = o.number("resid_pdrop", config.resid_pdrop);
+  config.attn_pdrop = o.number("attn_pdrop", config.attn_pdrop);    // rejected when > 0
   const std::string init = o.string("init", "gpt2");
   const int64_t seed = o.integer("seed", -1);
   o.finish();
@@ -100,7 +103,15 @@ int Call(lua_State* L) {
 // model:evaluate(batch) -> mean loss (activations dropped at once)
 int Evaluate(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  const float value = RunForward(L, *model, *CheckHandle<Batch>(L, 2), "model:evaluate").ce.loss;
+  std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, 2);
+  // Evaluation runs without dropout; training mode comes back even on error.
+  struct EvalMode {
+    nn::GPT2& net;
+    bool training;
+    explicit EvalMode(nn::GPT2& n) : net(n), training(n.training()) { net.set_training(false); }
+    ~EvalMode() { net.set_training(training); }
+  } eval_mode(*model->net);
+  const float value = RunForward(L, *model, *batch, "model:evaluate").ce.loss;
   lua_pushnumber(L, value);
   return 1;
 }
@@ -163,7 +174,9 @@ int Config(lua_State* L) {
                       {"vocab_size", c.vocab_size},
                       {"padded_vocab_size", c.padded_vocab_size()},
                       {"max_seq_len", c.max_seq_len},
-                      {"checkpoint_ratio", c.checkpoint_ratio}});
+                      {"checkpoint_ratio", c.checkpoint_ratio},
+                      {"embd_pdrop", c.embd_pdrop},
+                      {"resid_pdrop", c.resid_pdrop}});
   lua_pushstring(L, core::dtype_name(model->net->dtype()));
   lua_setfield(L, -2, "dtype");
   lua_pushstring(L, model->rt->device.to_string().c_str());

@@ -5,12 +5,22 @@
 //   p = causal_softmax(q k^T / sqrt(hs)) (batched GEMM, kernels/softmax)
 //   y = p v -> [B, T, C] (heads merged)  out = c_proj(y)
 //
+// Two implementations of the middle (softmax(q k^T / sqrt(hs)) v):
+//   * fused (kernels/attention, FlashAttention-2): on CUDA for bfloat16 and
+//     float16 with head size 64 or 128. Reads q, k, v straight out of qkv
+//     [B, T, 3C] and writes y as [B, T, C]: no head split/merge copies, no
+//     [B*NH, T, T] matrix. Saves qkv, y and the float32 logsumexp [B, NH, T];
+//     the backward recomputes the probabilities tile by tile.
+//   * explicit: everything else (CPU, float32/float64, other head sizes), or
+//     when forced (AttentionImpl::kExplicit, or COLOSSAL_ATTENTION=explicit in
+//     the environment, for comparisons). The description below is this path.
+//
 // Children (Linear, WeightLayout::kInOut like HF's Conv1D): "<name>.c_attn"
 // [C, 3C] and "<name>.c_proj" [C, C]; with name "transformer.h.<i>.attn" these
 // are Hugging Face GPT-2's parameter names. Input [B, T, C] -> [B, T, C].
-// Saves q, k, v and the probabilities [B*NH, T, T] (no dropout). Heads are
-// split/merged with strided 2-D copies (one per batch and head; a fused
-// kernel would be faster on CUDA). Devices and dtypes: see nn/layers/BUILD.
+// The explicit path saves q, k, v and the probabilities [B*NH, T, T] (no
+// dropout); heads are split/merged with strided 2-D copies (one per batch and
+// head). Devices and dtypes: see nn/layers/BUILD.
 //
 //   CausalSelfAttention attn("transformer.h.0.attn", 768, 12, DType::kF32);
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, attn.forward(ctx, x));
@@ -20,10 +30,20 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "nn/layers/linear.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
+
+enum class AttentionImpl {
+  kAuto,      // fused where supported (see above), explicit elsewhere
+  kExplicit,  // always the explicit GEMM -> softmax -> GEMM path
+};
+
+// COLOSSAL_ATTENTION from the environment: unset, "" or "auto" -> kAuto,
+// "explicit" -> kExplicit; anything else is an InvalidArgumentError.
+absl::StatusOr<AttentionImpl> attention_impl_from_env();
 
 class CausalSelfAttention : public Module {
  public:
@@ -32,6 +52,10 @@ class CausalSelfAttention : public Module {
   const char* type() const override { return "CausalSelfAttention"; }
   Linear& c_attn() { return c_attn_; }
   Linear& c_proj() { return c_proj_; }
+  // kAuto (the default) also honours COLOSSAL_ATTENTION; kExplicit forces the
+  // explicit path. Takes effect at the next forward.
+  void set_impl(AttentionImpl impl) { impl_ = impl; }
+  AttentionImpl impl() const { return impl_; }
 
  protected:
   absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
@@ -41,6 +65,7 @@ class CausalSelfAttention : public Module {
  private:
   int64_t channels_, heads_;
   core::DType dtype_;
+  AttentionImpl impl_ = AttentionImpl::kAuto;
   Linear c_attn_, c_proj_;
 };
 

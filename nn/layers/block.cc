@@ -8,22 +8,26 @@ namespace {
 
 struct BlockSaved : Saved {
   SavedStats stats() const override {
-    return saved_stats({}, {ln_1.get(), attn.get(), ln_2.get(), mlp.get()});
+    return saved_stats({}, {ln_1.get(), attn.get(), attn_dropout.get(), ln_2.get(), mlp.get()});
   }
-  std::unique_ptr<Saved> ln_1, attn, ln_2, mlp;
+  std::unique_ptr<Saved> ln_1, attn, attn_dropout, ln_2, mlp;  // attn_dropout may be null
 };
 
 }  // namespace
 
 TransformerBlock::TransformerBlock(std::string name, int64_t channels, int64_t heads,
-                                   core::DType dtype)
+                                   core::DType dtype, double resid_pdrop)
     : Module(name),
       ln_1_(name + ".ln_1", channels, {.dtype = dtype}),
       attn_(name + ".attn", channels, heads, dtype),
       ln_2_(name + ".ln_2", channels, {.dtype = dtype}),
-      mlp_(name + ".mlp", channels, dtype) {
+      mlp_(name + ".mlp", channels, dtype, resid_pdrop) {
+  if (resid_pdrop != 0.0) {
+    attn_dropout_ = std::make_unique<Dropout>(name + ".attn.resid_dropout", resid_pdrop);
+  }
   register_child(&ln_1_);
   register_child(&attn_);
+  if (attn_dropout_ != nullptr) register_child(attn_dropout_.get());
   register_child(&ln_2_);
   register_child(&mlp_);
 }
@@ -35,6 +39,11 @@ absl::StatusOr<ForwardResult> TransformerBlock::forward_impl(core::Context& ctx,
   saved->ln_1 = std::move(a.saved);
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, attn_.forward(ctx, a.output));
   saved->attn = std::move(h.saved);
+  if (attn_dropout_ != nullptr) {
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult d, attn_dropout_->forward(ctx, h.output));
+    saved->attn_dropout = std::move(d.saved);
+    h.output = d.output;
+  }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor r, add(ctx, input, h.output));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult b, ln_2_.forward(ctx, r));
   saved->ln_2 = std::move(b.saved);
@@ -52,7 +61,14 @@ absl::StatusOr<core::Tensor> TransformerBlock::backward_impl(core::Context& ctx,
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, ln_2_.backward(ctx, *s->ln_2, dm));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, add(ctx, grad_output, db));
   // r = x + attn(ln_1(x)): dx = dr + ln_1'(attn'(dr)).
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, attn_.backward(ctx, *s->attn, dr));
+  core::Tensor dattn = dr;
+  if (attn_dropout_ != nullptr) {
+    if (s->attn_dropout == nullptr) {
+      return absl::InvalidArgumentError("saved activations are from a block without dropout");
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(dattn, attn_dropout_->backward(ctx, *s->attn_dropout, dr));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, attn_.backward(ctx, *s->attn, dattn));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor da, ln_1_.backward(ctx, *s->ln_1, dh));
   return add(ctx, dr, da);
 }

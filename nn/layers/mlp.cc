@@ -4,12 +4,14 @@
 
 namespace colossal::nn {
 
-Mlp::Mlp(std::string name, int64_t channels, core::DType dtype) : Sequential(name) {
+Mlp::Mlp(std::string name, int64_t channels, core::DType dtype, double resid_pdrop)
+    : Sequential(name) {
   append(std::make_unique<Linear>(name + ".c_fc", channels, 4 * channels,
                                   LinearOptions{.dtype = dtype}));
   append(std::make_unique<Gelu>(name + ".act"));
   append(std::make_unique<Linear>(name + ".c_proj", 4 * channels, channels,
                                   LinearOptions{.dtype = dtype}));
+  if (resid_pdrop != 0.0) append(std::make_unique<Dropout>(name + ".dropout", resid_pdrop));
 }
 
 }  // namespace colossal::nn

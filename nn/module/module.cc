@@ -33,12 +33,14 @@ class SequentialSaved : public Saved {
   std::vector<std::unique_ptr<Saved>> children;
 };
 
-// The context of a checkpointed module's forward: only its input.
+// The context of a checkpointed module's forward: only its input, and the
+// RNG state the forward started from (replayed by the recomputation).
 class CheckpointSaved : public Saved {
  public:
-  explicit CheckpointSaved(core::Tensor in) : input(std::move(in)) {}
+  CheckpointSaved(core::Tensor in, core::RngState state) : input(std::move(in)), rng(state) {}
   SavedStats stats() const override { return saved_stats({input}); }
   core::Tensor input;
+  core::RngState rng;
 };
 
 // Marks a subtree as recomputing for the lifetime of the guard.
@@ -72,6 +74,11 @@ SavedStats saved_stats(std::initializer_list<core::Tensor> tensors,
   return s;
 }
 
+void Module::set_training(bool on) {
+  training_ = on;
+  for (Module* child : children_) child->set_training(on);
+}
+
 std::string Module::description() const { return absl::StrCat(type(), " ", name_); }
 
 absl::Status Module::declare(ParameterTable& table) {
@@ -88,10 +95,11 @@ absl::Status Module::bind(const ParameterStore& store) {
 
 absl::StatusOr<ForwardResult> Module::run_forward(core::Context& ctx, const core::Tensor& input,
                                                   bool keep_only_input) {
+  const core::RngState rng_before = keep_only_input ? ctx.rng_state() : core::RngState{};
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_pre_hooks_, *this, input, "forward pre-hook"));
   absl::StatusOr<ForwardResult> result = forward_impl(ctx, input);
   if (!result.ok()) return core::annotate(result.status(), description());
-  if (keep_only_input) result->saved = std::make_unique<CheckpointSaved>(input);
+  if (keep_only_input) result->saved = std::make_unique<CheckpointSaved>(input, rng_before);
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_hooks_, *this, result->output, "forward hook"));
   return result;
 }
@@ -115,7 +123,12 @@ absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
     absl::StatusOr<ForwardResult> again;
     {
       RecomputeGuard guard([this](int d) { add_recomputing(d); });
+      // Replay the forward's random numbers (dropout masks), then give the
+      // context back the state it had: the recomputation draws nothing new.
+      const core::RngState current = ctx.rng_state();
+      ctx.set_rng_state(checkpoint->rng);
       again = run_forward(ctx, checkpoint->input, /*keep_only_input=*/false);
+      ctx.set_rng_state(current);
     }
     if (!again.ok()) {
       return core::annotate(again.status(), "recomputing the forward (activation checkpointing)");

@@ -100,9 +100,11 @@ struct ForwardResult {
 // them; the backward hook releases). The recomputation runs the same kernels in
 // the same order on the same input and parameters, so the gradients are
 // bit-identical to a plain backward's, provided nothing changes the parameters
-// or the input tensor between forward and backward and the forward is
-// deterministic (no random ops: a module with dropout would have to replay its
-// RNG offset). The backward dispatches on the context, not on the flag: a
+// or the input tensor between forward and backward. Random ops (Dropout) replay:
+// the checkpoint context also records ctx.rng_state() before the forward, and
+// the recomputation runs from that state (restoring the context's current
+// state after it), so it draws the same stream elements and rebuilds the same
+// masks, and consumes no fresh random numbers. The backward dispatches on the context, not on the flag: a
 // context from a checkpointed forward is recomputed even if the flag was turned
 // off since, and a plain context is used as is. Several micro-batches may be in
 // flight (each context holds its own input); calls are single-threaded.
@@ -154,6 +156,12 @@ class Module {
   // inside its backward, e.g. for hooks that must not release parameters then.
   bool recomputing() const { return recomputing_ > 0; }
 
+  // Training (true, the default) or evaluation mode of this module and all its
+  // descendants (PyTorch's train()/eval()). Only modules with train/eval
+  // differences read it: Dropout is the identity in evaluation mode.
+  void set_training(bool on);
+  bool training() const { return training_; }
+
  protected:
   virtual absl::Status declare_own(ParameterTable& table) { return absl::OkStatus(); }
   virtual absl::Status bind_own(const ParameterStore& store) { return absl::OkStatus(); }
@@ -187,6 +195,7 @@ class Module {
   std::vector<Hook> forward_pre_hooks_, forward_hooks_, backward_pre_hooks_, backward_hooks_;
   bool checkpoint_ = false;
   int recomputing_ = 0;  // a count: nested checkpointed modules recompute inside each other
+  bool training_ = true;
 };
 
 // Children run one after another; backward in reverse order.

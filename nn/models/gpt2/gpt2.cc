@@ -29,9 +29,9 @@ constexpr Preset kPresets[] = {
 
 struct GPT2Saved : Saved {
   SavedStats stats() const override {
-    return saved_stats({x}, {embedding.get(), blocks.get(), ln_f.get()});
+    return saved_stats({x}, {embedding.get(), drop.get(), blocks.get(), ln_f.get()});
   }
-  std::unique_ptr<Saved> embedding, blocks, ln_f;
+  std::unique_ptr<Saved> embedding, drop, blocks, ln_f;  // drop: null without embd_pdrop
   core::Tensor x;  // ln_f output [B, T, C]
 };
 
@@ -69,6 +69,20 @@ absl::Status GPT2Config::validate() const {
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: checkpoint_ratio is ",
                                                    checkpoint_ratio, "; it must be in [0, 1]"));
   }
+  const std::pair<const char*, double> drops[] = {{"embd_pdrop", embd_pdrop},
+                                                  {"resid_pdrop", resid_pdrop}};
+  for (const auto& [field, value] : drops) {
+    if (!(value >= 0.0 && value < 1.0)) {
+      return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: ", field, " is ", value,
+                                                     "; it must be in [0, 1) (0 = no dropout)"));
+    }
+  }
+  if (attn_pdrop != 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT-2 config: attn_pdrop is ", attn_pdrop,
+        "; attention-probability dropout is not supported (the fused attention kernel has "
+        "none): set attn_pdrop = 0 (embd_pdrop and resid_pdrop are supported)"));
+  }
   if (n_embd % n_head != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: n_embd ", n_embd,
                                                    " is not a multiple of n_head ", n_head));
@@ -84,12 +98,17 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype)
                  dtype),
       blocks_("transformer.h"),
       ln_f_("transformer.ln_f", config.n_embd, {.dtype = dtype}) {
+  if (config.embd_pdrop != 0.0) {
+    drop_ = std::make_unique<Dropout>("transformer.drop", config.embd_pdrop);
+  }
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    Module* block = blocks_.append(std::make_unique<TransformerBlock>(
-        absl::StrCat("transformer.h.", i), config.n_embd, config.n_head, dtype));
+    Module* block = blocks_.append(
+        std::make_unique<TransformerBlock>(absl::StrCat("transformer.h.", i), config.n_embd,
+                                           config.n_head, dtype, config.resid_pdrop));
     block->set_checkpoint(i < config.checkpointed_layers());
   }
   register_child(&embedding_);
+  if (drop_ != nullptr) register_child(drop_.get());
   register_child(&blocks_);
   register_child(&ln_f_);
 }
@@ -176,6 +195,11 @@ absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core:
   auto saved = std::make_unique<GPT2Saved>();
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_.forward(ctx, input));
   saved->embedding = std::move(e.saved);
+  if (drop_ != nullptr) {
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult d, drop_->forward(ctx, e.output));
+    saved->drop = std::move(d.saved);
+    e.output = d.output;
+  }
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, e.output));
   saved->blocks = std::move(h.saved);
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_.forward(ctx, h.output));
@@ -209,6 +233,12 @@ absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& save
   COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, config_.n_embd}));
   COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_.backward(ctx, *s->ln_f, dx));
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
+  if (drop_ != nullptr) {
+    if (s->drop == nullptr) {
+      return absl::InvalidArgumentError("saved activations are from a model without dropout");
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(dx, drop_->backward(ctx, *s->drop, dx));
+  }
   return embedding_.backward(ctx, *s->embedding, dx);
 }
 

@@ -1,7 +1,8 @@
 // colossal::nn — GPT-2 (Hugging Face / llm.c architecture) built from nn/layers.
 //
-//   tokens [B, T] int32 -> Embedding (wte + wpe) -> n_layer TransformerBlocks
-//   (pre-LN, residual) -> ln_f -> logits = x wte^T  [B, T, padded_vocab]
+//   tokens [B, T] int32 -> Embedding (wte + wpe) [-> Dropout(embd_pdrop)] ->
+//   n_layer TransformerBlocks (pre-LN, residual; Dropout(resid_pdrop) after
+//   each c_proj when > 0) -> ln_f -> logits = x wte^T  [B, T, padded_vocab]
 //
 // The LM head is tied to the token embedding: there is no lm_head parameter,
 // the head reads wte and its backward accumulates into wte's gradient too.
@@ -58,6 +59,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "nn/layers/block.h"
+#include "nn/layers/dropout.h"
 #include "nn/layers/embedding.h"
 #include "nn/layers/layernorm.h"
 #include "nn/module/module.h"
@@ -80,6 +82,21 @@ struct GPT2Config {
   // "Activation checkpointing"): same gradients bit for bit, less activation
   // memory, one more block forward per checkpointed block. In [0, 1].
   double checkpoint_ratio = 0.0;
+  // Dropout (Hugging Face GPT2Config's names and places), in [0, 1); 0 = off,
+  // the default, which builds no Dropout modules at all (every result is
+  // bit-identical to a model without dropout support). Active only while the
+  // model is training (Module::set_training; true by default).
+  //   embd_pdrop:  after wte + wpe ("transformer.drop")
+  //   resid_pdrop: after attn.c_proj ("transformer.h.<i>.attn.resid_dropout")
+  //                and after mlp.c_proj ("transformer.h.<i>.mlp.dropout")
+  //   attn_pdrop:  dropout of the attention probabilities; NOT supported (the
+  //                fused attention kernel has none): validate() rejects > 0.
+  // Masks come from the Context's Philox stream (nn/layers/dropout.h): the same
+  // RNG state gives the same masks on CPU and CUDA, and activation
+  // checkpointing replays them (same gradients as without checkpointing).
+  double embd_pdrop = 0.0;
+  double resid_pdrop = 0.0;
+  double attn_pdrop = 0.0;
 
   int64_t checkpointed_layers() const {
     return static_cast<int64_t>(checkpoint_ratio * static_cast<double>(n_layer));
@@ -93,7 +110,8 @@ struct GPT2Config {
   // NotFoundError with the closest name otherwise.
   static absl::StatusOr<GPT2Config> preset(absl::string_view name);
   // InvalidArgumentError naming the field: sizes must be positive, n_embd a
-  // multiple of n_head, checkpoint_ratio in [0, 1].
+  // multiple of n_head, checkpoint_ratio in [0, 1], embd_pdrop and resid_pdrop
+  // in [0, 1), attn_pdrop 0.
   absl::Status validate() const;
 };
 
@@ -137,6 +155,7 @@ class GPT2 : public Module {
   GPT2Config config_;
   core::DType dtype_;
   Embedding embedding_;
+  std::unique_ptr<Dropout> drop_;  // "transformer.drop"; null when embd_pdrop == 0
   Sequential blocks_;
   LayerNorm ln_f_;
   ParameterStore store_;

@@ -237,5 +237,127 @@ TEST_F(CheckpointTest, MicroBatchesInFlightAndToggling) {
   EXPECT_EQ(run(*half, true), expected);
 }
 
+// ---- Dropout (GPT2Config::embd_pdrop / resid_pdrop) ----
+
+GPT2Config dropout_config(int64_t n_layer, double ratio, double embd, double resid) {
+  GPT2Config c = tiny_config(n_layer, ratio);
+  c.embd_pdrop = embd;
+  c.resid_pdrop = resid;
+  return c;
+}
+
+std::vector<std::string> module_names(Module& m) {
+  std::vector<std::string> out{std::string(m.type()) + " " + m.name()};
+  for (Module* child : m.children()) {
+    std::vector<std::string> sub = module_names(*child);
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+TEST_F(CheckpointTest, DropoutConfigIsValidatedAndPlacedAsHuggingFace) {
+  for (auto [embd, resid] : {std::pair{1.0, 0.0}, {-0.1, 0.0}, {0.0, 1.0}, {0.0, std::nan("")}}) {
+    absl::StatusOr<std::unique_ptr<GPT2>> m =
+        GPT2::create(dropout_config(2, 0.0, embd, resid), DType::kF32, Stream::cpu());
+    ASSERT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << embd << " " << resid;
+    EXPECT_NE(m.status().message().find(embd != 0.0 ? "embd_pdrop" : "resid_pdrop"),
+              std::string::npos)
+        << m.status();
+  }
+  GPT2Config attn = tiny_config(2, 0.0);
+  attn.attn_pdrop = 0.1;
+  absl::Status s = attn.validate();
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("attn_pdrop"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("not supported"), std::string::npos) << s;
+
+  // p = 0: no Dropout modules at all (the model is exactly the one without dropout).
+  auto plain = *GPT2::create(tiny_config(1, 0.0), DType::kF32, Stream::cpu());
+  for (const std::string& n : module_names(*plain)) EXPECT_EQ(n.find("Dropout"), std::string::npos) << n;
+  auto drop = *GPT2::create(dropout_config(1, 0.0, 0.1, 0.2), DType::kF32, Stream::cpu());
+  std::vector<std::string> dropouts;
+  for (const std::string& n : module_names(*drop)) {
+    if (n.rfind("Dropout ", 0) == 0) dropouts.push_back(n.substr(8));
+  }
+  EXPECT_EQ(dropouts, (std::vector<std::string>{"transformer.drop",
+                                                "transformer.h.0.attn.resid_dropout",
+                                                "transformer.h.0.mlp.dropout"}));
+  // No parameters added: the same table.
+  EXPECT_EQ(drop->table().size(), plain->table().size());
+  EXPECT_EQ(drop->table().parameter_count(), plain->table().parameter_count());
+}
+
+// Eval mode with dropout = the model without dropout, bit for bit; training
+// mode changes the logits, reproducibly for the same seed.
+TEST_F(CheckpointTest, DropoutTrainsEvaluatesAndReproduces) {
+  Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9}, 2, 4);
+  Tensor targets = tokens_of({10, 3, 3, 0, 7, 2, 9, 4}, 2, 4);
+  auto plain = make(tiny_config(2, 0.0));
+  ctx_->manual_seed(5);
+  const auto [logits, grads] = step(*plain, tokens, targets);
+  EXPECT_EQ(ctx_->rng_state().offset, 0u) << "no dropout, no random numbers";
+  auto model = make(dropout_config(2, 0.0, 0.1, 0.3));
+  model->set_training(false);
+  const auto [el, eg] = step(*model, tokens, targets);
+  EXPECT_EQ(el, logits);
+  EXPECT_EQ(eg, grads);
+  EXPECT_EQ(ctx_->rng_state().offset, 0u);
+  model->set_training(true);
+  ctx_->manual_seed(5);
+  const auto [tl, tg] = step(*model, tokens, targets);
+  EXPECT_NE(tl, logits);
+  EXPECT_NE(tg, grads);
+  // Reserved: embd_pdrop B*T*C, then per block 2 * B*T*C (B = 2, T = 4, C = 8).
+  EXPECT_EQ(ctx_->rng_state().offset, uint64_t{(1 + 2 * 2) * 2 * 4 * 8});
+  ctx_->manual_seed(5);
+  const auto [tl2, tg2] = step(*model, tokens, targets);
+  EXPECT_EQ(tl2, tl) << "same seed, same masks";
+  EXPECT_EQ(tg2, tg);
+  const auto [tl3, tg3] = step(*model, tokens, targets);
+  EXPECT_NE(tl3, tl) << "next step, fresh masks";
+}
+
+// With dropout on, checkpointing any number of blocks gives the gradients of
+// the plain model bit for bit: the recomputation replays the masks.
+TEST_F(CheckpointTest, DropoutGradientsAreBitIdenticalWithCheckpointing) {
+  Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9}, 2, 4);
+  Tensor targets = tokens_of({10, 3, 3, 0, 7, 2, 9, 4}, 2, 4);
+  auto plain = make(dropout_config(4, 0.0, 0.1, 0.2));
+  ctx_->manual_seed(42);
+  const auto [logits, grads] = step(*plain, tokens, targets);
+  const core::RngState after = ctx_->rng_state();
+  for (double ratio : {0.5, 1.0}) {
+    auto model = make(dropout_config(4, ratio, 0.1, 0.2));
+    ctx_->manual_seed(42);
+    const auto [l, g] = step(*model, tokens, targets);
+    EXPECT_EQ(l, logits) << ratio;
+    EXPECT_EQ(g, grads) << ratio;
+    EXPECT_EQ(ctx_->rng_state(), after) << "the recomputation draws no new numbers";
+  }
+}
+
+// Two micro-batches in flight (forward, forward, backward, backward), with
+// dropout: checkpointed and plain models accumulate the same gradients.
+TEST_F(CheckpointTest, DropoutMicroBatchesInFlightWithCheckpointing) {
+  Tensor t0 = tokens_of({1, 10, 3, 3, 0, 7, 2, 9}, 2, 4);
+  Tensor t1 = tokens_of({4, 4, 8, 1, 2, 6, 5, 0}, 2, 4);
+  Tensor y0 = tokens_of({10, 3, 3, 0, 7, 2, 9, 4}, 2, 4);
+  Tensor y1 = tokens_of({4, 8, 1, 2, 6, 5, 0, 3}, 2, 4);
+  std::vector<uint8_t> result[2];
+  for (int ck = 0; ck < 2; ++ck) {
+    auto model = make(dropout_config(3, ck == 0 ? 0.0 : 1.0, 0.2, 0.2));
+    ASSERT_TRUE(model->store().zero_grad(Stream::cpu()).ok());
+    ctx_->manual_seed(9);
+    ForwardResult f0 = *model->forward(*ctx_, t0);
+    ForwardResult f1 = *model->forward(*ctx_, t1);
+    CrossEntropyResult c1 = *cross_entropy(*ctx_, f1.output, y1, 11, {});
+    ASSERT_TRUE(model->backward(*ctx_, *f1.saved, c1.dlogits).ok());
+    CrossEntropyResult c0 = *cross_entropy(*ctx_, f0.output, y0, 11, {});
+    ASSERT_TRUE(model->backward(*ctx_, *f0.saved, c0.dlogits).ok());
+    result[ck] = bytes_of(model->store().flat_grads(DType::kF32));
+  }
+  EXPECT_EQ(result[0], result[1]);
+}
+
 }  // namespace
 }  // namespace colossal::nn

@@ -1,0 +1,306 @@
+// CUDA fused causal attention (FlashAttention-2), bf16/fp16 on tensor cores
+// through mma.sync.m16n8k16 (inline PTX, sm_80+), fp32 accumulation.
+//
+// Every kernel runs 4 warps (128 threads); a warp owns 16 rows of the tile it
+// produces, so softmax statistics and accumulators never leave the warp's
+// registers (FA2's split: no cross-warp reductions). Tiles of 64 rows x D move
+// global -> shared with 16-byte cp.async (rows past seq are zero-filled),
+// double-buffered so the next tile's copy overlaps the current tile's math;
+// shared rows are padded by 16 bytes (D + 8 elements) so every ldmatrix phase
+// (8 rows x 16 bytes) hits 32 distinct banks. Operands reach the tensor cores
+// through ldmatrix (.trans where the product needs the tile transposed); P and
+// dS go from the fp32 accumulator layout straight into A-operand registers
+// (the m16n8 accumulator of two adjacent n-tiles is exactly an m16k16 A tile).
+//
+//   forward_kernel<T, D>      CTA = 64 queries of one (batch, head); loops over
+//                             the key blocks 0..diagonal with an online softmax
+//                             (exp2, scores pre-scaled by scale * log2 e);
+//                             writes O (normalised) and lse. Heaviest query
+//                             blocks are launched first.
+//   delta_kernel<T, D>        delta[row] = rowsum(dO * O) (fp32 workspace).
+//   dkdv_kernel<T, D, BQ>     CTA = 64 keys; loops over query blocks of BQ from
+//                             the diagonal on: recomputes S^T = K Q^T, P^T from
+//                             lse, dV += P^T dO, dP^T = V dO^T,
+//                             dS^T = P^T (dP^T - delta), dK += dS^T Q.
+//   dq_kernel<T, D>           CTA = 64 queries; loops over key blocks up to the
+//                             diagonal: S = Q K^T, P, dP = dO V^T, dS,
+//                             dQ += dS K. (Two passes recompute P twice instead
+//                             of FA2's atomic dQ accumulation: deterministic, no
+//                             fp32 dQ buffer, ~40% more backward math.)
+// Outputs are staged through shared memory and written with 16-byte stores.
+//
+// The kernels themselves live in attention_kernels.h, included below after
+// the PTX wrappers they call; attention_emulation_test.cc includes the same
+// file after host emulations of those wrappers and runs it on CPU threads.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <type_traits>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_internal.h"
+#include "kernels/common/cuda_utils.cuh"
+
+namespace colossal::kernels::attention {
+namespace {
+
+// ---------------------------------------------------------------------------
+// PTX wrappers.
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; zero-fills the destination when !valid (nothing read).
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the address of row (l % 8) of matrix l / 8.
+// Register i of lane l holds row l / 4, columns 2 (l % 4) .. +1 of matrix i
+// (with .trans: of the transposed matrix).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// d += a * b for one m16n8k16 tile. Lane l, g = l / 4, t = l % 4:
+//   a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
+//   b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+//   d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
+template <typename T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+template <>
+struct Mma<__half> {
+  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+};
+
+// 2^x; exact 0 for -inf.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+#define COLOSSAL_UNROLL _Pragma("unroll")
+#include "kernels/attention/attention_kernels.h"
+#undef COLOSSAL_UNROLL
+
+// ---------------------------------------------------------------------------
+// Launchers.
+
+template <typename Kernel>
+KernelStatus launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream,
+                    const Params& p) {
+  if (smem > 48 * 1024) {
+    const KernelStatus s = cuda::to_status(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (!s.ok()) return s;
+  }
+  kernel<<<grid, threads, smem, stream>>>(p);
+  return cuda::last_launch_status();
+}
+
+template <typename T, int D>
+KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
+  const dim3 grid((p.seq + kBlock - 1) / kBlock, static_cast<unsigned>(p.batch * p.heads));
+  return launch(forward_kernel<T, D>, grid, kThreads, forward_smem_bytes<T, D>(), stream, p);
+}
+
+template <typename T, int D>
+KernelStatus backward_typed(const Params& p, cudaStream_t stream) {
+  const int64_t rows = p.batch * p.seq * p.heads;
+  const int64_t delta_blocks = (rows + 255) / 256;
+  if (delta_blocks > INT_MAX) return KernelStatus::invalid_argument("attention cuda: too large");
+  KernelStatus s = launch(delta_kernel<T, D>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0,
+                          stream, p);
+  if (!s.ok()) return s;
+  constexpr int BQ = dkdv_block_q<D>();
+  const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
+  const unsigned blocks = static_cast<unsigned>((p.seq + kBlock - 1) / kBlock);
+  s = launch(dkdv_kernel<T, D, BQ>, dim3(blocks, bh), kThreads, dkdv_smem_bytes<T, D, BQ>(),
+             stream, p);
+  if (!s.ok()) return s;
+  return launch(dq_kernel<T, D>, dim3(blocks, bh), kThreads, dq_smem_bytes<T, D>(), stream, p);
+}
+
+template <typename F>
+KernelStatus dispatch(DType dtype, int64_t head_dim, F&& f) {
+  auto by_dim = [&](auto tag) -> KernelStatus {
+    using T = decltype(tag);
+    if (head_dim == 64) return f(T{}, std::integral_constant<int, 64>{});
+    if (head_dim == 128) return f(T{}, std::integral_constant<int, 128>{});
+    return KernelStatus::unsupported("attention cuda: head_dim must be 64 or 128");
+  };
+  if (dtype == DType::kBF16) return by_dim(__nv_bfloat16{});
+  if (dtype == DType::kF16) return by_dim(__half{});
+  return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+KernelStatus check_cuda(const internal::Geometry& g, DType dtype,
+                        std::initializer_list<const void*> ptrs) {
+  KernelStatus s = internal::check_geometry(g);
+  if (!s.ok()) return s;
+  if (dtype != DType::kBF16 && dtype != DType::kF16) {
+    return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
+  }
+  if (g.head_dim != 64 && g.head_dim != 128 && !g.empty()) {
+    return KernelStatus::unsupported("attention cuda: head_dim must be 64 or 128");
+  }
+  if (g.empty()) return KernelStatus();
+  if (g.seq > kMaxSeq) return KernelStatus::invalid_argument("attention cuda: seq above 2^30");
+  if (g.batch * g.heads > 65535) {
+    return KernelStatus::invalid_argument("attention cuda: batch * heads above 65535");
+  }
+  if (internal::any_null(ptrs)) return KernelStatus::invalid_argument("attention cuda: null pointer");
+  for (const void* p : ptrs) {
+    if (!aligned16(p)) {
+      return KernelStatus::invalid_argument("attention cuda: pointers must be 16-byte aligned");
+    }
+  }
+  if (g.qkv_row_stride % 8 != 0 || g.o_row_stride % 8 != 0) {
+    return KernelStatus::invalid_argument(
+        "attention cuda: row strides must be multiples of 8 elements");
+  }
+  return KernelStatus();
+}
+
+}  // namespace
+
+KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                           const void* v, int64_t batch, int64_t heads,
+                                           int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale,
+                                           cudaStream_t stream) {
+  const internal::Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  KernelStatus s = check_cuda(g, dtype, {o, lse, q, k, v});
+  if (!s.ok() || g.empty()) return s;
+  const size_t elem = dtype_size(dtype);
+  const auto qe = internal::extent(q, g, qkv_row_stride, elem);
+  const auto ke = internal::extent(k, g, qkv_row_stride, elem);
+  const auto ve = internal::extent(v, g, qkv_row_stride, elem);
+  const auto oe = internal::extent(o, g, o_row_stride, elem);
+  const auto le = internal::plain_extent(lse, static_cast<size_t>(batch * heads * seq) * 4);
+  if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
+    return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
+  }
+  Params p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.out = o;
+  p.lse_out = lse;
+  p.qkv_stride = qkv_row_stride;
+  p.o_stride = o_row_stride;
+  p.batch = batch;
+  p.seq = static_cast<int>(seq);
+  p.heads = static_cast<int>(heads);
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+  return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
+    return forward_typed<decltype(tag), decltype(dim)::value>(p, stream);
+  });
+}
+
+size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq) {
+  if (batch <= 0 || heads <= 0 || seq <= 0) return 0;
+  return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+}
+
+KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
+                                            const void* q, const void* k, const void* v,
+                                            const void* o, const float* lse, void* workspace,
+                                            int64_t batch, int64_t heads, int64_t seq,
+                                            int64_t head_dim, int64_t qkv_row_stride,
+                                            int64_t o_row_stride, DType dtype, float scale,
+                                            cudaStream_t stream) {
+  const internal::Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  KernelStatus s = check_cuda(g, dtype, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
+  if (!s.ok() || g.empty()) return s;
+  const size_t elem = dtype_size(dtype);
+  const size_t rows_bytes = static_cast<size_t>(batch * heads * seq) * 4;
+  const auto we = internal::plain_extent(workspace, rows_bytes);
+  if (internal::outputs_overlap_inputs(
+          {internal::extent(dq, g, qkv_row_stride, elem),
+           internal::extent(dk, g, qkv_row_stride, elem),
+           internal::extent(dv, g, qkv_row_stride, elem), we},
+          {internal::extent(q, g, qkv_row_stride, elem),
+           internal::extent(k, g, qkv_row_stride, elem),
+           internal::extent(v, g, qkv_row_stride, elem),
+           internal::extent(d_o, g, o_row_stride, elem),
+           internal::extent(o, g, o_row_stride, elem), internal::plain_extent(lse, rows_bytes)}) ||
+      internal::outputs_overlap_inputs({we}, {internal::extent(dq, g, qkv_row_stride, elem),
+                                              internal::extent(dk, g, qkv_row_stride, elem),
+                                              internal::extent(dv, g, qkv_row_stride, elem)})) {
+    return KernelStatus::invalid_argument(
+        "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
+  }
+  Params p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.o = o;
+  p.d_o = d_o;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.lse = lse;
+  p.delta = static_cast<float*>(workspace);
+  p.qkv_stride = qkv_row_stride;
+  p.o_stride = o_row_stride;
+  p.batch = batch;
+  p.seq = static_cast<int>(seq);
+  p.heads = static_cast<int>(heads);
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+  return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
+    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream);
+  });
+}
+
+}  // namespace colossal::kernels::attention

@@ -1,0 +1,169 @@
+// Throughput of the fused causal attention in TFLOP/s, counted as
+// FlashAttention's and tools/bench/torch_attention.py's benchmarks count it
+// (causal = half the dense matmul work):
+//   forward:            4 * B * H * T^2 * D / 2    (Q K^T and P V)
+//   forward + backward: 3.5 x the forward          (backward = 2.5 x: five matmuls)
+// Inputs are read straight from a packed qkv [B, T, 3C] (GPT-2's c_attn output)
+// and O / dO are [B, T, C]; times are CUDA events around each call.
+// Run: bazel run -c opt //kernels/attention:attention_bench
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/half.h"
+
+#if COLOSSAL_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace colossal::kernels::attention {
+namespace {
+
+struct Shape {
+  int64_t B, H, T, D;
+};
+
+// GPT-2 124M at 1k context (issue #6), a 2k context, and head_dim 128.
+constexpr Shape kShapes[] = {{16, 12, 1024, 64}, {8, 12, 2048, 64}, {4, 16, 2048, 128}};
+constexpr DType kTypes[] = {DType::kBF16, DType::kF16};
+
+double forward_flops(const Shape& s) {
+  return 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2.0;
+}
+
+std::string label(const char* op, DType dtype, const Shape& s) {
+  return std::string(op) + " " + dtype_name(dtype) + " B=" + std::to_string(s.B) +
+         " H=" + std::to_string(s.H) + " T=" + std::to_string(s.T) + " D=" + std::to_string(s.D);
+}
+
+// CPU reference at a small size (it is the test oracle, not a fast path).
+void BM_AttentionCpu(benchmark::State& state) {
+  const Shape s{1, 2, 128, 64};
+  const int64_t C = s.H * s.D, n = s.B * s.T * 3 * C;
+  std::vector<float> qkv(n), o(s.B * s.T * C), lse(s.B * s.H * s.T);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (float& x : qkv) x = dist(rng);
+  for (auto _ : state) {
+    if (!causal_attention_forward_cpu(o.data(), lse.data(), qkv.data(), qkv.data() + C,
+                                      qkv.data() + 2 * C, s.B, s.H, s.T, s.D, 3 * C, C,
+                                      DType::kF32, 0.125f)
+             .ok()) {
+      state.SkipWithError("attention cpu failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(forward_flops(s) * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(label("fwd cpu", DType::kF32, s));
+}
+BENCHMARK(BM_AttentionCpu)->Unit(benchmark::kMillisecond);
+
+#if COLOSSAL_WITH_CUDA
+// Fills a device buffer of n elements with values uniform in [-1, 1): one random
+// host chunk copied over and over.
+bool fill_device(void* dst, DType dtype, int64_t n, uint32_t seed) {
+  const int64_t chunk = std::min<int64_t>(n, int64_t{1} << 22);
+  std::vector<uint16_t> host(chunk);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& h : host) {
+    h = dtype == DType::kBF16 ? from_float<BFloat16>(dist(rng)).bits
+                              : from_float<Half>(dist(rng)).bits;
+  }
+  for (int64_t done = 0; done < n; done += chunk) {
+    const int64_t count = std::min(chunk, n - done);
+    if (cudaMemcpy(static_cast<uint16_t*>(dst) + done, host.data(), count * 2,
+                   cudaMemcpyHostToDevice) != cudaSuccess) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void BM_AttentionCuda(benchmark::State& state, bool backward) {
+  const DType dtype = kTypes[state.range(0)];
+  const Shape s = kShapes[state.range(1)];
+  const int64_t C = s.H * s.D;
+  const size_t es = 2;
+  const int64_t qkv_n = s.B * s.T * 3 * C, o_n = s.B * s.T * C;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  uint8_t *qkv = nullptr, *dqkv = nullptr, *o = nullptr, *d_o = nullptr;
+  float* lse = nullptr;
+  void* ws = nullptr;
+  const size_t ws_bytes = causal_attention_backward_workspace_bytes(s.B, s.H, s.T);
+  const bool ok =
+      cudaMalloc(&qkv, qkv_n * es) == cudaSuccess && cudaMalloc(&dqkv, qkv_n * es) == cudaSuccess &&
+      cudaMalloc(&o, o_n * es) == cudaSuccess && cudaMalloc(&d_o, o_n * es) == cudaSuccess &&
+      cudaMalloc(&lse, s.B * s.H * s.T * sizeof(float)) == cudaSuccess &&
+      cudaMalloc(&ws, ws_bytes) == cudaSuccess && fill_device(qkv, dtype, qkv_n, 1) &&
+      fill_device(d_o, dtype, o_n, 2);
+  auto forward = [&]() {
+    return causal_attention_forward_cuda(o, lse, qkv, qkv + C * es, qkv + 2 * C * es, s.B, s.H,
+                                         s.T, s.D, 3 * C, C, dtype, scale, nullptr);
+  };
+  auto backward_call = [&]() {
+    return causal_attention_backward_cuda(dqkv, dqkv + C * es, dqkv + 2 * C * es, d_o, qkv,
+                                          qkv + C * es, qkv + 2 * C * es, o, lse, ws, s.B, s.H,
+                                          s.T, s.D, 3 * C, C, dtype, scale, nullptr);
+  };
+  if (!ok || !forward().ok() || cudaDeviceSynchronize() != cudaSuccess) {
+    state.SkipWithError("no CUDA device, out of memory, or setup failed");
+  } else {
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
+    for (auto _ : state) {
+      cudaEventRecord(start);
+      KernelStatus st = forward();
+      if (st.ok() && backward) st = backward_call();
+      cudaEventRecord(stop);
+      if (!st.ok()) {
+        state.SkipWithError(st.message());
+        break;
+      }
+      cudaEventSynchronize(stop);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, start, stop);
+      state.SetIterationTime(ms / 1e3);
+    }
+    if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
+    const double flops = forward_flops(s) * (backward ? 3.5 : 1.0);
+    state.counters["TFLOP/s"] =
+        benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetLabel(label(backward ? "fwd+bwd" : "fwd", dtype, s));
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+  cudaFree(qkv);
+  cudaFree(dqkv);
+  cudaFree(o);
+  cudaFree(d_o);
+  cudaFree(lse);
+  cudaFree(ws);
+}
+#define ATTENTION_CUDA_BENCH(name, bwd)            \
+  BENCHMARK_CAPTURE(BM_AttentionCuda, name, bwd)   \
+      ->Args({0, 0})                               \
+      ->Args({1, 0})                               \
+      ->Args({0, 1})                               \
+      ->Args({0, 2})                               \
+      ->ArgNames({"dtype", "shape"})               \
+      ->UseManualTime()                            \
+      ->Unit(benchmark::kMillisecond)
+ATTENTION_CUDA_BENCH(forward, false);
+ATTENTION_CUDA_BENCH(forward_backward, true);
+#undef ATTENTION_CUDA_BENCH
+#endif
+
+}  // namespace
+}  // namespace colossal::kernels::attention
+
+BENCHMARK_MAIN();

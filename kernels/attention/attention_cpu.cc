@@ -1,0 +1,223 @@
+// CPU reference and backend for fused causal attention: one (batch, head) at a
+// time, every row of scores computed in double and never stored as a T x T
+// matrix; outputs rounded once to the tensor type.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kernels/attention/attention_internal.h"
+#include "kernels/common/dispatch.h"
+
+namespace colossal::kernels::attention {
+namespace {
+
+using internal::Geometry;
+
+template <typename F>
+KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
+  if (dtype == DType::kF64) return f(double{});
+  return dispatch_float_types(dtype, f);
+}
+
+template <typename T>
+double load(T v) {
+  return static_cast<double>(to_math(v));
+}
+
+template <typename T>
+T store(double v) {
+  using M = typename CpuMathType<T>::type;
+  return from_math<T>(static_cast<M>(v));
+}
+
+// Gathers head h of batch b of a strided tensor into a dense [seq, d] double array.
+template <typename T>
+void gather(std::vector<double>& out, const T* p, const Geometry& g, int64_t row_stride, int64_t b,
+            int64_t h) {
+  const int64_t d = g.head_dim;
+  out.resize(static_cast<size_t>(g.seq * d));
+  for (int64_t t = 0; t < g.seq; ++t) {
+    const T* row = p + (b * g.seq + t) * row_stride + h * d;
+    for (int64_t c = 0; c < d; ++c) out[t * d + c] = load(row[c]);
+  }
+}
+
+template <typename T>
+void scatter(T* p, const std::vector<double>& in, const Geometry& g, int64_t row_stride, int64_t b,
+             int64_t h) {
+  const int64_t d = g.head_dim;
+  for (int64_t t = 0; t < g.seq; ++t) {
+    T* row = p + (b * g.seq + t) * row_stride + h * d;
+    for (int64_t c = 0; c < d; ++c) row[c] = store<T>(in[t * d + c]);
+  }
+}
+
+// Row t of the causal softmax: p[j] for j <= t, and its natural-log logsumexp.
+double softmax_row(std::vector<double>& p, const std::vector<double>& q,
+                   const std::vector<double>& k, int64_t t, int64_t d, double scale) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j <= t; ++j) {
+    double s = 0;
+    for (int64_t c = 0; c < d; ++c) s += q[t * d + c] * k[j * d + c];
+    p[j] = scale * s;
+    m = std::max(m, p[j]);
+  }
+  double sum = 0;
+  for (int64_t j = 0; j <= t; ++j) {
+    p[j] = std::exp(p[j] - m);
+    sum += p[j];
+  }
+  for (int64_t j = 0; j <= t; ++j) p[j] /= sum;
+  return m + std::log(sum);
+}
+
+template <typename T>
+void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const Geometry& g,
+                   double scale) {
+  const int64_t d = g.head_dim, T_ = g.seq;
+  std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      gather(qh, q, g, g.qkv_row_stride, b, h);
+      gather(kh, k, g, g.qkv_row_stride, b, h);
+      gather(vh, v, g, g.qkv_row_stride, b, h);
+      for (int64_t t = 0; t < T_; ++t) {
+        const double l = softmax_row(p, qh, kh, t, d, scale);
+        if (lse != nullptr) lse[(b * g.heads + h) * T_ + t] = static_cast<float>(l);
+        for (int64_t c = 0; c < d; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
+          oh[t * d + c] = acc;
+        }
+      }
+      scatter(o, oh, g, g.o_row_stride, b, h);
+    }
+  }
+}
+
+template <typename T>
+void backward_typed(T* dq, T* dk, T* dv, const T* d_o, const T* q, const T* k, const T* v,
+                    const Geometry& g, double scale) {
+  const int64_t d = g.head_dim, T_ = g.seq;
+  const size_t n = static_cast<size_t>(T_ * d);
+  std::vector<double> qh, kh, vh, gh, p(static_cast<size_t>(T_)), ds(static_cast<size_t>(T_));
+  std::vector<double> dqh(n), dkh(n), dvh(n), orow(static_cast<size_t>(d));
+  for (int64_t b = 0; b < g.batch; ++b) {
+    for (int64_t h = 0; h < g.heads; ++h) {
+      gather(qh, q, g, g.qkv_row_stride, b, h);
+      gather(kh, k, g, g.qkv_row_stride, b, h);
+      gather(vh, v, g, g.qkv_row_stride, b, h);
+      gather(gh, d_o, g, g.o_row_stride, b, h);
+      std::fill(dkh.begin(), dkh.end(), 0.0);
+      std::fill(dvh.begin(), dvh.end(), 0.0);
+      for (int64_t t = 0; t < T_; ++t) {
+        (void)softmax_row(p, qh, kh, t, d, scale);
+        // D_t = dO_t . O_t with O_t recomputed in double.
+        double delta = 0;
+        for (int64_t c = 0; c < d; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
+          delta += gh[t * d + c] * acc;
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          double dp = 0;
+          for (int64_t c = 0; c < d; ++c) dp += gh[t * d + c] * vh[j * d + c];
+          ds[j] = p[j] * (dp - delta);
+        }
+        for (int64_t c = 0; c < d; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j <= t; ++j) acc += ds[j] * kh[j * d + c];
+          dqh[t * d + c] = scale * acc;
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          for (int64_t c = 0; c < d; ++c) {
+            dkh[j * d + c] += scale * ds[j] * qh[t * d + c];
+            dvh[j * d + c] += p[j] * gh[t * d + c];
+          }
+        }
+      }
+      scatter(dq, dqh, g, g.qkv_row_stride, b, h);
+      scatter(dk, dkh, g, g.qkv_row_stride, b, h);
+      scatter(dv, dvh, g, g.qkv_row_stride, b, h);
+    }
+  }
+}
+
+bool cpu_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kF64;
+}
+
+}  // namespace
+
+KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                          const void* v, int64_t batch, int64_t heads, int64_t seq,
+                                          int64_t head_dim, int64_t qkv_row_stride,
+                                          int64_t o_row_stride, DType dtype, float scale) {
+  const Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  KernelStatus s = internal::check_geometry(g);
+  if (!s.ok()) return s;
+  if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
+  if (g.empty()) return KernelStatus();
+  if (internal::any_null({o, q, k, v})) {
+    return KernelStatus::invalid_argument("attention forward: null o, q, k or v");
+  }
+  const size_t elem = dtype_size(dtype);
+  const auto qe = internal::extent(q, g, qkv_row_stride, elem);
+  const auto ke = internal::extent(k, g, qkv_row_stride, elem);
+  const auto ve = internal::extent(v, g, qkv_row_stride, elem);
+  const auto oe = internal::extent(o, g, o_row_stride, elem);
+  const size_t lse_bytes = static_cast<size_t>(batch * heads * seq) * sizeof(float);
+  if (internal::outputs_overlap_inputs({oe}, {qe, ke, ve}) ||
+      (lse != nullptr && internal::outputs_overlap_inputs({internal::plain_extent(lse, lse_bytes)},
+                                                          {qe, ke, ve, oe}))) {
+    return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
+                  static_cast<const T*>(v), g, static_cast<double>(scale));
+    return KernelStatus();
+  });
+}
+
+KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
+                                           const void* q, const void* k, const void* v,
+                                           const void* o, const float* lse, int64_t batch,
+                                           int64_t heads, int64_t seq, int64_t head_dim,
+                                           int64_t qkv_row_stride, int64_t o_row_stride,
+                                           DType dtype, float scale) {
+  (void)o;
+  (void)lse;
+  const Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  KernelStatus s = internal::check_geometry(g);
+  if (!s.ok()) return s;
+  if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
+  if (g.empty()) return KernelStatus();
+  if (internal::any_null({dq, dk, dv, d_o, q, k, v})) {
+    return KernelStatus::invalid_argument("attention backward: null dq, dk, dv, d_o, q, k or v");
+  }
+  const size_t elem = dtype_size(dtype);
+  if (internal::outputs_overlap_inputs(
+          {internal::extent(dq, g, qkv_row_stride, elem),
+           internal::extent(dk, g, qkv_row_stride, elem),
+           internal::extent(dv, g, qkv_row_stride, elem)},
+          {internal::extent(q, g, qkv_row_stride, elem),
+           internal::extent(k, g, qkv_row_stride, elem),
+           internal::extent(v, g, qkv_row_stride, elem),
+           internal::extent(d_o, g, o_row_stride, elem)})) {
+    return KernelStatus::invalid_argument("attention backward: dq, dk or dv overlaps an input");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    backward_typed(static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
+                   static_cast<const T*>(d_o), static_cast<const T*>(q), static_cast<const T*>(k),
+                   static_cast<const T*>(v), g, static_cast<double>(scale));
+    return KernelStatus();
+  });
+}
+
+}  // namespace colossal::kernels::attention

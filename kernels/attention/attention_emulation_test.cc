@@ -1,0 +1,409 @@
+// The CUDA kernels' own source (attention_kernels.h) run on the CPU: each
+// CTA is 128 host threads, and the few warp-level primitives the kernels use
+// are emulated from their PTX definitions (ldmatrix .x4 / .x4.trans fragment
+// layouts, mma.sync.m16n8k16 row.col with fp32 accumulation, shfl.xor,
+// bar.sync / bar.warp.sync, cp.async with zero-fill). Results are compared
+// with the CPU float64 reference, so the kernels' tiling, masking, online
+// softmax, fragment bookkeeping and strided I/O are checked in CI without a
+// GPU. cp.async copies run once at issue time and once deferred to the next
+// wait_group (the two extremes a real GPU can show), shared memory starts as
+// garbage, outputs as NaN. What this cannot check: the hardware's own
+// instruction semantics, timing, and register/shared-memory limits — the GPU
+// test (attention_test) covers those.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/attention/attention.h"
+#include "kernels/common/half.h"
+
+// ---- CUDA vocabulary on the host. ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __shared__
+#define __align__(n) __attribute__((aligned(n)))
+
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct __nv_bfloat16 {
+  uint16_t bits;
+};
+struct __half {
+  uint16_t bits;
+};
+
+thread_local uint3 threadIdx, blockIdx, gridDim, blockDim;
+
+inline float __log2f(float x) { return std::log2(x); }
+
+namespace colossal::kernels::attention {
+namespace {
+
+constexpr int kEmuThreads = 128;
+
+// One CTA's barriers and a per-lane exchange area for warp collectives.
+struct BlockState {
+  std::barrier<> block{kEmuThreads};
+  std::unique_ptr<std::barrier<>> warp[kEmuThreads / 32];
+  alignas(16) unsigned char slots[kEmuThreads / 32][32][64];
+  BlockState() {
+    for (auto& w : warp) w = std::make_unique<std::barrier<>>(32);
+  }
+};
+
+thread_local BlockState* tl_block = nullptr;
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+thread_local std::vector<PendingCopy> tl_pending;
+bool g_defer_copies = false;
+
+}  // namespace
+}  // namespace colossal::kernels::attention
+
+using colossal::kernels::attention::tl_block;
+
+inline void __syncthreads() { tl_block->block.arrive_and_wait(); }
+inline void __syncwarp() { tl_block->warp[threadIdx.x / 32]->arrive_and_wait(); }
+
+// Every lane posts `in`; once the warp has posted, each computes its result
+// from all lanes' inputs (get(lane)); a second barrier frees the slots.
+template <typename In, typename F>
+auto collective(const In& in, F compute) {
+  static_assert(sizeof(In) <= 64, "collective input too large");
+  const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  std::memcpy(tl_block->slots[w][l], &in, sizeof(In));
+  tl_block->warp[w]->arrive_and_wait();
+  auto get = [&](int lane) {
+    In v;
+    std::memcpy(&v, tl_block->slots[w][lane], sizeof(In));
+    return v;
+  };
+  auto out = compute(get, l);
+  tl_block->warp[w]->arrive_and_wait();
+  return out;
+}
+
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+  return collective(v, [&](auto get, int l) { return get(l ^ lane_mask); });
+}
+
+namespace colossal::kernels::attention {
+namespace cuda {
+inline float to_math(__nv_bfloat16 v) { return bfloat16_to_float(BFloat16{v.bits}); }
+inline float to_math(__half v) { return half_to_float(Half{v.bits}); }
+}  // namespace cuda
+
+namespace {
+
+alignas(16) unsigned char smem_raw[256 * 1024];
+
+// ---- The PTX wrappers attention.cu defines, emulated. ----
+
+inline void cp_async_16(void* smem, const void* gmem, bool valid) {
+  if (g_defer_copies) {
+    tl_pending.push_back({smem, gmem, valid});
+  } else if (valid) {
+    std::memcpy(smem, gmem, 16);
+  } else {
+    std::memset(smem, 0, 16);
+  }
+}
+inline void cp_async_commit() {}
+inline void cp_async_wait_all() {
+  for (const PendingCopy& c : tl_pending) {
+    if (c.valid) {
+      std::memcpy(c.dst, c.src, 16);
+    } else {
+      std::memset(c.dst, 0, 16);
+    }
+  }
+  tl_pending.clear();
+}
+
+// ldmatrix.x4: register i of lane l = row l / 4, columns 2 (l % 4) .. +1 of
+// matrix i, whose row r is at the address lane 8 i + r gave.
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  const auto out = collective(p, [](auto get, int l) {
+    std::array<uint32_t, 4> o;
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t* row = static_cast<const uint16_t*>(get(8 * i + l / 4));
+      o[i] = uint32_t{row[2 * (l % 4)]} | (uint32_t{row[2 * (l % 4) + 1]} << 16);
+    }
+    return o;
+  });
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+// .trans: the same of each matrix transposed.
+inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  const auto out = collective(p, [](auto get, int l) {
+    std::array<uint32_t, 4> o;
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t* r0 = static_cast<const uint16_t*>(get(8 * i + 2 * (l % 4)));
+      const uint16_t* r1 = static_cast<const uint16_t*>(get(8 * i + 2 * (l % 4) + 1));
+      o[i] = uint32_t{r0[l / 4]} | (uint32_t{r1[l / 4]} << 16);
+    }
+    return o;
+  });
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
+}
+
+template <typename T>
+float element(uint32_t reg, int e) {
+  const uint16_t bits = static_cast<uint16_t>(e ? reg >> 16 : reg & 0xffffu);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return bfloat16_to_float(BFloat16{bits});
+  } else {
+    return half_to_float(Half{bits});
+  }
+}
+
+struct MmaIn {
+  uint32_t a[4], b[2];
+  float c[4];
+};
+
+// mma.sync.m16n8k16.row.col, fp32 accumulate (g = lane / 4, t = lane % 4):
+//   a0: A[g][2t..], a1: A[g+8][2t..], a2: A[g][2t+8..], a3: A[g+8][2t+8..]
+//   b0: B[2t..][g], b1: B[2t+8..][g];  c/d: C[g][2t..], C[g+8][2t..]
+template <typename T>
+struct Mma {
+  static void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    MmaIn in;
+    for (int i = 0; i < 4; ++i) {
+      in.a[i] = a[i];
+      in.c[i] = d[i];
+    }
+    in.b[0] = b0;
+    in.b[1] = b1;
+    const auto out = collective(in, [&](auto get, int l) {
+      float A[16][16], B[16][8];
+      for (int j = 0; j < 32; ++j) {
+        const MmaIn v = get(j);
+        const int g = j / 4, t = j % 4;
+        for (int e = 0; e < 2; ++e) {
+          A[g][2 * t + e] = element<T>(v.a[0], e);
+          A[g + 8][2 * t + e] = element<T>(v.a[1], e);
+          A[g][2 * t + 8 + e] = element<T>(v.a[2], e);
+          A[g + 8][2 * t + 8 + e] = element<T>(v.a[3], e);
+          B[2 * t + e][g] = element<T>(v.b[0], e);
+          B[2 * t + 8 + e][g] = element<T>(v.b[1], e);
+        }
+      }
+      const int g = l / 4, t = l % 4;
+      std::array<float, 4> o;
+      for (int i = 0; i < 4; ++i) {
+        const int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        double acc = in.c[i];
+        for (int k = 0; k < 16; ++k) acc += double{A[row][k]} * B[k][col];
+        o[i] = static_cast<float>(acc);
+      }
+      return o;
+    });
+    for (int i = 0; i < 4; ++i) d[i] = out[i];
+  }
+  static uint32_t pack(float lo, float hi) {
+    uint16_t a, b;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      a = from_float<BFloat16>(lo).bits;
+      b = from_float<BFloat16>(hi).bits;
+    } else {
+      a = from_float<Half>(lo).bits;
+      b = from_float<Half>(hi).bits;
+    }
+    return uint32_t{a} | (uint32_t{b} << 16);
+  }
+};
+
+inline float fast_exp2(float x) { return std::exp2(x); }
+
+#define COLOSSAL_UNROLL
+#include "kernels/attention/attention_kernels.h"
+
+// Runs `kernel` over a gx x gy grid of 128-thread CTAs, one CTA at a time.
+template <typename K>
+void run_grid(K kernel, unsigned gx, unsigned gy, const Params& p) {
+  for (unsigned by = 0; by < gy; ++by) {
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      BlockState state;
+      std::memset(smem_raw, 0xFF, sizeof(smem_raw));  // garbage (NaN as half types)
+      std::vector<std::thread> threads;
+      for (unsigned t = 0; t < kEmuThreads; ++t) {
+        threads.emplace_back([&, t]() {
+          threadIdx.x = t;
+          blockIdx.x = bx;
+          blockIdx.y = by;
+          gridDim.x = gx;
+          gridDim.y = gy;
+          blockDim.x = kEmuThreads;
+          tl_block = &state;
+          tl_pending.clear();
+          kernel(p);
+          cp_async_wait_all();
+        });
+      }
+      for (std::thread& th : threads) th.join();
+    }
+  }
+}
+
+template <typename T, int D>
+void emulate_forward(const Params& p) {
+  static_assert(forward_smem_bytes<T, D>() <= static_cast<int>(sizeof(smem_raw)));
+  run_grid(forward_kernel<T, D>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+}
+
+template <typename T, int D>
+void emulate_backward(const Params& p) {
+  constexpr int BQ = dkdv_block_q<D>();
+  static_assert(dkdv_smem_bytes<T, D, BQ>() <= static_cast<int>(sizeof(smem_raw)));
+  static_assert(dq_smem_bytes<T, D>() <= static_cast<int>(sizeof(smem_raw)));
+  const int64_t rows = p.batch * p.seq * p.heads;
+  blockDim.x = 256;
+  for (int64_t i = 0; i < rows; ++i) {  // no collectives: one host thread suffices
+    blockIdx.x = static_cast<unsigned>(i / 256);
+    threadIdx.x = static_cast<unsigned>(i % 256);
+    delta_kernel<T, D>(p);
+  }
+  run_grid(dkdv_kernel<T, D, BQ>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+  run_grid(dq_kernel<T, D>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+}
+
+// |got - want| <= tol * (|want| + max |want|) over columns [col0, col0 + width)
+// of a [rows, stride] tensor; every other column must still be NaN.
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, int64_t stride,
+                  int64_t col0, int64_t width, int64_t owned, double tol, const std::string& what) {
+  double scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(i) % stride;
+    if (c >= col0 && c < col0 + width) scale = std::max(scale, std::fabs(want[i]));
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(i) % stride;
+    if (c >= owned) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << ": stride gap element " << i << " was written";
+      continue;
+    }
+    if (c < col0 || c >= col0 + width) continue;
+    const double bound = tol * (std::fabs(want[i]) + scale) + 1e-30;
+    ASSERT_LE(std::fabs(got[i] - want[i]), bound)
+        << what << " element " << i << ": got " << got[i] << " want " << want[i];
+  }
+}
+
+template <typename T, typename H>
+void check(int64_t B, int64_t NH, int64_t seq, int64_t pad, int D, uint32_t seed) {
+  constexpr DType dtype = std::is_same_v<H, BFloat16> ? DType::kBF16 : DType::kF16;
+  const std::string what = std::string(dtype_name(dtype)) + " B=" + std::to_string(B) +
+                           " H=" + std::to_string(NH) + " T=" + std::to_string(seq) +
+                           " D=" + std::to_string(D) + " pad=" + std::to_string(pad) +
+                           (g_defer_copies ? " deferred copies" : " eager copies");
+  SCOPED_TRACE(what);
+  const int64_t C = NH * D, qs = 3 * C + pad, os = C + pad;
+  const int64_t qn = B * seq * qs, on = B * seq * os;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> wide(-2, 2), unit(-1, 1);
+  const H nan{0xFFFF};
+  std::vector<H> qkv(qn), d_o(on), o(on, nan), dqkv(qn, nan);
+  std::vector<double> qkv_d(qn), do_d(on);
+  for (int64_t i = 0; i < qn; ++i) {
+    qkv[i] = from_float<H>(wide(rng));
+    qkv_d[i] = to_float(qkv[i]);
+  }
+  for (int64_t i = 0; i < on; ++i) {
+    d_o[i] = from_float<H>(unit(rng));
+    do_d[i] = to_float(d_o[i]);
+  }
+  const int64_t rows = B * NH * seq;
+  std::vector<float> lse(rows, NAN), delta(rows, NAN), lse_ref(rows);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<double> o_ref(on), dqkv_ref(qn);
+  ASSERT_TRUE(causal_attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(),
+                                           qkv_d.data() + C, qkv_d.data() + 2 * C, B, NH, seq, D,
+                                           qs, os, DType::kF64, scale)
+                  .ok());
+  ASSERT_TRUE(causal_attention_backward_cpu(dqkv_ref.data(), dqkv_ref.data() + C,
+                                            dqkv_ref.data() + 2 * C, do_d.data(), qkv_d.data(),
+                                            qkv_d.data() + C, qkv_d.data() + 2 * C, nullptr,
+                                            nullptr, B, NH, seq, D, qs, os, DType::kF64, scale)
+                  .ok());
+  Params p{};
+  p.q = qkv.data();
+  p.k = qkv.data() + C;
+  p.v = qkv.data() + 2 * C;
+  p.out = o.data();
+  p.o = o.data();
+  p.d_o = d_o.data();
+  p.dq = dqkv.data();
+  p.dk = dqkv.data() + C;
+  p.dv = dqkv.data() + 2 * C;
+  p.lse_out = lse.data();
+  p.lse = lse.data();
+  p.delta = delta.data();
+  p.qkv_stride = qs;
+  p.o_stride = os;
+  p.batch = B;
+  p.seq = static_cast<int>(seq);
+  p.heads = static_cast<int>(NH);
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+  if (D == 64) {
+    emulate_forward<T, 64>(p);
+    emulate_backward<T, 64>(p);
+  } else {
+    emulate_forward<T, 128>(p);
+    emulate_backward<T, 128>(p);
+  }
+  auto doubles = [](const std::vector<H>& v) {
+    std::vector<double> d(v.size());
+    for (size_t i = 0; i < v.size(); ++i) d[i] = to_float(v[i]);
+    return d;
+  };
+  // The CUDA test's tolerances (attention_test.cc).
+  const double tol_o = dtype == DType::kBF16 ? 1e-2 : 2e-3;
+  const double tol_g = dtype == DType::kBF16 ? 2e-2 : 4e-3;
+  expect_close(doubles(o), o_ref, os, 0, C, C, tol_o, what + " o");
+  for (int64_t i = 0; i < rows; ++i) {
+    ASSERT_NEAR(lse[i], lse_ref[i], 1e-4 * (1 + std::fabs(lse_ref[i]))) << what << " lse " << i;
+  }
+  const std::vector<double> grads = doubles(dqkv);
+  expect_close(grads, dqkv_ref, qs, 0, C, 3 * C, tol_g, what + " dq");
+  expect_close(grads, dqkv_ref, qs, C, C, 3 * C, tol_g, what + " dk");
+  expect_close(grads, dqkv_ref, qs, 2 * C, C, 3 * C, tol_g, what + " dv");
+}
+
+TEST(AttentionEmulationTest, KernelsMatchFloat64Reference) {
+  for (bool defer : {false, true}) {
+    g_defer_copies = defer;
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 0, 64, 1);
+    check<__nv_bfloat16, BFloat16>(2, 3, 17, 0, 64, 2);
+    check<__half, Half>(1, 2, 129, 8, 64, 3);
+    check<__nv_bfloat16, BFloat16>(1, 1, 100, 0, 128, 4);
+    check<__half, Half>(1, 2, 65, 8, 128, 5);
+    check<__nv_bfloat16, BFloat16>(1, 1, 128, 0, 64, 6);  // whole tiles only
+    check<__half, Half>(1, 1, 96, 0, 128, 7);             // whole 32-row query blocks
+  }
+  g_defer_copies = false;
+}
+
+}  // namespace
+}  // namespace colossal::kernels::attention

@@ -1,0 +1,87 @@
+// Private to kernels/attention: argument checks shared by the CPU and CUDA
+// paths, so both accept exactly the same geometry.
+#ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
+#define COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "kernels/common/dtype.h"
+#include "kernels/common/status.h"
+
+namespace colossal::kernels::attention::internal {
+
+struct Geometry {
+  int64_t batch, heads, seq, head_dim, qkv_row_stride, o_row_stride;
+  bool empty() const { return batch == 0 || heads == 0 || seq == 0 || head_dim == 0; }
+};
+
+// Non-negative sizes, strides that hold a row of heads * head_dim, and sizes
+// whose byte extents fit in int64_t.
+inline KernelStatus check_geometry(const Geometry& g) {
+  if (g.batch < 0 || g.heads < 0 || g.seq < 0 || g.head_dim < 0) {
+    return KernelStatus::invalid_argument("attention: negative size");
+  }
+  if (g.empty()) return KernelStatus();
+  int64_t row = 0, rows = 0, bytes = 0;
+  if (__builtin_mul_overflow(g.heads, g.head_dim, &row) ||
+      __builtin_mul_overflow(g.batch, g.seq, &rows)) {
+    return KernelStatus::invalid_argument("attention: tensor too large");
+  }
+  if (g.qkv_row_stride < row || g.o_row_stride < row) {
+    return KernelStatus::invalid_argument(
+        "attention: a row stride is smaller than heads * head_dim");
+  }
+  for (int64_t stride : {g.qkv_row_stride, g.o_row_stride}) {
+    if (__builtin_mul_overflow(rows, stride, &bytes) ||
+        __builtin_mul_overflow(bytes, int64_t{8}, &bytes)) {
+      return KernelStatus::invalid_argument("attention: tensor too large");
+    }
+  }
+  if (__builtin_mul_overflow(rows, g.heads, &bytes)) {
+    return KernelStatus::invalid_argument("attention: tensor too large");
+  }
+  return KernelStatus();
+}
+
+// Byte range [begin, end) that a strided [batch * seq, heads * head_dim] tensor spans.
+struct Extent {
+  uintptr_t begin, end;
+};
+
+inline Extent extent(const void* p, const Geometry& g, int64_t row_stride, size_t elem) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  const uint64_t last = static_cast<uint64_t>((g.batch * g.seq - 1) * row_stride) +
+                        static_cast<uint64_t>(g.heads * g.head_dim);
+  return {b, b + static_cast<uintptr_t>(last * elem)};
+}
+
+inline Extent plain_extent(const void* p, size_t bytes) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  return {b, b + bytes};
+}
+
+inline bool overlap(Extent a, Extent b) { return a.begin < b.end && b.begin < a.end; }
+
+// True when any output extent shares a byte with any input extent.
+inline bool outputs_overlap_inputs(std::initializer_list<Extent> outputs,
+                                   std::initializer_list<Extent> inputs) {
+  for (const Extent& o : outputs) {
+    for (const Extent& i : inputs) {
+      if (overlap(o, i)) return true;
+    }
+  }
+  return false;
+}
+
+inline bool any_null(std::initializer_list<const void*> ptrs) {
+  for (const void* p : ptrs) {
+    if (p == nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace colossal::kernels::attention::internal
+
+#endif  // COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_

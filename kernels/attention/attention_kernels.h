@@ -1,0 +1,602 @@
+// Private to kernels/attention: the device code of the fused causal attention
+// (parameters, tile helpers and the four kernels), included textually inside
+// namespace colossal::kernels::attention::{anonymous} by
+//   * attention.cu, after the PTX wrappers it calls (cp_async_16,
+//     cp_async_commit, cp_async_wait_all, ldsm_x4, ldsm_x4_trans, Mma<T>::run,
+//     Mma<T>::pack, fast_exp2), and
+//   * attention_emulation_test.cc, after host emulations of the same wrappers
+//     and of threadIdx / __syncthreads / __syncwarp / __shfl_xor_sync, so CI
+//     without a GPU runs this exact code on CPU threads.
+// No include guard and no includes: a fragment, not a standalone header.
+// COLOSSAL_UNROLL is #pragma unroll under nvcc and empty in the emulation.
+// See attention.cu for the design.
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kBlock = 64;     // rows per CTA tile (4 warps x 16)
+constexpr int64_t kMaxSeq = int64_t{1} << 30;
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const void* o;    // forward output (backward input)
+  const void* d_o;  // backward
+  void* out;        // forward: o
+  void* dq;
+  void* dk;
+  void* dv;
+  float* lse_out;       // forward
+  const float* lse;     // backward
+  float* delta;         // backward workspace
+  int64_t qkv_stride;   // elements between consecutive positions of q, k, v, dq, dk, dv
+  int64_t o_stride;     // ... of o, d_o
+  int64_t batch;
+  int seq, heads;
+  float scale;       // softmax scale
+  float scale_log2;  // scale * log2(e)
+};
+
+// ---------------------------------------------------------------------------
+// Tiles. A tile is kRows x D elements in shared memory, row pitch D + 8.
+
+template <int D>
+constexpr int pitch() {
+  return D + 8;
+}
+
+// Copies rows row0 .. row0 + kRows - 1 of one head (base points at position 0
+// of that head) into `tile`; rows at or past seq are zero-filled.
+template <typename T, int D, int kRows>
+__device__ __forceinline__ void load_tile(T* tile, const T* base, int64_t stride, int row0,
+                                          int seq) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  static_assert(kChunks % kThreads == 0, "tile chunks must divide among the threads");
+COLOSSAL_UNROLL
+  for (int i = 0; i < kChunks / kThreads; ++i) {
+    const int c = i * kThreads + threadIdx.x;
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int row = row0 + r;
+    const bool valid = row < seq;
+    const T* src = valid ? base + static_cast<int64_t>(row) * stride + col : base;
+    cp_async_16(tile + r * pitch<D>() + col, src, valid);
+  }
+}
+
+// A operand (16 rows x 16 k) from rows row0.. of a tile, k columns k0..k0+15.
+template <int D, typename T>
+__device__ __forceinline__ void load_a(uint32_t (&a)[4], const T* tile, int row0, int k0,
+                                       int lane) {
+  ldsm_x4(a, tile + (row0 + (lane & 15)) * pitch<D>() + k0 + (lane >> 4) * 8);
+}
+
+// B operands of two n-tiles (n0..n0+7 -> b[0], b[1]; n0+8..n0+15 -> b[2], b[3])
+// for B[k][n] = tile[n][k] (the tile's rows are B's columns): k0..k0+15.
+template <int D, typename T>
+__device__ __forceinline__ void load_b_rows(uint32_t (&b)[4], const T* tile, int n0, int k0,
+                                            int lane) {
+  ldsm_x4(b, tile + (n0 + ((lane >> 4) << 3) + (lane & 7)) * pitch<D>() + k0 +
+                 ((lane >> 3) & 1) * 8);
+}
+
+// B operands of two n-tiles for B[k][n] = tile[k][n] (the tile's rows are B's
+// rows, k0..k0+15; columns n0..n0+15): transposed ldmatrix.
+template <int D, typename T>
+__device__ __forceinline__ void load_b_trans(uint32_t (&b)[4], const T* tile, int k0, int n0,
+                                             int lane) {
+  ldsm_x4_trans(b, tile + (k0 + ((lane >> 3) & 1) * 8 + (lane & 7)) * pitch<D>() + n0 +
+                       (lane >> 4) * 8);
+}
+
+// The A operand (16 x 16) made of accumulator n-tiles 2c and 2c + 1.
+template <typename T>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&lo)[4],
+                                         const float (&hi)[4]) {
+  a[0] = Mma<T>::pack(lo[0], lo[1]);
+  a[1] = Mma<T>::pack(lo[2], lo[3]);
+  a[2] = Mma<T>::pack(hi[0], hi[1]);
+  a[3] = Mma<T>::pack(hi[2], hi[3]);
+}
+
+// Writes a warp's 16 x D accumulator (rows row0.. of `stage`, scaled by mul[r]
+// for row half r) into shared memory, then the 16 rows to global memory with
+// 16-byte stores (rows at or past seq skipped). `global_row0` is the position
+// of stage row row0.
+template <typename T, int D>
+__device__ __forceinline__ void store_rows(T* stage, const float (&acc)[D / 8][4],
+                                           const float (&mul)[2], int row0, T* base,
+                                           int64_t stride, int global_row0, int seq, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+COLOSSAL_UNROLL
+  for (int dt = 0; dt < D / 8; ++dt) {
+COLOSSAL_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      *reinterpret_cast<uint32_t*>(stage + (row0 + g + 8 * r) * pitch<D>() + dt * 8 + 2 * t) =
+          Mma<T>::pack(acc[dt][2 * r] * mul[r], acc[dt][2 * r + 1] * mul[r]);
+    }
+  }
+  __syncwarp();
+  constexpr int kChunksPerRow = D / 8;
+COLOSSAL_UNROLL
+  for (int i = 0; i < 16 * kChunksPerRow / 32; ++i) {
+    const int c = i * 32 + lane;
+    const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    const int row = global_row0 + r;
+    if (row < seq) {
+      *reinterpret_cast<uint4*>(base + static_cast<int64_t>(row) * stride + col) =
+          *reinterpret_cast<const uint4*>(stage + (row0 + r) * pitch<D>() + col);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Forward.
+
+template <typename T, int D>
+constexpr int forward_smem_bytes() {
+  return 5 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, 2 x K, 2 x V
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
+  constexpr int kTile = kBlock * pitch<D>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + kTile;      // 2 tiles
+  T* sV = sK + 2 * kTile;  // 2 tiles
+  const int seq = p.seq;
+  const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest (longest) query blocks first
+  const int bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const int q0 = qb * kBlock;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
+  const T* Q = static_cast<const T*>(p.q) + qkv_head;
+  const T* K = static_cast<const T*>(p.k) + qkv_head;
+  const T* V = static_cast<const T*>(p.v) + qkv_head;
+
+  load_tile<T, D, kBlock>(sQ, Q, p.qkv_stride, q0, seq);
+  load_tile<T, D, kBlock>(sK, K, p.qkv_stride, 0, seq);
+  load_tile<T, D, kBlock>(sV, V, p.qkv_stride, 0, seq);
+  cp_async_commit();
+
+  uint32_t qf[D / 16][4];
+  float acc[D / 8][4];
+COLOSSAL_UNROLL
+  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row_base = q0 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
+  const int n_kb = qb + 1;
+
+  for (int j = 0; j < n_kb; ++j) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (j == 0) {
+COLOSSAL_UNROLL
+      for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sQ, warp * 16, kk * 16, lane);
+    }
+    if (j + 1 < n_kb) {
+      const int nb = (j + 1) & 1;
+      load_tile<T, D, kBlock>(sK + nb * kTile, K, p.qkv_stride, (j + 1) * kBlock, seq);
+      load_tile<T, D, kBlock>(sV + nb * kTile, V, p.qkv_stride, (j + 1) * kBlock, seq);
+    }
+    cp_async_commit();
+    const T* kt = sK + (j & 1) * kTile;
+    const T* vt = sV + (j & 1) * kTile;
+
+    // S = Q K^T: 16 rows x 64 keys per warp.
+    float s[8][4];
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+COLOSSAL_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+COLOSSAL_UNROLL
+      for (int nb = 0; nb < 4; ++nb) {
+        uint32_t kf[4];
+        load_b_rows<D>(kf, kt, nb * 16, kk * 16, lane);
+        Mma<T>::run(s[2 * nb], qf[kk], kf[0], kf[1]);
+        Mma<T>::run(s[2 * nb + 1], qf[kk], kf[2], kf[3]);
+      }
+    }
+    // Scale into log2 units; mask keys past the query (and past seq) on the diagonal block.
+    const int kv0 = j * kBlock;
+    const bool diag = j == n_kb - 1;
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < 8; ++nt) {
+COLOSSAL_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        float x = s[nt][i] * p.scale_log2;
+        if (diag) {
+          const int col = kv0 + nt * 8 + 2 * t + (i & 1);
+          const int row = row_base + 8 * (i >> 1);
+          if (col > row || col >= seq) x = -INFINITY;
+        }
+        s[nt][i] = x;
+      }
+    }
+    // Online softmax, per row half r (the 4 lanes of a quad share a row).
+COLOSSAL_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+COLOSSAL_UNROLL
+      for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = fast_exp2(m[r] - m_use);
+      m[r] = m_new;
+      float sum = 0.0f;
+COLOSSAL_UNROLL
+      for (int nt = 0; nt < 8; ++nt) {
+COLOSSAL_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(s[nt][2 * r + e] - m_use);
+          s[nt][2 * r + e] = pv;
+          sum += pv;
+        }
+      }
+      l[r] = l[r] * alpha + sum;
+COLOSSAL_UNROLL
+      for (int dt = 0; dt < D / 8; ++dt) {
+        acc[dt][2 * r] *= alpha;
+        acc[dt][2 * r + 1] *= alpha;
+      }
+    }
+    // O += P V.
+COLOSSAL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      uint32_t a[4];
+      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
+COLOSSAL_UNROLL
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t vf[4];
+        load_b_trans<D>(vf, vt, c * 16, dp * 16, lane);
+        Mma<T>::run(acc[2 * dp], a, vf[0], vf[1]);
+        Mma<T>::run(acc[2 * dp + 1], a, vf[2], vf[3]);
+      }
+    }
+  }
+
+  float inv[2];
+COLOSSAL_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const int row = row_base + 8 * r;
+    if (t == 0 && row < seq) {
+      p.lse_out[static_cast<int64_t>(bh) * seq + row] = (m[r] + __log2f(l[r])) * kLn2;
+    }
+  }
+  __syncthreads();  // every warp is done with the shared tiles; each stages into its own Q rows
+  T* O = static_cast<T*>(p.out) + b * seq * p.o_stride + h * D;
+  store_rows<T, D>(sQ, acc, inv, warp * 16, O, p.o_stride, q0 + warp * 16, seq, lane);
+}
+
+// ---------------------------------------------------------------------------
+// Backward.
+
+// delta[(b * heads + h) * seq + t] = sum_c dO[b, t, h, c] * O[b, t, h, c]; one
+// thread per (b, t, h), consecutive threads on consecutive heads.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) delta_kernel(Params p) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t total = p.batch * p.seq * p.heads;
+  if (idx >= total) return;
+  const int64_t h = idx % p.heads, bt = idx / p.heads;
+  const int64_t b = bt / p.seq, pos = bt % p.seq;
+  const T* o = static_cast<const T*>(p.o) + bt * p.o_stride + h * D;
+  const T* go = static_cast<const T*>(p.d_o) + bt * p.o_stride + h * D;
+  uint4 ov[D / 8], gv[D / 8];
+COLOSSAL_UNROLL
+  for (int c = 0; c < D / 8; ++c) {
+    ov[c] = *reinterpret_cast<const uint4*>(o + 8 * c);
+    gv[c] = *reinterpret_cast<const uint4*>(go + 8 * c);
+  }
+  float sum = 0.0f;
+COLOSSAL_UNROLL
+  for (int c = 0; c < D / 8; ++c) {
+    const T* oe = reinterpret_cast<const T*>(&ov[c]);
+    const T* ge = reinterpret_cast<const T*>(&gv[c]);
+COLOSSAL_UNROLL
+    for (int e = 0; e < 8; ++e) sum += cuda::to_math(oe[e]) * cuda::to_math(ge[e]);
+  }
+  p.delta[(b * p.heads + h) * p.seq + pos] = sum;
+}
+
+template <typename T, int D, int BQ>
+constexpr int dkdv_smem_bytes() {
+  return (2 * kBlock + 4 * BQ) * pitch<D>() * static_cast<int>(sizeof(T)) +
+         4 * BQ * static_cast<int>(sizeof(float));
+}
+
+// Query-block rows per dK/dV step: 64 for D = 64; 32 for D = 128 (keeps the
+// accumulators of two 16 x 128 tiles plus S^T and dP^T in registers).
+template <int D>
+constexpr int dkdv_block_q() {
+  return D <= 64 ? 64 : 32;
+}
+
+template <typename T, int D, int BQ>
+__global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
+  constexpr int kKV = kBlock * pitch<D>();
+  constexpr int kQT = BQ * pitch<D>();
+  constexpr int NT = BQ / 8;  // query n-tiles of S^T
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + kKV;
+  T* sQ = sV + kKV;       // 2 tiles
+  T* sdO = sQ + 2 * kQT;  // 2 tiles
+  float* sL = reinterpret_cast<float*>(sdO + 2 * kQT);  // 2 x BQ: lse * log2(e)
+  float* sD = sL + 2 * BQ;                              // 2 x BQ: delta
+  const int seq = p.seq;
+  const int kb = blockIdx.x;  // low key blocks see the most queries: launched first
+  const int bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const int kv0 = kb * kBlock;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
+  const int64_t o_head = b * seq * p.o_stride + h * D;
+  const T* Q = static_cast<const T*>(p.q) + qkv_head;
+  const T* K = static_cast<const T*>(p.k) + qkv_head;
+  const T* V = static_cast<const T*>(p.v) + qkv_head;
+  const T* dO = static_cast<const T*>(p.d_o) + o_head;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * seq;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * seq;
+
+  auto load_q_block = [&](int i, int buf) {
+    load_tile<T, D, BQ>(sQ + buf * kQT, Q, p.qkv_stride, i * BQ, seq);
+    load_tile<T, D, BQ>(sdO + buf * kQT, dO, p.o_stride, i * BQ, seq);
+    const int tid = threadIdx.x;
+    if (tid < BQ) {
+      const int row = i * BQ + tid;
+      sL[buf * BQ + tid] = row < seq ? lse[row] * kLog2e : 0.0f;
+    } else if (tid < 2 * BQ) {
+      const int row = i * BQ + tid - BQ;
+      sD[buf * BQ + tid - BQ] = row < seq ? delta[row] : 0.0f;
+    }
+  };
+
+  const int i0 = kv0 / BQ;
+  const int n_qb = (seq + BQ - 1) / BQ;
+  load_tile<T, D, kBlock>(sK, K, p.qkv_stride, kv0, seq);
+  load_tile<T, D, kBlock>(sV, V, p.qkv_stride, kv0, seq);
+  load_q_block(i0, 0);
+  cp_async_commit();
+
+  float dk[D / 8][4], dv[D / 8][4];
+COLOSSAL_UNROLL
+  for (int dt = 0; dt < D / 8; ++dt) {
+COLOSSAL_UNROLL
+    for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.0f;
+  }
+  const int kv_row_base = kv0 + warp * 16 + g;  // this thread's keys: kv_row_base, +8
+
+  for (int i = i0; i < n_qb; ++i) {
+    const int buf = (i - i0) & 1;
+    cp_async_wait_all();
+    __syncthreads();
+    if (i + 1 < n_qb) load_q_block(i + 1, buf ^ 1);
+    cp_async_commit();
+    const T* qt = sQ + buf * kQT;
+    const T* dot = sdO + buf * kQT;
+    const float* lt = sL + buf * BQ;
+    const float* dlt = sD + buf * BQ;
+    const int q0 = i * BQ;
+
+    // S^T = K Q^T: 16 keys x BQ queries per warp.
+    float s[NT][4];
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+COLOSSAL_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t kf[4];
+      load_a<D>(kf, sK, warp * 16, kk * 16, lane);
+COLOSSAL_UNROLL
+      for (int nb = 0; nb < NT / 2; ++nb) {
+        uint32_t qf[4];
+        load_b_rows<D>(qf, qt, nb * 16, kk * 16, lane);
+        Mma<T>::run(s[2 * nb], kf, qf[0], qf[1]);
+        Mma<T>::run(s[2 * nb + 1], kf, qf[2], qf[3]);
+      }
+    }
+    // P^T = exp2(S^T * scale log2 e - lse log2 e); 0 where the key is after the
+    // query (or the query is past seq).
+    const bool need_mask = q0 < kv0 + kBlock || q0 + BQ > seq;
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+COLOSSAL_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int ql = nt * 8 + 2 * t + (e & 1);
+        float pv = fast_exp2(s[nt][e] * p.scale_log2 - lt[ql]);
+        if (need_mask) {
+          const int qrow = q0 + ql, krow = kv_row_base + 8 * (e >> 1);
+          if (qrow < krow || qrow >= seq) pv = 0.0f;
+        }
+        s[nt][e] = pv;
+      }
+    }
+    // dV += P^T dO.
+COLOSSAL_UNROLL
+    for (int c = 0; c < NT / 2; ++c) {
+      uint32_t a[4];
+      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
+COLOSSAL_UNROLL
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t f[4];
+        load_b_trans<D>(f, dot, c * 16, dp * 16, lane);
+        Mma<T>::run(dv[2 * dp], a, f[0], f[1]);
+        Mma<T>::run(dv[2 * dp + 1], a, f[2], f[3]);
+      }
+    }
+    // dP^T = V dO^T.
+    float dpt[NT][4];
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < NT; ++nt) dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
+COLOSSAL_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t vf[4];
+      load_a<D>(vf, sV, warp * 16, kk * 16, lane);
+COLOSSAL_UNROLL
+      for (int nb = 0; nb < NT / 2; ++nb) {
+        uint32_t f[4];
+        load_b_rows<D>(f, dot, nb * 16, kk * 16, lane);
+        Mma<T>::run(dpt[2 * nb], vf, f[0], f[1]);
+        Mma<T>::run(dpt[2 * nb + 1], vf, f[2], f[3]);
+      }
+    }
+    // dS^T = P^T (dP^T - delta[query]).
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < NT; ++nt) {
+COLOSSAL_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        const int ql = nt * 8 + 2 * t + (e & 1);
+        s[nt][e] = s[nt][e] * (dpt[nt][e] - dlt[ql]);
+      }
+    }
+    // dK += dS^T Q (times scale at the end).
+COLOSSAL_UNROLL
+    for (int c = 0; c < NT / 2; ++c) {
+      uint32_t a[4];
+      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
+COLOSSAL_UNROLL
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t f[4];
+        load_b_trans<D>(f, qt, c * 16, dp * 16, lane);
+        Mma<T>::run(dk[2 * dp], a, f[0], f[1]);
+        Mma<T>::run(dk[2 * dp + 1], a, f[2], f[3]);
+      }
+    }
+  }
+
+  __syncthreads();  // each warp stages into its own rows of sK / sV
+  const float scale2[2] = {p.scale, p.scale}, one2[2] = {1.0f, 1.0f};
+  store_rows<T, D>(sK, dk, scale2, warp * 16, static_cast<T*>(p.dk) + qkv_head, p.qkv_stride,
+                   kv0 + warp * 16, seq, lane);
+  store_rows<T, D>(sV, dv, one2, warp * 16, static_cast<T*>(p.dv) + qkv_head, p.qkv_stride,
+                   kv0 + warp * 16, seq, lane);
+}
+
+template <typename T, int D>
+constexpr int dq_smem_bytes() {
+  return 6 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, dO, 2 x K, 2 x V
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
+  constexpr int kTile = kBlock * pitch<D>();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + kTile;
+  T* sK = sdO + kTile;     // 2 tiles
+  T* sV = sK + 2 * kTile;  // 2 tiles
+  const int seq = p.seq;
+  const int qb = gridDim.x - 1 - blockIdx.x;
+  const int bh = blockIdx.y;
+  const int64_t b = bh / p.heads, h = bh % p.heads;
+  const int q0 = qb * kBlock;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
+  const int64_t o_head = b * seq * p.o_stride + h * D;
+  const T* Q = static_cast<const T*>(p.q) + qkv_head;
+  const T* K = static_cast<const T*>(p.k) + qkv_head;
+  const T* V = static_cast<const T*>(p.v) + qkv_head;
+  const T* dO = static_cast<const T*>(p.d_o) + o_head;
+
+  load_tile<T, D, kBlock>(sQ, Q, p.qkv_stride, q0, seq);
+  load_tile<T, D, kBlock>(sdO, dO, p.o_stride, q0, seq);
+  load_tile<T, D, kBlock>(sK, K, p.qkv_stride, 0, seq);
+  load_tile<T, D, kBlock>(sV, V, p.qkv_stride, 0, seq);
+  cp_async_commit();
+
+  const int row_base = q0 + warp * 16 + g;
+  float lse2[2], dl[2];
+COLOSSAL_UNROLL
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_base + 8 * r;
+    lse2[r] = row < seq ? p.lse[static_cast<int64_t>(bh) * seq + row] * kLog2e : 0.0f;
+    dl[r] = row < seq ? p.delta[static_cast<int64_t>(bh) * seq + row] : 0.0f;
+  }
+  float dq[D / 8][4];
+COLOSSAL_UNROLL
+  for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+  const int n_kb = qb + 1;
+
+  for (int j = 0; j < n_kb; ++j) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (j + 1 < n_kb) {
+      const int nb = (j + 1) & 1;
+      load_tile<T, D, kBlock>(sK + nb * kTile, K, p.qkv_stride, (j + 1) * kBlock, seq);
+      load_tile<T, D, kBlock>(sV + nb * kTile, V, p.qkv_stride, (j + 1) * kBlock, seq);
+    }
+    cp_async_commit();
+    const T* kt = sK + (j & 1) * kTile;
+    const T* vt = sV + (j & 1) * kTile;
+
+    // S = Q K^T and dP = dO V^T: 16 queries x 64 keys per warp.
+    float s[8][4], dp[8][4];
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < 8; ++nt) {
+COLOSSAL_UNROLL
+      for (int i = 0; i < 4; ++i) s[nt][i] = dp[nt][i] = 0.0f;
+    }
+COLOSSAL_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qf[4], of[4];
+      load_a<D>(qf, sQ, warp * 16, kk * 16, lane);
+      load_a<D>(of, sdO, warp * 16, kk * 16, lane);
+COLOSSAL_UNROLL
+      for (int nb = 0; nb < 4; ++nb) {
+        uint32_t kf[4], vf[4];
+        load_b_rows<D>(kf, kt, nb * 16, kk * 16, lane);
+        Mma<T>::run(s[2 * nb], qf, kf[0], kf[1]);
+        Mma<T>::run(s[2 * nb + 1], qf, kf[2], kf[3]);
+        load_b_rows<D>(vf, vt, nb * 16, kk * 16, lane);
+        Mma<T>::run(dp[2 * nb], of, vf[0], vf[1]);
+        Mma<T>::run(dp[2 * nb + 1], of, vf[2], vf[3]);
+      }
+    }
+    // dS = P (dP - delta), P = exp2(S * scale log2 e - lse log2 e), 0 past the diagonal.
+    const int kv0 = j * kBlock;
+    const bool diag = j == n_kb - 1;
+COLOSSAL_UNROLL
+    for (int nt = 0; nt < 8; ++nt) {
+COLOSSAL_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1;
+        float pv = fast_exp2(s[nt][i] * p.scale_log2 - lse2[r]);
+        if (diag) {
+          const int col = kv0 + nt * 8 + 2 * t + (i & 1);
+          if (col > row_base + 8 * r || col >= seq) pv = 0.0f;
+        }
+        s[nt][i] = pv * (dp[nt][i] - dl[r]);
+      }
+    }
+    // dQ += dS K (times scale at the end).
+COLOSSAL_UNROLL
+    for (int c = 0; c < 4; ++c) {
+      uint32_t a[4];
+      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
+COLOSSAL_UNROLL
+      for (int dd = 0; dd < D / 16; ++dd) {
+        uint32_t f[4];
+        load_b_trans<D>(f, kt, c * 16, dd * 16, lane);
+        Mma<T>::run(dq[2 * dd], a, f[0], f[1]);
+        Mma<T>::run(dq[2 * dd + 1], a, f[2], f[3]);
+      }
+    }
+  }
+
+  __syncthreads();
+  const float scale2[2] = {p.scale, p.scale};
+  store_rows<T, D>(sQ, dq, scale2, warp * 16, static_cast<T*>(p.dq) + qkv_head, p.qkv_stride,
+                   q0 + warp * 16, seq, lane);
+}
+
