@@ -134,6 +134,28 @@ done
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port 29631 "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"; failures=$((failures + 1)); fi
+# A worker killed mid-run: the launcher stops the other and exits non-zero
+# naming it, and the last checkpoint resumes (saves are atomic).
+children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
+mkdir -p "$tmp/killed" && cp -r "$here/lua/testdata/corpus" "$tmp/killed/corpus"
+(cd "$tmp/killed" && exec "$bin" run --nproc_per_node 2 --master_port 29643 "$tiny" --set steps=1000000 \
+  >"$tmp/killed.out" 2>"$tmp/killed.err") &
+launcher=$!
+for _ in $(seq 1 600); do [[ -f "$tmp/killed/checkpoints/tiny/latest" ]] && break; sleep 0.1; done
+victim=$(children "$launcher" | tail -1)
+if [[ -n "$victim" ]]; then kill -9 "$victim"; fi
+wait "$launcher"
+code=$?
+if [[ -z "$victim" || "$code" == 0 ]]; then
+  echo "FAIL: killing worker '$victim' left the launcher with exit code $code"; failures=$((failures + 1))
+fi
+expect "$tmp/killed.err" 'colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) was killed by SIGKILL'
+last=$(sed 's/^step_0*//' "$tmp/killed/checkpoints/tiny/latest" 2>/dev/null)
+# (with the same number of workers: the data order depends on it)
+train "$tmp/killed" 0 run --nproc_per_node 2 --master_port 29645 "$tiny" --set steps=$((last + 2)) &&
+  expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last\\)$" &&
+  expect "$out" "^\\[rank 0\\] step +$((last + 2))/$((last + 2))"
+
 # Optimizer and model state through booster:save_/load_optimizer and _model.
 train "$tmp/optio" 0 "$here/lua/testdata/optimizer_io.lua" && expect "$out" '^optimizer_io: ok'
 bin="lua/colossal"
