@@ -31,6 +31,10 @@ expect() {
   fi
 }
 
+# A port for a job's rendezvous: random, so parallel runs of this test (and
+# other tests) do not meet on one.
+port() { echo $((20000 + RANDOM % 20000)); }
+
 # --- help and usage ----------------------------------------------------------
 run_cli 0 --help && expect "$out" '^usage: colossal <command>' && expect "$out" '^exit codes: 0 ok'
 run_cli 2 && expect "$err" '^usage: colossal'
@@ -84,7 +88,7 @@ run_cli 1 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok
   expect "$err" "^colossal data prepare: .*$tmp/absent"
 
 # --- run: two workers --------------------------------------------------------
-run_cli 0 run --nproc_per_node 2 --master_port 29617 check &&
+run_cli 0 run --nproc_per_node 2 --master_port $(port) check &&
   expect "$out" '^\[rank 0\] Lua: +Lua 5\.4' && expect "$out" '^\[rank 1\] Lua: +Lua 5\.4'
 # A failing worker: its exit code comes back, and it is named.
 run_cli 1 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
@@ -131,14 +135,14 @@ for step in 5 6; do
   [[ -n "$a" && "$a" == "$b" ]] || { echo "FAIL: step $step: straight $a, resumed $b"; failures=$((failures + 1)); }
 done
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
-train "$tmp/two" 0 run --nproc_per_node 2 --master_port 29631 "$tiny" &&
+train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"; failures=$((failures + 1)); fi
 # A worker killed mid-run: the launcher stops the other and exits non-zero
 # naming it, and the last checkpoint resumes (saves are atomic).
 children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
 mkdir -p "$tmp/killed" && cp -r "$here/lua/testdata/corpus" "$tmp/killed/corpus"
-(cd "$tmp/killed" && exec "$bin" run --nproc_per_node 2 --master_port 29643 "$tiny" --set steps=1000000 \
+(cd "$tmp/killed" && exec "$bin" run --nproc_per_node 2 --master_port $(port) "$tiny" --set steps=1000000 \
   >"$tmp/killed.out" 2>"$tmp/killed.err") &
 launcher=$!
 for _ in $(seq 1 600); do [[ -f "$tmp/killed/checkpoints/tiny/latest" ]] && break; sleep 0.1; done
@@ -152,7 +156,7 @@ fi
 expect "$tmp/killed.err" 'colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) was killed by SIGKILL'
 last=$(sed 's/^step_0*//' "$tmp/killed/checkpoints/tiny/latest" 2>/dev/null)
 # (with the same number of workers: the data order depends on it)
-train "$tmp/killed" 0 run --nproc_per_node 2 --master_port 29645 "$tiny" --set steps=$((last + 2)) &&
+train "$tmp/killed" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" --set steps=$((last + 2)) &&
   expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last\\)$" &&
   expect "$out" "^\\[rank 0\\] step +$((last + 2))/$((last + 2))"
 
