@@ -23,7 +23,7 @@
 // (ContextOptions::gemm_autotune, else the environment variable
 // COLOSSAL_GEMM_AUTOTUNE):
 //   on (default, "1")  the first call of a problem asks cuBLASLt's heuristic for
-//       its top 32 candidates, runs each on the compute stream (2 warm-ups, then 2
+//       its top 8 candidates, runs each on the compute stream (2 warm-ups, then 2
 //       interleaved rounds of 5 calls between CUDA events) and keeps the fastest
 //       (ties: the heuristic's order). That first call blocks the host until the
 //       timing is done and costs 12 GEMMs per candidate; later calls cost
