@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
+#include "comm/builtin/child_group_testing.h"
 #include "comm/builtin/process_group_builtin.h"
 #include "comm/store/tcp_store.h"
 #include "comm/testing/multiprocess.h"
@@ -92,43 +93,25 @@ TEST(CudaIpcTransportTest, RefusesPeersOnAnotherHost) {
     ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);  \
   } while (0)
 
-struct ChildConfig {
-  int rank = 0;
-  int world = 0;
-  int port = 0;
+struct ChildConfig : testing::ChildRank {
   size_t slot = 0;
-  std::string scenario;
 };
 
 std::optional<ChildConfig> child_config() {
-  ChildConfig c;
-  if (child_env("COMM_TEST_SCENARIO").empty()) return std::nullopt;
-  c.scenario = child_env("COMM_TEST_SCENARIO");
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_RANK"), &c.rank));
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_WORLD"), &c.world));
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_PORT"), &c.port));
+  auto r = testing::child_rank();
+  if (!r) return std::nullopt;
+  ChildConfig c{*r};
   EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_SLOT"), &c.slot));
   return c;
 }
 
 std::shared_ptr<ProcessGroup> child_group(const ChildConfig& c, std::shared_ptr<Store>* store_out) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = c.port;
-  so.timeout = absl::Seconds(60);
-  auto store = TcpStore::create(so);
-  EXPECT_TRUE(store.ok()) << store.status();
-  if (!store.ok()) return nullptr;
-  std::shared_ptr<Store> shared(std::move(*store));
   BuiltinOptions o;
   o.transport = TransportKind::kCudaIpc;
   o.timeout = absl::Seconds(60);
   o.cuda_ipc.device = c.rank;
   o.cuda_ipc.slot_bytes = c.slot;
-  auto pg = ProcessGroupBuiltin::create(shared, c.rank, c.world, o);
-  EXPECT_TRUE(pg.ok()) << pg.status();
-  if (store_out) *store_out = shared;
-  return pg.ok() ? std::shared_ptr<ProcessGroup>(*pg) : nullptr;
+  return testing::child_builtin_group(c, o, store_out);
 }
 
 absl::Status run_and_wait(absl::StatusOr<WorkPtr> w) {
@@ -350,22 +333,9 @@ TEST(CudaIpcChild, Run) {
 }
 
 void run_children(const std::string& scenario, int world, size_t slot) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pids.push_back(testing::spawn_self(
-        "CudaIpcChild.Run", {{"COMM_TEST_SCENARIO", scenario},
-                             {"COMM_TEST_RANK", std::to_string(r)},
-                             {"COMM_TEST_WORLD", std::to_string(world)},
-                             {"COMM_TEST_PORT", std::to_string((*server)->port())},
-                             {"COMM_TEST_SLOT", std::to_string(slot)}}));
-  }
-  const std::vector<int> codes = testing::wait_children(pids, absl::Seconds(240));
-  for (int r = 0; r < world; ++r) {
-    EXPECT_EQ(codes[r], 0) << scenario << " (slot " << slot << "): rank " << r
-                           << (codes[r] == -1 ? " timed out" : " failed (see its output above)");
-  }
+  testing::run_rank_processes("CudaIpcChild.Run", scenario, world,
+                              {{"COMM_TEST_SLOT", std::to_string(slot)}}, absl::Seconds(240),
+                              absl::StrCat(scenario, " (slot ", slot, ")"));
 }
 
 TEST(CudaIpcMultiGpuTest, Collectives) {

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
+#include "comm/builtin/ring.h"
 #include "core/status/check.h"
 #include "core/status/status.h"
 
@@ -32,30 +33,12 @@ bool cuda_ipc_transport_available() { return true; }
 
 namespace {
 
-int mod(int a, int p) { return ((a % p) + p) % p; }
-
-int64_t chunk_at(int64_t count, int parts, int i) {
-  return static_cast<int64_t>(static_cast<__int128>(count) * i / parts);
-}
-
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
 }
 
 namespace kr = kernels::reduce;
-
-kr::ReduceOp kernel_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return kr::ReduceOp::kSum;
-    case ReduceOp::kProd: return kr::ReduceOp::kProd;
-    case ReduceOp::kMax: return kr::ReduceOp::kMax;
-    case ReduceOp::kMin: return kr::ReduceOp::kMin;
-  }
-  COLOSSAL_FATAL() << "unknown ReduceOp " << static_cast<int>(op);
-  return kr::ReduceOp::kSum;  // not reached
-}
 
 absl::Status cuda_status(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -385,11 +368,13 @@ absl::Status CudaIpcTransport::all_reduce(const OpContext& ctx, void* data, int6
   const size_t esz = core::dtype_size(dtype);
   const kr::ReduceOp kop = kernel_op(op);
   char* base = static_cast<char*>(data);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
-  auto offset = [&](int c) { return static_cast<size_t>(chunk_at(count, P, mod(c, P))) * esz; };
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
+  auto offset = [&](int c) {
+    return static_cast<size_t>(chunk_begin(count, P, ring_mod(c, P))) * esz;
+  };
   auto length = [&](int c) {
-    const int cc = mod(c, P);
-    return static_cast<size_t>(chunk_at(count, P, cc + 1) - chunk_at(count, P, cc)) * esz;
+    const int cc = ring_mod(c, P);
+    return static_cast<size_t>(chunk_begin(count, P, cc + 1) - chunk_begin(count, P, cc)) * esz;
   };
   d.sync_work();  // the caller's inputs (the work stream waited for them)
   for (int s = 0; s < P - 1; ++s) {
@@ -429,12 +414,12 @@ absl::Status CudaIpcTransport::reduce_scatter(const OpContext& ctx, void* output
     return absl::OkStatus();
   }
   const kr::ReduceOp kop = kernel_op(op);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   COLOSSAL_ASSIGN_OR_RETURN(char* scratch, d.get_scratch(2 * bytes));
   char* partial[2] = {scratch, scratch + bytes};
   d.sync_work();
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r - s - 1, P), recv_c = mod(r - s - 2, P);
+    const int send_c = ring_mod(r - s - 1, P), recv_c = ring_mod(r - s - 2, P);
     const char* src = s == 0 ? in + send_c * bytes : partial[(s - 1) % 2];
     char* acc = partial[s % 2];
     // acc = this rank's chunk, then the arriving partial is reduced into it
@@ -458,9 +443,9 @@ absl::Status CudaIpcTransport::all_gather(const OpContext& ctx, void* output, co
   d.local_copy(out + r * bytes, input, bytes);
   d.sync_work();
   if (P == 1 || bytes == 0) return absl::OkStatus();
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r - s, P), recv_c = mod(r - s - 1, P);
+    const int send_c = ring_mod(r - s, P), recv_c = ring_mod(r - s - 1, P);
     COLOSSAL_RETURN_IF_ERROR(d.step(*control_, ctx, next, out + send_c * bytes, bytes, prev,
                                     out + recv_c * bytes, bytes, Impl::Land::kCopy, DType::kU8,
                                     kr::ReduceOp::kSum));
@@ -476,8 +461,8 @@ absl::Status CudaIpcTransport::broadcast(const OpContext& ctx, void* data, size_
   const int P = size_, r = rank_;
   d.sync_work();
   if (P == 1 || bytes == 0) return absl::OkStatus();
-  const int pos = mod(r - root, P);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int pos = ring_mod(r - root, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   char* p = static_cast<char*>(data);
   // A chain from the root: receive everything, then pass it on.
   if (pos != 0) {
@@ -500,26 +485,16 @@ absl::Status CudaIpcTransport::all_to_all(const OpContext& ctx, void* output,
   DeviceGuard guard(device_);
   Impl& d = *impl_;
   const int P = size_, r = rank_;
-  COLOSSAL_CHECK_EQ(static_cast<int>(output_bytes.size()), P);
-  COLOSSAL_CHECK_EQ(static_cast<int>(input_bytes.size()), P);
-  if (input_bytes[r] != output_bytes[r]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ctx.description, ": this rank sends itself ", input_bytes[r],
-        " bytes but expects to receive ", output_bytes[r], " from itself"));
-  }
-  std::vector<size_t> in_off(P + 1, 0), out_off(P + 1, 0);
-  for (int i = 0; i < P; ++i) {
-    in_off[i + 1] = in_off[i] + input_bytes[i];
-    out_off[i + 1] = out_off[i] + output_bytes[i];
-  }
+  AllToAllOffsets off;
+  COLOSSAL_RETURN_IF_ERROR(all_to_all_offsets(ctx, P, r, output_bytes, input_bytes, off));
   char* out = static_cast<char*>(output);
   const char* in = static_cast<const char*>(input);
-  d.local_copy(out + out_off[r], in + in_off[r], input_bytes[r]);
+  d.local_copy(out + off.out[r], in + off.in[r], input_bytes[r]);
   d.sync_work();
   for (int s = 1; s < P; ++s) {
-    const int to = mod(r + s, P), from = mod(r - s, P);
-    COLOSSAL_RETURN_IF_ERROR(d.step(*control_, ctx, to, in + in_off[to], input_bytes[to], from,
-                                    out + out_off[from], output_bytes[from], Impl::Land::kCopy,
+    const int to = ring_mod(r + s, P), from = ring_mod(r - s, P);
+    COLOSSAL_RETURN_IF_ERROR(d.step(*control_, ctx, to, in + off.in[to], input_bytes[to], from,
+                                    out + off.out[from], output_bytes[from], Impl::Land::kCopy,
                                     DType::kU8, kr::ReduceOp::kSum));
   }
   d.sync_work();

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "comm/builtin/child_group_testing.h"
 #include "comm/builtin/process_group_builtin.h"
 #include "comm/store/tcp_store.h"
 #include "comm/testing/multiprocess.h"
@@ -23,22 +23,15 @@ namespace {
 
 using testing::child_env;
 
-struct ChildConfig {
-  int rank = 0;
-  int world = 0;
-  int port = 0;
+struct ChildConfig : testing::ChildRank {
   TransportKind transport = TransportKind::kShm;
-  std::string scenario;
 };
 
 // The child's configuration, or nullopt in a normal (parent) run.
 std::optional<ChildConfig> child_config() {
-  ChildConfig c;
-  if (child_env("COMM_TEST_SCENARIO").empty()) return std::nullopt;
-  c.scenario = child_env("COMM_TEST_SCENARIO");
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_RANK"), &c.rank));
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_WORLD"), &c.world));
-  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_PORT"), &c.port));
+  auto r = testing::child_rank();
+  if (!r) return std::nullopt;
+  ChildConfig c{*r};
   auto t = parse_transport_kind(child_env("COMM_TEST_TRANSPORT"));
   EXPECT_TRUE(t.ok());
   c.transport = t.ok() ? *t : TransportKind::kShm;
@@ -46,22 +39,11 @@ std::optional<ChildConfig> child_config() {
 }
 
 std::shared_ptr<ProcessGroup> child_group(const ChildConfig& c, std::shared_ptr<Store>* store_out) {
-  TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = c.port;
-  so.timeout = absl::Seconds(20);
-  auto store = TcpStore::create(so);
-  EXPECT_TRUE(store.ok()) << store.status();
-  if (!store.ok()) return nullptr;
-  std::shared_ptr<Store> shared(std::move(*store));
   BuiltinOptions o;
   o.transport = c.transport;
   o.timeout = absl::Seconds(20);
   o.tcp.address = "127.0.0.1";
-  auto pg = ProcessGroupBuiltin::create(shared, c.rank, c.world, o);
-  EXPECT_TRUE(pg.ok()) << pg.status();
-  if (store_out) *store_out = shared;
-  return pg.ok() ? std::shared_ptr<ProcessGroup>(*pg) : nullptr;
+  return testing::child_builtin_group(c, o, store_out);
 }
 
 absl::Status run_and_wait(absl::StatusOr<WorkPtr> w) {
@@ -188,22 +170,10 @@ TEST(MultiProcessChild, Run) {
 
 // Parent: serve the store, start `world` children, expect every one to pass.
 void run_children(const std::string& scenario, TransportKind transport, int world) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0);
-  ASSERT_TRUE(server.ok()) << server.status();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pids.push_back(testing::spawn_self(
-        "MultiProcessChild.Run", {{"COMM_TEST_SCENARIO", scenario},
-                                  {"COMM_TEST_RANK", std::to_string(r)},
-                                  {"COMM_TEST_WORLD", std::to_string(world)},
-                                  {"COMM_TEST_PORT", std::to_string((*server)->port())},
-                                  {"COMM_TEST_TRANSPORT", transport_kind_name(transport)}}));
-  }
-  const std::vector<int> codes = testing::wait_children(pids, absl::Seconds(50));
-  for (int r = 0; r < world; ++r) {
-    EXPECT_EQ(codes[r], 0) << scenario << " over " << transport_kind_name(transport) << ": rank "
-                           << r << (codes[r] == -1 ? " timed out" : " failed (see its output above)");
-  }
+  testing::run_rank_processes("MultiProcessChild.Run", scenario, world,
+                              {{"COMM_TEST_TRANSPORT", transport_kind_name(transport)}},
+                              absl::Seconds(50),
+                              absl::StrCat(scenario, " over ", transport_kind_name(transport)));
 }
 
 TEST(MultiProcessTest, CollectivesOverShm) {

@@ -14,20 +14,6 @@ namespace {
 
 namespace kr = kernels::reduce;
 
-kr::ReduceOp kernel_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return kr::ReduceOp::kSum;
-    case ReduceOp::kProd: return kr::ReduceOp::kProd;
-    case ReduceOp::kMax: return kr::ReduceOp::kMax;
-    case ReduceOp::kMin: return kr::ReduceOp::kMin;
-  }
-  COLOSSAL_FATAL() << "unknown ReduceOp " << static_cast<int>(op);
-  return kr::ReduceOp::kSum;  // not reached
-}
-
-int mod(int a, int p) { return ((a % p) + p) % p; }
-
 // dst[begin, end) op= src[begin, end), byte offsets.
 absl::Status reduce_bytes(char* dst, const char* src, size_t begin, size_t end, DType dtype,
                           kr::ReduceOp op) {
@@ -46,6 +32,18 @@ char* Scratch::get(size_t bytes) {
     capacity_ = bytes;
   }
   return buffer_.get();
+}
+
+kr::ReduceOp kernel_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return kr::ReduceOp::kSum;
+    case ReduceOp::kProd: return kr::ReduceOp::kProd;
+    case ReduceOp::kMax: return kr::ReduceOp::kMax;
+    case ReduceOp::kMin: return kr::ReduceOp::kMin;
+  }
+  COLOSSAL_FATAL() << "unknown ReduceOp " << static_cast<int>(op);
+  return kr::ReduceOp::kSum;  // not reached
 }
 
 int64_t chunk_begin(int64_t count, int parts, int i) {
@@ -75,7 +73,7 @@ absl::Status ring_all_reduce(Transport& transport, const OpContext& ctx, Scratch
   const size_t esz = core::dtype_size(dtype);
   const kr::ReduceOp kop = kernel_op(op);
   char* base = static_cast<char*>(data);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   auto offset = [&](int c) { return static_cast<size_t>(chunk_begin(count, P, c)) * esz; };
   auto length = [&](int c) { return offset(c + 1) - offset(c); };
   size_t max_chunk = 0;
@@ -85,7 +83,7 @@ absl::Status ring_all_reduce(Transport& transport, const OpContext& ctx, Scratch
   // Reduce-scatter: after step s, rank r holds the partial of chunk r-s-1
   // over ranks r-s-1..r; after P-1 steps it owns chunk r+1, fully reduced.
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r - s, P), recv_c = mod(r - s - 1, P);
+    const int send_c = ring_mod(r - s, P), recv_c = ring_mod(r - s - 1, P);
     char* dst = base + offset(recv_c);
     Transfer t[2] = {Transfer::send(next, base + offset(send_c), length(send_c)),
                      Transfer::recv(prev, tmp, length(recv_c))};
@@ -95,14 +93,14 @@ absl::Status ring_all_reduce(Transport& transport, const OpContext& ctx, Scratch
     };
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
   }
-  const int own = mod(r + 1, P);
+  const int own = ring_mod(r + 1, P);
   if (op == ReduceOp::kAvg) {
     COLOSSAL_RETURN_IF_ERROR(divide_in_place(base + offset(own),
                                              static_cast<int64_t>(length(own) / esz), dtype, P));
   }
   // All-gather: forward the chunk completed last.
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r + 1 - s, P), recv_c = mod(r - s, P);
+    const int send_c = ring_mod(r + 1 - s, P), recv_c = ring_mod(r - s, P);
     Transfer t[2] = {Transfer::send(next, base + offset(send_c), length(send_c)),
                      Transfer::recv(prev, base + offset(recv_c), length(recv_c))};
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
@@ -123,13 +121,13 @@ absl::Status ring_reduce_scatter(Transport& transport, const OpContext& ctx, Scr
     return absl::OkStatus();
   }
   const kr::ReduceOp kop = kernel_op(op);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   // Two partial buffers: one being sent while the other fills.
   char* partial[2];
   partial[0] = scratch.get(std::max<size_t>(2 * bytes, 1));
   partial[1] = partial[0] + bytes;
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r - s - 1, P), recv_c = mod(r - s - 2, P);
+    const int send_c = ring_mod(r - s - 1, P), recv_c = ring_mod(r - s - 2, P);
     const char* src = s == 0 ? in + send_c * bytes : partial[(s - 1) % 2];
     char* acc = partial[s % 2];
     const char* local = in + recv_c * bytes;
@@ -154,9 +152,9 @@ absl::Status ring_all_gather(Transport& transport, const OpContext& ctx, void* o
   const int r = transport.rank();
   char* out = static_cast<char*>(output);
   if (input != out + r * bytes) std::memmove(out + r * bytes, input, bytes);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   for (int s = 0; s < P - 1; ++s) {
-    const int send_c = mod(r - s, P), recv_c = mod(r - s - 1, P);
+    const int send_c = ring_mod(r - s, P), recv_c = ring_mod(r - s - 1, P);
     Transfer t[2] = {Transfer::send(next, out + send_c * bytes, bytes),
                      Transfer::recv(prev, out + recv_c * bytes, bytes)};
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
@@ -169,8 +167,8 @@ absl::Status ring_broadcast(Transport& transport, const OpContext& ctx, void* da
   const int P = transport.size();
   const int r = transport.rank();
   if (P == 1) return absl::OkStatus();
-  const int pos = mod(r - root, P);
-  const int next = mod(r + 1, P), prev = mod(r - 1, P);
+  const int pos = ring_mod(r - root, P);
+  const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   if (pos == 0) {
     Transfer t = Transfer::send(next, data, bytes);
     return run_transfers(transport, ctx, absl::MakeSpan(&t, 1));
@@ -185,30 +183,39 @@ absl::Status ring_broadcast(Transport& transport, const OpContext& ctx, void* da
   return run_transfers(transport, ctx, absl::MakeSpan(t));
 }
 
+absl::Status all_to_all_offsets(const OpContext& ctx, int P, int rank,
+                                absl::Span<const size_t> output_bytes,
+                                absl::Span<const size_t> input_bytes, AllToAllOffsets& offsets) {
+  COLOSSAL_CHECK_EQ(static_cast<int>(output_bytes.size()), P);
+  COLOSSAL_CHECK_EQ(static_cast<int>(input_bytes.size()), P);
+  if (input_bytes[rank] != output_bytes[rank]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ctx.description, ": this rank sends itself ", input_bytes[rank],
+        " bytes but expects to receive ", output_bytes[rank], " from itself"));
+  }
+  offsets.in.assign(P + 1, 0);
+  offsets.out.assign(P + 1, 0);
+  for (int i = 0; i < P; ++i) {
+    offsets.in[i + 1] = offsets.in[i] + input_bytes[i];
+    offsets.out[i + 1] = offsets.out[i] + output_bytes[i];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status pairwise_all_to_all(Transport& transport, const OpContext& ctx, void* output,
                                  absl::Span<const size_t> output_bytes, const void* input,
                                  absl::Span<const size_t> input_bytes) {
   const int P = transport.size();
   const int r = transport.rank();
-  COLOSSAL_CHECK_EQ(static_cast<int>(output_bytes.size()), P);
-  COLOSSAL_CHECK_EQ(static_cast<int>(input_bytes.size()), P);
-  if (input_bytes[r] != output_bytes[r]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        ctx.description, ": this rank sends itself ", input_bytes[r],
-        " bytes but expects to receive ", output_bytes[r], " from itself"));
-  }
-  std::vector<size_t> in_off(P + 1, 0), out_off(P + 1, 0);
-  for (int i = 0; i < P; ++i) {
-    in_off[i + 1] = in_off[i] + input_bytes[i];
-    out_off[i + 1] = out_off[i] + output_bytes[i];
-  }
+  AllToAllOffsets off;
+  COLOSSAL_RETURN_IF_ERROR(all_to_all_offsets(ctx, P, r, output_bytes, input_bytes, off));
   char* out = static_cast<char*>(output);
   const char* in = static_cast<const char*>(input);
-  std::memcpy(out + out_off[r], in + in_off[r], input_bytes[r]);
+  std::memcpy(out + off.out[r], in + off.in[r], input_bytes[r]);
   for (int s = 1; s < P; ++s) {
-    const int to = mod(r + s, P), from = mod(r - s, P);
-    Transfer t[2] = {Transfer::send(to, in + in_off[to], input_bytes[to]),
-                     Transfer::recv(from, out + out_off[from], output_bytes[from])};
+    const int to = ring_mod(r + s, P), from = ring_mod(r - s, P);
+    Transfer t[2] = {Transfer::send(to, in + off.in[to], input_bytes[to]),
+                     Transfer::recv(from, out + off.out[from], output_bytes[from])};
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
   }
   return absl::OkStatus();
@@ -218,8 +225,8 @@ absl::Status dissemination_barrier(Transport& transport, const OpContext& ctx) {
   const int P = transport.size();
   const int r = transport.rank();
   for (int k = 1; k < P; k <<= 1) {
-    Transfer t[2] = {Transfer::send(mod(r + k, P), nullptr, 0),
-                     Transfer::recv(mod(r - k, P), nullptr, 0)};
+    Transfer t[2] = {Transfer::send(ring_mod(r + k, P), nullptr, 0),
+                     Transfer::recv(ring_mod(r - k, P), nullptr, 0)};
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
   }
   return absl::OkStatus();

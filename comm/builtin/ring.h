@@ -30,12 +30,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "comm/builtin/exchange.h"
 #include "comm/builtin/transport.h"
 #include "comm/process_group/types.h"
+#include "kernels/reduce/reduce.h"
 
 namespace colossal::comm::builtin {
 
@@ -48,6 +50,12 @@ class Scratch {
   std::unique_ptr<char[]> buffer_;
   size_t capacity_ = 0;
 };
+
+// a mod p in [0, p) for any sign of a (p > 0): ring neighbours and chunk indices.
+inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
+
+// The reduction kernel's op for `op` (kAvg reduces as kSum; the caller divides).
+kernels::reduce::ReduceOp kernel_op(ReduceOp op);
 
 // Element offset where chunk `i` of `count` elements split `parts` ways begins.
 int64_t chunk_begin(int64_t count, int parts, int i);
@@ -71,6 +79,19 @@ absl::Status ring_all_gather(Transport& transport, const OpContext& ctx, void* o
 
 absl::Status ring_broadcast(Transport& transport, const OpContext& ctx, void* data, size_t bytes,
                             int root);
+
+// Where an all-to-all's blocks begin: in[i] / out[i] is the byte offset of
+// rank i's block of the input / output (P + 1 entries each, the last the total).
+struct AllToAllOffsets {
+  std::vector<size_t> in, out;
+};
+
+// Checks an all-to-all's byte counts on `rank` of P (P of each, laid out back
+// to back in rank order; this rank must send itself what it expects to receive
+// from itself, else InvalidArgument naming ctx.description) and sets `offsets`.
+absl::Status all_to_all_offsets(const OpContext& ctx, int P, int rank,
+                                absl::Span<const size_t> output_bytes,
+                                absl::Span<const size_t> input_bytes, AllToAllOffsets& offsets);
 
 // Byte counts per rank; blocks are laid out back to back in rank order.
 // input_bytes[rank] must equal output_bytes[rank].

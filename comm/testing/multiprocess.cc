@@ -9,9 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <gtest/gtest.h>
+
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "comm/store/tcp_store.h"
 
 extern char** environ;
 
@@ -76,6 +80,38 @@ std::vector<int> wait_children(const std::vector<pid_t>& pids, absl::Duration ti
 std::string child_env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
+}
+
+void run_rank_processes(const std::string& filter, const std::string& scenario, int world,
+                        const std::vector<std::pair<std::string, std::string>>& env,
+                        absl::Duration timeout, const std::string& what) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::pair<std::string, std::string>> vars = {
+        {"COMM_TEST_SCENARIO", scenario},
+        {"COMM_TEST_RANK", std::to_string(r)},
+        {"COMM_TEST_WORLD", std::to_string(world)},
+        {"COMM_TEST_PORT", std::to_string((*server)->port())}};
+    vars.insert(vars.end(), env.begin(), env.end());
+    pids.push_back(spawn_self(filter, vars));
+  }
+  const std::vector<int> codes = wait_children(pids, timeout);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(codes[r], 0) << what << ": rank " << r
+                           << (codes[r] == -1 ? " timed out" : " failed (see its output above)");
+  }
+}
+
+std::optional<ChildRank> child_rank() {
+  ChildRank c;
+  c.scenario = child_env("COMM_TEST_SCENARIO");
+  if (c.scenario.empty()) return std::nullopt;
+  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_RANK"), &c.rank));
+  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_WORLD"), &c.world));
+  EXPECT_TRUE(absl::SimpleAtoi(child_env("COMM_TEST_PORT"), &c.port));
+  return c;
 }
 
 }  // namespace colossal::comm::testing

@@ -83,40 +83,47 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
                : "r"(smem_u32(p)));
 }
 
+// The m16n8k16 mma with A and B of PTX type `ab` ("bf16" / "f16"), fp32 C = D.
+#define COLOSSAL_MMA_M16N8K16(ab)                                                         \
+  asm("mma.sync.aligned.m16n8k16.row.col.f32." ab "." ab ".f32 {%0, %1, %2, %3}, "       \
+      "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                                   \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                    \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1))
+
+// The 32 bits of a packed pair (__nv_bfloat162 / __half2).
+template <typename V>
+__device__ __forceinline__ uint32_t bits32(V v) {
+  static_assert(sizeof(V) == sizeof(uint32_t));
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
 // d += a * b for one m16n8k16 tile. Lane l, g = l / 4, t = l % 4:
 //   a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]
 //   b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
 //   d[0..1] = D[g][2t..2t+1], d[2..3] = D[g+8][2t..2t+1]
 template <typename T>
-struct Mma;
-template <>
-struct Mma<__nv_bfloat16> {
+struct Mma {
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>, "Mma: bfloat16 or half");
+
   static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (kBf16) {
+      COLOSSAL_MMA_M16N8K16("bf16");
+    } else {
+      COLOSSAL_MMA_M16N8K16("f16");
+    }
   }
+  // lo in the low half (.x), hi in the high half.
   static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low half) = lo
-    return *reinterpret_cast<uint32_t*>(&v);
+    if constexpr (kBf16) {
+      return bits32(__floats2bfloat162_rn(lo, hi));
+    } else {
+      return bits32(__floats2half2_rn(lo, hi));
+    }
   }
 };
-template <>
-struct Mma<__half> {
-  static __device__ __forceinline__ void run(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                             uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-};
+#undef COLOSSAL_MMA_M16N8K16
 
 // 2^x; exact 0 for -inf.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -180,6 +187,23 @@ KernelStatus dispatch(DType dtype, int64_t head_dim, F&& f) {
   return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
 }
 
+// The Params fields both directions share: q, k, v, geometry and scale.
+Params common_params(const internal::Geometry& g, const void* q, const void* k, const void* v,
+                     float scale) {
+  Params p{};
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.qkv_stride = g.qkv_row_stride;
+  p.o_stride = g.o_row_stride;
+  p.batch = g.batch;
+  p.seq = static_cast<int>(g.seq);
+  p.heads = static_cast<int>(g.heads);
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+  return p;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 KernelStatus check_cuda(const internal::Geometry& g, DType dtype,
@@ -229,19 +253,9 @@ KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, c
   if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
   }
-  Params p{};
-  p.q = q;
-  p.k = k;
-  p.v = v;
+  Params p = common_params(g, q, k, v, scale);
   p.out = o;
   p.lse_out = lse;
-  p.qkv_stride = qkv_row_stride;
-  p.o_stride = o_row_stride;
-  p.batch = batch;
-  p.seq = static_cast<int>(seq);
-  p.heads = static_cast<int>(heads);
-  p.scale = scale;
-  p.scale_log2 = scale * kLog2e;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
     return forward_typed<decltype(tag), decltype(dim)::value>(p, stream);
   });
@@ -280,10 +294,7 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }
-  Params p{};
-  p.q = q;
-  p.k = k;
-  p.v = v;
+  Params p = common_params(g, q, k, v, scale);
   p.o = o;
   p.d_o = d_o;
   p.dq = dq;
@@ -291,13 +302,6 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
   p.dv = dv;
   p.lse = lse;
   p.delta = static_cast<float*>(workspace);
-  p.qkv_stride = qkv_row_stride;
-  p.o_stride = o_row_stride;
-  p.batch = batch;
-  p.seq = static_cast<int>(seq);
-  p.heads = static_cast<int>(heads);
-  p.scale = scale;
-  p.scale_log2 = scale * kLog2e;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
     return backward_typed<decltype(tag), decltype(dim)::value>(p, stream);
   });

@@ -131,6 +131,114 @@ COLOSSAL_UNROLL
   }
 }
 
+// What the attention kernels (4 warps, grid.y = batch * heads) know of their
+// CTA: its (batch, head) bh, offsets of position 0 of that head in q/k/v (and
+// dq/dk/dv) and in o/d_o, the q/k/v pointers there; and this thread's warp,
+// lane and m16n8 fragment coordinates g = lane / 4, t = lane % 4.
+template <typename T, int D>
+struct Head {
+  int bh, warp, lane, g, t;
+  int64_t qkv_head, o_head;
+  const T *Q, *K, *V;
+
+  __device__ __forceinline__ explicit Head(const Params& p) {
+    bh = blockIdx.y;
+    const int64_t b = bh / p.heads, h = bh % p.heads;
+    warp = threadIdx.x / 32;
+    lane = threadIdx.x % 32;
+    g = lane >> 2;
+    t = lane & 3;
+    qkv_head = b * p.seq * p.qkv_stride + h * D;
+    o_head = b * p.seq * p.o_stride + h * D;
+    Q = static_cast<const T*>(p.q) + qkv_head;
+    K = static_cast<const T*>(p.k) + qkv_head;
+    V = static_cast<const T*>(p.v) + qkv_head;
+  }
+};
+
+// Zeroes NT accumulator n-tiles.
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[NT][4]) {
+COLOSSAL_UNROLL
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+}
+
+// d0 += a B (n-tile n0..n0+7), d1 += a B (n0+8..n0+15) for B[k][n] = tile[n][k],
+// k = k0..k0+15.
+template <int D, typename T>
+__device__ __forceinline__ void mma_b_rows(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                           const T* tile, int n0, int k0, int lane) {
+  uint32_t b[4];
+  load_b_rows<D>(b, tile, n0, k0, lane);
+  Mma<T>::run(d0, a, b[0], b[1]);
+  Mma<T>::run(d1, a, b[2], b[3]);
+}
+
+// acc (16 x NT * 8) += a (16 x 16, k = k0..k0+15) times rows 0 .. NT * 8 - 1 of
+// `tile` transposed.
+template <int D, int NT, typename T>
+__device__ __forceinline__ void mma_a_rows(float (&acc)[NT][4], const uint32_t (&a)[4],
+                                           const T* tile, int k0, int lane) {
+COLOSSAL_UNROLL
+  for (int nb = 0; nb < NT / 2; ++nb) {
+    mma_b_rows<D>(acc[2 * nb], acc[2 * nb + 1], a, tile, nb * 16, k0, lane);
+  }
+}
+
+// acc (16 x NT * 8) += rows row0..row0+15 of `a_tile` times rows 0 .. NT * 8 - 1
+// of `b_tile` transposed, over all D columns.
+template <int D, int NT, typename T>
+__device__ __forceinline__ void mma_rows_rows(float (&acc)[NT][4], const T* a_tile, int row0,
+                                              const T* b_tile, int lane) {
+COLOSSAL_UNROLL
+  for (int kk = 0; kk < D / 16; ++kk) {
+    uint32_t a[4];
+    load_a<D>(a, a_tile, row0, kk * 16, lane);
+    mma_a_rows<D>(acc, a, b_tile, kk * 16, lane);
+  }
+}
+
+// acc (16 x D) += pm (16 x NT * 8, accumulator layout, as the A operand) times
+// rows 0 .. NT * 8 - 1 of `tile`.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void mma_acc_tile(float (&acc)[D / 8][4], const float (&pm)[NT][4],
+                                             const T* tile, int lane) {
+COLOSSAL_UNROLL
+  for (int c = 0; c < NT / 2; ++c) {
+    uint32_t a[4];
+    acc_to_a<T>(a, pm[2 * c], pm[2 * c + 1]);
+COLOSSAL_UNROLL
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t f[4];
+      load_b_trans<D>(f, tile, c * 16, dp * 16, lane);
+      Mma<T>::run(acc[2 * dp], a, f[0], f[1]);
+      Mma<T>::run(acc[2 * dp + 1], a, f[2], f[3]);
+    }
+  }
+}
+
+// On the diagonal key block j (keys from j * kBlock): whether the score of
+// query `row` and the key of element i of this thread's n-tile nt is masked (the
+// key is after the query, or at or past seq).
+__device__ __forceinline__ bool diag_masked(int j, int nt, int i, int t, int row, int seq) {
+  const int col = j * kBlock + nt * 8 + 2 * t + (i & 1);
+  return col > row || col >= seq;
+}
+
+// Key-block loop step j of n_kb (forward, dQ): starts the copy of block j + 1
+// of K and V into the other halves of the double-buffered sK / sV, and commits.
+template <typename T, int D>
+__device__ __forceinline__ void prefetch_kv(T* sK, T* sV, const T* K, const T* V, int64_t stride,
+                                            int j, int n_kb, int seq) {
+  constexpr int kTile = kBlock * pitch<D>();
+  if (j + 1 < n_kb) {
+    const int nb = (j + 1) & 1;
+    load_tile<T, D, kBlock>(sK + nb * kTile, K, stride, (j + 1) * kBlock, seq);
+    load_tile<T, D, kBlock>(sV + nb * kTile, V, stride, (j + 1) * kBlock, seq);
+  }
+  cp_async_commit();
+}
+
 // ---------------------------------------------------------------------------
 // Forward.
 
@@ -148,15 +256,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
   T* sV = sK + 2 * kTile;  // 2 tiles
   const int seq = p.seq;
   const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest (longest) query blocks first
-  const int bh = blockIdx.y;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kBlock;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
-  const T* Q = static_cast<const T*>(p.q) + qkv_head;
-  const T* K = static_cast<const T*>(p.k) + qkv_head;
-  const T* V = static_cast<const T*>(p.v) + qkv_head;
+  const Head<T, D> hd(p);
+  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const T *Q = hd.Q, *K = hd.K, *V = hd.V;
 
   load_tile<T, D, kBlock>(sQ, Q, p.qkv_stride, q0, seq);
   load_tile<T, D, kBlock>(sK, K, p.qkv_stride, 0, seq);
@@ -165,8 +268,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
 
   uint32_t qf[D / 16][4];
   float acc[D / 8][4];
-COLOSSAL_UNROLL
-  for (int dt = 0; dt < D / 8; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.0f;
+  zero_acc(acc);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_base = q0 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
   const int n_kb = qb + 1;
@@ -178,42 +280,23 @@ COLOSSAL_UNROLL
 COLOSSAL_UNROLL
       for (int kk = 0; kk < D / 16; ++kk) load_a<D>(qf[kk], sQ, warp * 16, kk * 16, lane);
     }
-    if (j + 1 < n_kb) {
-      const int nb = (j + 1) & 1;
-      load_tile<T, D, kBlock>(sK + nb * kTile, K, p.qkv_stride, (j + 1) * kBlock, seq);
-      load_tile<T, D, kBlock>(sV + nb * kTile, V, p.qkv_stride, (j + 1) * kBlock, seq);
-    }
-    cp_async_commit();
+    prefetch_kv<T, D>(sK, sV, K, V, p.qkv_stride, j, n_kb, seq);
     const T* kt = sK + (j & 1) * kTile;
     const T* vt = sV + (j & 1) * kTile;
 
     // S = Q K^T: 16 rows x 64 keys per warp.
     float s[8][4];
+    zero_acc(s);
 COLOSSAL_UNROLL
-    for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-COLOSSAL_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
-COLOSSAL_UNROLL
-      for (int nb = 0; nb < 4; ++nb) {
-        uint32_t kf[4];
-        load_b_rows<D>(kf, kt, nb * 16, kk * 16, lane);
-        Mma<T>::run(s[2 * nb], qf[kk], kf[0], kf[1]);
-        Mma<T>::run(s[2 * nb + 1], qf[kk], kf[2], kf[3]);
-      }
-    }
+    for (int kk = 0; kk < D / 16; ++kk) mma_a_rows<D>(s, qf[kk], kt, kk * 16, lane);
     // Scale into log2 units; mask keys past the query (and past seq) on the diagonal block.
-    const int kv0 = j * kBlock;
     const bool diag = j == n_kb - 1;
 COLOSSAL_UNROLL
     for (int nt = 0; nt < 8; ++nt) {
 COLOSSAL_UNROLL
       for (int i = 0; i < 4; ++i) {
         float x = s[nt][i] * p.scale_log2;
-        if (diag) {
-          const int col = kv0 + nt * 8 + 2 * t + (i & 1);
-          const int row = row_base + 8 * (i >> 1);
-          if (col > row || col >= seq) x = -INFINITY;
-        }
+        if (diag && diag_masked(j, nt, i, t, row_base + 8 * (i >> 1), seq)) x = -INFINITY;
         s[nt][i] = x;
       }
     }
@@ -247,18 +330,7 @@ COLOSSAL_UNROLL
       }
     }
     // O += P V.
-COLOSSAL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      uint32_t a[4];
-      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
-COLOSSAL_UNROLL
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t vf[4];
-        load_b_trans<D>(vf, vt, c * 16, dp * 16, lane);
-        Mma<T>::run(acc[2 * dp], a, vf[0], vf[1]);
-        Mma<T>::run(acc[2 * dp + 1], a, vf[2], vf[3]);
-      }
-    }
+    mma_acc_tile<T, D>(acc, s, vt, lane);
   }
 
   float inv[2];
@@ -273,7 +345,7 @@ COLOSSAL_UNROLL
     }
   }
   __syncthreads();  // every warp is done with the shared tiles; each stages into its own Q rows
-  T* O = static_cast<T*>(p.out) + b * seq * p.o_stride + h * D;
+  T* O = static_cast<T*>(p.out) + hd.o_head;
   store_rows<T, D>(sQ, acc, inv, warp * 16, O, p.o_stride, q0 + warp * 16, seq, lane);
 }
 
@@ -335,17 +407,11 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   float* sD = sL + 2 * BQ;                              // 2 x BQ: delta
   const int seq = p.seq;
   const int kb = blockIdx.x;  // low key blocks see the most queries: launched first
-  const int bh = blockIdx.y;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
   const int kv0 = kb * kBlock;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
-  const int64_t o_head = b * seq * p.o_stride + h * D;
-  const T* Q = static_cast<const T*>(p.q) + qkv_head;
-  const T* K = static_cast<const T*>(p.k) + qkv_head;
-  const T* V = static_cast<const T*>(p.v) + qkv_head;
-  const T* dO = static_cast<const T*>(p.d_o) + o_head;
+  const Head<T, D> hd(p);
+  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const T *Q = hd.Q, *K = hd.K, *V = hd.V;
+  const T* dO = static_cast<const T*>(p.d_o) + hd.o_head;
   const float* lse = p.lse + static_cast<int64_t>(bh) * seq;
   const float* delta = p.delta + static_cast<int64_t>(bh) * seq;
 
@@ -370,11 +436,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
-COLOSSAL_UNROLL
-  for (int dt = 0; dt < D / 8; ++dt) {
-COLOSSAL_UNROLL
-    for (int i = 0; i < 4; ++i) dk[dt][i] = dv[dt][i] = 0.0f;
-  }
+  zero_acc(dk);
+  zero_acc(dv);
   const int kv_row_base = kv0 + warp * 16 + g;  // this thread's keys: kv_row_base, +8
 
   for (int i = i0; i < n_qb; ++i) {
@@ -391,20 +454,8 @@ COLOSSAL_UNROLL
 
     // S^T = K Q^T: 16 keys x BQ queries per warp.
     float s[NT][4];
-COLOSSAL_UNROLL
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-COLOSSAL_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t kf[4];
-      load_a<D>(kf, sK, warp * 16, kk * 16, lane);
-COLOSSAL_UNROLL
-      for (int nb = 0; nb < NT / 2; ++nb) {
-        uint32_t qf[4];
-        load_b_rows<D>(qf, qt, nb * 16, kk * 16, lane);
-        Mma<T>::run(s[2 * nb], kf, qf[0], qf[1]);
-        Mma<T>::run(s[2 * nb + 1], kf, qf[2], qf[3]);
-      }
-    }
+    zero_acc(s);
+    mma_rows_rows<D>(s, sK, warp * 16, qt, lane);
     // P^T = exp2(S^T * scale log2 e - lse log2 e); 0 where the key is after the
     // query (or the query is past seq).
     const bool need_mask = q0 < kv0 + kBlock || q0 + BQ > seq;
@@ -422,34 +473,11 @@ COLOSSAL_UNROLL
       }
     }
     // dV += P^T dO.
-COLOSSAL_UNROLL
-    for (int c = 0; c < NT / 2; ++c) {
-      uint32_t a[4];
-      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
-COLOSSAL_UNROLL
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t f[4];
-        load_b_trans<D>(f, dot, c * 16, dp * 16, lane);
-        Mma<T>::run(dv[2 * dp], a, f[0], f[1]);
-        Mma<T>::run(dv[2 * dp + 1], a, f[2], f[3]);
-      }
-    }
+    mma_acc_tile<T, D>(dv, s, dot, lane);
     // dP^T = V dO^T.
     float dpt[NT][4];
-COLOSSAL_UNROLL
-    for (int nt = 0; nt < NT; ++nt) dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.0f;
-COLOSSAL_UNROLL
-    for (int kk = 0; kk < D / 16; ++kk) {
-      uint32_t vf[4];
-      load_a<D>(vf, sV, warp * 16, kk * 16, lane);
-COLOSSAL_UNROLL
-      for (int nb = 0; nb < NT / 2; ++nb) {
-        uint32_t f[4];
-        load_b_rows<D>(f, dot, nb * 16, kk * 16, lane);
-        Mma<T>::run(dpt[2 * nb], vf, f[0], f[1]);
-        Mma<T>::run(dpt[2 * nb + 1], vf, f[2], f[3]);
-      }
-    }
+    zero_acc(dpt);
+    mma_rows_rows<D>(dpt, sV, warp * 16, dot, lane);
     // dS^T = P^T (dP^T - delta[query]).
 COLOSSAL_UNROLL
     for (int nt = 0; nt < NT; ++nt) {
@@ -460,25 +488,14 @@ COLOSSAL_UNROLL
       }
     }
     // dK += dS^T Q (times scale at the end).
-COLOSSAL_UNROLL
-    for (int c = 0; c < NT / 2; ++c) {
-      uint32_t a[4];
-      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
-COLOSSAL_UNROLL
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t f[4];
-        load_b_trans<D>(f, qt, c * 16, dp * 16, lane);
-        Mma<T>::run(dk[2 * dp], a, f[0], f[1]);
-        Mma<T>::run(dk[2 * dp + 1], a, f[2], f[3]);
-      }
-    }
+    mma_acc_tile<T, D>(dk, s, qt, lane);
   }
 
   __syncthreads();  // each warp stages into its own rows of sK / sV
   const float scale2[2] = {p.scale, p.scale}, one2[2] = {1.0f, 1.0f};
-  store_rows<T, D>(sK, dk, scale2, warp * 16, static_cast<T*>(p.dk) + qkv_head, p.qkv_stride,
+  store_rows<T, D>(sK, dk, scale2, warp * 16, static_cast<T*>(p.dk) + hd.qkv_head, p.qkv_stride,
                    kv0 + warp * 16, seq, lane);
-  store_rows<T, D>(sV, dv, one2, warp * 16, static_cast<T*>(p.dv) + qkv_head, p.qkv_stride,
+  store_rows<T, D>(sV, dv, one2, warp * 16, static_cast<T*>(p.dv) + hd.qkv_head, p.qkv_stride,
                    kv0 + warp * 16, seq, lane);
 }
 
@@ -497,17 +514,11 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   T* sV = sK + 2 * kTile;  // 2 tiles
   const int seq = p.seq;
   const int qb = gridDim.x - 1 - blockIdx.x;
-  const int bh = blockIdx.y;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kBlock;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t qkv_head = b * seq * p.qkv_stride + h * D;
-  const int64_t o_head = b * seq * p.o_stride + h * D;
-  const T* Q = static_cast<const T*>(p.q) + qkv_head;
-  const T* K = static_cast<const T*>(p.k) + qkv_head;
-  const T* V = static_cast<const T*>(p.v) + qkv_head;
-  const T* dO = static_cast<const T*>(p.d_o) + o_head;
+  const Head<T, D> hd(p);
+  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const T *Q = hd.Q, *K = hd.K, *V = hd.V;
+  const T* dO = static_cast<const T*>(p.d_o) + hd.o_head;
 
   load_tile<T, D, kBlock>(sQ, Q, p.qkv_stride, q0, seq);
   load_tile<T, D, kBlock>(sdO, dO, p.o_stride, q0, seq);
@@ -524,29 +535,20 @@ COLOSSAL_UNROLL
     dl[r] = row < seq ? p.delta[static_cast<int64_t>(bh) * seq + row] : 0.0f;
   }
   float dq[D / 8][4];
-COLOSSAL_UNROLL
-  for (int dt = 0; dt < D / 8; ++dt) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+  zero_acc(dq);
   const int n_kb = qb + 1;
 
   for (int j = 0; j < n_kb; ++j) {
     cp_async_wait_all();
     __syncthreads();
-    if (j + 1 < n_kb) {
-      const int nb = (j + 1) & 1;
-      load_tile<T, D, kBlock>(sK + nb * kTile, K, p.qkv_stride, (j + 1) * kBlock, seq);
-      load_tile<T, D, kBlock>(sV + nb * kTile, V, p.qkv_stride, (j + 1) * kBlock, seq);
-    }
-    cp_async_commit();
+    prefetch_kv<T, D>(sK, sV, K, V, p.qkv_stride, j, n_kb, seq);
     const T* kt = sK + (j & 1) * kTile;
     const T* vt = sV + (j & 1) * kTile;
 
     // S = Q K^T and dP = dO V^T: 16 queries x 64 keys per warp.
     float s[8][4], dp[8][4];
-COLOSSAL_UNROLL
-    for (int nt = 0; nt < 8; ++nt) {
-COLOSSAL_UNROLL
-      for (int i = 0; i < 4; ++i) s[nt][i] = dp[nt][i] = 0.0f;
-    }
+    zero_acc(s);
+    zero_acc(dp);
 COLOSSAL_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t qf[4], of[4];
@@ -554,17 +556,11 @@ COLOSSAL_UNROLL
       load_a<D>(of, sdO, warp * 16, kk * 16, lane);
 COLOSSAL_UNROLL
       for (int nb = 0; nb < 4; ++nb) {
-        uint32_t kf[4], vf[4];
-        load_b_rows<D>(kf, kt, nb * 16, kk * 16, lane);
-        Mma<T>::run(s[2 * nb], qf, kf[0], kf[1]);
-        Mma<T>::run(s[2 * nb + 1], qf, kf[2], kf[3]);
-        load_b_rows<D>(vf, vt, nb * 16, kk * 16, lane);
-        Mma<T>::run(dp[2 * nb], of, vf[0], vf[1]);
-        Mma<T>::run(dp[2 * nb + 1], of, vf[2], vf[3]);
+        mma_b_rows<D>(s[2 * nb], s[2 * nb + 1], qf, kt, nb * 16, kk * 16, lane);
+        mma_b_rows<D>(dp[2 * nb], dp[2 * nb + 1], of, vt, nb * 16, kk * 16, lane);
       }
     }
     // dS = P (dP - delta), P = exp2(S * scale log2 e - lse log2 e), 0 past the diagonal.
-    const int kv0 = j * kBlock;
     const bool diag = j == n_kb - 1;
 COLOSSAL_UNROLL
     for (int nt = 0; nt < 8; ++nt) {
@@ -572,31 +568,17 @@ COLOSSAL_UNROLL
       for (int i = 0; i < 4; ++i) {
         const int r = i >> 1;
         float pv = fast_exp2(s[nt][i] * p.scale_log2 - lse2[r]);
-        if (diag) {
-          const int col = kv0 + nt * 8 + 2 * t + (i & 1);
-          if (col > row_base + 8 * r || col >= seq) pv = 0.0f;
-        }
+        if (diag && diag_masked(j, nt, i, t, row_base + 8 * r, seq)) pv = 0.0f;
         s[nt][i] = pv * (dp[nt][i] - dl[r]);
       }
     }
     // dQ += dS K (times scale at the end).
-COLOSSAL_UNROLL
-    for (int c = 0; c < 4; ++c) {
-      uint32_t a[4];
-      acc_to_a<T>(a, s[2 * c], s[2 * c + 1]);
-COLOSSAL_UNROLL
-      for (int dd = 0; dd < D / 16; ++dd) {
-        uint32_t f[4];
-        load_b_trans<D>(f, kt, c * 16, dd * 16, lane);
-        Mma<T>::run(dq[2 * dd], a, f[0], f[1]);
-        Mma<T>::run(dq[2 * dd + 1], a, f[2], f[3]);
-      }
-    }
+    mma_acc_tile<T, D>(dq, s, kt, lane);
   }
 
   __syncthreads();
   const float scale2[2] = {p.scale, p.scale};
-  store_rows<T, D>(sQ, dq, scale2, warp * 16, static_cast<T*>(p.dq) + qkv_head, p.qkv_stride,
+  store_rows<T, D>(sQ, dq, scale2, warp * 16, static_cast<T*>(p.dq) + hd.qkv_head, p.qkv_stride,
                    q0 + warp * 16, seq, lane);
 }
 

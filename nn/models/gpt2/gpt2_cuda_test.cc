@@ -28,65 +28,111 @@ double relative_difference(const Tensor& a, const Tensor& b, const core::Stream&
   }
   return diff / scale;
 }
-#endif
 
-TEST(GPT2CudaTest, MatchesCpuForwardAndBackward) {
-  COLOSSAL_REQUIRE_GPU();
-#if COLOSSAL_WITH_CUDA
-  auto cpu_ctx = std::move(*core::Context::create(core::Device::cpu()));
-  absl::StatusOr<std::unique_ptr<core::Context>> gpu = core::Context::create(core::Device::cuda(0));
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  core::Context& gpu_ctx = **gpu;
-  const core::Stream& stream = gpu_ctx.compute_stream();
-
+// The tests' model: 2 layers, 4 heads, 64 wide, vocabulary 100, 16 positions.
+GPT2Config small_config() {
   GPT2Config c;
   c.n_layer = 2;
   c.n_head = 4;
   c.n_embd = 64;
   c.vocab_size = 100;
   c.max_seq_len = 16;
-  auto cpu_model = *GPT2::create(c, DType::kF32, core::Stream::cpu());
-  auto gpu_model = *GPT2::create(c, DType::kF32, stream);
-  ASSERT_TRUE(cpu_model->init(11).ok());
-  ASSERT_TRUE(gpu_model->init(11, stream).ok());
-  Tensor cpu_w = cpu_model->store().flat_values(DType::kF32);
-  Tensor gpu_w = *gpu_model->store().flat_values(DType::kF32).to(core::Device::cpu(), stream);
+  return c;
+}
+
+// One GPT-2 on the CPU (the reference) and on cuda:0, both initialised with
+// seed 11, their contexts, and a B x T batch of tokens and targets on the host.
+struct CpuAndCuda {
+  static constexpr int64_t B = 2, T = 16;
+  GPT2Config config;
+  std::unique_ptr<core::Context> cpu_ctx, gpu_ctx;
+  std::unique_ptr<GPT2> cpu_model, gpu_model;
+  Tensor tokens, targets;
+  const core::Stream& stream() const { return gpu_ctx->compute_stream(); }
+};
+
+void set_up(const GPT2Config& c, CpuAndCuda& m) {
+  m.config = c;
+  m.cpu_ctx = std::move(*core::Context::create(core::Device::cpu()));
+  absl::StatusOr<std::unique_ptr<core::Context>> gpu = core::Context::create(core::Device::cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  m.gpu_ctx = std::move(*gpu);
+  m.cpu_model = *GPT2::create(c, DType::kF32, core::Stream::cpu());
+  m.gpu_model = *GPT2::create(c, DType::kF32, m.stream());
+  ASSERT_TRUE(m.cpu_model->init(11).ok());
+  ASSERT_TRUE(m.gpu_model->init(11, m.stream()).ok());
+  m.tokens = *Tensor::empty({m.B, m.T}, DType::kI32, core::Stream::cpu());
+  m.targets = *Tensor::empty({m.B, m.T}, DType::kI32, core::Stream::cpu());
+  for (int64_t i = 0; i < m.B * m.T; ++i) {
+    m.tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab_size);
+    m.targets.data<int32_t>()[i] = static_cast<int32_t>((i * 53 + 1) % c.vocab_size);
+  }
+}
+
+// A forward, cross-entropy and backward on each device (and the batch on cuda:0).
+struct Steps {
+  Tensor gpu_tokens, gpu_targets;
+  ForwardResult cpu_out, gpu_out;
+  CrossEntropyResult cpu_ce, gpu_ce;
+};
+
+// Forward and cross-entropy on both models; expects the logits to match.
+void forward_both(CpuAndCuda& m, Steps& s) {
+  const core::Stream& stream = m.stream();
+  s.gpu_tokens = *m.tokens.to(core::Device::cuda(0), stream);
+  s.gpu_targets = *m.targets.to(core::Device::cuda(0), stream);
+  s.cpu_out = std::move(*m.cpu_model->forward(*m.cpu_ctx, m.tokens));
+  absl::StatusOr<ForwardResult> gpu_out = m.gpu_model->forward(*m.gpu_ctx, s.gpu_tokens);
+  ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
+  s.gpu_out = std::move(*gpu_out);
+  EXPECT_LT(relative_difference(s.gpu_out.output, s.cpu_out.output, stream), 1e-4) << "logits";
+  const int64_t v = m.config.vocab_size;
+  s.cpu_ce = *cross_entropy(*m.cpu_ctx, s.cpu_out.output, m.targets, v, {});
+  absl::StatusOr<CrossEntropyResult> gpu_ce =
+      cross_entropy(*m.gpu_ctx, s.gpu_out.output, s.gpu_targets, v, {});
+  ASSERT_TRUE(gpu_ce.ok()) << gpu_ce.status();
+  s.gpu_ce = std::move(*gpu_ce);
+}
+
+// Backward on both models from their dlogits (the CUDA one synchronised).
+void backward_both(CpuAndCuda& m, Steps& s) {
+  ASSERT_TRUE(m.cpu_model->backward(*m.cpu_ctx, *s.cpu_out.saved, s.cpu_ce.dlogits).ok());
+  absl::StatusOr<Tensor> gpu_dx =
+      m.gpu_model->backward(*m.gpu_ctx, *s.gpu_out.saved, s.gpu_ce.dlogits);
+  ASSERT_TRUE(gpu_dx.ok()) << gpu_dx.status();
+  m.gpu_ctx->synchronize();
+}
+
+// Every parameter gradient of the CUDA model within 1e-3 (relative) of the CPU's.
+void expect_same_gradients(const CpuAndCuda& m) {
+  const std::vector<Parameter>& cpu_params = m.cpu_model->store().parameters();
+  const std::vector<Parameter>& gpu_params = m.gpu_model->store().parameters();
+  ASSERT_EQ(cpu_params.size(), gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    EXPECT_LT(relative_difference(gpu_params[i].grad, cpu_params[i].grad, m.stream()), 1e-3)
+        << cpu_params[i].name;
+  }
+}
+#endif
+
+TEST(GPT2CudaTest, MatchesCpuForwardAndBackward) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  CpuAndCuda m;
+  ASSERT_NO_FATAL_FAILURE(set_up(small_config(), m));
+  Tensor cpu_w = m.cpu_model->store().flat_values(DType::kF32);
+  Tensor gpu_w =
+      *m.gpu_model->store().flat_values(DType::kF32).to(core::Device::cpu(), m.stream());
   EXPECT_EQ(std::memcmp(cpu_w.raw_data(), gpu_w.raw_data(), cpu_w.nbytes()), 0)
       << "CUDA initialisation differs from the CPU's";
 
-  const int64_t B = 2, T = 16;
-  Tensor tokens = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
-  Tensor targets = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
-  for (int64_t i = 0; i < B * T; ++i) {
-    tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab_size);
-    targets.data<int32_t>()[i] = static_cast<int32_t>((i * 53 + 1) % c.vocab_size);
-  }
-  Tensor gpu_tokens = *tokens.to(core::Device::cuda(0), stream);
-  Tensor gpu_targets = *targets.to(core::Device::cuda(0), stream);
-
-  ForwardResult cpu_out = *cpu_model->forward(*cpu_ctx, tokens);
-  absl::StatusOr<ForwardResult> gpu_out = gpu_model->forward(gpu_ctx, gpu_tokens);
-  ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
-  EXPECT_LT(relative_difference(gpu_out->output, cpu_out.output, stream), 1e-4) << "logits";
-
-  CrossEntropyResult cpu_ce = *cross_entropy(*cpu_ctx, cpu_out.output, targets, c.vocab_size, {});
-  absl::StatusOr<CrossEntropyResult> gpu_ce =
-      cross_entropy(gpu_ctx, gpu_out->output, gpu_targets, c.vocab_size, {});
-  ASSERT_TRUE(gpu_ce.ok()) << gpu_ce.status();
-  EXPECT_NEAR(gpu_ce->loss, cpu_ce.loss, 1e-4 * cpu_ce.loss);
-  EXPECT_LT(relative_difference(gpu_ce->dlogits, cpu_ce.dlogits, stream), 1e-4) << "dlogits";
-
-  ASSERT_TRUE(cpu_model->backward(*cpu_ctx, *cpu_out.saved, cpu_ce.dlogits).ok());
-  absl::StatusOr<Tensor> gpu_dx = gpu_model->backward(gpu_ctx, *gpu_out->saved, gpu_ce->dlogits);
-  ASSERT_TRUE(gpu_dx.ok()) << gpu_dx.status();
-  gpu_ctx.synchronize();
-  const std::vector<Parameter>& cpu_params = cpu_model->store().parameters();
-  const std::vector<Parameter>& gpu_params = gpu_model->store().parameters();
-  ASSERT_EQ(cpu_params.size(), gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    EXPECT_LT(relative_difference(gpu_params[i].grad, cpu_params[i].grad, stream), 1e-3)
-        << cpu_params[i].name;
-  }
+  Steps s;
+  ASSERT_NO_FATAL_FAILURE(forward_both(m, s));
+  EXPECT_NEAR(s.gpu_ce.loss, s.cpu_ce.loss, 1e-4 * s.cpu_ce.loss);
+  EXPECT_LT(relative_difference(s.gpu_ce.dlogits, s.cpu_ce.dlogits, m.stream()), 1e-4)
+      << "dlogits";
+  ASSERT_NO_FATAL_FAILURE(backward_both(m, s));
+  expect_same_gradients(m);
 #endif
 }
 
@@ -97,55 +143,19 @@ TEST(GPT2CudaTest, MatchesCpuForwardAndBackward) {
 TEST(GPT2CudaTest, DropoutMasksMatchCpu) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
-  auto cpu_ctx = std::move(*core::Context::create(core::Device::cpu()));
-  absl::StatusOr<std::unique_ptr<core::Context>> gpu = core::Context::create(core::Device::cuda(0));
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  core::Context& gpu_ctx = **gpu;
-  const core::Stream& stream = gpu_ctx.compute_stream();
-
-  GPT2Config c;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_embd = 64;
-  c.vocab_size = 100;
-  c.max_seq_len = 16;
+  GPT2Config c = small_config();
   c.embd_pdrop = 0.1;
   c.resid_pdrop = 0.2;
   c.checkpoint_ratio = 0.5;
-  auto cpu_model = *GPT2::create(c, DType::kF32, core::Stream::cpu());
-  auto gpu_model = *GPT2::create(c, DType::kF32, stream);
-  ASSERT_TRUE(cpu_model->init(11).ok());
-  ASSERT_TRUE(gpu_model->init(11, stream).ok());
-  const int64_t B = 2, T = 16;
-  Tensor tokens = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
-  Tensor targets = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
-  for (int64_t i = 0; i < B * T; ++i) {
-    tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab_size);
-    targets.data<int32_t>()[i] = static_cast<int32_t>((i * 53 + 1) % c.vocab_size);
-  }
-  cpu_ctx->manual_seed(314);
-  gpu_ctx.manual_seed(314);
-  ForwardResult cpu_out = *cpu_model->forward(*cpu_ctx, tokens);
-  absl::StatusOr<ForwardResult> gpu_out =
-      gpu_model->forward(gpu_ctx, *tokens.to(core::Device::cuda(0), stream));
-  ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
-  EXPECT_LT(relative_difference(gpu_out->output, cpu_out.output, stream), 1e-4) << "logits";
-  CrossEntropyResult cpu_ce = *cross_entropy(*cpu_ctx, cpu_out.output, targets, c.vocab_size, {});
-  absl::StatusOr<CrossEntropyResult> gpu_ce = cross_entropy(
-      gpu_ctx, gpu_out->output, *targets.to(core::Device::cuda(0), stream), c.vocab_size, {});
-  ASSERT_TRUE(gpu_ce.ok()) << gpu_ce.status();
-  ASSERT_TRUE(cpu_model->backward(*cpu_ctx, *cpu_out.saved, cpu_ce.dlogits).ok());
-  absl::StatusOr<Tensor> gpu_dx = gpu_model->backward(gpu_ctx, *gpu_out->saved, gpu_ce->dlogits);
-  ASSERT_TRUE(gpu_dx.ok()) << gpu_dx.status();
-  gpu_ctx.synchronize();
-  EXPECT_EQ(cpu_ctx->rng_state(), gpu_ctx.rng_state());
-  const std::vector<Parameter>& cpu_params = cpu_model->store().parameters();
-  const std::vector<Parameter>& gpu_params = gpu_model->store().parameters();
-  ASSERT_EQ(cpu_params.size(), gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    EXPECT_LT(relative_difference(gpu_params[i].grad, cpu_params[i].grad, stream), 1e-3)
-        << cpu_params[i].name;
-  }
+  CpuAndCuda m;
+  ASSERT_NO_FATAL_FAILURE(set_up(c, m));
+  m.cpu_ctx->manual_seed(314);
+  m.gpu_ctx->manual_seed(314);
+  Steps s;
+  ASSERT_NO_FATAL_FAILURE(forward_both(m, s));
+  ASSERT_NO_FATAL_FAILURE(backward_both(m, s));
+  EXPECT_EQ(m.cpu_ctx->rng_state(), m.gpu_ctx->rng_state());
+  expect_same_gradients(m);
 #endif
 }
 
