@@ -14,6 +14,7 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -79,6 +80,13 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
         Storage::allocate(ctx->allocator_, options.cublaslt_workspace_bytes, ctx->compute_stream());
     if (!workspace.ok()) return annotate(workspace.status(), what + ": cuBLASLt workspace");
     ctx->workspace_ = *std::move(workspace);
+    cublasHandle_t cublas = nullptr;
+    CUBLAS_CHECK(cublasCreate(&cublas));
+    ctx->cublas_ = cublas;
+    CUBLAS_CHECK(cublasSetPointerMode(cublas, CUBLAS_POINTER_MODE_HOST));
+    CUBLAS_CHECK(cublasSetStream(cublas, ctx->compute_stream().handle()));
+    // After cublasSetStream, which resets the workspace to cuBLAS's own pool.
+    CUBLAS_CHECK(cublasSetWorkspace(cublas, ctx->workspace_->data(), ctx->workspace_->nbytes()));
   }
 #endif
   return ctx;
@@ -86,13 +94,17 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
 
 Context::~Context() {
   synchronize();
-  workspace_.reset();  // freed on the compute stream, which is idle
 #if COLOSSAL_WITH_CUDA
+  if (cublas_ != nullptr) {  // before its workspace is freed
+    DeviceGuard guard(device_);
+    CUBLAS_CHECK(cublasDestroy(cublas_));
+  }
   if (cublaslt_ != nullptr) {
     DeviceGuard guard(device_);
     CUBLAS_CHECK(cublasLtDestroy(cublaslt_));
   }
 #endif
+  workspace_.reset();  // freed on the compute stream, which is idle
 }
 
 absl::Status Context::initialize(Device device, const ContextOptions& options) {

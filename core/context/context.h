@@ -2,9 +2,10 @@
 //
 // One Context per process (principle 5 of docs/DESIGN.md): its device, a
 // compute stream and a communication stream with an event to order them, the
-// device's allocator, a cuBLASLt handle with its workspace and algorithm cache,
-// and the random-number state (seed + offset) the generator kernels consume.
-// On the CPU both streams are the synchronous CPU stream and there is no cuBLASLt.
+// device's allocator, a cuBLASLt handle and a cuBLAS handle sharing one
+// workspace, the GEMM algorithm cache, and the random-number state (seed +
+// offset) the generator kernels consume. On the CPU both streams are the
+// synchronous CPU stream and there is no cuBLAS(Lt).
 //
 //   COLOSSAL_RETURN_IF_ERROR(Context::initialize(Device::cuda(local_rank)));
 //   Context& ctx = Context::get();
@@ -33,6 +34,7 @@
 #include "core/device/stream.h"
 
 struct cublasLtContext;  // cublasLtHandle_t is cublasLtContext*
+struct cublasContext;    // cublasHandle_t is cublasContext*
 
 namespace colossal::core {
 
@@ -53,7 +55,7 @@ enum class GemmAutotune { kOff, kOn, kLog };
 absl::StatusOr<GemmAutotune> parse_gemm_autotune(const char* value);
 
 struct ContextOptions {
-  // Workspace for cuBLASLt (CUDA only). 32 MiB lets Hopper pick its fastest
+  // Workspace for cuBLASLt and cuBLAS (CUDA only). 32 MiB lets Hopper pick its fastest
   // kernels (split-K and stream-K need scratch); it equals PyTorch's default
   // on Hopper (the workspace its cuBLAS and cuBLASLt calls get), so it is kept.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
@@ -78,7 +80,7 @@ struct RngState {
 class Context {
  public:
   // A new context for `device`: creates its streams, event and (CUDA) the
-  // cuBLASLt handle and workspace. Does not change the thread's current device.
+  // cuBLASLt and cuBLAS handles and their workspace. Does not change the thread's current device.
   // Errors: the device is not available; the workspace does not fit;
   // COLOSSAL_GEMM_AUTOTUNE is read and holds no valid value.
   static absl::StatusOr<std::unique_ptr<Context>> create(Device device,
@@ -129,6 +131,14 @@ class Context {
   cublasLtContext* cublaslt_handle() const { return cublaslt_; }
   void* cublaslt_workspace() const { return workspace_ ? workspace_->data() : nullptr; }
   size_t cublaslt_workspace_bytes() const { return workspace_ ? workspace_->nbytes() : 0; }
+  // cuBLAS (null on the CPU), for core/gemm's cublasGemmEx candidate. Created
+  // with CUBLAS_POINTER_MODE_HOST and the default math mode, its workspace set to
+  // cublaslt_workspace() (the two are never used at once: both run on the
+  // compute stream). cublasSetStream resets a handle's workspace, so a caller
+  // holds cublas_mutex() while it sets the stream, then the workspace, then
+  // enqueues its call.
+  cublasContext* cublas_handle() const { return cublas_; }
+  std::mutex& cublas_mutex() const { return cublas_mu_; }
   MatmulAlgoCache& matmul_algo_cache() { return algo_cache_; }
   // How GEMMs choose their algorithms (ContextOptions::gemm_autotune, resolved).
   GemmAutotune gemm_autotune() const { return gemm_autotune_; }
@@ -148,6 +158,8 @@ class Context {
   RngState rng_;
 
   cublasLtContext* cublaslt_ = nullptr;
+  cublasContext* cublas_ = nullptr;
+  mutable std::mutex cublas_mu_;
   std::shared_ptr<Storage> workspace_;
   MatmulAlgoCache algo_cache_;
   const GemmAutotune gemm_autotune_;

@@ -16,6 +16,7 @@
 #include "tests/util/gpu_test.h"
 
 #if COLOSSAL_WITH_CUDA
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -40,6 +41,7 @@ TEST(ContextTest, CpuContext) {
   EXPECT_EQ(c.compute_stream(), Stream::cpu());
   EXPECT_EQ(c.comm_stream(), Stream::cpu());
   EXPECT_EQ(c.cublaslt_handle(), nullptr);
+  EXPECT_EQ(c.cublas_handle(), nullptr);
   EXPECT_EQ(c.cublaslt_workspace(), nullptr);
   EXPECT_EQ(c.cublaslt_workspace_bytes(), 0u);
   EXPECT_EQ(c.allocator()->device(), Device::cpu());
@@ -218,6 +220,14 @@ TEST(ContextCudaTest, StreamsHandleAndWorkspace) {
   EXPECT_NE(c.cublaslt_handle(), nullptr);
   EXPECT_NE(c.cublaslt_workspace(), nullptr);
   EXPECT_EQ(c.cublaslt_workspace_bytes(), size_t{4} << 20);
+  // cuBLAS: host pointer mode, on the compute stream.
+  ASSERT_NE(c.cublas_handle(), nullptr);
+  cublasPointerMode_t mode = CUBLAS_POINTER_MODE_DEVICE;
+  ASSERT_EQ(cublasGetPointerMode(c.cublas_handle(), &mode), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(mode, CUBLAS_POINTER_MODE_HOST);
+  cudaStream_t blas_stream = nullptr;
+  ASSERT_EQ(cublasGetStream(c.cublas_handle(), &blas_stream), CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(blas_stream, c.compute_stream().handle());
   EXPECT_EQ(c.allocator()->device(), Device::cuda(0));
   EXPECT_GE(c.allocator()->stats().allocated_bytes, int64_t{4} << 20);  // the workspace
   c.synchronize();

@@ -2,6 +2,14 @@
 
 namespace colossal::core {
 
+const char* matmul_algo_library_name(MatmulAlgoLibrary library) {
+  switch (library) {
+    case MatmulAlgoLibrary::kCublasLt: return "cublasLt";
+    case MatmulAlgoLibrary::kCublas: return "cublas";
+  }
+  return "unknown";
+}
+
 std::optional<MatmulAlgo> MatmulAlgoCache::find(const MatmulAlgoKey& key) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = map_.find(key);

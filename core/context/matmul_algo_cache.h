@@ -1,10 +1,11 @@
-// colossal::core — a cache of cuBLASLt matmul algorithms, keyed by problem.
+// colossal::core — a cache of cuBLASLt matmul algorithms (or "use cuBLAS"), keyed by problem.
 //
 // Choosing a cuBLASLt algorithm (cublasLtMatmulAlgoGetHeuristic) costs tens of
 // microseconds; a training step runs the same few GEMM shapes thousands of
 // times. core/gemm asks this cache first and stores its choice in it (the
 // heuristic's first, or the fastest of its top candidates when autotuning, see
-// ContextOptions::gemm_autotune). Each Context owns one (Context::matmul_algo_cache()). Keys and values are
+// ContextOptions::gemm_autotune; autotuning also times cuBLAS's cublasGemmEx and
+// may record it as the winner). Each Context owns one (Context::matmul_algo_cache()). Keys and values are
 // plain data, so this header needs no CUDA headers: MatmulAlgo holds the bytes
 // of a cublasLtMatmulAlgo_t (an opaque struct of eight uint64_t).
 //
@@ -66,11 +67,26 @@ enum class MatmulAlgoSource : int32_t {
   kProvisional = 2,
 };
 
-// A chosen algorithm: the bytes of a cublasLtMatmulAlgo_t and the workspace it needs.
+// Which library runs a cached problem.
+enum class MatmulAlgoLibrary : int32_t {
+  // cublasLtMatmul with the algorithm in MatmulAlgo::data.
+  kCublasLt = 0,
+  // cublasGemmEx / cublasGemmStridedBatchedEx (CUBLAS_GEMM_DEFAULT, cuBLAS's own
+  // heuristic, as torch.matmul calls it); MatmulAlgo::data is unused. Only for
+  // problems without an epilogue; chosen only by autotuning.
+  kCublas = 1,
+};
+
+// "cublasLt" or "cublas".
+const char* matmul_algo_library_name(MatmulAlgoLibrary library);
+
+// A chosen algorithm: the library, and for cuBLASLt the bytes of a
+// cublasLtMatmulAlgo_t and the workspace it needs.
 struct MatmulAlgo {
   std::array<uint64_t, 8> data{};
   size_t workspace_bytes = 0;
   MatmulAlgoSource source = MatmulAlgoSource::kHeuristic;
+  MatmulAlgoLibrary library = MatmulAlgoLibrary::kCublasLt;
 };
 
 // Thread-safe map from MatmulAlgoKey to MatmulAlgo.

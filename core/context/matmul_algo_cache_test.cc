@@ -68,6 +68,26 @@ TEST(MatmulAlgoCacheTest, KeepsHowTheAlgorithmWasChosen) {
   EXPECT_EQ(tuned_entries, 1);
 }
 
+TEST(MatmulAlgoCacheTest, KeepsWhichLibraryRunsTheProblem) {
+  EXPECT_EQ(MatmulAlgo{}.library, MatmulAlgoLibrary::kCublasLt);
+  EXPECT_STREQ(matmul_algo_library_name(MatmulAlgoLibrary::kCublasLt), "cublasLt");
+  EXPECT_STREQ(matmul_algo_library_name(MatmulAlgoLibrary::kCublas), "cublas");
+  MatmulAlgoCache cache;
+  MatmulAlgo provisional;  // heuristic #1 of cuBLASLt, taken during a capture
+  provisional.data[0] = 1;
+  provisional.source = MatmulAlgoSource::kProvisional;
+  cache.insert(key(8192), provisional);
+  EXPECT_EQ(cache.find(key(8192))->library, MatmulAlgoLibrary::kCublasLt);
+  MatmulAlgo cublas;  // autotuning found cuBLAS fastest
+  cublas.source = MatmulAlgoSource::kAutotuned;
+  cublas.library = MatmulAlgoLibrary::kCublas;
+  cache.insert(key(8192), cublas);
+  ASSERT_TRUE(cache.find(key(8192)).has_value());
+  EXPECT_EQ(cache.find(key(8192))->library, MatmulAlgoLibrary::kCublas);
+  EXPECT_EQ(cache.find(key(8192))->source, MatmulAlgoSource::kAutotuned);
+  EXPECT_EQ(cache.entries().at(0).second.library, MatmulAlgoLibrary::kCublas);
+}
+
 TEST(MatmulAlgoCacheTest, EveryFieldIsPartOfTheKey) {
   MatmulAlgoKey base;
   std::vector<MatmulAlgoKey> variants;

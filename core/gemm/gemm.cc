@@ -1,6 +1,7 @@
 // gemm(): validation of the tensors and options, then the CPU or CUDA backend.
 #include "core/gemm/gemm.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -55,6 +56,18 @@ AlgoAction choose_algo_action(const std::optional<MatmulAlgo>& cached, GemmAutot
   if (!tune) return AlgoAction::kHeuristic;
   return capturing ? AlgoAction::kProvisional : AlgoAction::kAutotune;
 }
+
+bool cublas_can_run(const GemmProblem& p) {
+  return p.epilogue == Epilogue::kNone && p.bias == nullptr && p.gelu_input == nullptr &&
+         supported_dtype(p.dtype);
+}
+
+namespace {
+std::atomic<CudaLibraryChoice> g_cuda_library{CudaLibraryChoice::kAuto};
+}  // namespace
+
+void set_cuda_library_for_testing(CudaLibraryChoice choice) { g_cuda_library.store(choice); }
+CudaLibraryChoice cuda_library_for_testing() { return g_cuda_library.load(); }
 
 int fastest_candidate(const float* times_ms, int count) {
   int best = -1;

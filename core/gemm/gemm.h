@@ -16,38 +16,52 @@
 //   kBiasGelu  C = gelu(v + bias[j]), gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 // and optionally, for GELU's backward, gelu_input = v + bias[j] (the pre-GELU value).
 //
-// CUDA: cuBLASLt on ctx.compute_stream(), using the context's workspace (32 MiB
-// by default), with the algorithm chosen once per problem (shape, dtypes,
+// CUDA: cuBLASLt (or cuBLAS, when autotuning found it faster) on
+// ctx.compute_stream(), using the context's workspace (32 MiB by default), with
+// the algorithm chosen once per problem (shape, dtypes,
 // transposes, epilogue, pointer alignment) and cached in the context's
 // matmul_algo_cache(). How it is chosen is ctx.gemm_autotune()
 // (ContextOptions::gemm_autotune, else the environment variable
 // COLOSSAL_GEMM_AUTOTUNE):
 //   on (default, "1")  the first call of a problem asks cuBLASLt's heuristic for
-//       its top 8 candidates, runs each on the compute stream (2 warm-ups, then 2
-//       interleaved rounds of 5 calls between CUDA events) and keeps the fastest
-//       (ties: the heuristic's order). That first call blocks the host until the
-//       timing is done and costs 12 GEMMs per candidate; later calls cost
+//       its top 8 candidates and, for a problem without an epilogue, adds cuBLAS
+//       (cublasGemmEx / cublasGemmStridedBatchedEx with CUBLAS_GEMM_DEFAULT, the
+//       call torch.matmul makes; cuBLAS's own heuristic picks kernels cuBLASLt's
+//       top 8 may lack) as one more candidate after them; it runs each on the
+//       compute stream (2 warm-ups, then 2 interleaved rounds of 5 calls between
+//       CUDA events) and keeps the fastest (ties: the heuristic's order, cuBLAS
+//       last); the cache entry records which library won, and later calls go
+//       to it. That first call blocks the host until the timing is done and
+//       costs 12 GEMMs per candidate; later calls cost
 //       nothing extra. With beta == 0 the candidates write C (and gelu_input),
 //       which the real call then overwrites; with beta != 0 they write a scratch
-//       output of C's size (allocated on the compute stream; when it does not fit,
+//       output of C's size (allocated on the compute stream, cuBLAS's candidate
+//       getting a copy of C there since it works in place; when it does not fit,
 //       the heuristic's first choice is kept) so C is read, never changed. While
 //       the compute stream is being captured into a CUDA graph nothing is timed:
-//       the heuristic's first choice is used and cached as provisional, and the
-//       first call of that problem outside a capture autotunes.
-//   off ("0")  cuBLASLt's heuristic's first choice. Deterministic: one GPU model
-//       and cuBLAS version always pick the same algorithm, so results repeat bit
+//       cuBLASLt's heuristic first choice is used and cached as provisional, and
+//       the first call of that problem outside a capture autotunes. (A problem
+//       already cached as cuBLAS is captured as cuBLAS: it uses the context's
+//       workspace, so nothing is allocated during the capture.)
+//   off ("0")  cuBLASLt's heuristic's first choice (never cuBLAS).
+//       Deterministic: one GPU model and cuBLAS version always pick the same
+//       algorithm, so results repeat bit
 //       for bit across runs and processes. With autotuning the choice depends on
 //       timings, so two runs (or two ranks) may pick different algorithms whose
 //       results differ by rounding (within the tolerances of core/gemm's tests:
 //       about one rounding of the output type, more with split-K); within one
 //       context a problem keeps its algorithm, so repeated calls are identical.
 //   "log"  on, and each tuning prints its candidates (cuBLASLt algorithm id,
-//       tile, stages, split-K) and their times to stderr.
+//       tile, stages, split-K; "cuBLAS cublasGemmEx CUBLAS_GEMM_DEFAULT") and
+//       their times to stderr.
 // cuBLASLt is column-major; a row-major matrix is the column-major view of its
 // transpose, so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T: cuBLASLt's
 // "A" is our B and its "B" our A, its m is our n and its n our m, the transposes
 // swap along, every leading dimension is a row length of ours, and bias[j] is
-// cuBLASLt's per-row bias of C^T. Enqueued, not synchronised.
+// cuBLASLt's per-row bias of C^T. cuBLAS gets the same arguments (its A is our B,
+// its m our n, ...), through the context's cuBLAS handle, its stream set to the
+// compute stream and its workspace to the context's (the one cuBLASLt uses).
+// Enqueued, not synchronised.
 // CPU: OpenBLAS cblas_sgemm / cblas_dgemm; float16/bfloat16 are converted to
 // float32, multiplied by sgemm and rounded once; epilogues run in a loop after.
 // allow_tf32 does nothing on the CPU (the result is plain fp32, more accurate).

@@ -1,12 +1,16 @@
-// The CUDA backend: one cublasLtMatmul per call, with the algorithm from the
-// context's cache. On a miss: cuBLASLt's first heuristic choice, or (autotuning,
-// the default) the fastest of its top candidates timed on the compute stream.
-// See gemm.h for how the row-major problem maps onto cuBLASLt's column-major one.
+// The CUDA backend: one cublasLtMatmul (or cublasGemmEx) per call, with the
+// algorithm from the context's cache. On a miss: cuBLASLt's first heuristic
+// choice, or (autotuning, the default) the fastest of its top candidates and,
+// for problems without an epilogue, cuBLAS's cublasGemmEx (what torch.matmul
+// calls; its own heuristic picks other kernels), timed on the compute stream.
+// See gemm.h for how the row-major problem maps onto cuBLASLt's column-major one;
+// cuBLAS gets the same mapping.
 #include "bazel/cuda_config.h"
 
 #if COLOSSAL_WITH_CUDA
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -15,6 +19,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -195,13 +200,67 @@ struct MatmulCall {
   }
 };
 
+// Everything one cublasGemmEx / cublasGemmStridedBatchedEx call needs but the
+// output, which is also its C (cuBLAS computes in place).
+struct CublasCall {
+  Context* ctx;
+  CublasArgs args;
+  const void* alpha;
+  const void* beta;
+  const void* a;  // cuBLAS's A: our B
+  const void* b;  // cuBLAS's B: our A
+  cudaStream_t stream;
+
+  cublasStatus_t run(void* d) const {
+    cublasHandle_t handle = ctx->cublas_handle();
+    // The handle is shared: its stream and workspace are set under the
+    // context's lock, workspace after stream (cublasSetStream resets it).
+    std::lock_guard<std::mutex> lock(ctx->cublas_mutex());
+    cublasStatus_t status = cublasSetStream(handle, stream);
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    status = cublasSetWorkspace(handle, ctx->cublaslt_workspace(), ctx->cublaslt_workspace_bytes());
+    if (status != CUBLAS_STATUS_SUCCESS) return status;
+    const auto op_a = static_cast<cublasOperation_t>(args.op_a);
+    const auto op_b = static_cast<cublasOperation_t>(args.op_b);
+    const auto type = static_cast<cudaDataType_t>(args.data_type);
+    const auto compute = static_cast<cublasComputeType_t>(args.compute_type);
+    const int m = static_cast<int>(args.m), n = static_cast<int>(args.n);
+    const int k = static_cast<int>(args.k);
+    const int lda = static_cast<int>(args.lda), ldb = static_cast<int>(args.ldb);
+    const int ldc = static_cast<int>(args.ldc);
+    if (args.batch > 1) {
+      return cublasGemmStridedBatchedEx(handle, op_a, op_b, m, n, k, alpha, a, type, lda,
+                                        args.stride_a, b, type, ldb, args.stride_b, beta, d, type,
+                                        ldc, args.stride_c, static_cast<int>(args.batch), compute,
+                                        CUBLAS_GEMM_DEFAULT);
+    }
+    return cublasGemmEx(handle, op_a, op_b, m, n, k, alpha, a, type, lda, b, type, ldb, beta, d,
+                        type, ldc, compute, CUBLAS_GEMM_DEFAULT);
+  }
+};
+
+// One autotuning candidate: a cuBLASLt algorithm, or cuBLAS.
+struct Candidate {
+  MatmulAlgoLibrary library = MatmulAlgoLibrary::kCublasLt;
+  cublasLtMatmulAlgo_t algo{};  // cuBLASLt only
+  size_t workspace_bytes = 0;   // cuBLASLt only
+};
+
+// Runs a candidate writing `d` (cuBLAS reads C from `d` too).
+cublasStatus_t run_candidate(const Candidate& candidate, const MatmulCall& lt, const CublasCall& blas,
+                             void* d) {
+  if (candidate.library == MatmulAlgoLibrary::kCublas) return blas.run(d);
+  return lt.run(candidate.algo, d);
+}
+
 // Times each candidate on call.stream and returns the index of the fastest, or
 // -1 when none could be timed (then `why` says why). `times_ms` receives each
 // candidate's time per call (-1: it failed to launch). With beta != 0 the
-// candidates write a scratch output and C is only read; with beta == 0 they
-// write C (and gelu_input), which the final call overwrites.
+// candidates write a scratch output and C is only read (cuBLAS, which reads C
+// from its output, gets a copy of C in the scratch); with beta == 0 they write
+// C (and gelu_input), which the final call overwrites.
 int time_candidates(Context& ctx, const GemmProblem& p, const MatmulCall& call,
-                    const std::vector<cublasLtMatmulAlgo_t>& candidates,
+                    const CublasCall& blas, const std::vector<Candidate>& candidates,
                     std::vector<float>& times_ms, std::string& why) {
   const int count = static_cast<int>(candidates.size());
   times_ms.assign(count, -1.0f);
@@ -218,11 +277,12 @@ int time_candidates(Context& ctx, const GemmProblem& p, const MatmulCall& call,
     }
     scratch = *std::move(s);
     d = scratch->data();
+    CUDA_CHECK(cudaMemcpyAsync(d, p.c, bytes, cudaMemcpyDeviceToDevice, call.stream));
   }
   std::vector<bool> ok(count, true);
   for (int i = 0; i < count; ++i) {
     for (int w = 0; w < kAutotuneWarmups && ok[i]; ++w) {
-      ok[i] = call.run(candidates[i], d) == CUBLAS_STATUS_SUCCESS;
+      ok[i] = run_candidate(candidates[i], call, blas, d) == CUBLAS_STATUS_SUCCESS;
     }
   }
   // One event before the first block and one after each (round, candidate) block.
@@ -232,7 +292,7 @@ int time_candidates(Context& ctx, const GemmProblem& p, const MatmulCall& call,
   for (int r = 0; r < kAutotuneRounds; ++r) {
     for (int i = 0; i < count; ++i) {
       for (int rep = 0; rep < kAutotuneReps && ok[i]; ++rep) {
-        ok[i] = call.run(candidates[i], d) == CUBLAS_STATUS_SUCCESS;
+        ok[i] = run_candidate(candidates[i], call, blas, d) == CUBLAS_STATUS_SUCCESS;
       }
       CUDA_CHECK(cudaEventRecord(events[r * count + i + 1], call.stream));
     }
@@ -256,12 +316,26 @@ int time_candidates(Context& ctx, const GemmProblem& p, const MatmulCall& call,
   return best;
 }
 
-MatmulAlgo to_matmul_algo(const cublasLtMatmulHeuristicResult_t& result, MatmulAlgoSource source) {
+MatmulAlgo to_matmul_algo(const Candidate& candidate, MatmulAlgoSource source) {
   MatmulAlgo chosen;
-  std::memcpy(chosen.data.data(), &result.algo, sizeof(result.algo));
-  chosen.workspace_bytes = result.workspaceSize;
+  chosen.library = candidate.library;
+  if (candidate.library == MatmulAlgoLibrary::kCublasLt) {
+    std::memcpy(chosen.data.data(), &candidate.algo, sizeof(candidate.algo));
+    chosen.workspace_bytes = candidate.workspace_bytes;
+  }
   chosen.source = source;
   return chosen;
+}
+
+// The log line's name of a candidate.
+std::string describe_candidate(const Candidate& candidate, const GemmProblem& p,
+                               size_t cublas_workspace_bytes) {
+  if (candidate.library == MatmulAlgoLibrary::kCublas) {
+    return absl::StrCat("cuBLAS ", p.batch > 1 ? "cublasGemmStridedBatchedEx" : "cublasGemmEx",
+                        " CUBLAS_GEMM_DEFAULT workspace ", cublas_workspace_bytes);
+  }
+  return absl::StrCat("cuBLASLt ", describe_algo(candidate.algo), " workspace ",
+                      candidate.workspace_bytes);
 }
 
 }  // namespace
@@ -293,6 +367,28 @@ MatmulAlgoKey matmul_algo_key(const GemmProblem& p) {
   key.align_aux = p.gelu_input ? alignment(p.gelu_input) : 0;
   key.aux_ld = s.aux_ld;
   return key;
+}
+
+CublasArgs cublas_args(const GemmProblem& p) {
+  const CudaTypes types = cuda_types(p.dtype, p.allow_tf32);
+  const LtShape s = lt_shape(p);
+  CublasArgs args;
+  args.op_a = s.op_a;
+  args.op_b = s.op_b;
+  args.m = p.n;
+  args.n = p.m;
+  args.k = p.k;
+  args.batch = p.batch;
+  args.lda = std::max<int64_t>(s.a_rows, 1);
+  args.ldb = std::max<int64_t>(s.b_rows, 1);
+  args.ldc = std::max<int64_t>(p.n, 1);
+  args.stride_a = p.batch > 1 ? p.k * p.n : 0;
+  args.stride_b = p.batch > 1 ? p.m * p.k : 0;
+  args.stride_c = p.batch > 1 ? p.m * p.n : 0;
+  args.data_type = types.data;
+  args.compute_type = types.compute;
+  args.scale_type = types.scale;
+  return args;
 }
 
 absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
@@ -339,15 +435,34 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
   call.workspace_bytes = ctx.cublaslt_workspace_bytes();
   call.stream = stream.handle();
 
+  CublasCall blas;
+  blas.ctx = &ctx;
+  blas.args = cublas_args(p);
+  blas.alpha = call.alpha;
+  blas.beta = call.beta;
+  blas.a = p.b;
+  blas.b = p.a;
+  blas.stream = call.stream;
+
   const MatmulAlgoKey key = matmul_algo_key(p);
   MatmulAlgoCache& cache = ctx.matmul_algo_cache();
   std::optional<MatmulAlgo> algo = cache.find(key);
   const GemmAutotune autotune = ctx.gemm_autotune();
+  const CudaLibraryChoice library = cuda_library_for_testing();
+  const bool cublas_ok = ctx.cublas_handle() != nullptr && cublas_can_run(p);
   const bool may_tune = autotune != GemmAutotune::kOff &&
                         (!algo.has_value() || algo->source == MatmulAlgoSource::kProvisional);
   const AlgoAction action =
       choose_algo_action(algo, autotune, may_tune && is_capturing(stream.handle()));
-  if (action != AlgoAction::kUseCached) {
+  if (action != AlgoAction::kUseCached && action != AlgoAction::kProvisional &&
+      library == CudaLibraryChoice::kCublas && cublas_ok) {
+    // Tests only: cuBLAS, untimed.
+    Candidate forced;
+    forced.library = MatmulAlgoLibrary::kCublas;
+    const MatmulAlgo chosen = to_matmul_algo(forced, MatmulAlgoSource::kHeuristic);
+    cache.insert(key, chosen);
+    algo = chosen;
+  } else if (action != AlgoAction::kUseCached) {
     cublasLtMatmulPreference_t pref_raw = nullptr;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref_raw));
     Preference pref(pref_raw);
@@ -365,25 +480,33 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
         handle, desc_raw, layout_a.get(), layout_b.get(), layout_c.get(), layout_c.get(), pref_raw,
         wanted, results.data(), &found);
     // Keep the usable ones, in cuBLASLt's order (best first).
-    std::vector<cublasLtMatmulHeuristicResult_t> usable;
+    std::vector<Candidate> candidates;
     for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) usable.push_back(results[i]);
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      Candidate c;
+      c.algo = results[i].algo;
+      c.workspace_bytes = results[i].workspaceSize;
+      candidates.push_back(c);
     }
-    if (usable.empty()) {
+    if (candidates.empty()) {
       return absl::UnimplementedError(absl::StrCat("gemm: cuBLASLt has no algorithm for ",
                                                    describe_problem(p), " (",
                                                    cublasGetStatusString(status), ")"));
     }
-    MatmulAlgo chosen = to_matmul_algo(usable[0], action == AlgoAction::kProvisional
-                                                      ? MatmulAlgoSource::kProvisional
-                                                      : MatmulAlgoSource::kHeuristic);
-    if (action == AlgoAction::kAutotune && usable.size() > 1) {
-      std::vector<cublasLtMatmulAlgo_t> candidates;
-      for (const auto& r : usable) candidates.push_back(r.algo);
+    MatmulAlgo chosen = to_matmul_algo(candidates[0], action == AlgoAction::kProvisional
+                                                          ? MatmulAlgoSource::kProvisional
+                                                          : MatmulAlgoSource::kHeuristic);
+    // cuBLAS last: the heuristic's order still breaks ties.
+    if (action == AlgoAction::kAutotune && cublas_ok && library == CudaLibraryChoice::kAuto) {
+      Candidate c;
+      c.library = MatmulAlgoLibrary::kCublas;
+      candidates.push_back(c);
+    }
+    if (action == AlgoAction::kAutotune && candidates.size() > 1) {
       std::vector<float> times_ms;
       std::string why;
-      const int best = time_candidates(ctx, p, call, candidates, times_ms, why);
-      if (best >= 0) chosen = to_matmul_algo(usable[best], MatmulAlgoSource::kAutotuned);
+      const int best = time_candidates(ctx, p, call, blas, candidates, times_ms, why);
+      if (best >= 0) chosen = to_matmul_algo(candidates[best], MatmulAlgoSource::kAutotuned);
       if (autotune == GemmAutotune::kLog) {
         std::string lines = absl::StrCat("colossal gemm autotune: ", describe_problem(p), " beta=",
                                          p.beta, ": ");
@@ -391,8 +514,8 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
         absl::StrAppend(&lines, "\n");
         for (size_t i = 0; i < times_ms.size(); ++i) {
           absl::StrAppend(&lines, static_cast<int>(i) == best ? "  * " : "    ", i, " ",
-                          describe_algo(candidates[i]), " workspace ",
-                          usable[i].workspaceSize, ": ",
+                          describe_candidate(candidates[i], p, ctx.cublaslt_workspace_bytes()),
+                          ": ",
                           times_ms[i] < 0 ? std::string("failed")
                                           : absl::StrCat(times_ms[i] * 1e3f, " us"),
                           "\n");
@@ -402,6 +525,11 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
     }  // one candidate: nothing to compare, so chosen stays a final kHeuristic
     cache.insert(key, chosen);
     algo = chosen;
+  }
+  if (algo->library == MatmulAlgoLibrary::kCublas) {
+    COLOSSAL_CHECK(ctx.cublas_handle() != nullptr) << "a CUDA context without a cuBLAS handle";
+    CUBLAS_CHECK(blas.run(p.c));
+    return absl::OkStatus();
   }
   cublasLtMatmulAlgo_t lt_algo;
   std::memcpy(&lt_algo, algo->data.data(), sizeof(lt_algo));

@@ -1,6 +1,7 @@
 // Private to core/gemm (a public header of the target only so that its tests
 // can reach these): the validated problem handed to a backend, and the
-// host-side pieces of the CUDA backend's algorithm choice.
+// host-side pieces of the CUDA backend's algorithm choice (cuBLASLt, or cuBLAS's
+// cublasGemmEx as one more autotuning candidate).
 #ifndef COLOSSAL_CORE_GEMM_GEMM_INTERNAL_H_
 #define COLOSSAL_CORE_GEMM_GEMM_INTERNAL_H_
 
@@ -55,8 +56,8 @@ enum class AlgoAction {
 AlgoAction choose_algo_action(const std::optional<MatmulAlgo>& cached, GemmAutotune autotune,
                               bool capturing);
 
-// Autotuning: how many of cuBLASLt's heuristic candidates are timed, and how.
-// Each candidate runs kAutotuneWarmups times, then kAutotuneRounds rounds (the
+// Autotuning: how many of cuBLASLt's heuristic candidates are timed (cuBLAS,
+// when cublas_can_run, comes after them as one more), and how. Each candidate runs kAutotuneWarmups times, then kAutotuneRounds rounds (the
 // candidates interleaved) of kAutotuneReps back-to-back calls between CUDA
 // events; a candidate's time is its fastest round.
 inline constexpr int kAutotuneCandidates = 8;  // 32 measured no better (H100, 8192^3 bf16)
@@ -69,12 +70,61 @@ inline constexpr int kAutotuneReps = 5;
 // or NaN entries mark candidates that failed and are never chosen.
 int fastest_candidate(const float* times_ms, int count);
 
+// Whether cuBLAS (cublasGemmEx, cublasGemmStridedBatchedEx) computes the problem
+// exactly as asked, so that it may be a candidate: no epilogue (plain
+// C = alpha op(A) op(B) + beta C, in place), a dtype gemm() takes (bf16 and fp16
+// with fp32 compute, fp32 or TF32, fp64).
+bool cublas_can_run(const GemmProblem& p);
+
+// Tests only: which library a CUDA cache miss may choose (process-wide; the
+// default is kAuto). Cached entries are used as they are, whatever the setting.
+//   kAuto      autotuning times cuBLASLt's candidates and, when cublas_can_run,
+//              cuBLAS; autotuning off and graph capture take cuBLASLt's heuristic #1.
+//   kCublasLt  cuBLASLt only (autotuning times only its candidates).
+//   kCublas    cuBLAS, untimed and cached as a final kHeuristic entry, for every
+//              problem cublas_can_run accepts (with autotuning on or off; a
+//              provisional choice while capturing stays cuBLASLt's heuristic #1);
+//              other problems as kAuto.
+enum class CudaLibraryChoice { kAuto, kCublasLt, kCublas };
+void set_cuda_library_for_testing(CudaLibraryChoice choice);
+CudaLibraryChoice cuda_library_for_testing();
+
+// While alive, the process uses `choice` (then the previous setting again).
+class ScopedCudaLibraryForTesting {
+ public:
+  explicit ScopedCudaLibraryForTesting(CudaLibraryChoice choice)
+      : previous_(cuda_library_for_testing()) {
+    set_cuda_library_for_testing(choice);
+  }
+  ~ScopedCudaLibraryForTesting() { set_cuda_library_for_testing(previous_); }
+  ScopedCudaLibraryForTesting(const ScopedCudaLibraryForTesting&) = delete;
+  ScopedCudaLibraryForTesting& operator=(const ScopedCudaLibraryForTesting&) = delete;
+
+ private:
+  CudaLibraryChoice previous_;
+};
+
 #if COLOSSAL_WITH_CUDA
 // The cache key of a problem, in cuBLASLt's column-major terms (see gemm.h).
 // Host-only: reads the pointers' addresses, never the memory.
 MatmulAlgoKey matmul_algo_key(const GemmProblem& p);
 
-// cuBLASLt on ctx.compute_stream().
+// The arguments of the cublasGemmEx (batch 1) or cublasGemmStridedBatchedEx
+// call for a problem, mapped onto column-major exactly as for cuBLASLt: cuBLAS's
+// A is our B, its B our A, its m our n, its n our m. Enum fields hold the
+// numeric values of cublasOperation_t, cudaDataType_t and cublasComputeType_t.
+// Leading dimensions are at least 1 (cuBLAS's rule, even when k == 0 leaves a
+// matrix empty); strides are 0 without a batch. Host-only.
+struct CublasArgs {
+  int32_t op_a = 0, op_b = 0;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  int32_t data_type = 0, compute_type = 0, scale_type = 0;
+};
+CublasArgs cublas_args(const GemmProblem& p);
+
+// cuBLASLt (or cuBLAS, when the problem's cache entry says so) on ctx.compute_stream().
 absl::Status run_cuda(Context& ctx, const GemmProblem& p);
 #endif
 

@@ -493,7 +493,145 @@ TEST(GemmCpuTest, FastestCandidate) {
   EXPECT_EQ(fastest_candidate(all_failed, 2), -1);
 }
 
+// cuBLAS is a candidate only for plain GEMMs (no epilogue), of every dtype.
+TEST(GemmCpuTest, CublasCanRunPlainProblemsOnly) {
+  using internal::cublas_can_run;
+  internal::GemmProblem p;
+  p.m = p.n = p.k = 64;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    p.dtype = t;
+    EXPECT_TRUE(cublas_can_run(p)) << dtype_name(t);
+    p.allow_tf32 = true;
+    EXPECT_TRUE(cublas_can_run(p)) << dtype_name(t);
+    p.batch = 3;
+    p.beta = 1.0;
+    p.trans_a = true;
+    EXPECT_TRUE(cublas_can_run(p)) << dtype_name(t);
+    p.batch = 1;
+    p.beta = 0.0;
+    p.trans_a = false;
+    p.allow_tf32 = false;
+  }
+  p.dtype = DType::kI32;
+  EXPECT_FALSE(cublas_can_run(p));
+  p.dtype = DType::kBF16;
+  int bias = 0, aux = 0;
+  p.epilogue = Epilogue::kBias;
+  p.bias = &bias;
+  EXPECT_FALSE(cublas_can_run(p));
+  p.epilogue = Epilogue::kBiasGelu;
+  EXPECT_FALSE(cublas_can_run(p));
+  p.gelu_input = &aux;
+  EXPECT_FALSE(cublas_can_run(p));
+}
+
+TEST(GemmCpuTest, ScopedCudaLibraryForTestingRestores) {
+  using internal::CudaLibraryChoice;
+  EXPECT_EQ(internal::cuda_library_for_testing(), CudaLibraryChoice::kAuto);
+  {
+    internal::ScopedCudaLibraryForTesting cublas(CudaLibraryChoice::kCublas);
+    EXPECT_EQ(internal::cuda_library_for_testing(), CudaLibraryChoice::kCublas);
+    {
+      internal::ScopedCudaLibraryForTesting lt(CudaLibraryChoice::kCublasLt);
+      EXPECT_EQ(internal::cuda_library_for_testing(), CudaLibraryChoice::kCublasLt);
+    }
+    EXPECT_EQ(internal::cuda_library_for_testing(), CudaLibraryChoice::kCublas);
+  }
+  EXPECT_EQ(internal::cuda_library_for_testing(), CudaLibraryChoice::kAuto);
+}
+
 #if COLOSSAL_WITH_CUDA
+// cuBLAS gets the problem mapped onto column-major exactly as cuBLASLt does
+// (its A is our B, its m our n), so its arguments agree with the cache key.
+TEST(GemmCpuTest, CublasArgumentsFollowTheCublasLtMapping) {
+  auto at = [](uintptr_t address) { return reinterpret_cast<void*>(address); };
+  internal::GemmProblem p;
+  p.m = 8192;
+  p.n = 768;
+  p.k = 3072;
+  p.dtype = DType::kBF16;
+  p.trans_b = true;  // y = x W^T with W [768, 3072]
+  p.a = at(0x10000);
+  p.b = at(0x20040);
+  p.c = at(0x30000);
+  internal::CublasArgs args = internal::cublas_args(p);
+  EXPECT_EQ(args.op_a, CUBLAS_OP_T);
+  EXPECT_EQ(args.op_b, CUBLAS_OP_N);
+  EXPECT_EQ(args.m, 768);
+  EXPECT_EQ(args.n, 8192);
+  EXPECT_EQ(args.k, 3072);
+  EXPECT_EQ(args.batch, 1);
+  EXPECT_EQ(args.lda, 3072);
+  EXPECT_EQ(args.ldb, 3072);
+  EXPECT_EQ(args.ldc, 768);
+  EXPECT_EQ(args.stride_a, 0);
+  EXPECT_EQ(args.stride_b, 0);
+  EXPECT_EQ(args.stride_c, 0);
+  EXPECT_EQ(args.data_type, CUDA_R_16BF);
+  EXPECT_EQ(args.compute_type, CUBLAS_COMPUTE_32F);
+  EXPECT_EQ(args.scale_type, CUDA_R_32F);
+
+  // Every dtype, transpose and batch: the same numbers as cuBLASLt's key.
+  const std::pair<DType, bool> modes[] = {{DType::kF32, false}, {DType::kF32, true},
+                                          {DType::kF16, false}, {DType::kBF16, false},
+                                          {DType::kF64, false}};
+  for (const auto& [dtype, tf32] : modes) {
+    for (int t = 0; t < 4; ++t) {
+      for (int64_t batch : {1, 3}) {
+        internal::GemmProblem q = p;
+        q.m = 65;
+        q.n = 33;
+        q.k = 127;
+        q.dtype = dtype;
+        q.allow_tf32 = tf32;
+        q.trans_a = t & 1;
+        q.trans_b = t & 2;
+        q.batch = batch;
+        SCOPED_TRACE(absl::StrCat(dtype_name(dtype), tf32 ? "(tf32)" : "", " t=", t, " batch=", batch));
+        const MatmulAlgoKey key = internal::matmul_algo_key(q);
+        args = internal::cublas_args(q);
+        EXPECT_EQ(args.op_a, key.op_a);
+        EXPECT_EQ(args.op_b, key.op_b);
+        EXPECT_EQ(args.m, key.m);
+        EXPECT_EQ(args.n, key.n);
+        EXPECT_EQ(args.k, key.k);
+        EXPECT_EQ(args.batch, key.batch);
+        EXPECT_EQ(args.lda, key.lda);
+        EXPECT_EQ(args.ldb, key.ldb);
+        EXPECT_EQ(args.ldc, key.ldc);
+        EXPECT_EQ(args.stride_a, key.stride_a);
+        EXPECT_EQ(args.stride_b, key.stride_b);
+        EXPECT_EQ(args.stride_c, key.stride_c);
+        EXPECT_EQ(args.data_type, key.a_type);
+        EXPECT_EQ(args.compute_type, key.compute_type);
+        EXPECT_EQ(args.scale_type, key.scale_type);
+        EXPECT_EQ(args.lda, (q.trans_b ? q.k : q.n));  // our B's row length
+        EXPECT_EQ(args.ldb, (q.trans_a ? q.m : q.k));  // our A's row length
+      }
+    }
+  }
+  p.dtype = DType::kF32;
+  p.allow_tf32 = true;
+  EXPECT_EQ(internal::cublas_args(p).compute_type, CUBLAS_COMPUTE_32F_FAST_TF32);
+  p.dtype = DType::kF64;
+  EXPECT_EQ(internal::cublas_args(p).compute_type, CUBLAS_COMPUTE_64F);
+  EXPECT_EQ(internal::cublas_args(p).scale_type, CUDA_R_64F);
+  p.dtype = DType::kF16;
+  EXPECT_EQ(internal::cublas_args(p).data_type, CUDA_R_16F);
+  EXPECT_EQ(internal::cublas_args(p).compute_type, CUBLAS_COMPUTE_32F);
+
+  // k == 0 with B transposed: our B is [n, 0], a leading dimension of 0 for
+  // cuBLASLt; cuBLAS wants at least 1 (nothing is read either way).
+  p.k = 0;
+  p.batch = 2;
+  args = internal::cublas_args(p);
+  EXPECT_EQ(args.lda, 1);
+  EXPECT_EQ(args.ldb, 1);  // our A [m, 0]
+  EXPECT_EQ(args.ldc, 768);
+  EXPECT_EQ(args.stride_a, 0);
+  EXPECT_EQ(args.stride_c, 8192 * 768);
+}
+
 // The cache key is plain host arithmetic over the problem and the pointers'
 // addresses, so it is checked without a GPU.
 TEST(GemmCpuTest, CudaAlgorithmCacheKey) {
@@ -609,6 +747,12 @@ TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
   add(DType::kF32, true, 256, 256, 512)->beta = 0.25;
   add(DType::kF64, false, 64, 96, 128);
   add(DType::kBF16, false, 65, 33, 127)->misalign = 1;
+  // Plain bf16 NN GEMMs, 2-D and batched (the case, smaller): cuBLAS is
+  // a candidate, so the cached entry may name either library.
+  add(DType::kBF16, false, 512, 1024, 1024)->trans_b = false;
+  c = add(DType::kBF16, false, 256, 512, 384);
+  c->trans_b = false;
+  c->batch = 4;
   uint32_t seed = 9000;
   for (const Case& k : cases) {
     SCOPED_TRACE(k.label());
@@ -632,17 +776,146 @@ TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
   }
   // How the algorithms were chosen: the tuned context timed candidates for at
   // least some problems (each large one has several); the plain one never did.
-  int autotuned = 0;
+  // cuBLAS may win only problems without an epilogue, and only by timing.
+  int autotuned = 0, cublas = 0;
   for (const auto& [key, algo] : (*tuned)->matmul_algo_cache().entries()) {
     EXPECT_NE(algo.source, MatmulAlgoSource::kProvisional);
     autotuned += algo.source == MatmulAlgoSource::kAutotuned;
+    if (algo.library == MatmulAlgoLibrary::kCublas) {
+      ++cublas;
+      EXPECT_EQ(key.epilogue, CUBLASLT_EPILOGUE_DEFAULT);
+      EXPECT_EQ(algo.source, MatmulAlgoSource::kAutotuned);
+    }
   }
-  std::printf("  %d of %zu problems autotuned\n", autotuned, cases.size());
+  std::printf("  %d of %zu problems autotuned, %d won by cuBLAS\n", autotuned, cases.size(),
+              cublas);
   EXPECT_GE(autotuned, 1);
   ASSERT_EQ((*plain)->matmul_algo_cache().size(), cases.size());
   for (const auto& [key, algo] : (*plain)->matmul_algo_cache().entries()) {
     EXPECT_EQ(algo.source, MatmulAlgoSource::kHeuristic);
+    EXPECT_EQ(algo.library, MatmulAlgoLibrary::kCublasLt);  // autotuning off: heuristic #1
   }
+#endif
+}
+
+// Both dispatch paths against the float64 reference: every case of the tests
+// above (each dtype incl. TF32, NN/NT/TN/TT, batched, alpha/beta, misaligned,
+// k = 0) with cuBLAS forced for every problem without an epilogue, and with
+// cuBLASLt only. Every entry must name the forced library (epilogues stay on
+// cuBLASLt), and a cache hit dispatches to the cached library.
+#if COLOSSAL_WITH_CUDA
+void check_forced_library(internal::CudaLibraryChoice choice, GemmAutotune autotune) {
+  internal::ScopedCudaLibraryForTesting force(choice);
+  ContextOptions options;
+  options.gemm_autotune = autotune;
+  absl::StatusOr<std::unique_ptr<Context>> created = Context::create(Device::cuda(0), options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Context& ctx = **created;
+  every_dtype_transpose_and_shape(ctx);
+  batched_and_epilogues(ctx);
+  edge_cases(ctx);
+  const size_t entries = ctx.matmul_algo_cache().size();
+  Case c;  // again: a cache hit
+  c.dtype = DType::kBF16;
+  c.m = 257;
+  c.n = 129;
+  c.k = 511;
+  check(ctx, c, 123);
+  check(ctx, c, 124);
+  EXPECT_EQ(ctx.matmul_algo_cache().size(), entries);
+  int cublas = 0;
+  for (const auto& [key, algo] : ctx.matmul_algo_cache().entries()) {
+    const bool plain = key.epilogue == CUBLASLT_EPILOGUE_DEFAULT;
+    if (choice == internal::CudaLibraryChoice::kCublas && plain) {
+      EXPECT_EQ(algo.library, MatmulAlgoLibrary::kCublas);
+      EXPECT_EQ(algo.source, MatmulAlgoSource::kHeuristic);
+    } else {
+      EXPECT_EQ(algo.library, MatmulAlgoLibrary::kCublasLt);
+    }
+    cublas += algo.library == MatmulAlgoLibrary::kCublas;
+  }
+  std::printf("  %d of %zu cached problems on cuBLAS\n", cublas, ctx.matmul_algo_cache().size());
+  if (choice == internal::CudaLibraryChoice::kCublas) {
+    EXPECT_GE(cublas, 1);
+  }
+}
+#endif  // COLOSSAL_WITH_CUDA
+
+TEST(GemmCudaTest, ForcedCublasMatchesReference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  check_forced_library(internal::CudaLibraryChoice::kCublas, GemmAutotune::kOn);
+  check_forced_library(internal::CudaLibraryChoice::kCublas, GemmAutotune::kOff);
+#endif
+}
+
+TEST(GemmCudaTest, ForcedCublasLtMatchesReference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  check_forced_library(internal::CudaLibraryChoice::kCublasLt, GemmAutotune::kOn);
+#endif
+}
+
+// A problem whose cached entry is cuBLAS may be captured into a CUDA graph:
+// cuBLAS runs on the compute stream with the context's workspace, so the graph
+// allocates nothing, and a replay matches the reference as the eager call does.
+TEST(GemmCudaTest, CublasEntryCapturesIntoAGraph) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  internal::ScopedCudaLibraryForTesting force(internal::CudaLibraryChoice::kCublas);
+  absl::StatusOr<std::unique_ptr<Context>> created = Context::create(Device::cuda(0));
+  ASSERT_TRUE(created.ok()) << created.status();
+  Context& ctx = **created;
+  const int64_t batch = 2, m = 256, n = 384, k = 512;
+  std::mt19937 rng(78);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  auto random = [&](int64_t) { return uniform(rng); };
+  std::vector<double> a, b;
+  const Tensor da = on_device(ctx, host_tensor({batch, m, k}, DType::kBF16, 0, random, &a), 0);
+  const Tensor db = on_device(ctx, host_tensor({batch, k, n}, DType::kBF16, 0, random, &b), 0);
+  absl::StatusOr<Tensor> dc = Tensor::empty({batch, m, n}, DType::kBF16, ctx.compute_stream());
+  ASSERT_TRUE(dc.ok()) << dc.status();
+  ASSERT_TRUE(gemm(ctx, da, db, *dc).ok());  // caches cuBLAS
+  const Tensor eager = to_host(ctx, *dc);
+  ASSERT_EQ(ctx.matmul_algo_cache().size(), 1u);
+  EXPECT_EQ(ctx.matmul_algo_cache().entries()[0].second.library, MatmulAlgoLibrary::kCublas);
+  ASSERT_EQ(cudaMemsetAsync(dc->raw_data(), 0, dc->nbytes(), ctx.compute_stream().handle()),
+            cudaSuccess);
+
+  cudaStream_t stream = ctx.compute_stream().handle();
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  const absl::Status captured = gemm(ctx, da, db, *dc);
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_TRUE(captured.ok()) << captured;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiateWithFlags(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  const Tensor from_graph = to_host(ctx, *dc);
+  EXPECT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  EXPECT_EQ(ctx.matmul_algo_cache().size(), 1u);
+
+  Case c;
+  c.dtype = DType::kBF16;
+  const double tol = tolerance(c, true);
+  double worst = 0;
+  for (int64_t p = 0; p < batch; ++p) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0, scale = 0;
+        for (int64_t q = 0; q < k; ++q) {
+          const double x = a[(p * m + i) * k + q], y = b[(p * k + q) * n + j];
+          sum += x * y;
+          scale += std::fabs(x * y);
+        }
+        const int64_t idx = (p * m + i) * n + j;
+        worst = std::max({worst, std::fabs(get(eager, idx) - sum) / scale,
+                          std::fabs(get(from_graph, idx) - sum) / scale});
+      }
+    }
+  }
+  EXPECT_LE(worst, tol);
 #endif
 }
 
