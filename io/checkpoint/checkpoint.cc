@@ -49,9 +49,22 @@ absl::StatusOr<int64_t> GetInt(const Json& j, const char* key, absl::string_view
   auto it = j.find(key);
   if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat(what, ": missing key '", key, "'"));
   if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an integer, got ", it->dump()));
+    // The type, not the value: dump() recurses once per nesting level.
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an integer, got ", it->is_structured() ? it->type_name() : it->dump()));
   }
   return it->get<int64_t>();
+}
+
+// `j` as text for a parser of a flat object; an object holding arrays or
+// objects is refused first (dump() would recurse once per nesting level).
+absl::StatusOr<std::string> FlatObjectText(const Json& j, const char* key, absl::string_view what) {
+  if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an object, got ", j.type_name()));
+  for (const auto& [name, value] : j.items()) {
+    if (value.is_structured()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, ".", name, "' must be a number, got ", value.type_name()));
+    }
+  }
+  return j.dump();
 }
 
 // A host tensor with `t`'s contents: `t` itself on the CPU, a copy otherwise.
@@ -87,12 +100,16 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
     return absl::Status(st.code(), absl::StrCat(kWhat, ": '", key, "': ", st.message()));
   };
   if (auto it = j->find("lr_scheduler"); it != j->end()) {
-    absl::StatusOr<nn::LrSchedulerState> v = nn::lr_scheduler_state_from_json(it->dump());
+    absl::StatusOr<std::string> text = FlatObjectText(*it, "lr_scheduler", kWhat);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<nn::LrSchedulerState> v = nn::lr_scheduler_state_from_json(*text);
     if (!v.ok()) return annotate(v.status(), "lr_scheduler");
     s.lr_scheduler = *v;
   }
   if (auto it = j->find("loss_scaler"); it != j->end()) {
-    absl::StatusOr<nn::LossScalerState> v = nn::loss_scaler_state_from_json(it->dump());
+    absl::StatusOr<std::string> text = FlatObjectText(*it, "loss_scaler", kWhat);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<nn::LossScalerState> v = nn::loss_scaler_state_from_json(*text);
     if (!v.ok()) return annotate(v.status(), "loss_scaler");
     s.loss_scaler = *v;
   }

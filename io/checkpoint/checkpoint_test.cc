@@ -354,6 +354,14 @@ TEST(Checkpoint, LoadValidationErrors) {
 
   EXPECT_FALSE(TrainerStateFromJson("{\"step\": \"x\"}").ok());
   EXPECT_FALSE(TrainerStateFromJson("{\"step\": 1, \"rng\": {\"seed\": 1}}").ok());
+  // Deeply nested values are refused with a message, without recursing per level.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string key : {"step", "lr_scheduler", "loss_scaler"}) {
+    const std::string text = key == "step" ? "{\"step\": " + deep + "}"
+                                           : "{\"step\": 1, \"" + key + "\": {\"x\": " + deep + "}}";
+    const absl::StatusOr<TrainerState> t = TrainerStateFromJson(text);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << key << ": " << t.status();
+  }
   EXPECT_FALSE(GPT2ConfigFromHuggingFaceJson("{\"n_layer\": 2}").ok());
 }
 

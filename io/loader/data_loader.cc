@@ -84,7 +84,9 @@ absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& js
     auto it = json.find(key);
     if (it == json.end()) return absl::InvalidArgumentError(absl::StrCat("data loader state: missing key '", key, "'"));
     if (!it->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("data loader state: '", key, "' must be an integer, got ", it->dump()));
+      return absl::InvalidArgumentError(absl::StrCat("data loader state: '", key, "' must be an integer, got ",
+                                                  // the type for arrays and objects: dump() recurses per level
+                                                  it->is_structured() ? it->type_name() : it->dump()));
     }
     out = it->get<std::remove_reference_t<decltype(out)>>();
     return absl::OkStatus();

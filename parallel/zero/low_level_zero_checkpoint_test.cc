@@ -357,7 +357,8 @@ TEST_P(ResumeElsewhere, MatchesOneProcess) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, ResumeElsewhere,
                          ::testing::Values(WorldChange{1, 2, 3}, WorldChange{2, 2, 3},
-                                           WorldChange{2, 3, 2}),
+                                           WorldChange{2, 3, 2}, WorldChange{1, 4, 2},
+                                           WorldChange{2, 4, 2}),
                          [](const ::testing::TestParamInfo<WorldChange>& info) {
                            return absl::StrCat("stage", info.param.stage, "_world", info.param.from,
                                                "_to_", info.param.to);
