@@ -7,6 +7,7 @@
 // CUDA or without a GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -20,6 +21,7 @@
 #include "comm/store/tcp_store.h"
 #include "comm/testing/multiprocess.h"
 #include "comm/testing/reference.h"
+#include "core/device/device.h"
 #include "tests/util/gpu_test.h"
 
 #if COLOSSAL_WITH_CUDA
@@ -347,6 +349,14 @@ TEST(CudaIpcMultiGpuTest, Collectives) {
 TEST(CudaIpcMultiGpuTest, CollectivesWithSmallSlots) {
   COLOSSAL_REQUIRE_GPUS(2);
   run_children("collectives", 2, 64 << 10);
+}
+
+// Worlds of 3 and 4 ranks (one GPU each), when the host has the GPUs.
+TEST(CudaIpcMultiGpuTest, CollectivesOnThreeAndFourGpus) {
+  COLOSSAL_REQUIRE_GPUS(3);
+  for (int world = 3; world <= std::min(4, core::cuda_device_count()); ++world) {
+    run_children("collectives", world, 0);
+  }
 }
 
 TEST(CudaIpcMultiGpuTest, AbsentPeerTimesOut) {
