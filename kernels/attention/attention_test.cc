@@ -416,19 +416,26 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
 }
 #endif
 
-TEST(AttentionCudaTest, HeadDim64MatchesFloat64Reference) {
-  COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
-  const Problem problems[] = {{1, 1, 1, 64},       {2, 3, 17, 64},  {1, 2, 129, 64},
-                              {1, 1, 1000, 64},    {3, 2, 64, 64},  {2, 2, 200, 64, 8},
-                              {1, 12, 128, 64}};
-  uint32_t seed = 1000;
+// check_cuda for every problem in both 16-bit dtypes, fresh data for each.
+template <size_t N>
+void check_cuda_all(const Problem (&problems)[N], uint32_t seed) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Problem& p : problems) {
       check_cuda(dtype, p, seed);
       seed += 2;
     }
   }
+}
+#endif
+
+TEST(AttentionCudaTest, HeadDim64MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{1, 1, 1, 64},       {2, 3, 17, 64},  {1, 2, 129, 64},
+                              {1, 1, 1000, 64},    {3, 2, 64, 64},  {2, 2, 200, 64, 8},
+                              {1, 12, 128, 64}};
+  check_cuda_all(problems, 1000);
 #endif
 }
 
@@ -437,13 +444,7 @@ TEST(AttentionCudaTest, HeadDim128MatchesFloat64Reference) {
 #if COLOSSAL_WITH_CUDA
   const Problem problems[] = {{1, 1, 1, 128}, {2, 2, 33, 128}, {1, 1, 300, 128, 8},
                               {1, 2, 129, 128}};
-  uint32_t seed = 2000;
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const Problem& p : problems) {
-      check_cuda(dtype, p, seed);
-      seed += 2;
-    }
-  }
+  check_cuda_all(problems, 2000);
 #endif
 }
 
