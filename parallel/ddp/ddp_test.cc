@@ -134,7 +134,9 @@ TEST(GradBuckets, TileTheFlatBufferInReverseOrder) {
       EXPECT_EQ(b.offset + b.count, end) << "cap " << cap;  // contiguous, from the end
       end = b.offset;
       ASSERT_FALSE(b.params.empty());
-      if (b.params.size() > 1) EXPECT_LE(b.count * 4, cap) << "cap " << cap;
+      if (b.params.size() > 1) {
+        EXPECT_LE(b.count * 4, cap) << "cap " << cap;
+      }
       for (const std::string& p : b.params) order.push_back(p);
     }
     EXPECT_EQ(end, 0) << "cap " << cap;
