@@ -181,7 +181,7 @@ local function datasets(file, d)
   local paths = call(file, d.corpus and "data.corpus" or "data.input", d, colossal.data.prepare, {
     input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
   })
-  return paths.train, paths.val
+  return paths.train, paths.val, paths.prepared_now and (d.output or ("data/" .. name))
 end
 
 local function human(n)
@@ -248,7 +248,8 @@ function recipe.run(t, file)
     colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
   local booster = call(file, "plugin", r.plugin, colossal.booster,
     { plugin = plugin, mixed_precision = (not zero) and r.precision or nil })
-  local train_pattern, val_pattern = datasets(file, d)
+  local train_pattern, val_pattern, prepared_into = datasets(file, d)
+  if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
   })
@@ -270,13 +271,16 @@ function recipe.run(t, file)
   local flops_per_token = 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
   local info = colossal.device_info()
   local peak = (precision ~= "fp32") and info.peak_flops_16bit or nil
-  say("colossal: GPT-2 %s parameters (%d layers, %d heads, n_embd %d) on %s %s x%d, %s, plugin %s",
-    human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, env.device, info.name, world,
+  local where_ = env.device == "cpu" and "the CPU" or (env.device .. " " .. info.name)
+  say("colossal: GPT-2 %s parameters (%d layers, %d heads, n_embd %d) on %s x%d, %s, plugin %s",
+    human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, where_, world,
     precision, r.plugin and r.plugin.name or "none")
   say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
 
   local log_file = lg.file or (ck and (ck.dir .. "/log.jsonl")) or "logs/train.jsonl"
+  say("colossal: every step is logged to %s%s", log_file,
+    ck and ck.every_steps > 0 and string.format("; checkpoints every %d steps in %s", ck.every_steps, ck.dir) or "")
   local log = main and colossal.jsonl(log_file) or nil
   local tty = main and colossal.term.isatty()
   local max_norm = r.max_norm
