@@ -1,5 +1,7 @@
 #include "core/alloc/cpu_allocator.h"
 
+#include <sys/mman.h>
+
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,8 +14,18 @@
 namespace colossal::core {
 namespace {
 
+// Large blocks are 2 MiB aligned and sized, and advised as transparent huge
+// pages: training frees and re-allocates the same large buffers every step
+// (logits, activations), and each fresh block otherwise page-faults in 4 KiB
+// pieces (about a tenth of a CPU training step, measured).
+size_t alignment_for(size_t bytes) {
+  return bytes >= CpuAllocator::kHugeBlockBytes ? CpuAllocator::kHugePageBytes
+                                                : CpuAllocator::kAlignment;
+}
+
 size_t round_up(size_t bytes) {
-  return (bytes + CpuAllocator::kAlignment - 1) / CpuAllocator::kAlignment * CpuAllocator::kAlignment;
+  const size_t a = alignment_for(bytes);
+  return (bytes + a - 1) / a * a;
 }
 
 }  // namespace
@@ -44,8 +56,10 @@ absl::Status host_out_of_memory(const std::string& allocator_name, size_t bytes)
 absl::StatusOr<void*> CpuAllocator::allocate(size_t bytes, const Stream& stream) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  if (bytes <= std::numeric_limits<size_t>::max() - kAlignment) {
-    p = std::aligned_alloc(kAlignment, round_up(bytes));
+  if (bytes <= std::numeric_limits<size_t>::max() - kHugePageBytes) {
+    p = std::aligned_alloc(alignment_for(bytes), round_up(bytes));
+    // Advice only: without transparent huge pages this changes nothing.
+    if (p != nullptr && bytes >= kHugeBlockBytes) madvise(p, round_up(bytes), MADV_HUGEPAGE);
   }
   if (p == nullptr) {
     counters_.on_failure();

@@ -139,5 +139,20 @@ TEST(DefaultAllocatorTest, CpuAllocatorIsSharedByTheProcess) {
   EXPECT_EQ(cpu_allocator()->name(), "cpu");
 }
 
+// Large blocks: 2 MiB aligned and rounded, counted as such in reserved_bytes.
+TEST(CpuAllocatorTest, LargeBlocksAreHugePageAligned) {
+  CpuAllocator alloc;
+  const size_t bytes = CpuAllocator::kHugeBlockBytes + 100;
+  void* p = alloc.allocate(bytes, Stream::cpu()).value();
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % CpuAllocator::kHugePageBytes, 0u);
+  EXPECT_EQ(alloc.stats().allocated_bytes, static_cast<int64_t>(bytes));
+  EXPECT_EQ(alloc.stats().reserved_bytes,
+            static_cast<int64_t>(CpuAllocator::kHugeBlockBytes + CpuAllocator::kHugePageBytes));
+  static_cast<char*>(p)[bytes - 1] = 1;  // usable to the last byte
+  alloc.deallocate(p, bytes, Stream::cpu());
+  EXPECT_EQ(alloc.stats().reserved_bytes, 0);
+}
+
 }  // namespace
 }  // namespace colossal::core
