@@ -116,6 +116,28 @@ for path in "${recipes[@]}"; do
   fi
 done
 
+# The main job on two processes (issue #9: `colossal run --nproc_per_node 2
+# recipes/gpt2_zero.lua` trains on the CPU): ZeRO-2 across both, rank 0 logs.
+name=gpt2_zero
+sets=()
+for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
+rm -rf "$tmp/work_$name/checkpoints"
+port=$((20000 + RANDOM % 20000))
+if (cd "$tmp/work_$name" && timeout 300 "$bin" run --nproc_per_node 2 --master_port "$port" \
+      "recipes/$name.lua" "${sets[@]}" >"$tmp/two.out" 2>"$tmp/two.err"); then
+  if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF 'x2, fp32, plugin low_level_zero' "$tmp/two.out"; then
+    echo "ok: recipes/$name.lua trains 2 steps on 2 processes"
+  else
+    echo "FAIL: recipes/$name.lua on 2 processes: no '[rank 0] step 2/2' or 'x2' line:"
+    cat "$tmp/two.out"
+    failures=$((failures + 1))
+  fi
+else
+  echo "FAIL: colossal run --nproc_per_node 2 recipes/$name.lua failed:"
+  tail -n 20 "$tmp/two.out"; cat "$tmp/two.err"
+  failures=$((failures + 1))
+fi
+
 if ((failures != 0)); then
   echo "$failures failure(s)"
   exit 1
