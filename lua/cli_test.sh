@@ -160,6 +160,13 @@ train "$tmp/killed" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" --set
   expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last\\)$" &&
   expect "$out" "^\\[rank 0\\] step +$((last + 2))/$((last + 2))"
 
+# colossal bench: warm-up, timed steps, a summary and a JSON line; nothing saved.
+train "$tmp/bench" 0 bench "$tiny" --steps 2 --warmup 1 &&
+  expect "$out" '^bench: 2 steps after 1 warm-up: [0-9.]+ ms/step, [0-9.]+k? tokens/s, MFU -, peak memory ' &&
+  expect "$out" '^\{"bench": true, "steps": 2, "ms_per_step": [0-9.]+, "tokens_per_s": [0-9.]+, "mfu": null, '
+[[ ! -d "$tmp/bench/checkpoints" ]] || { echo "FAIL: bench wrote checkpoints"; failures=$((failures + 1)); }
+run_cli 2 bench && expect "$err" '^colossal bench: wants exactly one recipe'
+
 # Optimizer and model state through booster:save_/load_optimizer and _model.
 train "$tmp/optio" 0 "$here/lua/testdata/optimizer_io.lua" && expect "$out" '^optimizer_io: ok'
 bin="lua/colossal"

@@ -5,6 +5,7 @@
 //   colossal run --nproc_per_node N <recipe.lua | command> [args]
 //   colossal <recipe.lua> [--set key=value ...]
 //   colossal generate --checkpoint DIR --prompt TEXT [--max_new_tokens N] [--temperature T] ...
+//   colossal bench <recipe.lua> [--steps N] [--warmup W] [--set key=value ...]
 //
 // Exit codes: 0 ok, 1 runtime failure, 2 usage error; `run` returns the
 // failing worker's code. See lua/cli/commands.h.
@@ -26,8 +27,9 @@ constexpr char kUsage[] =
     "  check                     the build (CUDA, NCCL, cuDNN, Lua, OpenBLAS) and the GPUs here\n"
     "  data prepare              tokenize text files into GPT-2 token shards\n"
     "  run                       start workers on this node, torchrun-style\n"
-    "  <recipe.lua> [--set k=v]  load a training recipe (training itself: not in this build yet)\n"
+    "  <recipe.lua> [--set k=v]  train from a recipe\n"
     "  generate                  continue a prompt with a checkpoint's GPT-2 (CPU)\n"
+    "  bench <recipe.lua>        time a recipe's training step (ms/step, tokens/s, MFU, memory)\n"
     "\n"
     "exit codes: 0 ok, 1 runtime failure, 2 usage error; run: the failing worker's code\n";
 
@@ -58,6 +60,7 @@ int main(int argc, char** argv) {
   if (command == "data") return cli::DataCommand(rest);
   if (command == "run") return cli::RunCommand(rest, SelfPath(argv[0]));
   if (command == "generate") return cli::GenerateCommand(rest);
+  if (command == "bench") return cli::BenchCommand(rest);
   if (absl::EndsWith(command, ".lua")) return cli::RecipeCommand(command, rest);
   return cli::Fail("", absl::StrCat("unknown command '", command, "'", cli::SuggestCommand(command)),
                    cli::kExitUsage, kUsage);

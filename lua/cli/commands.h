@@ -29,6 +29,8 @@ int DataCommand(const Args& args);
 // `self` is the path of this binary, which every worker runs.
 int RunCommand(const Args& args, const std::string& self);
 int RecipeCommand(const std::string& path, const Args& args);
+// `colossal bench <recipe.lua>`: the recipe's step timed (recipe_command.cc).
+int BenchCommand(const Args& args);
 int GenerateCommand(const Args& args);
 
 // Prints "colossal <command>: <message>" (plus `usage` when non-empty) to

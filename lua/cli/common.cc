@@ -11,7 +11,7 @@ namespace colossal::lua::cli {
 namespace {
 
 const std::vector<absl::string_view>& CommandNames() {
-  static const std::vector<absl::string_view> names = {"check", "data", "run", "generate"};
+  static const std::vector<absl::string_view> names = {"check", "data", "run", "generate", "bench"};
   return names;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
@@ -41,11 +42,60 @@ std::string RecipeUsage() {
       FlagHelp(kRecipeFlags));
 }
 
+constexpr FlagSpec kBenchFlags[] = {
+    {"--steps", FlagKind::kValue, "N", "timed steps (20)"},
+    {"--warmup", FlagKind::kValue, "W", "untimed steps first (5)"},
+    {"--set", FlagKind::kValue, "KEY=VALUE", "override a recipe value (repeatable)"},
+};
+
+std::string BenchUsage() {
+  return absl::StrCat(
+      "usage: colossal bench <recipe.lua> [--steps N] [--warmup W] [--set key.path=value ...]\n\n"
+      "Times a recipe's training step: W warm-up steps, then N timed steps, with no\n"
+      "evaluation, checkpoints, log file or sample. Prints ms/step, tokens/s, MFU and\n"
+      "peak memory, then the same as one JSON line. Several processes: colossal run\n"
+      "--nproc_per_node N bench <recipe.lua>. Exit codes as for recipes.\n\n",
+      FlagHelp(kBenchFlags));
+}
+
 int StatusExit(const absl::Status& s) {
   return s.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
 }
 
+struct BenchSteps {
+  int steps = 20;
+  int warmup = 5;
+};
+
+// Loads `path`, applies `sets` and runs colossal.recipe on the table (with
+// `bench` when given); a script that trains by itself has run once loaded.
+int RunRecipe(const char* command, const std::string& path, const std::vector<std::string>& sets,
+              const BenchSteps* bench);
+
 }  // namespace
+
+int BenchCommand(const Args& args) {
+  const std::string usage = BenchUsage();
+  auto flags = ParseFlags(args, kBenchFlags, /*stop_at_positional=*/false);
+  if (!flags.ok()) return FailStatus("bench", flags.status(), usage);
+  if (flags->help) {
+    std::fputs(usage.c_str(), stdout);
+    return kExitOk;
+  }
+  if (flags->positional.size() != 1 || !absl::EndsWith(flags->positional[0], ".lua")) {
+    return Fail("bench", "wants exactly one recipe (a .lua file)", kExitUsage, usage);
+  }
+  BenchSteps bench;
+  auto steps = IntFlag(*flags, "--steps", bench.steps, 1, 1 << 24);
+  if (!steps.ok()) return FailStatus("bench", steps.status(), usage);
+  auto warmup = IntFlag(*flags, "--warmup", bench.warmup, 0, 1 << 24);
+  if (!warmup.ok()) return FailStatus("bench", warmup.status(), usage);
+  bench.steps = *steps;
+  bench.warmup = *warmup;
+  const std::vector<std::string> sets =
+      flags->has("--set") ? flags->values.at("--set") : std::vector<std::string>{};
+  return RunRecipe("bench", flags->positional[0], sets, &bench);
+}
 
 int RecipeCommand(const std::string& path, const Args& args) {
   const std::string usage = RecipeUsage();
@@ -61,17 +111,28 @@ int RecipeCommand(const std::string& path, const Args& args) {
   }
   const std::vector<std::string> sets =
       flags->has("--set") ? flags->values.at("--set") : std::vector<std::string>{};
+  return RunRecipe("recipe", path, sets, nullptr);
+}
+
+namespace {
+
+int RunRecipe(const char* command, const std::string& path, const std::vector<std::string>& sets,
+              const BenchSteps* bench) {
   absl::StatusOr<LuaState> state = NewState();
-  if (!state.ok()) return Fail("recipe", state.status().message(), kExitFailure);
+  if (!state.ok()) return Fail(command, state.status().message(), kExitFailure);
   lua_State* L = state->get();
   SetOverrides(L, sets);
   if (absl::Status s = LoadRecipe(L, path); !s.ok()) {
-    return Fail("recipe", s.message(),
+    return Fail(command, s.message(),
                 s.code() == absl::StatusCode::kNotFound ? kExitFailure : StatusExit(s));
   }
   if (lua_isnil(L, -1)) {  // a script that trained by itself
+    if (bench != nullptr) {
+      return Fail(command, absl::StrCat(path, ": bench needs a recipe that returns a table"),
+                  kExitUsage);
+    }
     if (!sets.empty() && !OverridesApplied(L)) {
-      return Fail("recipe",
+      return Fail(command,
                   absl::StrCat(path, ": --set needs a recipe that returns a table, or a script "
                                      "that passes its settings to colossal.settings{...}"),
                   kExitUsage);
@@ -81,7 +142,7 @@ int RecipeCommand(const std::string& path, const Args& args) {
   if (!OverridesApplied(L)) {
     for (const std::string& assignment : sets) {
       if (absl::Status s = ApplyOverride(L, -1, assignment); !s.ok()) {
-        return Fail("recipe", absl::StrCat(path, ": ", s.message()), kExitUsage);
+        return Fail(command, absl::StrCat(path, ": ", s.message()), kExitUsage);
       }
     }
   }
@@ -92,11 +153,20 @@ int RecipeCommand(const std::string& path, const Args& args) {
   lua_getfield(L, -1, "recipe");
   lua_pushvalue(L, -3);
   lua_pushstring(L, path.c_str());
-  if (lua_pcall(L, 2, 0, 0) != LUA_OK) {
+  if (bench != nullptr) {
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, bench->steps);
+    lua_setfield(L, -2, "steps");
+    lua_pushinteger(L, bench->warmup);
+    lua_setfield(L, -2, "warmup");
+  }
+  if (lua_pcall(L, bench != nullptr ? 3 : 2, 0, 0) != LUA_OK) {
     const ErrorInfo error = ErrorFromStack(L, -1);
-    return Fail("recipe", error.message, error.code);
+    return Fail(command, error.message, error.code);
   }
   return kExitOk;
 }
+
+}  // namespace
 
 }  // namespace colossal::lua::cli

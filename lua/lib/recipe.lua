@@ -191,13 +191,20 @@ local function human(n)
   return string.format("%.0f", n)
 end
 
-function recipe.run(t, file)
+-- bench (optional): { steps = N, warmup = W } — `colossal bench`: W + N steps
+-- with no evaluation, checkpoints, log file or sample, then one summary line
+-- over the last N steps (and a JSON line for scripts).
+function recipe.run(t, file, bench)
   local r = check(file, nil, t, TOP)
   local d = check(file, "data", r.data, DATA)
   local ev = check(file, "eval", r.eval, EVAL)
   local lg = check(file, "log", r.log, LOG)
   local ck = r.checkpoint and check(file, "checkpoint", r.checkpoint, CHECKPOINT)
   local sm = r.sample and check(file, "sample", r.sample, SAMPLE)
+  if bench then
+    r.steps = bench.warmup + bench.steps
+    ev.every_steps, ck, sm = 0, nil, nil
+  end
   if type(r.optimizer.name) ~= "string" or not colossal.optim[r.optimizer.name] then
     usage_error(file, "optimizer.name", "must be one of \"adamw\", \"hybrid_adam\", \"cpu_adam\", \"sgd\"")
   end
@@ -279,9 +286,12 @@ function recipe.run(t, file)
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
 
   local log_file = lg.file or (ck and (ck.dir .. "/log.jsonl")) or "logs/train.jsonl"
-  say("colossal: every step is logged to %s%s", log_file,
-    ck and ck.every_steps > 0 and string.format("; checkpoints every %d steps in %s", ck.every_steps, ck.dir) or "")
-  local log = main and colossal.jsonl(log_file) or nil
+  if not bench then
+    say("colossal: every step is logged to %s%s", log_file,
+      ck and ck.every_steps > 0 and string.format("; checkpoints every %d steps in %s", ck.every_steps, ck.dir) or "")
+  end
+  local log = main and not bench and colossal.jsonl(log_file) or nil
+  local timed = { seconds = 0, steps = 0, peak = 0 }
   local tty = main and colossal.term.isatty()
   local max_norm = r.max_norm
   local val_loader
@@ -330,6 +340,9 @@ function recipe.run(t, file)
     last_loss = loss_sum
     local tps = tokens_per_step / dt
     local mem = colossal.memory()
+    if bench and step > start + bench.warmup then
+      timed.seconds, timed.steps = timed.seconds + dt, timed.steps + 1
+    end
     local line = {
       step = step, loss = loss_sum, lr = lr, grad_norm = result.grad_norm, tokens_per_s = tps,
       ms = dt * 1000, skipped = result.skipped, loss_scale = result.loss_scale,
@@ -340,7 +353,7 @@ function recipe.run(t, file)
       line.val_loss = evaluate()
     end
     if main then
-      log:write(line)
+      if log then log:write(line) end
       if step % lg.every_steps == 0 or step == r.steps or step == start + 1 or line.val_loss then
         if tty then colossal.term.write("\r\27[K") end
         print(string.format("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %s tok/s | %.0f ms | mfu %s | mem %s%s%s",
@@ -362,6 +375,18 @@ function recipe.run(t, file)
     t0 = colossal.clock()  -- evaluation and saving do not count as training time
   end
   if first_loss then say("loss %.4f -> %.4f over steps %d..%d", first_loss, last_loss, start + 1, r.steps) end
+  if bench and main and timed.steps > 0 then
+    local mem = colossal.memory()
+    local ms = 1000 * timed.seconds / timed.steps
+    local tps = tokens_per_step * timed.steps / timed.seconds
+    local mfu = peak and flops_per_token * tps / (peak * world) or nil
+    local memory = env.device == "cpu" and mem.max_rss or mem.peak
+    print(string.format("bench: %d steps after %d warm-up: %.1f ms/step, %s tokens/s, MFU %s, peak memory %sB (%s, %d x %s)",
+      timed.steps, bench.warmup, ms, human(tps), mfu and string.format("%.1f%%", 100 * mfu) or "-",
+      human(memory), precision, world, where_))
+    print(string.format('{"bench": true, "steps": %d, "ms_per_step": %.3f, "tokens_per_s": %.1f, "mfu": %s, "peak_memory_bytes": %.0f, "world_size": %d}',
+      timed.steps, ms, tps, mfu and string.format("%.4f", mfu) or "null", memory, world))
+  end
   if sm and main then
     local text = call(file, "sample", r.sample, model.generate, model, sm.prompt, {
       max_new_tokens = sm.max_new_tokens, temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
