@@ -121,17 +121,7 @@ absl::Status Adam::do_step(float grad_scale) {
     for (auto& [key, bucket] : buckets) {
       const auto& [gi, on_cuda, grad_dtype, copy_dtype, step] = key;
       if (on_cuda != cuda) continue;
-      const GroupHyperParams& h = groups_[gi].hyper;
-      kernels::adam::AdamOptions o;
-      o.step = step;
-      o.lr = static_cast<float>(h.lr);
-      o.beta1 = static_cast<float>(h.beta1);
-      o.beta2 = static_cast<float>(h.beta2);
-      o.eps = static_cast<float>(h.eps);
-      o.weight_decay = static_cast<float>(h.weight_decay);
-      o.adamw_mode = h.adamw_mode;
-      o.bias_correction = h.bias_correction;
-      o.grad_scale = grad_scale;
+      const kernels::adam::AdamOptions o = kernel_adam_options(groups_[gi].hyper, step, grad_scale);
       const auto gt = static_cast<core::DType>(grad_dtype);
       const auto ct = static_cast<core::DType>(copy_dtype);
       const int64_t n = static_cast<int64_t>(bucket.tensors.size());
@@ -157,6 +147,21 @@ absl::Status Adam::do_step(float grad_scale) {
     }
   }
   return absl::OkStatus();
+}
+
+kernels::adam::AdamOptions kernel_adam_options(const GroupHyperParams& h, int64_t step,
+                                               float grad_scale) {
+  kernels::adam::AdamOptions o;
+  o.step = step;
+  o.lr = static_cast<float>(h.lr);
+  o.beta1 = static_cast<float>(h.beta1);
+  o.beta2 = static_cast<float>(h.beta2);
+  o.eps = static_cast<float>(h.eps);
+  o.weight_decay = static_cast<float>(h.weight_decay);
+  o.adamw_mode = h.adamw_mode;
+  o.bias_correction = h.bias_correction;
+  o.grad_scale = grad_scale;
+  return o;
 }
 
 absl::StatusOr<std::unique_ptr<Adam>> make_adamw(std::vector<ParamGroup> groups,

@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/device/stream.h"
+#include "kernels/adam/adam.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/param.h"
 
@@ -89,6 +90,12 @@ class Adam final : public Optimizer {
   AdamVariant variant_;
   int cpu_threads_;
 };
+
+// The fused Adam kernel's options for one group's hyper-parameters at `step`
+// (1-based) with gradients scaled by `grad_scale` (the loss scale times the
+// clip divisor). Shared with plugins that run the kernel on their own shards.
+kernels::adam::AdamOptions kernel_adam_options(const GroupHyperParams& hyper, int64_t step,
+                                               float grad_scale);
 
 // torch.optim.AdamW (weight_decay 0.01 by default).
 absl::StatusOr<std::unique_ptr<Adam>> make_adamw(std::vector<ParamGroup> groups,

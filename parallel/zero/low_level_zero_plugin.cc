@@ -14,6 +14,7 @@
 #include "kernels/adam/adam.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/multi_tensor/multi_tensor.h"
+#include "nn/optim/adam.h"
 #include "parallel/common/grad_buckets.h"
 #include "parallel/zero/low_level_zero_checkpoint.h"
 
@@ -575,24 +576,6 @@ int64_t LowLevelZeroPlugin::reductions_issued_in_hooks() const {
 }
 const std::vector<float>& LowLevelZeroPlugin::grad_shard() const { return state_->grad_shard; }
 
-namespace {
-
-kernels::adam::AdamOptions adam_options(const nn::GroupHyperParams& h, int64_t step,
-                                        float grad_scale) {
-  kernels::adam::AdamOptions o;
-  o.step = step;
-  o.lr = static_cast<float>(h.lr);
-  o.beta1 = static_cast<float>(h.beta1);
-  o.beta2 = static_cast<float>(h.beta2);
-  o.eps = static_cast<float>(h.eps);
-  o.weight_decay = static_cast<float>(h.weight_decay);
-  o.adamw_mode = h.adamw_mode;
-  o.bias_correction = h.bias_correction;
-  o.grad_scale = grad_scale;
-  return o;
-}
-
-}  // namespace
 
 // The CUDA step (see the header's "CUDA" section).
 static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin::State& s,
@@ -678,7 +661,7 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     core::DeviceGuard guard(st.device());
     for (const ShardPiece& p : s.pieces) {
       const kernels::adam::AdamOptions o =
-          adam_options(s.optimizer->group_hyper(p.group), s.adam.step, grad_scale);
+          nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.adam.step, grad_scale);
       const int64_t at = p.offset - s.shard.begin;
       // 16-bit: the kernel writes the rounded master straight into this
       // rank's block of the gather buffer.
@@ -762,7 +745,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
   ++s.adam.step;
   for (const ShardPiece& p : s.pieces) {
     const kernels::adam::AdamOptions o =
-        adam_options(s.optimizer->group_hyper(p.group), s.adam.step,
+        nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.adam.step,
                      r.clip_coef < 1.0f ? 1.0f / r.clip_coef : 1.0f);
     const int64_t at = p.offset - s.shard.begin;
     const kernels::KernelStatus ks = kernels::adam::adam_step_cpu(
