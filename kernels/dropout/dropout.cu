@@ -8,6 +8,7 @@
 
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/dropout/dropout.h"
+#include "kernels/dropout/dropout_internal.h"
 #include "kernels/random/philox.h"
 
 namespace colossal::kernels::dropout {
@@ -65,15 +66,7 @@ __global__ void mask_kernel(uint8_t* mask, uint32_t threshold, uint64_t seed, ui
   }
 }
 
-KernelStatus check(const char* what, const void* out, const void* in, double p, int64_t n) {
-  if (n < 0 || (n > 0 && (out == nullptr || in == nullptr))) {
-    return KernelStatus::invalid_argument(what);
-  }
-  if (!(p >= 0.0 && p < 1.0)) {
-    return KernelStatus::invalid_argument("dropout: p must be in [0, 1)");
-  }
-  return KernelStatus();
-}
+using internal::check;
 
 int64_t grid_for(int64_t groups) {
   return std::max<int64_t>(1, std::min<int64_t>((groups + kThreads - 1) / kThreads, kMaxGrid));

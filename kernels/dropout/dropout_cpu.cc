@@ -6,6 +6,7 @@
 
 #include "kernels/common/dispatch.h"
 #include "kernels/dropout/dropout.h"
+#include "kernels/dropout/dropout_internal.h"
 #include "kernels/random/philox.h"
 
 namespace colossal::kernels::dropout {
@@ -14,15 +15,7 @@ namespace {
 using random::philox_stream_block;
 using random::PhiloxBlock;
 
-KernelStatus check(const char* what, const void* out, const void* in, double p, int64_t n) {
-  if (n < 0 || (n > 0 && (out == nullptr || in == nullptr))) {
-    return KernelStatus::invalid_argument(what);
-  }
-  if (!(p >= 0.0 && p < 1.0)) {
-    return KernelStatus::invalid_argument("dropout: p must be in [0, 1)");
-  }
-  return KernelStatus();
-}
+using internal::check;
 
 // Calls f(first_output_index, block words) for every Philox block covering
 // stream elements [offset, offset + n); f handles element o = 4b + t - lead.
