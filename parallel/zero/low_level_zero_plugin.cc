@@ -108,9 +108,17 @@ struct LowLevelZeroPlugin::State {
   // (average) it so this rank receives its part, and zero the bucket's range
   // of the flat gradient buffer (the next backward accumulates afresh).
   absl::StatusOr<comm::WorkPtr> launch(size_t b, const comm::CollectiveOptions& o) {
+    absl::StatusOr<comm::WorkPtr> w = cuda ? launch_cuda(b, o) : launch_cpu(b, o);
+    if (w.ok()) return w;
     const std::vector<GradBucket>& buckets = reducer->buckets();
-    const GradBucket& bucket = buckets[b];
-    if (cuda) return launch_cuda(b, o);
+    return core::annotate(w.status(),
+                          absl::StrCat(options.stage == 1 ? "all-reducing" : "reduce-scattering",
+                                       " gradient bucket ", b, " of ", buckets.size(), " (",
+                                       buckets[b].params.front(), " ...)"));
+  }
+
+  absl::StatusOr<comm::WorkPtr> launch_cpu(size_t b, const comm::CollectiveOptions& o) {
+    const GradBucket& bucket = reducer->buckets()[b];
     float* g = store.flat_grads(core::DType::kF32).data<float>();
     absl::StatusOr<comm::WorkPtr> w;
     if (options.stage == 1) {
@@ -129,12 +137,6 @@ struct LowLevelZeroPlugin::State {
                              comm::Buffer::cpu(sc.send.data(), sc.send.size()),
                              comm::ReduceOp::kAvg, o);
       if (w.ok()) pending.push_back(b);
-    }
-    if (!w.ok()) {
-      return core::annotate(w.status(),
-                            absl::StrCat(options.stage == 1 ? "all-reducing" : "reduce-scattering",
-                                         " gradient bucket ", b, " of ", buckets.size(), " (",
-                                         bucket.params.front(), " ...)"));
     }
     return w;
   }
@@ -183,12 +185,6 @@ struct LowLevelZeroPlugin::State {
       } else {
         w = prep;
       }
-    }
-    if (!w.ok()) {
-      return core::annotate(w.status(),
-                            absl::StrCat(options.stage == 1 ? "all-reducing" : "reduce-scattering",
-                                         " gradient bucket ", b, " of ", buckets.size(), " (",
-                                         bucket.params.front(), " ...)"));
     }
     return w;
   }
