@@ -84,6 +84,30 @@ absl::Status AtomicFileWriter::Write(const void* data, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::Status AtomicFileWriter::WriteAt(uint64_t offset, const void* data, size_t bytes) {
+  if (!error_.ok()) return error_;
+  if (finished_) {
+    return absl::FailedPreconditionError(absl::StrCat("writer for '", path_, "' is already finished"));
+  }
+  if (offset > bytes_written_ || bytes > bytes_written_ - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("writer for '", path_, "': WriteAt(", offset, ", ", bytes,
+                                                   ") past the ", bytes_written_, " bytes written"));
+  }
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      error_ = ErrnoStatus(errno, "cannot write", temp_path_);
+      return error_;
+    }
+    p += n;
+    offset += static_cast<uint64_t>(n);
+    bytes -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Commit() {
   if (!error_.ok()) return error_;
   if (finished_) {

@@ -52,6 +52,9 @@ class AtomicFileWriter {
   // Appends `bytes` bytes (unbuffered: one or more write(2) calls).
   absl::Status Write(const void* data, size_t bytes);
   absl::Status Write(std::string_view text) { return Write(text.data(), text.size()); }
+  // Overwrites bytes already written, at `offset` (a header whose values are
+  // known only at the end). InvalidArgument past bytes_written().
+  absl::Status WriteAt(uint64_t offset, const void* data, size_t bytes);
   // fsync, close, rename over the destination, fsync the folder. The writer is
   // finished afterwards, whatever the result.
   absl::Status Commit();

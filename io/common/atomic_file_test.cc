@@ -78,6 +78,19 @@ TEST(AtomicFileTest, ReplacesAndAbandons) {
   EXPECT_EQ(*ReadFileToString(path), "second");
 }
 
+// WriteAt overwrites what was written (a header known at the end), never past it.
+TEST(AtomicFileTest, WriteAtOverwritesWrittenBytes) {
+  const std::string path = MakeTestDir() + "/shard.bin";
+  absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_TRUE(out->Write("0000body").ok());
+  EXPECT_EQ(out->WriteAt(6, "xyz", 3).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(out->WriteAt(0, "HEAD", 4).ok());
+  EXPECT_EQ(out->bytes_written(), 8u);
+  ASSERT_TRUE(out->Commit().ok());
+  EXPECT_EQ(*ReadFileToString(path), "HEADbody");
+}
+
 TEST(AtomicFileTest, ErrorsNameTheDestination) {
   absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create("/nonexistent/folder/out.bin");
   ASSERT_FALSE(out.ok());

@@ -27,20 +27,6 @@ constexpr int32_t kLlama3ShardMagic = 20240801;
 // Tokens buffered by a writer before a write(2): 1 MiB.
 constexpr size_t kWriterBufferTokens = 1 << 19;
 
-absl::Status WriteAll(int fd, const void* data, size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "cannot write", path);
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 // Checks a header against the file size; returns the token count.
 absl::StatusOr<int64_t> ValidateHeader(const int32_t* header, uint64_t file_bytes, const std::string& path) {
   if (header[0] != kTokenShardMagic) {
@@ -149,63 +135,28 @@ void TokenShard::Unmap() {
 // TokenShardWriter
 
 absl::StatusOr<TokenShardWriter> TokenShardWriter::Create(const std::string& path) {
-  std::string temp = TemporaryPathFor(path);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create a temporary file for token shard", path);
-  TokenShardWriter writer(path, std::move(temp), fd);
+  absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(path);
+  if (!file.ok()) {
+    return absl::Status(file.status().code(), absl::StrCat("token shard: ", file.status().message()));
+  }
+  TokenShardWriter writer(*std::move(file));
   // A zero header for now; Finish() writes the real one.
   const int32_t zeros[kTokenShardHeaderInts] = {};
-  absl::Status status = WriteAll(fd, zeros, sizeof(zeros), writer.temp_path_);
-  if (!status.ok()) return status;  // the writer's destructor removes the file
-  return writer;
+  if (absl::Status s = writer.file_.Write(zeros, sizeof(zeros)); !s.ok()) return s;
+  return writer;  // on error above, the writer's destructor removed the file
 }
 
-TokenShardWriter::TokenShardWriter(std::string path, std::string temp_path, int fd)
-    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {
+TokenShardWriter::TokenShardWriter(AtomicFileWriter file) : file_(std::move(file)) {
   buffer_.reserve(kWriterBufferTokens);
-}
-
-TokenShardWriter::TokenShardWriter(TokenShardWriter&& other) noexcept
-    : path_(std::move(other.path_)),
-      temp_path_(std::move(other.temp_path_)),
-      fd_(std::exchange(other.fd_, -1)),
-      num_tokens_(other.num_tokens_),
-      buffer_(std::move(other.buffer_)),
-      error_(std::move(other.error_)),
-      finished_(std::exchange(other.finished_, true)) {}
-
-TokenShardWriter& TokenShardWriter::operator=(TokenShardWriter&& other) noexcept {
-  if (this != &other) {
-    Abandon();
-    path_ = std::move(other.path_);
-    temp_path_ = std::move(other.temp_path_);
-    fd_ = std::exchange(other.fd_, -1);
-    num_tokens_ = other.num_tokens_;
-    buffer_ = std::move(other.buffer_);
-    error_ = std::move(other.error_);
-    finished_ = std::exchange(other.finished_, true);
-  }
-  return *this;
-}
-
-TokenShardWriter::~TokenShardWriter() { Abandon(); }
-
-void TokenShardWriter::Abandon() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-  if (!finished_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
-  finished_ = true;
 }
 
 absl::Status TokenShardWriter::CheckWritable(size_t more) {
   if (!error_.ok()) return error_;
   if (finished_) {
-    return absl::FailedPreconditionError(absl::StrCat("token shard writer for '", path_, "' is already finished"));
+    return absl::FailedPreconditionError(absl::StrCat("token shard writer for '", path(), "' is already finished"));
   }
   if (num_tokens_ + static_cast<int64_t>(more) > kTokenShardMaxTokens) {
-    return absl::OutOfRangeError(absl::StrCat("token shard '", path_, "' would exceed ", kTokenShardMaxTokens,
+    return absl::OutOfRangeError(absl::StrCat("token shard '", path(), "' would exceed ", kTokenShardMaxTokens,
                                               " tokens, the most its int32 header can count"));
   }
   return absl::OkStatus();
@@ -213,7 +164,7 @@ absl::Status TokenShardWriter::CheckWritable(size_t more) {
 
 absl::Status TokenShardWriter::Flush() {
   if (buffer_.empty()) return absl::OkStatus();
-  absl::Status status = WriteAll(fd_, buffer_.data(), buffer_.size() * sizeof(uint16_t), temp_path_);
+  absl::Status status = file_.Write(buffer_.data(), buffer_.size() * sizeof(uint16_t));
   buffer_.clear();
   if (!status.ok()) error_ = status;
   return status;
@@ -236,7 +187,7 @@ absl::Status TokenShardWriter::Append(std::span<const uint16_t> tokens) {
 absl::Status TokenShardWriter::Append(std::span<const int32_t> ids) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] > UINT16_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("token shard '", path_, "': id ", ids[i], " at index ", i,
+      return absl::InvalidArgumentError(absl::StrCat("token shard '", path(), "': id ", ids[i], " at index ", i,
                                                      " does not fit in uint16 (the shard format stores ids below ",
                                                      UINT16_MAX + 1, ")"));
     }
@@ -254,31 +205,18 @@ absl::Status TokenShardWriter::Append(std::span<const int32_t> ids) {
 
 absl::Status TokenShardWriter::Finish() {
   if (absl::Status s = CheckWritable(0); !s.ok()) return s;
+  finished_ = true;
   absl::Status status = Flush();
   if (status.ok()) {
     int32_t header[kTokenShardHeaderInts] = {};
     header[0] = kTokenShardMagic;
     header[1] = kTokenShardVersion;
     header[2] = static_cast<int32_t>(num_tokens_);
-    if (::pwrite(fd_, header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
-      status = ErrnoStatus(errno, "cannot write the header of", temp_path_);
-    }
+    status = file_.WriteAt(0, header, sizeof(header));
   }
-  if (status.ok() && ::fsync(fd_) != 0) status = ErrnoStatus(errno, "cannot fsync", temp_path_);
-  if (status.ok()) {
-    const int rc = ::close(std::exchange(fd_, -1));
-    if (rc != 0) status = ErrnoStatus(errno, "cannot close", temp_path_);
-  }
-  if (status.ok() && ::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("cannot rename '", temp_path_, "' to"), path_);
-  }
-  if (!status.ok()) {
-    error_ = status;
-    Abandon();  // removes the temporary file
-    return status;
-  }
-  finished_ = true;
-  return SyncParentDirectory(path_);
+  if (status.ok()) status = file_.Commit();  // fsync, rename, fsync the folder
+  if (!status.ok()) error_ = status;
+  return status;
 }
 
 absl::Status WriteTokenShard(const std::string& path, std::span<const uint16_t> tokens) {

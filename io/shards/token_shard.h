@@ -42,6 +42,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/common/atomic_file.h"
 
 namespace colossal::io {
 
@@ -86,12 +87,10 @@ class TokenShardWriter {
   // Creates the temporary file beside `path` (whose folder must exist).
   static absl::StatusOr<TokenShardWriter> Create(const std::string& path);
 
-  TokenShardWriter(TokenShardWriter&& other) noexcept;
-  TokenShardWriter& operator=(TokenShardWriter&& other) noexcept;
-  TokenShardWriter(const TokenShardWriter&) = delete;
-  TokenShardWriter& operator=(const TokenShardWriter&) = delete;
-  // Removes the temporary file if Finish() did not succeed.
-  ~TokenShardWriter();
+  // Movable, not copyable; a writer destroyed before a successful Finish()
+  // removes its temporary file (io/common/atomic_file.h).
+  TokenShardWriter(TokenShardWriter&&) noexcept = default;
+  TokenShardWriter& operator=(TokenShardWriter&&) noexcept = default;
 
   absl::Status Append(std::span<const uint16_t> tokens);
   // Ids from a tokenizer. InvalidArgument (naming the first offending index
@@ -102,20 +101,17 @@ class TokenShardWriter {
   absl::Status Finish();
 
   int64_t num_tokens() const { return num_tokens_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  TokenShardWriter(std::string path, std::string temp_path, int fd);
+  explicit TokenShardWriter(AtomicFileWriter file);
   absl::Status Flush();
   absl::Status CheckWritable(size_t more);
-  void Abandon();
 
-  std::string path_;
-  std::string temp_path_;
-  int fd_ = -1;
+  AtomicFileWriter file_;  // the temporary file, committed by Finish()
   int64_t num_tokens_ = 0;
   std::vector<uint16_t> buffer_;
-  absl::Status error_;
+  absl::Status error_;  // the first failure; every later call returns it
   bool finished_ = false;
 };
 
