@@ -29,6 +29,42 @@ struct Args {
   CrossEntropyOptions options;
 };
 
+// The Args of each public entry point, from its parameters (the same for the
+// CPU and CUDA functions).
+inline Args forward_args(float* loss, float* row_losses, float* lse, const void* logits,
+                         const int32_t* targets, int64_t n, int64_t v, int64_t v_real,
+                         DType dtype, const CrossEntropyOptions& options) {
+  Args a;
+  a.loss = loss;
+  a.row_losses = row_losses;
+  a.lse_out = lse;
+  a.logits = logits;
+  a.targets = targets;
+  a.n = n;
+  a.v = v;
+  a.v_real = v_real;
+  a.dtype = dtype;
+  a.options = options;
+  return a;
+}
+
+inline Args backward_args(void* dlogits, const void* logits, const float* lse,
+                          const int32_t* targets, int64_t n, int64_t v, int64_t v_real,
+                          DType dtype, const CrossEntropyOptions& options) {
+  Args a = forward_args(nullptr, nullptr, nullptr, logits, targets, n, v, v_real, dtype, options);
+  a.dlogits = dlogits;
+  a.lse_in = lse;
+  return a;
+}
+
+inline Args fused_args(float* loss, float* row_losses, float* lse, void* dlogits,
+                       const void* logits, const int32_t* targets, int64_t n, int64_t v,
+                       int64_t v_real, DType dtype, const CrossEntropyOptions& options) {
+  Args a = forward_args(loss, row_losses, lse, logits, targets, n, v, v_real, dtype, options);
+  a.dlogits = dlogits;
+  return a;
+}
+
 inline bool aligned(const void* p, size_t alignment) {
   return reinterpret_cast<uintptr_t>(p) % alignment == 0;
 }

@@ -193,17 +193,7 @@ KernelStatus cross_entropy_forward_cpu(float* loss, float* row_losses, float* ls
                                        const void* logits, const int32_t* targets, int64_t n,
                                        int64_t v, int64_t v_real, DType dtype,
                                        const CrossEntropyOptions& options) {
-  Args a;
-  a.loss = loss;
-  a.row_losses = row_losses;
-  a.lse_out = lse;
-  a.logits = logits;
-  a.targets = targets;
-  a.n = n;
-  a.v = v;
-  a.v_real = v_real;
-  a.dtype = dtype;
-  a.options = options;
+  const Args a = internal::forward_args(loss, row_losses, lse, logits, targets, n, v, v_real, dtype, options);
   return run(Entry::kForward, a, 0.0f);
 }
 
@@ -211,16 +201,7 @@ KernelStatus cross_entropy_backward_cpu(void* dlogits, const void* logits, const
                                         const int32_t* targets, float dloss, int64_t n, int64_t v,
                                         int64_t v_real, DType dtype,
                                         const CrossEntropyOptions& options) {
-  Args a;
-  a.dlogits = dlogits;
-  a.logits = logits;
-  a.lse_in = lse;
-  a.targets = targets;
-  a.n = n;
-  a.v = v;
-  a.v_real = v_real;
-  a.dtype = dtype;
-  a.options = options;
+  const Args a = internal::backward_args(dlogits, logits, lse, targets, n, v, v_real, dtype, options);
   return run(Entry::kBackward, a, dloss);
 }
 
@@ -228,18 +209,8 @@ KernelStatus cross_entropy_fused_cpu(float* loss, float* row_losses, float* lse,
                                      const void* logits, const int32_t* targets, float dloss,
                                      int64_t n, int64_t v, int64_t v_real, DType dtype,
                                      const CrossEntropyOptions& options) {
-  Args a;
-  a.loss = loss;
-  a.row_losses = row_losses;
-  a.lse_out = lse;
-  a.dlogits = dlogits;
-  a.logits = logits;
-  a.targets = targets;
-  a.n = n;
-  a.v = v;
-  a.v_real = v_real;
-  a.dtype = dtype;
-  a.options = options;
+  const Args a =
+      internal::fused_args(loss, row_losses, lse, dlogits, logits, targets, n, v, v_real, dtype, options);
   return run(Entry::kFused, a, dloss);
 }
 
