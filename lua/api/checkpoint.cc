@@ -81,10 +81,8 @@ BoosterObject& Boosted(lua_State* L, const char* what) {
 
 int BoosterSaveCheckpoint(lua_State* L) {
   BoosterObject& b = Boosted(L, "booster:save_checkpoint");
-  const char* root = lua_tostring(L, 2);
-  if (root == nullptr || lua_type(L, 2) != LUA_TSTRING || *root == '\0') {
-    RaiseError(L, "booster:save_checkpoint: the first argument is the checkpoint folder", kErrorUsage);
-  }
+  const std::string root = StringArg(L, 2, /*non_empty=*/true,
+                                     "booster:save_checkpoint: the first argument is the checkpoint folder");
   OptionTable o(L, 3, "booster:save_checkpoint");
   const int64_t step = o.integer("step", -1);
   io::CheckpointOptions options;
@@ -119,10 +117,8 @@ int BoosterSaveCheckpoint(lua_State* L) {
 
 int BoosterLoadCheckpoint(lua_State* L) {
   BoosterObject& b = Boosted(L, "booster:load_checkpoint");
-  const char* path = lua_tostring(L, 2);
-  if (path == nullptr || lua_type(L, 2) != LUA_TSTRING) {
-    RaiseError(L, "booster:load_checkpoint: the argument is a checkpoint folder", kErrorUsage);
-  }
+  const std::string path = StringArg(L, 2, /*non_empty=*/false,
+                                    "booster:load_checkpoint: the argument is a checkpoint folder");
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(path);
   ThrowIfError(L, "booster:load_checkpoint", dir.status());
   const std::string context = absl::StrCat("booster:load_checkpoint ", *dir);
@@ -176,10 +172,8 @@ int BoosterSaveModel(lua_State* L) {
   if (CheckHandle<Model>(L, 2) != b.model) {
     RaiseError(L, "booster:save_model: not the boosted model", kErrorUsage);
   }
-  const char* root = lua_tostring(L, 3);
-  if (root == nullptr || lua_type(L, 3) != LUA_TSTRING) {
-    RaiseError(L, "booster:save_model: the second argument is a folder", kErrorUsage);
-  }
+  const std::string root = StringArg(L, 3, /*non_empty=*/false,
+                                    "booster:save_model: the second argument is a folder");
   std::string path;
   if (b.rt->rank.rank == 0) {
     absl::StatusOr<nn::ParameterStore> host = HostStore(*b.model);
@@ -202,10 +196,8 @@ int BoosterLoadModel(lua_State* L) {
   if (CheckHandle<Model>(L, 2) != b.model) {
     RaiseError(L, "booster:load_model: not the boosted model", kErrorUsage);
   }
-  const char* path = lua_tostring(L, 3);
-  if (path == nullptr || lua_type(L, 3) != LUA_TSTRING) {
-    RaiseError(L, "booster:load_model: the second argument is a checkpoint folder", kErrorUsage);
-  }
+  const std::string path = StringArg(L, 3, /*non_empty=*/false,
+                                    "booster:load_model: the second argument is a checkpoint folder");
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(path);
   ThrowIfError(L, "booster:load_model", dir.status());
   absl::StatusOr<nn::ParameterStore> host =
@@ -224,10 +216,8 @@ int BoosterSaveOptimizer(lua_State* L) {
   if (CheckHandle<Optim>(L, 2) != b.optim) {
     RaiseError(L, "booster:save_optimizer: not the boosted optimizer", kErrorUsage);
   }
-  const char* dir = lua_tostring(L, 3);
-  if (dir == nullptr || lua_type(L, 3) != LUA_TSTRING || *dir == '\0') {
-    RaiseError(L, "booster:save_optimizer: the second argument is a folder", kErrorUsage);
-  }
+  const std::string dir = StringArg(L, 3, /*non_empty=*/true,
+                                    "booster:save_optimizer: the second argument is a folder");
   absl::StatusOr<nn::OptimizerStateDict> state = OptimizerState(b);
   ThrowIfError(L, "booster:save_optimizer", state.status());
   if (b.rt->rank.rank == 0) ThrowIfError(L, "booster:save_optimizer", io::SaveOptimizerState(dir, *state));
@@ -242,10 +232,8 @@ int BoosterLoadOptimizer(lua_State* L) {
   if (CheckHandle<Optim>(L, 2) != b.optim) {
     RaiseError(L, "booster:load_optimizer: not the boosted optimizer", kErrorUsage);
   }
-  const char* dir = lua_tostring(L, 3);
-  if (dir == nullptr || lua_type(L, 3) != LUA_TSTRING) {
-    RaiseError(L, "booster:load_optimizer: the second argument is a folder", kErrorUsage);
-  }
+  const std::string dir = StringArg(L, 3, /*non_empty=*/false,
+                                    "booster:load_optimizer: the second argument is a folder");
   absl::StatusOr<nn::OptimizerStateDict> state = io::LoadOptimizerState(dir);
   ThrowIfError(L, "booster:load_optimizer", state.status());
   ThrowIfError(L, "booster:load_optimizer",
@@ -255,10 +243,8 @@ int BoosterLoadOptimizer(lua_State* L) {
 }
 
 int LatestCheckpoint(lua_State* L) {
-  const char* root = lua_tostring(L, 1);
-  if (root == nullptr || lua_type(L, 1) != LUA_TSTRING) {
-    RaiseError(L, "colossal.checkpoint.latest: the argument is a checkpoint folder", kErrorUsage);
-  }
+  const std::string root = StringArg(L, 1, /*non_empty=*/false,
+                                    "colossal.checkpoint.latest: the argument is a checkpoint folder");
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(root);
   if (!dir.ok()) {
     lua_pushnil(L);

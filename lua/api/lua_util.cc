@@ -205,6 +205,13 @@ void OptionTable::finish() {
   }
 }
 
+std::string StringArg(lua_State* L, int index, bool non_empty, absl::string_view message) {
+  size_t n = 0;
+  const char* s = lua_type(L, index) == LUA_TSTRING ? lua_tolstring(L, index, &n) : nullptr;
+  if (s == nullptr || (non_empty && n == 0)) RaiseError(L, message, kErrorUsage);
+  return std::string(s, n);
+}
+
 void PushNumberTable(lua_State* L, const std::vector<std::pair<const char*, double>>& fields) {
   lua_createtable(L, 0, static_cast<int>(fields.size()));
   for (const auto& [name, value] : fields) {

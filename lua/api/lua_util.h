@@ -146,6 +146,10 @@ void RegisterType(lua_State* L, const luaL_Reg* methods, const luaL_Reg* extra =
   lua_pop(L, 1);
 }
 
+// The string at `index`; raises `message` (code 2) when it is not a string,
+// or is empty and `non_empty`.
+std::string StringArg(lua_State* L, int index, bool non_empty, absl::string_view message);
+
 class OptionTable {
  public:
   // `index`: a table, or nil/none for no options. `what` prefixes errors.

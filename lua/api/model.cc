@@ -119,11 +119,8 @@ int Evaluate(lua_State* L) {
 // model:generate(prompt, {max_new_tokens, temperature, top_k, seed, tokenizer}) -> text
 int Generate(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  size_t length = 0;
-  const char* prompt = lua_tolstring(L, 2, &length);
-  if (prompt == nullptr || length == 0 || lua_type(L, 2) != LUA_TSTRING) {
-    RaiseError(L, "model:generate: the prompt must be a non-empty string", kErrorUsage);
-  }
+  const std::string prompt =
+      StringArg(L, 2, /*non_empty=*/true, "model:generate: the prompt must be a non-empty string");
   OptionTable o(L, 3, "model:generate");
   const int64_t max_new = o.integer("max_new_tokens", 64);
   SamplingOptions sampling;
@@ -142,8 +139,7 @@ int Generate(lua_State* L) {
                             " (tools/data/fetch_gpt2_ranks.sh installs it)"),
                kErrorRuntime);
   }
-  std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(std::string_view(prompt, length));
-  const std::vector<int32_t> prompt_tokens = tokens;
+  std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(prompt);
   const int32_t eot = tokenizer->special_token_id(io::kEndOfText).value_or(io::kGpt2EndOfTextId);
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
                                          static_cast<int>(max_new), sampling, eot,

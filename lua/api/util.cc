@@ -147,16 +147,12 @@ void MakeParents(const std::string& path) {
 
 // colossal.jsonl(path) -> log; log:write{step = 1, loss = 2.5} appends one line
 int OpenJsonl(lua_State* L) {
-  const char* path = lua_tostring(L, 1);
-  if (path == nullptr || lua_type(L, 1) != LUA_TSTRING || *path == '\0') {
-    RaiseError(L, "colossal.jsonl: wants a file path", kErrorUsage);
-  }
   auto log = std::make_shared<JsonLog>();
-  log->path = path;
+  log->path = StringArg(L, 1, /*non_empty=*/true, "colossal.jsonl: wants a file path");
   MakeParents(log->path);
-  log->file = std::fopen(path, "a");
+  log->file = std::fopen(log->path.c_str(), "a");
   if (log->file == nullptr) {
-    RaiseError(L, absl::StrCat("colossal.jsonl: cannot open ", path, " for appending"),
+    RaiseError(L, absl::StrCat("colossal.jsonl: cannot open ", log->path, " for appending"),
                kErrorRuntime);
   }
   PushHandle(L, std::move(log));
