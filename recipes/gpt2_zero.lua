@@ -32,6 +32,7 @@ return {
     overlap_communication = true,     -- reduce gradients while backward runs
     reduce_bucket_size_in_m = 12,
     max_norm = 1.0,                   -- clip by global norm, inside the plugin
+    cpu_offload = false,              -- true: fp32 masters + Adam states in pinned host memory, CPU Adam
     precision = gpu and "bf16" or "fp32",  -- bf16 weights, fp32 master shards (GPU)
   },
 

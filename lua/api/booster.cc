@@ -22,8 +22,10 @@
 // optimizer is rebuilt over the new parameters with float32 masters); fp16
 // adds a dynamic loss scaler with the plugin's initial_scale, growth_factor,
 // backoff_factor, growth_interval, hysteresis, min_scale and max_scale.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -77,7 +79,7 @@ int LowLevelZero(lua_State* L) {
   spec->max_norm = static_cast<float>(o.number("max_norm", 0.0));
   spec->bucket_mb = o.number("reduce_bucket_size_in_m", 12.0);
   const bool overlap = o.boolean("overlap_communication", true);
-  const bool offload = o.boolean("cpu_offload", false);
+  spec->cpu_offload = o.boolean("cpu_offload", false);
   nn::DynamicLossScalerOptions& s = spec->scaler;
   s.initial_scale = o.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
   s.min_scale = o.number("min_scale", s.min_scale);
@@ -93,10 +95,6 @@ int LowLevelZero(lua_State* L) {
   if (!overlap) {
     o.fail("overlap_communication",
            "= false is not available: gradients are always reduced while backward runs");
-  }
-  if (offload) {
-    o.fail("cpu_offload", "= true is not available in this build (ZeRO keeps its shards where "
-                          "the model is; see issue #9)");
   }
   PushHandle(L, std::move(spec));
   return 1;
@@ -187,6 +185,10 @@ int Boost(lua_State* L) {
       parallel::LowLevelZeroOptions zo;
       zo.stage = b->spec->stage;
       zo.reduce_bucket_size_in_m = b->spec->bucket_mb;
+      zo.cpu_offload = b->spec->cpu_offload;
+      // CPU Adam shares the host's cores between this host's processes.
+      const int cores = static_cast<int>(std::thread::hardware_concurrency());
+      zo.cpu_offload_threads = std::max(1, cores / std::max(1, b->rt->rank.local_world_size));
       absl::StatusOr<std::unique_ptr<parallel::LowLevelZeroPlugin>> p =
           parallel::LowLevelZeroPlugin::create(*pg, zo);
       ThrowIfError(L, "booster:boost: low_level_zero", p.status());

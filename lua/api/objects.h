@@ -105,6 +105,7 @@ struct PluginSpec {
   double bucket_mb = 25.0;           // torch_ddp: bucket_cap_mb; zero: reduce_bucket_size_in_m
   std::string precision = "fp32";    // low_level_zero: precision
   float max_norm = 0.0f;             // low_level_zero: max_norm
+  bool cpu_offload = false;          // low_level_zero: cpu_offload
   nn::DynamicLossScalerOptions scaler;
 };
 

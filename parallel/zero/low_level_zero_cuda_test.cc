@@ -176,12 +176,13 @@ struct CudaCase {
   int stage;
   DType dtype;
   bool fp16_overflow = false;  // the loss-scaler case (float16 only)
+  bool offload = false;        // cpu_offload: CPU Adam on pinned host shards
 };
 
 std::string case_name(const ::testing::TestParamInfo<CudaCase>& info) {
   const CudaCase& c = info.param;
   return absl::StrCat("W", c.world, "Stage", c.stage, core::dtype_name(c.dtype),
-                      c.fp16_overflow ? "Overflow" : "");
+                      c.fp16_overflow ? "Overflow" : "", c.offload ? "Offload" : "");
 }
 
 struct StepLog {
@@ -331,6 +332,8 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   LowLevelZeroOptions zo;
   zo.stage = c.stage;
   zo.reduce_bucket_size_in_m = 300.0 / (1024.0 * 1024.0);  // ~300 elements: several buckets
+  zo.cpu_offload = c.offload;
+  zo.cpu_offload_threads = 2;
   auto plugin_or = LowLevelZeroPlugin::create(*pg, zo);
   ASSERT_TRUE(plugin_or.ok()) << plugin_or.status();
   LowLevelZeroPlugin& zero = **plugin_or;
@@ -340,6 +343,9 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   }
   ASSERT_TRUE(zero.on_cuda());
   ASSERT_EQ(zero.param_dtype(), c.dtype);
+  // With cpu_offload the shards are pinned host memory, else device memory.
+  EXPECT_EQ(zero.exp_avg_shard_tensor().device().is_cpu(), c.offload);
+  EXPECT_EQ(zero.exp_avg_shard_tensor().is_pinned(), c.offload);
   // The broadcast: rank 0's weights everywhere.
   EXPECT_EQ(download(store->flat_values(c.dtype), stream),
             round_to(init_weights(table, kSeed), c.dtype));
@@ -478,7 +484,15 @@ INSTANTIATE_TEST_SUITE_P(
                       CudaCase{1, 2, DType::kF16, true}, CudaCase{2, 1, DType::kF32},
                       CudaCase{2, 2, DType::kF32}, CudaCase{2, 1, DType::kBF16},
                       CudaCase{2, 2, DType::kBF16}, CudaCase{2, 1, DType::kF16, true},
-                      CudaCase{2, 2, DType::kF16, true}),
+                      CudaCase{2, 2, DType::kF16, true},
+                      // cpu_offload: the same numbers (CPU and CUDA Adam are bitwise equal).
+                      CudaCase{1, 1, DType::kF32, false, true},
+                      CudaCase{1, 2, DType::kBF16, false, true},
+                      CudaCase{1, 2, DType::kF16, true, true},
+                      CudaCase{2, 1, DType::kBF16, false, true},
+                      CudaCase{2, 2, DType::kF32, false, true},
+                      CudaCase{2, 2, DType::kBF16, false, true},
+                      CudaCase{2, 2, DType::kF16, true, true}),
     case_name);
 
 #endif  // COLOSSAL_WITH_CUDA

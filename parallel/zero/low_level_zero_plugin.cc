@@ -17,6 +17,7 @@
 #include "nn/optim/adam.h"
 #include "parallel/common/grad_buckets.h"
 #include "parallel/zero/low_level_zero_checkpoint.h"
+#include "parallel/zero/zero_offload.h"
 
 namespace colossal::parallel {
 
@@ -93,6 +94,9 @@ struct LowLevelZeroPlugin::State {
   std::vector<DeviceScatter> d_scatters;  // per bucket (stage 2)
   // Orders a backward's compute stream after the step's stream when they differ.
   std::optional<core::Event> step_done;
+  // cpu_offload on CUDA: the master slice and moments on the host (d_master,
+  // d_exp_avg and d_exp_avg_sq stay undefined).
+  std::unique_ptr<ZeroOffload> offload;
 
   bool sixteen_bit() const { return dtype != core::DType::kF32; }
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype)); }
@@ -205,7 +209,8 @@ struct LowLevelZeroPlugin::State {
   // path keeps its float32 master slice (the weights are its rounding).
   absl::Status read_master() {
     if (cuda) {
-      if (sixteen_bit() || shard.end == shard.begin) return absl::OkStatus();
+      // cpu_offload reads float32 masters from the weights in its own step.
+      if (sixteen_bit() || shard.end == shard.begin || offload) return absl::OkStatus();
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v,
                                 store.flat_values(dtype).slice(shard.begin, shard.end));
       return d_master.copy_from(v, stream);
@@ -305,12 +310,14 @@ const std::vector<float>& LowLevelZeroPlugin::exp_avg_sq_shard() const {
 int64_t LowLevelZeroPlugin::step_count() const { return state_->adam.step; }
 bool LowLevelZeroPlugin::on_cuda() const { return state_->cuda; }
 core::DType LowLevelZeroPlugin::param_dtype() const { return state_->dtype; }
-const core::Tensor& LowLevelZeroPlugin::master_shard_tensor() const { return state_->d_master; }
+const core::Tensor& LowLevelZeroPlugin::master_shard_tensor() const {
+  return state_->offload ? state_->offload->master() : state_->d_master;
+}
 const core::Tensor& LowLevelZeroPlugin::exp_avg_shard_tensor() const {
-  return state_->d_exp_avg;
+  return state_->offload ? state_->offload->exp_avg() : state_->d_exp_avg;
 }
 const core::Tensor& LowLevelZeroPlugin::exp_avg_sq_shard_tensor() const {
-  return state_->d_exp_avg_sq;
+  return state_->offload ? state_->offload->exp_avg_sq() : state_->d_exp_avg_sq;
 }
 const core::Tensor& LowLevelZeroPlugin::grad_shard_tensor() const { return state_->d_grad_shard; }
 
@@ -465,9 +472,15 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   }
 #if COLOSSAL_WITH_CUDA
   const core::Stream& st = s.stream;
-  COLOSSAL_ASSIGN_OR_RETURN(s.d_master, device_zeros(n, core::DType::kF32, st));
-  COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, device_zeros(n, core::DType::kF32, st));
-  COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, device_zeros(n, core::DType::kF32, st));
+  if (s.options.cpu_offload) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, values.slice(s.shard.begin, s.shard.end));
+    COLOSSAL_ASSIGN_OR_RETURN(s.offload,
+                              ZeroOffload::create(v, st, s.options.cpu_offload_threads));
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_master, device_zeros(n, core::DType::kF32, st));
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, device_zeros(n, core::DType::kF32, st));
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, device_zeros(n, core::DType::kF32, st));
+  }
   COLOSSAL_ASSIGN_OR_RETURN(s.d_gathered, device_zeros(s.shard.padded, dtype, st));
   COLOSSAL_ASSIGN_OR_RETURN(s.d_norm, device_zeros(3, core::DType::kF32, st));
   {
@@ -491,7 +504,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
       s.d_scatters.push_back(std::move(ds));
     }
   }
-  if (n > 0) {
+  if (n > 0 && !s.offload) {
     // The master slice: the (broadcast) weights, exactly (a 16-bit value
     // widens to float32 without rounding).
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, values.slice(s.shard.begin, s.shard.end));
@@ -645,15 +658,32 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine,
                             s.d_gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
                                                static_cast<int64_t>(s.pg->rank()) * size + size));
-  if (s.sixteen_bit() && n > 0) {
+  if (s.offload) {
+    ++s.adam.step;
+    std::vector<ZeroOffload::Piece> pieces;
+    pieces.reserve(s.pieces.size());
+    for (const ShardPiece& p : s.pieces) {
+      pieces.push_back({p.offset - s.shard.begin, p.count,
+                        nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.adam.step,
+                                                grad_scale)});
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor grad,
+                              s.options.stage == 1
+                                  ? s.store.flat_grads(s.dtype).slice(s.shard.begin, s.shard.end)
+                                  : s.d_grad_shard.slice(0, n));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor weights,
+                              s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, mine.slice(0, n));
+    COLOSSAL_RETURN_IF_ERROR(s.offload->step(grad, pieces, weights, out));
+  } else if (s.sixteen_bit() && n > 0) {
     // Elements of the slice no piece covers (alignment gaps) keep the weights.
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
                               s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, st));
   }
-  ++s.adam.step;
-  {
+  if (!s.offload) {
+    ++s.adam.step;
     core::DeviceGuard guard(st.device());
     for (const ShardPiece& p : s.pieces) {
       const kernels::adam::AdamOptions o =
@@ -670,7 +700,7 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
           ks, absl::StrCat("low_level_zero: Adam step of group ", p.group)));
     }
   }
-  if (!s.sixteen_bit() && n > 0) {
+  if (!s.sixteen_bit() && n > 0 && !s.offload) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(s.d_master, st));
   }
@@ -773,9 +803,19 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
   if (!s.cuda) return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam);
   ZeroAdamDeviceSlice slice;
-  slice.exp_avg = s.d_exp_avg;
-  slice.exp_avg_sq = s.d_exp_avg_sq;
-  if (s.sixteen_bit()) slice.master = s.d_master;
+  if (s.offload) {
+    // The gather runs on the device: the host slices go up for it.
+    const core::Device device = s.stream.device();
+    COLOSSAL_ASSIGN_OR_RETURN(slice.exp_avg, s.offload->exp_avg().to(device, s.stream));
+    COLOSSAL_ASSIGN_OR_RETURN(slice.exp_avg_sq, s.offload->exp_avg_sq().to(device, s.stream));
+    if (s.sixteen_bit()) {
+      COLOSSAL_ASSIGN_OR_RETURN(slice.master, s.offload->master().to(device, s.stream));
+    }
+  } else {
+    slice.exp_avg = s.d_exp_avg;
+    slice.exp_avg_sq = s.d_exp_avg_sq;
+    if (s.sixteen_bit()) slice.master = s.d_master;
+  }
   slice.step = s.adam.step;
   return gather_zero_adam_state_device(*s.pg, s.store.table(), optimizer, s.shard, slice,
                                        s.stream);
@@ -797,7 +837,15 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
       ZeroAdamSlice loaded,
       load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit()));
   const int64_t n = s.shard.end - s.shard.begin;
-  if (n > 0) {
+  if (n > 0 && s.offload) {
+    s.stream.synchronize();  // the last step's copies are done with the host slices
+    std::vector<std::pair<const std::vector<float>*, const core::Tensor*>> copies = {
+        {&loaded.exp_avg, &s.offload->exp_avg()}, {&loaded.exp_avg_sq, &s.offload->exp_avg_sq()}};
+    if (s.sixteen_bit()) copies.emplace_back(&loaded.master, &s.offload->master());
+    for (auto& [src, dst] : copies) {
+      std::memcpy(dst->data<float>(), src->data(), sizeof(float) * src->size());
+    }
+  } else if (n > 0) {
     std::vector<std::pair<const std::vector<float>*, core::Tensor*>> uploads = {
         {&loaded.exp_avg, &s.d_exp_avg}, {&loaded.exp_avg_sq, &s.d_exp_avg_sq}};
     if (s.sixteen_bit()) uploads.emplace_back(&loaded.master, &s.d_master);

@@ -81,6 +81,9 @@
 //     Adam kernel per piece with grad_scale = s / clip_coef; finally the slice
 //     is all_gathered into a padded device buffer and copied into the model's
 //     flat buffer on the stream;
+//   * cpu_offload: the master slice and moments are pinned host tensors and
+//     the Adam step after the norm runs on the CPU (zero_offload.h); the
+//     gradient slice crosses PCIe once down and the new weights once up;
 //   * float32 parameters: the weights are the masters, as on the CPU;
 //     bfloat16 / float16 parameters: the float32 master slice is this
 //     plugin's (made at boost from the broadcast weights, exactly), the Adam
@@ -95,7 +98,7 @@
 //     loss scaler, collectives waited for on the host. CUDA: float32,
 //     bfloat16 or float16, the optimizer's stream a CUDA stream of the
 //     model's device, the Booster's Context on that device; a loss scaler is
-//     accepted with any dtype (it is meant for float16). No cpu_offload;
+//     accepted with any dtype (it is meant for float16);
 //   * 16-bit CUDA models: the master slice persists between steps, so
 //     weights loaded into the model after boost do not reach it (load the
 //     weights before boost, or load an optimizer state: its .master entries,
@@ -151,6 +154,15 @@ struct LowLevelZeroOptions {
   // Elements per gradient bucket (all-reduce, stage 2: reduce-scatter), in units of 1024*1024
   // (Colossal-AI's reduce_bucket_size_in_m; default 12). Positive, finite.
   double reduce_bucket_size_in_m = 12.0;
+  // Colossal-AI's cpu_offload: the float32 master slice and Adam moments live
+  // in pinned host memory and CPU Adam updates them, pipelined with the
+  // gradient download and the weight upload (parallel/zero/zero_offload.h).
+  // On the CPU path the shards are host memory updated by CPU Adam already,
+  // so it changes nothing there.
+  bool cpu_offload = false;
+  // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
+  // process of a host its share of the cores.
+  int cpu_offload_threads = 0;
 };
 
 // Rank `rank`'s slice of a flat buffer of `numel` elements over `world` ranks.
@@ -224,8 +236,9 @@ class LowLevelZeroPlugin : public Plugin {
   // the vector accessors above are then empty): the same as device tensors
   // on the model's device, written on the optimizer's stream (synchronise it
   // before reading them on the host). master / exp_avg / exp_avg_sq: float32
-  // [shard().end - shard().begin]; grad_shard: param_dtype() [shard().size]
-  // (stage 2; undefined for stage 1). Valid after boost.
+  // [shard().end - shard().begin] (with cpu_offload: pinned host tensors);
+  // grad_shard: param_dtype() [shard().size] (stage 2; undefined for stage 1).
+  // Valid after boost.
   bool on_cuda() const;
   core::DType param_dtype() const;
   const core::Tensor& master_shard_tensor() const;

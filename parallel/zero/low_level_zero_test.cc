@@ -52,78 +52,6 @@ using core::Stream;
 using core::Tensor;
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
 
-EquivalenceRun adam_reference_run(int world) {
-  auto model = make_zero_model(kSeed);
-  auto adam = make_adam(*model);
-  return reference_run(*model, *adam, world);
-}
-
-struct ZeroRun {
-  EquivalenceRun run;
-  ZeroShard shard;
-  std::vector<ShardPiece> pieces;
-  std::vector<float> master;
-  int64_t issued = 0, issued_in_hooks = 0;
-  int64_t numel = 0;
-  std::vector<std::pair<int64_t, int64_t>> key_bias;  // (offset, numel) of c_attn's key bias
-};
-
-// This rank's kSteps through a Booster with `plugin` (AdamW; GTest failures
-// on errors). The slice fields are filled for low_level_zero.
-// no_sync on all micro-batches but the last (ddp, stage 1), or every
-// micro-batch reduced (stage 2: the gradient shards accumulate).
-ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
-                 bool use_no_sync = true) {
-  ZeroRun out;
-  EquivalenceRun& run = out.run;
-  const int rank = pg->rank();
-  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  auto model = make_zero_model(kSeed + rank);  // boost broadcasts rank 0's
-  auto adam = make_adam(*model);
-  auto* zero = dynamic_cast<LowLevelZeroPlugin*>(plugin.get());
-  auto* ddp = dynamic_cast<DdpPlugin*>(plugin.get());
-  Booster booster(std::move(plugin));
-  const absl::Status boosted = booster.boost(*model, model->store(), *adam);
-  EXPECT_TRUE(boosted.ok()) << boosted;
-  if (!boosted.ok()) return out;
-  EXPECT_EQ(booster.plugin().dp_rank(), rank);
-  EXPECT_EQ(booster.plugin().dp_size(), pg->size());
-  for (int step = 0; step < kSteps; ++step) {
-    EXPECT_TRUE(booster.zero_grad().ok());
-    double sum = 0;
-    for (int i = 0; i < kMicro; ++i) {
-      std::optional<Booster::NoSync> no_sync;
-      if (use_no_sync && i + 1 < kMicro) no_sync.emplace(booster.no_sync());
-      sum += booster_micro_step(*ctx, booster, *model, micro_batch(step, rank, i), 1.0f / kMicro);
-    }
-    auto r = booster.step({.max_norm = kMaxNorm});
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return out;
-    run.loss.push_back(static_cast<float>(sum / kMicro));
-    run.clipped.push_back(r->clip_coef < 1.0f);
-    run.grad_norm.push_back(r->grad_norm);
-  }
-  run.weights = floats_of(model->store().flat_values(DType::kF32));
-  if (ddp != nullptr) run.buckets = ddp->buckets().size();
-  if (zero != nullptr) {
-    out.shard = zero->shard();
-    out.pieces = zero->pieces();
-    out.master = zero->master_shard();
-    out.issued = zero->reductions_issued();
-    out.issued_in_hooks = zero->reductions_issued_in_hooks();
-  }
-  out.numel = model->store().table().buffer_numel(DType::kF32);
-  out.key_bias = key_bias_ranges(model->store().table());  // compared separately
-  return out;
-}
-
-ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options) {
-  auto plugin = LowLevelZeroPlugin::create(pg, options);
-  EXPECT_TRUE(plugin.ok()) << plugin.status();
-  if (!plugin.ok()) return {};
-  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1);
-}
-
 ZeroRun ddp_adam_rank_run(std::shared_ptr<comm::ProcessGroup> pg,
                           const LowLevelZeroOptions& options) {
   DdpOptions d;
@@ -138,6 +66,7 @@ struct EquivalenceCase {
   int stage;
   int world;
   double reduce_bucket_size_in_m;
+  bool cpu_offload = false;  // on the CPU path the shards are host memory already
 };
 
 class ZeroEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
@@ -151,6 +80,7 @@ TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   LowLevelZeroOptions o;
   o.reduce_bucket_size_in_m = GetParam().reduce_bucket_size_in_m;
   o.stage = stage;
+  o.cpu_offload = GetParam().cpu_offload;
   run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
     runs[r] = zero_rank_run(std::move(pg), o);
   });
@@ -228,6 +158,7 @@ std::vector<EquivalenceCase> equivalence_cases() {
       out.push_back({stage, w, 1.0 / 4096});  // 1 KiB: several buckets
     }
   }
+  for (int w : {1, 2, 4}) out.push_back({2, w, 1.0 / 4096, /*cpu_offload=*/true});
   return out;
 }
 
@@ -236,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<EquivalenceCase>& info) {
       return absl::StrCat("stage", info.param.stage, "_world", info.param.world,
                           info.param.reduce_bucket_size_in_m < 1 ? "_small_buckets"
-                                                                 : "_one_bucket");
+                                                                 : "_one_bucket",
+                          info.param.cpu_offload ? "_cpu_offload" : "");
     });
 
 // The tiny GPT-2 exercises what the equivalence needs: padding and slice

@@ -18,7 +18,9 @@
 #include "nn/optim/adam.h"
 #include "nn/optim/module_params.h"
 #include "nn/optim/param.h"
+#include "parallel/booster/plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/zero/low_level_zero_plugin.h"
 
 namespace colossal::parallel::testing {
 
@@ -83,6 +85,29 @@ inline std::pair<double, double> rel_diff_outside(
   }
   return {d / m, inside};
 }
+
+// One process over the union of `world` ranks' data: make_zero_model(kSeed)
+// with make_adam, the result every plugin's ranks must match.
+EquivalenceRun adam_reference_run(int world);
+
+struct ZeroRun {
+  EquivalenceRun run;
+  ZeroShard shard;
+  std::vector<ShardPiece> pieces;
+  std::vector<float> master;
+  int64_t issued = 0, issued_in_hooks = 0;
+  int64_t numel = 0;
+  std::vector<std::pair<int64_t, int64_t>> key_bias;  // (offset, numel) of c_attn's key bias
+};
+
+// This rank's kSteps of make_zero_model through a Booster with `plugin`
+// (make_adam; GTest failures on errors). The slice fields are filled for
+// low_level_zero. no_sync on all micro-batches but the last (ddp, stage 1),
+// or every micro-batch reduced (stage 2: the gradient shards accumulate).
+ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
+                 bool use_no_sync = true);
+// rank_run with a low_level_zero plugin of `options`.
+ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options);
 
 }  // namespace colossal::parallel::testing
 

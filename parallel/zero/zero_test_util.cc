@@ -1,0 +1,72 @@
+#include "parallel/zero/zero_test_util.h"
+
+#include <optional>
+#include <utility>
+
+#include "core/context/context.h"
+#include "parallel/booster/booster.h"
+#include "parallel/ddp/ddp_plugin.h"
+
+namespace colossal::parallel::testing {
+
+using core::DType;
+
+EquivalenceRun adam_reference_run(int world) {
+  auto model = make_zero_model(kSeed);
+  auto adam = make_adam(*model);
+  return reference_run(*model, *adam, world);
+}
+
+ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
+                 bool use_no_sync) {
+  ZeroRun out;
+  EquivalenceRun& run = out.run;
+  const int rank = pg->rank();
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  auto model = make_zero_model(kSeed + rank);  // boost broadcasts rank 0's
+  auto adam = make_adam(*model);
+  auto* zero = dynamic_cast<LowLevelZeroPlugin*>(plugin.get());
+  auto* ddp = dynamic_cast<DdpPlugin*>(plugin.get());
+  Booster booster(std::move(plugin));
+  const absl::Status boosted = booster.boost(*model, model->store(), *adam);
+  EXPECT_TRUE(boosted.ok()) << boosted;
+  if (!boosted.ok()) return out;
+  EXPECT_EQ(booster.plugin().dp_rank(), rank);
+  EXPECT_EQ(booster.plugin().dp_size(), pg->size());
+  for (int step = 0; step < kSteps; ++step) {
+    EXPECT_TRUE(booster.zero_grad().ok());
+    double sum = 0;
+    for (int i = 0; i < kMicro; ++i) {
+      std::optional<Booster::NoSync> no_sync;
+      if (use_no_sync && i + 1 < kMicro) no_sync.emplace(booster.no_sync());
+      sum += booster_micro_step(*ctx, booster, *model, micro_batch(step, rank, i), 1.0f / kMicro);
+    }
+    auto r = booster.step({.max_norm = kMaxNorm});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    run.loss.push_back(static_cast<float>(sum / kMicro));
+    run.clipped.push_back(r->clip_coef < 1.0f);
+    run.grad_norm.push_back(r->grad_norm);
+  }
+  run.weights = floats_of(model->store().flat_values(DType::kF32));
+  if (ddp != nullptr) run.buckets = ddp->buckets().size();
+  if (zero != nullptr) {
+    out.shard = zero->shard();
+    out.pieces = zero->pieces();
+    out.master = zero->master_shard();
+    out.issued = zero->reductions_issued();
+    out.issued_in_hooks = zero->reductions_issued_in_hooks();
+  }
+  out.numel = model->store().table().buffer_numel(DType::kF32);
+  out.key_bias = key_bias_ranges(model->store().table());  // compared separately
+  return out;
+}
+
+ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options) {
+  auto plugin = LowLevelZeroPlugin::create(pg, options);
+  EXPECT_TRUE(plugin.ok()) << plugin.status();
+  if (!plugin.ok()) return {};
+  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1);
+}
+
+}  // namespace colossal::parallel::testing
