@@ -98,6 +98,14 @@ int Memory(lua_State* L) {
   return 1;
 }
 
+// colossal.reset_peak_memory(): the device allocator's peak restarts from what
+// is allocated now (e.g. after warm-up steps, so that a one-off peak at boost
+// does not hide the steady state).
+int ResetPeakMemory(lua_State* L) {
+  GetRuntime(L)->ctx->allocator()->reset_peak_stats();
+  return 0;
+}
+
 // colossal.device_info() -> {name, peak_flops_16bit (dense tensor-core FLOP/s, or nil)}
 int DeviceInfo(lua_State* L) {
   std::shared_ptr<Runtime> rt = GetRuntime(L);
@@ -391,6 +399,7 @@ int OpenUtil(lua_State* L) {
                                 {"env", Protected<Env>},
                                 {"clock", Clock},
                                 {"memory", Protected<Memory>},
+                                {"reset_peak_memory", Protected<ResetPeakMemory>},
                                 {"device_info", Protected<DeviceInfo>},
                                 {"jsonl", Protected<OpenJsonl>},
                                 {"settings", Protected<Settings>},

@@ -343,6 +343,8 @@ function recipe.run(t, file, bench)
     if bench and step > start + bench.warmup then
       timed.seconds, timed.steps = timed.seconds + dt, timed.steps + 1
     end
+    -- The bench's peak memory is the steady state's, not boost's one-off peak.
+    if bench and step == start + bench.warmup then colossal.reset_peak_memory() end
     local line = {
       step = step, loss = loss_sum, lr = lr, grad_norm = result.grad_norm, tokens_per_s = tps,
       ms = dt * 1000, skipped = result.skipped, loss_scale = result.loss_scale,

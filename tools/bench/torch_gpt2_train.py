@@ -51,15 +51,17 @@ VARIANTS = ["eager-explicit", "eager-sdpa", "fp32-explicit", "compile-explicit",
 
 
 class Block(nn.Module):
-    def __init__(self, sdpa):
+    def __init__(self, sdpa, n_head=NH, n_embd=C):
         super().__init__()
-        self.sdpa = sdpa
+        self.sdpa, self.n_head, self.n_embd = sdpa, n_head, n_embd
+        C = n_embd
         self.ln_1, self.ln_2 = nn.LayerNorm(C), nn.LayerNorm(C)
         self.c_attn, self.attn_proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
         self.c_fc, self.mlp_proj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
 
     def attention(self, x):
         B, T, _ = x.shape
+        C, NH = self.n_embd, self.n_head
         q, k, v = (t.view(B, T, NH, C // NH).transpose(1, 2) for t in self.c_attn(x).split(C, dim=2))
         if self.sdpa:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -75,16 +77,19 @@ class Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, T, sdpa):
+    # n_layer/n_head/n_embd default to GPT-2 124M (the module constants); other sizes:
+    # tools/bench/torch_gpt2_dist.py (GPT-2 XL: 48, 25, 1600).
+    def __init__(self, T, sdpa, n_layer=L, n_head=NH, n_embd=C):
         super().__init__()
+        C = n_embd
         self.wte, self.wpe = nn.Embedding(VP, C), nn.Embedding(T, C)
-        self.h = nn.ModuleList(Block(sdpa) for _ in range(L))
+        self.h = nn.ModuleList(Block(sdpa, n_head, n_embd) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(C)
         for name, p in self.named_parameters():  # GPT-2 init
             if name.endswith("bias"):
                 nn.init.zeros_(p)
             elif p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * L) if name.endswith("proj.weight") else 0.02
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02
                 nn.init.normal_(p, std=std)
         with torch.no_grad():
             self.wte.weight[V:].zero_()
