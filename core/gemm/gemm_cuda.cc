@@ -246,6 +246,62 @@ struct Candidate {
   size_t workspace_bytes = 0;   // cuBLASLt only
 };
 
+// Problems at least this large (2*m*n*k*batch flops, e.g. GPT-2's LM head or
+// 8192^3) also time variants of the heuristic's first algorithm (below).
+constexpr double kVariantMinFlops = 1e11;
+
+// Variants of `base` with the tile, cluster shape and custom option changed:
+// on an H100, a sweep of cuBLASLt's whole configuration space for bf16 8192^3
+// (core/gemm/gemm_algo_sweep.cc) found its fastest kernels among these, 5-7%
+// ahead of the heuristic's first choice, which never returns some of them
+// (192x128). Only those cublasLtMatmulAlgoCheck accepts within the workspace
+// and that differ from `have` are added.
+void add_config_variants(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                         cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                         cublasLtMatrixLayout_t c, size_t workspace_limit,
+                         std::vector<Candidate>& have) {
+  const cublasLtMatmulAlgo_t base = have.front().algo;
+  int32_t custom_max = 0;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &custom_max,
+                                        sizeof(custom_max), &written) != CUBLAS_STATUS_SUCCESS) {
+    return;
+  }
+  const uint32_t tiles[] = {CUBLASLT_MATMUL_TILE_128x256, CUBLASLT_MATMUL_TILE_256x128,
+                            CUBLASLT_MATMUL_TILE_192x128};
+  const uint16_t clusters[] = {CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x1x1};
+  for (uint32_t tile : tiles) {
+    for (uint16_t cluster : clusters) {
+      for (uint32_t custom = 4; custom <= 7 && static_cast<int32_t>(custom) <= custom_max;
+           ++custom) {
+        Candidate v;
+        v.algo = base;
+        if (cublasLtMatmulAlgoConfigSetAttribute(&v.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile,
+                                                 sizeof(tile)) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&v.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID,
+                                                 &cluster, sizeof(cluster)) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&v.algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION,
+                                                 &custom, sizeof(custom)) != CUBLAS_STATUS_SUCCESS) {
+          continue;
+        }
+        cublasLtMatmulHeuristicResult_t check{};
+        if (cublasLtMatmulAlgoCheck(handle, desc, a, b, c, c, &v.algo, &check) !=
+                CUBLAS_STATUS_SUCCESS ||
+            check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > workspace_limit) {
+          continue;
+        }
+        v.workspace_bytes = check.workspaceSize;
+        const bool seen = std::any_of(have.begin(), have.end(), [&](const Candidate& h) {
+          return h.library == MatmulAlgoLibrary::kCublasLt &&
+                 std::memcmp(&h.algo, &v.algo, sizeof(v.algo)) == 0;
+        });
+        if (!seen) have.push_back(v);
+      }
+    }
+  }
+}
+
 // Runs a candidate writing `d` (cuBLAS reads C from `d` too).
 cublasStatus_t run_candidate(const Candidate& candidate, const MatmulCall& lt, const CublasCall& blas,
                              void* d) {
@@ -496,6 +552,13 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
     MatmulAlgo chosen = to_matmul_algo(candidates[0], action == AlgoAction::kProvisional
                                                           ? MatmulAlgoSource::kProvisional
                                                           : MatmulAlgoSource::kHeuristic);
+    if (action == AlgoAction::kAutotune && library == CudaLibraryChoice::kAuto &&
+        2.0 * static_cast<double>(p.m) * static_cast<double>(p.n) * static_cast<double>(p.k) *
+                static_cast<double>(std::max<int64_t>(p.batch, 1)) >=
+            kVariantMinFlops) {
+      add_config_variants(handle, desc_raw, layout_a.get(), layout_b.get(), layout_c.get(),
+                          ctx.cublaslt_workspace_bytes(), candidates);
+    }
     // cuBLAS last: the heuristic's order still breaks ties.
     if (action == AlgoAction::kAutotune && cublas_ok && library == CudaLibraryChoice::kAuto) {
       Candidate c;

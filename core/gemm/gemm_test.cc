@@ -798,6 +798,52 @@ TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
 #endif
 }
 
+// Problems of >= 1e11 flops also time tile / cluster / custom-option variants
+// of the heuristic's first algorithm (gemm_cuda.cc). Whichever wins, sampled
+// outputs match a float64 dot product within bf16's tolerance (the full
+// float64 reference is too slow at this size), and the entry is autotuned.
+TEST(GemmCudaTest, LargeProblemVariantsMatchSampledReference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  ContextOptions options;
+  options.gemm_autotune = GemmAutotune::kOn;
+  absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cuda(0), options);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const int64_t m = 4096, n = 4096, k = 3072;  // 2mnk = 1.03e11
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  std::vector<double> a, b;
+  const Tensor ha = host_tensor({m, k}, DType::kBF16, 0, [&](int64_t) { return uniform(rng); }, &a);
+  const Tensor hb = host_tensor({k, n}, DType::kBF16, 0, [&](int64_t) { return uniform(rng); }, &b);
+  const Tensor hc = host_tensor({m, n}, DType::kBF16, 0,
+                                [](int64_t) { return std::numeric_limits<double>::quiet_NaN(); },
+                                nullptr);
+  Tensor da = on_device(**ctx, ha, 0), db = on_device(**ctx, hb, 0), dc = on_device(**ctx, hc, 0);
+  const absl::Status status = gemm(**ctx, da, db, dc, GemmOptions{});
+  ASSERT_TRUE(status.ok()) << status;
+  const Tensor got = to_host(**ctx, dc);
+  Case c;
+  c.dtype = DType::kBF16;
+  const double tol = tolerance(c, true);
+  double worst = 0;
+  for (int s = 0; s < 512; ++s) {
+    const int64_t i = (s * 2654435761u) % m, j = (s * 40503u + 17) % n;
+    double sum = 0, magnitude = 0;
+    for (int64_t q = 0; q < k; ++q) {
+      sum += a[i * k + q] * b[q * n + j];
+      magnitude += std::fabs(a[i * k + q] * b[q * n + j]);
+    }
+    worst = std::max(worst, std::fabs(get(got, i * n + j) - sum) / magnitude);
+  }
+  EXPECT_LE(worst, tol);
+  ASSERT_EQ((*ctx)->matmul_algo_cache().size(), 1u);
+  for (const auto& [key, algo] : (*ctx)->matmul_algo_cache().entries()) {
+    EXPECT_EQ(algo.source, MatmulAlgoSource::kAutotuned);
+  }
+  std::printf("  bf16 4096x4096x3072: sampled normalised error %.3g (tolerance %.3g)\n", worst, tol);
+#endif
+}
+
 // Both dispatch paths against the float64 reference: every case of the tests
 // above (each dtype incl. TF32, NN/NT/TN/TT, batched, alpha/beta, misaligned,
 // k = 0) with cuBLAS forced for every problem without an epilogue, and with

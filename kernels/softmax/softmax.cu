@@ -9,12 +9,17 @@
 //   * block per row in registers, 1024 < sk <= 16384: 2..32 warps share a row,
 //     32 columns per thread in the forward, 16 in the backward; shuffles plus
 //     one shared-memory exchange per reduction. The row is read once, written once.
-//   * block per row, streaming, any sk > 16384 (50k+): 512 threads sweep the row
-//     with an online max/sum (Milakov & Gimelshein) and sweep it again to write.
-//     The second sweep reads a copy kept in shared memory (s*x in the input
-//     type for the forward, the raw dy and y for the backward) when it fits the
-//     device's opt-in shared memory, so the row still leaves DRAM once;
-//     otherwise it re-reads global memory (any length; 1.5x / 1.67x the bytes).
+//   * block per row, staged, sk > 16384 while the row fits shared memory (up
+//     to ~116k columns of a 16-bit type, ~58k of float32 on an H100; the
+//     backward keeps two rows, so half that): 512 threads copy the row's
+//     included prefix once into dynamic shared memory with cp.async (the whole
+//     row in flight, no registers), then make three passes over the copy (max,
+//     sum of exp, write y). The row leaves DRAM once and the output is written
+//     once; up to ~113 KiB of copy per block (57k bfloat16 columns), two blocks
+//     share an SM, so one block's arithmetic overlaps the other's copy.
+//   * block per row, streaming, rows longer than that: 512 threads sweep the row
+//     with an online max/sum (Milakov & Gimelshein) and sweep it again from
+//     global memory to write (any length; 1.5x / 1.67x the bytes).
 // Loads and stores are kVec elements wide: 16 bytes when x/y/dy/dx are 16-byte
 // aligned, sk is a multiple of 16 / sizeof(T) and the mask is aligned to that many
 // bytes; 1 element (scalar) otherwise. The causal forward does not read x past
@@ -24,9 +29,12 @@
 // reductions are fmaxf / float sums in a fixed tree order (deterministic).
 // Each thread issues all of its loads before it uses any loaded value, so a
 // thread has its whole share of the row (or of a sweep step) in flight at once.
+// The mask is applied once (the staged copy is rewritten to s*x, -inf where
+// excluded, exact in T), so the later passes read neither x nor the mask.
 // In-place calls are safe: no pointer is __restrict__, and every element is read
 // by the thread that later writes it, before it writes it.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -47,9 +55,6 @@ constexpr int64_t kMaxWarpCols = 1024;              // warp per row up to here
 constexpr int64_t kMaxRegisterCols = 16384;         // block per row in registers up to here
 constexpr int64_t kMaxCudaCols = int64_t{1} << 30;  // columns are indexed in int
 constexpr int64_t kHeadMinorMaskBytes = int64_t{4} << 20;
-constexpr int kStreamThreads = 512;
-constexpr int kStreamWarps = kStreamThreads / 32;
-constexpr int kStreamUnroll = 4;  // vectors in flight per thread per sweep step
 
 struct ForwardArgs {
   void* y;
@@ -322,25 +327,316 @@ __global__ void __launch_bounds__(register_block_threads<kWarps>())
 }
 
 // ---------------------------------------------------------------------------
-// Streaming rows: one 512-thread block per row. Each sweep step covers
-// kStreamUnroll * kStreamThreads * kVec columns; thread t owns the vectors at
-// step + u * kStep + t * kVec in both sweeps, so it re-reads only what it wrote
-// into the shared-memory copy and no barrier is needed between the sweeps.
-// Shared copy layout: element k of the vector at column col = base + t * kVec
-// (base a multiple of kStep = kStreamThreads * kVec) lives at
-// base + k * kStreamThreads + t: consecutive threads, consecutive words, no bank
-// conflicts. The copy is sized to whole kSteps: stream_copy_len elements.
+// Long rows (sk > kMaxRegisterCols): one kLongThreads-thread block per row.
+// Thread t owns the vectors at columns t * kVec + i * kLongThreads * kVec in
+// every pass of a kernel, so each thread only ever reads
+// back shared memory it wrote itself (no barrier is needed between passes except
+// the ones inside the row reductions).
 
-template <int kVec>
-constexpr int stream_step() {
-  return kStreamUnroll * kStreamThreads * kVec;
-}
+constexpr int kLongThreads = 512;
+constexpr int kLongWarps = kLongThreads / 32;
+constexpr int kStreamUnroll = 4;  // vectors in flight per thread per streaming sweep step
+constexpr int kMaskUnroll = 8;    // mask vectors in flight per thread in the staged max pass
 
 __host__ __device__ constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
+// Elements of one staged row of T in shared memory: sk rounded up to 16 bytes,
+// so a second staged row placed after it stays 16-byte aligned.
+template <typename T>
+__host__ __device__ constexpr int64_t staged_len(int64_t sk) {
+  return round_up(sk, int64_t{16 / sizeof(T)});
+}
+
+// kBytes (4, 8 or 16) from global to shared memory without a register round
+// trip (cp.async, sm_80+): the copies are in flight together until
+// copy_async_wait_all(), which also makes them visible to the issuing thread.
+template <int kBytes>
+__device__ __forceinline__ void copy_async(void* smem, const void* gmem) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(kBytes)
+                 : "memory");
+  }
+#else
+  using Raw = typename RawVec<kBytes>::type;
+  *static_cast<Raw*>(smem) = *static_cast<const Raw*>(gmem);
+#endif
+}
+
+// Asks L2 for the line holding p (no register written, nothing waited for).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+__device__ __forceinline__ void copy_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Starts copying the first n elements of a row (src, global) to dst (shared),
+// thread t taking its own vectors. Vectors of 4+ bytes go through cp.async, all
+// in flight at once; 2-byte scalars (unaligned float16/bfloat16 rows) through
+// registers, 8 loads in flight per thread. Complete after copy_async_wait_all().
+template <typename T, int kVec>
+__device__ __forceinline__ void stage_row(T* dst, const T* src, int n, int t) {
+  constexpr int kBytes = kVec * static_cast<int>(sizeof(T));
+  constexpr int kStep = kLongThreads * kVec;
+  if constexpr (kBytes >= 4) {
+    for (int col = t * kVec; col < n; col += kStep) copy_async<kBytes>(dst + col, src + col);
+  } else {
+    static_assert(kVec == 1, "sub-4-byte vectors are single 16-bit elements");
+    constexpr int kBatch = 8;
+    for (int base = t; base < n; base += kBatch * kStep) {
+      T v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (base + u * kStep < n) v[u] = src[base + u * kStep];
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (base + u * kStep < n) dst[base + u * kStep] = v[u];
+      }
+    }
+  }
+}
+
+// exp2((v - m) * c) of a staged score. kChecked is exp_term (needed when c is 0
+// or NaN, or m is -inf); otherwise, with c > 0 and m finite or +inf, the plain
+// formula already gives exp_term's value, 0 for v == -inf included.
+template <bool kChecked>
+__device__ __forceinline__ float staged_exp(float v, float m, float c) {
+  if constexpr (kChecked) {
+    return exp_term(v, m, c);
+  } else {
+    return exp2f((v - m) * c);
+  }
+}
+
+// Pass 1 of the staged forward over the thread's vectors wholly below `full`
+// (limit rounded down to whole vectors): the max of the scores s*x, -inf where
+// the mask excludes. When `rewrite` (a mask or a negative scale), the copy is
+// rewritten to the scores themselves, exact in T. kMasked: mask vectors are
+// loaded kMaskUnroll at a time, the first batch before waiting for the row's
+// copy (so it overlaps it), the rest prefetched into L2 meanwhile.
+template <typename T, int kVec, bool kMasked>
+__device__ __forceinline__ float staged_max(T* row, const uint8_t* mask, int full, float sign,
+                                            bool rewrite, int t) {
+  constexpr int kStep = kLongThreads * kVec;
+  constexpr int kUnroll = kMasked ? kMaskUnroll : 4;
+  if constexpr (kMasked) {
+    for (int col = t * kVec + kUnroll * kStep; col < full; col += kStep) prefetch_l2(mask + col);
+  }
+  float m = -INFINITY;
+  for (int base = t * kVec; base < full; base += kUnroll * kStep) {
+    Vec<uint8_t, kVec> mk[kUnroll];
+    if constexpr (kMasked) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        mk[u].raw = {};
+        if (base + u * kStep < full) mk[u].load(mask + base + u * kStep);
+      }
+    }
+    copy_async_wait_all();
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int col = base + u * kStep;
+      if (col >= full) break;
+      Vec<T, kVec> v;
+      v.load(row + col);
+      float s[kVec];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        s[k] = sign * to_math(v[k]);
+        if constexpr (kMasked) {
+          if (mk[u][k] != 0) s[k] = -INFINITY;
+        }
+        m = fmaxf(m, s[k]);
+      }
+      if (rewrite) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[k] = from_math<T>(s[k]);
+        v.store(row + col);
+      }
+    }
+  }
+  return m;
+}
+
+// Sum of exp over the thread's staged scores [0, limit). float keeps the exp in
+// place (exactly the value the write pass would recompute), so the write pass
+// of a float row is one multiply per column.
+template <typename T, int kVec, bool kChecked>
+__device__ __forceinline__ float staged_sum(T* row, int limit, float m, float c, int t) {
+  constexpr int kStep = kLongThreads * kVec;
+  constexpr bool kKeepExp = std::is_same_v<T, float>;
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int col = t * kVec; col < limit; col += kStep) {
+    Vec<T, kVec> v;
+    v.load(row + col);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float e = staged_exp<kChecked>(to_math(v[k]), m, c);
+      sum += e;
+      if constexpr (kKeepExp) v[k] = e;
+    }
+    if constexpr (kKeepExp) v.store(row + col);
+  }
+  return sum;
+}
+
+// y over [0, sk) from the staged row: exp * inv below the limit, 0 * inv past it
+// (0, or NaN for a NaN row, like the register path).
+template <typename T, int kVec, bool kChecked>
+__device__ __forceinline__ void staged_write(T* y, const T* row, int limit, int sk, float m,
+                                             float c, float inv, int t) {
+  constexpr int kStep = kLongThreads * kVec;
+  constexpr bool kKeepExp = std::is_same_v<T, float>;
+#pragma unroll 4
+  for (int col = t * kVec; col < sk; col += kStep) {
+    Vec<T, kVec> out;
+    if (col < limit) {
+      Vec<T, kVec> v;
+      v.load(row + col);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float e = kKeepExp ? to_math(v[k]) : staged_exp<kChecked>(to_math(v[k]), m, c);
+        out[k] = from_math<T>(e * inv);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out[k] = from_math<T>(0.0f * inv);
+    }
+    out.store(y + col);
+  }
+}
+
+// Staged forward: the row's included prefix [0, limit) of x is copied once into
+// dynamic shared memory in T (cp.async, the whole row in flight), then three
+// passes over shared memory: (1) max of the scores s*x, rewriting the copy into
+// the scores themselves (sign flipped, -inf where the mask or the limit
+// excludes) when there is a mask, a negative scale or a vector straddling the
+// limit — exact in T; (2) sum of exp; (3) write y. Passes 2 and 3 thus test
+// nothing per column but the vector's position against the limit. DRAM sees x once, y once (and
+// the mask once). Dynamic shared memory: staged_len<T>(sk) elements.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongThreads, 2) forward_staged_kernel(ForwardArgs a) {
+  extern __shared__ __align__(16) unsigned char long_smem[];
+  T* row_s = reinterpret_cast<T*>(long_smem);
+  __shared__ float scratch_max[32], scratch_sum[32];
+  const int t = threadIdx.x;
+  const int64_t row = a.head_minor ? head_minor_row(blockIdx.x, a.heads, a.sq) : blockIdx.x;
+  const int sk = static_cast<int>(a.sk);  // < 2^30, checked by the launcher
+  const int limit = a.causal ? static_cast<int>(internal::causal_limit(row, a.sq, sk)) : sk;
+  const T* x = static_cast<const T*>(a.x) + row * sk;
+  T* y = static_cast<T*>(a.y) + row * sk;
+  const uint8_t* mask = a.mask ? a.mask + internal::mask_row(row, a.heads, a.sq) * sk : nullptr;
+  const float c = a.exp2_scale;
+
+  stage_row<T, kVec>(row_s, x, limit, t);  // limit <= sk; past the causal limit x is not read
+
+  // Pass 1: max, and the copy rewritten to the scores where they differ from x.
+  const int full = limit / kVec * kVec;
+  float m = mask != nullptr ? staged_max<T, kVec, true>(row_s, mask, full, a.sign, true, t)
+                            : staged_max<T, kVec, false>(row_s, nullptr, full, a.sign,
+                                                         a.sign < 0.0f, t);
+  if (full < limit && t == (full / kVec) % kLongThreads) {
+    // The one vector straddling a causal limit, from its owner: columns past
+    // the limit become -inf, so passes 2 and 3 need no per-column test.
+    copy_async_wait_all();
+    Vec<T, kVec> v;
+    v.load(row_s + full);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const bool included = full + k < limit && (mask == nullptr || mask[full + k] == 0);
+      const float score = included ? a.sign * to_math(v[k]) : -INFINITY;
+      m = fmaxf(m, score);
+      v[k] = from_math<T>(score);
+    }
+    v.store(row_s + full);
+  }
+  m = row_max<kLongWarps>(m, scratch_max);
+
+  // Passes 2 and 3, without exp_term's -inf test where it cannot matter.
+  float sum, inv;
+  if (c > 0.0f && m != -INFINITY) {
+    sum = row_sum<kLongWarps>(staged_sum<T, kVec, false>(row_s, limit, m, c, t), scratch_sum);
+    inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    staged_write<T, kVec, false>(y, row_s, limit, sk, m, c, inv, t);
+  } else {
+    sum = row_sum<kLongWarps>(staged_sum<T, kVec, true>(row_s, limit, m, c, t), scratch_sum);
+    inv = sum == 0.0f ? 0.0f : 1.0f / sum;  // 0: every column excluded
+    staged_write<T, kVec, true>(y, row_s, limit, sk, m, c, inv, t);
+  }
+}
+
+// Staged backward: dy and y over [0, limit) copied once into shared memory
+// (staged_len<T>(sk) elements each), then dot(dy, y) and dx from the copies.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongThreads, 2) backward_staged_kernel(BackwardArgs a) {
+  extern __shared__ __align__(16) unsigned char long_smem[];
+  __shared__ float scratch[32];
+  constexpr int kStep = kLongThreads * kVec;
+  const int t = threadIdx.x;
+  const int64_t row = blockIdx.x;
+  const int sk = static_cast<int>(a.sk);  // < 2^30, checked by the launcher
+  const int limit = a.causal ? static_cast<int>(internal::causal_limit(row, a.sq, sk)) : sk;
+  const T* dy = static_cast<const T*>(a.dy) + row * sk;
+  const T* y = static_cast<const T*>(a.y) + row * sk;
+  T* dx = static_cast<T*>(a.dx) + row * sk;
+  T* g_s = reinterpret_cast<T*>(long_smem);
+  T* p_s = g_s + staged_len<T>(sk);
+
+  stage_row<T, kVec>(g_s, dy, limit, t);
+  stage_row<T, kVec>(p_s, y, limit, t);
+  copy_async_wait_all();
+
+  float dot = 0.0f;
+#pragma unroll 4
+  for (int col = t * kVec; col < limit; col += kStep) {
+    Vec<T, kVec> gv, pv;
+    gv.load(g_s + col);
+    pv.load(p_s + col);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      if (col + k < limit) dot += to_math(gv[k]) * to_math(pv[k]);
+    }
+  }
+  dot = row_sum<kLongWarps>(dot, scratch);
+
+#pragma unroll 4
+  for (int col = t * kVec; col < sk; col += kStep) {
+    Vec<T, kVec> out;
+    if (col < limit) {
+      Vec<T, kVec> gv, pv;
+      gv.load(g_s + col);
+      pv.load(p_s + col);
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const bool included = col + k < limit;
+        out[k] = from_math<T>(included ? a.scale * to_math(pv[k]) * (to_math(gv[k]) - dot) : 0.0f);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) out[k] = from_math<T>(0.0f);
+    }
+    out.store(dx + col);
+  }
+}
+
+// Streaming fallback for rows too long for shared memory: a sweep with an online
+// max/sum (Milakov & Gimelshein), then a second sweep that re-reads x (and the
+// mask) from global memory to write y — 1.5x the bytes of the staged kernel.
+// Each sweep step covers kStreamUnroll * kLongThreads * kVec columns.
+
 template <int kVec>
-__host__ __device__ constexpr int64_t stream_copy_len(int64_t sk) {
-  return round_up(sk, int64_t{kStreamThreads} * kVec);
+constexpr int stream_step() {
+  return kStreamUnroll * kLongThreads * kVec;
 }
 
 // (m, s) summarises a set of scores: max m and sum of exp2((v - m) * c). s == 0
@@ -353,14 +649,10 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2, 
   s = a + b;
 }
 
-// The shared copy holds the scores s*x in T (exact: only the sign changes) with
-// excluded columns as -inf, so the second sweep needs neither x nor the mask.
-template <typename T, int kVec, bool kCache>
-__global__ void __launch_bounds__(kStreamThreads, 2) forward_streaming_kernel(ForwardArgs a) {
-  extern __shared__ __align__(16) unsigned char stream_smem[];
-  T* copy = reinterpret_cast<T*>(stream_smem);  // stream_copy_len elements, used when kCache
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongThreads, 2) forward_streaming_kernel(ForwardArgs a) {
   __shared__ float scratch_m[32], scratch_s[32];
-  constexpr int kStep = kStreamThreads * kVec;
+  constexpr int kStep = kLongThreads * kVec;
   const int t = threadIdx.x;
   const int64_t row = a.head_minor ? head_minor_row(blockIdx.x, a.heads, a.sq) : blockIdx.x;
   const int sk = static_cast<int>(a.sk);  // < 2^30, checked by the launcher
@@ -384,14 +676,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2) forward_streaming_kernel(Fo
       raw.scores(v[u], u, cols[u], limit, a.sign);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) chunk_max = fmaxf(chunk_max, v[u][k]);
-      if constexpr (kCache) {
-        if (cols[u] < limit) {
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) {
-            copy[step + u * kStep + k * kStreamThreads + t] = from_math<T>(v[u][k]);
-          }
-        }
-      }
     }
     const float nm = fmaxf(m, chunk_max);
     s = s == 0.0f ? 0.0f : s * exp2f((m - nm) * c);
@@ -416,8 +700,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2) forward_streaming_kernel(Fo
     scratch_s[t / 32] = s;
   }
   __syncthreads();
-  m = lane < kStreamWarps ? scratch_m[lane] : -INFINITY;
-  s = lane < kStreamWarps ? scratch_s[lane] : 0.0f;
+  m = lane < kLongWarps ? scratch_m[lane] : -INFINITY;
+  s = lane < kLongWarps ? scratch_s[lane] : 0.0f;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) {
     const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
@@ -431,21 +715,10 @@ __global__ void __launch_bounds__(kStreamThreads, 2) forward_streaming_kernel(Fo
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) cols[u] = step + u * kStep + t * kVec;
     float v[kStreamUnroll][kVec];
-    if constexpr (kCache) {
+    RawScores<T, kVec, kStreamUnroll> raw;
+    raw.load(x, mask, cols, limit);
 #pragma unroll
-      for (int u = 0; u < kStreamUnroll; ++u) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          v[u][k] = cols[u] < limit ? to_math(copy[step + u * kStep + k * kStreamThreads + t])
-                                    : -INFINITY;
-        }
-      }
-    } else {
-      RawScores<T, kVec, kStreamUnroll> raw;
-      raw.load(x, mask, cols, limit);
-#pragma unroll
-      for (int u = 0; u < kStreamUnroll; ++u) raw.scores(v[u], u, cols[u], limit, a.sign);
-    }
+    for (int u = 0; u < kStreamUnroll; ++u) raw.scores(v[u], u, cols[u], limit, a.sign);
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
       if (cols[u] < sk) {
@@ -458,11 +731,10 @@ __global__ void __launch_bounds__(kStreamThreads, 2) forward_streaming_kernel(Fo
   }
 }
 
-template <typename T, int kVec, bool kCache>
-__global__ void __launch_bounds__(kStreamThreads, 2) backward_streaming_kernel(BackwardArgs a) {
-  extern __shared__ __align__(16) unsigned char stream_smem[];
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kLongThreads, 2) backward_streaming_kernel(BackwardArgs a) {
   __shared__ float scratch[32];
-  constexpr int kStep = kStreamThreads * kVec;
+  constexpr int kStep = kLongThreads * kVec;
   const int t = threadIdx.x;
   const int64_t row = blockIdx.x;
   const int sk = static_cast<int>(a.sk);  // < 2^30, checked by the launcher
@@ -470,9 +742,6 @@ __global__ void __launch_bounds__(kStreamThreads, 2) backward_streaming_kernel(B
   const T* dy = static_cast<const T*>(a.dy) + row * sk;
   const T* y = static_cast<const T*>(a.y) + row * sk;
   T* dx = static_cast<T*>(a.dx) + row * sk;
-  // Raw copies of dy and y (used when kCache), each stream_copy_len long.
-  T* copy_g = reinterpret_cast<T*>(stream_smem);
-  T* copy_p = copy_g + stream_copy_len<kVec>(sk);
 
   float dot = 0.0f;
   for (int step = 0; step < limit; step += stream_step<kVec>()) {
@@ -491,15 +760,11 @@ __global__ void __launch_bounds__(kStreamThreads, 2) backward_streaming_kernel(B
       if (col >= limit) continue;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        if constexpr (kCache) {
-          copy_g[step + u * kStep + k * kStreamThreads + t] = gv[u][k];
-          copy_p[step + u * kStep + k * kStreamThreads + t] = pv[u][k];
-        }
         if (col + k < limit) dot += to_math(gv[u][k]) * to_math(pv[u][k]);
       }
     }
   }
-  dot = row_sum<kStreamWarps>(dot, scratch);
+  dot = row_sum<kLongWarps>(dot, scratch);
 
   for (int step = 0; step < sk; step += stream_step<kVec>()) {
     int cols[kStreamUnroll];
@@ -509,16 +774,8 @@ __global__ void __launch_bounds__(kStreamThreads, 2) backward_streaming_kernel(B
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
       if (cols[u] >= limit) continue;
-      if constexpr (kCache) {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          gv[u][k] = copy_g[step + u * kStep + k * kStreamThreads + t];
-          pv[u][k] = copy_p[step + u * kStep + k * kStreamThreads + t];
-        }
-      } else {
-        gv[u].load(dy + cols[u]);
-        pv[u].load(y + cols[u]);
-      }
+      gv[u].load(dy + cols[u]);
+      pv[u].load(y + cols[u]);
     }
 #pragma unroll
     for (int u = 0; u < kStreamUnroll; ++u) {
@@ -569,31 +826,64 @@ KernelStatus with_register_shape(int64_t sk, bool vec, F&& f) {
   return with_vec<kMaxVec, kBlockE, 16384 / 32 / kBlockE>(vec, f);  // sk <= kMaxRegisterCols
 }
 
-// Largest dynamic shared memory a block of the current device may opt into,
-// less room for the kernels' static reduction scratch.
-int64_t stream_smem_limit() {
-  int device = 0, bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0;
-  if (cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-      cudaSuccess) {
-    return 0;
+// The current device and the most dynamic shared memory a block may opt into
+// there, less room for the kernels' static reduction scratch (limit 0: unknown).
+struct DeviceSmem {
+  int device = -1;
+  int64_t limit = 0;
+};
+
+DeviceSmem device_smem() {
+  DeviceSmem d;
+  int bytes = 0;
+  if (cudaGetDevice(&d.device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, d.device) !=
+          cudaSuccess) {
+    return DeviceSmem{};
   }
-  return std::max<int64_t>(0, int64_t{bytes} - 1024);
+  d.limit = std::max<int64_t>(0, int64_t{bytes} - 1024);
+  return d;
 }
 
-// Launches a streaming kernel with `smem` bytes of dynamic shared memory,
-// raising the kernel's limit first when it needs more than the default 48 KiB.
+// Devices (by id) whose attributes launch_long_rows has set for one kernel.
+constexpr int kMaxCachedDevices = 64;
+using ConfiguredDevices = std::atomic<bool>[kMaxCachedDevices];
+
+// Launches a long-row kernel, one block per row, with `smem` bytes of dynamic
+// shared memory. Past the default 48 KiB, the first launch of the kernel on a
+// device raises its limit to the device's whole opt-in size (always the same
+// value, so racing threads agree) and asks for the largest shared-memory
+// carveout, so two blocks of up to ~113 KiB each share an SM (sm_90: 228 KiB
+// per SM, 1 KiB of it reserved per block).
 template <typename Args>
-KernelStatus launch_streaming(void (*kernel)(Args), const Args& a, int64_t smem,
-                              cudaStream_t stream) {
+KernelStatus launch_long_rows(void (*kernel)(Args), ConfiguredDevices* configured, const Args& a,
+                              int64_t smem, const DeviceSmem& d, cudaStream_t stream) {
   if (a.rows > INT_MAX) return KernelStatus::invalid_argument("softmax cuda: too many rows");
+  std::atomic<bool>* done = nullptr;
+  bool skipped = false;  // the attributes were taken as set by an earlier launch
   if (smem > 48 * 1024) {
-    const KernelStatus s = cuda::to_status(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    if (!s.ok()) return s;
+    if (configured != nullptr && d.device >= 0 && d.device < kMaxCachedDevices) {
+      done = &(*configured)[d.device];
+    }
+    skipped = done != nullptr && done->load(std::memory_order_acquire);
+    if (!skipped) {
+      KernelStatus s = cuda::to_status(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(d.limit)));
+      if (!s.ok()) return s;
+      s = cuda::to_status(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+      if (!s.ok()) return s;
+      if (done != nullptr) done->store(true, std::memory_order_release);
+    }
   }
-  kernel<<<static_cast<unsigned>(a.rows), kStreamThreads, smem, stream>>>(a);
-  return cuda::last_launch_status();
+  kernel<<<static_cast<unsigned>(a.rows), kLongThreads, smem, stream>>>(a);
+  KernelStatus s = cuda::last_launch_status();
+  if (!s.ok() && skipped) {
+    // The context may have been reset since: set the attributes again and retry once.
+    done->store(false, std::memory_order_release);
+    return launch_long_rows(kernel, configured, a, smem, d, stream);
+  }
+  return s;
 }
 
 template <int kWarps>
@@ -605,32 +895,88 @@ KernelStatus register_grid(int64_t rows, unsigned* blocks) {
   return KernelStatus();
 }
 
+// The kernels of one direction for element type T, for launch_typed.
+// kBlockE: columns per thread of the block-per-row register bucket (the
+// forward keeps 32: more loads in flight per thread, fewer threads to sync; the
+// backward, which holds two values per column, 16). kStagedRows: rows of T a
+// staged block keeps in shared memory (x; or dy and y).
+template <typename T_>
+struct ForwardKernels {
+  using T = T_;
+  using Args = ForwardArgs;
+  static constexpr int kBlockE = 32, kStagedRows = 1;
+  template <int kVec, int kIters, int kWarps>
+  static auto registers() {
+    return forward_registers_kernel<T, kVec, kIters, kWarps>;
+  }
+  template <int kVec>
+  static auto staged() {
+    return forward_staged_kernel<T, kVec>;
+  }
+  template <int kVec>
+  static auto streaming() {
+    return forward_streaming_kernel<T, kVec>;
+  }
+};
+
+template <typename T_>
+struct BackwardKernels {
+  using T = T_;
+  using Args = BackwardArgs;
+  static constexpr int kBlockE = 16, kStagedRows = 2;
+  template <int kVec, int kIters, int kWarps>
+  static auto registers() {
+    return backward_registers_kernel<T, kVec, kIters, kWarps>;
+  }
+  template <int kVec>
+  static auto staged() {
+    return backward_staged_kernel<T, kVec>;
+  }
+  template <int kVec>
+  static auto streaming() {
+    return backward_streaming_kernel<T, kVec>;
+  }
+};
+
+// Picks the row shape for sk and launches: registers up to kMaxRegisterCols,
+// then staged in shared memory while the staged rows fit the device's opt-in
+// shared memory, streamed past that. vec: 16-byte accesses are possible.
+template <typename K>
+KernelStatus launch_typed(const typename K::Args& a, bool vec, cudaStream_t stream) {
+  using T = typename K::T;
+  constexpr int kMaxVec = 16 / sizeof(T);
+  if (a.sk <= kMaxRegisterCols) {
+    return with_register_shape<kMaxVec, K::kBlockE>(
+        a.sk, vec, [&](auto vec_c, auto iters_c, auto warps_c) {
+          constexpr int kVec = decltype(vec_c)::value, kIters = decltype(iters_c)::value;
+          constexpr int kWarps = decltype(warps_c)::value;
+          unsigned blocks = 0;
+          const KernelStatus s = register_grid<kWarps>(a.rows, &blocks);
+          if (!s.ok()) return s;
+          const auto kernel = K::template registers<kVec, kIters, kWarps>();
+          kernel<<<blocks, register_block_threads<kWarps>(), 0, stream>>>(a);
+          return cuda::last_launch_status();
+        });
+  }
+  auto long_rows = [&](auto vec_c) {
+    constexpr int kVec = decltype(vec_c)::value;
+    const int64_t smem = K::kStagedRows * staged_len<T>(a.sk) * int64_t{sizeof(T)};
+    const DeviceSmem d = device_smem();
+    if (smem <= d.limit) {
+      static ConfiguredDevices configured;  // one per staged kernel instantiation
+      return launch_long_rows(K::template staged<kVec>(), &configured, a, smem, d, stream);
+    }
+    return launch_long_rows(K::template streaming<kVec>(), nullptr, a, 0, d, stream);
+  };
+  return vec ? long_rows(IntC<kMaxVec>{}) : long_rows(IntC<1>{});
+}
+
 template <typename T>
 KernelStatus forward_typed(const ForwardArgs& a, cudaStream_t stream) {
   constexpr int kMaxVec = 16 / sizeof(T);
   const bool vec = aligned(a.x, 16) && aligned(a.y, 16) && a.sk % kMaxVec == 0 &&
                    (a.mask == nullptr || aligned(a.mask, kMaxVec));
-  if (a.sk <= kMaxRegisterCols) {
-    return with_register_shape<kMaxVec, 32>(a.sk, vec, [&](auto vec_c, auto iters_c, auto warps_c) {
-      constexpr int kVec = decltype(vec_c)::value, kIters = decltype(iters_c)::value;
-      constexpr int kWarps = decltype(warps_c)::value;
-      unsigned blocks = 0;
-      const KernelStatus s = register_grid<kWarps>(a.rows, &blocks);
-      if (!s.ok()) return s;
-      forward_registers_kernel<T, kVec, kIters, kWarps>
-          <<<blocks, register_block_threads<kWarps>(), 0, stream>>>(a);
-      return cuda::last_launch_status();
-    });
-  }
-  auto stream_with = [&](auto vec_c) {
-    constexpr int kVec = decltype(vec_c)::value;
-    const int64_t copy_bytes = stream_copy_len<kVec>(a.sk) * int64_t{sizeof(T)};
-    if (copy_bytes <= stream_smem_limit()) {
-      return launch_streaming(forward_streaming_kernel<T, kVec, true>, a, copy_bytes, stream);
-    }
-    return launch_streaming(forward_streaming_kernel<T, kVec, false>, a, 0, stream);
-  };
-  return vec ? stream_with(IntC<kMaxVec>{}) : stream_with(IntC<1>{});
+  return launch_typed<ForwardKernels<T>>(a, vec, stream);
 }
 
 template <typename T>
@@ -638,27 +984,7 @@ KernelStatus backward_typed(const BackwardArgs& a, cudaStream_t stream) {
   constexpr int kMaxVec = 16 / sizeof(T);
   const bool vec =
       aligned(a.dx, 16) && aligned(a.dy, 16) && aligned(a.y, 16) && a.sk % kMaxVec == 0;
-  if (a.sk <= kMaxRegisterCols) {
-    return with_register_shape<kMaxVec, 16>(a.sk, vec, [&](auto vec_c, auto iters_c, auto warps_c) {
-      constexpr int kVec = decltype(vec_c)::value, kIters = decltype(iters_c)::value;
-      constexpr int kWarps = decltype(warps_c)::value;
-      unsigned blocks = 0;
-      const KernelStatus s = register_grid<kWarps>(a.rows, &blocks);
-      if (!s.ok()) return s;
-      backward_registers_kernel<T, kVec, kIters, kWarps>
-          <<<blocks, register_block_threads<kWarps>(), 0, stream>>>(a);
-      return cuda::last_launch_status();
-    });
-  }
-  auto stream_with = [&](auto vec_c) {
-    constexpr int kVec = decltype(vec_c)::value;
-    const int64_t copy_bytes = 2 * stream_copy_len<kVec>(a.sk) * int64_t{sizeof(T)};
-    if (copy_bytes <= stream_smem_limit()) {
-      return launch_streaming(backward_streaming_kernel<T, kVec, true>, a, copy_bytes, stream);
-    }
-    return launch_streaming(backward_streaming_kernel<T, kVec, false>, a, 0, stream);
-  };
-  return vec ? stream_with(IntC<kMaxVec>{}) : stream_with(IntC<1>{});
+  return launch_typed<BackwardKernels<T>>(a, vec, stream);
 }
 
 KernelStatus forward(const ForwardArgs& a, DType dtype, size_t mask_bytes, cudaStream_t stream) {

@@ -90,7 +90,8 @@ KernelStatus scaled_causal_softmax_backward_cpu(void* dx, const void* dy, const 
 // Same contracts as the CPU functions above, on device pointers; enqueued on
 // `stream`, not synchronised. Returns the launch status (asynchronous faults
 // surface at the next sync). Any sk up to 2^30 works (larger is kInvalidArgument):
-// rows of up to 16384 columns live in registers, longer rows are streamed.
+// rows of up to 16384 columns live in registers, longer rows are staged once in
+// shared memory (or, past what the device has, streamed from global memory twice).
 
 KernelStatus scaled_masked_softmax_forward_cuda(void* y, const void* x, const uint8_t* mask,
                                                 int64_t batch, int64_t heads, int64_t sq,

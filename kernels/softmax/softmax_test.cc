@@ -559,17 +559,22 @@ void check_against_cpu(DType dtype, Mode mode, const Shape& s, int64_t offset, b
 #endif  // COLOSSAL_WITH_CUDA
 
 // Every row-length bucket and both sides of each boundary: warp per row (1..1024),
-// block per row in registers (1025..16384), streaming (16385+, with the shared-
-// memory copy and, past the device's shared memory, without it). Row counts that
-// are not multiples of 4 leave warps of the last warp-per-row block idle.
+// block per row in registers (1025..16384), staged in shared memory (16385+)
+// and streamed past the device's shared memory. On an H100/H200 (227 KiB opt-in)
+// the forward stages up to 115712 columns of a 16-bit type (exactly the largest
+// copy; 115720 streams) and 57856 of float32; the backward, two copies, half
+// that (50000 is staged for 16-bit types, streamed for float32; 70000 streams
+// for every dtype). Odd sk (17, 4097, 16385, 20001, 50001) takes the scalar
+// path. Row counts that are not multiples of 4 leave warps of the last
+// warp-per-row block idle.
 TEST(SoftmaxCudaTest, MatchesCpuOverAllPaths) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
   cudaStream_t stream = nullptr;
   CUDA_OK(cudaStreamCreate(&stream));
-  const int64_t sks[] = {1,    3,    8,    17,    32,    33,    64,    100,   128,  255,
-                         256,  257,  512,  1000,  1024,  1025,  2048,  2056,  3000, 4096,
-                         4097, 8192, 9000, 16384, 16385, 16392, 50000, 50001, 70000};
+  const int64_t sks[] = {1,    3,     8,     17,    32,    33,    64,    100,   128,    255,   256,
+                         257,  512,   1000,  1024,  1025,  2048,  2056,  3000,  4096,   4097,  8192,
+                         9000, 16384, 16385, 16392, 20001, 50000, 50001, 70000, 115712, 115720};
   uint32_t seed = 1000;
   for (int64_t sk : sks) {
     // Fewer rows for long rows keeps the CPU reference quick.
@@ -601,7 +606,7 @@ TEST(SoftmaxCudaTest, InPlaceAndNegativeScale) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
   uint32_t seed = 5000;
-  for (int64_t sk : {int64_t{77}, int64_t{1024}, int64_t{4096}, int64_t{20000}}) {
+  for (int64_t sk : {int64_t{77}, int64_t{1024}, int64_t{4096}, int64_t{20000}, int64_t{50000}}) {
     for (DType dtype : kCudaTypes) {
       for (Mode mode : kModes) {
         for (int64_t offset : {0, 1}) {
@@ -623,6 +628,12 @@ TEST(SoftmaxCudaTest, InPlaceAndNegativeScale) {
   check_against_cpu(DType::kBF16, Mode::kMasked, Shape{2, 3, 1030, 4096}, 0, false, 0.125f, 49,
                     nullptr);
   check_against_cpu(DType::kF32, Mode::kCausal, Shape{1, 1, 100, 20000}, 0, false, 0.125f, 39,
+                    nullptr);
+  // Staged long rows through a mask of over 4 MiB (head-minor order), its last
+  // row fully masked; bfloat16 and float32 with a negative scale.
+  check_against_cpu(DType::kBF16, Mode::kMasked, Shape{1, 2, 84, 50000}, 0, false, 0.125f, 59,
+                    nullptr);
+  check_against_cpu(DType::kF32, Mode::kMasked, Shape{1, 2, 84, 50000}, 0, false, -0.125f, 69,
                     nullptr);
 #endif
 }
