@@ -108,6 +108,26 @@ absl::Status Optimizer::init(std::vector<ParamGroup> groups, const GroupHyperPar
   return absl::OkStatus();  // state: on first use (allocate_state)
 }
 
+const core::Tensor& Optimizer::shape_of(const Slot& slot) {
+  return slot.ref.master.defined() ? slot.ref.master : slot.ref.model_copy;
+}
+
+void Optimizer::drop_masters() {
+  for (Group& g : groups_) {
+    for (Slot& slot : g.slots) {
+      if (slot.ref.model_copy.defined()) slot.ref.master = core::Tensor();
+    }
+  }
+  masters_dropped_ = true;
+}
+
+void Optimizer::release_state() {
+  for (Group& g : groups_) {
+    for (Slot& slot : g.slots) slot.state.clear();
+  }
+  state_allocated_ = false;
+}
+
 absl::Status Optimizer::allocate_state() {
   if (state_allocated_ || state_names_.empty()) return absl::OkStatus();
   state_allocated_ = true;
@@ -117,8 +137,8 @@ absl::Status Optimizer::allocate_state() {
     for (const Group& g : groups_) {
       if (!group_has_state(g.hyper)) continue;
       for (const Slot& s : g.slots) {
-        if (s.ref.master.device().is_cuda() != cuda) continue;
-        const int64_t n = s.ref.master.numel();
+        if (shape_of(s).device().is_cuda() != cuda) continue;
+        const int64_t n = shape_of(s).numel();
         total += state_names_.size() * ((n + kStateAlignFloats - 1) / kStateAlignFloats) *
                  kStateAlignFloats;
       }
@@ -132,14 +152,14 @@ absl::Status Optimizer::allocate_state() {
     for (Group& g : groups_) {
       if (!group_has_state(g.hyper)) continue;
       for (Slot& slot : g.slots) {
-        if (slot.ref.master.device().is_cuda() != cuda) continue;
-        const int64_t n = slot.ref.master.numel();
+        if (shape_of(slot).device().is_cuda() != cuda) continue;
+        const int64_t n = shape_of(slot).numel();
         for (size_t k = 0; k < state_names_.size(); ++k) {
           COLOSSAL_ASSIGN_OR_RETURN(
               core::Tensor view,
               core::Tensor::from_storage(buffer.storage(),
                                          buffer.byte_offset() + offset * sizeof(float),
-                                         slot.ref.master.shape(), core::DType::kF32));
+                                         shape_of(slot).shape(), core::DType::kF32));
           slot.state.push_back(std::move(view));
           offset += (n + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
         }
@@ -152,11 +172,11 @@ absl::Status Optimizer::allocate_state() {
 
 absl::Status Optimizer::allocate_slot_state(Slot& slot) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Stream s,
-                            internal::stream_for(slot.ref.master.device(), stream_, slot.ref.name));
+                            internal::stream_for(shape_of(slot).device(), stream_, slot.ref.name));
   slot.state.clear();
   for (size_t k = 0; k < state_names_.size(); ++k) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                              core::Tensor::empty(slot.ref.master.shape(), core::DType::kF32, s));
+                              core::Tensor::empty(shape_of(slot).shape(), core::DType::kF32, s));
     COLOSSAL_RETURN_IF_ERROR(t.set_zero(s));
     slot.state.push_back(std::move(t));
   }
@@ -164,6 +184,11 @@ absl::Status Optimizer::allocate_slot_state(Slot& slot) {
 }
 
 absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
+  if (masters_dropped_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        type_, ": step: the float32 masters were dropped (a plugin such as low_level_zero "
+               "keeps its own and steps instead)"));
+  }
   if (!std::isfinite(options.grad_scale) || !(options.grad_scale > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
         type_, ": step: grad_scale must be positive and finite, got ", options.grad_scale));
@@ -260,7 +285,7 @@ absl::Status Optimizer::set_grad(absl::string_view name, core::Tensor grad) {
     return absl::InvalidArgumentError(absl::StrCat(type_, ": set_grad: unknown ", param_what(name)));
   }
   const std::string what = absl::StrCat(type_, ": set_grad: ", param_what(name));
-  COLOSSAL_RETURN_IF_ERROR(check_grad(what, slot->ref.master, grad));
+  COLOSSAL_RETURN_IF_ERROR(check_grad(what, shape_of(*slot), grad));
   if (internal::overlaps(slot->ref.model_copy, grad)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the gradient overlaps the model copy"));
   }
@@ -315,7 +340,9 @@ absl::StatusOr<OptimizerStateDict> Optimizer::state_dict() const {
                                                     core::Stream::cpu()));
       *step.data<int64_t>() = s.step;
       out.tensors[state_key(s.ref.name, "step")] = std::move(step);
-      if (s.ref.model_copy.defined()) out.tensors[state_key(s.ref.name, "master")] = s.ref.master;
+      if (s.ref.model_copy.defined() && !masters_dropped_) {
+        out.tensors[state_key(s.ref.name, "master")] = s.ref.master;
+      }
     }
     out.meta.groups.push_back(std::move(gs));
   }
@@ -408,14 +435,14 @@ absl::Status Optimizer::check_loadable(const OptimizerStateDict& state) const {
           }
           continue;
         }
-        COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(key, it->second, slot.ref.master.shape(),
+        COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(key, it->second, shape_of(slot).shape(),
                                                        core::DType::kF32, stream_));
         allowed.insert(key);
       }
       const std::string master_key = state_key(slot.ref.name, "master");
       if (const auto it = state.tensors.find(master_key); it != state.tensors.end()) {
         COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(master_key, it->second,
-                                                       slot.ref.master.shape(), core::DType::kF32,
+                                                       shape_of(slot).shape(), core::DType::kF32,
                                                        stream_));
         allowed.insert(master_key);
       }
@@ -456,9 +483,15 @@ absl::Status Optimizer::load_state_dict(const OptimizerStateDict& state) {
       }
       const auto it = state.tensors.find(state_key(slot.ref.name, "master"));
       if (it == state.tensors.end()) continue;
-      COLOSSAL_RETURN_IF_ERROR(copy_into(slot.ref.master, it->second));
+      // Dropped masters: the saved master's rounding goes straight to the model copy.
+      core::Tensor m = it->second;
+      if (slot.ref.master.defined()) {
+        COLOSSAL_RETURN_IF_ERROR(copy_into(slot.ref.master, it->second));
+        m = slot.ref.master;
+      } else if (m.device() != slot.ref.model_copy.device()) {
+        COLOSSAL_ASSIGN_OR_RETURN(m, m.to(slot.ref.model_copy.device(), stream_));
+      }
       if (!slot.ref.model_copy.defined()) continue;
-      const core::Tensor& m = slot.ref.master;
       core::Tensor& c = slot.ref.model_copy;
       kernels::KernelStatus ks;
       if (m.device().is_cpu()) {

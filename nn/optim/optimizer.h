@@ -121,6 +121,17 @@ class Optimizer {
   // of the wrong shape or dtype, invalid hyper-parameters.
   absl::Status load_state_dict(const OptimizerStateDict& state);
 
+  // For a plugin that takes over the step and keeps its own shard of the
+  // masters and state (parallel/zero), so that no full-size copy stays:
+  // drop_masters() frees the separate float32 masters of 16-bit parameters
+  // (group_params() then gives them undefined); afterwards step() fails
+  // (FailedPrecondition), state_dict() has no "master" entries, and
+  // load_state_dict() writes a saved master's rounding straight into the model
+  // copy. release_state() frees the state tensors (a later use allocates
+  // them again, zeroed).
+  void drop_masters();
+  void release_state();
+
  protected:
   struct Slot {
     ParamRef ref;
@@ -159,11 +170,15 @@ class Optimizer {
   const Slot* find_slot(absl::string_view name) const;
   Slot* find_slot(absl::string_view name);
   absl::Status check_loadable(const OptimizerStateDict& state) const;
+  // The tensor giving a slot's shape and device: its master, or its model
+  // copy once the masters were dropped.
+  static const core::Tensor& shape_of(const Slot& slot);
 
   std::string type_;
   std::vector<std::string> state_names_;
   core::Stream stream_;
   bool state_allocated_ = false;
+  bool masters_dropped_ = false;
 };
 
 }  // namespace colossal::nn

@@ -121,6 +121,38 @@ TEST(OptimizerStateTest, AdamRoundTripGivesIdenticalNextSteps) {
   expect_same(a, b, *oa, *ob, {"exp_avg", "exp_avg_sq"});
 }
 
+// A plugin that keeps its own shard (parallel/zero) drops the optimizer's
+// masters and releases its state: no full-size copies stay, step() refuses,
+// and loading a saved master still rewrites the model copy with its rounding.
+TEST(OptimizerStateTest, DroppedMastersAndReleasedState) {
+  Model a(1);
+  auto oa = make_hybrid_adam(split_decay_groups(a.params, 0.1)).value();
+  a.fill_grads(3);
+  ASSERT_TRUE(oa->step().ok());
+  const Saved saved = save(*oa);
+
+  Model b(77);
+  auto ob = make_hybrid_adam(split_decay_groups(b.params, 0.1)).value();
+  ob->drop_masters();
+  for (int g = 0; g < ob->num_groups(); ++g) {
+    for (const ParamRef& p : ob->group_params(g)) {
+      EXPECT_EQ(p.master.defined(), !p.model_copy.defined()) << p.name;  // fp32: the weight
+    }
+  }
+  EXPECT_EQ(ob->step().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ob->state_dict().value().tensors.count("state.wte.weight.master"), 0u);
+  ASSERT_TRUE(ob->load_state_dict(restore(saved)).ok());
+  // The bf16 weight is the saved master's rounding, the fp32 one untouched
+  // (fp32 weights are restored with the model, not the optimizer).
+  EXPECT_EQ(testing::to_bytes(b.weights[0]), testing::to_bytes(a.weights[0]));
+  EXPECT_EQ(testing::to_bytes(ob->state_tensor("wte.weight", "exp_avg").value()),
+            testing::to_bytes(saved.tensors.at("state.wte.weight.exp_avg")));
+  ob->release_state();
+  // Allocated again on use, zeroed.
+  const Tensor m = ob->state_tensor("wte.weight", "exp_avg").value();
+  for (int64_t i = 0; i < m.numel(); ++i) ASSERT_EQ(m.data<float>()[i], 0.0f);
+}
+
 TEST(OptimizerStateTest, AdamFamilyStatesLoadAcrossFlavours) {
   Model a(1);
   auto oa = make_cpu_adam({ParamGroup{a.params}}).value();

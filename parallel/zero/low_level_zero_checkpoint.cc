@@ -198,9 +198,9 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
         std::copy(src, src + (hi - lo), dst->data() + (lo - shard.begin));
       }
       if (!with_master) continue;
-      // The dict's master (now the optimizer's), else the 16-bit weight.
-      const bool saved = state.tensors.count(nn::state_key(p.name, "master")) > 0;
-      const core::Tensor& src_t = saved ? p.master : p.model_copy;
+      // The dict's master (the plugin dropped the optimizer's), else the 16-bit weight.
+      const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
+      const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
       if (!src_t.defined() || src_t.numel() != e->numel()) {
         return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
       }

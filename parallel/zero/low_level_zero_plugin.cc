@@ -418,6 +418,9 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   s.cuda = cuda;
   s.dtype = dtype;
   if (cuda) s.stream = optimizer.stream();
+  // This plugin keeps the master slice: the optimizer's full-size float32
+  // masters would cost 4 bytes per parameter on every rank.
+  if (sixteen) optimizer.drop_masters();
   // Rank 0's weights everywhere.
   {
     comm::CollectiveOptions o;
@@ -828,6 +831,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   if (!s.cuda) {
     COLOSSAL_ASSIGN_OR_RETURN(s.adam,
                               load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
+    optimizer.release_state();  // only the slices stay
     return s.read_master();  // a .master in the dict was written into the weights
   }
   // Every device tensor written on the step's stream (ordered after the
@@ -836,6 +840,9 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   COLOSSAL_ASSIGN_OR_RETURN(
       ZeroAdamSlice loaded,
       load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit()));
+  // Loading went through the optimizer's full-size state; only the slices stay.
+  s.stream.synchronize();
+  optimizer.release_state();
   const int64_t n = s.shard.end - s.shard.begin;
   if (n > 0 && s.offload) {
     s.stream.synchronize();  // the last step's copies are done with the host slices

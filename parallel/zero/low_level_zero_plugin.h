@@ -90,8 +90,9 @@
 //     kernel writes its rounding (nearest even) straight into this rank's
 //     block of the 16-bit gather buffer, and the optimizer's parameters must
 //     come from optimizer_params (its float32 masters are separate tensors,
-//     the store's 16-bit views are its model copies). The optimizer's own
-//     masters are not updated by the steps.
+//     the store's 16-bit views are its model copies). Boost drops the
+//     optimizer's own masters (nn::Optimizer::drop_masters): this plugin
+//     holds the only float32 copy, its slice.
 //
 // Limits (checked at create, boost or step: InvalidArgument / Unimplemented):
 //   * one parameter dtype per model (one flat buffer). CPU: float32 only, no
@@ -107,11 +108,14 @@
 //     parameters made by optimizer_params (float32: the weights are their own
 //     masters). It supplies the groups, hyper-parameters and zero_grad; its
 //     own step() is not used and its state tensors only stage a loaded
-//     checkpoint, so its own state_dict() is stale after boost (nn::Adam
-//     allocates full-size states at creation, and the model's full flat
-//     gradient buffer still exists in stage 2, plus per-bucket send/receive
-//     buffers on CUDA: the memory savings of ZeRO need an optimizer that
-//     allocates lazily and gradients that are freed per bucket, not here).
+//     checkpoint (released again after the load), so its own state_dict() is
+//     stale after boost. Memory per rank beyond the 16-bit weights and
+//     gradients: the slice's 12 bytes per element (master, moments; none on
+//     the GPU with cpu_offload) plus, on CUDA, the gather buffer (one 16-bit
+//     copy of the weights) and in stage 2 the gradient shard and per-bucket
+//     send / receive buffers (about one more copy of the gradients): the
+//     model's full flat gradient buffer is not freed per bucket. Loading a
+//     checkpoint stages the whole state in the optimizer for a moment.
 //     One step count for the whole slice (every parameter steps together), so
 //     a checkpoint whose parameters took different step counts is refused;
 //   * a parameter whose gradient is written after its owner module's
