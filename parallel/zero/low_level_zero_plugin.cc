@@ -83,15 +83,19 @@ struct LowLevelZeroPlugin::State {
   core::Stream stream;             // the optimizer's (CUDA) stream: the step's work
   core::Tensor d_master;           // float32 [n]: this rank's master slice
   core::Tensor d_exp_avg, d_exp_avg_sq;  // float32 [n]
-  core::Tensor d_gathered;         // dtype [shard.padded]: the all_gather's output
   core::Tensor d_grad_shard;       // dtype [shard.size]: stage 2's reduced gradients
   core::Tensor d_norm;             // float32 [3]: sum of squares, found_inf, local norm
   core::Tensor d_norm_scratch;     // l2_norm_cuda's scratch
   int64_t norm_scratch_bytes = 0;
+  // Stage 2's per-bucket buffers, allocated from the device pool on the
+  // backward's compute stream when the bucket launches (none exist during
+  // the forward, the activations' peak) and freed once the received part is
+  // added to the gradient shard.
   struct DeviceScatter {
     core::Tensor send, recv;  // dtype: world * chunk, chunk
   };
-  std::vector<DeviceScatter> d_scatters;  // per bucket (stage 2)
+  std::vector<DeviceScatter> d_scatters;  // parallel to `pending`
+  core::Stream scatter_stream;            // the stream they were allocated on
   // Orders a backward's compute stream after the step's stream when they differ.
   std::optional<core::Event> step_done;
   // cpu_offload on CUDA: the master slice and moments on the host (d_master,
@@ -169,7 +173,19 @@ struct LowLevelZeroPlugin::State {
       w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
     } else {
       const Scatter& sc = scatters[b];
-      DeviceScatter& ds = d_scatters[b];
+      DeviceScatter ds;
+      {
+        // At least one element each: raw_data() stays a valid device pointer.
+        absl::StatusOr<core::Tensor> send =
+            core::Tensor::empty({std::max<int64_t>(sc.chunk * pg->size(), 1)}, dtype, in);
+        absl::StatusOr<core::Tensor> recv =
+            core::Tensor::empty({std::max<int64_t>(sc.chunk, 1)}, dtype, in);
+        if (!send.ok()) return send.status();
+        if (!recv.ok()) return recv.status();
+        ds.send = *std::move(send);
+        ds.recv = *std::move(recv);
+      }
+      scatter_stream = in;
       prep = ds.send.set_zero(in);
       for (int j = 0; j < pg->size() && prep.ok(); ++j) {
         int64_t lo = 0, n = 0;
@@ -184,8 +200,15 @@ struct LowLevelZeroPlugin::State {
         prep = range.ok() ? range->set_zero(in) : range.status();
       }
       if (prep.ok()) {
-        w = pg->reduce_scatter(ds.recv, ds.send, comm::ReduceOp::kAvg, co);
-        if (w.ok()) pending.push_back(b);
+        absl::StatusOr<core::Tensor> recv = ds.recv.slice(0, sc.chunk);
+        absl::StatusOr<core::Tensor> send = ds.send.slice(0, sc.chunk * pg->size());
+        w = !recv.ok()   ? absl::StatusOr<comm::WorkPtr>(recv.status())
+            : !send.ok() ? absl::StatusOr<comm::WorkPtr>(send.status())
+                         : pg->reduce_scatter(*recv, *send, comm::ReduceOp::kAvg, co);
+        if (w.ok()) {
+          pending.push_back(b);
+          d_scatters.push_back(std::move(ds));
+        }
       } else {
         w = prep;
       }
@@ -242,6 +265,7 @@ struct LowLevelZeroPlugin::State {
       absl::Status s = reducer->wait_all(core::Stream::cpu());
       if (!s.ok()) {
         pending.clear();
+        d_scatters.clear();  // the host waited: nothing uses them
         return s;
       }
     } else {
@@ -250,12 +274,12 @@ struct LowLevelZeroPlugin::State {
     absl::Status first;
 #if COLOSSAL_WITH_CUDA
     core::DeviceGuard guard(on.device());
-    for (size_t b : pending) {
-      const Scatter& sc = scatters[b];
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Scatter& sc = scatters[pending[i]];
       if (sc.mine_n == 0) continue;
       char* dst = static_cast<char*>(d_grad_shard.raw_data()) + (sc.mine_lo - shard.begin) * esize();
       const absl::Status s = core::from_kernel_status(
-          kernels::elementwise::binary_cuda(dst, dst, d_scatters[b].recv.raw_data(), sc.mine_n,
+          kernels::elementwise::binary_cuda(dst, dst, d_scatters[i].recv.raw_data(), sc.mine_n,
                                             dtype, kernels::elementwise::BinaryOp::kAdd,
                                             on.handle()),
           "low_level_zero: accumulating the gradient shard");
@@ -264,6 +288,18 @@ struct LowLevelZeroPlugin::State {
 #else
     if (!pending.empty()) first = absl::InternalError("low_level_zero: CUDA work without CUDA");
 #endif
+    // The buffers go back to the pool on their allocation stream: it must
+    // first wait for the additions (and so the collectives) done on `on`.
+    if (!d_scatters.empty() && scatter_stream.is_cuda() &&
+        scatter_stream.handle() != on.handle()) {
+      absl::StatusOr<core::Event> done = core::Event::create(on.device());
+      if (done.ok()) {
+        core::wait_stream(scatter_stream, on, *done);
+      } else {
+        on.synchronize();  // no event: the host waits instead
+      }
+    }
+    d_scatters.clear();
     pending.clear();
     return first;
   }
@@ -484,7 +520,6 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
     COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, device_zeros(n, core::DType::kF32, st));
     COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, device_zeros(n, core::DType::kF32, st));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(s.d_gathered, device_zeros(s.shard.padded, dtype, st));
   COLOSSAL_ASSIGN_OR_RETURN(s.d_norm, device_zeros(3, core::DType::kF32, st));
   {
     COLOSSAL_ASSIGN_OR_RETURN(core::Event e, core::Event::create(st.device()));
@@ -500,12 +535,6 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   }
   if (s.options.stage == 2) {
     COLOSSAL_ASSIGN_OR_RETURN(s.d_grad_shard, device_zeros(s.shard.size, dtype, st));
-    for (const State::Scatter& sc : s.scatters) {
-      State::DeviceScatter ds;
-      COLOSSAL_ASSIGN_OR_RETURN(ds.send, device_zeros(sc.chunk * s.pg->size(), dtype, st));
-      COLOSSAL_ASSIGN_OR_RETURN(ds.recv, device_zeros(sc.chunk, dtype, st));
-      s.d_scatters.push_back(std::move(ds));
-    }
   }
   if (n > 0 && !s.offload) {
     // The master slice: the (broadcast) weights, exactly (a 16-bit value
@@ -658,9 +687,13 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
 
   COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
   const int64_t size = s.shard.size;
+  // The gather buffer lives for this step only (allocated and freed on the
+  // step's stream, after the backward freed the activations).
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor gathered,
+                            core::Tensor::empty({s.shard.padded}, s.dtype, st));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine,
-                            s.d_gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
-                                               static_cast<int64_t>(s.pg->rank()) * size + size));
+                            gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
+                                           static_cast<int64_t>(s.pg->rank()) * size + size));
   if (s.offload) {
     ++s.adam.step;
     std::vector<ZeroOffload::Piece> pieces;
@@ -712,11 +745,11 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   {
     comm::CollectiveOptions o;
     o.stream = st;
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->all_gather(s.d_gathered, mine, o));
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->all_gather(gathered, mine, o));
     w->wait_stream(st);
     s.reducer->track(std::move(w));  // waited for again (host) before the buffers go
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all, s.d_gathered.slice(0, s.numel));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all, gathered.slice(0, s.numel));
   core::Tensor values = s.store.flat_values(s.dtype);
   COLOSSAL_RETURN_IF_ERROR(values.copy_from(all, st));
   return r;
