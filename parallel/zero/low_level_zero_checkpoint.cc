@@ -53,7 +53,7 @@ absl::StatusOr<nn::OptimizerStateDict> build_state(const nn::ParameterTable& tab
       for (int m = 0; m < K; ++m) {
         COLOSSAL_ASSIGN_OR_RETURN(
             core::Tensor t,
-            core::Tensor::empty(p.master.shape(), core::DType::kF32, core::Stream::cpu()));
+            core::Tensor::empty(e->shape, core::DType::kF32, core::Stream::cpu()));
         copy_flat(m, e->offset, e->numel(), t.data<float>());
         out.tensors[nn::state_key(p.name, names[m])] = std::move(t);
       }

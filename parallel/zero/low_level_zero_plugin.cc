@@ -71,6 +71,11 @@ struct LowLevelZeroPlugin::State {
     int64_t chunk = 0;              // elements per rank in the collective
     std::vector<float> send, recv;  // world * chunk, chunk
     int64_t mine_lo = 0, mine_n = 0;  // this rank's part of the bucket
+    // CUDA: the one rank whose slice holds the whole bucket, else -1. Such a
+    // bucket is all-reduced in place instead (no send / receive buffers, and
+    // 2(W-1)/W of its size on the wire instead of the (W-1) sizes of a
+    // reduce-scatter padded for the W-1 ranks with no part in it).
+    int owner = -1;
   };
   std::vector<Scatter> scatters;  // per bucket
   std::vector<size_t> pending;    // buckets launched, not yet added to grad_shard
@@ -171,6 +176,19 @@ struct LowLevelZeroPlugin::State {
       buffer.dtype = dtype;
       buffer.device = flat.device();
       w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
+    } else if (scatters[b].owner >= 0) {
+      // Reduced in place; the owner adds it to its shard and every rank zeroes
+      // the range when the collective is waited for (wait_cuda).
+      comm::Buffer buffer;
+      buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
+      buffer.count = bucket.count;
+      buffer.dtype = dtype;
+      buffer.device = flat.device();
+      w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
+      if (w.ok()) {
+        pending.push_back(b);
+        d_scatters.emplace_back();
+      }
     } else {
       const Scatter& sc = scatters[b];
       DeviceScatter ds;
@@ -274,16 +292,29 @@ struct LowLevelZeroPlugin::State {
     absl::Status first;
 #if COLOSSAL_WITH_CUDA
     core::DeviceGuard guard(on.device());
+    const core::Tensor flat = store.flat_grads(dtype);
     for (size_t i = 0; i < pending.size(); ++i) {
       const Scatter& sc = scatters[pending[i]];
-      if (sc.mine_n == 0) continue;
-      char* dst = static_cast<char*>(d_grad_shard.raw_data()) + (sc.mine_lo - shard.begin) * esize();
-      const absl::Status s = core::from_kernel_status(
-          kernels::elementwise::binary_cuda(dst, dst, d_scatters[i].recv.raw_data(), sc.mine_n,
-                                            dtype, kernels::elementwise::BinaryOp::kAdd,
-                                            on.handle()),
-          "low_level_zero: accumulating the gradient shard");
-      if (first.ok() && !s.ok()) first = s;
+      const GradBucket& bucket = reducer->buckets()[pending[i]];
+      // In-place buckets: the averaged gradients are in the flat buffer.
+      const char* src = sc.owner >= 0 ? static_cast<const char*>(flat.raw_data()) +
+                                            bucket.offset * esize()
+                                      : static_cast<const char*>(d_scatters[i].recv.raw_data());
+      if (sc.mine_n > 0) {
+        char* dst =
+            static_cast<char*>(d_grad_shard.raw_data()) + (sc.mine_lo - shard.begin) * esize();
+        const absl::Status s = core::from_kernel_status(
+            kernels::elementwise::binary_cuda(dst, dst, src, sc.mine_n, dtype,
+                                              kernels::elementwise::BinaryOp::kAdd, on.handle()),
+            "low_level_zero: accumulating the gradient shard");
+        if (first.ok() && !s.ok()) first = s;
+      }
+      if (sc.owner >= 0) {  // the next backward accumulates afresh
+        absl::StatusOr<core::Tensor> range =
+            flat.slice(bucket.offset, bucket.offset + bucket.count);
+        const absl::Status s = range.ok() ? range->set_zero(on) : range.status();
+        if (first.ok() && !s.ok()) first = s;
+      }
     }
 #else
     if (!pending.empty()) first = absl::InternalError("low_level_zero: CUDA work without CUDA");
@@ -492,6 +523,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
           sc.mine_lo = lo;
           sc.mine_n = cnt;
         }
+        if (cnt == bucket.count && cuda) sc.owner = j;  // the whole bucket is rank j's
       }
       if (!cuda) {
         sc.send.assign(sc.chunk * s.pg->size(), 0.0f);

@@ -57,12 +57,16 @@
 // algorithm with every shard a device tensor on the model's device and every
 // collective on the device, ordered by events as in the ddp plugin:
 //   * buckets: issued from the backward hooks with the compute stream
-//     (Context::compute_stream()) as the collective's input stream; stage 2
-//     packs the ranks' parts into a per-bucket send buffer and zeroes the
-//     bucket's range on that stream; the streams that need the results
-//     (begin_backward: the compute stream; before_step: the optimizer's)
-//     wait for the collectives with Work::wait_stream (no host wait), and
-//     stage 2 adds the received parts to the gradient shard there;
+//     (Context::compute_stream()) as the collective's input stream; the
+//     streams that need the results (begin_backward: the compute stream;
+//     before_step: the optimizer's) wait for the collectives with
+//     Work::wait_stream (no host wait), and stage 2 adds the received parts
+//     to the gradient shard there. Stage 2 buckets that lie in one rank's
+//     slice (all but at most W-1) are all-reduced in place, and the owner
+//     adds the range to its shard before every rank zeroes it; the others
+//     pack the ranks' parts into a send buffer (zeroing the range) and
+//     reduce-scatter it, with buffers taken from the device pool for the
+//     bucket's lifetime only;
 //   * gradients are reduced in the gradient dtype (16-bit for a 16-bit
 //     model), as Colossal-AI's low-level ZeRO does: half the bytes of fp32,
 //     no cast buffers, and on one rank exactly nn::Adam's input. The price:
