@@ -80,6 +80,10 @@ int LowLevelZero(lua_State* L) {
   spec->bucket_mb = o.number("reduce_bucket_size_in_m", 12.0);
   const bool overlap = o.boolean("overlap_communication", true);
   spec->cpu_offload = o.boolean("cpu_offload", false);
+  // Colossal-AI's default (None): gradients are reduced in the parameters' dtype.
+  const std::string comm_dtype = o.has("communication_dtype")
+                                     ? CheckPrecision(L, o, "communication_dtype", "fp32")
+                                     : spec->precision;
   nn::DynamicLossScalerOptions& s = spec->scaler;
   s.initial_scale = o.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
   s.min_scale = o.number("min_scale", s.min_scale);
@@ -92,6 +96,12 @@ int LowLevelZero(lua_State* L) {
   if (spec->stage != 1 && spec->stage != 2) o.fail("stage", "must be 1 or 2");
   if (spec->max_norm < 0) o.fail("max_norm", "must be >= 0 (0: no clipping)");
   if (!(spec->bucket_mb > 0)) o.fail("reduce_bucket_size_in_m", "must be positive");
+  if (comm_dtype != spec->precision) {
+    o.fail("communication_dtype",
+           absl::StrCat("= \"", comm_dtype, "\" is not available: gradients are reduced in the "
+                        "parameters' dtype (precision = \"", spec->precision,
+                        "\"), Colossal-AI's default; leave it out or set it to that"));
+  }
   if (!overlap) {
     o.fail("overlap_communication",
            "= false is not available: gradients are always reduced while backward runs");
