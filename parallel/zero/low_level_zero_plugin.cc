@@ -169,23 +169,16 @@ struct LowLevelZeroPlugin::State {
     const core::Stream& in = *co.stream;
     absl::StatusOr<comm::WorkPtr> w;
     absl::Status prep;
-    if (options.stage == 1) {
+    if (options.stage == 1 || scatters[b].owner >= 0) {
+      // All-reduced in place. Stage 2: the owner adds the range to its shard
+      // and every rank zeroes it when the collective is waited for (wait_cuda).
       comm::Buffer buffer;
       buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
       buffer.count = bucket.count;
       buffer.dtype = dtype;
       buffer.device = flat.device();
       w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
-    } else if (scatters[b].owner >= 0) {
-      // Reduced in place; the owner adds it to its shard and every rank zeroes
-      // the range when the collective is waited for (wait_cuda).
-      comm::Buffer buffer;
-      buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
-      buffer.count = bucket.count;
-      buffer.dtype = dtype;
-      buffer.device = flat.device();
-      w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
-      if (w.ok()) {
+      if (w.ok() && options.stage == 2) {
         pending.push_back(b);
         d_scatters.emplace_back();
       }

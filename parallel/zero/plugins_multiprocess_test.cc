@@ -9,89 +9,31 @@
 // data (relative difference <= kRelTol = 1e-5, fp32) and that all ranks end
 // equal.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "comm/testing/multiprocess.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/zero/low_level_zero_plugin.h"
 #include "parallel/zero/zero_test_util.h"
 
-extern char** environ;
-
 namespace colossal::parallel {
 namespace {
 
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
-
-std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? std::string() : std::string(v);
-}
-
-// Starts this binary running only `filter`, with `extra` added to the
-// environment (Bazel's per-test output variables removed).
-pid_t spawn_self(const std::string& filter,
-                 const std::vector<std::pair<std::string, std::string>>& extra) {
-  static const char* kDropped[] = {"XML_OUTPUT_FILE=", "GTEST_OUTPUT=", "TEST_SHARD_INDEX=",
-                                   "TEST_TOTAL_SHARDS=", "TEST_SHARD_STATUS_FILE=",
-                                   "TEST_PREMATURE_EXIT_FILE=", "GTEST_SHARD_INDEX=",
-                                   "GTEST_TOTAL_SHARDS=", "GTEST_SHARD_STATUS_FILE="};
-  std::vector<std::string> vars;
-  for (char** e = environ; *e != nullptr; ++e) {
-    bool drop = false;
-    for (const char* d : kDropped) drop = drop || absl::StartsWith(*e, d);
-    if (!drop) vars.push_back(*e);
-  }
-  for (const auto& [k, v] : extra) vars.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (std::string& v : vars) envp.push_back(v.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe";
-  std::string arg = "--gtest_filter=" + filter;
-  char* argv[] = {exe.data(), arg.data(), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data());
-  if (rc != 0) {
-    std::fprintf(stderr, "posix_spawn: %s\n", std::strerror(rc));
-    std::abort();
-  }
-  return pid;
-}
-
-// The exit code of `pid`, or -1 (after SIGKILL) when it runs past `deadline`.
-int wait_child(pid_t pid, absl::Time deadline) {
-  while (absl::Now() < deadline) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return -1;
-}
+using comm::testing::child_env;
 
 std::string result_path(const std::string& dir, const std::string& kind, int world, int rank) {
   return absl::StrCat(dir, "/", kind, "_w", world, "_rank", rank, ".bin");
 }
-
 void write_floats(std::ofstream& out, const std::vector<float>& v) {
   const uint64_t n = v.size();
   out.write(reinterpret_cast<const char*>(&n), sizeof n);
@@ -127,21 +69,18 @@ std::unique_ptr<Plugin> make_plugin(std::shared_ptr<comm::ProcessGroup> pg,
   return p.ok() ? std::move(*p) : nullptr;
 }
 
-// One rank (only when spawned by the parent below).
+// One rank (only when spawned by the parent below; the scenario is the plugin).
 TEST(PluginChild, Run) {
-  if (env_or_empty("PLUGIN_TEST_RANK").empty()) GTEST_SKIP() << "runs only as a spawned rank";
-  int rank = 0, world = 0, port = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("PLUGIN_TEST_RANK"), &rank));
-  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("PLUGIN_TEST_WORLD"), &world));
-  ASSERT_TRUE(absl::SimpleAtoi(env_or_empty("PLUGIN_TEST_PORT"), &port));
-  const std::string kind = env_or_empty("PLUGIN_TEST_KIND");
-  auto pg = connect_builtin_group(port, rank, world, comm::TransportKind::kShm);
+  const std::optional<comm::testing::ChildRank> me = comm::testing::child_rank();
+  if (!me.has_value()) GTEST_SKIP() << "runs only as a spawned rank";
+  const std::string& kind = me->scenario;
+  auto pg = connect_builtin_group(me->port, me->rank, me->world, comm::TransportKind::kShm);
   ASSERT_TRUE(pg.ok()) << pg.status();
   std::unique_ptr<Plugin> plugin = make_plugin(*pg, kind);
   ASSERT_NE(plugin, nullptr);
   ZeroRun run = rank_run(*pg, std::move(plugin), /*use_no_sync=*/kind == "ddp" || kind == "zero1");
   ASSERT_EQ(run.run.loss.size(), size_t(kSteps));
-  std::ofstream out(result_path(env_or_empty("PLUGIN_TEST_DIR"), kind, world, rank),
+  std::ofstream out(result_path(child_env("PLUGIN_TEST_DIR"), kind, me->world, me->rank),
                     std::ios::binary);
   write_floats(out, run.run.loss);
   write_floats(out, run.run.weights);
@@ -156,25 +95,14 @@ struct Case {
 class PluginMultiprocess : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PluginMultiprocess, MatchesOneProcess) {
-  if (!env_or_empty("PLUGIN_TEST_RANK").empty()) GTEST_SKIP() << "the parent only";
+  if (comm::testing::child_rank().has_value()) GTEST_SKIP() << "the parent only";
   const std::string kind = GetParam().kind;
   const int W = GetParam().world;
-  std::string dir = env_or_empty("TEST_TMPDIR");
+  std::string dir = child_env("TEST_TMPDIR");
   if (dir.empty()) dir = "/tmp";
-  auto master = serve_loopback_store();
-  ASSERT_TRUE(master.ok()) << master.status();
-  std::vector<pid_t> pids;
-  for (int r = 0; r < W; ++r) {
-    std::remove(result_path(dir, kind, W, r).c_str());
-    pids.push_back(spawn_self("PluginChild.Run",
-                              {{"PLUGIN_TEST_RANK", std::to_string(r)},
-                               {"PLUGIN_TEST_WORLD", std::to_string(W)},
-                               {"PLUGIN_TEST_PORT", std::to_string((*master)->port())},
-                               {"PLUGIN_TEST_KIND", kind},
-                               {"PLUGIN_TEST_DIR", dir}}));
-  }
-  const absl::Time deadline = absl::Now() + absl::Seconds(90);
-  for (int r = 0; r < W; ++r) EXPECT_EQ(wait_child(pids[r], deadline), 0) << "rank " << r;
+  for (int r = 0; r < W; ++r) std::remove(result_path(dir, kind, W, r).c_str());
+  comm::testing::run_rank_processes("PluginChild.Run", kind, W, {{"PLUGIN_TEST_DIR", dir}},
+                                    absl::Seconds(90), kind);
   if (HasFailure()) return;
 
   const EquivalenceRun ref = adam_reference_run(W);
