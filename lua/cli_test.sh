@@ -138,6 +138,10 @@ done
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"; failures=$((failures + 1)); fi
+# Their checkpoint resumes on one worker: ZeRO's shards regather and the data
+# continues at the same window of the epoch.
+train "$tmp/two" 0 "$tiny" --set steps=6 &&
+  expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4\)$' && expect "$out" '^step +6/6'
 # A worker killed mid-run: the launcher stops the other and exits non-zero
 # naming it, and the last checkpoint resumes (saves are atomic).
 children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
@@ -155,7 +159,6 @@ if [[ -z "$victim" || "$code" == 0 ]]; then
 fi
 expect "$tmp/killed.err" 'colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) was killed by SIGKILL'
 last=$(sed 's/^step_0*//' "$tmp/killed/checkpoints/tiny/latest" 2>/dev/null)
-# (with the same number of workers: the data order depends on it)
 train "$tmp/killed" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" --set steps=$((last + 2)) &&
   expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last\\)$" &&
   expect "$out" "^\\[rank 0\\] step +$((last + 2))/$((last + 2))"

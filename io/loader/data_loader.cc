@@ -72,6 +72,7 @@ absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) {
 
 nlohmann::json DataLoaderStateToJson(const DataLoaderState& state) {
   return nlohmann::json{{"epoch", state.epoch},           {"batch", state.batch},
+                        {"window", state.window},
                         {"seed", state.seed},             {"batch_size", state.batch_size},
                         {"seq_len", state.seq_len},       {"world_size", state.world_size},
                         {"num_windows", state.num_windows}};
@@ -94,6 +95,12 @@ absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& js
   for (absl::Status st : {get("epoch", s.epoch), get("batch", s.batch), get("seed", s.seed),
                           get("batch_size", s.batch_size), get("seq_len", s.seq_len),
                           get("world_size", s.world_size), get("num_windows", s.num_windows)}) {
+    if (!st.ok()) return st;
+  }
+  // States saved before "window" existed: the batch's first window.
+  s.window = s.batch * s.world_size * s.batch_size;
+  if (json.contains("window")) {
+    absl::Status st = get("window", s.window);
     if (!st.ok()) return st;
   }
   return s;
@@ -185,7 +192,8 @@ std::pair<int64_t, int64_t> DataLoader::Locate(Cursor& c, int64_t epoch, int64_t
 }
 
 std::pair<int64_t, int64_t> DataLoader::WindowAt(int64_t epoch, int64_t batch, int64_t row) {
-  const int64_t g = (batch * options_.world_size + options_.rank) * options_.batch_size + row;
+  const int64_t g =
+      first_window(epoch) + (batch * options_.world_size + options_.rank) * options_.batch_size + row;
   return Locate(sync_cursor_, epoch, g);
 }
 
@@ -221,7 +229,7 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
   int32_t* in = inputs->data<int32_t>();
   int32_t* tg = targets->data<int32_t>();
   for (int64_t r = 0; r < B; ++r) {
-    const int64_t g = (batch * options_.world_size + options_.rank) * B + r;
+    const int64_t g = first_window(epoch) + (batch * options_.world_size + options_.rank) * B + r;
     const auto [shard, window] = Locate(cursor, epoch, g);
     const uint16_t* tok = shards_[shard].tokens().data() + window * T;
     for (int64_t t = 0; t < T; ++t) {
@@ -267,7 +275,7 @@ void DataLoader::PrefetchLoop() {
       if (stop_) return;
       epoch = produce_epoch_;
       batch = produce_batch_;
-      if (++produce_batch_ == batches_per_epoch_) {
+      if (++produce_batch_ >= batches_in(produce_epoch_)) {
         produce_batch_ = 0;
         ++produce_epoch_;
       }
@@ -300,7 +308,7 @@ absl::StatusOr<Batch> DataLoader::next_batch() {
     StartPrefetch();
     return b.status();
   }
-  if (++batch_ == batches_per_epoch_) {
+  if (++batch_ >= batches_in(epoch_)) {
     batch_ = 0;
     ++epoch_;
   }
@@ -311,12 +319,17 @@ DataLoaderState DataLoader::state() const {
   DataLoaderState s;
   s.epoch = epoch_;
   s.batch = batch_;
+  s.window = first_window(epoch_) + batch_ * options_.world_size * options_.batch_size;
   s.seed = options_.seed;
   s.batch_size = options_.batch_size;
   s.seq_len = options_.seq_len;
   s.world_size = options_.world_size;
   s.num_windows = total_windows_;
   return s;
+}
+
+int64_t DataLoader::batches_in(int64_t epoch) const {
+  return (total_windows_ - first_window(epoch)) / (options_.batch_size * options_.world_size);
 }
 
 absl::Status DataLoader::set_state(const DataLoaderState& s) {
@@ -327,17 +340,20 @@ absl::Status DataLoader::set_state(const DataLoaderState& s) {
                                                       ": resuming would not give the same batches"));
   };
   if (s.seed != mine.seed) return differs("seed", s.seed, mine.seed);
-  if (s.batch_size != mine.batch_size) return differs("batch_size", s.batch_size, mine.batch_size);
   if (s.seq_len != mine.seq_len) return differs("seq_len", s.seq_len, mine.seq_len);
-  if (s.world_size != mine.world_size) return differs("world_size", s.world_size, mine.world_size);
   if (s.num_windows != mine.num_windows) return differs("num_windows (the shards changed?)", s.num_windows, mine.num_windows);
-  if (s.epoch < 0 || s.batch < 0 || s.batch >= batches_per_epoch_) {
-    return absl::InvalidArgumentError(absl::StrCat("data loader state: epoch ", s.epoch, ", batch ", s.batch,
-                                                   " is outside [0, ", batches_per_epoch_, ") batches per epoch"));
+  if (s.epoch < 0 || s.window < 0 || s.window > total_windows_) {
+    return absl::InvalidArgumentError(absl::StrCat("data loader state: epoch ", s.epoch, ", window ", s.window,
+                                                   " is outside [0, ", total_windows_, "] windows per epoch"));
   }
   StopPrefetch();
+  // Batch 0 of the resumed epoch starts at the saved window; with the saving
+  // loader's world_size and batch_size that is exactly its next batch.
+  base_epoch_ = s.epoch;
+  base_window_ = s.window;
   epoch_ = s.epoch;
-  batch_ = s.batch;
+  batch_ = 0;
+  if (batches_in(epoch_) == 0) ++epoch_;  // only the epoch's leftover remained
   StartPrefetch();
   return absl::OkStatus();
 }

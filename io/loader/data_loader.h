@@ -41,11 +41,16 @@
 // next epoch). batches_per_epoch() = floor(windows / (world_size·B)), the same
 // on every rank; when the epoch is exhausted the loader moves to the next one.
 //
-// State. DataLoaderState {epoch, batch}: the next batch to hand out. state()
-// after k next_batch() calls, restored with set_state() into a loader opened
-// with the same options and shards, gives exactly the batches k, k+1, ... The
-// state also records seed, batch_size, seq_len, world_size and num_windows;
-// set_state() checks them and says which differs.
+// State. DataLoaderState {epoch, batch, window}: the next batch to hand out,
+// and how many windows of the epoch's order were handed out before it (over
+// all ranks). state() after k next_batch() calls, restored with set_state()
+// into a loader opened with the same options and shards, gives exactly the
+// batches k, k+1, ... A loader with another world_size or batch_size (a job
+// resumed on another number of processes) resumes at the same window: the
+// rest of that epoch is cut into its own global batches, so no window is
+// seen twice or skipped before the epoch's leftover. The state also records
+// seed, seq_len and num_windows; set_state() checks them and says which
+// differs.
 //
 // Prefetch. With prefetch_depth > 0 a thread prepares up to that many batches
 // ahead. Batches live in host memory from core's pinned host allocator when
@@ -96,10 +101,12 @@ struct DataLoaderOptions {
 };
 
 // Where a loader is: the next batch this rank hands out is batch `batch` of
-// epoch `epoch`. The other fields identify the data order it belongs to.
+// epoch `epoch`, which starts at window `window` of the epoch's order. The
+// other fields identify the data order it belongs to.
 struct DataLoaderState {
   int64_t epoch = 0;
   int64_t batch = 0;
+  int64_t window = 0;
   uint64_t seed = 0;
   int64_t batch_size = 0;
   int64_t seq_len = 0;
@@ -108,8 +115,9 @@ struct DataLoaderState {
   friend bool operator==(const DataLoaderState&, const DataLoaderState&) = default;
 };
 
-// {"epoch": 3, "batch": 120, "seed": 1337, "batch_size": 8, "seq_len": 1024,
-//  "world_size": 4, "num_windows": 9765}
+// {"epoch": 3, "batch": 120, "window": 3840, "seed": 1337, "batch_size": 8,
+//  "seq_len": 1024, "world_size": 4, "num_windows": 9765}. "window" may be
+// absent (states saved before it existed): batch * world_size * batch_size.
 nlohmann::json DataLoaderStateToJson(const DataLoaderState& state);
 // InvalidArgument naming the missing or mistyped key.
 absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& json);
@@ -143,12 +151,14 @@ class DataLoader {
 
   // The state to save: the next batch next_batch() will return.
   DataLoaderState state() const;
-  // Moves to `state` (dropping prefetched batches). FailedPrecondition naming
-  // the field when it was saved with other options or other data;
-  // InvalidArgument for a negative epoch or a batch outside the epoch.
+  // Moves to `state` (dropping prefetched batches), under this loader's
+  // world_size and batch_size (see "State"). FailedPrecondition naming the
+  // field when it was saved with another seed, seq_len or other data;
+  // InvalidArgument for a negative epoch or a window outside the epoch.
   absl::Status set_state(const DataLoaderState& state);
 
   int64_t num_windows() const { return total_windows_; }
+  // Batches in a whole epoch (the epoch a state resumed in may have fewer).
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   const std::vector<std::string>& shard_paths() const { return paths_; }
 
@@ -169,6 +179,10 @@ class DataLoader {
     std::vector<uint32_t> perm;
   };
   std::pair<int64_t, int64_t> Locate(Cursor& cursor, int64_t epoch, int64_t g);
+  // The window epoch `epoch`'s batch 0 starts at (non-zero only in the epoch
+  // a state resumed in), and that epoch's number of batches.
+  int64_t first_window(int64_t epoch) const { return epoch == base_epoch_ ? base_window_ : 0; }
+  int64_t batches_in(int64_t epoch) const;
   absl::StatusOr<Batch> MakeBatch(Cursor& cursor, int64_t epoch, int64_t batch);
   absl::StatusOr<std::shared_ptr<core::Storage>> AcquireStorage();
   void StartPrefetch();
@@ -186,6 +200,10 @@ class DataLoader {
   // Consumer side: the next batch to hand out.
   int64_t epoch_ = 0;
   int64_t batch_ = 0;
+  // Set by set_state (the prefetch thread stopped): epoch base_epoch_ starts
+  // at window base_window_.
+  int64_t base_epoch_ = -1;
+  int64_t base_window_ = 0;
   Cursor sync_cursor_;  // used without prefetch, and by WindowAt
 
   // Memory for batches: reused when no Tensor views it any more.

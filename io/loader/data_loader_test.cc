@@ -201,6 +201,66 @@ TEST(DataLoader, ResumeFromSavedStateGivesTheExactRemainingBatches) {
   }
 }
 
+// A job saved on 4 ranks with micro-batch 2 resumes on 2 ranks with
+// micro-batch 3: the rows continue at the same window of the epoch's order
+// (that of a 1-rank, 1-row loader), the epoch's leftover is dropped, and the
+// next epoch starts at its window 0. Old states without "window" load too.
+TEST(DataLoader, ResumeOnAnotherWorldSizeContinuesAtTheSameWindow) {
+  const std::string pattern = WriteShards(MakeTestDir(), {301, 257, 90, 1000});  // 101 windows of T=16
+  auto rows_of = [](const std::vector<std::vector<int32_t>>& batches, int64_t B, int64_t T) {
+    std::vector<std::vector<int32_t>> rows;  // inputs only (batches alternate inputs, targets)
+    for (size_t i = 0; i < batches.size(); i += 2) {
+      for (int64_t r = 0; r < B; ++r) {
+        rows.emplace_back(batches[i].begin() + r * T, batches[i].begin() + (r + 1) * T);
+      }
+    }
+    return rows;
+  };
+  const int64_t T = 16;
+  std::unique_ptr<DataLoader> order = OpenOrDie(Options(pattern, 1, T));  // the global order
+  ASSERT_NE(order, nullptr);
+  const int64_t windows = order->num_windows();
+  const auto epoch0 = rows_of(Take(*order, static_cast<int>(windows)), 1, T);
+  const auto epoch1 = rows_of(Take(*order, 7), 1, T);
+
+  DataLoaderOptions four = Options(pattern, 2, T);
+  four.world_size = 4;
+  std::unique_ptr<DataLoader> saver = OpenOrDie(four);
+  ASSERT_NE(saver, nullptr);
+  const int before = 5;  // 5 global batches of 8 rows: 40 windows consumed
+  Take(*saver, before);
+  for (bool old_format : {false, true}) {
+    nlohmann::json j = DataLoaderStateToJson(saver->state());
+    EXPECT_EQ(j["window"], before * 8);
+    if (old_format) j.erase("window");
+    absl::StatusOr<DataLoaderState> state = DataLoaderStateFromJson(j);
+    ASSERT_TRUE(state.ok()) << state.status();
+
+    std::vector<std::vector<std::vector<int32_t>>> per_rank;
+    const int64_t left = (windows - before * 8) / 6;  // whole global batches of 2 x 3 left
+    for (int rank = 0; rank < 2; ++rank) {
+      DataLoaderOptions two = Options(pattern, 3, T);
+      two.world_size = 2;
+      two.rank = rank;
+      two.prefetch_depth = rank;  // with and without prefetch
+      std::unique_ptr<DataLoader> l = OpenOrDie(two);
+      ASSERT_NE(l, nullptr);
+      ASSERT_TRUE(l->set_state(*state).ok());
+      EXPECT_EQ(l->state().window, before * 8);
+      per_rank.push_back(rows_of(Take(*l, static_cast<int>(left + 1)), 3, T));
+    }
+    std::vector<std::vector<int32_t>> got, want;
+    for (int64_t k = 0; k < left + 1; ++k) {
+      for (int rank = 0; rank < 2; ++rank) {
+        got.insert(got.end(), per_rank[rank].begin() + 3 * k, per_rank[rank].begin() + 3 * k + 3);
+      }
+    }
+    want.assign(epoch0.begin() + before * 8, epoch0.begin() + before * 8 + left * 6);
+    want.insert(want.end(), epoch1.begin(), epoch1.begin() + 6);  // the next epoch from window 0
+    EXPECT_EQ(got, want) << (old_format ? "state without \"window\"" : "current state");
+  }
+}
+
 TEST(DataLoader, PrefetchOnAndOffGiveTheSameBatches) {
   const std::string pattern = WriteShards(MakeTestDir(), {500, 300, 211});
   DataLoaderOptions o = Options(pattern, 4, 12);
@@ -310,8 +370,11 @@ TEST(DataLoader, Errors) {
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(st.message(), "seed = 7")) << st;
   s = ok->state();
-  s.batch = ok->batches_per_epoch();
+  s.window = ok->num_windows() + 1;
   EXPECT_EQ(ok->set_state(s).code(), absl::StatusCode::kInvalidArgument);
+  s = ok->state();
+  s.seq_len = 8;
+  EXPECT_EQ(ok->set_state(s).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_FALSE(DataLoaderStateFromJson(nlohmann::json{{"epoch", 1}}).ok());
   EXPECT_FALSE(DataLoaderStateFromJson(nlohmann::json::parse("[1]")).ok());
 }
