@@ -478,9 +478,6 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   s.cuda = cuda;
   s.dtype = dtype;
   if (cuda) s.stream = optimizer.stream();
-  // This plugin keeps the master slice: the optimizer's full-size float32
-  // masters would cost 4 bytes per parameter on every rank.
-  if (sixteen) optimizer.drop_masters();
   // Rank 0's weights everywhere.
   {
     comm::CollectiveOptions o;
@@ -572,6 +569,10 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
         "low_level_zero: the master slice"));
   }
   st.synchronize();
+  // This plugin keeps the master slice: the optimizer's full-size float32
+  // masters would cost 4 bytes per parameter on every rank. (Dropped last, so
+  // that a failed boost leaves the optimizer whole.)
+  if (s.sixteen_bit()) optimizer.drop_masters();
   s.boosted = true;
   return absl::OkStatus();
 #else
@@ -903,7 +904,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   optimizer.release_state();
   const int64_t n = s.shard.end - s.shard.begin;
   if (n > 0 && s.offload) {
-    s.stream.synchronize();  // the last step's copies are done with the host slices
+    // (The stream was synchronised above: no copy still uses the host slices.)
     std::vector<std::pair<const std::vector<float>*, const core::Tensor*>> copies = {
         {&loaded.exp_avg, &s.offload->exp_avg()}, {&loaded.exp_avg_sq, &s.offload->exp_avg_sq()}};
     if (s.sixteen_bit()) copies.emplace_back(&loaded.master, &s.offload->master());
