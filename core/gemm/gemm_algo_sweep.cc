@@ -10,8 +10,9 @@
 // --top 15 (configs re-timed), --max_configs 4000 (valid configs kept), --max_checks 200000
 // (cublasLtMatmulAlgoCheck calls), --reps 10 (calls per batch), --screen_seconds 240.
 //
-// The problem is gemm_cuda.cc's: row-major C (m x n) = A (m x k) B (k x n; n x k with
-// --trans_b) is column-major D (n x m) = op(B) A for cuBLAS(Lt), whose A is our B; core/context's
+// The problem is gemm_cuda.cc's, set up by its cublas_args and matmul_algo_key: row-major
+// C (m x n) = A (m x k) B (k x n; n x k with --trans_b) is column-major D (n x m) = op(B) A for
+// cuBLAS(Lt), whose A is our B, with the same alignment preferences; core/context's
 // 32 MiB workspace; CUBLAS_COMPUTE_32F, scale CUDA_R_32F, alpha 1, beta 0, C == D; inputs
 // uniform in [-1, 1) (zeros draw less power and run faster than real data).
 // Timing: kWarmups calls, then CUDA events around batches of --reps back-to-back calls.
@@ -42,6 +43,7 @@ int main() {
 #include <tuple>
 #include <vector>
 
+#include "core/gemm/gemm_internal.h"
 #include "core/status/check.h"
 #include "core/status/cublas_check.h"
 #include "core/status/cuda_check.h"
@@ -158,8 +160,9 @@ struct Problem {
   cudaDataType_t type = CUDA_R_16BF;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasOperation_t op_a = CUBLAS_OP_N;
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
   int m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;  // cuBLAS's m, n = our n, m
+  uint32_t align_a = 0, align_b = 0, align_c = 0;      // cuBLASLt's A, B, C
   void *a = nullptr, *b = nullptr, *d = nullptr, *workspace = nullptr;  // a: our B, b: our A
   float alpha = 1.0f, beta = 0.0f;
 };
@@ -176,7 +179,7 @@ struct Entry {
 
 cublasStatus_t run(const Problem& p, const Entry& e, void* out) {
   if (e.blas) {
-    return cublasGemmEx(p.blas, p.op_a, CUBLAS_OP_N, p.m, p.n, p.k, &p.alpha, p.a, p.type, p.lda, p.b, p.type,
+    return cublasGemmEx(p.blas, p.op_a, p.op_b, p.m, p.n, p.k, &p.alpha, p.a, p.type, p.lda, p.b, p.type,
                         p.ldb, &p.beta, out, p.type, p.ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP);
   }
   return cublasLtMatmul(p.lt, p.desc, &p.alpha, p.a, p.la, p.b, p.lb, &p.beta, out, p.lc, out, p.lc, &e.algo,
@@ -364,18 +367,10 @@ void* random_device(int64_t count, bool bf16, uint64_t seed) {
   return d;
 }
 
-uint32_t alignment(const void* p) {  // as gemm_cuda.cc: the largest power of two <= 256 dividing it
-  uint32_t a = 256;
-  while (a > 1 && reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
-  return a;
-}
-
 Problem make_problem(const Flags& f) {
   Problem p;
   const bool bf16 = f.dtype == "bf16";
   p.type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  p.op_a = f.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  p.m = f.n, p.n = f.m, p.k = f.k, p.lda = f.trans_b ? f.k : f.n, p.ldb = f.k, p.ldc = f.n;
   CUBLAS_CHECK(cublasLtCreate(&p.lt));
   CUBLAS_CHECK(cublasCreate(&p.blas));
   CUDA_CHECK(cudaStreamCreateWithFlags(&p.stream, cudaStreamNonBlocking));
@@ -385,13 +380,27 @@ Problem make_problem(const Flags& f) {
   p.b = random_device(f.m * f.k, bf16, 1);  // our A
   p.a = random_device(f.k * f.n, bf16, 2);  // our B
   CUDA_CHECK(cudaMalloc(&p.d, f.m * f.n * 2));
+  // The column-major mapping and the alignments core/gemm uses for this problem.
+  colossal::core::gemm::internal::GemmProblem g;
+  g.m = f.m, g.n = f.n, g.k = f.k, g.trans_b = f.trans_b != 0;
+  g.dtype = bf16 ? colossal::core::DType::kBF16 : colossal::core::DType::kF16;
+  g.a = p.b, g.b = p.a, g.c = p.d;
+  const auto args = colossal::core::gemm::internal::cublas_args(g);
+  const auto key = colossal::core::gemm::internal::matmul_algo_key(g);
+  p.op_a = static_cast<cublasOperation_t>(args.op_a);
+  p.op_b = static_cast<cublasOperation_t>(args.op_b);
+  p.m = static_cast<int>(args.m), p.n = static_cast<int>(args.n), p.k = static_cast<int>(args.k);
+  p.lda = static_cast<int>(args.lda), p.ldb = static_cast<int>(args.ldb);
+  p.ldc = static_cast<int>(args.ldc);
+  p.align_a = key.align_a, p.align_b = key.align_b, p.align_c = key.align_c;
   CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const int32_t op_a = p.op_a, op_b = CUBLAS_OP_N;
+  const int32_t op_a = p.op_a, op_b = p.op_b;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, p.type, p.lda, f.trans_b ? f.n : f.k, p.lda));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, p.type, f.k, f.m, f.k));
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, p.type, f.n, f.m, f.n));
+  // Stored column-major: rows = the leading dimension, columns from the op.
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, p.type, p.lda, op_a == CUBLAS_OP_N ? p.k : p.m, p.lda));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, p.type, p.ldb, op_b == CUBLAS_OP_N ? p.n : p.k, p.ldb));
+  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, p.type, p.ldc, p.n, p.ldc));
   return p;
 }
 
@@ -402,10 +411,10 @@ std::vector<Entry> heuristic(const Problem& p) {
   const uint64_t ws = kWorkspaceBytes;
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment(p.a)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment(p.b)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment(p.d)},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment(p.d)}};
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_c}};
   for (const auto& [attr, v] : aligns) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &v, sizeof(v)));
   cublasLtMatmulHeuristicResult_t results[kHeuristicCount] = {};
   int found = 0;
