@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +17,7 @@
 #include "core/device/device.h"
 #include "core/tensor/tensor.h"
 #include "kernels/elementwise/elementwise.h"
+#include "nn/optim/test_util.h"
 #include "tests/util/gpu_test.h"
 
 namespace colossal::parallel {
@@ -38,28 +38,13 @@ TEST(ZeroOffload, RefusesHostWeights) {
 
 // `n` uniform values in [-scale, scale), rounded to `dtype`, on the device.
 Tensor random_device(int64_t n, DType dtype, uint32_t seed, float scale, const Stream& s) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> f(n);
-  for (float& x : f) x = u(gen);
-  auto host = Tensor::empty({n}, dtype, Stream::cpu());
-  EXPECT_TRUE(host.ok());
-  EXPECT_TRUE(
-      kernels::elementwise::cast_cpu(host->raw_data(), f.data(), n, dtype, DType::kF32).ok());
-  auto dev = host->to(s.device(), s);
-  EXPECT_TRUE(dev.ok());
+  const Tensor host = nn::testing::random_cpu_tensor({n}, dtype, seed, -scale, scale);
+  Tensor dev = host.to(s.device(), s).value();
   s.synchronize();
-  return *dev;
+  return dev;
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t, const Stream& s) {
-  auto host = t.to(core::Device::cpu(), s);
-  EXPECT_TRUE(host.ok());
-  s.synchronize();
-  std::vector<uint8_t> out(t.nbytes());
-  if (!out.empty()) std::memcpy(out.data(), host->raw_data(), out.size());
-  return out;
-}
+std::vector<uint8_t> bytes_of(const Tensor& t, const Stream& s) { return nn::testing::to_bytes(t, s); }
 
 class ZeroOffloadCuda : public ::testing::TestWithParam<DType> {};
 
