@@ -7,8 +7,8 @@
 //     tiny GPT-2 of zero_test_util (the CPU model supplies the module tree
 //     for the backward hooks) converted to the dtype on its GPU, initialised
 //     with its own seed (boost broadcasts rank 0's). Instead of a forward /
-//     backward, every step writes deterministic per-rank gradients into the
-//     flat gradient buffer (on the compute stream, between begin_backward
+//     backward, every step adds deterministic per-rank gradients to the
+//     flat gradient buffer, as a backward accumulates (on the compute stream, between begin_backward
 //     and end_backward, which launches every bucket; stage 2 runs two
 //     backwards of half the gradients per step, float16 aside, so the
 //     shards accumulate); the reference gets
@@ -360,11 +360,16 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     ASSERT_TRUE(zero.zero_grad().ok());
     // Stage 2 (float32 / bfloat16): two backwards of half the gradients,
     // whose reduced shards accumulate to exactly the whole (halving is exact).
+    // Each adds to the gradient buffer as a backward does: at world size 1
+    // the buffer is the shard and holds the first half when the second comes.
     const int micro = c.stage == 2 && c.dtype != DType::kF16 ? 2 : 1;
     for (int m = 0; m < micro; ++m) {
       ASSERT_TRUE(zero.begin_backward(*ctx, /*sync=*/true).ok());
-      upload(store->flat_grads(c.dtype),
-             rank_grads(table, step, rank, c.dtype, scale / micro, inf ? inf_at : -1), stream);
+      std::vector<float> g = download(store->flat_grads(c.dtype), stream);
+      const std::vector<float> add =
+          rank_grads(table, step, rank, c.dtype, scale / micro, inf ? inf_at : -1);
+      for (size_t i = 0; i < g.size(); ++i) g[i] += add[i];
+      upload(store->flat_grads(c.dtype), g, stream);
       ASSERT_TRUE(zero.end_backward(true).ok());
     }
     ASSERT_TRUE(zero.before_step(adam->stream()).ok());

@@ -84,6 +84,11 @@ struct LowLevelZeroPlugin::State {
   // float16) on `stream`'s device; every shard is a device tensor and the
   // host vectors above stay empty.
   bool cuda = false;
+  // CUDA at world size 1: the slice is the whole buffer, so the step writes
+  // the model's weights directly (no gather buffer, no all_gather, no copy
+  // back) and stage 2's gradient shard is the model's gradient buffer itself
+  // (no per-bucket accumulation pass): ZeRO on one GPU costs what ddp does.
+  bool local = false;
   core::DType dtype = core::DType::kF32;
   core::Stream stream;             // the optimizer's (CUDA) stream: the step's work
   core::Tensor d_master;           // float32 [n]: this rank's master slice
@@ -92,6 +97,13 @@ struct LowLevelZeroPlugin::State {
   core::Tensor d_norm;             // float32 [3]: sum of squares, found_inf, local norm
   core::Tensor d_norm_scratch;     // l2_norm_cuda's scratch
   int64_t norm_scratch_bytes = 0;
+  // The slice's pieces by optimizer group, and per group a region of
+  // d_adam_scratch: one multi-tensor Adam launch per group instead of one
+  // per piece (a 1.5B GPT-2 has ~580 pieces, whose launches the GPU would
+  // otherwise wait for after the step's host sync).
+  std::vector<std::vector<ShardPiece>> group_pieces;
+  std::vector<int64_t> adam_scratch_at, adam_scratch_bytes;
+  core::Tensor d_adam_scratch;
   // Stage 2's per-bucket buffers, allocated from the device pool on the
   // backward's compute stream when the bucket launches (none exist during
   // the forward, the activations' peak) and freed once the received part is
@@ -178,7 +190,7 @@ struct LowLevelZeroPlugin::State {
       buffer.dtype = dtype;
       buffer.device = flat.device();
       w = pg->all_reduce(buffer, comm::ReduceOp::kAvg, co);
-      if (w.ok() && options.stage == 2) {
+      if (w.ok() && options.stage == 2 && !local) {  // local: the buffer is the shard
         pending.push_back(b);
         d_scatters.emplace_back();
       }
@@ -555,8 +567,27 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
         s.d_norm_scratch,
         core::Tensor::empty({std::max<int64_t>(s.norm_scratch_bytes, 16)}, core::DType::kU8, st));
   }
+  s.local = s.pg->size() == 1;
   if (s.options.stage == 2) {
-    COLOSSAL_ASSIGN_OR_RETURN(s.d_grad_shard, device_zeros(s.shard.size, dtype, st));
+    if (s.local) {
+      s.d_grad_shard = store.flat_grads(dtype);  // shard.size == numel: the whole buffer
+    } else {
+      COLOSSAL_ASSIGN_OR_RETURN(s.d_grad_shard, device_zeros(s.shard.size, dtype, st));
+    }
+  }
+  if (!s.offload) {
+    s.group_pieces.assign(optimizer.num_groups(), {});
+    for (const ShardPiece& p : s.pieces) s.group_pieces[p.group].push_back(p);
+    int64_t total = 0;
+    for (const std::vector<ShardPiece>& gp : s.group_pieces) {
+      const int64_t bytes = kernels::adam::adam_cuda_scratch_bytes(static_cast<int64_t>(gp.size()));
+      s.adam_scratch_at.push_back(total);
+      s.adam_scratch_bytes.push_back(bytes);
+      total += (bytes + 255) / 256 * 256;
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(
+        s.d_adam_scratch,
+        core::Tensor::empty({std::max<int64_t>(total, 16)}, core::DType::kU8, st));
   }
   if (n > 0 && !s.offload) {
     // The master slice: the (broadcast) weights, exactly (a 16-bit value
@@ -628,7 +659,8 @@ absl::Status LowLevelZeroPlugin::before_step(const core::Stream& stream) {
 absl::Status LowLevelZeroPlugin::zero_grad() {
   State& s = *state_;
   if (s.cuda) {
-    if (s.d_grad_shard.defined()) return s.d_grad_shard.set_zero(s.stream);
+    // local: the shard is the gradient buffer, which the optimizer zeroed.
+    if (s.d_grad_shard.defined() && !s.local) return s.d_grad_shard.set_zero(s.stream);
     return absl::OkStatus();
   }
   std::fill(s.grad_shard.begin(), s.grad_shard.end(), 0.0f);
@@ -713,13 +745,19 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
 
   COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
   const int64_t size = s.shard.size;
-  // The gather buffer lives for this step only (allocated and freed on the
-  // step's stream, after the backward freed the activations).
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor gathered,
-                            core::Tensor::empty({s.shard.padded}, s.dtype, st));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine,
-                            gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
-                                           static_cast<int64_t>(s.pg->rank()) * size + size));
+  // `mine`: where this rank's updated slice goes. The gather buffer lives
+  // for this step only (allocated and freed on the step's stream, after the
+  // backward freed the activations); at world size 1 it is the weights.
+  core::Tensor values = s.store.flat_values(s.dtype);
+  core::Tensor gathered, mine;
+  if (s.local) {
+    mine = values;
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(gathered, core::Tensor::empty({s.shard.padded}, s.dtype, st));
+    COLOSSAL_ASSIGN_OR_RETURN(mine,
+                              gathered.slice(static_cast<int64_t>(s.pg->rank()) * size,
+                                             static_cast<int64_t>(s.pg->rank()) * size + size));
+  }
   if (s.offload) {
     ++s.adam.step;
     std::vector<ZeroOffload::Piece> pieces;
@@ -737,7 +775,7 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
                               s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, mine.slice(0, n));
     COLOSSAL_RETURN_IF_ERROR(s.offload->step(grad, pieces, weights, out));
-  } else if (s.sixteen_bit() && n > 0) {
+  } else if (s.sixteen_bit() && n > 0 && !s.local) {
     // Elements of the slice no piece covers (alignment gaps) keep the weights.
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
@@ -747,25 +785,35 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   if (!s.offload) {
     ++s.adam.step;
     core::DeviceGuard guard(st.device());
-    for (const ShardPiece& p : s.pieces) {
-      const kernels::adam::AdamOptions o =
-          nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.adam.step, grad_scale);
-      const int64_t at = p.offset - s.shard.begin;
-      // 16-bit: the kernel writes the rounded master straight into this
-      // rank's block of the gather buffer.
-      void* copy = s.sixteen_bit() ? static_cast<char*>(mine.raw_data()) + at * es : nullptr;
-      const kernels::KernelStatus ks = kernels::adam::adam_step_cuda(
-          s.d_master.data<float>() + at, s.d_exp_avg.data<float>() + at,
-          s.d_exp_avg_sq.data<float>() + at, copy, g + at * es, /*found_inf=*/nullptr, p.count,
-          s.dtype, s.sixteen_bit() ? s.dtype : core::DType::kF32, o, st.handle());
+    std::vector<kernels::adam::AdamTensor> tensors;
+    for (size_t group = 0; group < s.group_pieces.size(); ++group) {
+      if (s.group_pieces[group].empty()) continue;
+      tensors.clear();
+      for (const ShardPiece& p : s.group_pieces[group]) {
+        const int64_t at = p.offset - s.shard.begin;
+        // 16-bit: the kernel writes the rounded master straight into this
+        // rank's block of the gather buffer (world size 1: the weights).
+        void* copy = s.sixteen_bit() ? static_cast<char*>(mine.raw_data()) + at * es : nullptr;
+        tensors.push_back(kernels::adam::AdamTensor{
+            s.d_master.data<float>() + at, s.d_exp_avg.data<float>() + at,
+            s.d_exp_avg_sq.data<float>() + at, g + at * es, copy, p.count});
+      }
+      const kernels::adam::AdamOptions o = nn::kernel_adam_options(
+          s.optimizer->group_hyper(static_cast<int>(group)), s.adam.step, grad_scale);
+      const kernels::KernelStatus ks = kernels::adam::adam_step_tensors_cuda(
+          tensors.data(), /*found_inf=*/nullptr,
+          static_cast<char*>(s.d_adam_scratch.raw_data()) + s.adam_scratch_at[group],
+          s.adam_scratch_bytes[group], static_cast<int64_t>(tensors.size()), s.dtype,
+          s.sixteen_bit() ? s.dtype : core::DType::kF32, o, st.handle());
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          ks, absl::StrCat("low_level_zero: Adam step of group ", p.group)));
+          ks, absl::StrCat("low_level_zero: Adam step of group ", group)));
     }
   }
   if (!s.sixteen_bit() && n > 0 && !s.offload) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(s.d_master, st));
   }
+  if (s.local) return r;  // the weights were written in place
   // Every rank's slice into the flat parameter buffer: the gather runs after
   // the step's work (input stream), the stream waits for it, then copies.
   {
@@ -776,7 +824,6 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     s.reducer->track(std::move(w));  // waited for again (host) before the buffers go
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all, gathered.slice(0, s.numel));
-  core::Tensor values = s.store.flat_values(s.dtype);
   COLOSSAL_RETURN_IF_ERROR(values.copy_from(all, st));
   return r;
 #else

@@ -81,10 +81,16 @@
 //     only host sync); then as nn::mixed_precision_step: with a
 //     DynamicLossScaler s = scale(), norm = ||g|| / s, scaler->update(overflow)
 //     on every rank (they all saw the same sums), overflow skips the step on
-//     every rank (nothing changes, step count included), else the CUDA flat
-//     Adam kernel per piece with grad_scale = s / clip_coef; finally the slice
-//     is all_gathered into a padded device buffer and copied into the model's
+//     every rank (nothing changes, step count included), else the CUDA
+//     multi-tensor Adam kernel, one launch per optimizer group over its
+//     pieces, with grad_scale = s / clip_coef; finally the slice is
+//     all_gathered into a padded device buffer and copied into the model's
 //     flat buffer on the stream;
+//   * world size 1 (the slice is the whole buffer): Adam writes the model's
+//     weights directly (no gather buffer, all_gather or copy), and stage 2's
+//     gradient shard is the model's flat gradient buffer itself (so, unlike
+//     at larger world sizes, the model's gradients keep their values after a
+//     backward, accumulating as stage 1's do): one GPU costs what ddp does;
 //   * cpu_offload: the master slice and moments are pinned host tensors and
 //     the Adam step after the norm runs on the CPU (zero_offload.h); the
 //     gradient slice crosses PCIe once down and the new weights once up;
@@ -245,7 +251,8 @@ class LowLevelZeroPlugin : public Plugin {
   // on the model's device, written on the optimizer's stream (synchronise it
   // before reading them on the host). master / exp_avg / exp_avg_sq: float32
   // [shard().end - shard().begin] (with cpu_offload: pinned host tensors);
-  // grad_shard: param_dtype() [shard().size] (stage 2; undefined for stage 1).
+  // grad_shard: param_dtype() [shard().size] (stage 2; undefined for stage 1;
+  // at world size 1 the model's flat gradient buffer itself).
   // Valid after boost.
   bool on_cuda() const;
   core::DType param_dtype() const;
