@@ -392,7 +392,7 @@ absl::StatusOr<int64_t> read_step(const std::string& key, const core::Tensor& t,
 
 }  // namespace
 
-absl::Status Optimizer::check_loadable(const OptimizerStateDict& state) const {
+absl::Status Optimizer::check_state_dict(const OptimizerStateDict& state) const {
   const OptimizerMeta& meta = state.meta;
   if (is_adam_type(meta.type) != is_adam_type(type_) || (meta.type != type_ && !is_adam_type(type_))) {
     return absl::InvalidArgumentError(absl::StrCat("load_state_dict: the state is of a \"", meta.type,
@@ -458,8 +458,27 @@ absl::Status Optimizer::check_loadable(const OptimizerStateDict& state) const {
   return absl::OkStatus();
 }
 
+absl::Status Optimizer::load_state_meta(const OptimizerStateDict& state) {
+  COLOSSAL_RETURN_IF_ERROR(check_state_dict(state));
+  std::vector<int64_t> steps;  // read before anything changes
+  for (const Group& g : groups_) {
+    for (const Slot& slot : g.slots) {
+      const std::string step_key = state_key(slot.ref.name, "step");
+      COLOSSAL_ASSIGN_OR_RETURN(int64_t step,
+                                read_step(step_key, state.tensors.at(step_key), stream_));
+      steps.push_back(step);
+    }
+  }
+  size_t i = 0;
+  for (size_t gi = 0; gi < groups_.size(); ++gi) {
+    groups_[gi].hyper = state.meta.groups[gi].hyper;
+    for (Slot& slot : groups_[gi].slots) slot.step = steps[i++];
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Optimizer::load_state_dict(const OptimizerStateDict& state) {
-  COLOSSAL_RETURN_IF_ERROR(check_loadable(state));
+  COLOSSAL_RETURN_IF_ERROR(check_state_dict(state));
   COLOSSAL_RETURN_IF_ERROR(allocate_state());
   // Copies `src` into `dst` on a stream valid for both (checked above).
   auto copy_into = [&](core::Tensor& dst, const core::Tensor& src) -> absl::Status {

@@ -131,6 +131,13 @@ class Optimizer {
   // them again, zeroed).
   void drop_masters();
   void release_state();
+  // For the same plugin, whose checkpoint load keeps only its slice of a
+  // saved state: check_state_dict() runs load_state_dict()'s checks (same
+  // errors) without changing anything; load_state_meta() runs them and then
+  // restores only the hyper-parameters and step counts. Neither allocates
+  // state tensors nor touches masters or model copies.
+  absl::Status check_state_dict(const OptimizerStateDict& state) const;
+  absl::Status load_state_meta(const OptimizerStateDict& state);
 
  protected:
   struct Slot {
@@ -169,7 +176,6 @@ class Optimizer {
   absl::Status allocate_slot_state(Slot& slot);
   const Slot* find_slot(absl::string_view name) const;
   Slot* find_slot(absl::string_view name);
-  absl::Status check_loadable(const OptimizerStateDict& state) const;
   // The tensor giving a slot's shape and device: its master, or its model
   // copy once the masters were dropped.
   static const core::Tensor& shape_of(const Slot& slot);

@@ -153,6 +153,49 @@ TEST(OptimizerStateTest, DroppedMastersAndReleasedState) {
   for (int64_t i = 0; i < m.numel(); ++i) ASSERT_EQ(m.data<float>()[i], 0.0f);
 }
 
+// The same plugin's checkpoint load: check_state_dict() only checks;
+// load_state_meta() restores hyper-parameters and step counts, and neither
+// touches the state tensors, masters or model copies.
+TEST(OptimizerStateTest, MetaOnlyLoadLeavesTensorsAlone) {
+  Model a(1);
+  AdamOptions o;
+  o.beta2 = 0.95;
+  auto oa = make_hybrid_adam(split_decay_groups(a.params, 0.1), o).value();
+  for (int step = 0; step < 2; ++step) {
+    a.fill_grads(7 * step);
+    ASSERT_TRUE(oa->step().ok());
+  }
+  ASSERT_TRUE(oa->set_lrs({5e-3, 7e-3}).ok());
+  const Saved saved = save(*oa);
+
+  Model b(77);
+  auto ob = make_hybrid_adam(split_decay_groups(b.params, 0.0)).value();
+  b.fill_grads(3);
+  ASSERT_TRUE(ob->step().ok());
+  const std::vector<uint8_t> weight = testing::to_bytes(b.weights[0]);
+  const std::vector<uint8_t> master = testing::to_bytes(b.params[0].master);
+  const std::vector<uint8_t> moment =
+      testing::to_bytes(ob->state_tensor("wte.weight", "exp_avg").value());
+
+  OptimizerStateDict bad = restore(saved);
+  bad.tensors.erase("state.wte.weight.exp_avg");
+  EXPECT_TRUE(absl::IsInvalidArgument(ob->check_state_dict(bad)));
+  EXPECT_TRUE(absl::IsInvalidArgument(ob->load_state_meta(bad)));
+  EXPECT_EQ(ob->group_hyper(0).weight_decay, 0.0);  // nothing changed
+  EXPECT_EQ(ob->param_step("wte.weight").value(), 1);
+
+  ASSERT_TRUE(ob->check_state_dict(restore(saved)).ok());
+  EXPECT_EQ(ob->group_hyper(0).weight_decay, 0.0);  // a check changes nothing
+  ASSERT_TRUE(ob->load_state_meta(restore(saved)).ok());
+  EXPECT_EQ(ob->lrs(), (std::vector<double>{5e-3, 7e-3}));
+  EXPECT_EQ(ob->group_hyper(0).weight_decay, 0.1);
+  EXPECT_EQ(ob->group_hyper(0).beta2, 0.95);
+  EXPECT_EQ(ob->param_step("wte.weight").value(), 2);
+  EXPECT_EQ(testing::to_bytes(b.weights[0]), weight);
+  EXPECT_EQ(testing::to_bytes(b.params[0].master), master);
+  EXPECT_EQ(testing::to_bytes(ob->state_tensor("wte.weight", "exp_avg").value()), moment);
+}
+
 TEST(OptimizerStateTest, AdamFamilyStatesLoadAcrossFlavours) {
   Model a(1);
   auto oa = make_cpu_adam({ParamGroup{a.params}}).value();

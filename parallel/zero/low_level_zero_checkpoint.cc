@@ -157,10 +157,10 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       }
     }
   }
-  // Validates everything and restores the hyper-parameters (and the
-  // optimizer's own, unused copy of the state, which also gives the tensors
-  // on the CPU in float32 whatever device the dict's were on).
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(optimizer.load_state_dict(state), "low_level_zero"));
+  // Validates everything first (nothing changes on an error); the
+  // optimizer's own state is never allocated: only this slice is kept, so a
+  // resume needs no full-size copy of the state on the device.
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(optimizer.check_state_dict(state), "low_level_zero"));
 
   ZeroAdamSlice out;
   const int64_t n = shard.end - shard.begin;
@@ -168,38 +168,34 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
   out.exp_avg_sq.assign(n, 0.0f);
   if (with_master) out.master.assign(n, 0.0f);
   const core::Stream& stream = optimizer.stream();
-  // A host float32 copy of `t` (the optimizer's CUDA state or master), or `t`.
+  // A host copy of `t` (a dict tensor on the optimizer's device, or a model
+  // copy), or `t` itself.
   auto on_host = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
     if (t.device().is_cpu()) return t;
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, t.to(core::Device::cpu(), stream));
     stream.synchronize();
     return h;
   };
-  bool have_step = false;
+  // 16-bit models: parameters whose saved master rounds into the model copy.
+  std::vector<std::pair<nn::ParamRef, core::Tensor>> rounded;
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
       COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
-      if (!have_step) {
-        COLOSSAL_ASSIGN_OR_RETURN(out.step, optimizer.param_step(p.name));
-        have_step = true;
-      }
+      const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
+      if (with_master && saved != state.tensors.end()) rounded.emplace_back(p, saved->second);
       const int64_t lo = std::max(e->offset, shard.begin);
       const int64_t hi = std::min(e->offset + e->numel(), shard.end);
       if (lo >= hi) continue;
       for (auto [name, dst] :
            {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor td, optimizer.state_tensor(p.name, name));
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, on_host(td));
-        if (!t.device().is_cpu() || t.dtype() != core::DType::kF32 || t.numel() != e->numel()) {
-          return absl::InternalError(absl::StrCat("low_level_zero: the optimizer's ", name, " of ",
-                                                  p.name, " is ", t.to_string()));
-        }
+        // Adam-family states always hold both (check_state_dict: float32, the shape).
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                                  on_host(state.tensors.at(nn::state_key(p.name, name))));
         const float* src = t.data<float>() + (lo - e->offset);
         std::copy(src, src + (hi - lo), dst->data() + (lo - shard.begin));
       }
       if (!with_master) continue;
-      // The dict's master (the plugin dropped the optimizer's), else the 16-bit weight.
-      const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
+      // The dict's master, else the 16-bit weight.
       const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
       if (!src_t.defined() || src_t.numel() != e->numel()) {
         return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
@@ -212,6 +208,29 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
                                          core::DType::kF32, h.dtype()),
           absl::StrCat("low_level_zero: the master of ", p.name)));
     }
+  }
+  // Now the optimizer's hyper-parameters and step counts, and the model
+  // copies: every rank's whole model gets the saved masters' rounding (as
+  // nn::Optimizer::load_state_dict gives it), one parameter at a time.
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(optimizer.load_state_meta(state), "low_level_zero"));
+  for (int g = 0; g < optimizer.num_groups() && out.step == 0; ++g) {
+    const std::vector<nn::ParamRef> params = optimizer.group_params(g);
+    if (!params.empty()) {
+      COLOSSAL_ASSIGN_OR_RETURN(out.step, optimizer.param_step(params.front().name));
+    }
+  }
+  for (auto& [p, master] : rounded) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor m, on_host(master));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor c, core::Tensor::empty(p.model_copy.shape(),
+                                                                  p.model_copy.dtype(),
+                                                                  core::Stream::cpu()));
+    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+        kernels::elementwise::cast_cpu(c.raw_data(), m.raw_data(), m.numel(), c.dtype(),
+                                       core::DType::kF32),
+        absl::StrCat("low_level_zero: the model copy of ", p.name)));
+    const bool cuda = p.model_copy.device().is_cuda();
+    COLOSSAL_RETURN_IF_ERROR(p.model_copy.copy_from(c, cuda ? stream : core::Stream::cpu()));
+    if (cuda) stream.synchronize();  // `c` is freed next
   }
   return out;
 }

@@ -65,16 +65,20 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
     const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream);
 
-// Checks `state` against `optimizer` and loads it there
-// (nn::Optimizer::load_state_dict: type family, groups, parameter names,
-// shapes, hyper-parameters, step counts; the hyper-parameters are what the
-// plugin steps with), then returns `shard`'s slice of it. Nothing changes on
-// an error: InvalidArgument naming the mismatch, or step counts that differ
-// between parameters (the plugin keeps one). The optimizer's state tensors
-// may be on the CPU or on CUDA (copied to the host). with_master (16-bit
-// models): also the slice of the float32 masters: a parameter's
-// state.<name>.master when the dict has one (the optimizer loaded it), else
-// its 16-bit weight (the optimizer's model copy) widened.
+// Checks `state` against `optimizer` (nn::Optimizer::check_state_dict: type
+// family, groups, parameter names, shapes, hyper-parameters, step counts)
+// and returns `shard`'s slice of it; then restores the optimizer's
+// hyper-parameters and step counts (load_state_meta: the plugin steps with
+// them) and, for 16-bit models, writes every saved master's rounding into
+// its model copy, as nn::Optimizer::load_state_dict would. The optimizer's
+// own state tensors are never allocated: a resume costs the slice, not a
+// full-size copy of the state on the device. Nothing changes on a checking
+// error: InvalidArgument naming the mismatch, or step counts that differ
+// between parameters (the plugin keeps one). The dict's tensors may be on
+// the CPU or on the optimizer's CUDA device (copied to the host one
+// parameter at a time). with_master (16-bit models): also the slice of the
+// float32 masters: a parameter's state.<name>.master when the dict has one,
+// else its 16-bit weight (the optimizer's model copy) widened.
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,
                                                    nn::Optimizer& optimizer,

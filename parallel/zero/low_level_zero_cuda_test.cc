@@ -23,7 +23,8 @@
 //     bitwise equal); the gathered optimizer state (exp_avg, exp_avg_sq and,
 //     16-bit, the float32 master) against nn::Adam's state_dict: <= 1e-5
 //     relative, equal step counts; loading the reference's state back gives
-//     it bitwise (checkpoint round trip);
+//     it bitwise (checkpoint round trip), allocating no full-size state on
+//     the device;
 //   * float16 with a DynamicLossScaler (initial scale 2^10, hysteresis 1):
 //     the loss-scaled gradients of one rank hold an inf in one step; every
 //     rank skips that step (weights bitwise unchanged, step count unchanged),
@@ -47,6 +48,7 @@
 #include "bazel/cuda_config.h"
 #include "comm/nccl/process_group_nccl.h"
 #include "comm/store/tcp_store.h"
+#include "core/alloc/default_allocator.h"
 #include "core/context/context.h"
 #include "core/device/device.h"
 #include "core/tensor/tensor.h"
@@ -396,8 +398,18 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   auto sd = zero.optimizer_state_dict(*adam);
   ASSERT_TRUE(sd.ok()) << sd.status();
   expect_states_close(*sd, ref.state, stream, kStateTol, absl::StrCat("rank ", rank));
-  // ... and the reference's state loads and gathers back bitwise.
+  // ... and the reference's state loads and gathers back bitwise, with no
+  // full-size state on the device: the slices exist already, so the load's
+  // peak stays below one float per parameter (staging the moments in the
+  // optimizer took two).
+  auto alloc = core::device_allocator(stream.device());
+  ASSERT_TRUE(alloc.ok()) << alloc.status();
+  (*alloc)->reset_peak_stats();
+  const int64_t allocated_before = (*alloc)->stats().allocated_bytes;
   ASSERT_TRUE(zero.load_optimizer_state_dict(*adam, ref.state).ok());
+  EXPECT_LT((*alloc)->stats().peak_allocated_bytes - allocated_before,
+            4 * table.buffer_numel(c.dtype))
+      << "rank " << rank << ": the load allocated full-size state on the device";
   auto back = zero.optimizer_state_dict(*adam);
   ASSERT_TRUE(back.ok()) << back.status();
   expect_states_close(*back, ref.state, stream, 0.0, absl::StrCat("rank ", rank, " reloaded"));

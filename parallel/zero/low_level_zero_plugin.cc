@@ -937,7 +937,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   if (!s.cuda) {
     COLOSSAL_ASSIGN_OR_RETURN(s.adam,
                               load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
-    optimizer.release_state();  // only the slices stay
+    optimizer.release_state();  // only the slices stay (see the CUDA path below)
     return s.read_master();  // a .master in the dict was written into the weights
   }
   // Every device tensor written on the step's stream (ordered after the
@@ -946,7 +946,8 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   COLOSSAL_ASSIGN_OR_RETURN(
       ZeroAdamSlice loaded,
       load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit()));
-  // Loading went through the optimizer's full-size state; only the slices stay.
+  // (The optimizer's own state was never allocated for the load; release
+  // any a caller made it allocate before, e.g. through state_dict().)
   s.stream.synchronize();
   optimizer.release_state();
   const int64_t n = s.shard.end - s.shard.begin;

@@ -117,15 +117,16 @@
 //   * the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam), its
 //     parameters made by optimizer_params (float32: the weights are their own
 //     masters). It supplies the groups, hyper-parameters and zero_grad; its
-//     own step() is not used and its state tensors only stage a loaded
-//     checkpoint (released again after the load), so its own state_dict() is
-//     stale after boost. Memory per rank beyond the 16-bit weights and
+//     own step() is not used and its state tensors stay unallocated (a
+//     checkpoint load restores only its hyper-parameters and step counts), so
+//     its own state_dict() is meaningless after boost. Memory per rank beyond the 16-bit weights and
 //     gradients: the slice's 12 bytes per element (master, moments; none on
 //     the GPU with cpu_offload) plus, on CUDA, the gather buffer (one 16-bit
-//     copy of the weights) and in stage 2 the gradient shard and per-bucket
+//     copy of the weights; none at world size 1) and in stage 2 the gradient shard and per-bucket
 //     send / receive buffers (about one more copy of the gradients): the
 //     model's full flat gradient buffer is not freed per bucket. Loading a
-//     checkpoint stages the whole state in the optimizer for a moment.
+//     checkpoint allocates only the slice on the device (the whole dict is
+//     host memory, read by every rank).
 //     One step count for the whole slice (every parameter steps together), so
 //     a checkpoint whose parameters took different step counts is refused;
 //   * a parameter whose gradient is written after its owner module's
