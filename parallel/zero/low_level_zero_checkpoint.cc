@@ -23,50 +23,82 @@ absl::StatusOr<const nn::ParameterEntry*> entry_of(const nn::ParameterTable& tab
   return e;
 }
 
-// The dict from `all`: every rank's block of K*S floats, rank j's block being
-// [exp_avg | exp_avg_sq (| master)] of flat elements [j*S, j*S + S).
-absl::StatusOr<nn::OptimizerStateDict> build_state(const nn::ParameterTable& table,
-                                                   const nn::Optimizer& optimizer, int64_t S,
-                                                   int K, const std::vector<float>& all,
-                                                   int64_t step_count) {
-  // Flat elements [lo, lo + n) of moment `m` (0: exp_avg, 1: exp_avg_sq, 2: master) into dst.
-  auto copy_flat = [&](int m, int64_t lo, int64_t n, float* dst) {
-    while (n > 0) {
-      const int64_t j = lo / S, in = lo - j * S, len = std::min(n, S - in);
-      const float* src = all.data() + (j * K + m) * S + in;
-      std::copy(src, src + len, dst);
-      dst += len;
-      lo += len;
-      n -= len;
-    }
-  };
-
-  nn::OptimizerStateDict out;
-  out.meta.type = optimizer.type();
-  for (int g = 0; g < optimizer.num_groups(); ++g) {
-    nn::GroupState gs;
-    gs.hyper = optimizer.group_hyper(g);
-    for (const nn::ParamRef& p : optimizer.group_params(g)) {
-      gs.params.push_back(p.name);
-      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
-      const char* names[3] = {"exp_avg", "exp_avg_sq", "master"};
-      for (int m = 0; m < K; ++m) {
+// The whole dict, built from gathered pieces of the ranks' slices: its
+// tensors (CPU float32, the parameters' shapes) are allocated first and
+// filled chunk by chunk, so no second full-size copy of the state exists.
+class StateBuilder {
+ public:
+  // K moments: 0 exp_avg, 1 exp_avg_sq, 2 master (16-bit models).
+  static absl::StatusOr<StateBuilder> create(const nn::ParameterTable& table,
+                                             const nn::Optimizer& optimizer, int K,
+                                             int64_t step_count) {
+    StateBuilder b;
+    b.K_ = K;
+    b.out_.meta.type = optimizer.type();
+    const char* names[3] = {"exp_avg", "exp_avg_sq", "master"};
+    for (int g = 0; g < optimizer.num_groups(); ++g) {
+      nn::GroupState gs;
+      gs.hyper = optimizer.group_hyper(g);
+      for (const nn::ParamRef& p : optimizer.group_params(g)) {
+        gs.params.push_back(p.name);
+        COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
+        Run run{e->offset, e->numel(), {nullptr, nullptr, nullptr}};
+        for (int m = 0; m < K; ++m) {
+          COLOSSAL_ASSIGN_OR_RETURN(
+              core::Tensor t, core::Tensor::empty(e->shape, core::DType::kF32, core::Stream::cpu()));
+          run.dst[m] = t.data<float>();
+          b.out_.tensors[nn::state_key(p.name, names[m])] = std::move(t);
+        }
+        b.runs_.push_back(run);
         COLOSSAL_ASSIGN_OR_RETURN(
-            core::Tensor t,
-            core::Tensor::empty(e->shape, core::DType::kF32, core::Stream::cpu()));
-        copy_flat(m, e->offset, e->numel(), t.data<float>());
-        out.tensors[nn::state_key(p.name, names[m])] = std::move(t);
+            core::Tensor step,
+            core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
+        *step.data<int64_t>() = step_count;
+        b.out_.tensors[nn::state_key(p.name, "step")] = std::move(step);
       }
-      COLOSSAL_ASSIGN_OR_RETURN(
-          core::Tensor step,
-          core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
-      *step.data<int64_t>() = step_count;
-      out.tensors[nn::state_key(p.name, "step")] = std::move(step);
+      b.out_.meta.groups.push_back(std::move(gs));
     }
-    out.meta.groups.push_back(std::move(gs));
+    std::sort(b.runs_.begin(), b.runs_.end(),
+              [](const Run& x, const Run& y) { return x.offset < y.offset; });
+    return b;
   }
-  return out;
-}
+
+  // `block` holds, for every rank j in order, K runs of `len` floats: moment
+  // m of j's slice elements [at, at + len), i.e. flat elements
+  // [j*S + at, j*S + at + len). Elements outside every parameter (padding,
+  // alignment gaps, frozen parameters) are skipped.
+  void add(const float* block, int world, int64_t S, int64_t at, int64_t len) {
+    for (int j = 0; j < world; ++j) {
+      for (int m = 0; m < K_; ++m) {
+        const float* src = block + (static_cast<int64_t>(j) * K_ + m) * len;
+        const int64_t lo = j * S + at, hi = lo + len;
+        // The first parameter ending after lo.
+        auto it = std::upper_bound(runs_.begin(), runs_.end(), lo,
+                                   [](int64_t v, const Run& r) { return v < r.offset + r.numel; });
+        for (; it != runs_.end() && it->offset < hi; ++it) {
+          const int64_t a = std::max(lo, it->offset), e = std::min(hi, it->offset + it->numel);
+          std::copy(src + (a - lo), src + (e - lo), it->dst[m] + (a - it->offset));
+        }
+      }
+    }
+  }
+
+  nn::OptimizerStateDict take() { return std::move(out_); }
+
+ private:
+  struct Run {
+    int64_t offset, numel;
+    float* dst[3];
+  };
+  int K_ = 2;
+  std::vector<Run> runs_;  // by offset
+  nn::OptimizerStateDict out_;
+};
+
+// Slice elements per collective when gathering device slices: bounds the
+// device staging to world * K * 4 bytes * this (96 MiB per rank for a 16-bit
+// model) however large the model.
+constexpr int64_t kGatherChunk = int64_t{8} << 20;
 
 }  // namespace
 
@@ -79,6 +111,8 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
   // each padded to the slice size S (the last ranks' slices are short).
   const int64_t S = shard.size;
   const int world = pg.size();
+  COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
+                            StateBuilder::create(table, optimizer, 2, slice.step));
   std::vector<float> send(2 * S, 0.0f), all(static_cast<size_t>(world) * 2 * S, 0.0f);
   std::copy(slice.exp_avg.begin(), slice.exp_avg.end(), send.begin());
   std::copy(slice.exp_avg_sq.begin(), slice.exp_avg_sq.end(), send.begin() + S);
@@ -88,12 +122,14 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                             comm::Buffer::cpu(send.data(), send.size())));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
   }
-  return build_state(table, optimizer, S, 2, all, slice.step);
+  builder.add(all.data(), world, S, 0, S);
+  return builder.take();
 }
 
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
-    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream) {
+    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
+    int64_t chunk_elements) {
   const int64_t S = shard.size;
   const int64_t n = shard.end - shard.begin;
   const int world = pg.size();
@@ -101,31 +137,52 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
   if (!stream.is_cuda()) {
     return absl::InvalidArgumentError("low_level_zero: gathering device slices needs a CUDA stream");
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send,
-                            core::Tensor::empty({K * S}, core::DType::kF32, stream));
-  COLOSSAL_RETURN_IF_ERROR(send.set_zero(stream));
   const core::Tensor* parts[3] = {&slice.exp_avg, &slice.exp_avg_sq, &slice.master};
   for (int m = 0; m < K && n > 0; ++m) {
     if (!parts[m]->defined() || parts[m]->numel() < n || parts[m]->dtype() != core::DType::kF32) {
       return absl::InternalError(absl::StrCat("low_level_zero: device slice ", m, " is ",
                                               parts[m]->to_string()));
     }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, send.slice(m * S, m * S + n));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, parts[m]->slice(0, n));
-    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all_d,
-                            core::Tensor::empty({world * K * S}, core::DType::kF32, stream));
-  {
-    comm::CollectiveOptions o;
-    o.stream = stream;
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pg.all_gather(all_d, send, o));
-    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
+  COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
+                            StateBuilder::create(table, optimizer, K, slice.step));
+  // Chunk by chunk of the slice: rank j's send block is [m][len] (zeros past
+  // its slice), the gathered one [j][m][len], copied to the host and into
+  // the dict's tensors.
+  const int64_t C =
+      std::max<int64_t>(1, std::min(S, chunk_elements > 0 ? chunk_elements : kGatherChunk));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send,
+                            core::Tensor::empty({K * C}, core::DType::kF32, stream));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv,
+                            core::Tensor::empty({world * K * C}, core::DType::kF32, stream));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, core::Tensor::empty({world * K * C},
+                                                                   core::DType::kF32,
+                                                                   core::Stream::cpu()));
+  for (int64_t at = 0; at < S; at += C) {
+    const int64_t len = std::min(C, S - at);
+    const int64_t mine = std::clamp<int64_t>(n - at, 0, len);  // real elements of this chunk
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor snd, send.slice(0, K * len));
+    if (mine < len) COLOSSAL_RETURN_IF_ERROR(snd.set_zero(stream));
+    for (int m = 0; m < K && mine > 0; ++m) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, send.slice(m * len, m * len + mine));
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, parts[m]->slice(at, at + mine));
+      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rcv, recv.slice(0, world * K * len));
+    {
+      comm::CollectiveOptions o;
+      o.stream = stream;
+      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pg.all_gather(rcv, snd, o));
+      COLOSSAL_RETURN_IF_ERROR(core::annotate(
+          w->wait(), absl::StrCat("low_level_zero: gathering Adam states (elements ", at, "..",
+                                  at + len, " of each slice's ", S, ")")));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host.slice(0, world * K * len));
+    COLOSSAL_RETURN_IF_ERROR(h.copy_from(rcv, stream));
+    stream.synchronize();  // the host reads `h`; the next chunk reuses send / recv
+    builder.add(h.data<float>(), world, S, at, len);
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, all_d.to(core::Device::cpu(), stream));
-  stream.synchronize();  // also keeps send / all_d alive until the copies ran
-  std::vector<float> all(host.data<float>(), host.data<float>() + host.numel());
-  return build_state(table, optimizer, S, K, all, slice.step);
+  return builder.take();
 }
 
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,

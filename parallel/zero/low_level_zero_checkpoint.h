@@ -12,7 +12,9 @@
 // the master; checkpoint them as the model's).
 //
 //   slices of rank r:  [exp_avg | exp_avg_sq (| master)] of flat elements [r*S, r*S + S)
-//   gather: one all_gather of 2*S (3*S) floats per rank; every rank builds the dict
+//   gather: all_gathers of [exp_avg | exp_avg_sq (| master)] per rank (CUDA: in chunks of
+//           8M slice elements, so the device staging stays small); every rank builds the
+//           dict, whose tensors are the only full-size copy made
 //   load:   every rank reads the whole dict and keeps its own slice, so a dict
 //           from any world size (or from one process's nn::Adam) loads.
 #ifndef COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_CHECKPOINT_H_
@@ -57,13 +59,16 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                                               const ZeroShard& shard,
                                                               const ZeroAdamSlice& slice);
 
-// The same from device slices: one all_gather on the device (NCCL), ordered
-// after the work on `stream` (a CUDA stream of the slices' device), then one
-// copy to the host. The returned tensors are on the CPU (float32; steps
-// int64), whatever the device of the model.
+// The same from device slices: all_gathers on the device (NCCL), ordered
+// after the work on `stream` (a CUDA stream of the slices' device), chunk by
+// chunk (device staging: world * (2 or 3) * 32 MiB), each copied to the host
+// and into the dict's tensors. The returned tensors are on the CPU (float32;
+// steps int64), whatever the device of the model. chunk_elements: slice
+// elements per chunk (0: 8M; tests pass small ones to exercise many chunks).
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
-    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream);
+    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
+    int64_t chunk_elements = 0);
 
 // Checks `state` against `optimizer` (nn::Optimizer::check_state_dict: type
 // family, groups, parameter names, shapes, hyper-parameters, step counts)
