@@ -49,10 +49,17 @@ absl::Status CopyToModel(Model& model, const nn::ParameterStore& host) {
   return absl::OkStatus();
 }
 
+// The optimizer state rank 0 writes, on the host. Every rank calls it (ZeRO
+// gathers its shards: a collective); only rank 0 builds the whole dict, the
+// others get the meta alone and never hold the whole state.
 absl::StatusOr<nn::OptimizerStateDict> OptimizerState(BoosterObject& b) {
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
-                            b.booster ? b.booster->optimizer_state_dict()
+                            b.booster ? b.booster->optimizer_state_dict(/*to_rank=*/0)
                                       : b.optim->opt->state_dict());
+  if (b.rt->rank.rank != 0) {
+    sd.tensors.clear();  // ddp's are views of the optimizer: nothing to copy
+    return sd;
+  }
   for (auto& [name, tensor] : sd.tensors) {
     if (tensor.device().is_cuda()) {
       COLOSSAL_ASSIGN_OR_RETURN(tensor,

@@ -84,11 +84,11 @@ absl::Status Booster::zero_grad() {
   return core::annotate(plugin_->zero_grad(), absl::StrCat("plugin ", plugin_->name()));
 }
 
-absl::StatusOr<nn::OptimizerStateDict> Booster::optimizer_state_dict() {
+absl::StatusOr<nn::OptimizerStateDict> Booster::optimizer_state_dict(int to_rank) {
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("Booster::optimizer_state_dict before Booster::boost");
   }
-  absl::StatusOr<nn::OptimizerStateDict> sd = plugin_->optimizer_state_dict(*optimizer_);
+  absl::StatusOr<nn::OptimizerStateDict> sd = plugin_->optimizer_state_dict(*optimizer_, to_rank);
   if (!sd.ok()) {
     return core::annotate(sd.status(),
                           absl::StrCat("plugin ", plugin_->name(), ": optimizer_state_dict"));

@@ -118,8 +118,11 @@ class Booster {
   // The boosted optimizer's whole state (nn/optim/state_dict.h), through the
   // plugin. With the default plugins (ddp) the tensors are views of the
   // optimizer's memory: write them out or copy them before the next step.
+  // to_rank >= 0: only that rank is sure to get the tensors; the others may
+  // get the meta alone (Plugin::optimizer_state_dict: ZeRO then builds the
+  // whole state on that rank only). Call it on every rank either way.
   // Errors: not boosted (FailedPrecondition); the plugin's.
-  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict();
+  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(int to_rank = -1);
   // Restores such a state (of the same parameter groups and names; any world
   // size). Errors: not boosted (FailedPrecondition); InvalidArgument naming
   // the mismatch (nn::Optimizer::load_state_dict's, the plugin's).

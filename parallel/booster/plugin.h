@@ -77,8 +77,11 @@ class Plugin {
   // the optimizer (plugins whose optimizer holds the whole state: ddp); its
   // tensors are then views of the optimizer's memory. Plugins that shard the
   // state (low_level_zero) gather it: a collective, every rank must call it.
+  // to_rank >= 0: only that rank needs the tensors (it writes the file); the
+  // others may get the meta alone and so never hold the whole state (a
+  // sharding plugin still runs the collective on every rank). -1: every rank.
   virtual absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(
-      const nn::Optimizer& optimizer) {
+      const nn::Optimizer& optimizer, int to_rank = -1) {
     return optimizer.state_dict();
   }
   [[nodiscard]] virtual absl::Status load_optimizer_state_dict(

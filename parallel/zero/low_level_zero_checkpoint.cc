@@ -29,9 +29,10 @@ absl::StatusOr<const nn::ParameterEntry*> entry_of(const nn::ParameterTable& tab
 class StateBuilder {
  public:
   // K moments: 0 exp_avg, 1 exp_avg_sq, 2 master (16-bit models).
+  // tensors = false: the meta alone (a rank that does not write the file).
   static absl::StatusOr<StateBuilder> create(const nn::ParameterTable& table,
                                              const nn::Optimizer& optimizer, int K,
-                                             int64_t step_count) {
+                                             int64_t step_count, bool tensors = true) {
     StateBuilder b;
     b.K_ = K;
     b.out_.meta.type = optimizer.type();
@@ -41,6 +42,7 @@ class StateBuilder {
       gs.hyper = optimizer.group_hyper(g);
       for (const nn::ParamRef& p : optimizer.group_params(g)) {
         gs.params.push_back(p.name);
+        if (!tensors) continue;
         COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
         Run run{e->offset, e->numel(), {nullptr, nullptr, nullptr}};
         for (int m = 0; m < K; ++m) {
@@ -106,13 +108,14 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                                               const nn::ParameterTable& table,
                                                               const nn::Optimizer& optimizer,
                                                               const ZeroShard& shard,
-                                                              const ZeroAdamSlice& slice) {
+                                                              const ZeroAdamSlice& slice,
+                                                              bool whole) {
   // Both moments in one collective: rank j's block is [exp_avg | exp_avg_sq],
   // each padded to the slice size S (the last ranks' slices are short).
   const int64_t S = shard.size;
   const int world = pg.size();
   COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
-                            StateBuilder::create(table, optimizer, 2, slice.step));
+                            StateBuilder::create(table, optimizer, 2, slice.step, whole));
   std::vector<float> send(2 * S, 0.0f), all(static_cast<size_t>(world) * 2 * S, 0.0f);
   std::copy(slice.exp_avg.begin(), slice.exp_avg.end(), send.begin());
   std::copy(slice.exp_avg_sq.begin(), slice.exp_avg_sq.end(), send.begin() + S);
@@ -122,14 +125,14 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
                                             comm::Buffer::cpu(send.data(), send.size())));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
   }
-  builder.add(all.data(), world, S, 0, S);
+  if (whole) builder.add(all.data(), world, S, 0, S);
   return builder.take();
 }
 
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
     const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
-    int64_t chunk_elements) {
+    bool whole, int64_t chunk_elements) {
   const int64_t S = shard.size;
   const int64_t n = shard.end - shard.begin;
   const int world = pg.size();
@@ -145,7 +148,7 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     }
   }
   COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
-                            StateBuilder::create(table, optimizer, K, slice.step));
+                            StateBuilder::create(table, optimizer, K, slice.step, whole));
   // Chunk by chunk of the slice: rank j's send block is [m][len] (zeros past
   // its slice), the gathered one [j][m][len], copied to the host and into
   // the dict's tensors.
@@ -155,9 +158,11 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
                             core::Tensor::empty({K * C}, core::DType::kF32, stream));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv,
                             core::Tensor::empty({world * K * C}, core::DType::kF32, stream));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, core::Tensor::empty({world * K * C},
-                                                                   core::DType::kF32,
-                                                                   core::Stream::cpu()));
+  core::Tensor host;  // only where the dict is built
+  if (whole) {
+    COLOSSAL_ASSIGN_OR_RETURN(host, core::Tensor::empty({world * K * C}, core::DType::kF32,
+                                                        core::Stream::cpu()));
+  }
   for (int64_t at = 0; at < S; at += C) {
     const int64_t len = std::min(C, S - at);
     const int64_t mine = std::clamp<int64_t>(n - at, 0, len);  // real elements of this chunk
@@ -177,6 +182,7 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
           w->wait(), absl::StrCat("low_level_zero: gathering Adam states (elements ", at, "..",
                                   at + len, " of each slice's ", S, ")")));
     }
+    if (!whole) continue;  // (the collective waited on the host: send / recv are free)
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host.slice(0, world * K * len));
     COLOSSAL_RETURN_IF_ERROR(h.copy_from(rcv, stream));
     stream.synchronize();  // the host reads `h`; the next chunk reuses send / recv

@@ -52,12 +52,15 @@ struct ZeroAdamDeviceSlice {
 
 // The whole state, on every rank (a collective over `pg`: every rank calls
 // it with its own slice; `shard` is the caller's slice of the `table`'s
-// float32 buffer). Errors: the collective's.
+// float32 buffer). whole = false: this rank takes part in the collective but
+// gets only the meta (no tensors: it never holds the whole state; the rank
+// that writes the file passes true). Errors: the collective's.
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup& pg,
                                                               const nn::ParameterTable& table,
                                                               const nn::Optimizer& optimizer,
                                                               const ZeroShard& shard,
-                                                              const ZeroAdamSlice& slice);
+                                                              const ZeroAdamSlice& slice,
+                                                              bool whole = true);
 
 // The same from device slices: all_gathers on the device (NCCL), ordered
 // after the work on `stream` (a CUDA stream of the slices' device), chunk by
@@ -68,7 +71,7 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
     const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
-    int64_t chunk_elements = 0);
+    bool whole = true, int64_t chunk_elements = 0);
 
 // Checks `state` against `optimizer` (nn::Optimizer::check_state_dict: type
 // family, groups, parameter names, shapes, hyper-parameters, step counts)

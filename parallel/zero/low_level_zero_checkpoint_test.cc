@@ -4,7 +4,8 @@
 //   * the gathered optimizer_state_dict is one process's nn::Adam state_dict
 //     after the same training: same keys, meta and step counts, moments within
 //     kStateTol (the gradients differ by summation order); every rank gets the
-//     same dict; it holds the ranks' shards bitwise; nn::Adam loads it;
+//     same dict (asked for one rank, only that one gets the tensors, the
+//     others the meta); it holds the ranks' shards bitwise; nn::Adam loads it;
 //   * resuming at the same world size (k steps, save, a fresh model,
 //     optimizer and plugin, load, m steps) equals k + m straight steps
 //     bitwise, weights and state, whichever of weights and state loads first;
@@ -199,6 +200,16 @@ TEST_P(StateDict, IsOneProcessAdamsStateDict) {
     auto sd = x.booster->optimizer_state_dict();
     ASSERT_TRUE(sd.ok()) << sd.status();
     sds[r] = std::move(*sd);
+    // For the writing rank only (the last): it gets the same dict, the
+    // others the meta alone.
+    auto to_last = x.booster->optimizer_state_dict(/*to_rank=*/W - 1);
+    ASSERT_TRUE(to_last.ok()) << to_last.status();
+    EXPECT_TRUE(to_last->meta == sds[r].meta) << "rank " << r;
+    if (r == W - 1) {
+      EXPECT_TRUE(bitwise_equal(*to_last, sds[r])) << "rank " << r;
+    } else {
+      EXPECT_TRUE(to_last->tensors.empty()) << "rank " << r << " got tensors it does not write";
+    }
     shards[r] = x.zero->shard();
     exp_avg[r] = x.zero->exp_avg_shard();
     exp_avg_sq[r] = x.zero->exp_avg_sq_shard();

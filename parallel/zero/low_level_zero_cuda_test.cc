@@ -399,6 +399,17 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   auto sd = zero.optimizer_state_dict(*adam);
   ASSERT_TRUE(sd.ok()) << sd.status();
   expect_states_close(*sd, ref.state, stream, kStateTol, absl::StrCat("rank ", rank));
+  {
+    // For rank 0 only: the same dict there, the meta alone elsewhere.
+    auto to0 = zero.optimizer_state_dict(*adam, /*to_rank=*/0);
+    ASSERT_TRUE(to0.ok()) << to0.status();
+    EXPECT_TRUE(to0->meta == sd->meta);
+    if (rank == 0) {
+      expect_states_close(*to0, *sd, stream, 0.0, "rank 0, to_rank 0");
+    } else {
+      EXPECT_TRUE(to0->tensors.empty()) << "rank " << rank;
+    }
+  }
   if (!c.offload) {
     // Gathered in many small chunks (37 elements, not dividing the slice),
     // the dict is bitwise the one-chunk dict.
@@ -412,7 +423,8 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     (*alloc)->reset_peak_stats();
     const int64_t allocated_before = (*alloc)->stats().allocated_bytes;
     auto chunked = gather_zero_adam_state_device(**pg, store->table(), *adam, zero.shard(), slice,
-                                                 adam->stream(), /*chunk_elements=*/37);
+                                                 adam->stream(), /*whole=*/true,
+                                                 /*chunk_elements=*/37);
     ASSERT_TRUE(chunked.ok()) << chunked.status();
     // Its device staging is per chunk: far below the full state's bytes.
     EXPECT_LT((*alloc)->stats().peak_allocated_bytes - allocated_before,

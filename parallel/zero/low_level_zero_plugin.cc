@@ -907,10 +907,13 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
 }
 
 absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
-    const nn::Optimizer& optimizer) {
+    const nn::Optimizer& optimizer, int to_rank) {
   const State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
-  if (!s.cuda) return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam);
+  const bool whole = to_rank < 0 || to_rank == s.pg->rank();  // else the meta alone
+  if (!s.cuda) {
+    return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam, whole);
+  }
   ZeroAdamDeviceSlice slice;
   if (s.offload) {
     // The gather runs on the device: the host slices go up for it.
@@ -927,7 +930,7 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
   }
   slice.step = s.adam.step;
   return gather_zero_adam_state_device(*s.pg, s.store.table(), optimizer, s.shard, slice,
-                                       s.stream);
+                                       s.stream, whole);
 }
 
 absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,

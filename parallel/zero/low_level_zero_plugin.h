@@ -229,8 +229,8 @@ class LowLevelZeroPlugin : public Plugin {
   // another optimizer than the boosted one; a state that does not fit
   // (InvalidArgument: nn::Optimizer::load_state_dict's checks, or step
   // counts that differ between parameters); the all_gather's failure.
-  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(
-      const nn::Optimizer& optimizer) override;
+  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(const nn::Optimizer& optimizer,
+                                                              int to_rank = -1) override;
   absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
                                          const nn::OptimizerStateDict& state) override;
 
