@@ -294,24 +294,25 @@ function recipe.run(t, file, bench)
   local timed = { seconds = 0, steps = 0, peak = 0 }
   local tty = main and colossal.term.isatty()
   local max_norm = r.max_norm
-  local val_loader
-  local function evaluate()
-    if not val_pattern then return nil end
-    val_loader = val_loader or call(file, "data.val", d, colossal.data.loader, {
+  local function open_val()
+    return call(file, "data.val", d, colossal.data.loader, {
       pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
       prefetch = 0,
     })
+  end
+  -- Every evaluation reads the same first eval.batches batches of the val
+  -- split (a fresh, unshuffled loader each time, as llm.c resets its val
+  -- loader): val losses compare across steps, and a resumed run's equal an
+  -- uninterrupted one's.
+  local function evaluate()
+    if not val_pattern then return nil end
+    local val_loader = open_val()
     local sum = 0
     for _ = 1, ev.batches do sum = sum + model:evaluate(val_loader:next()) end
     return sum / ev.batches
   end
 
-  if val_pattern and ev.every_steps > 0 then
-    val_loader = call(file, "data.val", d, colossal.data.loader, {
-      pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
-      prefetch = 0,
-    })
-  end
+  if val_pattern and ev.every_steps > 0 then open_val() end  -- a bad val split fails before step 1
 
   local first_loss, last_loss
   local t0 = colossal.clock()
