@@ -239,13 +239,15 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
     stream.synchronize();
     return h;
   };
-  // 16-bit models: parameters whose saved master rounds into the model copy.
+  // Parameters with a saved master: it goes into the model copy (16-bit:
+  // its rounding) or, for float32 parameters, into the weights (their own
+  // masters), as nn::Optimizer::load_state_dict writes it.
   std::vector<std::pair<nn::ParamRef, core::Tensor>> rounded;
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
       COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
       const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
-      if (with_master && saved != state.tensors.end()) rounded.emplace_back(p, saved->second);
+      if (saved != state.tensors.end()) rounded.emplace_back(p, saved->second);
       const int64_t lo = std::max(e->offset, shard.begin);
       const int64_t hi = std::min(e->offset + e->numel(), shard.end);
       if (lo >= hi) continue;
@@ -283,16 +285,17 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
     }
   }
   for (auto& [p, master] : rounded) {
+    core::Tensor& target = p.model_copy.defined() ? p.model_copy : p.master;
+    if (!target.defined()) continue;
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor m, on_host(master));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor c, core::Tensor::empty(p.model_copy.shape(),
-                                                                  p.model_copy.dtype(),
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor c, core::Tensor::empty(target.shape(), target.dtype(),
                                                                   core::Stream::cpu()));
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
         kernels::elementwise::cast_cpu(c.raw_data(), m.raw_data(), m.numel(), c.dtype(),
                                        core::DType::kF32),
-        absl::StrCat("low_level_zero: the model copy of ", p.name)));
-    const bool cuda = p.model_copy.device().is_cuda();
-    COLOSSAL_RETURN_IF_ERROR(p.model_copy.copy_from(c, cuda ? stream : core::Stream::cpu()));
+        absl::StrCat("low_level_zero: the saved master of ", p.name)));
+    const bool cuda = target.device().is_cuda();
+    COLOSSAL_RETURN_IF_ERROR(target.copy_from(c, cuda ? stream : core::Stream::cpu()));
     if (cuda) stream.synchronize();  // `c` is freed next
   }
   return out;

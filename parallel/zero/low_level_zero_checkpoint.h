@@ -77,8 +77,9 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
 // family, groups, parameter names, shapes, hyper-parameters, step counts)
 // and returns `shard`'s slice of it; then restores the optimizer's
 // hyper-parameters and step counts (load_state_meta: the plugin steps with
-// them) and, for 16-bit models, writes every saved master's rounding into
-// its model copy, as nn::Optimizer::load_state_dict would. The optimizer's
+// them) and writes every saved master into the model, as
+// nn::Optimizer::load_state_dict would: its rounding into a 16-bit model
+// copy, its values into float32 weights (their own masters). The optimizer's
 // own state tensors are never allocated: a resume costs the slice, not a
 // full-size copy of the state on the device. Nothing changes on a checking
 // error: InvalidArgument naming the mismatch, or step counts that differ

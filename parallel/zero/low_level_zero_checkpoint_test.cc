@@ -417,6 +417,19 @@ TEST(LowLevelZeroCheckpoint, Errors) {
     expect_invalid(steps, "one step count");
     // Still loads the good one.
     EXPECT_TRUE(x.booster->load_optimizer_state_dict(good).ok());
+    // A saved master (a 16-bit run's dict) becomes the float32 weights, as
+    // nn::Adam's load writes it, and the slice steps from it.
+    nn::OptimizerStateDict with_master = copy_of(good);
+    const nn::ParameterEntry* e = x.model->store().table().find(p);
+    ASSERT_NE(e, nullptr);
+    Tensor saved = *Tensor::empty(e->shape, DType::kF32, core::Stream::cpu());
+    for (int64_t i = 0; i < saved.numel(); ++i) saved.data<float>()[i] = 0.25f + 0.001f * i;
+    with_master.tensors[nn::state_key(p, "master")] = saved;
+    ASSERT_TRUE(x.booster->load_optimizer_state_dict(with_master).ok());
+    const float* w = x.model->store().flat_values(DType::kF32).data<float>() + e->offset;
+    EXPECT_EQ(std::vector<float>(w, w + e->numel()),
+              std::vector<float>(saved.data<float>(), saved.data<float>() + saved.numel()))
+        << "rank " << r;
   });
 }
 
