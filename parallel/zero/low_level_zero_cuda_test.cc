@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -103,6 +104,18 @@ void upload(Tensor dst, const std::vector<float>& v, const Stream& stream) {
   ASSERT_TRUE(flat.ok());
   ASSERT_TRUE(flat->copy_from(*host, stream).ok());
   stream.synchronize();
+}
+
+// How far `run` raised the device allocator's peak above what was allocated
+// before it (bytes).
+int64_t device_peak_growth(const Stream& stream, const std::function<void()>& run) {
+  auto alloc = core::device_allocator(stream.device());
+  EXPECT_TRUE(alloc.ok()) << alloc.status();
+  if (!alloc.ok()) return 0;
+  (*alloc)->reset_peak_stats();
+  const int64_t before = (*alloc)->stats().allocated_bytes;
+  run();
+  return (*alloc)->stats().peak_allocated_bytes - before;
 }
 
 // Any tensor (CPU or CUDA, any float dtype) -> host floats.
@@ -418,18 +431,16 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     slice.exp_avg_sq = zero.exp_avg_sq_shard_tensor();
     if (c.dtype != DType::kF32) slice.master = zero.master_shard_tensor();
     slice.step = zero.step_count();
-    auto alloc = core::device_allocator(stream.device());
-    ASSERT_TRUE(alloc.ok()) << alloc.status();
-    (*alloc)->reset_peak_stats();
-    const int64_t allocated_before = (*alloc)->stats().allocated_bytes;
-    auto chunked = gather_zero_adam_state_device(**pg, store->table(), *adam, zero.shard(), slice,
-                                                 adam->stream(), /*whole=*/true,
-                                                 /*chunk_elements=*/37);
-    ASSERT_TRUE(chunked.ok()) << chunked.status();
+    absl::StatusOr<nn::OptimizerStateDict> chunked;
     // Its device staging is per chunk: far below the full state's bytes.
-    EXPECT_LT((*alloc)->stats().peak_allocated_bytes - allocated_before,
+    EXPECT_LT(device_peak_growth(stream, [&] {
+                chunked = gather_zero_adam_state_device(**pg, store->table(), *adam, zero.shard(),
+                                                        slice, adam->stream(), /*whole=*/true,
+                                                        /*chunk_elements=*/37);
+              }),
               4 * table.buffer_numel(c.dtype))
         << "rank " << rank << ": the chunked gather staged the whole state on the device";
+    ASSERT_TRUE(chunked.ok()) << chunked.status();
     ASSERT_GT(zero.shard().size, 2 * 37) << "the slice fits one chunk: nothing is tested";
     expect_states_close(*chunked, *sd, stream, 0.0, absl::StrCat("rank ", rank, " chunked"));
   }
@@ -437,16 +448,12 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   // full-size state on the device: the slices exist already, so the load's
   // peak stays below one float per parameter (staging the moments in the
   // optimizer took two).
-  {
-    auto alloc = core::device_allocator(stream.device());
-    ASSERT_TRUE(alloc.ok()) << alloc.status();
-    (*alloc)->reset_peak_stats();
-    const int64_t allocated_before = (*alloc)->stats().allocated_bytes;
-    ASSERT_TRUE(zero.load_optimizer_state_dict(*adam, ref.state).ok());
-    EXPECT_LT((*alloc)->stats().peak_allocated_bytes - allocated_before,
-              4 * table.buffer_numel(c.dtype))
-        << "rank " << rank << ": the load allocated full-size state on the device";
-  }
+  absl::Status loaded;
+  EXPECT_LT(device_peak_growth(
+                stream, [&] { loaded = zero.load_optimizer_state_dict(*adam, ref.state); }),
+            4 * table.buffer_numel(c.dtype))
+      << "rank " << rank << ": the load allocated full-size state on the device";
+  ASSERT_TRUE(loaded.ok()) << loaded;
   auto back = zero.optimizer_state_dict(*adam);
   ASSERT_TRUE(back.ok()) << back.status();
   expect_states_close(*back, ref.state, stream, 0.0, absl::StrCat("rank ", rank, " reloaded"));

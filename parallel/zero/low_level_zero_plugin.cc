@@ -771,15 +771,13 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
                               s.options.stage == 1
                                   ? s.store.flat_grads(s.dtype).slice(s.shard.begin, s.shard.end)
                                   : s.d_grad_shard.slice(0, n));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor weights,
-                              s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor weights, values.slice(s.shard.begin, s.shard.end));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, mine.slice(0, n));
     COLOSSAL_RETURN_IF_ERROR(s.offload->step(grad, pieces, weights, out));
   } else if (s.sixteen_bit() && n > 0 && !s.local) {
     // Elements of the slice no piece covers (alignment gaps) keep the weights.
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
-                              s.store.flat_values(s.dtype).slice(s.shard.begin, s.shard.end));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, values.slice(s.shard.begin, s.shard.end));
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, st));
   }
   if (!s.offload) {
