@@ -17,8 +17,13 @@ load("//bazel:copts.bzl", "COLOSSAL_COPTS")
 load("//bazel:cuda.bzl", "cuda_library")
 
 def colossal_kernel_library(name, hdrs, cpu_srcs, cuda_srcs = [], private_hdrs = [], deps = [],
-                            visibility = ["//visibility:public"]):
-    """One kernel family: `name` (CPU + CUDA when enabled)."""
+                            visibility = ["//visibility:public"], cpu_copts = [],
+                            cpu_linkopts = []):
+    """One kernel family: `name` (CPU + CUDA when enabled).
+
+    cpu_copts/cpu_linkopts apply to the CPU sources only, e.g. -fopenmp for
+    loops over rows in parallel.
+    """
     cuda_deps = []
     if cuda_srcs:
         cuda_library(
@@ -36,7 +41,8 @@ def colossal_kernel_library(name, hdrs, cpu_srcs, cuda_srcs = [], private_hdrs =
         name = name,
         hdrs = hdrs,
         srcs = cpu_srcs + private_hdrs,
-        copts = COLOSSAL_COPTS,
+        copts = COLOSSAL_COPTS + cpu_copts,
+        linkopts = cpu_linkopts,
         deps = deps + ["//kernels/common", "//bazel:cuda_config"] + cuda_deps,
         visibility = visibility,
     )

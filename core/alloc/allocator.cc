@@ -48,6 +48,12 @@ void AllocationCounters::on_free(size_t requested, size_t reserved) {
       << "more memory freed than allocated";
 }
 
+void AllocationCounters::on_release(size_t reserved) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.reserved_bytes -= static_cast<int64_t>(reserved);
+  COLOSSAL_CHECK(stats_.reserved_bytes >= stats_.allocated_bytes) << "more memory released than reserved";
+}
+
 void AllocationCounters::on_failure() {
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.failed_allocations;

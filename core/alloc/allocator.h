@@ -99,6 +99,8 @@ class AllocationCounters {
  public:
   void on_allocate(size_t requested, size_t reserved);
   void on_free(size_t requested, size_t reserved);
+  // Reserved memory given back that no allocation held (a cache emptied).
+  void on_release(size_t reserved);
   void on_failure();
   AllocatorStats snapshot() const;
   void reset_peaks();

@@ -53,26 +53,77 @@ absl::Status host_out_of_memory(const std::string& allocator_name, size_t bytes)
                    ") available"));
 }
 
+CpuAllocator::~CpuAllocator() { release_cached_memory(); }
+
+void* CpuAllocator::take_cached(size_t rounded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cached_.find(rounded);
+  if (it == cached_.end()) return nullptr;
+  void* p = it->second;
+  cached_.erase(it);
+  cached_bytes_ -= rounded;
+  return p;
+}
+
+bool CpuAllocator::keep_cached(void* ptr, size_t rounded) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (cached_bytes_ + rounded > kMaxCachedBytes) return false;
+  cached_.emplace(rounded, ptr);
+  cached_bytes_ += rounded;
+  return true;
+}
+
+void CpuAllocator::release_cached_memory() {
+  std::multimap<size_t, void*> blocks;
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(cached_);
+    bytes = cached_bytes_;
+    cached_bytes_ = 0;
+  }
+  for (const auto& [size, p] : blocks) std::free(p);
+  if (bytes > 0) counters_.on_release(bytes);
+}
+
 absl::StatusOr<void*> CpuAllocator::allocate(size_t bytes, const Stream& stream) {
   if (bytes == 0) return nullptr;
-  void* p = nullptr;
-  if (bytes <= std::numeric_limits<size_t>::max() - kHugePageBytes) {
-    p = std::aligned_alloc(alignment_for(bytes), round_up(bytes));
-    // Advice only: without transparent huge pages this changes nothing.
-    if (p != nullptr && bytes >= kHugeBlockBytes) madvise(p, round_up(bytes), MADV_HUGEPAGE);
+  if (bytes > std::numeric_limits<size_t>::max() - kHugePageBytes) {
+    counters_.on_failure();
+    return host_out_of_memory(name(), bytes);
+  }
+  const size_t rounded = round_up(bytes);
+  const bool large = bytes >= kHugeBlockBytes;
+  if (large) {
+    if (void* p = take_cached(rounded)) {
+      counters_.on_allocate(bytes, 0);  // already counted as reserved
+      return p;
+    }
+  }
+  void* p = std::aligned_alloc(alignment_for(bytes), rounded);
+  if (p == nullptr && large) {  // the cache may hold what is missing
+    release_cached_memory();
+    p = std::aligned_alloc(alignment_for(bytes), rounded);
   }
   if (p == nullptr) {
     counters_.on_failure();
     return host_out_of_memory(name(), bytes);
   }
-  counters_.on_allocate(bytes, round_up(bytes));
+  // Advice only: without transparent huge pages this changes nothing.
+  if (large) madvise(p, rounded, MADV_HUGEPAGE);
+  counters_.on_allocate(bytes, rounded);
   return p;
 }
 
 void CpuAllocator::deallocate(void* ptr, size_t bytes, const Stream& stream) {
   if (ptr == nullptr) return;
+  const size_t rounded = round_up(bytes);
+  if (bytes >= kHugeBlockBytes && keep_cached(ptr, rounded)) {
+    counters_.on_free(bytes, 0);  // stays reserved while cached
+    return;
+  }
   std::free(ptr);
-  counters_.on_free(bytes, round_up(bytes));
+  counters_.on_free(bytes, rounded);
 }
 
 }  // namespace colossal::core

@@ -5,8 +5,14 @@
 // and enough for AVX-512 loads) and their sizes rounded up to 64, which is what
 // reserved_bytes counts; allocated_bytes counts the bytes asked for. Blocks of
 // kHugeBlockBytes or more are aligned and rounded to 2 MiB instead and advised
-// as transparent huge pages (madvise), so a large buffer freed and allocated
-// again every training step does not page-fault 4 KiB at a time.
+// as transparent huge pages (madvise), and when freed they are kept (up to
+// kMaxCachedBytes in all) and handed out again for the same rounded size: a
+// training step frees and allocates the same large buffers (logits,
+// activations) every step, and a fresh block costs the kernel a fault and a
+// zeroed page per 2 MiB (about a tenth of a CPU training step, measured).
+// Cached blocks count in reserved_bytes, not in allocated_bytes;
+// release_cached_memory() returns them, and an allocation that fails returns
+// them and tries once more.
 //
 //   auto alloc = std::make_shared<CpuAllocator>();
 //   COLOSSAL_ASSIGN_OR_RETURN(void* p, alloc->allocate(1000, Stream::cpu()));
@@ -17,6 +23,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/alloc/allocator.h"
@@ -28,6 +36,10 @@ class CpuAllocator final : public Allocator {
   static constexpr size_t kAlignment = 64;
   static constexpr size_t kHugePageBytes = size_t{2} << 20;
   static constexpr size_t kHugeBlockBytes = size_t{8} << 20;
+  static constexpr size_t kMaxCachedBytes = size_t{1} << 30;
+
+  CpuAllocator() = default;
+  ~CpuAllocator() override;
 
   Device device() const override { return Device::cpu(); }
   MemoryKind kind() const override { return MemoryKind::kHost; }
@@ -37,11 +49,19 @@ class CpuAllocator final : public Allocator {
   void deallocate(void* ptr, size_t bytes, const Stream& stream) override;
   AllocatorStats stats() const override { return counters_.snapshot(); }
   void reset_peak_stats() override { counters_.reset_peaks(); }
-  // Nothing is cached on the host: a no-op.
-  void release_cached_memory() override {}
+  // Frees the cached large blocks.
+  void release_cached_memory() override;
 
  private:
+  // A cached block of the given rounded size, or nullptr.
+  void* take_cached(size_t rounded);
+  // Keeps a freed large block if the cache has room; false if it was not kept.
+  bool keep_cached(void* ptr, size_t rounded);
+
   AllocationCounters counters_;
+  std::mutex mu_;
+  std::multimap<size_t, void*> cached_;  // rounded size -> block
+  size_t cached_bytes_ = 0;
 };
 
 // Host memory the kernel reports as available (MemAvailable in /proc/meminfo,

@@ -151,6 +151,48 @@ TEST(CpuAllocatorTest, LargeBlocksAreHugePageAligned) {
             static_cast<int64_t>(CpuAllocator::kHugeBlockBytes + CpuAllocator::kHugePageBytes));
   static_cast<char*>(p)[bytes - 1] = 1;  // usable to the last byte
   alloc.deallocate(p, bytes, Stream::cpu());
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0);
+  alloc.release_cached_memory();
+  EXPECT_EQ(alloc.stats().reserved_bytes, 0);
+}
+
+// A freed large block is handed out again for the same rounded size (no fresh
+// pages to fault in), stays reserved while cached, and goes back to the
+// system on release_cached_memory; small blocks and other sizes are not reused.
+TEST(CpuAllocatorTest, LargeBlocksAreReusedUntilReleased) {
+  CpuAllocator alloc;
+  const size_t bytes = CpuAllocator::kHugeBlockBytes * 2;
+  const int64_t rounded = static_cast<int64_t>(bytes);  // already a multiple of 2 MiB
+  void* p = alloc.allocate(bytes, Stream::cpu()).value();
+  alloc.deallocate(p, bytes, Stream::cpu());
+  EXPECT_EQ(alloc.stats().allocated_bytes, 0);
+  EXPECT_EQ(alloc.stats().reserved_bytes, rounded);
+  // Another request rounding to the same size gets the same block back.
+  void* q = alloc.allocate(bytes - 1000, Stream::cpu()).value();
+  EXPECT_EQ(q, p);
+  EXPECT_EQ(alloc.stats().allocated_bytes, static_cast<int64_t>(bytes - 1000));
+  EXPECT_EQ(alloc.stats().reserved_bytes, rounded);
+  // A different size is a new block while q is live.
+  void* r = alloc.allocate(bytes + CpuAllocator::kHugePageBytes, Stream::cpu()).value();
+  EXPECT_NE(r, q);
+  alloc.deallocate(q, bytes - 1000, Stream::cpu());
+  alloc.deallocate(r, bytes + CpuAllocator::kHugePageBytes, Stream::cpu());
+  EXPECT_EQ(alloc.stats().reserved_bytes, 2 * rounded + static_cast<int64_t>(CpuAllocator::kHugePageBytes));
+  alloc.release_cached_memory();
+  EXPECT_EQ(alloc.stats().reserved_bytes, 0);
+  EXPECT_EQ(alloc.stats().live_allocations, 0);
+}
+
+// The cache holds at most kMaxCachedBytes: a block that does not fit is freed.
+TEST(CpuAllocatorTest, CacheIsBounded) {
+  CpuAllocator alloc;
+  const size_t big = CpuAllocator::kMaxCachedBytes / 2 + CpuAllocator::kHugePageBytes;
+  void* a = alloc.allocate(big, Stream::cpu()).value();
+  void* b = alloc.allocate(big, Stream::cpu()).value();
+  alloc.deallocate(a, big, Stream::cpu());  // cached
+  alloc.deallocate(b, big, Stream::cpu());  // would pass the bound: freed
+  EXPECT_EQ(alloc.stats().reserved_bytes, static_cast<int64_t>(big));
+  alloc.release_cached_memory();
   EXPECT_EQ(alloc.stats().reserved_bytes, 0);
 }
 

@@ -42,6 +42,9 @@ template <typename Acc, typename Out>
 void epilogue(const GemmProblem& p, int64_t batch_index, Acc* acc, const Out* bias, Out* out) {
   const int64_t mn = p.m * p.n;
   Out* aux = p.gelu_input ? static_cast<Out*>(p.gelu_input) + batch_index * mn : nullptr;
+  // Rows in parallel (each element is computed the same way whatever the
+  // thread count) once there is enough work to pay for waking the threads.
+#pragma omp parallel for schedule(static) if (mn >= (int64_t{1} << 16))
   for (int64_t i = 0; i < p.m; ++i) {
     for (int64_t j = 0; j < p.n; ++j) {
       const int64_t idx = i * p.n + j;

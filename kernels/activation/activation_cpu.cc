@@ -2,6 +2,7 @@
 // in double and rounds once on store; the dbias sum over rows is a double
 // accumulator per column (rows in ascending order), so results are exact to a
 // few double ulps before the final rounding.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -99,6 +100,7 @@ KernelStatus gelu_forward_cpu(void* out, const void* x, int64_t n, DType dtype) 
     using T = decltype(tag);
     T* o = static_cast<T*>(out);
     const T* in = static_cast<const T*>(x);
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) store(o, i, gelu(load(in, i)));
     return KernelStatus();
   });
@@ -115,6 +117,7 @@ KernelStatus gelu_backward_cpu(void* dx, const void* dout, const void* x, int64_
     const T* dy = static_cast<const T*>(dout);
     const T* in = static_cast<const T*>(x);
     // Read dout[i] before writing dx[i]: they may be the same buffer.
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) store(g, i, load(dy, i) * gelu_grad(load(in, i)));
     return KernelStatus();
   });
@@ -133,6 +136,7 @@ KernelStatus bias_gelu_forward_cpu(void* out, const void* x, const void* bias, i
     T* o = static_cast<T*>(out);
     const T* in = static_cast<const T*>(x);
     const T* b = static_cast<const T*>(bias);
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t i = r * cols + c;
@@ -159,16 +163,23 @@ KernelStatus bias_gelu_backward_cpu(void* dx, void* dbias, const void* dout, con
     const T* dy = static_cast<const T*>(dout);
     const T* in = static_cast<const T*>(x);
     const T* b = static_cast<const T*>(bias);
-    std::vector<double> sum(static_cast<size_t>(cols), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const int64_t i = r * cols + c;
-        const double dpre = load(dy, i) * gelu_grad(load(in, i) + load(b, c));
-        sum[c] += dpre;
-        store(g, i, dpre);
+    // Threads take blocks of columns and walk every row of them, so each
+    // column's bias gradient is summed in row order whatever the thread count.
+    constexpr int64_t kBlock = 64;
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const int64_t c1 = std::min(cols, c0 + kBlock);
+      double sum[kBlock] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          const int64_t i = r * cols + c;
+          const double dpre = load(dy, i) * gelu_grad(load(in, i) + load(b, c));
+          sum[c - c0] += dpre;
+          store(g, i, dpre);
+        }
       }
+      for (int64_t c = c0; c < c1; ++c) store(gb, c, load(gb, c) + sum[c - c0]);
     }
-    for (int64_t c = 0; c < cols; ++c) store(gb, c, load(gb, c) + sum[c]);
     return KernelStatus();
   });
 }

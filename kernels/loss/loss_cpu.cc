@@ -1,16 +1,20 @@
 // CPU reference and backend for kernels/loss. Every row is computed in float64
 // (max, sum of exponentials, log, gradient) whatever the element type, and
-// rounded once to the output type: this is the reference the CUDA path is
+// rounded once to the output type; exp is libmvec's 4-lane float64 exp where
+// the CPU has AVX2 (within 4 ulp, kernels/common/vector_exp.h): this is the reference the CUDA path is
 // tested against, and float64 logits keep full float64 gradients for the
 // finite-difference tests. Rows are processed in order; the kSum/kMean total
 // is a float64 sum of the float32 row losses in index order.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
+#include "kernels/common/vector_exp.h"
 #include "kernels/loss/loss.h"
 #include "kernels/loss/loss_args.h"
 
@@ -34,36 +38,101 @@ T store(double g) {
   }
 }
 
-// log(sum_j exp(x_j)) over j < v_real, max-shifted.
+// Rows are walked in chunks: the arguments of exp are gathered into a small
+// float64 buffer and exponentiated 4 at a time (kernels/common/vector_exp.h).
+constexpr int64_t kChunk = 256;
+
+// sum_j exp(x_j - m) over j < v_real in float64, in four interleaved partial
+// sums (j mod 4): a fixed order, the same on every CPU. With `e` (v_real
+// doubles) the exponentials are kept there for the gradient.
 template <typename T>
-double row_logsumexp(const T* x, int64_t v_real) {
-  double m = -std::numeric_limits<double>::infinity();
-  bool nan = false;
-  for (int64_t j = 0; j < v_real; ++j) {
-    const double xj = load(x, j);
-    if (std::isnan(xj)) nan = true;
-    if (xj > m) m = xj;
+double sum_exp(const T* x, int64_t v_real, double m, double* e) {
+  double chunk[kChunk];
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int64_t j0 = 0; j0 < v_real; j0 += kChunk) {
+    const int64_t len = std::min(kChunk, v_real - j0);
+    double* buf = e != nullptr ? e + j0 : chunk;
+#pragma omp simd
+    for (int64_t k = 0; k < len; ++k) buf[k] = load(x, j0 + k) - m;
+    exp_f64(buf, buf, len);
+    for (int64_t k = 0; k < len; ++k) s[k & 3] += buf[k];
   }
-  // NaN or +inf anywhere gives NaN (as on CUDA, where +inf - +inf appears); a
-  // row of -inf gives -inf.
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+// The log-sum-exp of a row from its maximum m: NaN or +inf anywhere gives
+// NaN (as on CUDA, where +inf - +inf appears); a row of -inf gives -inf.
+template <typename T>
+double finish_logsumexp(const T* x, int64_t v_real, double m, bool nan, double* e, double* sum) {
   if (nan || m == std::numeric_limits<double>::infinity()) {
     return std::numeric_limits<double>::quiet_NaN();
   }
   if (std::isinf(m)) return m;
   double s = 0.0;
-  for (int64_t j = 0; j < v_real; ++j) s += std::exp(load(x, j) - m);
+  if constexpr (std::is_same_v<T, float>) {
+    s = e != nullptr ? exp_shifted_sum_f32(x, v_real, m, e) : sum_exp(x, v_real, m, nullptr);
+  } else {
+    s = sum_exp(x, v_real, m, e);
+  }
+  if (sum != nullptr) *sum = s;
   return m + std::log(s);
 }
 
-// dlogits row = scale * (softmax - onehot(t)) for j < v_real, 0 after. x may
-// equal d: each element is read before it is written and never read again.
+// log(sum_j exp(x_j)) over j < v_real, max-shifted. With `e`, a finite result
+// leaves exp(x_j - m) in e[j] and the sum of them in *sum.
+template <typename T>
+double row_logsumexp(const T* x, int64_t v_real, double* e = nullptr, double* sum = nullptr) {
+  double m = -std::numeric_limits<double>::infinity();
+  bool nan = false;
+#pragma omp simd reduction(max : m) reduction(|| : nan)
+  for (int64_t j = 0; j < v_real; ++j) {
+    const double xj = load(x, j);
+    nan = nan || std::isnan(xj);
+    m = xj > m ? xj : m;
+  }
+  return finish_logsumexp(x, v_real, m, nan, e, sum);
+}
+
+// float32 rows: the same steps through kernels/common/vector_exp.h's AVX2 paths.
+template <>
+double row_logsumexp<float>(const float* x, int64_t v_real, double* e, double* sum) {
+  bool nan = false;
+  const double m = max_f32(x, v_real, &nan);
+  return finish_logsumexp(x, v_real, m, nan, e, sum);
+}
+
+// dlogits row = scale * (softmax - onehot(t)) for j < v_real, 0 after, from
+// the row's lse (exp once more per element). x may equal d: each chunk is read
+// before it is written and never read again.
 template <typename T>
 void write_grad_row(T* d, const T* x, double lse, int32_t t, double scale, int64_t v,
                     int64_t v_real) {
-  for (int64_t j = 0; j < v_real; ++j) {
-    const double p = std::exp(load(x, j) - lse);
-    d[j] = store<T>(scale * (p - (j == t ? 1.0 : 0.0)));
+  double buf[kChunk];
+  for (int64_t j0 = 0; j0 < v_real; j0 += kChunk) {
+    const int64_t len = std::min(kChunk, v_real - j0);
+#pragma omp simd
+    for (int64_t k = 0; k < len; ++k) buf[k] = load(x, j0 + k) - lse;
+    exp_f64(buf, buf, len);
+#pragma omp simd
+    for (int64_t k = 0; k < len; ++k) d[j0 + k] = store<T>(scale * buf[k]);
+    if (t >= j0 && t < j0 + len) d[t] = store<T>(scale * (buf[t - j0] - 1.0));
   }
+  for (int64_t j = v_real; j < v; ++j) d[j] = store<T>(0.0);
+}
+
+// The same from the exponentials e[j] = exp(x_j - m) the forward kept and
+// their sum s: softmax_j = e[j] / s (no second exp).
+template <typename T>
+void write_grad_row_from_exp(T* d, const double* e, double s, int32_t t, double scale, int64_t v,
+                             int64_t v_real) {
+  const double w = scale / s;
+  if constexpr (std::is_same_v<T, float>) {
+    scale_to_f32(e, v_real, w, d);
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < v_real; ++j) d[j] = store<T>(w * e[j]);
+  }
+  d[t] = store<T>(scale * (e[t] / s - 1.0));
   for (int64_t j = v_real; j < v; ++j) d[j] = store<T>(0.0);
 }
 
@@ -127,10 +196,24 @@ void forward_rows(const Args& a, bool grad, float dloss) {
       if (grad) zero_row(dlogits + i * a.v, a.v);
       continue;
     }
-    const double lse = row_logsumexp(x, a.v_real);
+    // The row's exponentials, kept for its gradient: one exp per element.
+    thread_local std::vector<double> e;
+    if (static_cast<int64_t>(e.size()) < a.v_real) e.resize(a.v_real);
+    double s = 0.0;
+    const double lse = row_logsumexp(x, a.v_real, e.data(), &s);
     a.row_losses[i] = static_cast<float>(lse - load(x, t));
     if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(lse);
-    if (grad) write_grad_row(dlogits + i * a.v, x, lse, t, scale, a.v, a.v_real);
+    if (grad) {
+      // e[j] / s equals the contract's exp(x_j - lse) up to the rounding of
+      // lse = m + log(s): under 2^-33 relative while |lse| < 2^20, far below
+      // float32's 2^-24. Beyond (logits near float32's range, where log(s)
+      // vanishes in lse), NaN, or a row of -inf: exp(x_j - lse) itself.
+      if (std::fabs(lse) < 0x1p20) {
+        write_grad_row_from_exp(dlogits + i * a.v, e.data(), s, t, scale, a.v, a.v_real);
+      } else {
+        write_grad_row(dlogits + i * a.v, x, lse, t, scale, a.v, a.v_real);
+      }
+    }
   }
   write_total(a);
 }

@@ -40,7 +40,10 @@ void forward_rows(T* y, const T* x, const uint8_t* mask, int64_t rows, int64_t h
   constexpr M kNegInf = -std::numeric_limits<M>::infinity();
   const M sign = scale < 0 ? M(-1) : M(1);
   const M magnitude = static_cast<M>(std::fabs(scale));
-  std::vector<M> v(sk);
+#pragma omp parallel
+  {
+  std::vector<M> v(sk);  // one per thread
+#pragma omp for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * sk;
     T* yr = y + r * sk;
@@ -61,6 +64,7 @@ void forward_rows(T* y, const T* x, const uint8_t* mask, int64_t rows, int64_t h
     const M inv = sum == 0 ? M(0) : static_cast<M>(1.0 / sum);
     for (int64_t j = 0; j < sk; ++j) yr[j] = from_math<T>(v[j] * inv);
   }
+  }
 }
 
 // limit_of(r) is the number of leading included columns of row r (sk when all).
@@ -68,6 +72,7 @@ template <typename T>
 void backward_rows(T* dx, const T* dy, const T* y, int64_t rows, int64_t sq, int64_t sk,
                    bool causal, float scale) {
   using M = Math<T>;
+#pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t limit = causal ? internal::causal_limit(r, sq, sk) : sk;
     const T* gr = dy + r * sk;

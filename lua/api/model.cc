@@ -68,20 +68,25 @@ int Gpt2(lua_State* L) {
   return 1;
 }
 
-// The forward pass and fused cross-entropy of `batch` (targets are the
-// batch's next tokens).
+// The forward pass and cross-entropy of `batch` (targets are the batch's next
+// tokens). With `gradient`, the loss's gradient replaces the logits (fused, in
+// place: the logits are not needed after the loss).
 struct ForwardLoss {
   nn::ForwardResult out;
   nn::CrossEntropyResult ce;
 };
-ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const char* what) {
+ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const char* what,
+                       bool gradient) {
   Runtime& rt = *model.rt;
   const core::Tensor tokens = ToDevice(L, rt, batch.batch.inputs);
   const core::Tensor targets = ToDevice(L, rt, batch.batch.targets);
   absl::StatusOr<nn::ForwardResult> out = model.net->forward(*rt.ctx, tokens);
   ThrowIfError(L, absl::StrCat(what, " forward"), out.status());
+  nn::CrossEntropyOptions options;
+  options.gradient = gradient;
+  options.in_place = gradient;
   absl::StatusOr<nn::CrossEntropyResult> ce =
-      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->config().vocab_size, {});
+      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->config().vocab_size, options);
   ThrowIfError(L, absl::StrCat(what, " loss"), ce.status());
   return ForwardLoss{*std::move(out), *std::move(ce)};
 }
@@ -89,7 +94,7 @@ ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const cha
 // model(batch) -> Loss
 int Call(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  ForwardLoss f = RunForward(L, *model, *CheckHandle<Batch>(L, 2), "model");
+  ForwardLoss f = RunForward(L, *model, *CheckHandle<Batch>(L, 2), "model", /*gradient=*/true);
   auto loss = std::make_shared<Loss>();
   loss->model = model;
   loss->state = std::make_shared<LossState>();
@@ -111,7 +116,7 @@ int Evaluate(lua_State* L) {
     explicit EvalMode(nn::GPT2& n) : net(n), training(n.training()) { net.set_training(false); }
     ~EvalMode() { net.set_training(training); }
   } eval_mode(*model->net);
-  const float value = RunForward(L, *model, *batch, "model:evaluate").ce.loss;
+  const float value = RunForward(L, *model, *batch, "model:evaluate", /*gradient=*/false).ce.loss;
   lua_pushnumber(L, value);
   return 1;
 }

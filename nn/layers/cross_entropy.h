@@ -27,11 +27,17 @@ struct CrossEntropyOptions {
   // The upstream gradient of the loss (1, or a loss scale).
   float dloss = 1.0f;
   int32_t ignore_index = -100;
+  // false: the loss alone (evaluation); dlogits stays empty.
+  bool gradient = true;
+  // true: dlogits is written over the logits' own memory (it shares their
+  // storage), saving a logits-sized buffer when the caller needs only the
+  // gradient afterwards (a training step). The logits then hold dlogits.
+  bool in_place = false;
 };
 
 struct CrossEntropyResult {
   float loss = 0;       // mean over counted rows (0 when every row is ignored)
-  core::Tensor dlogits;  // logits' shape and dtype
+  core::Tensor dlogits;  // logits' shape and dtype; empty when !gradient
 };
 
 // Errors: shapes that do not fit, a target outside [0, v_real) that is not

@@ -25,6 +25,7 @@ absl::StatusOr<AccumulateResult> accumulate_gradients(core::Context& ctx, Module
   CrossEntropyOptions ce_options;
   ce_options.dloss = static_cast<float>(static_cast<double>(options.loss_scale) / n);
   ce_options.ignore_index = options.ignore_index;
+  ce_options.in_place = true;  // the logits are not needed after the loss
   double loss_sum = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     const std::string where = absl::StrCat("micro-batch ", i, " of ", n);
