@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
+#include "lua/api/runtime.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
 #include "lua/recipe.h"
@@ -127,6 +128,17 @@ int RunRecipe(const char* command, const std::string& path, const std::vector<st
                 s.code() == absl::StatusCode::kNotFound ? kExitFailure : StatusExit(s));
   }
   if (lua_isnil(L, -1)) {  // a script that trained by itself
+    // ... or did nothing at all: an empty file, or one that never touched the
+    // colossal runtime (no model, no booster, no launch).
+    if (!HasRuntime(L)) {
+      return Fail(command,
+                  absl::StrCat(path, ": defines no training: it returned nothing and made no "
+                                     "model or booster. Return a recipe table (e.g. `return { model "
+                                     "= ..., data = ..., optimizer = ..., steps = ... }`, see "
+                                     "recipes/gpt2_zero.lua) or train in the script through "
+                                     "colossal.booster"),
+                  kExitUsage);
+    }
     if (bench != nullptr) {
       return Fail(command, absl::StrCat(path, ": bench needs a recipe that returns a table"),
                   kExitUsage);

@@ -249,6 +249,15 @@ function recipe.run(t, file, bench)
     usage_error(file, "data.seq_len", string.format("%d is longer than the model's context (%d)",
       d.seq_len, cfg.max_seq_len))
   end
+  -- The largest activation of a micro-batch, its logits, must fit one tensor
+  -- (2^48 elements), checked before anything of that size is allocated.
+  local logits = d.micro_batch_size * 1.0 * d.seq_len * cfg.padded_vocab_size
+  if logits > 2.0 ^ 48 then
+    usage_error(file, "data.micro_batch_size", string.format(
+      "%d sequences of %d tokens over a vocabulary of %d give logits of %.3g elements; the limit "
+      .. "is 2^48 = %.3g elements in one tensor", d.micro_batch_size, d.seq_len,
+      cfg.padded_vocab_size, logits, 2.0 ^ 48))
+  end
   local optimizer = call(file, "optimizer", r.optimizer, colossal.optim[r.optimizer.name], model,
     without(r.optimizer, "name"))
   local scheduler = r.lr_scheduler and call(file, "lr_scheduler", r.lr_scheduler,

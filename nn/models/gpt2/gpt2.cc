@@ -6,9 +6,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/gemm/gemm.h"
 #include "core/status/status.h"
 #include "core/status/suggest.h"
+#include "core/tensor/shape.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/random/random.h"
 #include "nn/layers/tensor_util.h"
@@ -86,6 +88,25 @@ absl::Status GPT2Config::validate() const {
   if (n_embd % n_head != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: n_embd ", n_embd,
                                                    " is not a multiple of n_head ", n_head));
+  }
+  // Sizes, before anything is allocated: the kernels take these as int32, and
+  // no tensor (nor the flat parameter buffer) may pass core::Shape's limit.
+  for (const auto& [field, value] : fields) {
+    if (value > kMaxDim) {
+      return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: ", field, " is ", value,
+                                                     "; the limit is 2^31 - 1 = ", kMaxDim));
+    }
+  }
+  const long double limit = static_cast<long double>(core::Shape::kMaxNumel);
+  const long double c = n_embd, embeddings = (padded_vocab_size() + max_seq_len) * c,
+                    layer = 12 * c * c + 13 * c, total = embeddings + n_layer * layer + 2 * c;
+  if (total > limit) {
+    // Blame n_embd when even one layer is too big, else the layer count.
+    const bool width = embeddings + layer + 2 * c > limit;
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "GPT-2 config: %s is %d: n_layer %d x n_embd %d gives %.3Lg parameters; the limit is "
+        "2^48 = %.3Lg elements in one buffer",
+        width ? "n_embd" : "n_layer", width ? n_embd : n_layer, n_layer, n_embd, total, limit));
   }
   return absl::OkStatus();
 }

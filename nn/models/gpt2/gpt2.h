@@ -102,6 +102,10 @@ struct GPT2Config {
     return static_cast<int64_t>(checkpoint_ratio * static_cast<double>(n_layer));
   }
 
+  // The largest n_layer, n_head, n_embd, vocab_size, max_seq_len and
+  // padded_vocab_multiple validate() accepts (the kernels take them as int32).
+  static constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+
   int64_t padded_vocab_size() const {
     return (vocab_size + padded_vocab_multiple - 1) / padded_vocab_multiple *
            padded_vocab_multiple;

@@ -129,6 +129,36 @@ TEST_F(GPT2Test, TinyModelGradientsMatchFiniteDifferences) {
   EXPECT_LT(r->max_error, 1e-5) << r->worst;
 }
 
+// Sizes beyond the limits are refused by validate() (so by create(), before
+// any allocation), naming the field and the limit; the largest model that
+// fits is accepted by validate().
+TEST_F(GPT2Test, ConfigRejectsSizesBeyondTheLimits) {
+  GPT2Config c = tiny_config();
+  c.n_layer = 100000;
+  c.n_embd = 65536;
+  c.n_head = 4;
+  absl::Status s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("n_layer is 100000"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("the limit is 2^48"), std::string::npos) << s;
+  EXPECT_FALSE(GPT2::create(c, DType::kF32, Stream::cpu()).ok());
+  c.n_layer = 1;
+  c.n_embd = int64_t{1} << 23;  // one layer alone: 8e14 parameters
+  s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("n_embd is 8388608"), std::string::npos) << s;
+  c = tiny_config();
+  c.vocab_size = int64_t{1} << 32;
+  s = c.validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("vocab_size is 4294967296; the limit is 2^31 - 1"), std::string::npos) << s;
+  c = tiny_config();
+  c.n_layer = 1000;  // 12 * 2^24 * 1000 = 2e11 parameters: valid, never allocated here
+  c.n_embd = 4096;
+  c.n_head = 32;
+  EXPECT_TRUE(c.validate().ok());
+}
+
 TEST_F(GPT2Test, RejectsBadTokensWithTheModulePath) {
   auto model = *GPT2::create(tiny_config(), DType::kF32, Stream::cpu());
   absl::StatusOr<ForwardResult> out = model->forward(*ctx_, tokens_of({1, 2, 3, 4, 5}, 1, 5));

@@ -1,0 +1,1 @@
+-- expect: line none: defines no training
