@@ -15,7 +15,7 @@
 //
 //   bool nan = false;
 //   const float m = colossal::kernels::max_f32(row, n, &nan);
-//   const double s = colossal::kernels::exp_shifted_sum_f32(row, n, m, e);  // e[j] = exp(row[j] - m)
+//   const double s = colossal::kernels::exp_shifted_sum_f32f(row, n, m, e);  // e[j] = exp(row[j] - m)
 #ifndef COLOSSAL_KERNELS_COMMON_VECTOR_EXP_H_
 #define COLOSSAL_KERNELS_COMMON_VECTOR_EXP_H_
 
@@ -30,12 +30,17 @@ void exp_f64(const double* in, double* out, int64_t n);
 // (the maximum of the others is returned then).
 float max_f32(const float* x, int64_t n, bool* nan);
 
-// e[i] = exp(double(x[i]) - shift) for i < n, in float64, and returns their
-// sum (four partial sums by i mod 4, see above).
-double exp_shifted_sum_f32(const float* x, int64_t n, double shift, double* e);
+// For float32 softmax rows where float64 accuracy is not needed (training):
+// e[i] = exp(x[i] - shift) with the difference rounded to
+// float32 and libmvec's 8-lane expf (within 4 ulp; std::exp elsewhere), so
+// e[i] is within (4 + |x[i] - shift|) * 2^-24 relative of the exact value.
+// The sum is taken in float64 (partial sums by i mod 4; on AVX2 in two halves
+// of 8-lane blocks, so the last bits may differ from the scalar path).
+double exp_shifted_sum_f32f(const float* x, int64_t n, float shift, float* e);
 
 // out[i] = float(w * e[i]) for i < n: one rounding of a float64 product.
 void scale_to_f32(const double* e, int64_t n, double w, float* out);
+void scale_to_f32(const float* e, int64_t n, double w, float* out);
 
 }  // namespace colossal::kernels
 

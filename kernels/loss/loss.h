@@ -27,7 +27,9 @@
 //   * dlogits may alias logits exactly (in place: the gradient replaces the
 //     logits) in backward and fused; partial overlap is invalid_argument.
 //   * Math is float32 on CUDA (float64 accumulation only for the cross-row total
-//     of kSum/kMean). The CPU path computes every row in float64 and rounds
+//     of kSum/kMean). On the CPU, float32 logits take exp in float32 (each
+//     probability within (8 + max - x) * 2^-24 relative) with sums, log and
+//     gradient in float64; other types compute every row in float64 and round
 //     once to the output type. float16/bfloat16 logits give float16/bfloat16
 //     dlogits; losses and lse are always float32.
 //   * The kSum/kMean total is deterministic: per-row losses are reduced in a

@@ -1,10 +1,12 @@
-// CPU reference and backend for kernels/loss. Every row is computed in float64
-// (max, sum of exponentials, log, gradient) whatever the element type, and
-// rounded once to the output type; exp is libmvec's 4-lane float64 exp where
-// the CPU has AVX2 (within 4 ulp, kernels/common/vector_exp.h): this is the reference the CUDA path is
-// tested against, and float64 logits keep full float64 gradients for the
-// finite-difference tests. Rows are processed in order; the kSum/kMean total
-// is a float64 sum of the float32 row losses in index order.
+// CPU backend for kernels/loss. float32 logits (CPU training) take exp in
+// float32 (x - max rounded to float32, libmvec's 8-lane expf within 4 ulp:
+// each probability within (8 + max - x) * 2^-24 relative) with the sums, log
+// and gradient in float64. Other element types compute every row in float64
+// (max, sum of exponentials, log, gradient), exp being libmvec's 4-lane
+// float64 exp (within 4 ulp), and round once to the output type: float64
+// logits keep full float64 gradients for the finite-difference tests. Rows are
+// independent; the kSum/kMean total is a float64 sum of the float32 row
+// losses in index order.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -60,45 +62,41 @@ double sum_exp(const T* x, int64_t v_real, double m, double* e) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-// The log-sum-exp of a row from its maximum m: NaN or +inf anywhere gives
-// NaN (as on CUDA, where +inf - +inf appears); a row of -inf gives -inf.
+// The exponentials a row keeps for its gradient: float32 for float32 logits
+// (the CPU training path: the difference x - max and exp in float32 through
+// libmvec's 8-lane expf, 8 values per instruction), float64 otherwise.
 template <typename T>
-double finish_logsumexp(const T* x, int64_t v_real, double m, bool nan, double* e, double* sum) {
+using ExpT = std::conditional_t<std::is_same_v<T, float>, float, double>;
+
+// log(sum_j exp(x_j)) over j < v_real, max-shifted; NaN or +inf anywhere gives
+// NaN (as on CUDA, where +inf - +inf appears), a row of -inf gives -inf. A
+// finite result leaves e[j] = exp(x_j - max) for j < v_real and *sum their sum.
+template <typename T>
+double row_logsumexp(const T* x, int64_t v_real, ExpT<T>* e, double* sum) {
+  double m = -std::numeric_limits<double>::infinity();
+  bool nan = false;
+  if constexpr (std::is_same_v<T, float>) {
+    m = max_f32(x, v_real, &nan);
+  } else {
+#pragma omp simd reduction(max : m) reduction(|| : nan)
+    for (int64_t j = 0; j < v_real; ++j) {
+      const double xj = load(x, j);
+      nan = nan || std::isnan(xj);
+      m = xj > m ? xj : m;
+    }
+  }
   if (nan || m == std::numeric_limits<double>::infinity()) {
     return std::numeric_limits<double>::quiet_NaN();
   }
   if (std::isinf(m)) return m;
   double s = 0.0;
   if constexpr (std::is_same_v<T, float>) {
-    s = e != nullptr ? exp_shifted_sum_f32(x, v_real, m, e) : sum_exp(x, v_real, m, nullptr);
+    s = exp_shifted_sum_f32f(x, v_real, static_cast<float>(m), e);
   } else {
     s = sum_exp(x, v_real, m, e);
   }
-  if (sum != nullptr) *sum = s;
+  *sum = s;
   return m + std::log(s);
-}
-
-// log(sum_j exp(x_j)) over j < v_real, max-shifted. With `e`, a finite result
-// leaves exp(x_j - m) in e[j] and the sum of them in *sum.
-template <typename T>
-double row_logsumexp(const T* x, int64_t v_real, double* e = nullptr, double* sum = nullptr) {
-  double m = -std::numeric_limits<double>::infinity();
-  bool nan = false;
-#pragma omp simd reduction(max : m) reduction(|| : nan)
-  for (int64_t j = 0; j < v_real; ++j) {
-    const double xj = load(x, j);
-    nan = nan || std::isnan(xj);
-    m = xj > m ? xj : m;
-  }
-  return finish_logsumexp(x, v_real, m, nan, e, sum);
-}
-
-// float32 rows: the same steps through kernels/common/vector_exp.h's AVX2 paths.
-template <>
-double row_logsumexp<float>(const float* x, int64_t v_real, double* e, double* sum) {
-  bool nan = false;
-  const double m = max_f32(x, v_real, &nan);
-  return finish_logsumexp(x, v_real, m, nan, e, sum);
 }
 
 // dlogits row = scale * (softmax - onehot(t)) for j < v_real, 0 after, from
@@ -122,8 +120,8 @@ void write_grad_row(T* d, const T* x, double lse, int32_t t, double scale, int64
 
 // The same from the exponentials e[j] = exp(x_j - m) the forward kept and
 // their sum s: softmax_j = e[j] / s (no second exp).
-template <typename T>
-void write_grad_row_from_exp(T* d, const double* e, double s, int32_t t, double scale, int64_t v,
+template <typename T, typename E>
+void write_grad_row_from_exp(T* d, const E* e, double s, int32_t t, double scale, int64_t v,
                              int64_t v_real) {
   const double w = scale / s;
   if constexpr (std::is_same_v<T, float>) {
@@ -132,7 +130,7 @@ void write_grad_row_from_exp(T* d, const double* e, double s, int32_t t, double 
 #pragma omp simd
     for (int64_t j = 0; j < v_real; ++j) d[j] = store<T>(w * e[j]);
   }
-  d[t] = store<T>(scale * (e[t] / s - 1.0));
+  d[t] = store<T>(scale * (static_cast<double>(e[t]) / s - 1.0));
   for (int64_t j = v_real; j < v; ++j) d[j] = store<T>(0.0);
 }
 
@@ -189,20 +187,18 @@ void forward_rows(const Args& a, bool grad, float dloss) {
   for (int64_t i = 0; i < a.n; ++i) {
     const T* x = logits + i * a.v;
     const int32_t t = a.targets[i];
-    const bool ignored = t == a.options.ignore_index;
-    if (ignored) {
-      a.row_losses[i] = 0.0f;
-      if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(row_logsumexp(x, a.v_real));
-      if (grad) zero_row(dlogits + i * a.v, a.v);
-      continue;
-    }
     // The row's exponentials, kept for its gradient: one exp per element.
-    thread_local std::vector<double> e;
+    thread_local std::vector<ExpT<T>> e;
     if (static_cast<int64_t>(e.size()) < a.v_real) e.resize(a.v_real);
     double s = 0.0;
     const double lse = row_logsumexp(x, a.v_real, e.data(), &s);
-    a.row_losses[i] = static_cast<float>(lse - load(x, t));
     if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(lse);
+    if (t == a.options.ignore_index) {
+      a.row_losses[i] = 0.0f;
+      if (grad) zero_row(dlogits + i * a.v, a.v);
+      continue;
+    }
+    a.row_losses[i] = static_cast<float>(lse - load(x, t));
     if (grad) {
       // e[j] / s equals the contract's exp(x_j - lse) up to the rounding of
       // lse = m + log(s): under 2^-33 relative while |lse| < 2^20, far below
