@@ -14,6 +14,11 @@
 #include "kernels/common/dispatch.h"
 
 namespace colossal::kernels::activation {
+
+// Below this many elements a loop runs on the calling thread: waking the
+// OpenMP team costs more than the work (and tiny multi-process runs would
+// oversubscribe the cores).
+constexpr int64_t kParallelMin = int64_t{1} << 16;
 namespace {
 
 using internal::kCubic;
@@ -100,7 +105,7 @@ KernelStatus gelu_forward_cpu(void* out, const void* x, int64_t n, DType dtype) 
     using T = decltype(tag);
     T* o = static_cast<T*>(out);
     const T* in = static_cast<const T*>(x);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) store(o, i, gelu(load(in, i)));
     return KernelStatus();
   });
@@ -117,7 +122,7 @@ KernelStatus gelu_backward_cpu(void* dx, const void* dout, const void* x, int64_
     const T* dy = static_cast<const T*>(dout);
     const T* in = static_cast<const T*>(x);
     // Read dout[i] before writing dx[i]: they may be the same buffer.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) store(g, i, load(dy, i) * gelu_grad(load(in, i)));
     return KernelStatus();
   });
@@ -136,7 +141,7 @@ KernelStatus bias_gelu_forward_cpu(void* out, const void* x, const void* bias, i
     T* o = static_cast<T*>(out);
     const T* in = static_cast<const T*>(x);
     const T* b = static_cast<const T*>(bias);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const int64_t i = r * cols + c;
@@ -166,7 +171,7 @@ KernelStatus bias_gelu_backward_cpu(void* dx, void* dbias, const void* dout, con
     // Threads take blocks of columns and walk every row of them, so each
     // column's bias gradient is summed in row order whatever the thread count.
     constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * cols >= kParallelMin)
     for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
       const int64_t c1 = std::min(cols, c0 + kBlock);
       double sum[kBlock] = {};

@@ -182,8 +182,9 @@ void forward_rows(const Args& a, bool grad, float dloss) {
   const double scale = grad ? row_scale(a, dloss) : 0.0;
   // Rows are independent and each is computed the same way whatever the
   // thread count; the total is summed afterwards in row order (write_total),
-  // so results do not depend on the number of threads.
-#pragma omp parallel for schedule(static)
+  // so results do not depend on the number of threads. Small problems stay on
+  // the calling thread (waking the team would cost more).
+#pragma omp parallel for schedule(static) if (a.n * a.v >= (int64_t{1} << 16))
   for (int64_t i = 0; i < a.n; ++i) {
     const T* x = logits + i * a.v;
     const int32_t t = a.targets[i];
@@ -219,7 +220,7 @@ void backward_rows(const Args& a, float dloss) {
   const T* logits = static_cast<const T*>(a.logits);
   T* dlogits = static_cast<T*>(a.dlogits);
   const double scale = row_scale(a, dloss);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (a.n * a.v >= (int64_t{1} << 16))
   for (int64_t i = 0; i < a.n; ++i) {
     const int32_t t = a.targets[i];
     if (t == a.options.ignore_index) {

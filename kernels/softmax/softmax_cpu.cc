@@ -33,6 +33,10 @@ bool cpu_dtype(DType dtype) {
 }
 
 // mask == nullptr: no mask; causal: exclude columns past internal::causal_limit.
+// Below this many elements rows run on the calling thread: waking the OpenMP
+// team costs more than the work.
+constexpr int64_t kParallelMin = int64_t{1} << 16;
+
 template <typename T>
 void forward_rows(T* y, const T* x, const uint8_t* mask, int64_t rows, int64_t heads, int64_t sq,
                   int64_t sk, bool causal, float scale) {
@@ -40,7 +44,7 @@ void forward_rows(T* y, const T* x, const uint8_t* mask, int64_t rows, int64_t h
   constexpr M kNegInf = -std::numeric_limits<M>::infinity();
   const M sign = scale < 0 ? M(-1) : M(1);
   const M magnitude = static_cast<M>(std::fabs(scale));
-#pragma omp parallel
+#pragma omp parallel if (rows * sk >= kParallelMin)
   {
   std::vector<M> v(sk);  // one per thread
 #pragma omp for schedule(static)
@@ -72,7 +76,7 @@ template <typename T>
 void backward_rows(T* dx, const T* dy, const T* y, int64_t rows, int64_t sq, int64_t sk,
                    bool causal, float scale) {
   using M = Math<T>;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * sk >= kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t limit = causal ? internal::causal_limit(r, sq, sk) : sk;
     const T* gr = dy + r * sk;
