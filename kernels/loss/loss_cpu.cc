@@ -40,20 +40,19 @@ T store(double g) {
   }
 }
 
-// Rows are walked in chunks: the arguments of exp are gathered into a small
-// float64 buffer and exponentiated 4 at a time (kernels/common/vector_exp.h).
+// Rows are walked in chunks whose exp arguments are gathered in float64 and
+// exponentiated 4 at a time (kernels/common/vector_exp.h).
 constexpr int64_t kChunk = 256;
 
 // sum_j exp(x_j - m) over j < v_real in float64, in four interleaved partial
-// sums (j mod 4): a fixed order, the same on every CPU. With `e` (v_real
-// doubles) the exponentials are kept there for the gradient.
+// sums (j mod 4): a fixed order, the same on every CPU. The exponentials are
+// kept in e[0, v_real) for the gradient.
 template <typename T>
 double sum_exp(const T* x, int64_t v_real, double m, double* e) {
-  double chunk[kChunk];
   double s[4] = {0.0, 0.0, 0.0, 0.0};
   for (int64_t j0 = 0; j0 < v_real; j0 += kChunk) {
     const int64_t len = std::min(kChunk, v_real - j0);
-    double* buf = e != nullptr ? e + j0 : chunk;
+    double* buf = e + j0;
 #pragma omp simd
     for (int64_t k = 0; k < len; ++k) buf[k] = load(x, j0 + k) - m;
     exp_f64(buf, buf, len);
