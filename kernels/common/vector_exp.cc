@@ -67,14 +67,6 @@ COLOSSAL_AVX2 void scale_f32_to_f32_avx2(const float* e, int64_t n, double w, fl
   for (; i < n; ++i) out[i] = static_cast<float>(w * e[i]);
 }
 
-COLOSSAL_AVX2 void scale_to_f32_avx2(const double* e, int64_t n, double w, float* out) {
-  const __m256d wv = _mm256_set1_pd(w);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    _mm_storeu_ps(out + i, _mm256_cvtpd_ps(_mm256_mul_pd(wv, _mm256_loadu_pd(e + i))));
-  }
-  for (; i < n; ++i) out[i] = static_cast<float>(w * e[i]);
-}
 
 COLOSSAL_AVX2 float max_avx2(const float* x, int64_t n, bool* nan) {
   __m256 mv = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
@@ -137,12 +129,5 @@ void scale_to_f32(const float* e, int64_t n, double w, float* out) {
   }
 }
 
-void scale_to_f32(const double* e, int64_t n, double w, float* out) {
-  if (has_avx2()) {
-    scale_to_f32_avx2(e, n, w, out);
-  } else {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(w * e[i]);
-  }
-}
 
 }  // namespace colossal::kernels

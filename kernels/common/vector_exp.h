@@ -39,7 +39,6 @@ float max_f32(const float* x, int64_t n, bool* nan);
 double exp_shifted_sum_f32f(const float* x, int64_t n, float shift, float* e);
 
 // out[i] = float(w * e[i]) for i < n: one rounding of a float64 product.
-void scale_to_f32(const double* e, int64_t n, double w, float* out);
 void scale_to_f32(const float* e, int64_t n, double w, float* out);
 
 }  // namespace colossal::kernels
