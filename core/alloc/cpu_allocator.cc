@@ -45,6 +45,13 @@ uint64_t host_memory_available() {
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
 }
 
+uint64_t host_memory_total() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  if (pages < 0 || page_size < 0) return 0;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
 absl::Status host_out_of_memory(const std::string& allocator_name, size_t bytes) {
   const uint64_t available = host_memory_available();
   return absl::ResourceExhaustedError(

@@ -67,6 +67,8 @@ class CpuAllocator final : public Allocator {
 // Host memory the kernel reports as available (MemAvailable in /proc/meminfo,
 // else free physical pages), for out-of-memory messages.
 uint64_t host_memory_available();
+// The host's physical memory in bytes (0 when the system does not say).
+uint64_t host_memory_total();
 
 // The ResourceExhaustedError for a failed host allocation of `bytes` by
 // `allocator_name`, naming the bytes asked for and the bytes available.

@@ -178,6 +178,14 @@ absl::StatusOr<std::shared_ptr<Allocator>> create_pinned_host_allocator() {
   return std::make_shared<PinnedHostAllocator>();
 }
 
+absl::StatusOr<uint64_t> cuda_memory_total(Device device) {
+  COLOSSAL_RETURN_IF_ERROR(check_device_available(device));
+  DeviceGuard guard(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<uint64_t>(total_bytes);
+}
+
 #else  // !COLOSSAL_WITH_CUDA
 
 absl::StatusOr<std::shared_ptr<Allocator>> create_cuda_pool_allocator(Device device) {
@@ -193,6 +201,11 @@ absl::StatusOr<std::shared_ptr<Allocator>> create_pinned_host_allocator() {
   COLOSSAL_RETURN_IF_ERROR(
       annotate(check_device_available(Device::cuda(0)), "pinned host memory needs CUDA"));
   COLOSSAL_FATAL() << "cuda:0 is available in a build without CUDA";
+}
+
+absl::StatusOr<uint64_t> cuda_memory_total(Device device) {
+  COLOSSAL_RETURN_IF_ERROR(check_device_available(device));  // "built without CUDA"
+  COLOSSAL_FATAL() << device << " is available in a build without CUDA";
 }
 
 #endif  // COLOSSAL_WITH_CUDA

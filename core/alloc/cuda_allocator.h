@@ -49,6 +49,10 @@ absl::StatusOr<std::shared_ptr<Allocator>> create_cuda_pool_allocator(Device dev
 // Errors: no CUDA in this build, or no usable CUDA device.
 absl::StatusOr<std::shared_ptr<Allocator>> create_pinned_host_allocator();
 
+// The global memory of CUDA device `device` in bytes (cudaMemGetInfo's total).
+// Errors: the device is not available (or no CUDA in this build).
+absl::StatusOr<uint64_t> cuda_memory_total(Device device);
+
 }  // namespace colossal::core
 
 #endif  // COLOSSAL_CORE_ALLOC_CUDA_ALLOCATOR_H_

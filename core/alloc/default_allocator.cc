@@ -50,4 +50,11 @@ absl::StatusOr<std::shared_ptr<Allocator>> pinned_host_allocator() {
   return r.pinned;
 }
 
+absl::StatusOr<uint64_t> memory_capacity(Device device) {
+  if (device.is_cuda()) return cuda_memory_total(device);
+  const uint64_t total = host_memory_total();
+  if (total == 0) return absl::UnavailableError("the host does not report its physical memory");
+  return total;
+}
+
 }  // namespace colossal::core

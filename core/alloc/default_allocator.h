@@ -30,6 +30,12 @@ absl::StatusOr<std::shared_ptr<Allocator>> device_allocator(Device device);
 // The process's pinned host allocator. Errors: no CUDA build or device.
 absl::StatusOr<std::shared_ptr<Allocator>> pinned_host_allocator();
 
+// All the memory `device` has, in bytes: the host's physical memory for the
+// CPU, the device's global memory for a CUDA device. For refusing, before
+// allocating, what cannot fit at all. Errors: the device is not available;
+// Unavailable when the host does not report its memory.
+absl::StatusOr<uint64_t> memory_capacity(Device device);
+
 }  // namespace colossal::core
 
 #endif  // COLOSSAL_CORE_ALLOC_DEFAULT_ALLOCATOR_H_

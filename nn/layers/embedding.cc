@@ -34,13 +34,15 @@ Embedding::Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64
       dtype_(dtype) {}
 
 absl::Status Embedding::declare_own(ParameterTable& table) {
-  COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".wte.weight", {vocab_, channels_}, dtype_));
-  return table.add(name() + ".wpe.weight", {max_seq_len_, channels_}, dtype_);
+  COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".wte.weight", {vocab_, channels_}, dtype_,
+                                     InitRule::normal(kDefaultInitStd)));
+  return table.add(name() + ".wpe.weight", {max_seq_len_, channels_}, dtype_,
+                   InitRule::normal(kDefaultInitStd));
 }
 
 absl::Status Embedding::bind_own(const ParameterStore& store) {
-  COLOSSAL_ASSIGN_OR_RETURN(wte_, store.find(name() + ".wte.weight"));
-  COLOSSAL_ASSIGN_OR_RETURN(wpe_, store.find(name() + ".wpe.weight"));
+  COLOSSAL_ASSIGN_OR_RETURN(wte_, store.handle(name() + ".wte.weight"));
+  COLOSSAL_ASSIGN_OR_RETURN(wpe_, store.handle(name() + ".wpe.weight"));
   return absl::OkStatus();
 }
 
@@ -49,16 +51,18 @@ absl::StatusOr<ForwardResult> Embedding::forward_impl(core::Context& ctx,
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
   COLOSSAL_RETURN_IF_ERROR(check_tokens(input, max_seq_len_));
   const int64_t B = input.dim(0), T = input.dim(1);
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, wte_.value());
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wpe, wpe_.value());
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, {B, T, channels_}, dtype_));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(
           ctx,
           kernels::embedding::embedding_forward_cpu(out.raw_data(), input.data<int32_t>(),
-                                                    wte_.value.raw_data(), wpe_.value.raw_data(),
+                                                    wte.raw_data(), wpe.raw_data(),
                                                     B, T, channels_, vocab_, max_seq_len_, dtype_),
           kernels::embedding::embedding_forward_cuda(
               out.raw_data(), /*invalid_token_flag=*/nullptr, input.data<int32_t>(),
-              wte_.value.raw_data(), wpe_.value.raw_data(), B, T, channels_, vocab_,
+              wte.raw_data(), wpe.raw_data(), B, T, channels_, vocab_,
               max_seq_len_, dtype_, cuda_stream(ctx))),
       "embedding forward"));
   auto saved = std::make_unique<EmbeddingSaved>();
@@ -77,6 +81,8 @@ absl::StatusOr<core::Tensor> Embedding::backward_impl(core::Context& ctx, Saved&
                                                    "; expected [", B, ", ", T, ", ", channels_,
                                                    "]"));
   }
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor dwte, wte_.grad());
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor dwpe, wpe_.grad());
   using kernels::embedding::GradMode;
   const size_t scratch_bytes =
       ctx.device().is_cpu() ? 0
@@ -88,10 +94,10 @@ absl::StatusOr<core::Tensor> Embedding::backward_impl(core::Context& ctx, Saved&
       COLOSSAL_NN_ON_DEVICE(
           ctx,
           kernels::embedding::embedding_backward_cpu(
-              wte_.grad.raw_data(), wpe_.grad.raw_data(), grad_output.raw_data(),
+              dwte.raw_data(), dwpe.raw_data(), grad_output.raw_data(),
               s->tokens.data<int32_t>(), B, T, channels_, vocab_, max_seq_len_, dtype_, dtype_),
           kernels::embedding::embedding_backward_cuda(
-              wte_.grad.raw_data(), wpe_.grad.raw_data(), /*invalid_token_flag=*/nullptr,
+              dwte.raw_data(), dwpe.raw_data(), /*invalid_token_flag=*/nullptr,
               grad_output.raw_data(), s->tokens.data<int32_t>(), work.raw_data(), scratch_bytes,
               B, T, channels_, vocab_, max_seq_len_, dtype_, dtype_, GradMode::kDeterministic,
               cuda_stream(ctx))),

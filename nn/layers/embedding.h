@@ -3,8 +3,8 @@
 //   out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
 //
 // Parameters "<name>.wte.weight" [vocab, C] and "<name>.wpe.weight"
-// [max_seq_len, C]; with name "transformer" these are Hugging Face GPT-2's
-// names. `vocab` is the (possibly padded) row count of wte. Input int32 token
+// [max_seq_len, C], both declared N(0, kDefaultInitStd); with name
+// "transformer" these are Hugging Face GPT-2's names. `vocab` is the (possibly padded) row count of wte. Input int32 token
 // ids [B, T] (T <= max_seq_len) -> [B, T, C]. Token ids are not
 // differentiable: backward accumulates dwte/dwpe and returns an undefined
 // tensor. CPU: float32, float64 (and the 16-bit types); an id outside [0,
@@ -29,8 +29,8 @@ class Embedding : public Module {
   Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64_t channels,
             core::DType dtype);
   const char* type() const override { return "Embedding"; }
-  // The token table's view (bound), e.g. for a tied output head.
-  const Parameter& wte() const { return wte_; }
+  // The token table's handle (after bind), e.g. for a tied output head.
+  const ParameterHandle& wte() const { return wte_; }
 
  protected:
   absl::Status declare_own(ParameterTable& table) override;
@@ -42,7 +42,7 @@ class Embedding : public Module {
  private:
   int64_t vocab_, max_seq_len_, channels_;
   core::DType dtype_;
-  Parameter wte_, wpe_;
+  ParameterHandle wte_, wpe_;
 };
 
 }  // namespace colossal::nn

@@ -39,7 +39,7 @@ class LayerNorm : public Module {
  private:
   int64_t channels_;
   LayerNormOptions options_;
-  Parameter weight_, bias_;
+  ParameterHandle weight_, bias_;
 };
 
 }  // namespace colossal::nn

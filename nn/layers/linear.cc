@@ -22,15 +22,16 @@ Linear::Linear(std::string name, int64_t in_features, int64_t out_features, Line
 absl::Status Linear::declare_own(ParameterTable& table) {
   const core::Shape w = options_.layout == WeightLayout::kInOut ? core::Shape{in_, out_}
                                                                  : core::Shape{out_, in_};
-  COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".weight", w, options_.dtype));
+  COLOSSAL_RETURN_IF_ERROR(
+      table.add(name() + ".weight", w, options_.dtype, InitRule::normal(kDefaultInitStd)));
   if (options_.bias) COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".bias", {out_}, options_.dtype));
   return absl::OkStatus();
 }
 
 absl::Status Linear::bind_own(const ParameterStore& store) {
-  COLOSSAL_ASSIGN_OR_RETURN(weight_, store.find(name() + ".weight"));
+  COLOSSAL_ASSIGN_OR_RETURN(weight_, store.handle(name() + ".weight"));
   if (options_.bias) {
-    COLOSSAL_ASSIGN_OR_RETURN(bias_, store.find(name() + ".bias"));
+    COLOSSAL_ASSIGN_OR_RETURN(bias_, store.handle(name() + ".bias"));
   }
   return absl::OkStatus();
 }
@@ -39,13 +40,16 @@ absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const cor
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(input, options_.dtype, "input"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(input, in_, "input"));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
+  core::Tensor b;
   core::gemm::GemmOptions g;
   g.trans_b = options_.layout == WeightLayout::kOutIn;
   if (options_.bias) {
+    COLOSSAL_ASSIGN_OR_RETURN(b, bias_.value());
     g.epilogue = core::gemm::Epilogue::kBias;
-    g.bias = &bias_.value;
+    g.bias = &b;
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, core::gemm::matmul(ctx, x, weight_.value, g));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, core::gemm::matmul(ctx, x, w, g));
   std::vector<int64_t> dims(input.shape().dims().begin(), input.shape().dims().end());
   dims.back() = out_;
   COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
@@ -65,17 +69,21 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     return absl::InvalidArgumentError("grad_output does not match the forward's input rows");
   }
   const bool in_out = options_.layout == WeightLayout::kInOut;
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, weight_.grad());
   // Weight gradient, accumulated: [in, out] += x^T dy, or [out, in] += dy^T x.
   if (in_out) {
     COLOSSAL_RETURN_IF_ERROR(
-        core::gemm::gemm(ctx, x, dy, weight_.grad, {.trans_a = true, .beta = 1.0}));
+        core::gemm::gemm(ctx, x, dy, dw, {.trans_a = true, .beta = 1.0}));
   } else {
     COLOSSAL_RETURN_IF_ERROR(
-        core::gemm::gemm(ctx, dy, x, weight_.grad, {.trans_a = true, .beta = 1.0}));
+        core::gemm::gemm(ctx, dy, x, dw, {.trans_a = true, .beta = 1.0}));
   }
-  if (options_.bias) COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, dy, bias_.grad));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx,
-                            core::gemm::matmul(ctx, dy, weight_.value, {.trans_b = in_out}));
+  if (options_.bias) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, bias_.grad());
+    COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, dy, db));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
   return dx.reshape(s->input.shape().dims());
 }
 

@@ -7,7 +7,9 @@
 //     to ours one to one, checkpoints need no transpose.
 //   * WeightLayout::kOutIn — weight [out, in], y = x W^T (torch.nn.Linear, and
 //     the tied GPT-2 LM head, which uses wte [vocab, C] this way).
-// bias [out] (optional). Parameters: "<name>.weight", "<name>.bias".
+// bias [out] (optional). Parameters: "<name>.weight", "<name>.bias", declared
+// with the init rules N(0, kDefaultInitStd) and zeros (a model may change them
+// in its table: ParameterTable::set_init).
 //
 // Input [..., in] -> output [..., out]. Backward: dW += x^T dy (or dy^T x),
 // db += column sums of dy, dx = dy W^T (or dy W), all GEMMs (core/gemm).
@@ -51,7 +53,7 @@ class Linear : public Module {
  private:
   int64_t in_, out_;
   LinearOptions options_;
-  Parameter weight_, bias_;
+  ParameterHandle weight_, bias_;
 };
 
 }  // namespace colossal::nn

@@ -1,14 +1,55 @@
 #include "nn/module/parameter.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/alloc/allocator.h"
+#include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "core/status/suggest.h"
+#include "nn/module/parameter_init.h"
 
 namespace colossal::nn {
 
-absl::Status ParameterTable::add(std::string name, const core::Shape& shape, core::DType dtype) {
+namespace internal {
+// What every copy of a store and every handle share.
+struct StoreState {
+  ParameterTable table;
+  absl::flat_hash_map<int, core::Tensor> values, grads;  // flat buffers by dtype
+  std::vector<Parameter> parameters;                      // table order
+};
+}  // namespace internal
+
+namespace {
+
+absl::Status check_init(const std::string& name, int64_t numel, const InitRule& init) {
+  if (init.zero_tail < 0 || init.zero_tail > numel) {
+    return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\": zero_tail ",
+                                                   init.zero_tail, " is outside [0, ", numel, "]"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t round_up(int64_t n, int64_t align) { return (n + align - 1) / align * align; }
+
+absl::Status no_memory(const std::string& name) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "parameter \"", name,
+      "\" has no memory on this process (the model is declared but not materialized: boost it, "
+      "or materialize its ParameterStore, before running it)"));
+}
+
+const internal::StoreState& empty_state() {
+  static const auto* state = new internal::StoreState;
+  return *state;
+}
+
+}  // namespace
+
+absl::Status ParameterTable::add(std::string name, const core::Shape& shape, core::DType dtype,
+                                 InitRule init) {
   if (name.empty()) return absl::InvalidArgumentError("parameter with an empty name");
   if (index_.contains(name)) {
     return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\" declared twice"));
@@ -18,14 +59,30 @@ absl::Status ParameterTable::add(std::string name, const core::Shape& shape, cor
                                                    core::dtype_name(dtype),
                                                    "; parameters are floating point"));
   }
+  COLOSSAL_RETURN_IF_ERROR(check_init(name, shape.numel(), init));
   const int key = static_cast<int>(dtype);
   if (!buffer_numel_.contains(key)) dtypes_.push_back(dtype);
   int64_t& end = buffer_numel_[key];
-  const int64_t align = std::max<int64_t>(1, 16 / static_cast<int64_t>(core::dtype_size(dtype)));
-  const int64_t offset = (end + align - 1) / align * align;
+  const int64_t offset =
+      round_up(end, std::max<int64_t>(1, 16 / static_cast<int64_t>(core::dtype_size(dtype))));
   end = offset + shape.numel();
+  // The float32 layout's offset (16 bytes = 4 elements), whatever `dtype` is.
+  int64_t& init_end = init_numel_[key];
+  const int64_t init_offset = round_up(init_end, 4);
+  init_end = init_offset + shape.numel();
   index_[name] = entries_.size();
-  entries_.push_back(ParameterEntry{std::move(name), shape, dtype, offset});
+  entries_.push_back(ParameterEntry{std::move(name), shape, dtype, offset, init, init_offset});
+  return absl::OkStatus();
+}
+
+absl::Status ParameterTable::set_init(absl::string_view name, InitRule init) {
+  auto it = index_.find(name);
+  if (it == index_.end()) {
+    return absl::NotFoundError(absl::StrCat("no parameter \"", name, "\" to set the init rule of"));
+  }
+  ParameterEntry& e = entries_[it->second];
+  COLOSSAL_RETURN_IF_ERROR(check_init(e.name, e.numel(), init));
+  e.init = init;
   return absl::OkStatus();
 }
 
@@ -45,57 +102,166 @@ int64_t ParameterTable::parameter_count() const {
   return n;
 }
 
+// ParameterHandle
+
+const std::string& ParameterHandle::name() const {
+  static const std::string* unbound = new std::string("(unbound)");
+  return state_ == nullptr ? *unbound : state_->parameters[index_].name;
+}
+
+bool ParameterHandle::present() const {
+  return state_ != nullptr && state_->parameters[index_].value.defined();
+}
+
+absl::StatusOr<core::Tensor> ParameterHandle::value() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("an unbound parameter handle");
+  const Parameter& p = state_->parameters[index_];
+  if (!p.value.defined()) return no_memory(p.name);
+  return p.value;
+}
+
+absl::StatusOr<core::Tensor> ParameterHandle::grad() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("an unbound parameter handle");
+  const Parameter& p = state_->parameters[index_];
+  if (!p.grad.defined()) return no_memory(p.name);
+  return p.grad;
+}
+
+// ParameterStore
+
+ParameterStore ParameterStore::declare(const ParameterTable& table) {
+  auto state = std::make_shared<internal::StoreState>();
+  state->table = table;
+  state->parameters.reserve(table.size());
+  for (const ParameterEntry& e : table.entries()) state->parameters.push_back(Parameter{e.name, {}, {}});
+  return ParameterStore(std::move(state));
+}
+
 absl::StatusOr<ParameterStore> ParameterStore::create(const ParameterTable& table,
                                                       const core::Stream& stream) {
-  ParameterStore store;
-  store.table_ = std::make_shared<const ParameterTable>(table);
-  for (core::DType dtype : table.dtypes()) {
-    const int64_t n = table.buffer_numel(dtype);
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor values, core::Tensor::empty({n}, dtype, stream));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor grads, core::Tensor::empty({n}, dtype, stream));
-    COLOSSAL_RETURN_IF_ERROR(values.set_zero(stream));
-    COLOSSAL_RETURN_IF_ERROR(grads.set_zero(stream));
-    store.values_[static_cast<int>(dtype)] = values;
-    store.grads_[static_cast<int>(dtype)] = grads;
-  }
-  for (const ParameterEntry& e : store.table_->entries()) {
-    const core::Tensor& values = store.values_[static_cast<int>(e.dtype)];
-    const core::Tensor& grads = store.grads_[static_cast<int>(e.dtype)];
-    const size_t byte_offset = static_cast<size_t>(e.offset) * core::dtype_size(e.dtype);
-    Parameter p;
-    p.name = e.name;
-    COLOSSAL_ASSIGN_OR_RETURN(p.value, core::Tensor::from_storage(values.storage(), byte_offset,
-                                                                  e.shape, e.dtype));
-    COLOSSAL_ASSIGN_OR_RETURN(p.grad, core::Tensor::from_storage(grads.storage(), byte_offset,
-                                                                 e.shape, e.dtype));
-    store.parameters_.push_back(std::move(p));
-  }
+  ParameterStore store = declare(table);
+  COLOSSAL_RETURN_IF_ERROR(store.allocate(stream));
   return store;
 }
 
+int64_t ParameterStore::replicated_bytes() const {
+  int64_t bytes = 0;
+  for (core::DType dtype : table().dtypes()) {
+    bytes += 2 * table().buffer_numel(dtype) * static_cast<int64_t>(core::dtype_size(dtype));
+  }
+  return bytes;
+}
+
+absl::Status ParameterStore::allocate(const core::Stream& stream) {
+  if (state_ == nullptr) return absl::FailedPreconditionError("allocating an empty ParameterStore");
+  internal::StoreState& s = *state_;
+  if (!s.values.empty() || std::any_of(s.parameters.begin(), s.parameters.end(),
+                                       [](const Parameter& p) { return p.value.defined(); })) {
+    return absl::FailedPreconditionError("the parameters have memory already");
+  }
+  const core::Device device = stream.device();
+  const int64_t needed = replicated_bytes();
+  const std::string what = absl::StrFormat(
+      "materializing %d parameters (%s of values and gradients) on %s", s.table.parameter_count(),
+      core::format_bytes(static_cast<uint64_t>(needed)), device.to_string());
+  // A model far larger than the device fails here, before any allocation (a
+  // host that overcommits memory would otherwise accept it and die on first touch).
+  absl::StatusOr<uint64_t> capacity = core::memory_capacity(device);
+  if (capacity.ok() && static_cast<uint64_t>(needed) > *capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": ", device.to_string(), " has ",
+                                                     core::format_bytes(*capacity), " in all"));
+  }
+  absl::flat_hash_map<int, core::Tensor> values, grads;
+  for (core::DType dtype : s.table.dtypes()) {
+    const int64_t n = s.table.buffer_numel(dtype);
+    absl::StatusOr<core::Tensor> v = core::Tensor::empty({n}, dtype, stream);
+    if (!v.ok()) return core::annotate(v.status(), what);
+    absl::StatusOr<core::Tensor> g = core::Tensor::empty({n}, dtype, stream);
+    if (!g.ok()) return core::annotate(g.status(), what);
+    COLOSSAL_RETURN_IF_ERROR(v->set_zero(stream));
+    COLOSSAL_RETURN_IF_ERROR(g->set_zero(stream));
+    values[static_cast<int>(dtype)] = *std::move(v);
+    grads[static_cast<int>(dtype)] = *std::move(g);
+  }
+  std::vector<Parameter> parameters;
+  parameters.reserve(s.table.size());
+  for (const ParameterEntry& e : s.table.entries()) {
+    const size_t byte_offset = static_cast<size_t>(e.offset) * core::dtype_size(e.dtype);
+    Parameter p;
+    p.name = e.name;
+    COLOSSAL_ASSIGN_OR_RETURN(p.value, core::Tensor::from_storage(
+                                           values[static_cast<int>(e.dtype)].storage(),
+                                           byte_offset, e.shape, e.dtype));
+    COLOSSAL_ASSIGN_OR_RETURN(p.grad, core::Tensor::from_storage(
+                                          grads[static_cast<int>(e.dtype)].storage(),
+                                          byte_offset, e.shape, e.dtype));
+    parameters.push_back(std::move(p));
+  }
+  s.values = std::move(values);
+  s.grads = std::move(grads);
+  s.parameters = std::move(parameters);
+  return absl::OkStatus();
+}
+
+bool ParameterStore::materialized() const {
+  if (state_ == nullptr) return false;
+  return std::all_of(state_->parameters.begin(), state_->parameters.end(),
+                     [](const Parameter& p) { return p.value.defined() && p.grad.defined(); });
+}
+
+absl::Status ParameterStore::initialize(uint64_t seed, const core::Stream& stream) {
+  if (state_ == nullptr) return absl::OkStatus();
+  for (size_t i = 0; i < state_->parameters.size(); ++i) {
+    const Parameter& p = state_->parameters[i];
+    if (!p.value.defined()) return no_memory(p.name);
+    COLOSSAL_RETURN_IF_ERROR(
+        init_parameter(state_->table.entries()[i], p.value, seed, /*first=*/0, stream));
+  }
+  return absl::OkStatus();
+}
+
+const ParameterTable& ParameterStore::table() const {
+  return state_ == nullptr ? empty_state().table : state_->table;
+}
+
+const std::vector<Parameter>& ParameterStore::parameters() const {
+  return state_ == nullptr ? empty_state().parameters : state_->parameters;
+}
+
 core::Tensor ParameterStore::flat_values(core::DType dtype) const {
-  auto it = values_.find(static_cast<int>(dtype));
-  return it == values_.end() ? core::Tensor() : it->second;
+  if (state_ == nullptr) return core::Tensor();
+  auto it = state_->values.find(static_cast<int>(dtype));
+  return it == state_->values.end() ? core::Tensor() : it->second;
 }
 
 core::Tensor ParameterStore::flat_grads(core::DType dtype) const {
-  auto it = grads_.find(static_cast<int>(dtype));
-  return it == grads_.end() ? core::Tensor() : it->second;
+  if (state_ == nullptr) return core::Tensor();
+  auto it = state_->grads.find(static_cast<int>(dtype));
+  return it == state_->grads.end() ? core::Tensor() : it->second;
 }
 
-absl::StatusOr<Parameter> ParameterStore::find(absl::string_view name) const {
-  if (table_ != nullptr) {
-    const ParameterEntry* e = table_->find(name);
-    if (e != nullptr) return parameters_[static_cast<size_t>(e - table_->entries().data())];
-  }
+absl::StatusOr<size_t> ParameterStore::index_of(absl::string_view name) const {
+  const ParameterTable& t = table();
+  if (const ParameterEntry* e = t.find(name)) return static_cast<size_t>(e - t.entries().data());
   std::vector<absl::string_view> names;
-  for (const Parameter& p : parameters_) names.push_back(p.name);
+  for (const ParameterEntry& e : t.entries()) names.push_back(e.name);
   return absl::NotFoundError(
       absl::StrCat("no parameter \"", name, "\"", core::did_you_mean(name, names)));
 }
 
+absl::StatusOr<Parameter> ParameterStore::find(absl::string_view name) const {
+  COLOSSAL_ASSIGN_OR_RETURN(size_t i, index_of(name));
+  return state_->parameters[i];
+}
+
+absl::StatusOr<ParameterHandle> ParameterStore::handle(absl::string_view name) const {
+  COLOSSAL_ASSIGN_OR_RETURN(size_t i, index_of(name));
+  return ParameterHandle(state_, i);
+}
+
 absl::Status ParameterStore::zero_grad(const core::Stream& stream) {
-  for (auto& [key, grads] : grads_) COLOSSAL_RETURN_IF_ERROR(grads.set_zero(stream));
+  if (state_ == nullptr) return absl::OkStatus();
+  for (auto& [key, grads] : state_->grads) COLOSSAL_RETURN_IF_ERROR(grads.set_zero(stream));
   return absl::OkStatus();
 }
 

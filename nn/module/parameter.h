@@ -2,11 +2,15 @@
 //
 // A model's parameters are listed once, in a ParameterTable: a name (Hugging
 // Face spelling for GPT-2, e.g. "transformer.h.0.attn.c_attn.weight"), a shape,
-// a dtype and the element offset of the parameter inside the flat buffer of its
-// dtype. The table is the single source of truth: a ParameterStore allocates,
-// from it, one flat value buffer and one flat gradient buffer per dtype, and
-// carves both into named views (Parameter). All-reduce, ZeRO sharding,
-// checkpoint I/O and optimizers can then work on contiguous ranges
+// a dtype, an initialisation rule and the element offset of the parameter
+// inside the flat buffer of its dtype. The table is the single source of
+// truth and costs no parameter memory: a model is *declared* (its table, its
+// modules' handles bound to a ParameterStore with no memory), and whoever
+// trains it *materializes* the store: ParameterStore::allocate gives every
+// parameter its place in one flat value buffer and one flat gradient buffer
+// per dtype on one device (the layout of one process holding the whole model:
+// ddp and ZeRO), and initialize() draws the initial values. All-reduce, ZeRO
+// sharding, checkpoint I/O and optimizers work on contiguous ranges
 // (flat_values / flat_grads) while layers work on the views.
 //
 // Offsets are rounded up so every view starts 16-byte aligned (CUDA vector
@@ -14,15 +18,21 @@
 // belong to no parameter.
 //
 // Modules do not own parameters: each module declares its entries into the
-// model's table (Module::declare) and later looks its views up by name
-// (Module::bind). See module.h.
+// model's table (Module::declare) and takes a ParameterHandle per entry from
+// the store (Module::bind). A handle reads the store's current view at each
+// use, so the memory behind it may be allocated after binding, moved between
+// host and device, freed between uses or replaced (the parallel plugins'
+// job); a handle read while its parameter has no memory is an error that names
+// the parameter.
 //
 //   ParameterTable table;
-//   COLOSSAL_RETURN_IF_ERROR(table.add("fc.weight", {4, 3}, DType::kF32));
-//   COLOSSAL_RETURN_IF_ERROR(table.add("fc.bias", {3}, DType::kF32));
-//   COLOSSAL_ASSIGN_OR_RETURN(ParameterStore store, ParameterStore::create(table, Stream::cpu()));
-//   COLOSSAL_ASSIGN_OR_RETURN(Parameter w, store.find("fc.weight"));
-//   w.value.data<float>()[0] = 1.0f;          // a view into store.flat_values(DType::kF32)
+//   COLOSSAL_RETURN_IF_ERROR(table.add("fc.weight", {4, 3}, DType::kF32, InitRule::normal(0.02)));
+//   COLOSSAL_RETURN_IF_ERROR(table.add("fc.bias", {3}, DType::kF32));           // zeros
+//   ParameterStore store = ParameterStore::declare(table);   // no memory yet
+//   COLOSSAL_ASSIGN_OR_RETURN(ParameterHandle w, store.handle("fc.weight"));
+//   COLOSSAL_RETURN_IF_ERROR(store.allocate(Stream::cpu()));   // w.value() works from here on
+//   COLOSSAL_RETURN_IF_ERROR(store.initialize(/*seed=*/1337, Stream::cpu()));
+//   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, w.value());   // a view into flat_values(kF32)
 //   COLOSSAL_RETURN_IF_ERROR(store.zero_grad(Stream::cpu()));
 #ifndef COLOSSAL_NN_MODULE_PARAMETER_H_
 #define COLOSSAL_NN_MODULE_PARAMETER_H_
@@ -43,6 +53,26 @@
 
 namespace colossal::nn {
 
+// How a parameter's initial values are drawn (ParameterStore::initialize).
+struct InitRule {
+  enum class Kind { kZeros, kOnes, kNormal };
+  Kind kind = Kind::kZeros;
+  double std = 0.0;  // kNormal: N(0, std^2)
+  // kNormal: the last `zero_tail` elements are zeros instead (padding rows,
+  // e.g. GPT-2's wte rows past the real vocabulary).
+  int64_t zero_tail = 0;
+
+  static InitRule zeros() { return {}; }
+  static InitRule ones() { return {Kind::kOnes, 0.0, 0}; }
+  static InitRule normal(double std, int64_t zero_tail = 0) {
+    return {Kind::kNormal, std, zero_tail};
+  }
+};
+
+// The std of N(0, std^2) that layers declare their weight matrices with
+// (GPT-2's and BERT's 0.02); a model changes it per parameter (set_init).
+inline constexpr double kDefaultInitStd = 0.02;
+
 // One row of a ParameterTable.
 struct ParameterEntry {
   std::string name;
@@ -50,6 +80,13 @@ struct ParameterEntry {
   core::DType dtype = core::DType::kF32;
   // Element offset into the flat buffer of `dtype` (a multiple of 16 bytes).
   int64_t offset = 0;
+  InitRule init;
+  // Where the parameter's random values start in the Philox stream of the
+  // seed: its offset in a float32 layout of the same entries (equal to
+  // `offset` for float32). Element i of the parameter takes stream element
+  // init_offset + i, so every dtype and every layout (replicated, sharded,
+  // chunked) draws the same values.
+  int64_t init_offset = 0;
   int64_t numel() const { return shape.numel(); }
 };
 
@@ -57,8 +94,12 @@ struct ParameterEntry {
 class ParameterTable {
  public:
   // Appends a parameter at the end of its dtype's buffer. Errors: an empty or
-  // duplicate name, a non-floating dtype.
-  absl::Status add(std::string name, const core::Shape& shape, core::DType dtype);
+  // duplicate name, a non-floating dtype, a zero_tail outside [0, numel].
+  absl::Status add(std::string name, const core::Shape& shape, core::DType dtype,
+                   InitRule init = InitRule::zeros());
+  // Replaces the rule of `name` (a model adjusting its layers' defaults).
+  // Errors: no such parameter (NotFound), a zero_tail outside [0, numel].
+  absl::Status set_init(absl::string_view name, InitRule init);
 
   const std::vector<ParameterEntry>& entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
@@ -76,43 +117,96 @@ class ParameterTable {
   absl::flat_hash_map<std::string, size_t> index_;
   std::vector<core::DType> dtypes_;
   absl::flat_hash_map<int, int64_t> buffer_numel_;
+  absl::flat_hash_map<int, int64_t> init_numel_;  // per dtype, in a float32 layout
 };
 
 // A named view into the flat value and gradient buffers (shared storage).
+// Undefined tensors while the parameter has no memory on this process.
 struct Parameter {
   std::string name;
   core::Tensor value;
   core::Tensor grad;
 };
 
-// The flat buffers of one table and their views. Cheap to copy (copies share
-// the buffers).
+namespace internal {
+struct StoreState;
+}
+
+// A module's reference to one parameter of a store: cheap to copy, valid as
+// long as any copy of the store or a handle lives. value() and grad() return
+// the store's view at the time of the call.
+class ParameterHandle {
+ public:
+  ParameterHandle() = default;
+  const std::string& name() const;
+  bool bound() const { return state_ != nullptr; }
+  // True while the parameter has memory on this process.
+  bool present() const;
+  // The parameter's value / gradient view. FailedPreconditionError naming the
+  // parameter when it has no memory (a declared model not materialized yet, a
+  // parameter another rank or stage holds); also when never bound.
+  absl::StatusOr<core::Tensor> value() const;
+  absl::StatusOr<core::Tensor> grad() const;
+
+ private:
+  friend class ParameterStore;
+  ParameterHandle(std::shared_ptr<internal::StoreState> state, size_t index)
+      : state_(std::move(state)), index_(index) {}
+  std::shared_ptr<internal::StoreState> state_;
+  size_t index_ = 0;
+};
+
+// The parameters of one table and, once materialized, their memory. Copies
+// share everything (the table, the buffers, what handles see): materializing
+// one copy materializes them all.
 class ParameterStore {
  public:
   ParameterStore() = default;
 
-  // Allocates on `stream`'s device and zeroes values and gradients.
-  // Errors: out of memory, the device is not available.
+  // A store of `table` with no memory: handles can be bound, every parameter
+  // is absent until allocate() (or a plugin) gives it memory.
+  static ParameterStore declare(const ParameterTable& table);
+  // declare(table) + allocate(stream): values and gradients zero.
   static absl::StatusOr<ParameterStore> create(const ParameterTable& table,
                                                const core::Stream& stream);
 
-  const ParameterTable& table() const { return *table_; }
+  // Replicated layout: one flat value and one flat gradient buffer per dtype
+  // on `stream`'s device, zeroed, every parameter a view into them.
+  // Errors: FailedPrecondition when already materialized; ResourceExhausted
+  // naming the bytes needed (values and gradients) and what the device has,
+  // checked before anything is allocated when the device is smaller than that;
+  // the device is not available.
+  absl::Status allocate(const core::Stream& stream);
+  // Every parameter has memory on this process.
+  bool materialized() const;
+  // Bytes the replicated layout takes: values and gradients, padding included.
+  int64_t replicated_bytes() const;
+
+  // Draws every parameter's initial values from its rule (ParameterEntry::init)
+  // and `seed`, enqueued on `stream` (a stream of the parameters' device;
+  // Stream::cpu() for host memory). Errors: a parameter without memory
+  // (FailedPrecondition naming it); a kernel's failure.
+  absl::Status initialize(uint64_t seed, const core::Stream& stream = core::Stream::cpu());
+
+  const ParameterTable& table() const;
   // The whole buffer of `dtype`, 1-D [table().buffer_numel(dtype)]; undefined
-  // when the table has no parameter of that dtype.
+  // when the table has no parameter of that dtype or the store has no flat
+  // buffer (not materialized).
   core::Tensor flat_values(core::DType dtype) const;
   core::Tensor flat_grads(core::DType dtype) const;
-  // Every parameter, in table order.
-  const std::vector<Parameter>& parameters() const { return parameters_; }
+  // Every parameter, in table order (undefined tensors where absent).
+  const std::vector<Parameter>& parameters() const;
   // The parameter called `name`. NotFoundError with the closest name otherwise.
   absl::StatusOr<Parameter> find(absl::string_view name) const;
+  // A handle on the parameter called `name` (NotFoundError as find()).
+  absl::StatusOr<ParameterHandle> handle(absl::string_view name) const;
   // Sets every gradient (the whole flat gradient buffers) to zero.
   absl::Status zero_grad(const core::Stream& stream);
 
  private:
-  std::shared_ptr<const ParameterTable> table_;
-  absl::flat_hash_map<int, core::Tensor> values_;
-  absl::flat_hash_map<int, core::Tensor> grads_;
-  std::vector<Parameter> parameters_;
+  explicit ParameterStore(std::shared_ptr<internal::StoreState> state) : state_(std::move(state)) {}
+  absl::StatusOr<size_t> index_of(absl::string_view name) const;
+  std::shared_ptr<internal::StoreState> state_;
 };
 
 }  // namespace colossal::nn

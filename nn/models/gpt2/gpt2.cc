@@ -11,8 +11,6 @@
 #include "core/status/status.h"
 #include "core/status/suggest.h"
 #include "core/tensor/shape.h"
-#include "kernels/elementwise/elementwise.h"
-#include "kernels/random/random.h"
 #include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
@@ -137,8 +135,24 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype)
 absl::StatusOr<ParameterTable> GPT2::parameter_table(const GPT2Config& config, core::DType dtype) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
   GPT2 model(config, dtype);
+  return model.declared_table();
+}
+
+absl::StatusOr<ParameterTable> GPT2::declared_table() {
   ParameterTable table;
-  COLOSSAL_RETURN_IF_ERROR(model.declare(table));
+  COLOSSAL_RETURN_IF_ERROR(declare(table));
+  // GPT-2's rules on top of the layers' defaults (weights N(0, 0.02), biases
+  // 0, LayerNorm weights 1): the residual projections are scaled down by
+  // sqrt(2 n_layer), wte's padding rows are zero.
+  const double std_residual = kDefaultInitStd / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
+  for (const ParameterEntry& e : std::vector<ParameterEntry>(table.entries())) {
+    if (absl::EndsWith(e.name, "attn.c_proj.weight") || absl::EndsWith(e.name, "mlp.c_proj.weight")) {
+      COLOSSAL_RETURN_IF_ERROR(table.set_init(e.name, InitRule::normal(std_residual)));
+    }
+  }
+  const int64_t padding = (config_.padded_vocab_size() - config_.vocab_size) * config_.n_embd;
+  COLOSSAL_RETURN_IF_ERROR(
+      table.set_init("transformer.wte.weight", InitRule::normal(kDefaultInitStd, padding)));
   return table;
 }
 
@@ -147,68 +161,24 @@ core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEn
   return entry.shape;
 }
 
-absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, core::DType dtype,
-                                                   const core::Stream& stream) {
+absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<GPT2> model(new GPT2(config, dtype));
-  ParameterTable table;
-  COLOSSAL_RETURN_IF_ERROR(model->declare(table));
-  COLOSSAL_ASSIGN_OR_RETURN(model->store_, ParameterStore::create(table, stream));
+  COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
+  model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
   return model;
 }
 
-namespace {
-
-// The kernels' fills on the buffer's device.
-kernels::KernelStatus fill_value(void* out, double value, int64_t n, core::DType dtype,
-                                 bool on_cpu, const core::Stream& stream) {
-  if (on_cpu) return kernels::elementwise::fill_cpu(out, value, n, dtype);
-#if COLOSSAL_WITH_CUDA
-  return kernels::elementwise::fill_cuda(out, value, n, dtype, stream.handle());
-#else
-  return kernels::KernelStatus::unsupported("CUDA buffers in a CPU-only build");
-#endif
+absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, core::DType dtype,
+                                                   const core::Stream& stream) {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config, dtype));
+  COLOSSAL_RETURN_IF_ERROR(model->store_.allocate(stream));
+  return model;
 }
-
-kernels::KernelStatus fill_normal(void* out, double std, uint64_t seed, uint64_t offset, int64_t n,
-                                  core::DType dtype, bool on_cpu, const core::Stream& stream) {
-  if (on_cpu) return kernels::random::fill_normal_cpu(out, 0.0, std, seed, offset, n, dtype);
-#if COLOSSAL_WITH_CUDA
-  return kernels::random::fill_normal_cuda(out, 0.0, std, seed, offset, n, dtype, stream.handle());
-#else
-  return kernels::KernelStatus::unsupported("CUDA buffers in a CPU-only build");
-#endif
-}
-
-}  // namespace
 
 absl::Status GPT2::init(uint64_t seed, const core::Stream& stream) {
-  const double std_default = 0.02;
-  const double std_residual = 0.02 / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-  for (const Parameter& p : store_.parameters()) {
-    const bool on_cpu = p.value.device().is_cpu();
-    const ParameterEntry& e = *store_.table().find(p.name);
-    const int64_t n = p.value.numel();
-    kernels::KernelStatus s;
-    if (absl::EndsWith(p.name, ".bias")) {
-      s = fill_value(p.value.raw_data(), 0.0, n, dtype_, on_cpu, stream);
-    } else if (absl::StrContains(p.name, ".ln_")) {
-      s = fill_value(p.value.raw_data(), 1.0, n, dtype_, on_cpu, stream);
-    } else {
-      const bool residual = absl::EndsWith(p.name, "attn.c_proj.weight") ||
-                            absl::EndsWith(p.name, "mlp.c_proj.weight");
-      s = fill_normal(p.value.raw_data(), residual ? std_residual : std_default, seed,
-                      static_cast<uint64_t>(e.offset), n, dtype_, on_cpu, stream);
-      if (s.ok() && p.name == "transformer.wte.weight") {
-        const int64_t real = config_.vocab_size * config_.n_embd;
-        char* pad = static_cast<char*>(p.value.raw_data()) + real * core::dtype_size(dtype_);
-        s = fill_value(pad, 0.0, n - real, dtype_, on_cpu, stream);
-      }
-    }
-    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(s, absl::StrCat("initialising ", p.name)));
-  }
-  return absl::OkStatus();
+  return store_.initialize(seed, stream);
 }
 
 absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core::Tensor& input) {
@@ -228,8 +198,9 @@ absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core:
   saved->x = f.output;
   const int64_t B = input.dim(0), T = input.dim(1), Vp = config_.padded_vocab_size();
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, f.output.reshape({B * T, config_.n_embd}));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, embedding_.wte().value());
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
-                            core::gemm::matmul(ctx, x2, embedding_.wte().value, {.trans_b = true}));
+                            core::gemm::matmul(ctx, x2, wte, {.trans_b = true}));
   COLOSSAL_ASSIGN_OR_RETURN(logits, logits.reshape({B, T, Vp}));
   return ForwardResult{logits, std::move(saved)};
 }
@@ -247,10 +218,11 @@ absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& save
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, Vp}));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, config_.n_embd}));
   // Tied head: logits = x wte^T, so dwte += dlogits^T x and dx = dlogits wte.
-  core::Tensor dwte = embedding_.wte().grad;
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, embedding_.wte().value());
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dwte, embedding_.wte().grad());
   COLOSSAL_RETURN_IF_ERROR(
       core::gemm::gemm(ctx, dlogits, x2, dwte, {.trans_a = true, .beta = 1.0}));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, embedding_.wte().value));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, wte));
   COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, config_.n_embd}));
   COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_.backward(ctx, *s->ln_f, dx));
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));

@@ -23,12 +23,19 @@
 //   transformer.ln_f.{weight,bias} [C]
 // so a safetensors checkpoint maps one to one (dropping wte's padding rows).
 //
-// Initialisation (GPT2::init, GPT-2 / llm.c): weights N(0, 0.02), the residual
-// projections (attn.c_proj.weight, mlp.c_proj.weight) N(0, 0.02 / sqrt(2 n_layer)),
-// biases 0, LayerNorm weights 1, wte padding rows 0. Each parameter takes the
-// Philox stream elements [offset, offset + numel) of `seed` (kernels/random),
-// offset being its place in the flat buffer: the same seed gives the same
-// weights on any device and whatever part of the model a process initialises.
+// Initialisation (the table's init rules, GPT-2 / llm.c): weights N(0, 0.02),
+// the residual projections (attn.c_proj.weight, mlp.c_proj.weight)
+// N(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weights 1, wte padding rows
+// 0. Each parameter takes the Philox stream elements [init_offset, init_offset
+// + numel) of `seed` (nn/module/parameter_init.h): the same seed gives the same
+// weights on any device, in any dtype, whatever part of the model a process
+// initialises.
+//
+// Lazy construction: GPT2::declare builds the modules and the parameter table
+// and binds the layers' handles to a store with no memory (a 1-trillion-
+// parameter GPT-2 is declared in milliseconds); whoever trains it materializes
+// the store (a parallel plugin, or store().allocate() + init() on one device).
+// GPT2::create does both steps for one device.
 //
 // Activation checkpointing: GPT2Config::checkpoint_ratio checkpoints the first
 // int(ratio * n_layer) blocks (nn/module/module.h, "Activation checkpointing";
@@ -40,7 +47,8 @@
 // functions; its tests (CPU vs CUDA) skip without a GPU and have not run yet.
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(GPT2Config config, GPT2Config::preset("gpt2"));
-//   COLOSSAL_ASSIGN_OR_RETURN(auto model, GPT2::create(config, DType::kF32, Stream::cpu()));
+//   COLOSSAL_ASSIGN_OR_RETURN(auto model, GPT2::declare(config, DType::kF32));   // no memory
+//   COLOSSAL_RETURN_IF_ERROR(model->store().allocate(Stream::cpu()));   // or GPT2::create
 //   COLOSSAL_RETURN_IF_ERROR(model->init(/*seed=*/1337));
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, model->forward(ctx, tokens));   // logits
 //   COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult ce,
@@ -127,8 +135,13 @@ class GPT2 : public Module {
   // to entry.shape except transformer.wte.weight, which has vocab_size rows
   // there (ours are its first vocab_size rows, then the padding).
   static core::Shape hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry);
-  // Builds the model, its table and flat buffers on `stream`'s device (values
-  // and gradients zero; call init()).
+  // Builds the model and its table, its layers bound to store(), which has
+  // no memory (ParameterStore::declare). Errors: the config's (validate()).
+  static absl::StatusOr<std::unique_ptr<GPT2>> declare(const GPT2Config& config, core::DType dtype);
+  using Module::declare;  // declare(ParameterTable&), hidden by the factory above
+  // declare() + store().allocate(stream): the flat buffers on `stream`'s
+  // device, values and gradients zero (call init()). Errors: the config's;
+  // ResourceExhausted naming the bytes when the device is too small.
   static absl::StatusOr<std::unique_ptr<GPT2>> create(const GPT2Config& config, core::DType dtype,
                                                       const core::Stream& stream);
 
@@ -142,8 +155,10 @@ class GPT2 : public Module {
   // changes it per block).
   Sequential& blocks() { return blocks_; }
 
-  // GPT-2 initialisation (see the file comment), enqueued on `stream` (a
-  // stream of the parameters' device; Stream::cpu() for CPU buffers).
+  // GPT-2 initialisation (see the file comment) of every parameter,
+  // enqueued on `stream` (a stream of the parameters' device; Stream::cpu()
+  // for CPU buffers): store().initialize(seed, stream). Errors: a parameter
+  // without memory (FailedPrecondition naming it).
   absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu());
 
  protected:
@@ -155,6 +170,8 @@ class GPT2 : public Module {
 
  private:
   GPT2(const GPT2Config& config, core::DType dtype);
+  // The modules' declarations with GPT-2's init rules.
+  absl::StatusOr<ParameterTable> declared_table();
 
   GPT2Config config_;
   core::DType dtype_;

@@ -1,11 +1,14 @@
 #include "nn/models/gpt2/gpt2.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/alloc/default_allocator.h"
 #include "gtest/gtest.h"
 #include "nn/layers/cross_entropy.h"
 #include "nn/module/gradcheck.h"
@@ -157,6 +160,58 @@ TEST_F(GPT2Test, ConfigRejectsSizesBeyondTheLimits) {
   c.n_embd = 4096;
   c.n_head = 32;
   EXPECT_TRUE(c.validate().ok());
+}
+
+// Lazy construction: a 1-trillion-parameter GPT-2 costs its module tree and
+// table, no parameter memory; running it unmaterialized names the parameter,
+// and materializing it on this host is refused with the size.
+TEST_F(GPT2Test, ATrillionParametersAreDeclaredWithoutMemory) {
+  GPT2Config c;
+  c.n_layer = 128;
+  c.n_head = 100;
+  c.n_embd = 25600;
+  const int64_t before = core::cpu_allocator()->stats().allocated_bytes;
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::unique_ptr<GPT2>> model = GPT2::declare(c, DType::kF32);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(core::cpu_allocator()->stats().allocated_bytes, before);  // no tensor at all
+  EXPECT_LT(seconds, 1.0);  // the bar; it takes milliseconds
+  const int64_t n = (*model)->table().parameter_count();
+  EXPECT_GT(n, int64_t{1000000000000});
+  EXPECT_EQ(n, (c.padded_vocab_size() + c.max_seq_len) * c.n_embd +
+                   c.n_layer * (12 * c.n_embd * c.n_embd + 13 * c.n_embd) + 2 * c.n_embd);
+  EXPECT_FALSE((*model)->store().materialized());
+  EXPECT_FALSE((*model)->store().flat_values(DType::kF32).defined());
+  absl::StatusOr<ForwardResult> out = (*model)->forward(*ctx_, tokens_of({1, 2}, 1, 2));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("\"transformer.wte.weight\" has no memory"),
+            std::string::npos)
+      << out.status();
+  absl::Status s = (*model)->store().allocate(Stream::cpu());
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("materializing ", n, " parameters (7.33 TiB")),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(core::cpu_allocator()->stats().allocated_bytes, before);
+}
+
+// A declared model, materialized and initialised later, equals one created at once.
+TEST_F(GPT2Test, DeclaredThenMaterializedEqualsCreated) {
+  auto created = *GPT2::create(tiny_config(), DType::kF32, Stream::cpu());
+  ASSERT_TRUE(created->init(7).ok());
+  auto declared = *GPT2::declare(tiny_config(), DType::kF32);
+  ASSERT_TRUE(declared->store().allocate(Stream::cpu()).ok());
+  ASSERT_TRUE(declared->init(7).ok());
+  const Tensor a = created->store().flat_values(DType::kF32);
+  const Tensor b = declared->store().flat_values(DType::kF32);
+  ASSERT_EQ(a.numel(), b.numel());
+  EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0);
+  absl::StatusOr<ForwardResult> x = created->forward(*ctx_, tokens_of({1, 2, 3}, 1, 3));
+  absl::StatusOr<ForwardResult> y = declared->forward(*ctx_, tokens_of({1, 2, 3}, 1, 3));
+  ASSERT_TRUE(x.ok() && y.ok());
+  EXPECT_EQ(std::memcmp(x->output.raw_data(), y->output.raw_data(), x->output.nbytes()), 0);
 }
 
 TEST_F(GPT2Test, RejectsBadTokensWithTheModulePath) {
