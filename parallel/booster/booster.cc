@@ -13,12 +13,38 @@ Booster::Booster(std::unique_ptr<Plugin> plugin) : plugin_(std::move(plugin)) {
   COLOSSAL_CHECK(plugin_ != nullptr);
 }
 
+absl::Status Booster::check_model(const nn::Module& model, const char* what) const {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("Booster::", what, " before Booster::boost"));
+  }
+  if (&model != model_) {
+    return absl::InvalidArgumentError(absl::StrCat("Booster::", what, ": ", model.description(),
+                                                   " is not the boosted model ",
+                                                   model_->description()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Booster::materialize(nn::ParameterStore& store, uint64_t seed,
+                                  const core::Stream& stream) {
+  if (model_ != nullptr) {
+    return absl::FailedPreconditionError("Booster::materialize after Booster::boost");
+  }
+  return core::annotate(plugin_->materialize(store, seed, stream),
+                        absl::StrCat("plugin ", plugin_->name(), ": materialize"));
+}
+
 absl::Status Booster::boost(nn::Module& model, const nn::ParameterStore& store,
                             nn::Optimizer& optimizer) {
   if (model_ != nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("Booster::boost: already boosted ", model_->description(),
                      "; make one Booster per model"));
+  }
+  if (!store.materialized()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Booster::boost: the parameters of ", model.description(),
+                     " have no memory; materialize them first (Booster::materialize)"));
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->boost(model, store, optimizer),
                                           absl::StrCat("plugin ", plugin_->name(), ": boost")));
@@ -27,16 +53,21 @@ absl::Status Booster::boost(nn::Module& model, const nn::ParameterStore& store,
   return absl::OkStatus();
 }
 
+absl::StatusOr<nn::ForwardResult> Booster::forward(core::Context& ctx, nn::Module& model,
+                                                   const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(check_model(model, "forward"));
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->begin_forward(ctx),
+                                          absl::StrCat("plugin ", plugin_->name())));
+  absl::StatusOr<nn::ForwardResult> result = model.forward(ctx, input);
+  const absl::Status end = plugin_->end_forward(result.ok());
+  if (!result.ok()) return result.status();
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(end, absl::StrCat("plugin ", plugin_->name())));
+  return result;
+}
+
 absl::StatusOr<core::Tensor> Booster::backward(core::Context& ctx, nn::Module& model,
                                                nn::Saved& saved, const core::Tensor& grad_output) {
-  if (model_ == nullptr) {
-    return absl::FailedPreconditionError("Booster::backward before Booster::boost");
-  }
-  if (&model != model_) {
-    return absl::InvalidArgumentError(absl::StrCat("Booster::backward: ", model.description(),
-                                                   " is not the boosted model ",
-                                                   model_->description()));
-  }
+  COLOSSAL_RETURN_IF_ERROR(check_model(model, "backward"));
   const bool sync = sync_enabled();
   COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->begin_backward(ctx, sync),
                                           absl::StrCat("plugin ", plugin_->name())));

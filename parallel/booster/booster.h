@@ -8,6 +8,9 @@
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(auto ddp, DdpPlugin::create(pg, {.bucket_cap_mb = 25}));
 //   Booster booster(std::move(ddp));
+//   COLOSSAL_ASSIGN_OR_RETURN(auto model, nn::GPT2::declare(config, DType::kF32));  // no memory
+//   COLOSSAL_RETURN_IF_ERROR(booster.materialize(model->store(), seed, stream));    // the plugin's layout
+//   ... optimizer over model->store().parameters() ...
 //   COLOSSAL_RETURN_IF_ERROR(booster.boost(*model, model->store(), *optimizer));
 //   // io::DataLoaderOptions: rank = booster.plugin().dp_rank(), world_size = dp_size()
 //   for (int step = 0; step < steps; ++step) {
@@ -15,7 +18,7 @@
 //     for (int i = 0; i < n_micro; ++i) {
 //       std::optional<Booster::NoSync> no_sync;
 //       if (i + 1 < n_micro) no_sync.emplace(booster.no_sync());  // reduce only on the last
-//       ... out = model->forward(ctx, tokens_i); ce = cross_entropy(..., {.dloss = 1.0f / n_micro})
+//       ... out = booster.forward(ctx, *model, tokens_i); ce = cross_entropy(..., {.dloss = 1.0f / n_micro})
 //       COLOSSAL_RETURN_IF_ERROR(booster.backward(ctx, *model, *out.saved, ce.dlogits).status());
 //     }
 //     COLOSSAL_ASSIGN_OR_RETURN(nn::MixedPrecisionStepResult r, booster.step({.max_norm = 1.0f}));
@@ -23,11 +26,16 @@
 // (this loop is ddp_rank_run in parallel/ddp/ddp_test_util.cc, run by ddp_test.cc)
 //
 // Contracts:
+//   * materialize (optional, before boost): a model that was only declared
+//     gets its parameter memory and initial values from the plugin; a model
+//     made with its memory (GPT2::create) skips it.
 //   * boost once; the model, store and optimizer must outlive the Booster's
 //     use of them. The optimizer's gradients must be the store's gradient
 //     views (nn/optim/module_params.h's optimizer_params does that).
-//   * backward() is the model's Module::backward with the plugin around it;
-//     calling model.backward directly bypasses the plugin (no reduction).
+//   * forward() and backward() are the model's Module::forward / backward
+//     with the plugin around them; calling the model directly bypasses the
+//     plugin (no reduction, no gathering). Evaluation and generation use
+//     forward() too.
 //   * no_sync(): while the returned guard lives, backward() only accumulates
 //     gradients locally; the next backward() outside it reduces the
 //     accumulated sum. step() after a backward under no_sync (before any
@@ -48,6 +56,7 @@
 #ifndef COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
 #define COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -76,11 +85,24 @@ class Booster {
   Booster& operator=(const Booster&) = delete;
 
   Plugin& plugin() { return *plugin_; }
+  bool boosted() const { return model_ != nullptr; }
+
+  // The plugin's materialize (plugin.h) of a declared model's store, before
+  // boost. Errors: after boost (FailedPrecondition); the plugin's.
+  [[nodiscard]] absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
+                                         const core::Stream& stream);
 
   // Hands `model` (parameters: views of `store`) and `optimizer` to the
-  // plugin. Errors: boosting twice (FailedPrecondition); the plugin's.
+  // plugin. Errors: boosting twice, a store without memory
+  // (FailedPrecondition); the plugin's.
   [[nodiscard]] absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
                                    nn::Optimizer& optimizer);
+
+  // `model.forward(ctx, input)` between the plugin's begin_forward and
+  // end_forward. Errors: not boosted, another model than the boosted one
+  // (FailedPrecondition / InvalidArgument); the model's; the plugin's.
+  absl::StatusOr<nn::ForwardResult> forward(core::Context& ctx, nn::Module& model,
+                                            const core::Tensor& input);
 
   // `model.backward(ctx, saved, grad_output)` with the plugin's hooks (see
   // the file comment). Errors: not boosted, another model than the boosted
@@ -129,6 +151,9 @@ class Booster {
   [[nodiscard]] absl::Status load_optimizer_state_dict(const nn::OptimizerStateDict& state);
 
  private:
+  // FailedPrecondition before boost, InvalidArgument for another model.
+  absl::Status check_model(const nn::Module& model, const char* what) const;
+
   std::unique_ptr<Plugin> plugin_;
   nn::Module* model_ = nullptr;
   nn::Optimizer* optimizer_ = nullptr;

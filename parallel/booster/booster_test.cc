@@ -39,6 +39,19 @@ class RecordingPlugin : public Plugin {
     });
     return absl::OkStatus();
   }
+  absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
+                           const core::Stream& stream) override {
+    log_->push_back("materialize");
+    return Plugin::materialize(store, seed, stream);
+  }
+  absl::Status begin_forward(core::Context&) override {
+    log_->push_back("begin_forward");
+    return absl::OkStatus();
+  }
+  absl::Status end_forward(bool ok) override {
+    log_->push_back(ok ? "end_forward ok" : "end_forward failed");
+    return absl::OkStatus();
+  }
   absl::Status begin_backward(core::Context&, bool sync) override {
     log_->push_back(sync ? "begin sync" : "begin no_sync");
     return absl::OkStatus();
@@ -122,6 +135,40 @@ TEST(Booster, CallsOutOfOrderAreErrors) {
   EXPECT_EQ(booster.boost(*f.fc, f.store, *f.sgd).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(other.backward(booster).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(booster.plugin().dp_size(), 1);
+}
+
+// A declared model gets its memory and values from the plugin, and forward
+// runs between the plugin's forward hooks.
+TEST(Booster, MaterializesADeclaredModelAndForwardsThroughThePlugin) {
+  std::vector<std::string> log;
+  Fixture f;  // for its context, input and (unrelated) optimizer
+  nn::Linear fc("fc", 3, 2, nn::LinearOptions{});
+  nn::ParameterTable table;
+  ASSERT_TRUE(fc.declare(table).ok());
+  nn::ParameterStore store = nn::ParameterStore::declare(table);
+  ASSERT_TRUE(fc.bind(store).ok());
+  Booster booster(std::make_unique<RecordingPlugin>(&log));
+  EXPECT_EQ(booster.boost(fc, store, *f.sgd).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(booster.forward(*f.ctx, fc, f.x).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(booster.materialize(store, /*seed=*/5, Stream::cpu()).ok());
+  ASSERT_TRUE(store.materialized());
+  const float* w = store.find("fc.weight")->value.data<float>();
+  EXPECT_NE(w[0], 0.0f);  // N(0, 0.02) drawn
+  EXPECT_EQ(store.find("fc.bias")->value.data<float>()[1], 0.0f);
+  auto params = *nn::optimizer_params(store.parameters(), Stream::cpu());
+  auto sgd = *nn::Sgd::create({nn::ParamGroup{std::move(params)}}, nn::SgdOptions{});
+  ASSERT_TRUE(booster.boost(fc, store, *sgd).ok());
+  EXPECT_EQ(booster.materialize(store, 5, Stream::cpu()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<nn::ForwardResult> out = booster.forward(*f.ctx, fc, f.x);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->output.shape(), core::Shape({4, 2}));
+  EXPECT_EQ(booster.forward(*f.ctx, *f.fc, f.x).status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<nn::ForwardResult> bad = booster.forward(*f.ctx, fc, *Tensor::empty({4, 5}, DType::kF32, Stream::cpu()));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_EQ(log, (std::vector<std::string>{"materialize", "boost fc", "begin_forward",
+                                           "end_forward ok", "begin_forward",
+                                           "end_forward failed"}));
 }
 
 // Plugins that leave the optimizer its state (ddp) forward checkpoints to it.

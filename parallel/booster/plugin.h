@@ -1,22 +1,30 @@
 // colossal::parallel — the Plugin interface a Booster drives.
 //
 // A plugin (Colossal-AI's `Plugin`) decides how a model trains on several
-// ranks: `ddp` (parallel/ddp/ddp_plugin.h) replicates the model and averages
-// gradients; later plugins (low_level_zero, gemini, hybrid_parallel) shard.
-// Users never call these methods: the Booster (parallel/booster/booster.h)
-// calls them around the model's backward and the optimizer step, in this order
-// for every micro-batch and step:
+// ranks and where its parameters live: `ddp` (parallel/ddp/ddp_plugin.h)
+// replicates the model and averages gradients; `low_level_zero`
+// (parallel/zero/low_level_zero_plugin.h) also shards the optimizer state and,
+// at stage 2, the gradients. Users never call these methods: the Booster
+// (parallel/booster/booster.h) calls them in this order:
 //
+//   materialize(store, seed, stream)               once, for a model only declared
 //   boost(model, store, optimizer)                 once
-//   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  per micro-batch
+//   { begin_forward(ctx) -> model.forward -> end_forward(ok) }     per micro-batch,
+//   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  evaluation too
 //   before_step(stream)                            gradients final -> optimizer.step()
 //                                                  (or the plugin's step() when owns_step())
 //   optimizer_state_dict / load_optimizer_state_dict  checkpoints, between steps
+//
+// Per-module work (gather a module's parameters before it runs, release them
+// after, reduce its gradients as its backward ends) goes into Module hooks,
+// which boost() installs (nn/module/module.h).
 //
 //   class MyPlugin : public Plugin { ... };
 //   Booster booster(std::make_unique<MyPlugin>());  // see booster.h
 #ifndef COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
 #define COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
+
+#include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -43,12 +51,27 @@ class Plugin {
   virtual int dp_rank() const = 0;
   virtual int dp_size() const = 0;
 
+  // Gives the declared parameters of `store` (nn::ParameterStore::declare)
+  // their memory as this plugin lays them out, and their initial values
+  // (each entry's init rule drawn from `seed`, by flat offset, so every layout
+  // holds the same values), on `stream`'s device. The default, for plugins
+  // where every rank holds the whole model (ddp, low_level_zero): the
+  // replicated flat buffers (ParameterStore::allocate), then initialize().
+  // Errors: the store has memory already (FailedPrecondition); the device
+  // is too small (ResourceExhausted naming the bytes).
+  [[nodiscard]] virtual absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
+                                                 const core::Stream& stream);
   // Takes over `model`, whose parameters are the views of `store`, trained by
   // `optimizer` (whose gradients must be the store's gradient views). Called
   // once, by Booster::boost. Errors are the plugin's (InvalidArgument naming
   // the mismatch; a collective's failure).
   [[nodiscard]] virtual absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
                                            nn::Optimizer& optimizer) = 0;
+  // Around the model's forward (training, evaluation and generation alike):
+  // a plugin that does not keep every parameter resident gathers or
+  // prefetches here. `ok` is false when the forward failed. Defaults: nothing.
+  [[nodiscard]] virtual absl::Status begin_forward(core::Context& ctx) { return absl::OkStatus(); }
+  [[nodiscard]] virtual absl::Status end_forward(bool ok) { return absl::OkStatus(); }
   // Before the model's backward of one micro-batch. `sync` is false inside a
   // no_sync scope: gradients must only accumulate locally.
   [[nodiscard]] virtual absl::Status begin_backward(core::Context& ctx, bool sync) = 0;
