@@ -134,18 +134,46 @@ int MakeBooster(lua_State* L) {
   return 1;
 }
 
-// Replaces the model's float32 GPT-2 by a `dtype` copy, and its optimizer.
+// Gives the model `dtype`: a declared model is declared again in `dtype` (its
+// memory comes later, in that dtype only); a model with memory is copied,
+// rounded, into a new `dtype` model. The optimizer is rebuilt at boost's end.
 absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
   Runtime& rt = *model.rt;
   const core::Stream& stream = rt.ctx->compute_stream();
+  optim.pending_lrs = OptimizerLrs(optim);
+  optim.opt.reset();
+  if (!model.net->store().materialized()) {
+    COLOSSAL_ASSIGN_OR_RETURN(model.net, nn::GPT2::declare(model.net->config(), dtype));
+    return absl::OkStatus();
+  }
   COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::GPT2> net,
                             nn::GPT2::create(model.net->config(), dtype, stream));
   core::Tensor out = net->store().flat_values(dtype);
   COLOSSAL_RETURN_IF_ERROR(
       core::ops::cast(*rt.ctx, out, model.net->store().flat_values(model.net->dtype())));
   model.net = std::move(net);
-  COLOSSAL_ASSIGN_OR_RETURN(optim.opt, optim.make(*model.net, stream));
   return absl::OkStatus();
+}
+
+// The parallel::Plugin a recipe's plugin spec asks for.
+absl::StatusOr<std::unique_ptr<parallel::Plugin>> MakePlugin(const PluginSpec& spec,
+                                                              Runtime& rt) {
+  COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<comm::ProcessGroup> pg, rt.process_group());
+  if (spec.name == "torch_ddp") {
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<parallel::DdpPlugin> p,
+                              parallel::DdpPlugin::create(pg, {.bucket_cap_mb = spec.bucket_mb}));
+    return std::unique_ptr<parallel::Plugin>(std::move(p));
+  }
+  parallel::LowLevelZeroOptions zo;
+  zo.stage = spec.stage;
+  zo.reduce_bucket_size_in_m = spec.bucket_mb;
+  zo.cpu_offload = spec.cpu_offload;
+  // CPU Adam shares the host's cores between this host's processes.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  zo.cpu_offload_threads = std::max(1, cores / std::max(1, rt.rank.local_world_size));
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<parallel::LowLevelZeroPlugin> p,
+                            parallel::LowLevelZeroPlugin::create(pg, zo));
+  return std::unique_ptr<parallel::Plugin>(std::move(p));
 }
 
 // booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the same four
@@ -172,9 +200,6 @@ int Boost(lua_State* L) {
                  kErrorUsage);
     }
     ThrowIfError(L, "booster:boost", ConvertModel(*model, *optim, dtype));
-    if (b->scheduler) {
-      ThrowIfError(L, "booster:boost", optim->opt->set_lrs(b->scheduler->schedule->lrs()));
-    }
   }
   if (b->precision == "fp16") {
     const nn::DynamicLossScalerOptions so = b->spec ? b->spec->scaler : nn::DynamicLossScalerOptions{};
@@ -182,33 +207,22 @@ int Boost(lua_State* L) {
     ThrowIfError(L, "booster:boost", scaler.status());
     b->scaler.emplace(*std::move(scaler));
   }
+  const std::string what = b->spec ? absl::StrCat("booster:boost: ", b->spec->name) : "booster:boost";
   if (b->spec) {
-    absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = b->rt->process_group();
-    ThrowIfError(L, "booster:boost: the process group", pg.status());
-    std::unique_ptr<parallel::Plugin> plugin;
-    if (b->spec->name == "torch_ddp") {
-      absl::StatusOr<std::unique_ptr<parallel::DdpPlugin>> p =
-          parallel::DdpPlugin::create(*pg, {.bucket_cap_mb = b->spec->bucket_mb});
-      ThrowIfError(L, "booster:boost: torch_ddp", p.status());
-      plugin = *std::move(p);
-    } else {
-      parallel::LowLevelZeroOptions zo;
-      zo.stage = b->spec->stage;
-      zo.reduce_bucket_size_in_m = b->spec->bucket_mb;
-      zo.cpu_offload = b->spec->cpu_offload;
-      // CPU Adam shares the host's cores between this host's processes.
-      const int cores = static_cast<int>(std::thread::hardware_concurrency());
-      zo.cpu_offload_threads = std::max(1, cores / std::max(1, b->rt->rank.local_world_size));
-      absl::StatusOr<std::unique_ptr<parallel::LowLevelZeroPlugin>> p =
-          parallel::LowLevelZeroPlugin::create(*pg, zo);
-      ThrowIfError(L, "booster:boost: low_level_zero", p.status());
-      plugin = *std::move(p);
+    absl::StatusOr<std::unique_ptr<parallel::Plugin>> plugin = MakePlugin(*b->spec, *b->rt);
+    ThrowIfError(L, what, plugin.status());
+    b->booster = std::make_unique<parallel::Booster>(*std::move(plugin));
+    // A declared model gets its memory where the plugin puts it.
+    if (!model->net->store().materialized()) {
+      ThrowIfError(L, what,
+                   b->booster->materialize(model->net->store(), model->seed,
+                                           b->rt->ctx->compute_stream()));
     }
-    b->booster = std::make_unique<parallel::Booster>(std::move(plugin));
-    ThrowIfError(L, absl::StrCat("booster:boost: ", b->spec->name),
-                 b->booster->boost(*model->net, model->net->store(), *optim->opt));
   }
+  nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared
+  if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
   model->boosted = true;
+  model->booster = b;
   b->model = model;
   b->optim = optim;
   optim->booster = b;
@@ -291,11 +305,13 @@ nn::MixedPrecisionStepResult StepOptimizer(lua_State* L, Optim& optim) {
                  kErrorUsage);
     }
     ThrowIfError(L, "optimizer:clip_grad_by_value",
-                 nn::clip_grad_by_value(optim.opt->grads(), clip_value, optim.opt->stream()));
+                 nn::clip_grad_by_value(BuiltOptimizer(L, optim).grads(), clip_value,
+                                        optim.opt->stream()));
   }
   absl::StatusOr<nn::MixedPrecisionStepResult> r =
       b && b->booster ? b->booster->step({.max_norm = max_norm, .scaler = scaler})
-                      : nn::mixed_precision_step(*optim.opt, scaler, {.max_norm = max_norm});
+                      : nn::mixed_precision_step(BuiltOptimizer(L, optim), scaler,
+                                                 {.max_norm = max_norm});
   ThrowIfError(L, "optimizer:step", r.status());
   optim.last = *r;
   return *r;

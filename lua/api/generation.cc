@@ -53,7 +53,8 @@ int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& o, 
 absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
                                    std::vector<int32_t>& tokens, int max_new_tokens,
                                    const SamplingOptions& options, int32_t stop_token,
-                                   const std::function<absl::Status(int32_t)>& emit) {
+                                   const std::function<absl::Status(int32_t)>& emit,
+                                   const ForwardFn& forward) {
   const nn::GPT2Config& config = model.config();
   if (tokens.empty()) return absl::InvalidArgumentError("generation needs at least one token");
   for (int32_t id : tokens) {
@@ -80,7 +81,8 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
                               core::Tensor::empty({1, T}, core::DType::kI32, core::Stream::cpu()));
     std::copy(tokens.end() - T, tokens.end(), host.data<int32_t>());
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor input, host.to(ctx.device(), stream));
-    COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, model.forward(ctx, input));
+    COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out,
+                              forward ? forward(input) : model.forward(ctx, input));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({T, padded}));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last, flat.narrow(0, T - 1, 1));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last_f32, core::ops::cast(ctx, last, core::DType::kF32));

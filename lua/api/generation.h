@@ -37,11 +37,15 @@ int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& opt
 
 // Appends up to `max_new_tokens` tokens to `tokens` (not empty), calling
 // `emit` with each; stops early at `stop_token`. Returns how many were added.
-// Errors: the model's; a token outside the vocabulary; emit's.
+// Errors: the model's; a token outside the vocabulary; emit's. `forward`,
+// when set, runs the model instead of model.forward (a boosted model runs
+// through its Booster, with the plugin's hooks).
+using ForwardFn = std::function<absl::StatusOr<nn::ForwardResult>(const core::Tensor& tokens)>;
 absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
                                    std::vector<int32_t>& tokens, int max_new_tokens,
                                    const SamplingOptions& options, int32_t stop_token,
-                                   const std::function<absl::Status(int32_t)>& emit);
+                                   const std::function<absl::Status(int32_t)>& emit,
+                                   const ForwardFn& forward = {});
 
 }  // namespace colossal::lua
 

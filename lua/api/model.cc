@@ -55,17 +55,24 @@ int Gpt2(lua_State* L) {
   std::shared_ptr<Runtime> rt = GetRuntime(L);
   auto model = std::make_shared<Model>();
   model->rt = rt;
-  absl::StatusOr<std::unique_ptr<nn::GPT2>> net =
-      nn::GPT2::create(config, core::DType::kF32, rt->ctx->compute_stream());
+  // Declared only: the booster (or the first use without one) gives it memory.
+  absl::StatusOr<std::unique_ptr<nn::GPT2>> net = nn::GPT2::declare(config, core::DType::kF32);
   ThrowIfError(L, "colossal.model.gpt2", net.status());
   model->net = *std::move(net);
   // Every rank draws the same weights from the same seed (the plugins also
   // broadcast rank 0's).
-  ThrowIfError(L, "colossal.model.gpt2",
-               model->net->init(seed >= 0 ? static_cast<uint64_t>(seed) : rt->seed,
-                                rt->ctx->compute_stream()));
+  model->seed = seed >= 0 ? static_cast<uint64_t>(seed) : rt->seed;
   PushHandle(L, std::move(model));
   return 1;
+}
+
+// The forward pass, through the booster (its plugin's hooks) when boosted.
+absl::StatusOr<nn::ForwardResult> Forward(Model& model, const core::Tensor& tokens) {
+  Runtime& rt = *model.rt;
+  if (std::shared_ptr<BoosterObject> b = model.booster.lock(); b && b->booster) {
+    return b->booster->forward(*rt.ctx, *model.net, tokens);
+  }
+  return model.net->forward(*rt.ctx, tokens);
 }
 
 // The forward pass and cross-entropy of `batch` (targets are the batch's next
@@ -78,9 +85,10 @@ struct ForwardLoss {
 ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const char* what,
                        bool gradient) {
   Runtime& rt = *model.rt;
+  MaterializeModel(L, model);
   const core::Tensor tokens = ToDevice(L, rt, batch.batch.inputs);
   const core::Tensor targets = ToDevice(L, rt, batch.batch.targets);
-  absl::StatusOr<nn::ForwardResult> out = model.net->forward(*rt.ctx, tokens);
+  absl::StatusOr<nn::ForwardResult> out = Forward(model, tokens);
   ThrowIfError(L, absl::StrCat(what, " forward"), out.status());
   nn::CrossEntropyOptions options;
   options.gradient = gradient;
@@ -144,11 +152,15 @@ int Generate(lua_State* L) {
                             " (tools/data/fetch_gpt2_ranks.sh installs it)"),
                kErrorRuntime);
   }
+  MaterializeModel(L, *model);
   std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(prompt);
   const int32_t eot = tokenizer->special_token_id(io::kEndOfText).value_or(io::kGpt2EndOfTextId);
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
                                          static_cast<int>(max_new), sampling, eot,
-                                         [](int32_t) { return absl::OkStatus(); });
+                                         [](int32_t) { return absl::OkStatus(); },
+                                         [&](const core::Tensor& input) {
+                                           return Forward(*model, input);
+                                         });
   ThrowIfError(L, "model:generate", n.status());
   absl::StatusOr<std::string> text = tokenizer->Decode(std::span<const int32_t>(tokens));
   ThrowIfError(L, "model:generate", text.status());
@@ -231,6 +243,14 @@ int BatchTokens(lua_State* L) {
 }
 
 }  // namespace
+
+void MaterializeModel(lua_State* L, Model& model) {
+  nn::ParameterStore& store = model.net->store();
+  if (store.materialized()) return;
+  const core::Stream& stream = model.rt->ctx->compute_stream();
+  ThrowIfError(L, "materializing the model", store.allocate(stream));
+  ThrowIfError(L, "initialising the model", store.initialize(model.seed, stream));
+}
 
 int OpenModel(lua_State* L) {
   static const luaL_Reg kModelMethods[] = {{"evaluate", Protected<Evaluate>},

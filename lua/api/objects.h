@@ -27,13 +27,26 @@
 
 namespace colossal::lua {
 
+struct BoosterObject;
+
+// colossal.model.gpt2 declares the model (no parameter memory). Its memory
+// comes from booster:boost (the plugin's layout, in the boost's precision), or,
+// for a model used without a booster, from MaterializeModel on the runtime's
+// device at first use.
 struct Model {
   static constexpr char kMetatable[] = "colossal.Model";
   static constexpr char kTypeName[] = "a model (colossal.model.gpt2)";
   std::shared_ptr<Runtime> rt;
   std::unique_ptr<nn::GPT2> net;
+  uint64_t seed = 0;  // the initial values' Philox seed
   bool boosted = false;
+  // Set by booster:boost: forward, evaluate and generate run through it.
+  std::weak_ptr<BoosterObject> booster;
 };
+
+// Gives a declared model its memory on the runtime's device and its initial
+// values (the one-device layout); nothing when it has memory already.
+void MaterializeModel(lua_State* L, Model& model);
 
 // A forward pass waiting for its backward: the activations and dlogits of
 // d(mean loss)/d(logits). Released by the backward.
@@ -65,14 +78,17 @@ struct Loader {
   std::unique_ptr<io::DataLoader> loader;
 };
 
-struct BoosterObject;
-
 struct Optim {
   static constexpr char kMetatable[] = "colossal.Optimizer";
   static constexpr char kTypeName[] = "an optimizer (colossal.optim.*)";
   std::shared_ptr<Runtime> rt;
   std::shared_ptr<Model> model;
+  // Built over the model's parameters once they have memory (BuiltOptimizer):
+  // null while the model is only declared.
   std::unique_ptr<nn::Optimizer> opt;
+  // The groups' learning rates while `opt` is null (set_lr and LR schedulers
+  // work before boost); handed to `opt` when it is built.
+  std::vector<double> pending_lrs;
   // Builds `opt` over a model's parameters: booster:boost calls it again
   // when it converts the model to 16-bit (the parameters are new tensors).
   std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(nn::GPT2&, const core::Stream&)>
@@ -149,6 +165,13 @@ int BoosterLoadModel(lua_State* L);
 int BoosterSaveOptimizer(lua_State* L);
 int BoosterLoadOptimizer(lua_State* L);
 int LatestCheckpoint(lua_State* L);  // colossal.checkpoint.latest(root) -> path or nil
+
+// The optimizer, built first if the model had no memory yet (which gives the
+// model its memory on the runtime's device: used without a booster).
+nn::Optimizer& BuiltOptimizer(lua_State* L, Optim& optim);
+// The groups' learning rates, and setting them, whether or not `opt` is built.
+std::vector<double> OptimizerLrs(const Optim& optim);
+absl::Status SetOptimizerLrs(Optim& optim, const std::vector<double>& lrs);
 
 // The optimizer's step through its booster when boosted, else directly
 // (booster.cc); used by optimizer:step().

@@ -37,18 +37,22 @@ absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::GPT2& model, const core::
   return nn::split_decay_groups(*std::move(params), weight_decay);
 }
 
+// Groups() splits the parameters into two groups (decay, no decay), each
+// starting at the optimizer's lr.
+constexpr size_t kGroups = 2;
+
+// The optimizer is built over the parameters when they have memory: now for
+// a model already materialized, else at boost (or at first use without one).
 void PushOptimizer(lua_State* L, std::shared_ptr<Model> model, const std::string& name,
-                   double weight_decay, MakeFn make) {
+                   double lr, double weight_decay, MakeFn make) {
   auto optim = std::make_shared<Optim>();
   optim->rt = model->rt;
   optim->model = model;
   optim->name = name;
   optim->weight_decay = weight_decay;
+  optim->pending_lrs.assign(kGroups, lr);
   optim->make = std::move(make);
-  absl::StatusOr<std::unique_ptr<nn::Optimizer>> opt =
-      optim->make(*model->net, model->rt->ctx->compute_stream());
-  ThrowIfError(L, absl::StrCat("colossal.optim.", name), opt.status());
-  optim->opt = *std::move(opt);
+  if (model->net->store().materialized()) BuiltOptimizer(L, *optim);
   PushHandle(L, std::move(optim));
 }
 
@@ -71,7 +75,7 @@ int MakeAdam(lua_State* L) {
   a.bias_correction = o.boolean("bias_correction", a.bias_correction);
   if (kVariant != 0) a.adamw_mode = o.boolean("adamw_mode", a.adamw_mode);
   o.finish();
-  PushOptimizer(L, model, name, a.weight_decay,
+  PushOptimizer(L, model, name, a.lr, a.weight_decay,
                 [a](nn::GPT2& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
                   auto groups = Groups(net, stream, a.weight_decay);
@@ -97,7 +101,7 @@ int MakeSgd(lua_State* L) {
   s.weight_decay = o.number("weight_decay", s.weight_decay);
   s.nesterov = o.boolean("nesterov", s.nesterov);
   o.finish();
-  PushOptimizer(L, model, "sgd", s.weight_decay,
+  PushOptimizer(L, model, "sgd", s.lr, s.weight_decay,
                 [s](nn::GPT2& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
                   auto groups = Groups(net, stream, s.weight_decay);
@@ -115,7 +119,7 @@ int ZeroGrad(lua_State* L) {
   if (std::shared_ptr<BoosterObject> b = optim->booster.lock(); b && b->booster) {
     ThrowIfError(L, "optimizer:zero_grad", b->booster->zero_grad());
   } else {
-    ThrowIfError(L, "optimizer:zero_grad", optim->opt->zero_grad());
+    ThrowIfError(L, "optimizer:zero_grad", BuiltOptimizer(L, *optim).zero_grad());
   }
   return 0;
 }
@@ -155,15 +159,15 @@ int Step(lua_State* L) {
 
 // optimizer:get_lr() -> the first group's learning rate
 int GetLr(lua_State* L) {
-  lua_pushnumber(L, CheckHandle<Optim>(L, 1)->opt->lrs().at(0));
+  lua_pushnumber(L, OptimizerLrs(*CheckHandle<Optim>(L, 1)).at(0));
   return 1;
 }
 
 int SetLr(lua_State* L) {
   std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
   const double lr = PositiveFinite(L, 2, "optimizer:set_lr(lr)");
-  std::vector<double> lrs(optim->opt->lrs().size(), lr);
-  ThrowIfError(L, "optimizer:set_lr", optim->opt->set_lrs(lrs));
+  std::vector<double> lrs(OptimizerLrs(*optim).size(), lr);
+  ThrowIfError(L, "optimizer:set_lr", SetOptimizerLrs(*optim, lrs));
   return 0;
 }
 
@@ -191,10 +195,10 @@ int MakeScheduler(lua_State* L) {
   auto sched = std::make_shared<Scheduler>();
   sched->optim = optim;
   sched->name = name;
-  absl::StatusOr<nn::LrScheduler> made = nn::LrScheduler::create(s, optim->opt->lrs());
+  absl::StatusOr<nn::LrScheduler> made = nn::LrScheduler::create(s, OptimizerLrs(*optim));
   ThrowIfError(L, o.what(), made.status());
   sched->schedule = *std::move(made);
-  ThrowIfError(L, o.what(), optim->opt->set_lrs(sched->schedule->lrs()));
+  ThrowIfError(L, o.what(), SetOptimizerLrs(*optim, sched->schedule->lrs()));
   PushHandle(L, std::move(sched));
   return 1;
 }
@@ -202,7 +206,7 @@ int MakeScheduler(lua_State* L) {
 int SchedulerStep(lua_State* L) {
   std::shared_ptr<Scheduler> sched = CheckHandle<Scheduler>(L, 1);
   sched->schedule->step();
-  ThrowIfError(L, "lr_scheduler:step", sched->optim->opt->set_lrs(sched->schedule->lrs()));
+  ThrowIfError(L, "lr_scheduler:step", SetOptimizerLrs(*sched->optim, sched->schedule->lrs()));
   return 0;
 }
 
@@ -212,6 +216,32 @@ int SchedulerLr(lua_State* L) {
 }
 
 }  // namespace
+
+nn::Optimizer& BuiltOptimizer(lua_State* L, Optim& optim) {
+  if (optim.opt != nullptr) return *optim.opt;
+  MaterializeModel(L, *optim.model);
+  const std::string what = absl::StrCat("colossal.optim.", optim.name);
+  absl::StatusOr<std::unique_ptr<nn::Optimizer>> opt =
+      optim.make(*optim.model->net, optim.rt->ctx->compute_stream());
+  ThrowIfError(L, what, opt.status());
+  ThrowIfError(L, what, (*opt)->set_lrs(optim.pending_lrs));
+  optim.opt = *std::move(opt);
+  return *optim.opt;
+}
+
+std::vector<double> OptimizerLrs(const Optim& optim) {
+  return optim.opt != nullptr ? optim.opt->lrs() : optim.pending_lrs;
+}
+
+absl::Status SetOptimizerLrs(Optim& optim, const std::vector<double>& lrs) {
+  if (optim.opt != nullptr) return optim.opt->set_lrs(lrs);
+  if (lrs.size() != optim.pending_lrs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(lrs.size(), " learning rates for ",
+                                                   optim.pending_lrs.size(), " groups"));
+  }
+  optim.pending_lrs = lrs;
+  return absl::OkStatus();
+}
 
 int OpenOptim(lua_State* L) {
   static const luaL_Reg kMethods[] = {{"zero_grad", Protected<ZeroGrad>},
