@@ -16,7 +16,7 @@
 #                                         line "-- fixed_bug:", keeping it)
 #
 # Hermetic: runs in $TEST_TMPDIR with COLOSSAL_DATA there, a byte-level
-# tokenizer fixture (as lua/cli_test.sh does; no GPT-2 ranks needed) and a
+# tokenizer fixture (as tests/cli/cli_test.sh does; no GPT-2 ranks needed) and a
 # small text corpus at lua/testdata/corpus (written here: //lua's files are
 # private to it), prepared once into data/data (what `data = { input = ... }`
 # writes by default).

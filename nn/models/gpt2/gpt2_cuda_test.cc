@@ -159,5 +159,44 @@ TEST(GPT2CudaTest, DropoutMasksMatchCpu) {
 #endif
 }
 
+// A declared bfloat16 model materialized and initialised on the device holds
+// the CPU's float32 initial values rounded to nearest even (the same Philox
+// elements, by flat offset), and a model beyond the device is refused with
+// its size before anything is allocated.
+TEST(GPT2CudaTest, DeclaredModelsMaterializeOnTheDevice) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  absl::StatusOr<std::unique_ptr<core::Context>> gpu = core::Context::create(core::Device::cuda(0));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const core::Stream& stream = (*gpu)->compute_stream();
+  auto cpu = *GPT2::create(small_config(), DType::kF32, core::Stream::cpu());
+  ASSERT_TRUE(cpu->init(23).ok());
+  auto bf16 = *GPT2::declare(small_config(), DType::kBF16);
+  ASSERT_TRUE(bf16->store().allocate(stream).ok());
+  ASSERT_TRUE(bf16->init(23, stream).ok());
+  for (const ParameterEntry& e : cpu->table().entries()) {
+    const Tensor want = cpu->store().find(e.name)->value;
+    const Tensor got = *bf16->store().find(e.name)->value.to(core::Device::cpu(), stream);
+    stream.synchronize();
+    for (int64_t i = 0; i < e.numel(); ++i) {
+      uint32_t bits = 0;
+      std::memcpy(&bits, &want.data<float>()[i], 4);
+      const uint16_t rounded = static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+      uint16_t g = 0;
+      std::memcpy(&g, static_cast<const char*>(got.raw_data()) + 2 * i, 2);
+      ASSERT_EQ(g, rounded) << e.name << "[" << i << "]";
+    }
+  }
+  GPT2Config huge;
+  huge.n_layer = 128;
+  huge.n_head = 100;
+  huge.n_embd = 25600;
+  auto big = *GPT2::declare(huge, DType::kBF16);
+  absl::Status s = big->store().allocate(stream);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("(3.67 TiB of values and gradients) on cuda:0"), std::string::npos) << s;
+#endif
+}
+
 }  // namespace
 }  // namespace colossal::nn

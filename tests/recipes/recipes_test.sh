@@ -83,7 +83,7 @@ for path in "${recipes[@]}"; do
   name="$(basename "$path" .lua)"
   recipe="recipes/$name.lua"
   if [[ -z "${OVERRIDES[$name]+x}" ]]; then
-    echo "FAIL: $recipe has no entry in OVERRIDES in lua/tests/recipes_test.sh; add the --set" \
+    echo "FAIL: $recipe has no entry in OVERRIDES in tests/recipes/recipes_test.sh; add the --set" \
       "overrides that make it train 2 steps of a tiny model (keys it has: see the recipe)"
     failures=$((failures + 1))
     continue
