@@ -12,6 +12,7 @@
 #include "core/context/context.h"
 #include "core/ops/elementwise.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 
 int main(int argc, char** argv) {
   // --bf16: the weights are saved in bfloat16, as GPU training in bf16 does.
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
       float* v = p.value.data<float>();
       for (int64_t i = 0; i < p.value.numel(); ++i) v[i] *= 50.0f;
     }
-    colossal::io::CheckpointToSave save;
+    colossal::nn::CheckpointToSave save;
     save.step = 7;
     save.config = &config;
     save.model = &(*model)->store();
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       }
       save.model = &*narrow;
     }
-    absl::StatusOr<std::string> dir = colossal::io::SaveCheckpoint(argv[1], save);
+    absl::StatusOr<std::string> dir = colossal::nn::SaveCheckpoint(argv[1], save);
     if (dir.ok()) {
       std::printf("%s\n", dir->c_str());
       return 0;

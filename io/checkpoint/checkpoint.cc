@@ -81,8 +81,7 @@ absl::StatusOr<core::Shape> ToShape(const std::vector<int64_t>& dims) { return c
 
 std::string TrainerStateToJson(const TrainerState& state) {
   Json j{{"step", state.step}};
-  if (state.lr_scheduler) j["lr_scheduler"] = Json::parse(nn::lr_scheduler_state_to_json(*state.lr_scheduler));
-  if (state.loss_scaler) j["loss_scaler"] = Json::parse(nn::loss_scaler_state_to_json(*state.loss_scaler));
+  for (const auto& [key, text] : state.sections) j[key] = Json::parse(text);
   if (state.rng) j["rng"] = Json{{"seed", state.rng->seed}, {"offset", state.rng->offset}};
   if (state.data_loader) j["data_loader"] = DataLoaderStateToJson(*state.data_loader);
   return j.dump(2) + "\n";
@@ -96,101 +95,33 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
   absl::StatusOr<int64_t> step = GetInt(*j, "step", kWhat);
   if (!step.ok()) return step.status();
   s.step = *step;
-  auto annotate = [&](const absl::Status& st, const char* key) {
-    return absl::Status(st.code(), absl::StrCat(kWhat, ": '", key, "': ", st.message()));
-  };
-  if (auto it = j->find("lr_scheduler"); it != j->end()) {
-    absl::StatusOr<std::string> text = FlatObjectText(*it, "lr_scheduler", kWhat);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<nn::LrSchedulerState> v = nn::lr_scheduler_state_from_json(*text);
-    if (!v.ok()) return annotate(v.status(), "lr_scheduler");
-    s.lr_scheduler = *v;
-  }
-  if (auto it = j->find("loss_scaler"); it != j->end()) {
-    absl::StatusOr<std::string> text = FlatObjectText(*it, "loss_scaler", kWhat);
-    if (!text.ok()) return text.status();
-    absl::StatusOr<nn::LossScalerState> v = nn::loss_scaler_state_from_json(*text);
-    if (!v.ok()) return annotate(v.status(), "loss_scaler");
-    s.loss_scaler = *v;
-  }
-  if (auto it = j->find("rng"); it != j->end()) {
-    const Json& r = *it;
-    if (!r.is_object() || !r.contains("seed") || !r.contains("offset") || !r["seed"].is_number_unsigned() ||
-        !r["offset"].is_number_unsigned()) {
-      return absl::InvalidArgumentError(absl::StrCat(kWhat, ": 'rng' must be {\"seed\": n, \"offset\": n} with non-negative integers"));
+  for (const auto& [key, value] : j->items()) {
+    if (key == "step") continue;
+    if (key == "rng") {
+      if (!value.is_object() || !value.contains("seed") || !value.contains("offset") ||
+          !value["seed"].is_number_unsigned() || !value["offset"].is_number_unsigned()) {
+        return absl::InvalidArgumentError(absl::StrCat(kWhat, ": 'rng' must be {\"seed\": n, \"offset\": n} with non-negative integers"));
+      }
+      s.rng = core::RngState{value["seed"].get<uint64_t>(), value["offset"].get<uint64_t>()};
+    } else if (key == "data_loader") {
+      absl::StatusOr<DataLoaderState> v = DataLoaderStateFromJson(value);
+      if (!v.ok()) {
+        return absl::Status(v.status().code(), absl::StrCat(kWhat, ": 'data_loader': ", v.status().message()));
+      }
+      s.data_loader = *v;
+    } else {
+      absl::StatusOr<std::string> section = FlatObjectText(value, key.c_str(), kWhat);
+      if (!section.ok()) return section.status();
+      s.sections[key] = *std::move(section);
     }
-    s.rng = core::RngState{r["seed"].get<uint64_t>(), r["offset"].get<uint64_t>()};
-  }
-  if (auto it = j->find("data_loader"); it != j->end()) {
-    absl::StatusOr<DataLoaderState> v = DataLoaderStateFromJson(*it);
-    if (!v.ok()) return annotate(v.status(), "data_loader");
-    s.data_loader = *v;
   }
   return s;
 }
 
 // ---- config.json -----------------------------------------------------------
 
-std::string GPT2ConfigToHuggingFaceJson(const nn::GPT2Config& c, core::DType dtype) {
-  const int64_t eos = c.vocab_size > 50256 ? 50256 : c.vocab_size - 1;
-  Json j{
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"vocab_size", c.vocab_size},
-      {"n_positions", c.max_seq_len},
-      {"n_ctx", c.max_seq_len},
-      {"n_embd", c.n_embd},
-      {"n_layer", c.n_layer},
-      {"n_head", c.n_head},
-      {"n_inner", nullptr},
-      {"activation_function", "gelu_new"},  // tanh approximation, as GPT-2 and llm.c
-      {"layer_norm_epsilon", 1e-5},
-      {"resid_pdrop", 0.0},
-      {"embd_pdrop", 0.0},
-      {"attn_pdrop", 0.0},
-      {"initializer_range", 0.02},
-      {"scale_attn_weights", true},
-      {"tie_word_embeddings", true},
-      {"bos_token_id", eos},
-      {"eos_token_id", eos},
-      {"torch_dtype", core::dtype_name(dtype)},
-      {"colossal_padded_vocab_multiple", c.padded_vocab_multiple},
-  };
-  return j.dump(2) + "\n";
-}
-
-absl::StatusOr<nn::GPT2Config> GPT2ConfigFromHuggingFaceJson(std::string_view text) {
-  constexpr absl::string_view kWhat = "config.json";
-  absl::StatusOr<Json> j = ParseJson(text, kWhat);
-  if (!j.ok()) return j.status();
-  nn::GPT2Config c;
-  struct Field {
-    const char* key;
-    int64_t* out;
-  };
-  for (Field f : {Field{"n_layer", &c.n_layer}, Field{"n_head", &c.n_head}, Field{"n_embd", &c.n_embd},
-                  Field{"vocab_size", &c.vocab_size}, Field{"n_positions", &c.max_seq_len}}) {
-    absl::StatusOr<int64_t> v = GetInt(*j, f.key, kWhat);
-    if (!v.ok()) return v.status();
-    *f.out = *v;
-  }
-  if (j->contains("colossal_padded_vocab_multiple")) {
-    absl::StatusOr<int64_t> v = GetInt(*j, "colossal_padded_vocab_multiple", kWhat);
-    if (!v.ok()) return v.status();
-    c.padded_vocab_multiple = *v;
-  }
-  absl::Status s = c.validate();
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(kWhat, ": ", s.message()));
-  return c;
-}
-
-absl::StatusOr<nn::GPT2Config> ReadGPT2Config(const std::string& dir) {
-  const std::string path = dir + "/" + kConfigFile;
-  absl::StatusOr<std::string> text = ReadFileToString(path);
-  if (!text.ok()) return text.status();
-  absl::StatusOr<nn::GPT2Config> c = GPT2ConfigFromHuggingFaceJson(*text);
-  if (!c.ok()) return absl::Status(c.status().code(), absl::StrCat("'", path, "': ", c.status().message()));
-  return c;
+absl::StatusOr<std::string> ReadCheckpointConfig(const std::string& dir) {
+  return ReadFileToString(dir + "/" + kConfigFile);
 }
 
 absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
@@ -211,31 +142,28 @@ absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
 namespace {
 
 absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save, const CheckpointOptions& options) {
-  const nn::ParameterStore& store = *save.model;
-  // Model: every parameter under its table name, HF shape (wte's first rows).
   std::vector<core::Tensor> host;  // keeps device copies alive during the write
   std::vector<SafetensorsEntry> entries;
-  core::DType model_dtype = core::DType::kF32;
-  for (const nn::Parameter& p : store.parameters()) {
-    const nn::ParameterEntry* e = store.table().find(p.name);
-    const core::Shape hf = nn::GPT2::hugging_face_shape(*save.config, *e);
-    absl::StatusOr<core::Tensor> h = OnHost(p.value);
+  for (const TensorToSave& t : save.model) {
+    if (t.shape.numel() > t.tensor.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("model tensor '", t.name, "': shape ", t.shape.to_string(),
+                                                     " is larger than its tensor ", t.tensor.to_string()));
+    }
+    absl::StatusOr<core::Tensor> h = OnHost(t.tensor);
     if (!h.ok()) return h.status();
     host.push_back(*h);
-    model_dtype = p.value.dtype();
-    entries.push_back(SafetensorsEntry{p.name, std::string(SafetensorsDTypeName(p.value.dtype())),
-                                       std::vector<int64_t>(hf.dims().begin(), hf.dims().end()), h->raw_data(),
-                                       static_cast<uint64_t>(hf.numel()) * core::dtype_size(p.value.dtype())});
+    entries.push_back(SafetensorsEntry{t.name, std::string(SafetensorsDTypeName(t.tensor.dtype())),
+                                       std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end()), h->raw_data(),
+                                       static_cast<uint64_t>(t.shape.numel()) * core::dtype_size(t.tensor.dtype())});
   }
   ShardedWriteOptions shard_options;
   shard_options.max_shard_bytes = options.max_shard_bytes;
   absl::StatusOr<ShardedWriteResult> written = WriteShardedSafetensors(dir, entries, {{"format", "pt"}}, shard_options);
   if (!written.ok()) return written.status();
-  absl::Status s = WriteFileAtomically(dir + "/" + kConfigFile, GPT2ConfigToHuggingFaceJson(*save.config, model_dtype));
+  absl::Status s = WriteFileAtomically(dir + "/" + kConfigFile, save.config_json);
   if (!s.ok()) return s;
-
   if (save.optimizer != nullptr) {
-    s = SaveOptimizerState(dir, *save.optimizer);
+    s = SaveOptimizerFiles(dir, *save.optimizer);
     if (!s.ok()) return s;
   }
   TrainerState trainer = save.trainer;
@@ -245,7 +173,7 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
 
 }  // namespace
 
-absl::Status SaveOptimizerState(const std::string& dir, const nn::OptimizerStateDict& state) {
+absl::Status SaveOptimizerFiles(const std::string& dir, const OptimizerFiles& state) {
   // The folder and its missing parents.
   for (size_t end = dir.find('/', 1); ; end = dir.find('/', end + 1)) {
     const std::string prefix = dir.substr(0, end);
@@ -265,14 +193,14 @@ absl::Status SaveOptimizerState(const std::string& dir, const nn::OptimizerState
                                        h->raw_data(), t.nbytes()});
   }
   absl::Status s = WriteSafetensors(dir + "/" + kOptimizerTensors, entries, {{"format", "pt"}});
-  if (s.ok()) s = WriteFileAtomically(dir + "/" + kOptimizerMeta, nn::optimizer_meta_to_json(state.meta));
+  if (s.ok()) s = WriteFileAtomically(dir + "/" + kOptimizerMeta, state.meta_json);
   return s;
 }
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& save,
                                            const CheckpointOptions& options) {
-  if (save.config == nullptr || save.model == nullptr) {
-    return absl::InvalidArgumentError("SaveCheckpoint: config and model are required");
+  if (save.config_json.empty() || save.model.empty()) {
+    return absl::InvalidArgumentError("SaveCheckpoint: a config and model tensors are required");
   }
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
@@ -298,7 +226,7 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   return LatestStepDir(path);
 }
 
-absl::Status LoadGPT2Model(const std::string& dir, const nn::GPT2Config& config, nn::ParameterStore& store) {
+absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorToLoad>& expected) {
   absl::StatusOr<ShardedSafetensors> ckpt = ShardedSafetensors::Open(dir);
   if (!ckpt.ok()) return ckpt.status();
   const std::vector<std::string> names = ckpt->names();
@@ -306,55 +234,60 @@ absl::Status LoadGPT2Model(const std::string& dir, const nn::GPT2Config& config,
   const std::string where = absl::StrCat("checkpoint '", dir, "'");
   // Validate everything before changing anything.
   std::vector<const SafetensorsTensor*> found;
-  for (const nn::ParameterEntry& e : store.table().entries()) {
+  std::map<std::string, bool, std::less<>> wanted;
+  for (const TensorToLoad& e : expected) {
+    wanted[e.name] = true;
     const SafetensorsTensor* t = ckpt->Find(e.name);
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(where, " has no tensor '", e.name, "'",
                                               core::did_you_mean(e.name, candidates)));
     }
-    const core::Shape hf = nn::GPT2::hugging_face_shape(config, e);
     const std::string_view want_dtype = SafetensorsDTypeName(e.dtype);
     if (t->dtype != want_dtype) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": tensor '", e.name, "' is ", ToAbsl(t->dtype), ", the model wants ", ToAbsl(want_dtype)));
     }
-    if (absl::MakeConstSpan(t->shape) != hf.dims()) {
+    if (absl::MakeConstSpan(t->shape) != e.shape.dims()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": tensor '", e.name, "' has shape ", ShapeString(t->shape),
-                                                     ", the model wants ", hf.to_string()));
+                                                     ", the model wants ", e.shape.to_string()));
+    }
+    if (e.dst.dtype() != e.dtype || e.dst.numel() < e.shape.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("loading '", e.name, "' into ", e.dst.to_string(),
+                                                     ": not ", core::dtype_name(e.dtype), " of at least ",
+                                                     e.shape.numel(), " elements"));
     }
     found.push_back(t);
   }
-  std::vector<absl::string_view> table_names;
-  for (const nn::ParameterEntry& e : store.table().entries()) table_names.push_back(e.name);
+  std::vector<absl::string_view> expected_names;
+  for (const TensorToLoad& e : expected) expected_names.push_back(e.name);
   for (const std::string& n : names) {
-    if (store.table().find(n) == nullptr) {
+    if (!wanted.contains(n)) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has an unexpected tensor '", n, "' that the model lacks",
-                                                     core::did_you_mean(n, table_names)));
+                                                     core::did_you_mean(n, expected_names)));
     }
   }
   for (size_t i = 0; i < found.size(); ++i) {
-    const nn::ParameterEntry& e = store.table().entries()[i];
-    absl::StatusOr<nn::Parameter> p = store.find(e.name);
-    if (!p.ok()) return p.status();
-    core::Tensor dst = p->value;
+    const core::Tensor& target = expected[i].dst;
+    core::Tensor dst = target;
     const bool device = dst.device().is_cuda();
     if (device) {
       absl::StatusOr<core::Tensor> staging = core::Tensor::empty(dst.shape(), dst.dtype(), core::Stream::cpu());
       if (!staging.ok()) return staging.status();
       dst = *staging;
     }
-    // The checkpoint's rows, then zeros (wte's padding rows).
+    // The checkpoint's elements, then zeros (e.g. padding rows).
     std::memcpy(dst.raw_data(), found[i]->data.data(), found[i]->data.size());
     std::memset(static_cast<char*>(dst.raw_data()) + found[i]->data.size(), 0, dst.nbytes() - found[i]->data.size());
     if (device) {
-      absl::Status s = p->value.copy_from(dst, p->value.storage()->stream());
+      core::Tensor out = target;
+      absl::Status s = out.copy_from(dst, target.storage()->stream());
       if (!s.ok()) return s;
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<nn::OptimizerStateDict> LoadOptimizerState(const std::string& dir) {
+absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
   const std::string tensors_path = dir + "/" + kOptimizerTensors;
   const std::string meta_path = dir + "/" + kOptimizerMeta;
   if (!IsFile(tensors_path) || !IsFile(meta_path)) {
@@ -363,10 +296,8 @@ absl::StatusOr<nn::OptimizerStateDict> LoadOptimizerState(const std::string& dir
   }
   absl::StatusOr<std::string> meta_text = ReadFileToString(meta_path);
   if (!meta_text.ok()) return meta_text.status();
-  nn::OptimizerStateDict sd;
-  absl::StatusOr<nn::OptimizerMeta> meta = nn::optimizer_meta_from_json(*meta_text);
-  if (!meta.ok()) return absl::Status(meta.status().code(), absl::StrCat("'", meta_path, "': ", meta.status().message()));
-  sd.meta = *std::move(meta);
+  OptimizerFiles sd;
+  sd.meta_json = *std::move(meta_text);
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(tensors_path);
   if (!file.ok()) return file.status();
   for (const SafetensorsTensor& t : file->tensors()) {

@@ -1,40 +1,32 @@
-// colossal::io — training checkpoints: GPT-2 weights Hugging Face can load,
-// optimizer, schedule, loss scaler, RNG and data-loader state; atomic saves.
+// colossal::io — checkpoint files: named tensors and JSON in atomic step
+// directories. What the tensors and JSON mean (a GPT-2 under Hugging Face
+// names, an optimizer's state, a scheduler's) is the caller's: nn/train/
+// checkpoint.h builds a training checkpoint from these pieces.
 //
 // A save writes one step directory under a checkpoint root:
 //
 //   ckpt/step_000100/
-//     model.safetensors                 GPT-2 tensors under Hugging Face names and
-//                                       layouts (transformer.h.0.attn.c_attn.weight
-//                                       [C, 3C], Conv1D [in, out]); wte without its
-//                                       padding rows: [vocab_size, C]. Or, above
-//                                       max_shard_bytes, model-0000i-of-0000N.safetensors
+//     model.safetensors                 the model tensors, each written with its
+//                                       own shape (the leading elements of the
+//                                       tensor); above max_shard_bytes,
+//                                       model-0000i-of-0000N.safetensors
 //                                       + model.safetensors.index.json
-//     config.json                       Hugging Face GPT2Config (GPT2LMHeadModel)
-//     optimizer.safetensors             OptimizerStateDict tensors (if given)
-//     optimizer.json                    its OptimizerMeta (nn/optim/state_dict.h)
-//     trainer_state.json                {"step", "lr_scheduler", "loss_scaler",
-//                                        "rng": {"seed", "offset"}, "data_loader"}
+//     config.json                       the caller's JSON (Hugging Face's config)
+//     optimizer.safetensors             optimizer tensors (if given)
+//     optimizer.json                    their JSON description
+//     trainer_state.json                {"step", "rng": {"seed", "offset"},
+//                                        "data_loader", <sections>}
 //   ckpt/latest                         "step_000100\n"
-//
-// so `transformers.GPT2LMHeadModel.from_pretrained("ckpt/step_000100")` loads
-// the model.
 //
 //   colossal::io::CheckpointToSave save;
 //   save.step = 100;
-//   save.config = &config;                 // nn::GPT2Config
-//   save.model = &model->store();          // nn::ParameterStore (HF names)
-//   save.optimizer = &optimizer_state;     // optional: nn::OptimizerStateDict
-//   save.trainer.lr_scheduler = scheduler.state();
-//   save.trainer.loss_scaler = scaler.state();
-//   save.trainer.rng = ctx.rng_state();
-//   save.trainer.data_loader = loader->state();
+//   save.model = {{"w", weights, weights.shape()}};
+//   save.config_json = "{...}";
+//   save.trainer.sections["lr_scheduler"] = R"({"last_step": 17})";
 //   absl::StatusOr<std::string> dir = colossal::io::SaveCheckpoint("ckpt", save, {.keep_last = 3});
 //
 //   absl::StatusOr<std::string> dir = colossal::io::ResolveCheckpoint("ckpt");  // via `latest`
-//   absl::Status s = colossal::io::LoadGPT2Model(*dir, config, model->store());
-//   absl::StatusOr<colossal::io::TrainerState> t = colossal::io::LoadTrainerState(*dir);
-//   absl::StatusOr<colossal::nn::OptimizerStateDict> o = colossal::io::LoadOptimizerState(*dir);
+//   absl::Status s = colossal::io::LoadModelTensors(*dir, {{"w", DType::kF32, {4, 3}, weights}});
 //
 // Nothing is lost (DESIGN principle 8):
 //  * The step directory is written as `step_000100.tmp-<pid>`; every file in
@@ -49,19 +41,16 @@
 //  * Saving a step whose directory exists replaces it atomically
 //    (renameat2 RENAME_EXCHANGE), then removes the old one.
 //
-// Loading validates the model tensors against the model's table: every
-// parameter present (NotFound with a did-you-mean for a near name), no
-// unexpected tensor, shape (Hugging Face shape: GPT2::hugging_face_shape) and
-// dtype equal; each error names the checkpoint and the tensor. wte's padding
-// rows are set to zero. Only host (CPU) parameter stores are loaded and
-// saved directly; device stores are copied through the host.
-//
-// Layering note: this package reads nn/ types (GPT2Config, ParameterStore,
-// OptimizerStateDict, scheduler and scaler states).
+// Loading model tensors validates them against what the caller expects:
+// every name present (NotFound with a did-you-mean for a near name), no
+// unexpected tensor, shape and dtype equal; each error names the checkpoint
+// and the tensor. Tensors on a CUDA device are written and read through host
+// copies.
 #ifndef COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
 #define COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,36 +58,50 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
+#include "core/dtype/dtype.h"
+#include "core/tensor/shape.h"
+#include "core/tensor/tensor.h"
 #include "io/checkpoint/step_dirs.h"
 #include "io/loader/data_loader.h"
-#include "nn/amp/loss_scaler.h"
-#include "nn/models/gpt2/gpt2.h"
-#include "nn/module/parameter.h"
-#include "nn/optim/state_dict.h"
-#include "nn/schedule/lr_schedule.h"
 
 namespace colossal::io {
 
 // The small state of a training run, saved as trainer_state.json. Absent
-// parts are left out of the file and read back as nullopt.
+// parts are left out of the file and read back as nullopt / no entry.
 struct TrainerState {
   int64_t step = 0;
-  std::optional<nn::LrSchedulerState> lr_scheduler;
-  std::optional<nn::LossScalerState> loss_scaler;
   std::optional<core::RngState> rng;
   std::optional<DataLoaderState> data_loader;
+  // Other parts, each a flat JSON object of numbers (e.g. "lr_scheduler",
+  // "loss_scaler": their owners' *_to_json), written under its key.
+  std::map<std::string, std::string> sections;
 };
 
 std::string TrainerStateToJson(const TrainerState& state);
-// InvalidArgument naming the key for malformed JSON or a missing/mistyped key.
+// InvalidArgument naming the key for malformed JSON, a missing/mistyped key,
+// or a section that is not a flat object of numbers.
 absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view json);
 
+// A tensor to write: its first shape.numel() elements (shape.numel() <=
+// tensor.numel()), under `name`, with `shape`. On the CPU or a CUDA device.
+struct TensorToSave {
+  std::string name;
+  core::Tensor tensor;
+  core::Shape shape;
+};
+
+// An optimizer's state as files: its tensors and a JSON description.
+struct OptimizerFiles {
+  std::map<std::string, core::Tensor> tensors;  // any device; loaded ones are host tensors
+  std::string meta_json;
+};
+
 struct CheckpointToSave {
-  int64_t step = 0;                                 // >= 0; names the directory
-  const nn::GPT2Config* config = nullptr;           // required
-  const nn::ParameterStore* model = nullptr;        // required
-  const nn::OptimizerStateDict* optimizer = nullptr;  // optional
-  TrainerState trainer;                             // trainer.step is set to `step`
+  int64_t step = 0;                          // >= 0; names the directory
+  std::vector<TensorToSave> model;           // required: at least one tensor
+  std::string config_json;                   // required: config.json
+  const OptimizerFiles* optimizer = nullptr;  // optional
+  TrainerState trainer;                      // trainer.step is set to `step`
 };
 
 struct CheckpointOptions {
@@ -118,28 +121,30 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
 // that `path`/latest names. NotFound saying what was looked for.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 
-// Hugging Face's config.json for `config`.
-std::string GPT2ConfigToHuggingFaceJson(const nn::GPT2Config& config, core::DType dtype);
-// The GPT2Config a config.json describes (n_layer, n_head, n_embd,
-// vocab_size, n_positions; padded_vocab_multiple from our own
-// "colossal_padded_vocab_multiple" key when present). InvalidArgument naming the key.
-absl::StatusOr<nn::GPT2Config> GPT2ConfigFromHuggingFaceJson(std::string_view json);
+// `dir`/config.json's text.
+absl::StatusOr<std::string> ReadCheckpointConfig(const std::string& dir);
 // The weights' dtype that `dir`/config.json names ("torch_dtype").
 absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir);
-// GPT2ConfigFromHuggingFaceJson of `dir`/config.json.
-absl::StatusOr<nn::GPT2Config> ReadGPT2Config(const std::string& dir);
 
-// Copies the model tensors of step directory `dir` into `store` (validated
-// as described above).
-absl::Status LoadGPT2Model(const std::string& dir, const nn::GPT2Config& config, nn::ParameterStore& store);
+// A model tensor a load expects: `name` with `dtype` and `shape`, copied into
+// the first shape.numel() elements of `dst` (CPU or CUDA; the rest of `dst`
+// is set to zero).
+struct TensorToLoad {
+  std::string name;
+  core::DType dtype = core::DType::kF32;
+  core::Shape shape;
+  core::Tensor dst;
+};
+// Validates the model tensors of step directory `dir` against `expected`
+// (all of them, before writing any) and copies them (see the file comment).
+absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorToLoad>& expected);
 
-// Writes `state` as `dir`/optimizer.safetensors + optimizer.json (the files
-// a step directory holds; `dir` is created if missing), each file atomically.
-absl::Status SaveOptimizerState(const std::string& dir, const nn::OptimizerStateDict& state);
-
-// optimizer.safetensors + optimizer.json as a state dict of host tensors.
-// NotFound when the checkpoint has no optimizer state.
-absl::StatusOr<nn::OptimizerStateDict> LoadOptimizerState(const std::string& dir);
+// Writes `files` as `dir`/optimizer.safetensors + optimizer.json (`dir` is
+// created if missing), each file atomically.
+absl::Status SaveOptimizerFiles(const std::string& dir, const OptimizerFiles& files);
+// optimizer.safetensors (as host tensors) + optimizer.json. NotFound when the
+// checkpoint has no optimizer state.
+absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir);
 
 // trainer_state.json.
 absl::StatusOr<TrainerState> LoadTrainerState(const std::string& dir);

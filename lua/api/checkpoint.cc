@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 
@@ -103,7 +104,7 @@ int BoosterSaveCheckpoint(lua_State* L) {
   if (b.rt->rank.rank == 0) {
     absl::StatusOr<nn::ParameterStore> host = HostStore(*b.model);
     ThrowIfError(L, "booster:save_checkpoint", host.status());
-    io::CheckpointToSave save;
+    nn::CheckpointToSave save;
     save.step = step;
     save.config = &b.model->net->config();
     save.model = &*host;
@@ -112,7 +113,7 @@ int BoosterSaveCheckpoint(lua_State* L) {
     if (b.scaler) save.trainer.loss_scaler = b.scaler->state();
     save.trainer.rng = b.rt->ctx->rng_state();
     if (b.loader) save.trainer.data_loader = b.loader->loader->state();
-    absl::StatusOr<std::string> saved = io::SaveCheckpoint(root, save, options);
+    absl::StatusOr<std::string> saved = nn::SaveCheckpoint(root, save, options);
     ThrowIfError(L, "booster:save_checkpoint", saved.status());
     path = *saved;
   }
@@ -129,7 +130,7 @@ int BoosterLoadCheckpoint(lua_State* L) {
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(path);
   ThrowIfError(L, "booster:load_checkpoint", dir.status());
   const std::string context = absl::StrCat("booster:load_checkpoint ", *dir);
-  absl::StatusOr<nn::GPT2Config> config = io::ReadGPT2Config(*dir);
+  absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
   ThrowIfError(L, context, config.status());
   const nn::GPT2Config& mine = b.model->net->config();
   if (config->n_layer != mine.n_layer || config->n_head != mine.n_head ||
@@ -147,15 +148,15 @@ int BoosterLoadCheckpoint(lua_State* L) {
     absl::StatusOr<nn::ParameterStore> host =
         nn::ParameterStore::create(b.model->net->table(), core::Stream::cpu());
     ThrowIfError(L, context, host.status());
-    ThrowIfError(L, context, io::LoadGPT2Model(*dir, mine, *host));
+    ThrowIfError(L, context, nn::LoadGPT2Model(*dir, mine, *host));
     ThrowIfError(L, context, CopyToModel(*b.model, *host));
   }
-  absl::StatusOr<nn::OptimizerStateDict> optimizer = io::LoadOptimizerState(*dir);
+  absl::StatusOr<nn::OptimizerStateDict> optimizer = nn::LoadOptimizerState(*dir);
   ThrowIfError(L, context, optimizer.status());
   ThrowIfError(L, absl::StrCat(context, ": optimizer state"),
                b.booster ? b.booster->load_optimizer_state_dict(*optimizer)
                          : b.optim->opt->load_state_dict(*optimizer));
-  absl::StatusOr<io::TrainerState> trainer = io::LoadTrainerState(*dir);
+  absl::StatusOr<nn::TrainerState> trainer = nn::LoadTrainerState(*dir);
   ThrowIfError(L, context, trainer.status());
   if (b.scheduler && trainer->lr_scheduler) {
     ThrowIfError(L, context, b.scheduler->schedule->load_state(*trainer->lr_scheduler));
@@ -185,10 +186,10 @@ int BoosterSaveModel(lua_State* L) {
   if (b.rt->rank.rank == 0) {
     absl::StatusOr<nn::ParameterStore> host = HostStore(*b.model);
     ThrowIfError(L, "booster:save_model", host.status());
-    io::CheckpointToSave save;
+    nn::CheckpointToSave save;
     save.config = &b.model->net->config();
     save.model = &*host;
-    absl::StatusOr<std::string> saved = io::SaveCheckpoint(root, save, {.keep_last = 0});
+    absl::StatusOr<std::string> saved = nn::SaveCheckpoint(root, save, {.keep_last = 0});
     ThrowIfError(L, "booster:save_model", saved.status());
     path = *saved;
   }
@@ -210,7 +211,7 @@ int BoosterLoadModel(lua_State* L) {
   absl::StatusOr<nn::ParameterStore> host =
       nn::ParameterStore::create(b.model->net->table(), core::Stream::cpu());
   ThrowIfError(L, "booster:load_model", host.status());
-  ThrowIfError(L, "booster:load_model", io::LoadGPT2Model(*dir, b.model->net->config(), *host));
+  ThrowIfError(L, "booster:load_model", nn::LoadGPT2Model(*dir, b.model->net->config(), *host));
   ThrowIfError(L, "booster:load_model", CopyToModel(*b.model, *host));
   return 0;
 }
@@ -227,7 +228,7 @@ int BoosterSaveOptimizer(lua_State* L) {
                                     "booster:save_optimizer: the second argument is a folder");
   absl::StatusOr<nn::OptimizerStateDict> state = OptimizerState(b);
   ThrowIfError(L, "booster:save_optimizer", state.status());
-  if (b.rt->rank.rank == 0) ThrowIfError(L, "booster:save_optimizer", io::SaveOptimizerState(dir, *state));
+  if (b.rt->rank.rank == 0) ThrowIfError(L, "booster:save_optimizer", nn::SaveOptimizerState(dir, *state));
   ThrowIfError(L, "booster:save_optimizer: waiting for rank 0", Barrier(b));
   return 0;
 }
@@ -241,7 +242,7 @@ int BoosterLoadOptimizer(lua_State* L) {
   }
   const std::string dir = StringArg(L, 3, /*non_empty=*/false,
                                     "booster:load_optimizer: the second argument is a folder");
-  absl::StatusOr<nn::OptimizerStateDict> state = io::LoadOptimizerState(dir);
+  absl::StatusOr<nn::OptimizerStateDict> state = nn::LoadOptimizerState(dir);
   ThrowIfError(L, "booster:load_optimizer", state.status());
   ThrowIfError(L, "booster:load_optimizer",
                b.booster ? b.booster->load_optimizer_state_dict(*state)

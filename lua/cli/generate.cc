@@ -32,6 +32,7 @@
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 #include "io/tokenizer/tokenizer.h"
 #include "core/ops/elementwise.h"
 #include "lua/api/generation.h"
@@ -69,12 +70,12 @@ std::string GenerateUsage() {
 absl::Status LoadAsFloat32(const std::string& dir, const nn::GPT2Config& config, nn::GPT2& model) {
   absl::StatusOr<core::DType> dtype = io::ReadCheckpointDType(dir);
   if (!dtype.ok()) return dtype.status();
-  if (*dtype == core::DType::kF32) return io::LoadGPT2Model(dir, config, model.store());
+  if (*dtype == core::DType::kF32) return nn::LoadGPT2Model(dir, config, model.store());
   absl::StatusOr<nn::ParameterTable> table = nn::GPT2::parameter_table(config, *dtype);
   if (!table.ok()) return table.status();
   absl::StatusOr<nn::ParameterStore> narrow = nn::ParameterStore::create(*table, core::Stream::cpu());
   if (!narrow.ok()) return narrow.status();
-  if (absl::Status s = io::LoadGPT2Model(dir, config, *narrow); !s.ok()) return s;
+  if (absl::Status s = nn::LoadGPT2Model(dir, config, *narrow); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<core::Context>> ctx = core::Context::create(core::Device::cpu());
   if (!ctx.ok()) return ctx.status();
   core::Tensor wide = model.store().flat_values(core::DType::kF32);
@@ -91,7 +92,7 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
                       const std::string& prompt, int max_new_tokens, const SamplingOptions& o) {
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(checkpoint);
   if (!dir.ok()) return dir.status();
-  absl::StatusOr<nn::GPT2Config> config = io::ReadGPT2Config(*dir);
+  absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
   if (!config.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(*dir, "/config.json: ", config.status().message()));

@@ -25,6 +25,7 @@
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 #include "io/loader/data_loader.h"
 #include "io/shards/token_shard.h"
 #include "nn/models/gpt2/gpt2.h"
@@ -214,7 +215,7 @@ TEST(ExactResumeTest, ResumedRunIsBitIdenticalToStraightRun) {
     absl::StatusOr<nn::OptimizerStateDict> sd = run->opt->state_dict();
     ASSERT_TRUE(sd.ok()) << sd.status();
     const nn::GPT2Config config = Config();
-    io::CheckpointToSave save;
+    nn::CheckpointToSave save;
     save.step = kResumeAfter;
     save.config = &config;
     save.model = &run->model->store();
@@ -224,7 +225,7 @@ TEST(ExactResumeTest, ResumedRunIsBitIdenticalToStraightRun) {
     save.trainer.data_loader = run->loader->state();
     EXPECT_EQ(save.trainer.data_loader->epoch, 0);
     EXPECT_EQ(save.trainer.data_loader->batch, kResumeAfter * kMicroBatches);
-    absl::StatusOr<std::string> dir = io::SaveCheckpoint(root, save);
+    absl::StatusOr<std::string> dir = nn::SaveCheckpoint(root, save);
     ASSERT_TRUE(dir.ok()) << dir.status();
   }
 
@@ -233,13 +234,13 @@ TEST(ExactResumeTest, ResumedRunIsBitIdenticalToStraightRun) {
     auto run = Run::Create(pattern, /*model_seed=*/999, /*ctx_seed=*/12345);
     absl::StatusOr<std::string> dir = io::ResolveCheckpoint(root);
     ASSERT_TRUE(dir.ok()) << dir.status();
-    absl::StatusOr<nn::GPT2Config> config = io::ReadGPT2Config(*dir);
+    absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
     ASSERT_TRUE(config.ok()) << config.status();
-    ASSERT_TRUE(io::LoadGPT2Model(*dir, *config, run->model->store()).ok());
-    absl::StatusOr<nn::OptimizerStateDict> sd = io::LoadOptimizerState(*dir);
+    ASSERT_TRUE(nn::LoadGPT2Model(*dir, *config, run->model->store()).ok());
+    absl::StatusOr<nn::OptimizerStateDict> sd = nn::LoadOptimizerState(*dir);
     ASSERT_TRUE(sd.ok()) << sd.status();
     ASSERT_TRUE(run->opt->load_state_dict(*sd).ok());
-    absl::StatusOr<io::TrainerState> ts = io::LoadTrainerState(*dir);
+    absl::StatusOr<nn::TrainerState> ts = nn::LoadTrainerState(*dir);
     ASSERT_TRUE(ts.ok()) << ts.status();
     EXPECT_EQ(ts->step, kResumeAfter);
     ASSERT_TRUE(ts->lr_scheduler && ts->rng && ts->data_loader);

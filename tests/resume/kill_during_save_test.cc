@@ -31,6 +31,7 @@
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 #include "io/checkpoint/step_dirs.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/optim/adam.h"
@@ -116,7 +117,7 @@ std::unique_ptr<Saved> MakeSaved(uint64_t seed, double lr) {
 
 absl::StatusOr<std::string> Save(const std::string& root, int64_t step, const Saved& s) {
   const nn::GPT2Config config = Config();
-  io::CheckpointToSave save;
+  nn::CheckpointToSave save;
   save.step = step;
   save.config = &config;
   save.model = &s.model->store();
@@ -125,7 +126,7 @@ absl::StatusOr<std::string> Save(const std::string& root, int64_t step, const Sa
   io::CheckpointOptions o;
   o.keep_last = 3;
   o.max_shard_bytes = 1;  // one file per tensor: a slow, many-file save
-  return io::SaveCheckpoint(root, save, o);
+  return nn::SaveCheckpoint(root, save, o);
 }
 
 // When the parent kills the child, counted from the child's "step 1 saved".
@@ -224,7 +225,7 @@ TEST(KillDuringSaveTest, PreviousCheckpointSurvivesSigkill) {
     // The checkpoint `latest` names loads and equals what was saved.
     absl::StatusOr<std::string> dir = io::ResolveCheckpoint(root);
     ASSERT_TRUE(dir.ok()) << dir.status();
-    absl::StatusOr<io::TrainerState> ts = io::LoadTrainerState(*dir);
+    absl::StatusOr<nn::TrainerState> ts = nn::LoadTrainerState(*dir);
     ASSERT_TRUE(ts.ok()) << ts.status();
     ASSERT_TRUE(ts->step == 1 || ts->step == 2) << ts->step;
     EXPECT_EQ(*dir, root + "/" + io::StepDirName(ts->step));
@@ -234,14 +235,14 @@ TEST(KillDuringSaveTest, PreviousCheckpointSurvivesSigkill) {
     }
     const Saved& want = ts->step == 1 ? *one : *two;
     EXPECT_EQ(ts->rng, (core::RngState{1234, static_cast<uint64_t>(ts->step) * 100}));
-    absl::StatusOr<nn::GPT2Config> config = io::ReadGPT2Config(*dir);
+    absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
     ASSERT_TRUE(config.ok()) << config.status();
     auto loaded = nn::GPT2::create(*config, DType::kF32, Stream::cpu());
     ASSERT_TRUE(loaded.ok());
-    ASSERT_TRUE(io::LoadGPT2Model(*dir, *config, (*loaded)->store()).ok());
+    ASSERT_TRUE(nn::LoadGPT2Model(*dir, *config, (*loaded)->store()).ok());
     EXPECT_TRUE(BitEqual((*loaded)->store().flat_values(DType::kF32), want.model->store().flat_values(DType::kF32)))
         << "step " << ts->step << " weights differ";
-    absl::StatusOr<nn::OptimizerStateDict> sd = io::LoadOptimizerState(*dir);
+    absl::StatusOr<nn::OptimizerStateDict> sd = nn::LoadOptimizerState(*dir);
     ASSERT_TRUE(sd.ok()) << sd.status();
     EXPECT_EQ(sd->meta, want.sd.meta);
     ASSERT_EQ(sd->tensors.size(), want.sd.tensors.size());
@@ -260,7 +261,7 @@ TEST(KillDuringSaveTest, PreviousCheckpointSurvivesSigkill) {
     absl::StatusOr<std::string> now = io::ResolveCheckpoint(root);
     ASSERT_TRUE(now.ok());
     EXPECT_EQ(*now, root + "/step_000003");
-    ASSERT_TRUE(io::LoadGPT2Model(*now, Config(), (*loaded)->store()).ok());
+    ASSERT_TRUE(nn::LoadGPT2Model(*now, Config(), (*loaded)->store()).ok());
     EXPECT_TRUE(BitEqual((*loaded)->store().flat_values(DType::kF32), three->model->store().flat_values(DType::kF32)));
     std::cout << "[ moment ] " << moment.name << ": " << (killed ? "killed" : "finished")
               << (reached ? "" : " before the moment was seen") << ", resolved step "

@@ -7,7 +7,7 @@
 The step directory is written by io/checkpoint (SaveCheckpoint); the logits file
 holds the fixed tokens (I32 [B, T]) and colossal's float32 logits for them
 (F32 [B, T, padded_vocab]; tools/hf/write_gpt2_logits_case.cc). This script first
-runs io/checkpoint/check_hf_checkpoint.py's checks on the folder (every tensor
+runs tools/hf/check_hf_checkpoint.py's checks on the folder (every tensor
 under GPT-2's Hugging Face names and shapes, and every weight equal after
 GPT2LMHeadModel.from_pretrained), then runs the model in float32 on the same
 tokens and prints
@@ -24,7 +24,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "io", "checkpoint"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_hf_checkpoint  # noqa: E402
 
 

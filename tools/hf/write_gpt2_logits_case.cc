@@ -28,6 +28,7 @@
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 #include "io/safetensors/writer.h"
 #include "nn/models/gpt2/gpt2.h"
 
@@ -76,13 +77,13 @@ absl::Status Write(const std::string& root, uint64_t max_shard_bytes) {
   ctx->synchronize();
   const Tensor& logits = out.output;
 
-  colossal::io::CheckpointToSave save;
+  colossal::nn::CheckpointToSave save;
   save.step = 1;
   save.config = &config;
   save.model = &model->store();
   colossal::io::CheckpointOptions options;
   if (max_shard_bytes > 0) options.max_shard_bytes = max_shard_bytes;
-  COLOSSAL_ASSIGN_OR_RETURN(std::string dir, colossal::io::SaveCheckpoint(root, save, options));
+  COLOSSAL_ASSIGN_OR_RETURN(std::string dir, colossal::nn::SaveCheckpoint(root, save, options));
 
   const std::vector<colossal::io::SafetensorsEntry> entries = {
       {"tokens", "I32", {kBatch, kSeq}, tokens.raw_data(), static_cast<uint64_t>(tokens.nbytes())},

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks a colossal GPT-2 checkpoint with Hugging Face's own libraries (not run in CI).
 
-    bazel run //io/checkpoint:write_tiny_checkpoint -- /tmp/tiny_ckpt
-    python3 io/checkpoint/check_hf_checkpoint.py /tmp/tiny_ckpt/step_000001
+    bazel run //nn/train:write_tiny_checkpoint -- /tmp/tiny_ckpt
+    python3 tools/hf/check_hf_checkpoint.py /tmp/tiny_ckpt/step_000001
 
 Needs `safetensors` and `numpy`: every tensor loads, under GPT-2's Hugging Face
 names, with the shapes config.json implies (wte without padding rows, Conv1D

@@ -1,15 +1,15 @@
 // Writes a checkpoint of a tiny randomly initialised GPT-2 (2 layers, 2 heads,
 // n_embd 8, vocab 11, context 4) for check_hf_checkpoint.py (not run in CI):
 //
-//   bazel run //io/checkpoint:write_tiny_checkpoint -- /tmp/tiny_ckpt
-//   python3 io/checkpoint/check_hf_checkpoint.py /tmp/tiny_ckpt/step_000001
+//   bazel run //nn/train:write_tiny_checkpoint -- /tmp/tiny_ckpt
+//   python3 tools/hf/check_hf_checkpoint.py /tmp/tiny_ckpt/step_000001
 // An optional second argument is max_shard_bytes (e.g. 1024: a sharded save).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
 
-#include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2 && argc != 3) {
@@ -27,13 +27,13 @@ int main(int argc, char** argv) {
       colossal::nn::GPT2::create(config, colossal::core::DType::kF32, colossal::core::Stream::cpu());
   absl::Status s = model.ok() ? (*model)->init(1337) : model.status();
   if (s.ok()) {
-    colossal::io::CheckpointToSave save;
+    colossal::nn::CheckpointToSave save;
     save.step = 1;
     save.config = &config;
     save.model = &(*model)->store();
     colossal::io::CheckpointOptions options;
     if (argc == 3) options.max_shard_bytes = std::strtoull(argv[2], nullptr, 10);
-    absl::StatusOr<std::string> dir = colossal::io::SaveCheckpoint(argv[1], save, options);
+    absl::StatusOr<std::string> dir = colossal::nn::SaveCheckpoint(argv[1], save, options);
     if (dir.ok()) {
       std::printf("%s\n", dir->c_str());
       return 0;

@@ -1,4 +1,4 @@
-#include "io/checkpoint/checkpoint.h"
+#include "nn/train/checkpoint.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -19,8 +19,20 @@
 #include "io/safetensors/writer.h"
 #include "nlohmann/json.hpp"
 
-namespace colossal::io {
+namespace colossal::nn {
 namespace {
+
+using io::BeginStepDir;
+using io::DataLoaderState;
+using io::ReadFileToString;
+using io::RemoveTree;
+using io::ResolveCheckpoint;
+using io::SafetensorsEntry;
+using io::ListStepDirs;
+using io::SafetensorsTensor;
+using io::ShardedSafetensors;
+using io::WriteFileAtomically;
+using io::WriteSafetensors;
 
 using core::DType;
 using core::Stream;
@@ -352,18 +364,18 @@ TEST(Checkpoint, LoadValidationErrors) {
   std::unique_ptr<nn::GPT2> fresh = MakeModel(longer, 4);
   EXPECT_EQ(Bytes(big->store().flat_values(DType::kF32)), Bytes(fresh->store().flat_values(DType::kF32)));
 
-  EXPECT_FALSE(TrainerStateFromJson("{\"step\": \"x\"}").ok());
-  EXPECT_FALSE(TrainerStateFromJson("{\"step\": 1, \"rng\": {\"seed\": 1}}").ok());
+  EXPECT_FALSE(io::TrainerStateFromJson("{\"step\": \"x\"}").ok());
+  EXPECT_FALSE(io::TrainerStateFromJson("{\"step\": 1, \"rng\": {\"seed\": 1}}").ok());
   // Deeply nested values are refused with a message, without recursing per level.
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   for (const std::string key : {"step", "lr_scheduler", "loss_scaler"}) {
     const std::string text = key == "step" ? "{\"step\": " + deep + "}"
                                            : "{\"step\": 1, \"" + key + "\": {\"x\": " + deep + "}}";
-    const absl::StatusOr<TrainerState> t = TrainerStateFromJson(text);
+    const absl::StatusOr<io::TrainerState> t = io::TrainerStateFromJson(text);
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << key << ": " << t.status();
   }
   EXPECT_FALSE(GPT2ConfigFromHuggingFaceJson("{\"n_layer\": 2}").ok());
 }
 
 }  // namespace
-}  // namespace colossal::io
+}  // namespace colossal::nn
