@@ -29,14 +29,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "io/checkpoint/checkpoint.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "nn/optim/grad_clip.h"
-#include "parallel/ddp/ddp_plugin.h"
-#include "parallel/zero/low_level_zero_plugin.h"
+#include "parallel/registry/plugin_registry.h"
 
 namespace colossal::lua {
 namespace {
@@ -56,57 +56,66 @@ std::string CheckPrecision(lua_State* L, OptionTable& o, const char* key, const 
   return p;
 }
 
-// colossal.plugin.torch_ddp{bucket_cap_mb}
-int TorchDdp(lua_State* L) {
-  OptionTable o(L, 1, "colossal.plugin.torch_ddp");
-  auto spec = std::make_shared<PluginSpec>();
-  spec->name = "torch_ddp";
-  spec->bucket_mb = o.number("bucket_cap_mb", 25.0);
-  o.finish();
-  if (!(spec->bucket_mb > 0)) o.fail("bucket_cap_mb", "must be positive");
-  PushHandle(L, std::move(spec));
+// A recipe's option table as the plugin packages read it (type errors raise,
+// naming the key's line).
+class LuaOptions : public parallel::OptionSource {
+ public:
+  explicit LuaOptions(OptionTable& o) : o_(o) {}
+  bool has(absl::string_view key) override { return o_.has(std::string(key).c_str()); }
+  double number(absl::string_view key, double fallback) override {
+    return o_.number(std::string(key).c_str(), fallback);
+  }
+  int64_t integer(absl::string_view key, int64_t fallback) override {
+    return o_.integer(std::string(key).c_str(), fallback);
+  }
+  bool boolean(absl::string_view key, bool fallback) override {
+    return o_.boolean(std::string(key).c_str(), fallback);
+  }
+  std::string string(absl::string_view key, absl::string_view fallback) override {
+    return o_.string(std::string(key).c_str(), std::string(fallback));
+  }
+
+ private:
+  OptionTable& o_;
+};
+
+// colossal.plugin.<name>{...}: the registered plugin named by upvalue 1.
+int MakePluginSpec(lua_State* L) {
+  const std::string name = lua_tostring(L, lua_upvalueindex(1));
+  OptionTable o(L, 1, absl::StrCat("colossal.plugin.", name));
+  LuaOptions options(o);
+  absl::StatusOr<std::unique_ptr<parallel::PluginSpec>> spec =
+      parallel::make_plugin_spec(name, options);
+  o.finish();  // unknown keys first, then the values
+  if (!spec.ok()) {
+    if (std::optional<std::string> key = parallel::option_key(spec.status())) {
+      o.fail(key->c_str(), spec.status().message());
+    }
+    ThrowIfError(L, o.what(), spec.status());
+  }
+  auto object = std::make_shared<PluginObject>();
+  object->spec = *std::move(spec);
+  PushHandle(L, std::move(object));
   return 1;
 }
 
-// colossal.plugin.low_level_zero{stage, precision, max_norm, reduce_bucket_size_in_m,
-// overlap_communication, cpu_offload, initial_scale, ...}
-int LowLevelZero(lua_State* L) {
-  OptionTable o(L, 1, "colossal.plugin.low_level_zero");
-  auto spec = std::make_shared<PluginSpec>();
-  spec->name = "low_level_zero";
-  spec->stage = static_cast<int>(o.integer("stage", 1));
-  spec->precision = CheckPrecision(L, o, "precision", "fp32");
-  spec->max_norm = static_cast<float>(o.number("max_norm", 0.0));
-  spec->bucket_mb = o.number("reduce_bucket_size_in_m", 12.0);
-  const bool overlap = o.boolean("overlap_communication", true);
-  spec->cpu_offload = o.boolean("cpu_offload", false);
-  // Colossal-AI's default (None): gradients are reduced in the parameters' dtype.
-  const std::string comm_dtype = o.has("communication_dtype")
-                                     ? CheckPrecision(L, o, "communication_dtype", "fp32")
-                                     : spec->precision;
-  nn::DynamicLossScalerOptions& s = spec->scaler;
-  s.initial_scale = o.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
-  s.min_scale = o.number("min_scale", s.min_scale);
-  s.max_scale = o.number("max_scale", 4294967296.0);
-  s.growth_factor = o.number("growth_factor", s.growth_factor);
-  s.backoff_factor = o.number("backoff_factor", s.backoff_factor);
-  s.growth_interval = o.integer("growth_interval", s.growth_interval);
-  s.hysteresis = o.integer("hysteresis", s.hysteresis);
-  o.finish();
-  if (spec->stage != 1 && spec->stage != 2) o.fail("stage", "must be 1 or 2");
-  if (spec->max_norm < 0) o.fail("max_norm", "must be >= 0 (0: no clipping)");
-  if (!(spec->bucket_mb > 0)) o.fail("reduce_bucket_size_in_m", "must be positive");
-  if (comm_dtype != spec->precision) {
-    o.fail("communication_dtype",
-           absl::StrCat("= \"", comm_dtype, "\" is not available: gradients are reduced in the "
-                        "parameters' dtype (precision = \"", spec->precision,
-                        "\"), Colossal-AI's default; leave it out or set it to that"));
+// plugin:capabilities() -> {name, owns_precision, supports_no_sync, clips_by_value, precision}
+int PluginCapabilities(lua_State* L) {
+  const parallel::PluginSpec& spec = *CheckHandle<PluginObject>(L, 1)->spec;
+  const parallel::PluginCapabilities c = spec.capabilities();
+  lua_newtable(L);
+  lua_pushstring(L, spec.name());
+  lua_setfield(L, -2, "name");
+  lua_pushboolean(L, c.owns_precision);
+  lua_setfield(L, -2, "owns_precision");
+  lua_pushboolean(L, c.supports_no_sync);
+  lua_setfield(L, -2, "supports_no_sync");
+  lua_pushboolean(L, c.clips_by_value);
+  lua_setfield(L, -2, "clips_by_value");
+  if (c.owns_precision) {
+    lua_pushstring(L, spec.precision().c_str());
+    lua_setfield(L, -2, "precision");
   }
-  if (!overlap) {
-    o.fail("overlap_communication",
-           "= false is not available: gradients are always reduced while backward runs");
-  }
-  PushHandle(L, std::move(spec));
   return 1;
 }
 
@@ -115,19 +124,20 @@ int MakeBooster(lua_State* L) {
   OptionTable o(L, 1, "colossal.booster");
   auto booster = std::make_shared<BoosterObject>();
   booster->rt = GetRuntime(L);
-  if (o.push("plugin") != LUA_TNIL) booster->spec = CheckHandle<PluginSpec>(L, -1);
+  if (o.push("plugin") != LUA_TNIL) booster->spec = CheckHandle<PluginObject>(L, -1)->spec;
   lua_pop(L, 1);
   booster->precision = CheckPrecision(L, o, "mixed_precision", "fp32");
   o.finish();
-  if (booster->spec && booster->spec->name == "low_level_zero") {
+  if (booster->spec && booster->spec->capabilities().owns_precision) {
     // As in Colossal-AI, the ZeRO plugin's own precision decides.
-    booster->precision = booster->spec->precision;
+    booster->precision = booster->spec->precision();
   }
   if (!booster->spec && booster->rt->rank.world_size > 1) {
     RaiseError(L,
                absl::StrCat("colossal.booster: this job has ", booster->rt->rank.world_size,
-                            " processes; give a plugin (colossal.plugin.torch_ddp{} or "
-                            "colossal.plugin.low_level_zero{}) to train them together"),
+                            " processes; give a plugin (colossal.plugin.",
+                            absl::StrJoin(parallel::plugin_names(), "{}, colossal.plugin."),
+                            "{}) to train them together"),
                kErrorUsage);
   }
   PushHandle(L, std::move(booster));
@@ -153,27 +163,6 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
       core::ops::cast(*rt.ctx, out, model.net->store().flat_values(model.net->dtype())));
   model.net = std::move(net);
   return absl::OkStatus();
-}
-
-// The parallel::Plugin a recipe's plugin spec asks for.
-absl::StatusOr<std::unique_ptr<parallel::Plugin>> MakePlugin(const PluginSpec& spec,
-                                                              Runtime& rt) {
-  COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<comm::ProcessGroup> pg, rt.process_group());
-  if (spec.name == "torch_ddp") {
-    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<parallel::DdpPlugin> p,
-                              parallel::DdpPlugin::create(pg, {.bucket_cap_mb = spec.bucket_mb}));
-    return std::unique_ptr<parallel::Plugin>(std::move(p));
-  }
-  parallel::LowLevelZeroOptions zo;
-  zo.stage = spec.stage;
-  zo.reduce_bucket_size_in_m = spec.bucket_mb;
-  zo.cpu_offload = spec.cpu_offload;
-  // CPU Adam shares the host's cores between this host's processes.
-  const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  zo.cpu_offload_threads = std::max(1, cores / std::max(1, rt.rank.local_world_size));
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<parallel::LowLevelZeroPlugin> p,
-                            parallel::LowLevelZeroPlugin::create(pg, zo));
-  return std::unique_ptr<parallel::Plugin>(std::move(p));
 }
 
 // booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the same four
@@ -202,14 +191,21 @@ int Boost(lua_State* L) {
     ThrowIfError(L, "booster:boost", ConvertModel(*model, *optim, dtype));
   }
   if (b->precision == "fp16") {
-    const nn::DynamicLossScalerOptions so = b->spec ? b->spec->scaler : nn::DynamicLossScalerOptions{};
+    const nn::DynamicLossScalerOptions so =
+        b->spec ? b->spec->loss_scaler() : nn::DynamicLossScalerOptions{};
     absl::StatusOr<nn::DynamicLossScaler> scaler = nn::DynamicLossScaler::create(so);
     ThrowIfError(L, "booster:boost", scaler.status());
     b->scaler.emplace(*std::move(scaler));
   }
-  const std::string what = b->spec ? absl::StrCat("booster:boost: ", b->spec->name) : "booster:boost";
+  const std::string what =
+      b->spec ? absl::StrCat("booster:boost: ", b->spec->name()) : "booster:boost";
   if (b->spec) {
-    absl::StatusOr<std::unique_ptr<parallel::Plugin>> plugin = MakePlugin(*b->spec, *b->rt);
+    absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = b->rt->process_group();
+    ThrowIfError(L, what, pg.status());
+    parallel::PluginEnv env;
+    env.local_world_size = b->rt->rank.local_world_size;
+    env.host_cores = static_cast<int>(std::thread::hardware_concurrency());
+    absl::StatusOr<std::unique_ptr<parallel::Plugin>> plugin = b->spec->make(*pg, env);
     ThrowIfError(L, what, plugin.status());
     b->booster = std::make_unique<parallel::Booster>(*std::move(plugin));
     // A declared model gets its memory where the plugin puts it.
@@ -288,7 +284,7 @@ nn::MixedPrecisionStepResult StepOptimizer(lua_State* L, Optim& optim) {
   std::shared_ptr<BoosterObject> b = optim.booster.lock();
   nn::DynamicLossScaler* scaler = b && b->scaler ? &*b->scaler : nullptr;
   float max_norm = optim.max_norm;
-  if (max_norm == 0 && b && b->spec) max_norm = b->spec->max_norm;
+  if (max_norm == 0 && b && b->spec) max_norm = b->spec->max_norm();
   const float clip_value = optim.clip_value;
   optim.max_norm = 0;
   optim.clip_value = 0;
@@ -297,7 +293,7 @@ nn::MixedPrecisionStepResult StepOptimizer(lua_State* L, Optim& optim) {
       RaiseError(L, "optimizer:step: clip_grad_by_value with fp16 loss scaling is not supported",
                  kErrorUsage);
     }
-    if (b && b->booster) {
+    if (b && b->spec && !b->spec->capabilities().clips_by_value) {
       // The plugin reduces (and may shard) the gradients inside its step.
       RaiseError(L,
                  absl::StrCat("optimizer:step: clip_grad_by_value is not supported with the ",
@@ -321,7 +317,9 @@ int OpenBooster(lua_State* L) {
   static const luaL_Reg kNoMethods[] = {{nullptr, nullptr}};
   static const luaL_Reg kGuardMeta[] = {{"__close", EndNoSync}, {nullptr, nullptr}};
   RegisterType<NoSyncGuard>(L, kNoMethods, kGuardMeta);
-  RegisterType<PluginSpec>(L, kNoMethods);
+  static const luaL_Reg kPluginMethods[] = {{"capabilities", Protected<PluginCapabilities>},
+                                             {nullptr, nullptr}};
+  RegisterType<PluginObject>(L, kPluginMethods);
   static const luaL_Reg kMethods[] = {{"boost", Protected<Boost>},
                                       {"backward", Protected<Backward>},
                                       {"no_sync", Protected<NoSync>},
@@ -335,10 +333,13 @@ int OpenBooster(lua_State* L) {
   RegisterType<BoosterObject>(L, kMethods);
   lua_pushcfunction(L, Protected<MakeBooster>);
   lua_setfield(L, -2, "booster");
-  static const luaL_Reg kPlugins[] = {{"torch_ddp", Protected<TorchDdp>},
-                                      {"low_level_zero", Protected<LowLevelZero>},
-                                      {nullptr, nullptr}};
-  luaL_newlib(L, kPlugins);
+  // colossal.plugin.<name> for every registered plugin.
+  lua_newtable(L);
+  for (const std::string& name : parallel::plugin_names()) {
+    lua_pushstring(L, name.c_str());
+    lua_pushcclosure(L, Protected<MakePluginSpec>, 1);
+    lua_setfield(L, -2, name.c_str());
+  }
   return 1;
 }
 

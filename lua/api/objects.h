@@ -24,6 +24,7 @@
 #include "nn/optim/optimizer.h"
 #include "nn/schedule/lr_schedule.h"
 #include "parallel/booster/booster.h"
+#include "parallel/registry/plugin_spec.h"
 
 namespace colossal::lua {
 
@@ -111,25 +112,20 @@ struct Scheduler {
   std::optional<nn::LrScheduler> schedule;
 };
 
-// A plugin as constructed in Lua; the parallel::Plugin itself is made by
+// A plugin as constructed in Lua (its options read and validated by the
+// plugin's package: parallel/registry); the parallel::Plugin itself is made by
 // booster:boost (it needs the process group, made then).
-struct PluginSpec {
+struct PluginObject {
   static constexpr char kMetatable[] = "colossal.Plugin";
   static constexpr char kTypeName[] = "a plugin (colossal.plugin.*)";
-  std::string name;  // "torch_ddp" or "low_level_zero"
-  int stage = 1;
-  double bucket_mb = 25.0;           // torch_ddp: bucket_cap_mb; zero: reduce_bucket_size_in_m
-  std::string precision = "fp32";    // low_level_zero: precision
-  float max_norm = 0.0f;             // low_level_zero: max_norm
-  bool cpu_offload = false;          // low_level_zero: cpu_offload
-  nn::DynamicLossScalerOptions scaler;
+  std::shared_ptr<const parallel::PluginSpec> spec;
 };
 
 struct BoosterObject {
   static constexpr char kMetatable[] = "colossal.Booster";
   static constexpr char kTypeName[] = "a booster (colossal.booster)";
   std::shared_ptr<Runtime> rt;
-  std::shared_ptr<PluginSpec> spec;  // null: one process, no plugin
+  std::shared_ptr<const parallel::PluginSpec> spec;  // null: one process, no plugin
   std::string precision = "fp32";    // "fp32", "bf16" or "fp16"
   std::unique_ptr<parallel::Booster> booster;
   std::optional<nn::DynamicLossScaler> scaler;  // fp16

@@ -213,33 +213,37 @@ function recipe.run(t, file, bench)
       "must be one of \"cosine_annealing_warmup\", \"linear_warmup\", \"constant\"")
   end
   if r.plugin and (type(r.plugin.name) ~= "string" or not colossal.plugin[r.plugin.name]) then
-    usage_error(file, "plugin.name", "must be \"torch_ddp\" or \"low_level_zero\"")
+    local names = {}
+    for name in pairs(colossal.plugin) do names[#names + 1] = string.format("%q", name) end
+    table.sort(names)
+    usage_error(file, "plugin.name", "must be one of " .. table.concat(names, ", "))
   end
   local model_cfg = r.model
   if math.type(model_cfg.max_seq_len) == "integer" and d.seq_len > model_cfg.max_seq_len then
     usage_error(file, "data.seq_len", string.format("%d is longer than model.max_seq_len (%d)",
       d.seq_len, model_cfg.max_seq_len))
   end
-  local zero = r.plugin and r.plugin.name == "low_level_zero"
-  if zero and r.precision ~= "fp32" then
-    usage_error(file, "precision", "low_level_zero takes its precision from plugin.precision "
-      .. "(Colossal-AI's LowLevelZeroPlugin(precision=...)); set that instead")
-  end
-  if r.plugin and r.plugin.name == "low_level_zero" and r.clip_value > 0 then
-    usage_error(file, "clip_value", "low_level_zero clips by norm only (plugin.max_norm)")
-  end
 
   -- Every binding's options are checked before any work starts: the plugin
   -- (no runtime needed), then the model, optimizer and schedule, and only then
-  -- is the data prepared.
+  -- is the data prepared. What the loop needs from the plugin it asks it.
   local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
     without(r.plugin, "name"))
+  local caps = plugin and plugin:capabilities()
+      or { owns_precision = false, supports_no_sync = true, clips_by_value = true }
+  if caps.owns_precision and r.precision ~= "fp32" then
+    usage_error(file, "precision", string.format("%s takes its precision from plugin.precision "
+      .. "(as in Colossal-AI); set that instead", caps.name))
+  end
+  if not caps.clips_by_value and r.clip_value > 0 then
+    usage_error(file, "clip_value", string.format("%s clips by norm only (plugin.max_norm)", caps.name))
+  end
   local env = call(file, "device", r, colossal.launch, { device = r.device, seed = r.seed })
   local main = env.rank == 0
   local say = function(...) if main then print(string.format(...)) end end
-  local precision = zero and (r.plugin.precision or "fp32") or r.precision
+  local precision = caps.owns_precision and caps.precision or r.precision
   if precision ~= "fp32" and env.device == "cpu" then
-    usage_error(file, zero and "plugin.precision" or "precision", string.format(
+    usage_error(file, caps.owns_precision and "plugin.precision" or "precision", string.format(
       "%s needs a CUDA device; this process runs on the CPU (use fp32)", precision))
   end
 
@@ -263,7 +267,7 @@ function recipe.run(t, file, bench)
   local scheduler = r.lr_scheduler and call(file, "lr_scheduler", r.lr_scheduler,
     colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
   local booster = call(file, "plugin", r.plugin, colossal.booster,
-    { plugin = plugin, mixed_precision = (not zero) and r.precision or nil })
+    { plugin = plugin, mixed_precision = (not caps.owns_precision) and r.precision or nil })
   local train_pattern, val_pattern, prepared_into = datasets(file, d)
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
@@ -330,7 +334,7 @@ function recipe.run(t, file, bench)
     local loss_sum = 0
     for micro = 1, accum do
       local loss = model(loader:next()) / accum
-      if micro < accum and not (r.plugin and r.plugin.name == "low_level_zero" and (r.plugin.stage or 1) == 2) then
+      if micro < accum and caps.supports_no_sync then
         local _ <close> = booster:no_sync(model)
         booster:backward(loss, optimizer)
       else

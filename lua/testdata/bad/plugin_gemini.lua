@@ -1,4 +1,4 @@
--- expect: line 8: plugin.name: must be "torch_ddp" or "low_level_zero"
+-- expect: line 8: plugin.name: must be one of "low_level_zero", "torch_ddp"
 -- A Colossal-AI plugin this build does not have.
 return {
   model = { n_layer = 1, n_head = 2, n_embd = 16, max_seq_len = 16 },

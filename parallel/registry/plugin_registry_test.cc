@@ -1,0 +1,85 @@
+// The registry: names, unknown names, option validation that names the key,
+// capabilities, and building a plugin from its spec.
+#include "parallel/registry/plugin_registry.h"
+
+#include <map>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace colossal::parallel {
+namespace {
+
+// Options from a map of strings (numbers parsed, "true"/"false" booleans).
+class MapOptions : public OptionSource {
+ public:
+  explicit MapOptions(std::map<std::string, std::string> values) : values_(std::move(values)) {}
+  bool has(absl::string_view key) override { return values_.count(std::string(key)) > 0; }
+  double number(absl::string_view key, double fallback) override {
+    return has(key) ? std::stod(values_.at(std::string(key))) : fallback;
+  }
+  int64_t integer(absl::string_view key, int64_t fallback) override {
+    return has(key) ? std::stoll(values_.at(std::string(key))) : fallback;
+  }
+  bool boolean(absl::string_view key, bool fallback) override {
+    return has(key) ? values_.at(std::string(key)) == "true" : fallback;
+  }
+  std::string string(absl::string_view key, absl::string_view fallback) override {
+    return has(key) ? values_.at(std::string(key)) : std::string(fallback);
+  }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+TEST(PluginRegistry, NamesAndUnknownNames) {
+  EXPECT_EQ(plugin_names(), (std::vector<std::string>{"torch_ddp", "low_level_zero"}));
+  MapOptions none({});
+  absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("low_level_zeros", none);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "did you mean \"low_level_zero\"")) << s.status();
+}
+
+TEST(PluginRegistry, CapabilitiesComeFromTheOptions) {
+  MapOptions none({});
+  auto ddp = make_plugin_spec("torch_ddp", none);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  EXPECT_FALSE((*ddp)->capabilities().owns_precision);
+  EXPECT_TRUE((*ddp)->capabilities().supports_no_sync);
+  EXPECT_TRUE((*ddp)->capabilities().clips_by_value);
+  MapOptions zero2({{"stage", "2"}, {"precision", "bf16"}, {"max_norm", "1.5"}, {"initial_scale", "1024"}});
+  auto zero = make_plugin_spec("low_level_zero", zero2);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE((*zero)->capabilities().owns_precision);
+  EXPECT_FALSE((*zero)->capabilities().supports_no_sync);
+  EXPECT_FALSE((*zero)->capabilities().clips_by_value);
+  EXPECT_EQ((*zero)->precision(), "bf16");
+  EXPECT_EQ((*zero)->max_norm(), 1.5f);
+  EXPECT_EQ((*zero)->loss_scaler().initial_scale, 1024.0);
+  MapOptions zero1(std::map<std::string, std::string>{{"stage", "1"}});
+  EXPECT_TRUE((*make_plugin_spec("low_level_zero", zero1))->capabilities().supports_no_sync);
+}
+
+TEST(PluginRegistry, BadOptionsNameTheirKey) {
+  const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
+      {{{"stage", "3"}}, "stage"},
+      {{{"precision", "fp8"}}, "precision"},
+      {{{"max_norm", "-1"}}, "max_norm"},
+      {{{"reduce_bucket_size_in_m", "0"}}, "reduce_bucket_size_in_m"},
+      {{{"overlap_communication", "false"}}, "overlap_communication"},
+      {{{"communication_dtype", "fp16"}}, "communication_dtype"},
+  };
+  for (const auto& [values, key] : cases) {
+    MapOptions o(values);
+    absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("low_level_zero", o);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_EQ(option_key(s.status()), std::optional<std::string>(key)) << s.status();
+  }
+  MapOptions bad_ddp(std::map<std::string, std::string>{{"bucket_cap_mb", "0"}});
+  EXPECT_EQ(option_key(make_plugin_spec("torch_ddp", bad_ddp).status()), "bucket_cap_mb");
+  EXPECT_EQ(option_key(absl::InvalidArgumentError("x")), std::nullopt);
+}
+
+}  // namespace
+}  // namespace colossal::parallel

@@ -1,0 +1,89 @@
+// colossal::parallel — a plugin as a recipe describes it, before any process
+// group exists: its options read and validated, what it can do, and how to
+// build it at boost.
+//
+// Each plugin's package provides a factory from an OptionSource (the recipe's
+// table: lua/ adapts its Lua tables, a test can adapt a map) to a PluginSpec;
+// parallel/registry/plugin_registry.h lists the factories by the names
+// recipes use. The front end never tests plugin names: it asks the spec.
+//
+//   COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<PluginSpec> spec,
+//                             make_plugin_spec("low_level_zero", options));
+//   if (spec->capabilities().owns_precision) precision = spec->precision();
+//   ...
+//   COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin, spec->make(pg, {.local_world_size = 8}));
+#ifndef COLOSSAL_PARALLEL_REGISTRY_PLUGIN_SPEC_H_
+#define COLOSSAL_PARALLEL_REGISTRY_PLUGIN_SPEC_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/process_group/process_group.h"
+#include "nn/amp/loss_scaler.h"
+#include "parallel/booster/plugin.h"
+
+namespace colossal::parallel {
+
+// A plugin's options as the recipe wrote them. Readers return the fallback
+// for an absent key; a present value of the wrong type is the source's error
+// (lua/ raises one naming the file, line and key).
+class OptionSource {
+ public:
+  virtual ~OptionSource() = default;
+  virtual bool has(absl::string_view key) = 0;
+  virtual double number(absl::string_view key, double fallback) = 0;
+  virtual int64_t integer(absl::string_view key, int64_t fallback) = 0;
+  virtual bool boolean(absl::string_view key, bool fallback) = 0;
+  virtual std::string string(absl::string_view key, absl::string_view fallback) = 0;
+};
+
+// An InvalidArgumentError about option `key` (the payload option_key() reads
+// back), so the front end can point at the recipe line that set it.
+absl::Status option_error(absl::string_view key, absl::string_view message);
+// The key an option_error names, if `status` is one.
+std::optional<std::string> option_key(const absl::Status& status);
+
+// What the front end needs to know about a plugin without knowing which it is.
+struct PluginCapabilities {
+  // The plugin's own `precision` option sets the weights' dtype (Colossal-AI's
+  // LowLevelZeroPlugin(precision=...)); else the Booster's mixed_precision does.
+  bool owns_precision = false;
+  // Booster::no_sync accumulates gradients locally (ZeRO-2 partitions them: no).
+  bool supports_no_sync = true;
+  // clip_grad_by_value works (a plugin that reduces or shards the gradients
+  // inside its own step clips by norm only).
+  bool clips_by_value = true;
+};
+
+// The environment a plugin is built in, beyond its process group.
+struct PluginEnv {
+  int local_world_size = 1;  // processes on this host
+  int host_cores = 1;        // the host's cores, shared by those processes
+};
+
+class PluginSpec {
+ public:
+  virtual ~PluginSpec() = default;
+  // The name recipes use ("torch_ddp", "low_level_zero").
+  virtual const char* name() const = 0;
+  virtual PluginCapabilities capabilities() const = 0;
+  // With owns_precision: "fp32", "bf16" or "fp16".
+  virtual std::string precision() const { return "fp32"; }
+  // Clipping by global norm the plugin applies in every step (0: none
+  // unless the optimizer asks).
+  virtual float max_norm() const { return 0.0f; }
+  // The fp16 loss scaler's options (Colossal-AI's names and defaults).
+  virtual nn::DynamicLossScalerOptions loss_scaler() const { return {}; }
+  // Builds the plugin over `pg`. Errors: the plugin's create().
+  virtual absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
+                                                       const PluginEnv& env) const = 0;
+};
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_REGISTRY_PLUGIN_SPEC_H_

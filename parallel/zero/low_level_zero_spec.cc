@@ -1,0 +1,95 @@
+#include "parallel/zero/low_level_zero_spec.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "parallel/zero/low_level_zero_plugin.h"
+
+namespace colossal::parallel {
+namespace {
+
+class LowLevelZeroSpec : public PluginSpec {
+ public:
+  LowLevelZeroSpec(LowLevelZeroOptions options, std::string precision, float max_norm,
+                   nn::DynamicLossScalerOptions scaler)
+      : options_(options), precision_(std::move(precision)), max_norm_(max_norm), scaler_(scaler) {}
+  const char* name() const override { return "low_level_zero"; }
+  PluginCapabilities capabilities() const override {
+    PluginCapabilities c;
+    c.owns_precision = true;
+    c.supports_no_sync = options_.stage == 1;  // stage 2 partitions the gradients
+    c.clips_by_value = false;                  // the step reduces (and shards) them itself
+    return c;
+  }
+  std::string precision() const override { return precision_; }
+  float max_norm() const override { return max_norm_; }
+  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
+  absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
+                                               const PluginEnv& env) const override {
+    LowLevelZeroOptions o = options_;
+    // CPU Adam (cpu_offload) shares the host's cores between its processes.
+    o.cpu_offload_threads =
+        std::max(1, env.host_cores / std::max(1, env.local_world_size));
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<LowLevelZeroPlugin> p,
+                              LowLevelZeroPlugin::create(std::move(pg), o));
+    return std::unique_ptr<Plugin>(std::move(p));
+  }
+
+ private:
+  LowLevelZeroOptions options_;
+  std::string precision_;
+  float max_norm_;
+  nn::DynamicLossScalerOptions scaler_;
+};
+
+bool valid_precision(const std::string& p) { return p == "fp32" || p == "bf16" || p == "fp16"; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSource& options) {
+  LowLevelZeroOptions o;
+  o.stage = static_cast<int>(options.integer("stage", 1));
+  const std::string precision = options.string("precision", "fp32");
+  if (!valid_precision(precision)) {
+    return option_error("precision", absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"",
+                                                  precision, "\""));
+  }
+  const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
+  o.reduce_bucket_size_in_m = options.number("reduce_bucket_size_in_m", 12.0);
+  const bool overlap = options.boolean("overlap_communication", true);
+  o.cpu_offload = options.boolean("cpu_offload", false);
+  // Colossal-AI's default (None): gradients are reduced in the parameters' dtype.
+  const std::string comm_dtype =
+      options.has("communication_dtype") ? options.string("communication_dtype", "fp32") : precision;
+  if (!valid_precision(comm_dtype)) {
+    return option_error("communication_dtype",
+                        absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", comm_dtype, "\""));
+  }
+  nn::DynamicLossScalerOptions s;
+  s.initial_scale = options.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
+  s.min_scale = options.number("min_scale", s.min_scale);
+  s.max_scale = options.number("max_scale", 4294967296.0);
+  s.growth_factor = options.number("growth_factor", s.growth_factor);
+  s.backoff_factor = options.number("backoff_factor", s.backoff_factor);
+  s.growth_interval = options.integer("growth_interval", s.growth_interval);
+  s.hysteresis = options.integer("hysteresis", s.hysteresis);
+  if (o.stage != 1 && o.stage != 2) return option_error("stage", "must be 1 or 2");
+  if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
+  if (!(o.reduce_bucket_size_in_m > 0)) return option_error("reduce_bucket_size_in_m", "must be positive");
+  if (comm_dtype != precision) {
+    return option_error("communication_dtype",
+                        absl::StrCat("= \"", comm_dtype, "\" is not available: gradients are reduced in the "
+                                     "parameters' dtype (precision = \"", precision,
+                                     "\"), Colossal-AI's default; leave it out or set it to that"));
+  }
+  if (!overlap) {
+    return option_error("overlap_communication",
+                        "= false is not available: gradients are always reduced while backward runs");
+  }
+  return std::unique_ptr<PluginSpec>(std::make_unique<LowLevelZeroSpec>(o, precision, max_norm, s));
+}
+
+}  // namespace colossal::parallel
