@@ -49,6 +49,7 @@ absl::Status Booster::boost(nn::Module& model, const nn::ParameterStore& store,
   COLOSSAL_RETURN_IF_ERROR(core::annotate(plugin_->boost(model, store, optimizer),
                                           absl::StrCat("plugin ", plugin_->name(), ": boost")));
   model_ = &model;
+  store_ = store;
   optimizer_ = &optimizer;
   return absl::OkStatus();
 }
@@ -134,6 +135,22 @@ absl::Status Booster::load_optimizer_state_dict(const nn::OptimizerStateDict& st
   }
   return core::annotate(plugin_->load_optimizer_state_dict(*optimizer_, state),
                         absl::StrCat("plugin ", plugin_->name(), ": load_optimizer_state_dict"));
+}
+
+absl::StatusOr<nn::ParameterStore> Booster::model_state_dict(int to_rank,
+                                                             const core::Stream& stream) {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::model_state_dict before Booster::boost");
+  }
+  return plugin_->model_state_dict(store_, to_rank, stream);
+}
+
+absl::Status Booster::load_model_state_dict(const nn::ParameterStore& state,
+                                            const core::Stream& stream) {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::load_model_state_dict before Booster::boost");
+  }
+  return plugin_->load_model_state_dict(store_, state, stream);
 }
 
 }  // namespace colossal::parallel

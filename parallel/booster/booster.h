@@ -45,12 +45,13 @@
 //     on every rank; optional fp16 loss scaler); plugins that shard the
 //     optimizer state (low_level_zero, Plugin::owns_step) do the step
 //     themselves with the same semantics.
+//   * model_state_dict() / load_model_state_dict(): the model's parameters as
+//     one process holds them, through the plugin (a plugin that shards them
+//     gathers: call them on every rank).
 //   * optimizer_state_dict() / load_optimizer_state_dict(): the optimizer
 //     state as one process's nn::Optimizer::state_dict() would hold it, also
 //     when the plugin shards it (low_level_zero gathers: call it on every
-//     rank); a dict saved at one world size loads at another. The model's
-//     weights are saved and loaded through its ParameterStore, as without a
-//     Booster (every rank holds them whole).
+//     rank); a dict saved at one world size loads at another.
 //   * Not here: file I/O (io/), dataloader and LR scheduler wrapping (make the
 //     DataLoader with dp_rank()/dp_size(); step the scheduler yourself).
 #ifndef COLOSSAL_PARALLEL_BOOSTER_BOOSTER_H_
@@ -137,6 +138,14 @@ class Booster {
   // shard). Errors: not boosted; the optimizer's; the plugin's.
   [[nodiscard]] absl::Status zero_grad();
 
+  // The whole model's parameters on the host (Plugin::model_state_dict),
+  // and their load into the boosted model's store; work on `stream` (the
+  // model's). Call on every rank. Errors: not boosted (FailedPrecondition);
+  // the plugin's.
+  absl::StatusOr<nn::ParameterStore> model_state_dict(int to_rank, const core::Stream& stream);
+  [[nodiscard]] absl::Status load_model_state_dict(const nn::ParameterStore& state,
+                                                   const core::Stream& stream);
+
   // The boosted optimizer's whole state (nn/optim/state_dict.h), through the
   // plugin. With the default plugins (ddp) the tensors are views of the
   // optimizer's memory: write them out or copy them before the next step.
@@ -156,6 +165,7 @@ class Booster {
 
   std::unique_ptr<Plugin> plugin_;
   nn::Module* model_ = nullptr;
+  nn::ParameterStore store_;  // the boosted model's (shares its memory)
   nn::Optimizer* optimizer_ = nullptr;
   int no_sync_depth_ = 0;
   // The last backward ran under no_sync and no synced one followed.

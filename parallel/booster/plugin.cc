@@ -1,6 +1,7 @@
 #include "parallel/booster/plugin.h"
 
 #include "core/status/status.h"
+#include "core/tensor/tensor.h"
 
 namespace colossal::parallel {
 
@@ -8,6 +9,49 @@ absl::Status Plugin::materialize(nn::ParameterStore& store, uint64_t seed,
                                  const core::Stream& stream) {
   COLOSSAL_RETURN_IF_ERROR(store.allocate(stream));
   return store.initialize(seed, stream);
+}
+
+absl::StatusOr<nn::ParameterStore> Plugin::model_state_dict(const nn::ParameterStore& store,
+                                                            int to_rank,
+                                                            const core::Stream& stream) {
+  if (to_rank >= 0 && to_rank != dp_rank()) return nn::ParameterStore::declare(store.table());
+  return replicated_model_state(store, stream);
+}
+
+absl::Status Plugin::load_model_state_dict(nn::ParameterStore& store,
+                                           const nn::ParameterStore& state,
+                                           const core::Stream& stream) {
+  return load_replicated_model_state(store, state, stream);
+}
+
+absl::StatusOr<nn::ParameterStore> replicated_model_state(const nn::ParameterStore& store,
+                                                          const core::Stream& stream) {
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore host,
+                            nn::ParameterStore::create(store.table(), core::Stream::cpu()));
+  for (core::DType dtype : store.table().dtypes()) {
+    core::Tensor out = host.flat_values(dtype);
+    COLOSSAL_RETURN_IF_ERROR(out.copy_from(store.flat_values(dtype), stream));
+  }
+  stream.synchronize();
+  return host;
+}
+
+absl::Status load_replicated_model_state(nn::ParameterStore& store, const nn::ParameterStore& state,
+                                         const core::Stream& stream) {
+  const nn::ParameterTable& mine = store.table();
+  const nn::ParameterTable& theirs = state.table();
+  if (mine.dtypes() != theirs.dtypes() || mine.size() != theirs.size()) {
+    return absl::InvalidArgumentError("load_model_state_dict: the state has another table");
+  }
+  for (core::DType dtype : mine.dtypes()) {
+    if (mine.buffer_numel(dtype) != theirs.buffer_numel(dtype)) {
+      return absl::InvalidArgumentError("load_model_state_dict: the state has another layout");
+    }
+    core::Tensor out = store.flat_values(dtype);
+    COLOSSAL_RETURN_IF_ERROR(out.copy_from(state.flat_values(dtype), stream));
+  }
+  stream.synchronize();
+  return absl::OkStatus();
 }
 
 }  // namespace colossal::parallel

@@ -13,6 +13,7 @@
 //   { begin_backward(ctx, sync) -> model.backward -> end_backward(ok) }  evaluation too
 //   before_step(stream)                            gradients final -> optimizer.step()
 //                                                  (or the plugin's step() when owns_step())
+//   model_state_dict / load_model_state_dict,
 //   optimizer_state_dict / load_optimizer_state_dict  checkpoints, between steps
 //
 // Per-module work (gather a module's parameters before it runs, release them
@@ -37,6 +38,15 @@
 #include "nn/optim/optimizer.h"
 
 namespace colossal::parallel {
+
+// The whole model's values as a new host store of `store`'s table (copied on
+// `stream`, waited for), and the copy of such a state into `store`: what
+// plugins whose ranks hold the whole model do for model_state_dict, and what
+// one process without a plugin does.
+absl::StatusOr<nn::ParameterStore> replicated_model_state(const nn::ParameterStore& store,
+                                                          const core::Stream& stream);
+absl::Status load_replicated_model_state(nn::ParameterStore& store, const nn::ParameterStore& state,
+                                         const core::Stream& stream);
 
 class Plugin {
  public:
@@ -93,6 +103,24 @@ class Plugin {
                                                             float max_norm) {
     return absl::UnimplementedError("this plugin leaves the step to the optimizer");
   }
+
+  // The whole model's parameters, as a store of the same table holding them
+  // in one process's replicated layout, on the host. to_rank >= 0: only that
+  // rank needs them (it writes the file; the others may get an empty store:
+  // declared, no memory); -1: every rank. A collective for plugins that
+  // shard the parameters: every rank calls it. The default (every rank holds
+  // the whole model: ddp, low_level_zero) copies `store`'s values to the host
+  // on `stream` (on to_rank only).
+  virtual absl::StatusOr<nn::ParameterStore> model_state_dict(const nn::ParameterStore& store,
+                                                              int to_rank,
+                                                              const core::Stream& stream);
+  // Writes `state` (a host store of the same table, e.g. read from a
+  // checkpoint, on every rank) into `store` as this plugin lays it out. The
+  // default copies the whole buffers on `stream` and waits for the copy.
+  // Errors: another table (InvalidArgument); a copy's failure.
+  [[nodiscard]] virtual absl::Status load_model_state_dict(nn::ParameterStore& store,
+                                                           const nn::ParameterStore& state,
+                                                           const core::Stream& stream);
 
   // The optimizer state of the whole model, in the format (keys, shapes,
   // meta) of nn::Optimizer::state_dict() of one process, and its restore (from

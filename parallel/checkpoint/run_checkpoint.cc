@@ -1,0 +1,165 @@
+#include "parallel/checkpoint/run_checkpoint.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "nn/models/gpt2/hugging_face.h"
+#include "nn/train/checkpoint.h"
+
+namespace colossal::parallel {
+namespace {
+
+absl::Status check_parts(const RunParts& run, const char* what, bool optimizer) {
+  if (run.config == nullptr || run.model == nullptr || run.stream == nullptr ||
+      (optimizer && run.optimizer == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the run's config, model store, stream", optimizer ? " and optimizer" : "",
+        " are required"));
+  }
+  return absl::OkStatus();
+}
+
+// Waits until every process got here (after rank 0 wrote).
+absl::Status barrier(const RunParts& run) {
+  if (run.group == nullptr || run.group->size() == 1) return absl::OkStatus();
+  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr work, run.group->barrier());
+  return work->wait();
+}
+
+// The whole model's values on the host for rank 0 (the plugin gathers what
+// it shards; every rank must call it). Other ranks may get a store without memory.
+absl::StatusOr<nn::ParameterStore> model_state(const RunParts& run) {
+  if (run.booster != nullptr) return run.booster->model_state_dict(/*to_rank=*/0, *run.stream);
+  return replicated_model_state(*run.model, *run.stream);
+}
+
+// The optimizer state rank 0 writes, on the host. Every rank calls it (ZeRO
+// gathers its shards: a collective); only rank 0 builds the whole dict, the
+// others get the meta alone and never hold the whole state.
+absl::StatusOr<nn::OptimizerStateDict> optimizer_state(const RunParts& run) {
+  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
+                            run.booster != nullptr ? run.booster->optimizer_state_dict(/*to_rank=*/0)
+                                                   : run.optimizer->state_dict());
+  if (run.rank != 0) {
+    sd.tensors.clear();  // ddp's are views of the optimizer: nothing to copy
+    return sd;
+  }
+  for (auto& [name, tensor] : sd.tensors) {
+    if (tensor.device().is_cuda()) {
+      COLOSSAL_ASSIGN_OR_RETURN(tensor, tensor.to(core::Device::cpu(), *run.stream));
+    }
+  }
+  run.stream->synchronize();
+  return sd;
+}
+
+absl::Status load_optimizer_state(const nn::OptimizerStateDict& state, const RunParts& run) {
+  return run.booster != nullptr ? run.booster->load_optimizer_state_dict(state)
+                                : run.optimizer->load_state_dict(state);
+}
+
+absl::Status check_same_model(const std::string& dir, const nn::GPT2Config& theirs,
+                              const nn::GPT2Config& mine) {
+  if (theirs.n_layer != mine.n_layer || theirs.n_head != mine.n_head ||
+      theirs.n_embd != mine.n_embd || theirs.vocab_size != mine.vocab_size ||
+      theirs.max_seq_len != mine.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the checkpoint's model (", theirs.n_layer, " layers, ", theirs.n_head, " heads, n_embd ",
+        theirs.n_embd, ", vocab ", theirs.vocab_size, ", context ", theirs.max_seq_len,
+        ") is not this one (", mine.n_layer, ", ", mine.n_head, ", ", mine.n_embd, ", ",
+        mine.vocab_size, ", ", mine.max_seq_len, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t step,
+                                                const RunParts& run,
+                                                const io::CheckpointOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_checkpoint", /*optimizer=*/true));
+  if (step < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("save_run_checkpoint: step ", step, " < 0"));
+  }
+  absl::StatusOr<nn::OptimizerStateDict> optimizer = optimizer_state(run);
+  if (!optimizer.ok()) return core::annotate(optimizer.status(), "optimizer state");
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore model, model_state(run));
+  std::string path;
+  if (run.rank == 0) {
+    nn::CheckpointToSave save;
+    save.step = step;
+    save.config = run.config;
+    save.model = &model;
+    save.optimizer = &*optimizer;
+    if (run.scheduler != nullptr) save.trainer.lr_scheduler = run.scheduler->state();
+    if (run.scaler != nullptr) save.trainer.loss_scaler = run.scaler->state();
+    if (run.context != nullptr) save.trainer.rng = run.context->rng_state();
+    if (run.loader != nullptr) save.trainer.data_loader = run.loader->state();
+    COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, options));
+  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
+  if (path.empty()) path = absl::StrCat(root, "/", io::StepDirName(step));  // what rank 0 wrote
+  return path;
+}
+
+absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_checkpoint", /*optimizer=*/true));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::GPT2Config theirs, nn::ReadGPT2Config(dir));
+  COLOSSAL_RETURN_IF_ERROR(check_same_model(dir, theirs, *run.config));
+  COLOSSAL_RETURN_IF_ERROR(load_run_model(dir, run));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict optimizer, nn::LoadOptimizerState(dir));
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(load_optimizer_state(optimizer, run), "optimizer state"));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::TrainerState trainer, nn::LoadTrainerState(dir));
+  if (run.scheduler != nullptr && trainer.lr_scheduler) {
+    COLOSSAL_RETURN_IF_ERROR(run.scheduler->load_state(*trainer.lr_scheduler));
+    COLOSSAL_RETURN_IF_ERROR(run.optimizer->set_lrs(run.scheduler->lrs()));
+  }
+  if (run.scaler != nullptr && trainer.loss_scaler) {
+    COLOSSAL_RETURN_IF_ERROR(run.scaler->load_state(*trainer.loss_scaler));
+  }
+  if (run.context != nullptr && trainer.rng) run.context->set_rng_state(*trainer.rng);
+  if (run.loader != nullptr && trainer.data_loader) {
+    COLOSSAL_RETURN_IF_ERROR(
+        core::annotate(run.loader->set_state(*trainer.data_loader), "data loader"));
+  }
+  return trainer.step;
+}
+
+absl::StatusOr<std::string> save_run_model(const std::string& root, const RunParts& run) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_model", /*optimizer=*/false));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore model, model_state(run));
+  std::string path;
+  if (run.rank == 0) {
+    nn::CheckpointToSave save;
+    save.config = run.config;
+    save.model = &model;
+    COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, {.keep_last = 0}));
+  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
+  return path;
+}
+
+absl::Status load_run_model(const std::string& dir, const RunParts& run) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_model", /*optimizer=*/false));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore host,
+                            nn::ParameterStore::create(run.model->table(), core::Stream::cpu()));
+  COLOSSAL_RETURN_IF_ERROR(nn::LoadGPT2Model(dir, *run.config, host));
+  if (run.booster != nullptr) return run.booster->load_model_state_dict(host, *run.stream);
+  return load_replicated_model_state(*run.model, host, *run.stream);
+}
+
+absl::Status save_run_optimizer(const std::string& dir, const RunParts& run) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_optimizer", /*optimizer=*/true));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict state, optimizer_state(run));
+  if (run.rank == 0) COLOSSAL_RETURN_IF_ERROR(nn::SaveOptimizerState(dir, state));
+  return core::annotate(barrier(run), "waiting for rank 0");
+}
+
+absl::Status load_run_optimizer(const std::string& dir, const RunParts& run) {
+  COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_optimizer", /*optimizer=*/true));
+  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict state, nn::LoadOptimizerState(dir));
+  return load_optimizer_state(state, run);
+}
+
+}  // namespace colossal::parallel

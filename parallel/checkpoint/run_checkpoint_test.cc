@@ -1,0 +1,131 @@
+// A run's checkpoint through the Booster on 2 ranks (ddp over the builtin
+// group, threads): rank 0 writes, both resume to the same weights, optimizer
+// state, LR schedule and RNG; and one process without a booster.
+#include "parallel/checkpoint/run_checkpoint.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nn/layers/cross_entropy.h"
+#include "nn/train/checkpoint.h"
+#include "parallel/ddp/ddp_plugin.h"
+#include "parallel/ddp/ddp_test_util.h"
+
+namespace colossal::parallel {
+namespace {
+
+using testing::floats_of;
+
+std::string TestDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+// `model` trained `steps` steps of SGD (momentum: state to save) on a fixed batch.
+void train(core::Context& ctx, Booster* booster, nn::GPT2& model, nn::Optimizer& opt, int steps) {
+  for (int s = 0; s < steps; ++s) {
+    ASSERT_TRUE(opt.zero_grad().ok());
+    if (booster != nullptr) {
+      testing::booster_micro_step(ctx, *booster, model, testing::micro_batch(s, 0, 0), 1.0f);
+      ASSERT_TRUE(booster->step().ok());
+    } else {
+      absl::StatusOr<nn::ForwardResult> out = model.forward(ctx, testing::micro_batch(s, 0, 0).tokens);
+      ASSERT_TRUE(out.ok());
+      absl::StatusOr<nn::CrossEntropyResult> ce =
+          nn::cross_entropy(ctx, out->output, testing::micro_batch(s, 0, 0).targets,
+                            model.config().vocab_size, {});
+      ASSERT_TRUE(ce.ok());
+      ASSERT_TRUE(model.backward(ctx, *out->saved, ce->dlogits).ok());
+      ASSERT_TRUE(opt.step().ok());
+    }
+  }
+}
+
+TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
+  const std::string root = TestDir("ddp");
+  testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    auto model = testing::make_model(testing::kSeed + rank);
+    auto sgd = testing::make_sgd(*model);
+    Booster booster(std::move(*DdpPlugin::create(pg, {})));
+    ASSERT_TRUE(booster.boost(*model, model->store(), *sgd).ok());
+    train(*ctx, &booster, *model, *sgd, 2);
+    auto schedule = *nn::LrScheduler::create({.kind = nn::LrScheduleKind::kConstant}, sgd->lrs());
+    schedule.step();
+    RunParts run;
+    const nn::GPT2Config config = model->config();
+    run.config = &config;
+    run.model = &model->store();
+    run.optimizer = sgd.get();
+    run.booster = &booster;
+    run.group = pg.get();
+    run.rank = rank;
+    run.stream = &ctx->compute_stream();
+    run.scheduler = &schedule;
+    run.context = ctx.get();
+    ctx->manual_seed(77 + rank);  // rank 0's RNG state is the one saved
+    absl::StatusOr<std::string> dir = save_run_checkpoint(root, 2, run);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    EXPECT_EQ(*dir, root + "/step_000002");  // on both ranks
+    const std::vector<float> saved = floats_of(model->store().flat_values(core::DType::kF32));
+    const nn::OptimizerStateDict saved_opt = *sgd->state_dict();
+    const core::RngState saved_rng = ctx->rng_state();
+
+    // Train on (diverge), then resume from the checkpoint on every rank.
+    train(*ctx, &booster, *model, *sgd, 1);
+    ctx->manual_seed(1);
+    absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, 2);
+    EXPECT_EQ(floats_of(model->store().flat_values(core::DType::kF32)), saved);
+    const nn::OptimizerStateDict loaded_opt = *sgd->state_dict();
+    ASSERT_EQ(loaded_opt.tensors.size(), saved_opt.tensors.size());
+    for (const auto& [name, t] : saved_opt.tensors) {
+      const core::Tensor& got = loaded_opt.tensors.at(name);
+      ASSERT_EQ(got.nbytes(), t.nbytes()) << name;
+      EXPECT_EQ(std::memcmp(got.raw_data(), t.raw_data(), t.nbytes()), 0) << name;
+    }
+    if (rank == 0) EXPECT_EQ(ctx->rng_state(), saved_rng);
+    EXPECT_EQ(schedule.state().step, 1);
+  });
+}
+
+TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
+  const std::string root = TestDir("single");
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  auto model = testing::make_model(5);
+  auto sgd = testing::make_sgd(*model);
+  train(*ctx, nullptr, *model, *sgd, 2);
+  const nn::GPT2Config config = model->config();
+  RunParts run;
+  run.config = &config;
+  run.model = &model->store();
+  run.optimizer = sgd.get();
+  run.stream = &ctx->compute_stream();
+  absl::StatusOr<std::string> dir = save_run_checkpoint(root, 7, run);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::vector<float> saved = floats_of(model->store().flat_values(core::DType::kF32));
+  train(*ctx, nullptr, *model, *sgd, 1);
+  absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 7);
+  EXPECT_EQ(floats_of(model->store().flat_values(core::DType::kF32)), saved);
+
+  nn::GPT2Config wider = config;
+  wider.n_embd *= 2;
+  auto other = std::move(*nn::GPT2::create(wider, core::DType::kF32, core::Stream::cpu()));
+  RunParts other_run = run;
+  other_run.config = &wider;
+  other_run.model = &other->store();
+  absl::StatusOr<int64_t> refused = load_run_checkpoint(*dir, other_run);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("is not this one"), std::string::npos) << refused.status();
+  RunParts missing;
+  EXPECT_EQ(save_run_checkpoint(root, 1, missing).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace colossal::parallel
