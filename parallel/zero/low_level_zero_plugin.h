@@ -11,8 +11,9 @@
 //   * Gradients are reduced in buckets of reduce_bucket_size_in_m elements
 //     over the flat gradient buffer, each issued from the module backward
 //     hooks as soon as its parameters are final, while the backward goes on
-//     (parallel/common/grad_buckets.h, the ddp plugin's machinery; always
-//     overlapped, Colossal-AI's overlap_communication = true):
+//     (parallel/zero/zero_grad_reduction.h over parallel/common/grad_buckets.h,
+//     the ddp plugin's machinery; always overlapped, Colossal-AI's
+//     overlap_communication = true):
 //       stage 1: all-reduce (average) in place, as ddp; no_sync accumulates
 //                locally and the next synced backward reduces the sum;
 //       stage 2: reduce-scatter (average): each rank receives its slice's part
@@ -159,6 +160,7 @@
 #include "core/tensor/tensor.h"
 #include "nn/optim/optimizer.h"
 #include "parallel/booster/plugin.h"
+#include "parallel/zero/zero_shard.h"
 
 namespace colossal::parallel {
 
@@ -179,29 +181,6 @@ struct LowLevelZeroOptions {
   // process of a host its share of the cores.
   int cpu_offload_threads = 0;
 };
-
-// Rank `rank`'s slice of a flat buffer of `numel` elements over `world` ranks.
-struct ZeroShard {
-  int64_t padded = 0;  // numel rounded up to a multiple of world
-  int64_t size = 0;    // padded / world
-  int64_t begin = 0;   // rank * size
-  int64_t end = 0;     // min(begin + size, numel): elements past numel are padding
-};
-ZeroShard zero_shard(int64_t numel, int world, int rank);
-
-// A piece of a slice lying in one parameter: flat offset, length, and the
-// optimizer group that parameter belongs to.
-struct ShardPiece {
-  int64_t offset = 0;
-  int64_t count = 0;
-  int group = 0;
-};
-// The pieces of [shard.begin, shard.end) covered by `optimizer`'s parameters
-// (table entries of `table`), ordered by offset. Errors: an optimizer
-// parameter not in the table (InvalidArgument).
-absl::StatusOr<std::vector<ShardPiece>> shard_pieces(const nn::ParameterTable& table,
-                                                     const nn::Optimizer& optimizer,
-                                                     const ZeroShard& shard);
 
 class LowLevelZeroPlugin : public Plugin {
  public:
@@ -243,17 +222,16 @@ class LowLevelZeroPlugin : public Plugin {
   const std::vector<float>& exp_avg_shard() const;
   const std::vector<float>& exp_avg_sq_shard() const;
   int64_t step_count() const;
-  // Stage 2: this rank's averaged gradients of its slice (shard().size
-  // elements, the tail past shard().end is padding), summed over the
-  // backwards since the last zero_grad. Empty for stage 1.
-  const std::vector<float>& grad_shard() const;
   // The CUDA path (on_cuda(): the model's parameters are on a CUDA device;
   // the vector accessors above are then empty): the same as device tensors
   // on the model's device, written on the optimizer's stream (synchronise it
   // before reading them on the host). master / exp_avg / exp_avg_sq: float32
   // [shard().end - shard().begin] (with cpu_offload: pinned host tensors);
-  // grad_shard: param_dtype() [shard().size] (stage 2; undefined for stage 1;
-  // at world size 1 the model's flat gradient buffer itself).
+  // grad_shard_tensor (both paths): stage 2's averaged gradients of this
+  // rank's slice, param_dtype() [shard().size] (the tail past shard().end is
+  // padding), summed over the backwards since the last zero_grad; undefined
+  // for stage 1; on CUDA at world size 1 the model's flat gradient buffer
+  // itself.
   // Valid after boost.
   bool on_cuda() const;
   core::DType param_dtype() const;

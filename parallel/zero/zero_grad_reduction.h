@@ -1,0 +1,120 @@
+// colossal::parallel — ZeRO's gradient side: the flat gradient buffer reduced
+// over a data-parallel group in buckets issued from the module backward hooks
+// (parallel/common/grad_buckets.h), while the backward goes on.
+//
+//   stage 1: each bucket is all-reduced (average) in place; no_sync
+//            accumulates locally and the next synced backward reduces the sum.
+//   stage 2: each bucket is reduce-scattered (average): this rank receives its
+//            slice's part (zero_shard.h) and adds it to its gradient shard;
+//            the bucket's range of the flat buffer is zeroed, so the next
+//            backward accumulates afresh and the shards accumulate until
+//            zero_grad().
+//
+// One code path for both devices: buffers are tensors on the gradients'
+// device, collectives take the stream their input was written on, and the
+// received parts are added on the stream that waits for them (the CPU stream
+// waits on the host). Two policies are device choices:
+//   * all_reduce_owned_buckets (CUDA): a stage-2 bucket inside one rank's
+//     slice is all-reduced in place and that rank adds it to its shard: no
+//     send/receive buffers, 2(W-1)/W of its size on the wire instead of (W-1)
+//     sizes of a reduce-scatter padded for ranks with no part in it. The CPU
+//     keeps reduce-scatter for every bucket (its tests pin the sums bit for bit);
+//   * shard_is_flat_buffer (CUDA at world size 1): the shard is the flat
+//     gradient buffer itself, which then accumulates as stage 1's does.
+// Stage 2's send/receive buffers come from the allocator when a bucket is
+// issued and are freed once its part is added (none exist during the forward).
+//
+//   COLOSSAL_ASSIGN_OR_RETURN(auto grads, ZeroGradReduction::create(pg, model, store, dtype,
+//                                                                  shard, stream, options));
+//   per backward: grads->begin_backward(compute, sync); model.backward(...); grads->end_backward(ok);
+//   before the step: grads->wait(step_stream); then grads->slice_grads() are final.
+#ifndef COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
+#define COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/process_group/process_group.h"
+#include "core/device/stream.h"
+#include "core/dtype/dtype.h"
+#include "core/tensor/tensor.h"
+#include "nn/module/module.h"
+#include "nn/module/parameter.h"
+#include "parallel/common/grad_buckets.h"
+#include "parallel/zero/zero_shard.h"
+
+namespace colossal::parallel {
+
+struct ZeroGradReductionOptions {
+  int stage = 1;                          // 1 or 2
+  int64_t bucket_bytes = 12 << 20;        // bucket cap, bytes of the gradient dtype
+  bool all_reduce_owned_buckets = false;  // see the file comment
+  bool shard_is_flat_buffer = false;      // see the file comment (world size 1)
+};
+
+class ZeroGradReduction {
+ public:
+  // Over `store`'s flat gradient buffer of `dtype` (one dtype per model),
+  // hooked into `model`'s modules. `stream`: the default input stream of the
+  // collectives (CUDA: the optimizer's; the CPU stream otherwise). Stage 2
+  // allocates the zeroed shard [shard.size] on it.
+  static absl::StatusOr<std::unique_ptr<ZeroGradReduction>> create(
+      std::shared_ptr<comm::ProcessGroup> pg, nn::Module& model, const nn::ParameterStore& store,
+      core::DType dtype, const ZeroShard& shard, const core::Stream& stream,
+      const ZeroGradReductionOptions& options);
+  ~ZeroGradReduction();
+
+  // Around the model's backward (sync false: accumulate locally, stage 1
+  // only). begin_backward first waits (on `compute`) for the previous
+  // backward's collectives, whose results this one adds to.
+  absl::Status begin_backward(const core::Stream& compute, bool sync);
+  absl::Status end_backward(bool ok);
+  // Waits for the issued collectives on `on` (the CPU stream: the host waits)
+  // and adds stage 2's received parts to the shard there. Errors: the first
+  // collective's or addition's.
+  absl::Status wait(const core::Stream& on);
+  // Stage 2: zeroes the shard (after the optimizer zeroed the flat buffer).
+  absl::Status zero_grad();
+
+  // This rank's averaged gradients of [shard.begin, shard.end) once wait()
+  // returned: the flat buffer's range (stage 1) or the shard's head (stage 2).
+  absl::StatusOr<core::Tensor> slice_grads() const;
+  // Stage 2's shard: dtype [shard.size] (the tail past shard.end is padding);
+  // undefined for stage 1.
+  const core::Tensor& grad_shard() const { return grad_shard_; }
+  // Waited for (on the host) with the reductions before buffers go: the
+  // step's own collectives (the parameter all_gather).
+  void track(comm::WorkPtr work);
+  int64_t issued() const;
+  int64_t issued_in_hooks() const;
+
+ private:
+  struct Bucket;  // per-bucket reduce-scatter geometry
+  struct InFlight;
+  ZeroGradReduction() = default;
+  absl::StatusOr<comm::WorkPtr> launch(size_t b, const comm::CollectiveOptions& o);
+  absl::StatusOr<comm::WorkPtr> launch_bucket(size_t b, const comm::CollectiveOptions& o);
+  // Rank j's part [lo, lo + n) of flat range [a, e).
+  void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const;
+  int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype_)); }
+
+  std::shared_ptr<comm::ProcessGroup> pg_;
+  ZeroGradReductionOptions options_;
+  nn::ParameterStore store_;
+  core::DType dtype_ = core::DType::kF32;
+  ZeroShard shard_;
+  int64_t numel_ = 0;
+  core::Stream stream_;
+  std::shared_ptr<BucketedGradReducer> reducer_;
+  std::vector<Bucket> buckets_;
+  std::vector<InFlight> pending_;  // stage 2: issued, not yet added to the shard
+  core::Stream buffer_stream_;     // where the pending buffers were allocated
+  core::Tensor grad_shard_;
+};
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
