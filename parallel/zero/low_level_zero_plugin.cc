@@ -88,17 +88,6 @@ absl::StatusOr<core::Tensor> host_tensor(const std::vector<float>& v) {
   return t;
 }
 
-// A zeroed device tensor of `n` elements of `dtype` on `stream` (at least one
-// element, so that raw_data() is a valid device pointer).
-[[maybe_unused]] absl::StatusOr<core::Tensor> device_zeros(int64_t n, core::DType dtype,
-                                          const core::Stream& stream) {
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                            core::Tensor::empty({std::max<int64_t>(n, 1)}, dtype, stream));
-  COLOSSAL_RETURN_IF_ERROR(t.set_zero(stream));
-  if (n == 0) return t.slice(0, 0);
-  return t;
-}
-
 }  // namespace
 
 absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterStore& store,
@@ -215,11 +204,11 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
     COLOSSAL_ASSIGN_OR_RETURN(s.offload,
                               ZeroOffload::create(v, st, s.options.cpu_offload_threads));
   } else {
-    COLOSSAL_ASSIGN_OR_RETURN(s.d_master, device_zeros(n, core::DType::kF32, st));
-    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, device_zeros(n, core::DType::kF32, st));
-    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, device_zeros(n, core::DType::kF32, st));
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_master, zero_filled(n, core::DType::kF32, st));
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg, zero_filled(n, core::DType::kF32, st));
+    COLOSSAL_ASSIGN_OR_RETURN(s.d_exp_avg_sq, zero_filled(n, core::DType::kF32, st));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(s.d_norm, device_zeros(3, core::DType::kF32, st));
+  COLOSSAL_ASSIGN_OR_RETURN(s.d_norm, zero_filled(3, core::DType::kF32, st));
   {
     COLOSSAL_ASSIGN_OR_RETURN(core::Event e, core::Event::create(st.device()));
     s.step_done.emplace(std::move(e));

@@ -44,17 +44,15 @@ absl::Status add_into(void* dst, const void* src, int64_t n, core::DType dtype,
   return core::from_kernel_status(s, "accumulating the gradient shard");
 }
 
-// `n` zeroed elements of `dtype` on `stream` (at least one allocated, so that
-// raw_data() is a valid pointer on the device).
-absl::StatusOr<core::Tensor> zeros(int64_t n, core::DType dtype, const core::Stream& stream) {
+}  // namespace
+
+absl::StatusOr<core::Tensor> zero_filled(int64_t n, core::DType dtype, const core::Stream& stream) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
                             core::Tensor::empty({std::max<int64_t>(n, 1)}, dtype, stream));
   COLOSSAL_RETURN_IF_ERROR(t.set_zero(stream));
   if (n == 0) return t.slice(0, 0);
   return t;
 }
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
     std::shared_ptr<comm::ProcessGroup> pg, nn::Module& model, const nn::ParameterStore& store,
@@ -93,7 +91,7 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
   if (options.shard_is_flat_buffer) {
     r->grad_shard_ = store.flat_grads(dtype);  // shard.size == numel: the whole buffer
   } else {
-    COLOSSAL_ASSIGN_OR_RETURN(r->grad_shard_, zeros(shard.size, dtype, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(r->grad_shard_, zero_filled(shard.size, dtype, stream));
   }
   return r;
 }

@@ -48,6 +48,10 @@
 
 namespace colossal::parallel {
 
+// `n` zeroed elements of `dtype` on `stream` (at least one allocated, so that
+// raw_data() is a valid pointer on the device): ZeRO's shard buffers.
+absl::StatusOr<core::Tensor> zero_filled(int64_t n, core::DType dtype, const core::Stream& stream);
+
 struct ZeroGradReductionOptions {
   int stage = 1;                          // 1 or 2
   int64_t bucket_bytes = 12 << 20;        // bucket cap, bytes of the gradient dtype
