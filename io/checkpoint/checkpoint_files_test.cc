@@ -4,6 +4,8 @@
 // (GPT-2 training checkpoints end to end: nn/train/checkpoint_test.cc.)
 #include "io/checkpoint/checkpoint.h"
 
+#include <stdlib.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -25,7 +27,11 @@ Tensor Filled(const core::Shape& shape, float first) {
 }
 
 TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
-  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/files";
+  // Under TEST_TMPDIR (Bazel), or a new folder under /tmp (a bundle run).
+  const char* base = std::getenv("TEST_TMPDIR");
+  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
+  const std::string root =
+      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/files";
   CheckpointToSave save;
   save.step = 4;
   const Tensor w = Filled({3, 2}, 1.0f);  // written as [2, 2]: its first 4 elements

@@ -3,6 +3,8 @@
 // state, LR schedule and RNG; and one process without a booster.
 #include "parallel/checkpoint/run_checkpoint.h"
 
+#include <stdlib.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -20,8 +22,12 @@ namespace {
 
 using testing::floats_of;
 
+// A fresh folder under TEST_TMPDIR (Bazel), or a new one under /tmp (a bundle run).
 std::string TestDir(const std::string& name) {
-  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+  if (const char* base = std::getenv("TEST_TMPDIR")) return std::string(base) + "/" + name;
+  char pattern[] = "/tmp/run_checkpoint_test.XXXXXX";
+  const char* dir = ::mkdtemp(pattern);
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
 }
 
 // `model` trained `steps` steps of SGD (momentum: state to save) on a fixed batch.
