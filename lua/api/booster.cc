@@ -165,7 +165,8 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
   return absl::OkStatus();
 }
 
-// booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the same four
+// booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the four, as the plugin
+// wraps them (the loader reopened for its data-parallel rank and size if they differ)
 int Boost(lua_State* L) {
   std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 2);
@@ -217,6 +218,28 @@ int Boost(lua_State* L) {
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared
   if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
+  // The loader reads this rank's share of the plugin's data-parallel group
+  // (Colossal-AI's prepare_dataloader): its rank and size differ from the
+  // world's under tensor or pipeline parallelism. A loader made for another
+  // split is reopened at the same point of the data, and boost returns it.
+  if (b->loader && b->booster) {
+    const parallel::Plugin& plugin = b->booster->plugin();
+    const io::DataLoaderOptions& mine = b->loader->options;
+    if (mine.rank != plugin.dp_rank() || mine.world_size != plugin.dp_size()) {
+      auto reopened = std::make_shared<Loader>();
+      reopened->options = mine;
+      reopened->options.rank = plugin.dp_rank();
+      reopened->options.world_size = plugin.dp_size();
+      absl::StatusOr<std::unique_ptr<io::DataLoader>> opened = io::DataLoader::Open(reopened->options);
+      ThrowIfError(L, absl::StrCat(what, ": the data loader"), opened.status());
+      ThrowIfError(L, absl::StrCat(what, ": the data loader"),
+                   (*opened)->set_state(b->loader->loader->state()));
+      reopened->loader = *std::move(opened);
+      b->loader = reopened;
+      PushHandle(L, std::move(reopened));
+      lua_replace(L, 4);
+    }
+  }
   model->boosted = true;
   model->booster = b;
   b->model = model;

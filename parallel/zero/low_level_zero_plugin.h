@@ -20,7 +20,7 @@
 //                of the bucket and adds it to its gradient shard; the
 //                bucket's range of the flat gradient buffer is then zeroed
 //                (after a stage-2 backward the model's gradients read 0; the
-//                reduced ones are grad_shard()). Accumulation: every backward
+//                reduced ones are grad_shard_tensor()). Accumulation: every backward
 //                reduces and the shards accumulate until Booster::zero_grad.
 //                no_sync is refused (FailedPrecondition), as Colossal-AI
 //                refuses it for stage 2.
