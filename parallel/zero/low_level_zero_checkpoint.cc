@@ -97,53 +97,25 @@ class StateBuilder {
   nn::OptimizerStateDict out_;
 };
 
-// Slice elements per collective when gathering device slices: bounds the
-// device staging to world * K * 4 bytes * this (96 MiB per rank for a 16-bit
-// model) however large the model.
+// Slice elements per collective when gathering slices: bounds the staging
+// to world * K * 4 bytes * this (96 MiB per rank for a 16-bit model) however
+// large the model.
 constexpr int64_t kGatherChunk = int64_t{8} << 20;
 
 }  // namespace
 
-absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup& pg,
-                                                              const nn::ParameterTable& table,
-                                                              const nn::Optimizer& optimizer,
-                                                              const ZeroShard& shard,
-                                                              const ZeroAdamSlice& slice,
-                                                              bool whole) {
-  // Both moments in one collective: rank j's block is [exp_avg | exp_avg_sq],
-  // each padded to the slice size S (the last ranks' slices are short).
-  const int64_t S = shard.size;
-  const int world = pg.size();
-  COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
-                            StateBuilder::create(table, optimizer, 2, slice.step, whole));
-  std::vector<float> send(2 * S, 0.0f), all(static_cast<size_t>(world) * 2 * S, 0.0f);
-  std::copy(slice.exp_avg.begin(), slice.exp_avg.end(), send.begin());
-  std::copy(slice.exp_avg_sq.begin(), slice.exp_avg_sq.end(), send.begin() + S);
-  {
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w,
-                              pg.all_gather(comm::Buffer::cpu(all.data(), all.size()),
-                                            comm::Buffer::cpu(send.data(), send.size())));
-    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering Adam states"));
-  }
-  if (whole) builder.add(all.data(), world, S, 0, S);
-  return builder.take();
-}
-
-absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
-    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
+    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,
     bool whole, int64_t chunk_elements) {
   const int64_t S = shard.size;
   const int64_t n = shard.end - shard.begin;
   const int world = pg.size();
   const int K = slice.master.defined() ? 3 : 2;
-  if (!stream.is_cuda()) {
-    return absl::InvalidArgumentError("low_level_zero: gathering device slices needs a CUDA stream");
-  }
   const core::Tensor* parts[3] = {&slice.exp_avg, &slice.exp_avg_sq, &slice.master};
   for (int m = 0; m < K && n > 0; ++m) {
     if (!parts[m]->defined() || parts[m]->numel() < n || parts[m]->dtype() != core::DType::kF32) {
-      return absl::InternalError(absl::StrCat("low_level_zero: device slice ", m, " is ",
+      return absl::InternalError(absl::StrCat("low_level_zero: slice tensor ", m, " is ",
                                               parts[m]->to_string()));
     }
   }

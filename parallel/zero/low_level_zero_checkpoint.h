@@ -12,9 +12,9 @@
 // the master; checkpoint them as the model's).
 //
 //   slices of rank r:  [exp_avg | exp_avg_sq (| master)] of flat elements [r*S, r*S + S)
-//   gather: all_gathers of [exp_avg | exp_avg_sq (| master)] per rank (CUDA: in chunks of
-//           8M slice elements, so the device staging stays small); every rank builds the
-//           dict, whose tensors are the only full-size copy made
+//   gather: all_gathers of [exp_avg | exp_avg_sq (| master)] per rank, in chunks of 8M
+//           slice elements so the staging stays small, on the CPU or the device alike;
+//           the writing rank builds the dict, whose tensors are the only full-size copy made
 //   load:   every rank reads the whole dict and keeps its own slice, so a dict
 //           from any world size (or from one process's nn::Adam) loads.
 #ifndef COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_CHECKPOINT_H_
@@ -42,35 +42,28 @@ struct ZeroAdamSlice {
   int64_t step = 0;
 };
 
-// The CUDA path's slice: float32 device tensors of shard.end - shard.begin
-// elements on one CUDA device; `master` defined only for 16-bit models (then
+// One rank's slice as float32 tensors of shard.end - shard.begin elements, on
+// the CPU or one CUDA device; `master` defined only for 16-bit models (then
 // the dict gets state.<name>.master, as nn::Adam's for a 16-bit model copy).
-struct ZeroAdamDeviceSlice {
+struct ZeroAdamTensors {
   core::Tensor exp_avg, exp_avg_sq, master;
   int64_t step = 0;
 };
 
-// The whole state, on every rank (a collective over `pg`: every rank calls
-// it with its own slice; `shard` is the caller's slice of the `table`'s
-// float32 buffer). whole = false: this rank takes part in the collective but
-// gets only the meta (no tensors: it never holds the whole state; the rank
-// that writes the file passes true). Errors: the collective's.
-absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(comm::ProcessGroup& pg,
-                                                              const nn::ParameterTable& table,
-                                                              const nn::Optimizer& optimizer,
-                                                              const ZeroShard& shard,
-                                                              const ZeroAdamSlice& slice,
-                                                              bool whole = true);
-
-// The same from device slices: all_gathers on the device (NCCL), ordered
-// after the work on `stream` (a CUDA stream of the slices' device), chunk by
-// chunk (device staging: world * (2 or 3) * 32 MiB), each copied to the host
-// and into the dict's tensors. The returned tensors are on the CPU (float32;
-// steps int64), whatever the device of the model. chunk_elements: slice
-// elements per chunk (0: 8M; tests pass small ones to exercise many chunks).
-absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state_device(
+// The whole state (a collective over `pg`: every rank calls it with its own
+// slice; `shard` is the caller's slice of the `table`'s flat buffer), built
+// on every rank (whole = false: this rank takes part in the collective but
+// gets only the meta, no tensors: it never holds the whole state; the rank
+// that writes the file passes true). all_gathers ordered after the work on
+// `stream` (the slices' device; Stream::cpu() for host slices), chunk by
+// chunk (staging on that device: world * (2 or 3) * 32 MiB), each copied to
+// the host and into the dict's tensors. The returned tensors are on the CPU
+// (float32; steps int64), whatever the device of the model. chunk_elements:
+// slice elements per chunk (0: 8M; tests pass small ones to exercise many
+// chunks). Errors: the collective's.
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
-    const ZeroShard& shard, const ZeroAdamDeviceSlice& slice, const core::Stream& stream,
+    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,
     bool whole = true, int64_t chunk_elements = 0);
 
 // Checks `state` against `optimizer` (nn::Optimizer::check_state_dict: type

@@ -426,7 +426,7 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   if (!c.offload) {
     // Gathered in many small chunks (37 elements, not dividing the slice),
     // the dict is bitwise the one-chunk dict.
-    ZeroAdamDeviceSlice slice;
+    ZeroAdamTensors slice;
     slice.exp_avg = zero.exp_avg_shard_tensor();
     slice.exp_avg_sq = zero.exp_avg_sq_shard_tensor();
     if (c.dtype != DType::kF32) slice.master = zero.master_shard_tensor();
@@ -434,7 +434,7 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     absl::StatusOr<nn::OptimizerStateDict> chunked;
     // Its device staging is per chunk: far below the full state's bytes.
     EXPECT_LT(device_peak_growth(stream, [&] {
-                chunked = gather_zero_adam_state_device(**pg, store->table(), *adam, zero.shard(),
+                chunked = gather_zero_adam_state(**pg, store->table(), *adam, zero.shard(),
                                                         slice, adam->stream(), /*whole=*/true,
                                                         /*chunk_elements=*/37);
               }),

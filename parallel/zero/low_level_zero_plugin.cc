@@ -315,11 +315,11 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
   const State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
   const bool whole = to_rank < 0 || to_rank == s.pg->rank();  // else the meta alone
+  ZeroAdamTensors slice;
   if (!s.cuda) {
-    return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, s.adam, whole);
-  }
-  ZeroAdamDeviceSlice slice;
-  if (s.offload) {
+    COLOSSAL_ASSIGN_OR_RETURN(slice.exp_avg, host_tensor(s.adam.exp_avg));
+    COLOSSAL_ASSIGN_OR_RETURN(slice.exp_avg_sq, host_tensor(s.adam.exp_avg_sq));
+  } else if (s.offload) {
     // The gather runs on the device: the host slices go up for it.
     const core::Device device = s.stream.device();
     COLOSSAL_ASSIGN_OR_RETURN(slice.exp_avg, s.offload->exp_avg().to(device, s.stream));
@@ -333,8 +333,8 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
     if (s.sixteen_bit()) slice.master = s.d_master;
   }
   slice.step = s.adam.step;
-  return gather_zero_adam_state_device(*s.pg, s.store.table(), optimizer, s.shard, slice,
-                                       s.stream, whole);
+  return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, slice,
+                                s.cuda ? s.stream : core::Stream::cpu(), whole);
 }
 
 absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
