@@ -20,6 +20,7 @@
 #include "io/safetensors/reader.h"
 #include "io/safetensors/sharded.h"
 #include "io/safetensors/writer.h"
+#include "io/common/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace colossal::io {
@@ -35,24 +36,6 @@ constexpr char kTrainerState[] = "trainer_state.json";
 bool IsFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-absl::StatusOr<Json> ParseJson(std::string_view text, absl::string_view what) {
-  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
-  }
-  return j;
-}
-
-absl::StatusOr<int64_t> GetInt(const Json& j, const char* key, absl::string_view what) {
-  auto it = j.find(key);
-  if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat(what, ": missing key '", key, "'"));
-  if (!it->is_number_integer()) {
-    // The type, not the value: dump() recurses once per nesting level.
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an integer, got ", it->is_structured() ? it->type_name() : it->dump()));
-  }
-  return it->get<int64_t>();
 }
 
 // `j` as text for a parser of a flat object; an object holding arrays or
@@ -89,10 +72,10 @@ std::string TrainerStateToJson(const TrainerState& state) {
 
 absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
   constexpr absl::string_view kWhat = "trainer_state.json";
-  absl::StatusOr<Json> j = ParseJson(text, kWhat);
+  absl::StatusOr<Json> j = ParseJsonObject(ToAbsl(text), kWhat);
   if (!j.ok()) return j.status();
   TrainerState s;
-  absl::StatusOr<int64_t> step = GetInt(*j, "step", kWhat);
+  absl::StatusOr<int64_t> step = JsonInt(*j, "step", kWhat);
   if (!step.ok()) return step.status();
   s.step = *step;
   for (const auto& [key, value] : j->items()) {

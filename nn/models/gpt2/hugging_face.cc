@@ -4,32 +4,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
+#include "io/common/absl_view.h"
+#include "io/common/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace colossal::nn {
 namespace {
-
 using Json = nlohmann::json;
-
-absl::StatusOr<Json> ParseJson(std::string_view text, absl::string_view what) {
-  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": not a JSON object"));
-  }
-  return j;
-}
-
-absl::StatusOr<int64_t> GetInt(const Json& j, const char* key, absl::string_view what) {
-  auto it = j.find(key);
-  if (it == j.end()) return absl::InvalidArgumentError(absl::StrCat(what, ": missing key '", key, "'"));
-  if (!it->is_number_integer()) {
-    // The type, not the value: dump() recurses once per nesting level.
-    return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an integer, got ",
-                                                   it->is_structured() ? it->type_name() : it->dump()));
-  }
-  return it->get<int64_t>();
-}
-
 }  // namespace
 
 std::string GPT2ConfigToHuggingFaceJson(const GPT2Config& c, core::DType dtype) {
@@ -62,7 +43,7 @@ std::string GPT2ConfigToHuggingFaceJson(const GPT2Config& c, core::DType dtype) 
 
 absl::StatusOr<GPT2Config> GPT2ConfigFromHuggingFaceJson(std::string_view text) {
   constexpr absl::string_view kWhat = "config.json";
-  absl::StatusOr<Json> j = ParseJson(text, kWhat);
+  absl::StatusOr<Json> j = io::ParseJsonObject(io::ToAbsl(text), kWhat);
   if (!j.ok()) return j.status();
   GPT2Config c;
   struct Field {
@@ -71,12 +52,12 @@ absl::StatusOr<GPT2Config> GPT2ConfigFromHuggingFaceJson(std::string_view text) 
   };
   for (Field f : {Field{"n_layer", &c.n_layer}, Field{"n_head", &c.n_head}, Field{"n_embd", &c.n_embd},
                   Field{"vocab_size", &c.vocab_size}, Field{"n_positions", &c.max_seq_len}}) {
-    absl::StatusOr<int64_t> v = GetInt(*j, f.key, kWhat);
+    absl::StatusOr<int64_t> v = io::JsonInt(*j, f.key, kWhat);
     if (!v.ok()) return v.status();
     *f.out = *v;
   }
   if (j->contains("colossal_padded_vocab_multiple")) {
-    absl::StatusOr<int64_t> v = GetInt(*j, "colossal_padded_vocab_multiple", kWhat);
+    absl::StatusOr<int64_t> v = io::JsonInt(*j, "colossal_padded_vocab_multiple", kWhat);
     if (!v.ok()) return v.status();
     c.padded_vocab_multiple = *v;
   }
