@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -217,9 +218,9 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
   const std::string where = absl::StrCat("checkpoint '", dir, "'");
   // Validate everything before changing anything.
   std::vector<const SafetensorsTensor*> found;
-  std::map<std::string, bool, std::less<>> wanted;
+  std::set<std::string, std::less<>> wanted;
   for (const TensorToLoad& e : expected) {
-    wanted[e.name] = true;
+    wanted.insert(e.name);
     const SafetensorsTensor* t = ckpt->Find(e.name);
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(where, " has no tensor '", e.name, "'",

@@ -59,7 +59,7 @@ absl::Status load_optimizer_state(const nn::OptimizerStateDict& state, const Run
                                 : run.optimizer->load_state_dict(state);
 }
 
-absl::Status check_same_model(const std::string& dir, const nn::GPT2Config& theirs,
+absl::Status check_same_model(const nn::GPT2Config& theirs,
                               const nn::GPT2Config& mine) {
   if (theirs.n_layer != mine.n_layer || theirs.n_head != mine.n_head ||
       theirs.n_embd != mine.n_embd || theirs.vocab_size != mine.vocab_size ||
@@ -106,7 +106,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
 absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_checkpoint", /*optimizer=*/true));
   COLOSSAL_ASSIGN_OR_RETURN(nn::GPT2Config theirs, nn::ReadGPT2Config(dir));
-  COLOSSAL_RETURN_IF_ERROR(check_same_model(dir, theirs, *run.config));
+  COLOSSAL_RETURN_IF_ERROR(check_same_model(theirs, *run.config));
   COLOSSAL_RETURN_IF_ERROR(load_run_model(dir, run));
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict optimizer, nn::LoadOptimizerState(dir));
   COLOSSAL_RETURN_IF_ERROR(core::annotate(load_optimizer_state(optimizer, run), "optimizer state"));
