@@ -19,6 +19,7 @@ struct StoreState {
   ParameterTable table;
   absl::flat_hash_map<int, core::Tensor> values, grads;  // flat buffers by dtype
   std::vector<Parameter> parameters;                      // table order
+  ParameterStore::Fetcher fetcher;                        // may be null
 };
 }  // namespace internal
 
@@ -116,6 +117,9 @@ bool ParameterHandle::present() const {
 absl::StatusOr<core::Tensor> ParameterHandle::value() const {
   if (state_ == nullptr) return absl::FailedPreconditionError("an unbound parameter handle");
   const Parameter& p = state_->parameters[index_];
+  if (!p.value.defined() && state_->fetcher) {
+    COLOSSAL_RETURN_IF_ERROR(state_->fetcher(index_, /*want_grad=*/false));
+  }
   if (!p.value.defined()) return no_memory(p.name);
   return p.value;
 }
@@ -123,6 +127,9 @@ absl::StatusOr<core::Tensor> ParameterHandle::value() const {
 absl::StatusOr<core::Tensor> ParameterHandle::grad() const {
   if (state_ == nullptr) return absl::FailedPreconditionError("an unbound parameter handle");
   const Parameter& p = state_->parameters[index_];
+  if (!p.grad.defined() && state_->fetcher) {
+    COLOSSAL_RETURN_IF_ERROR(state_->fetcher(index_, /*want_grad=*/true));
+  }
   if (!p.grad.defined()) return no_memory(p.name);
   return p.grad;
 }
@@ -252,6 +259,33 @@ absl::StatusOr<size_t> ParameterStore::index_of(absl::string_view name) const {
 absl::StatusOr<Parameter> ParameterStore::find(absl::string_view name) const {
   COLOSSAL_ASSIGN_OR_RETURN(size_t i, index_of(name));
   return state_->parameters[i];
+}
+
+absl::Status ParameterStore::set_views(size_t index, core::Tensor value, core::Tensor grad) {
+  if (state_ == nullptr || index >= state_->parameters.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("set_views: no parameter at index ", index));
+  }
+  const ParameterEntry& e = state_->table.entries()[index];
+  if (!state_->values.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "set_views: parameter \"", e.name, "\" lives in the store's flat buffers"));
+  }
+  for (const core::Tensor* t : {&value, &grad}) {
+    if (t->defined() && (t->shape() != e.shape || t->dtype() != e.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("set_views: parameter \"", e.name, "\" is ",
+                                                     core::dtype_name(e.dtype), " ",
+                                                     e.shape.to_string(), ", given ",
+                                                     t->to_string()));
+    }
+  }
+  Parameter& p = state_->parameters[index];
+  p.value = std::move(value);
+  p.grad = std::move(grad);
+  return absl::OkStatus();
+}
+
+void ParameterStore::set_fetcher(Fetcher fetcher) {
+  if (state_ != nullptr) state_->fetcher = std::move(fetcher);
 }
 
 absl::StatusOr<ParameterHandle> ParameterStore::handle(absl::string_view name) const {

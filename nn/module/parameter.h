@@ -38,6 +38,7 @@
 #define COLOSSAL_NN_MODULE_PARAMETER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +203,21 @@ class ParameterStore {
   absl::StatusOr<ParameterHandle> handle(absl::string_view name) const;
   // Sets every gradient (the whole flat gradient buffers) to zero.
   absl::Status zero_grad(const core::Stream& stream);
+
+  // --- For plugins that keep parameters in memory of their own (Gemini's
+  // chunks: a parameter has memory only while its chunk is gathered). ---
+  //
+  // Points parameter `index` (table order) at `value` and `grad`, either of
+  // which may be undefined (absent). Defined tensors must have the entry's
+  // shape and dtype. A store with flat buffers (allocate) refuses: its views
+  // are the buffers'. Errors: InvalidArgument naming the parameter.
+  absl::Status set_views(size_t index, core::Tensor value, core::Tensor grad);
+  // Called by a handle whose parameter's value (want_grad false) or gradient
+  // (true) is absent, before it reports the parameter missing: the plugin
+  // brings the parameter in (set_views) and the handle reads again; an error
+  // from the fetcher is the handle's error. One per store (null: none).
+  using Fetcher = std::function<absl::Status(size_t index, bool want_grad)>;
+  void set_fetcher(Fetcher fetcher);
 
  private:
   explicit ParameterStore(std::shared_ptr<internal::StoreState> state) : state_(std::move(state)) {}

@@ -18,4 +18,11 @@ absl::StatusOr<std::vector<ParamRef>> optimizer_params(absl::Span<const Paramete
   return out;
 }
 
+std::vector<ParamRef> declared_params(const ParameterTable& table) {
+  std::vector<ParamRef> out;
+  out.reserve(table.size());
+  for (const ParameterEntry& e : table.entries()) out.push_back(declared_param(e.name, e.shape));
+  return out;
+}
+
 }  // namespace colossal::nn

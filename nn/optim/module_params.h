@@ -29,6 +29,11 @@ namespace colossal::nn {
 absl::StatusOr<std::vector<ParamRef>> optimizer_params(absl::Span<const Parameter> parameters,
                                                        const core::Stream& stream);
 
+// A declared_param (name and shape, no tensors) per entry of `table`, in
+// order: the optimizer of a model whose parameter memory a plugin keeps
+// (gemini).
+std::vector<ParamRef> declared_params(const ParameterTable& table);
+
 }  // namespace colossal::nn
 
 #endif  // COLOSSAL_NN_OPTIM_MODULE_PARAMS_H_

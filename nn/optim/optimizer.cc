@@ -50,6 +50,9 @@ Optimizer::Optimizer(std::string type, std::vector<std::string> state_names,
 absl::Status Optimizer::check_param(const ParamRef& p) const {
   if (p.name.empty()) return absl::InvalidArgumentError(absl::StrCat(type_, ": a parameter has an empty name"));
   const std::string what = absl::StrCat(type_, ": ", param_what(p.name));
+  if (!p.master.defined() && !p.grad.defined() && !p.model_copy.defined()) {
+    return absl::OkStatus();  // declared (init checks that all are)
+  }
   if (!p.master.defined() || p.master.dtype() != core::DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
         what, ": the master must be a float32 tensor (make_master_param makes one from a "
@@ -88,7 +91,7 @@ absl::Status Optimizer::init(std::vector<ParamGroup> groups, const GroupHyperPar
         return absl::InvalidArgumentError(
             absl::StrCat(type_, ": ", param_what(p.name), " is given twice"));
       }
-      if (p.master.nbytes() > 0) {
+      if (p.master.defined() && p.master.nbytes() > 0) {
         ranges.emplace_back(p.master.storage().get(), p.master.byte_offset(),
                             p.master.byte_offset() + p.master.nbytes(), p.name);
       }
@@ -96,6 +99,20 @@ absl::Status Optimizer::init(std::vector<ParamGroup> groups, const GroupHyperPar
     }
     groups_.push_back(std::move(g));
   }
+  // Either every parameter is declared or none is.
+  size_t declared = 0, total = 0;
+  for (const Group& g : groups_) {
+    for (const Slot& slot : g.slots) {
+      ++total;
+      if (!slot.ref.master.defined() && !slot.ref.model_copy.defined()) ++declared;
+    }
+  }
+  if (declared != 0 && declared != total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        type_, ": ", declared, " of ", total,
+        " parameters are declared (no tensors) and the others are not: use one kind"));
+  }
+  declared_ = total > 0 && declared == total;
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
     const auto& [s0, b0, e0, n0] = ranges[i - 1];
@@ -110,6 +127,18 @@ absl::Status Optimizer::init(std::vector<ParamGroup> groups, const GroupHyperPar
 
 const core::Tensor& Optimizer::shape_of(const Slot& slot) {
   return slot.ref.master.defined() ? slot.ref.master : slot.ref.model_copy;
+}
+
+const core::Shape& Optimizer::slot_shape(const Slot& slot) {
+  const core::Tensor& t = shape_of(slot);
+  return t.defined() ? t.shape() : slot.ref.shape;
+}
+
+absl::Status Optimizer::check_not_declared(absl::string_view what) const {
+  if (!declared_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      type_, ": ", what, ": the parameters are declared, their memory is a plugin's (gemini): "
+      "the Booster steps and checkpoints them through the plugin"));
 }
 
 void Optimizer::drop_masters() {
@@ -130,6 +159,7 @@ void Optimizer::release_state() {
 
 absl::Status Optimizer::allocate_state() {
   if (state_allocated_ || state_names_.empty()) return absl::OkStatus();
+  COLOSSAL_RETURN_IF_ERROR(check_not_declared("state"));
   state_allocated_ = true;
   // One zeroed float32 buffer per device, carved into aligned views.
   for (const bool cuda : {false, true}) {
@@ -184,6 +214,7 @@ absl::Status Optimizer::allocate_slot_state(Slot& slot) {
 }
 
 absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_not_declared("step"));
   if (masters_dropped_) {
     return absl::FailedPreconditionError(absl::StrCat(
         type_, ": step: the float32 masters were dropped (a plugin such as low_level_zero "
@@ -205,6 +236,7 @@ absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
 }
 
 absl::Status Optimizer::zero_grad() {
+  if (declared_) return absl::OkStatus();  // the plugin's gradients: Plugin::zero_grad
   for (Group& g : groups_) {
     for (Slot& slot : g.slots) {
       COLOSSAL_ASSIGN_OR_RETURN(core::Stream s,
@@ -285,6 +317,7 @@ absl::Status Optimizer::set_grad(absl::string_view name, core::Tensor grad) {
     return absl::InvalidArgumentError(absl::StrCat(type_, ": set_grad: unknown ", param_what(name)));
   }
   const std::string what = absl::StrCat(type_, ": set_grad: ", param_what(name));
+  COLOSSAL_RETURN_IF_ERROR(check_not_declared("set_grad"));
   COLOSSAL_RETURN_IF_ERROR(check_grad(what, shape_of(*slot), grad));
   if (internal::overlaps(slot->ref.model_copy, grad)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": the gradient overlaps the model copy"));
@@ -435,14 +468,14 @@ absl::Status Optimizer::check_state_dict(const OptimizerStateDict& state) const 
           }
           continue;
         }
-        COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(key, it->second, shape_of(slot).shape(),
+        COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(key, it->second, slot_shape(slot),
                                                        core::DType::kF32, stream_));
         allowed.insert(key);
       }
       const std::string master_key = state_key(slot.ref.name, "master");
       if (const auto it = state.tensors.find(master_key); it != state.tensors.end()) {
         COLOSSAL_RETURN_IF_ERROR(check_loadable_tensor(master_key, it->second,
-                                                       shape_of(slot).shape(), core::DType::kF32,
+                                                       slot_shape(slot), core::DType::kF32,
                                                        stream_));
         allowed.insert(master_key);
       }

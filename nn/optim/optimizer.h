@@ -131,6 +131,8 @@ class Optimizer {
   // them again, zeroed).
   void drop_masters();
   void release_state();
+  // True when the parameters are declared (declared_param): no tensors.
+  bool declared() const { return declared_; }
   // For the same plugin, whose checkpoint load keeps only its slice of a
   // saved state: check_state_dict() runs load_state_dict()'s checks (same
   // errors) without changing anything; load_state_meta() runs them and then
@@ -179,12 +181,17 @@ class Optimizer {
   // The tensor giving a slot's shape and device: its master, or its model
   // copy once the masters were dropped.
   static const core::Tensor& shape_of(const Slot& slot);
+  // The parameter's shape (its master's, model copy's, or declared shape).
+  static const core::Shape& slot_shape(const Slot& slot);
+  // FailedPrecondition naming `what` when the parameters are declared.
+  absl::Status check_not_declared(absl::string_view what) const;
 
   std::string type_;
   std::vector<std::string> state_names_;
   core::Stream stream_;
   bool state_allocated_ = false;
   bool masters_dropped_ = false;
+  bool declared_ = false;  // every parameter is a declared_param
 };
 
 }  // namespace colossal::nn

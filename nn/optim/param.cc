@@ -58,8 +58,18 @@ GroupHyperParams resolve_group(const ParamGroup& group, const GroupHyperParams& 
   return h;
 }
 
+ParamRef declared_param(std::string name, core::Shape shape) {
+  ParamRef p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  return p;
+}
+
 bool is_no_decay(const ParamRef& param, const NoDecayRule& rule) {
-  if (rule.low_rank && param.master.defined() && param.master.rank() <= 1) return true;
+  if (rule.low_rank) {
+    const core::Shape& shape = param.master.defined() ? param.master.shape() : param.shape;
+    if (shape.rank() <= 1) return true;
+  }
   for (const std::string& s : rule.name_suffixes) {
     if (absl::EndsWith(param.name, s)) return true;
   }

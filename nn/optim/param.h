@@ -57,7 +57,18 @@ struct ParamRef {
   core::Tensor master;      // float32, updated in place
   core::Tensor grad;        // float32, float16 or bfloat16; same shape and device
   core::Tensor model_copy;  // optional (undefined: none); float32/float16/bfloat16
+  // A declared parameter (declared_param): no tensors, only its name and
+  // shape; ignored when master is defined.
+  core::Shape shape;
 };
+
+// A parameter whose memory belongs to a plugin (Gemini keeps the masters,
+// moments and gradients in chunks of its own): an optimizer made of declared
+// parameters holds the groups, their hyper-parameters and step counts, the
+// names and shapes (what a state_dict's meta and checks need), but no tensor.
+// Such an optimizer is stepped by its plugin (Plugin::owns_step), never by
+// step() (FailedPrecondition); its zero_grad() has nothing to zero.
+ParamRef declared_param(std::string name, core::Shape shape);
 
 // A parameter of a model whose weights are `model_weight`: a float32 weight is
 // its own master (no copy, model_copy left undefined); a float16/bfloat16 one

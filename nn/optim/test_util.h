@@ -84,7 +84,7 @@ inline core::Tensor clone_cpu(const core::Tensor& t,
 inline ParamRef random_param(std::string name, const core::Shape& shape, uint32_t seed,
                              core::DType grad_dtype = core::DType::kF32) {
   return ParamRef{std::move(name), random_cpu_tensor(shape, core::DType::kF32, seed),
-                  random_cpu_tensor(shape, grad_dtype, seed + 1000), {}};
+                  random_cpu_tensor(shape, grad_dtype, seed + 1000), {}, {}};
 }
 
 // Fills an existing CPU gradient with new random values.

@@ -41,7 +41,7 @@ absl::Status Booster::boost(nn::Module& model, const nn::ParameterStore& store,
         absl::StrCat("Booster::boost: already boosted ", model_->description(),
                      "; make one Booster per model"));
   }
-  if (!store.materialized()) {
+  if (!plugin_->materialized(store)) {
     return absl::FailedPreconditionError(
         absl::StrCat("Booster::boost: the parameters of ", model.description(),
                      " have no memory; materialize them first (Booster::materialize)"));

@@ -71,6 +71,11 @@ class Plugin {
   // is too small (ResourceExhausted naming the bytes).
   [[nodiscard]] virtual absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
                                                  const core::Stream& stream);
+  // Whether `store`'s parameters have their memory as this plugin lays them
+  // out (what Booster::boost requires). Default: store.materialized() (every
+  // parameter has a view); plugins that keep parameters in memory of their
+  // own (gemini's chunks) answer for it.
+  virtual bool materialized(const nn::ParameterStore& store) const { return store.materialized(); }
   // Takes over `model`, whose parameters are the views of `store`, trained by
   // `optimizer` (whose gradients must be the store's gradient views). Called
   // once, by Booster::boost. Errors are the plugin's (InvalidArgument naming

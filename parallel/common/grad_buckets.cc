@@ -1,5 +1,6 @@
 #include "parallel/common/grad_buckets.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -78,6 +79,7 @@ absl::Status collect_owned(nn::Module& module, const nn::ParameterTable& table,
     }
     own.push_back(static_cast<int>(e - table.entries().data()));
   }
+  std::sort(own.begin(), own.end());  // table order, the same on every rank
   if (!own.empty()) out.emplace_back(&module, std::move(own));
   for (nn::Module* child : module.children()) {
     COLOSSAL_RETURN_IF_ERROR(collect_owned(*child, table, out));
@@ -87,12 +89,18 @@ absl::Status collect_owned(nn::Module& module, const nn::ParameterTable& table,
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::pair<nn::Module*, std::vector<int>>>> module_owned_parameters(
+    nn::Module& model, const nn::ParameterTable& table) {
+  std::vector<std::pair<nn::Module*, std::vector<int>>> owned;
+  COLOSSAL_RETURN_IF_ERROR(collect_owned(model, table, owned));
+  return owned;
+}
+
 absl::StatusOr<std::shared_ptr<BucketedGradReducer>> BucketedGradReducer::create(
     std::string who, nn::Module& model, const nn::ParameterStore& store,
     std::vector<GradBucket> buckets, Launch launch) {
   const nn::ParameterTable& table = store.table();
-  std::vector<std::pair<nn::Module*, std::vector<int>>> owned;
-  COLOSSAL_RETURN_IF_ERROR(collect_owned(model, table, owned));
+  COLOSSAL_ASSIGN_OR_RETURN(auto owned, module_owned_parameters(model, table));
   std::shared_ptr<BucketedGradReducer> r(new BucketedGradReducer());
   r->who_ = std::move(who);
   r->store_ = store;

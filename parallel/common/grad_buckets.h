@@ -40,6 +40,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -66,6 +67,13 @@ struct GradBucket {
 // parameter would take it past the cap. Buckets of one dtype tile its flat
 // buffer. Ordered by closing (for one dtype: from the buffer's end).
 std::vector<GradBucket> make_grad_buckets(const nn::ParameterTable& table, int64_t cap_bytes);
+
+// Every module of `model`'s tree that declares parameters itself (not through
+// its children), with the table indices of those parameters, in tree order:
+// the parameters whose gradients are final after that module's backward hook.
+// Errors: a module declaring a parameter `table` lacks (InvalidArgument).
+absl::StatusOr<std::vector<std::pair<nn::Module*, std::vector<int>>>> module_owned_parameters(
+    nn::Module& model, const nn::ParameterTable& table);
 
 class BucketedGradReducer {
  public:

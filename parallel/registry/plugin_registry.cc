@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "core/status/suggest.h"
 #include "parallel/ddp/ddp_spec.h"
+#include "parallel/gemini/gemini_spec.h"
 #include "parallel/zero/low_level_zero_spec.h"
 
 namespace colossal::parallel {
@@ -20,6 +21,7 @@ const std::vector<Registration>& registry() {
   static const auto* plugins = new std::vector<Registration>{
       {"torch_ddp", make_ddp_spec},
       {"low_level_zero", make_low_level_zero_spec},
+      {"gemini", make_gemini_spec},
   };
   return *plugins;
 }

@@ -1,0 +1,178 @@
+// colossal::parallel — the `gemini` plugin: chunk-based ZeRO-3 with the
+// parameters, gradients and optimizer state split between device and host
+// memory (Colossal-AI's GeminiPlugin).
+//
+// No rank holds the whole model. materialize() packs the parameters into
+// chunks (parallel/gemini/chunk_layout.h) and gives each rank its shard of
+// every chunk: the float32 master values and Adam moments of 1/W of the model,
+// plus a float32 gradient shard. A parameter has memory only while its chunk
+// is gathered:
+//   * forward / backward: a module's hook gathers the chunks of the
+//     parameters it declares (all_gather of the shards into the chunk) before
+//     it runs and releases them after, unless the next module in the recorded
+//     access order uses the same chunk. A parameter read by another module
+//     (GPT-2's tied LM head reads wte) is gathered on demand: the handle asks
+//     the plugin (nn::ParameterStore::set_fetcher). Activation checkpointing
+//     works: a recomputation gathers again and keeps the chunk for the
+//     backward right after.
+//   * gradients: a chunk's gradient buffer exists from the first backward use
+//     until every parameter of the chunk is final (the backward hooks of their
+//     modules); then it is reduce-scattered (averaged) into the ranks' gradient
+//     shards, which accumulate over the micro-batches of a step (gradient
+//     accumulation) until Booster::zero_grad. Chunks not finished by the hooks
+//     (a parameter no module used in this step) are reduced when the backward
+//     returns, so an unused parameter's gradient is zero, not an error.
+//     no_sync is accepted and changes nothing: Gemini keeps no unreduced
+//     gradients (that would be the whole model's), so every micro-batch is
+//     reduced into the shards; the sum is what local accumulation would give.
+//   * step (the plugin owns it): the global norm over every rank's shards, one
+//     all_reduce; clipping (clip_coef = min(1, max_norm / (norm + 1e-6)), as
+//     nn::clip_grad_by_norm; a non-finite norm skips the step on every rank);
+//     Adam on this rank's shard, piece by piece with each parameter's
+//     optimizer group. No all_gather after the step: the next use gathers.
+//   * a model smaller than min_chunk_size_m is one chunk kept whole on every
+//     rank (all-reduce instead of reduce-scatter), as Colossal-AI does.
+//
+// Placement (where each chunk's shard and optimizer state live):
+//   cuda:   all on the device. cpu: all in host memory; a chunk is gathered
+//   into device memory for each use. static: the last offload_optim_frac of
+//   the chunks on the host, the rest on the device (a chunk's shard and its
+//   optimizer state move together: offload_param_frac must not exceed
+//   offload_optim_frac); shard_param_frac of the chunks sharded, the rest
+//   kept whole. auto: the warm-up step runs as cpu, recording the access order
+//   and the peak non-model memory; then as many chunks as fit under
+//   capacity * steady_cuda_cap_ratio - peak non-model - the working set move
+//   to the device, in access order. A gathered chunk that does not fit evicts
+//   the device-resident chunk used furthest in the future to the host, and
+//   says so once.
+// The "device" of the CPU build is a stand-in: host memory counted against
+// device_capacity_bytes (tests cap it to exercise placement and eviction);
+// its non-model memory reads 0 unless non_model_bytes says otherwise.
+//
+// Ranks whose modules use the parameters in different orders would gather
+// different chunks in one collective: during the first step every access is
+// checked across the ranks (a small all_gather), and a difference stops
+// every rank with an error naming the first differing parameter.
+//
+// Checkpoints: model_state_dict gathers the chunks into one process's
+// replicated layout (any world size loads it, as do ddp and low_level_zero);
+// optimizer_state_dict gathers the shards into nn::Adam's state_dict of one
+// process; both load at any world size.
+//
+// Limits (errors at materialize / boost): CPU, float32 parameters (the CUDA
+// path, 16-bit chunks and hybrid_adam's split CPU/GPU update come next);
+// Adam-family optimizers over declared parameters (nn::declared_params) or
+// the model's; no loss scaler on the CPU.
+//
+//   GeminiOptions o;
+//   o.placement_policy = "auto";
+//   auto plugin = *GeminiPlugin::create(pg, o);
+//   Booster booster(std::move(plugin));
+//   auto model = *nn::GPT2::declare(config, DType::kF32);   // no memory
+//   COLOSSAL_RETURN_IF_ERROR(booster.materialize(model->store(), seed, Stream::cpu()));
+//   auto adam = *nn::make_adamw(nn::split_decay_groups(nn::declared_params(model->table()), 0.1), a);
+//   COLOSSAL_RETURN_IF_ERROR(booster.boost(*model, model->store(), *adam));
+//   ... the Booster loop (parallel/booster/booster.h)
+#ifndef COLOSSAL_PARALLEL_GEMINI_GEMINI_PLUGIN_H_
+#define COLOSSAL_PARALLEL_GEMINI_GEMINI_PLUGIN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "comm/process_group/process_group.h"
+#include "parallel/booster/plugin.h"
+#include "parallel/gemini/chunk_layout.h"
+
+namespace colossal::parallel {
+
+struct GeminiOptions {
+  // "cuda", "cpu", "static" or "auto" (Colossal-AI's default: "static").
+  std::string placement_policy = "static";
+  double shard_param_frac = 1.0;
+  double offload_optim_frac = 0.0;
+  double offload_param_frac = 0.0;
+  double warmup_non_model_data_ratio = 0.8;
+  double steady_cuda_cap_ratio = 0.9;
+  // Chunk search (chunk_layout.h): search_range_m, hidden_dim, min_chunk_size_m.
+  ChunkSearchOptions chunks;
+  // false: every chunk kept whole on every rank (Colossal-AI's
+  // enable_distributed_storage).
+  bool enable_distributed_storage = true;
+  // The device's memory as the plugin counts it (0: the device's total).
+  int64_t device_capacity_bytes = 0;
+  // Non-model bytes on the device now (null: the device allocator's in-use
+  // bytes less the plugin's; on the CPU stand-in 0).
+  std::function<int64_t()> non_model_bytes;
+  // Where the one-time notices go (null: stderr).
+  std::function<void(const std::string&)> notice;
+};
+
+// Validates options (placement name, fractions in [0, 1], ratios in (0, 1],
+// offload_param_frac <= offload_optim_frac). Errors: InvalidArgument naming the key.
+absl::Status validate_gemini_options(const GeminiOptions& options);
+
+class GeminiPlugin : public Plugin {
+ public:
+  static absl::StatusOr<std::unique_ptr<GeminiPlugin>> create(std::shared_ptr<comm::ProcessGroup> pg,
+                                                              const GeminiOptions& options = {});
+  ~GeminiPlugin() override;
+
+  const char* name() const override { return "gemini"; }
+  int dp_rank() const override;
+  int dp_size() const override;
+
+  // Plans the chunks, allocates this rank's shards where the placement puts
+  // them and draws their initial values (the same as one process's). Errors:
+  // a store with memory (FailedPrecondition); a CUDA stream or a non-float32
+  // table (Unimplemented); the placement does not fit (ResourceExhausted
+  // naming the bytes and the policy that would).
+  absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
+                           const core::Stream& stream) override;
+  bool materialized(const nn::ParameterStore& store) const override;
+  absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
+                     nn::Optimizer& optimizer) override;
+  absl::Status begin_forward(core::Context& ctx) override;
+  absl::Status end_forward(bool ok) override;
+  absl::Status begin_backward(core::Context& ctx, bool sync) override;
+  absl::Status end_backward(bool ok) override;
+  absl::Status before_step(const core::Stream& stream) override;
+  bool owns_step() const override { return true; }
+  absl::Status zero_grad() override;
+  absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
+                                                    float max_norm) override;
+  absl::StatusOr<nn::ParameterStore> model_state_dict(const nn::ParameterStore& store, int to_rank,
+                                                      const core::Stream& stream) override;
+  absl::Status load_model_state_dict(nn::ParameterStore& store, const nn::ParameterStore& state,
+                                     const core::Stream& stream) override;
+  absl::StatusOr<nn::OptimizerStateDict> optimizer_state_dict(const nn::Optimizer& optimizer,
+                                                              int to_rank = -1) override;
+  absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
+                                         const nn::OptimizerStateDict& state) override;
+
+  // What materialize planned (valid after it).
+  const ChunkLayout& layout() const;
+  // Chunks whose shard lives on the device, and the device bytes the plugin
+  // holds now / at most since materialize.
+  int chunks_on_device() const;
+  int64_t device_bytes() const;
+  int64_t peak_device_bytes() const;
+  // all_gathers of chunks since materialize (tests: release and reuse).
+  int64_t gathers() const;
+  // Chunks moved from the device to the host to make room.
+  int64_t evictions() const;
+
+  struct State;
+
+ private:
+  explicit GeminiPlugin(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;  // hooks hold weak references
+};
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_GEMINI_GEMINI_PLUGIN_H_

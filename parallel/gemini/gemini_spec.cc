@@ -1,0 +1,127 @@
+#include "parallel/gemini/gemini_spec.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "parallel/gemini/gemini_plugin.h"
+
+namespace colossal::parallel {
+namespace {
+
+constexpr double kMi = 1024.0 * 1024.0;
+
+class GeminiSpec : public PluginSpec {
+ public:
+  GeminiSpec(GeminiOptions options, std::string precision, float max_norm,
+             nn::DynamicLossScalerOptions scaler)
+      : options_(std::move(options)), precision_(std::move(precision)), max_norm_(max_norm),
+        scaler_(scaler) {}
+  const char* name() const override { return "gemini"; }
+  PluginCapabilities capabilities() const override {
+    PluginCapabilities c;
+    c.owns_precision = true;
+    c.supports_no_sync = true;  // accepted; every micro-batch is reduced anyway
+    c.clips_by_value = false;
+    return c;
+  }
+  std::string precision() const override { return precision_; }
+  float max_norm() const override { return max_norm_; }
+  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
+  absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
+                                               const PluginEnv& env) const override {
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GeminiPlugin> p, GeminiPlugin::create(std::move(pg), options_));
+    return std::unique_ptr<Plugin>(std::move(p));
+  }
+
+ private:
+  GeminiOptions options_;
+  std::string precision_;
+  float max_norm_;
+  nn::DynamicLossScalerOptions scaler_;
+};
+
+// The value of `newer` or of its older name, never both.
+absl::StatusOr<bool> pick(OptionSource& o, const char* newer, const char* older) {
+  if (o.has(newer) && o.has(older)) {
+    return option_error(older, absl::StrCat("and ", newer, " name the same setting: give one"));
+  }
+  return o.has(older);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& options) {
+  GeminiOptions g;
+  g.placement_policy = options.string("placement_policy", "static");
+  g.shard_param_frac = options.number("shard_param_frac", g.shard_param_frac);
+  g.offload_optim_frac = options.number("offload_optim_frac", g.offload_optim_frac);
+  g.offload_param_frac = options.number("offload_param_frac", g.offload_param_frac);
+  g.warmup_non_model_data_ratio =
+      options.number("warmup_non_model_data_ratio", g.warmup_non_model_data_ratio);
+  g.steady_cuda_cap_ratio = options.number("steady_cuda_cap_ratio", g.steady_cuda_cap_ratio);
+  const double margin = options.number("gpu_margin_mem_ratio", 0.0);
+  g.enable_distributed_storage = options.boolean("enable_distributed_storage", true);
+
+  // Chunk search, newer names in MiElements, older ones in elements.
+  COLOSSAL_ASSIGN_OR_RETURN(bool old_range, pick(options, "search_range_m", "chunk_search_range"));
+  g.chunks.search_range_m = old_range ? options.number("chunk_search_range", 0) / kMi
+                                      : options.number("search_range_m", 32.0);
+  COLOSSAL_ASSIGN_OR_RETURN(bool old_min, pick(options, "min_chunk_size_m", "min_chunk_size"));
+  g.chunks.min_chunk_size_m = old_min ? options.number("min_chunk_size", 0) / kMi
+                                      : options.number("min_chunk_size_m", 32.0);
+  COLOSSAL_ASSIGN_OR_RETURN(bool old_grids, pick(options, "hidden_dim", "chunk_search_n_grids"));
+  if (old_grids) {
+    const int64_t grids = options.integer("chunk_search_n_grids", 1024);
+    if (grids < 1) return option_error("chunk_search_n_grids", "must be >= 1");
+    g.chunks.hidden_dim = std::max<int64_t>(1, static_cast<int64_t>(g.chunks.search_range_m * kMi) / grids);
+  } else {
+    g.chunks.hidden_dim = options.integer("hidden_dim", 1024);
+  }
+  if (options.has("chunk_size")) {  // a fixed size: the search starts there and scans nothing
+    const double size = options.number("chunk_size", 0);
+    if (!(size > 0)) return option_error("chunk_size", "must be a positive number of elements");
+    g.chunks.min_chunk_size_m = size / kMi;
+    g.chunks.search_range_m = 0;
+  }
+  if (!options.boolean("use_chunk", true)) {
+    return option_error("use_chunk", "= false is not available: gemini always manages chunks");
+  }
+  options.boolean("force_outputs_fp32", false);  // outputs are the model's dtype either way
+  const int64_t prefetch = options.integer("max_prefetch", 0);
+  options.boolean("enable_async_reduce", true);
+  options.boolean("pin_memory", false);
+  options.boolean("enable_gradient_accumulation", false);  // accumulation always works
+  if (!options.boolean("master_weights", true)) {
+    return option_error("master_weights", "= false is not available: the shards keep float32 masters");
+  }
+  const std::string precision = options.string("precision", "fp32");
+  const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
+  nn::DynamicLossScalerOptions s;
+  s.initial_scale = options.number("initial_scale", 65536.0);  // Colossal-AI's GeminiPlugin: 2^16
+  s.min_scale = options.number("min_scale", 1.0);
+  s.max_scale = options.number("max_scale", 4294967296.0);
+  s.growth_factor = options.number("growth_factor", 2.0);
+  s.backoff_factor = options.number("backoff_factor", 0.5);
+  s.growth_interval = options.integer("growth_interval", 1000);
+  s.hysteresis = options.integer("hysteresis", 2);
+
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
+    return option_error("precision",
+                        absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", precision, "\""));
+  }
+  if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
+  if (prefetch < 0) return option_error("max_prefetch", "must be >= 0");
+  if (margin < 0 || margin > 1) return option_error("gpu_margin_mem_ratio", "must be in [0, 1]");
+  absl::Status valid = validate_gemini_options(g);
+  if (!valid.ok()) {
+    // "gemini: <key> must be ...": point the recipe at the key.
+    std::string message(valid.message());
+    std::string key = message.substr(8, message.find(' ', 8) - 8);
+    return option_error(key, message.substr(8 + key.size() + 1));
+  }
+  return std::unique_ptr<PluginSpec>(std::make_unique<GeminiSpec>(std::move(g), precision, max_norm, s));
+}
+
+}  // namespace colossal::parallel
