@@ -214,6 +214,7 @@ int Boost(lua_State* L) {
       ThrowIfError(L, what,
                    b->booster->materialize(model->net->store(), model->seed,
                                            b->rt->ctx->compute_stream()));
+      model->plugin_memory = !model->net->store().materialized();
     }
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared

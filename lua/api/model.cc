@@ -246,7 +246,7 @@ int BatchTokens(lua_State* L) {
 
 void MaterializeModel(lua_State* L, Model& model) {
   nn::ParameterStore& store = model.net->store();
-  if (store.materialized()) return;
+  if (store.materialized() || model.plugin_memory) return;
   const core::Stream& stream = model.rt->ctx->compute_stream();
   ThrowIfError(L, "materializing the model", store.allocate(stream));
   ThrowIfError(L, "initialising the model", store.initialize(model.seed, stream));

@@ -41,6 +41,9 @@ struct Model {
   std::unique_ptr<nn::GPT2> net;
   uint64_t seed = 0;  // the initial values' Philox seed
   bool boosted = false;
+  // The plugin keeps the parameters in memory of its own (gemini's chunks):
+  // the store has no views, and nothing must allocate the replicated layout.
+  bool plugin_memory = false;
   // Set by booster:boost: forward, evaluate and generate run through it.
   std::weak_ptr<BoosterObject> booster;
 };

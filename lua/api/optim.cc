@@ -31,8 +31,11 @@ using MakeFn = decltype(Optim::make);
 
 absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::GPT2& model, const core::Stream& stream,
                                                    double weight_decay) {
+  // A model whose memory a plugin keeps (gemini) gets an optimizer of
+  // declared parameters: groups and hyper-parameters, the plugin steps them.
   absl::StatusOr<std::vector<nn::ParamRef>> params =
-      nn::optimizer_params(model.store().parameters(), stream);
+      model.store().materialized() ? nn::optimizer_params(model.store().parameters(), stream)
+                                   : nn::declared_params(model.table());
   if (!params.ok()) return params.status();
   return nn::split_decay_groups(*std::move(params), weight_decay);
 }

@@ -80,7 +80,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
                          const nn::MicroBatch& mb, float dloss) {
-  auto out = model.forward(ctx, mb.tokens);
+  auto out = booster.forward(ctx, model, mb.tokens);
   EXPECT_TRUE(out.ok()) << out.status();
   if (!out.ok()) return NAN;
   nn::CrossEntropyOptions co;

@@ -49,7 +49,7 @@ std::unique_ptr<nn::Sgd> make_sgd(nn::GPT2& model);
 std::vector<float> floats_of(const core::Tensor& t);
 // max |a - b| / max |b|.
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b);
-// Forward, cross entropy with `dloss`, Booster::backward; returns the loss.
+// Booster::forward, cross entropy with `dloss`, Booster::backward; returns the loss.
 float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
                          const nn::MicroBatch& mb, float dloss);
 

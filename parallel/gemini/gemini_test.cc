@@ -28,7 +28,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/context/context.h"
 #include "core/status/status.h"
-#include "nn/layers/cross_entropy.h"
 #include "nn/layers/linear.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/optim/adam.h"
@@ -37,6 +36,7 @@
 #include "parallel/booster/booster.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/gemini/chunk_layout.h"
+#include "parallel/gemini/gemini_test_util.h"
 #include "parallel/zero/zero_test_util.h"
 
 namespace colossal::parallel {
@@ -111,112 +111,6 @@ TEST(ChunkLayout, SmallModelIsOneWholeChunkAndBadOrdersFail) {
 }
 
 // ---- training ----
-
-// Small chunks, so the tiny model has several (and shards cut parameters).
-GeminiOptions small_chunks(const std::string& placement) {
-  GeminiOptions o;
-  o.placement_policy = placement;
-  o.chunks.min_chunk_size_m = 0;
-  o.chunks.search_range_m = 64.0 / (1 << 20);
-  o.chunks.hidden_dim = 8;
-  o.notice = [](const std::string&) {};
-  return o;
-}
-
-std::unique_ptr<nn::Adam> declared_adam(const nn::GPT2& model) {
-  nn::AdamOptions o;
-  o.lr = 1e-2;
-  return *nn::make_adamw(nn::split_decay_groups(nn::declared_params(model.table()), kWeightDecay), o);
-}
-
-float gemini_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
-                        const nn::MicroBatch& mb, float dloss) {
-  auto out = booster.forward(ctx, model, mb.tokens);
-  EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return NAN;
-  nn::CrossEntropyOptions co;
-  co.dloss = dloss;
-  auto ce = nn::cross_entropy(ctx, out->output, mb.targets, tiny_config().vocab_size, co);
-  EXPECT_TRUE(ce.ok()) << ce.status();
-  if (!ce.ok()) return NAN;
-  auto dx = booster.backward(ctx, model, *out->saved, ce->dlogits);
-  EXPECT_TRUE(dx.ok()) << dx.status();
-  return ce->loss;
-}
-
-struct GeminiRun {
-  EquivalenceRun run;
-  int chunks = 0, on_device = 0;
-  int64_t evictions = 0;
-  nn::OptimizerStateDict optimizer_state;
-};
-
-struct RunSpec {
-  GeminiOptions options;
-  double checkpoint_ratio = 0.0;
-  bool no_sync = false;
-  int first_step = 0, steps = kSteps;
-  // Loaded before the first step (a resume); kept after the last (a save).
-  const nn::ParameterStore* load_model = nullptr;
-  const nn::OptimizerStateDict* load_optimizer = nullptr;
-  nn::ParameterStore* save_model = nullptr;
-};
-
-GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec& spec) {
-  GeminiRun out;
-  const int rank = pg->rank();
-  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  nn::GPT2Config config = zero_config();
-  config.checkpoint_ratio = spec.checkpoint_ratio;
-  auto model = *nn::GPT2::declare(config, DType::kF32);
-  auto plugin = GeminiPlugin::create(pg, spec.options);
-  EXPECT_TRUE(plugin.ok()) << plugin.status();
-  if (!plugin.ok()) return out;
-  GeminiPlugin* gemini = plugin->get();
-  Booster booster(*std::move(plugin));
-  absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
-  EXPECT_TRUE(st.ok()) << st;
-  if (!st.ok()) return out;
-  auto adam = declared_adam(*model);
-  st = booster.boost(*model, model->store(), *adam);
-  EXPECT_TRUE(st.ok()) << st;
-  if (!st.ok()) return out;
-  if (spec.load_model != nullptr) {
-    EXPECT_TRUE(booster.load_model_state_dict(*spec.load_model, Stream::cpu()).ok());
-  }
-  if (spec.load_optimizer != nullptr) {
-    absl::Status l = booster.load_optimizer_state_dict(*spec.load_optimizer);
-    EXPECT_TRUE(l.ok()) << l;
-  }
-  EquivalenceRun& run = out.run;
-  for (int step = spec.first_step; step < spec.first_step + spec.steps; ++step) {
-    EXPECT_TRUE(booster.zero_grad().ok());
-    double sum = 0;
-    for (int i = 0; i < kMicro; ++i) {
-      std::optional<Booster::NoSync> no_sync;
-      if (spec.no_sync && i + 1 < kMicro) no_sync.emplace(booster.no_sync());
-      sum += gemini_micro_step(*ctx, booster, *model, micro_batch(step, rank, i), 1.0f / kMicro);
-    }
-    auto r = booster.step({.max_norm = kMaxNorm});
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return out;
-    run.loss.push_back(static_cast<float>(sum / kMicro));
-    run.clipped.push_back(r->clip_coef < 1.0f);
-    run.grad_norm.push_back(r->grad_norm);
-  }
-  auto weights = booster.model_state_dict(-1, Stream::cpu());
-  EXPECT_TRUE(weights.ok()) << weights.status();
-  if (!weights.ok()) return out;
-  run.weights = floats_of(weights->flat_values(DType::kF32));
-  if (spec.save_model != nullptr) *spec.save_model = *weights;
-  auto opt = booster.optimizer_state_dict(-1);
-  EXPECT_TRUE(opt.ok()) << opt.status();
-  if (opt.ok()) out.optimizer_state = *std::move(opt);
-  out.chunks = static_cast<int>(gemini->layout().chunks.size());
-  out.on_device = gemini->chunks_on_device();
-  out.evictions = gemini->evictions();
-  return out;
-}
 
 void expect_equal_to_reference(const std::vector<GeminiRun>& runs, const EquivalenceRun& ref) {
   const int W = static_cast<int>(runs.size());

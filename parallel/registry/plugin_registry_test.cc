@@ -34,7 +34,7 @@ class MapOptions : public OptionSource {
 };
 
 TEST(PluginRegistry, NamesAndUnknownNames) {
-  EXPECT_EQ(plugin_names(), (std::vector<std::string>{"torch_ddp", "low_level_zero"}));
+  EXPECT_EQ(plugin_names(), (std::vector<std::string>{"torch_ddp", "low_level_zero", "gemini"}));
   MapOptions none({});
   absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("low_level_zeros", none);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
@@ -59,6 +59,36 @@ TEST(PluginRegistry, CapabilitiesComeFromTheOptions) {
   EXPECT_EQ((*zero)->loss_scaler().initial_scale, 1024.0);
   MapOptions zero1(std::map<std::string, std::string>{{"stage", "1"}});
   EXPECT_TRUE((*make_plugin_spec("low_level_zero", zero1))->capabilities().supports_no_sync);
+}
+
+TEST(PluginRegistry, GeminiTakesBothVocabularies) {
+  MapOptions newer({{"placement_policy", "auto"}, {"search_range_m", "16"}, {"max_norm", "1"}});
+  auto g = make_plugin_spec("gemini", newer);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE((*g)->capabilities().owns_precision);
+  EXPECT_TRUE((*g)->capabilities().supports_no_sync);
+  EXPECT_FALSE((*g)->capabilities().clips_by_value);
+  EXPECT_EQ((*g)->max_norm(), 1.0f);
+  EXPECT_EQ((*g)->loss_scaler().initial_scale, 65536.0);  // GeminiPlugin's 2^16
+  MapOptions older({{"placement_policy", "cpu"}, {"chunk_search_range", "67108864"},
+                    {"chunk_search_n_grids", "4096"}, {"min_chunk_size", "1048576"},
+                    {"enable_distributed_storage", "true"}, {"force_outputs_fp32", "true"}});
+  EXPECT_TRUE(make_plugin_spec("gemini", older).ok());
+  const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
+      {{{"placement_policy", "gpu"}}, "placement_policy"},
+      {{{"offload_optim_frac", "1.5"}}, "offload_optim_frac"},
+      {{{"offload_param_frac", "0.5"}}, "offload_param_frac"},
+      {{{"search_range_m", "1"}, {"chunk_search_range", "1"}}, "chunk_search_range"},
+      {{{"use_chunk", "false"}}, "use_chunk"},
+      {{{"master_weights", "false"}}, "master_weights"},
+      {{{"chunk_size", "0"}}, "chunk_size"},
+  };
+  for (const auto& [values, key] : cases) {
+    MapOptions o(values);
+    absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("gemini", o);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_EQ(option_key(s.status()), std::optional<std::string>(key)) << s.status();
+  }
 }
 
 TEST(PluginRegistry, BadOptionsNameTheirKey) {

@@ -1,5 +1,6 @@
 // Every data-parallel plugin across real processes, as in CI: for 1, 2 and 4
-// ranks, ddp, ZeRO stage 1, stage 2 and stage 2 with cpu_offload. This
+// ranks, ddp, ZeRO stage 1, stage 2 and stage 2 with cpu_offload, and gemini
+// with placements cuda, cpu and auto (a capped stand-in device). This
 // binary spawns itself as the ranks (posix_spawn of /proc/self/exe running
 // only PluginChild.Run), the parent serves the TCP store on 127.0.0.1, the
 // ranks talk over shared memory (comm/builtin's shm transport) and train the
@@ -17,11 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "comm/testing/multiprocess.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/gemini/gemini_test_util.h"
 #include "parallel/zero/low_level_zero_plugin.h"
 #include "parallel/zero/zero_test_util.h"
 
@@ -76,14 +79,22 @@ TEST(PluginChild, Run) {
   const std::string& kind = me->scenario;
   auto pg = connect_builtin_group(me->port, me->rank, me->world, comm::TransportKind::kShm);
   ASSERT_TRUE(pg.ok()) << pg.status();
-  std::unique_ptr<Plugin> plugin = make_plugin(*pg, kind);
-  ASSERT_NE(plugin, nullptr);
-  ZeroRun run = rank_run(*pg, std::move(plugin), /*use_no_sync=*/kind == "ddp" || kind == "zero1");
-  ASSERT_EQ(run.run.loss.size(), size_t(kSteps));
+  EquivalenceRun run;
+  if (absl::StartsWith(kind, "gemini_")) {  // gemini_<placement>
+    RunSpec spec;
+    spec.options = small_chunks(kind.substr(7));
+    if (kind == "gemini_auto") spec.options.device_capacity_bytes = 8 << 10;  // some chunks offloaded
+    run = gemini_rank_run(*pg, spec).run;
+  } else {
+    std::unique_ptr<Plugin> plugin = make_plugin(*pg, kind);
+    ASSERT_NE(plugin, nullptr);
+    run = rank_run(*pg, std::move(plugin), /*use_no_sync=*/kind == "ddp" || kind == "zero1").run;
+  }
+  ASSERT_EQ(run.loss.size(), size_t(kSteps));
   std::ofstream out(result_path(child_env("PLUGIN_TEST_DIR"), kind, me->world, me->rank),
                     std::ios::binary);
-  write_floats(out, run.run.loss);
-  write_floats(out, run.run.weights);
+  write_floats(out, run.loss);
+  write_floats(out, run.weights);
   ASSERT_TRUE(out.good());
 }
 
@@ -131,7 +142,8 @@ TEST_P(PluginMultiprocess, MatchesOneProcess) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const char* kind : {"ddp", "zero1", "zero2", "zero2_cpu_offload"}) {
+  for (const char* kind :
+       {"ddp", "zero1", "zero2", "zero2_cpu_offload", "gemini_cuda", "gemini_cpu", "gemini_auto"}) {
     for (int w : {1, 2, 4}) out.push_back({kind, w});
   }
   return out;

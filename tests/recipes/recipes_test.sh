@@ -25,6 +25,7 @@ declare -A OVERRIDES=(
   [gpt2_single]="$tiny checkpoint.every_steps=1 sample.max_new_tokens=4"
   [gpt2_ddp]="$tiny eval.every_steps=1 eval.batches=1"
   [gpt2_fp16]="$tiny"
+  [gpt2_gemini]="$tiny eval.batches=1 checkpoint.every_steps=1 sample.max_new_tokens=4"
   [custom_loop]="steps=2 n_layer=1 n_head=2 n_embd=16 micro_batch_size=2 seq_len=8"
 )
 # recipe -> "key=value|message": with the tiny overrides plus this one, the
@@ -32,6 +33,7 @@ declare -A OVERRIDES=(
 declare -A NEEDS_GPU=(
   [gpt2_fp16]="plugin.precision=fp16|fp16 needs a CUDA device"
   [gpt2_ddp]="precision=bf16|bf16 needs a CUDA device"
+  [gpt2_gemini]="plugin.precision=bf16|bf16 needs a CUDA device"
 )
 
 root="$PWD"
