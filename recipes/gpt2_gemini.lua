@@ -16,7 +16,9 @@ return {
   device = "auto",
   seed = 1337,
 
-  model = gpu and { preset = "gpt2-xl", checkpoint_ratio = 1.0 }   -- 1.5B
+  -- GPU: GPT-2 1.5B (gpt2-xl's shape, written out so --set can grow it,
+  -- e.g. --set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096: 6.6B).
+  model = gpu and { n_layer = 48, n_head = 25, n_embd = 1600, max_seq_len = 1024, checkpoint_ratio = 1.0 }
       or { n_layer = 4, n_head = 4, n_embd = 128, max_seq_len = 128 },
 
   data = {

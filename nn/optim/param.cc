@@ -26,7 +26,7 @@ absl::StatusOr<ParamRef> make_master_param(std::string name, const core::Tensor&
                                                    " does not match the weight ",
                                                    model_weight.to_string()));
   }
-  if (dt == core::DType::kF32) return ParamRef{std::move(name), model_weight, std::move(grad), {}};
+  if (dt == core::DType::kF32) return ParamRef{std::move(name), model_weight, std::move(grad), {}, {}};
   COLOSSAL_ASSIGN_OR_RETURN(core::Stream s, internal::stream_for(model_weight.device(), stream, what));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master,
                             core::Tensor::empty(model_weight.shape(), core::DType::kF32, s));
@@ -42,7 +42,7 @@ absl::StatusOr<ParamRef> make_master_param(std::string name, const core::Tensor&
 #endif
   }
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(ks, absl::StrCat(what, ": master copy")));
-  return ParamRef{std::move(name), std::move(master), std::move(grad), model_weight};
+  return ParamRef{std::move(name), std::move(master), std::move(grad), model_weight, {}};
 }
 
 GroupHyperParams resolve_group(const ParamGroup& group, const GroupHyperParams& defaults) {

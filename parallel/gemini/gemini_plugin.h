@@ -108,6 +108,8 @@ struct GeminiOptions {
   // Non-model bytes on the device now (null: the device allocator's in-use
   // bytes less the plugin's; on the CPU stand-in 0).
   std::function<int64_t()> non_model_bytes;
+  // CPU Adam's OpenMP threads for host-resident shards (0: OpenMP's default).
+  int cpu_threads = 0;
   // Where the one-time notices go (null: stderr).
   std::function<void(const std::string&)> notice;
 };

@@ -1,15 +1,19 @@
-// The gemini plugin's state, shared by its files (gemini_plugin.cc: chunks,
-// placement and hooks; gemini_step.cc: the step and the checkpoints).
+// The gemini plugin's state, shared by its files: gemini_chunks.cc (tiers,
+// gather / release, reduction, moves), gemini_plugin.cc (materialize, the
+// hooks), gemini_step.cc (the step), gemini_checkpoint.cc (state dicts).
 #ifndef COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "comm/process_group/process_group.h"
+#include "core/device/stream.h"
+#include "core/dtype/dtype.h"
 #include "core/tensor/tensor.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
@@ -33,24 +37,38 @@ struct GeminiChunk {
   int64_t shard_size = 0;    // spec.numel / W, or spec.numel
   int64_t shard_begin = 0;   // this rank's first element in the chunk
   bool on_device = false;    // where the shard and its optimizer state live
-  // float32 [shard_size]: the master values (the weights), the accumulated
-  // averaged gradients, the Adam moments.
-  core::Tensor shard, grad_shard, exp_avg, exp_avg_sq;
-  core::Tensor full;       // the gathered chunk [numel], while gathered
+  // This rank's shard, [shard_size] each: the values in the model's dtype;
+  // the float32 masters (the values themselves for a float32 model); the Adam
+  // moments; the averaged gradients in the model's dtype, summed over the
+  // backwards of a step. On the host (pinned, on CUDA): 16 bytes a parameter
+  // for a 16-bit model.
+  core::Tensor value, master, exp_avg, exp_avg_sq, grad;
+  bool grad_zero = true;  // no backward reduced into grad since zero_grad
+  // CUDA, host chunks: a later micro-batch's reduced gradients cross PCIe
+  // into this pinned buffer (16 bits) and are added into grad on the host
+  // (fold); the first one lands in grad directly.
+  core::Tensor staging;
+  bool staged = false;
+  core::Tensor full;       // the gathered chunk [numel] on the device, while gathered
   core::Tensor full_grad;  // its gradients [numel], during a backward
   int compute = 0;         // modules running with this chunk
   int final_params = 0;    // parameters whose gradient is final in this backward
   bool reduced = false;    // reduced in this backward
   std::vector<GeminiPiece> pieces;
-  int64_t shard_bytes() const { return shard_size * 4 * 4; }  // the four shard tensors
-  // The full buffers alias the shard when it is whole and on the device.
-  bool full_is_shard() const { return !sharded && on_device; }
 };
+
+// dst = src converted to dst's dtype (same length), on the device of `stream`
+// for CUDA tensors, on the host otherwise.
+absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const core::Stream& stream);
 
 struct GeminiPlugin::State {
   std::shared_ptr<comm::ProcessGroup> pg;
   GeminiOptions options;
   nn::ParameterStore store;
+  core::Stream stream = core::Stream::cpu();  // every chunk operation's (materialize's)
+  core::DType dtype = core::DType::kF32;      // the parameters'
+  bool cuda = false;
+  std::optional<core::Event> d2h;  // CUDA: marks the latest gradient copy to the host
   bool materialized = false, boosted = false;
   ChunkLayout layout;
   std::vector<GeminiChunk> chunks;
@@ -66,26 +84,46 @@ struct GeminiPlugin::State {
   // Access order, per pass (0: forward, 1: backward): the chunk of every
   // access (module hook or fetch) of the first pass of that kind (recorded,
   // and checked across ranks when W > 1), and the cursor into it in later
-  // passes (prefetch hints, release and eviction choices).
+  // passes (release and eviction choices).
   std::vector<int> orders[2];
   bool recording[2] = {true, true};
   size_t cursor = 0;
   bool in_backward = false;
   bool auto_placed = false;  // auto: the placement after the warm-up step
+  int64_t peak_non_model = 0;
   const std::vector<int>& order() const { return orders[in_backward]; }
   bool recording_now() const { return recording[in_backward]; }
-  int64_t peak_non_model = 0;
-  std::vector<int> touched;  // chunks gathered on demand in this pass
 
   int world() const { return pg->size(); }
   int rank() const { return pg->rank(); }
+  int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype)); }
+  bool sixteen_bit() const { return dtype != core::DType::kF32; }
+  // The gathered chunk is the shard itself (whole, on the device), and the
+  // backward may accumulate into the gradient shard directly (one rank).
+  bool full_is_value(const GeminiChunk& k) const { return k.on_device && !k.sharded; }
+  bool grads_in_place(const GeminiChunk& k) const { return k.on_device && world() == 1; }
+  // Device bytes of chunk k's shard and optimizer state when on the device.
+  int64_t shard_bytes(const GeminiChunk& k) const;
   void note(const std::string& message) const;
   int64_t non_model_bytes() const;
+
+  // A zeroed [n] tensor of `dtype` on the device or in (pinned, on CUDA) host memory.
+  absl::StatusOr<core::Tensor> zeros(int64_t n, core::DType dtype, bool on_device) const;
+  // Makes `stream` (or the host, on the CPU) wait for a collective.
+  absl::Status finish(absl::StatusOr<comm::WorkPtr> work, const std::string& what) const;
+  comm::CollectiveOptions collective() const;
 
   // Device bytes: `bytes` more must fit (auto evicts to make room, except
   // chunk `keep`); the error names what did not fit.
   absl::Status reserve(int64_t bytes, int keep, const std::string& what);
   void release_bytes(int64_t bytes) { device_used -= bytes; }
+  // What the plugin may hold on the device now: the capacity (x
+  // steady_cuda_cap_ratio for auto) less the non-model memory.
+  int64_t device_limit() const;
+  // auto: evicts chunks (furthest next use first, never `keep`) until the
+  // plugin's device bytes fit device_limit() or nothing more can leave.
+  absl::Status shrink_to_fit(int keep);
+  absl::Status evict(int victim);
   // Moves chunk c's shard and optimizer state to the device or the host.
   absl::Status move_chunk(int c, bool to_device);
   // The chunk used furthest in the future (from the cursor), among
@@ -93,25 +131,30 @@ struct GeminiPlugin::State {
   int furthest_chunk(int keep) const;
 
   // Gather (all_gather of the shards) / release of chunk c's values; its
-  // gradient buffer; the reduction of its gradients into the shards.
+  // gradient buffer; the reduction of its gradients into the shards; the
+  // addition of a staged host part into the gradient shard.
   absl::Status access(int c, const std::string& param);
   absl::Status gather(int c);
   void release(int c);
   absl::Status ensure_grad(int c, const std::string& param);
   absl::Status reduce(int c);
+  absl::Status fold(int c);
   absl::Status set_views(int c);
   // The chunks of the parameters `params` (table indices), each once.
   std::vector<int> chunks_of(const std::vector<int>& params) const;
-  // auto, after the warm-up step: as many chunks on the device as fit.
-  absl::Status place_auto();
+  // Whether the next access in the recorded order is chunk c.
+  bool next_use_is(int c) const;
+  // First pass, W > 1: every rank reports `param` (-1: the pass ended);
+  // an error naming the first difference.
+  absl::Status check_same_access(int64_t param);
   // Ends the current pass: the first one of its kind stops recording (W > 1:
   // after checking that every rank's pass ended here too).
   absl::Status end_pass(bool ok);
-  // Whether the next access in the recorded order is chunk c.
-  bool next_use_is(int c) const;
-  // First step, W > 1: every rank reports `param` (-1: the pass ended);
-  // an error naming the first difference.
-  absl::Status check_same_access(int64_t param);
+  // auto, after the warm-up step: as many chunks on the device as fit.
+  absl::Status place_auto();
+  // Chunk k's shard tensor `t` gathered into one [numel] host tensor (a
+  // collective when the chunk is sharded).
+  absl::StatusOr<core::Tensor> gather_whole(const GeminiChunk& k, const core::Tensor& t);
 };
 
 }  // namespace colossal::parallel

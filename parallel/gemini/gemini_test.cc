@@ -162,8 +162,12 @@ TEST_P(GeminiEquivalence, MatchesOneProcessOnTheUnion) {
   ASSERT_EQ(runs[0].run.loss.size(), static_cast<size_t>(kSteps));
   EXPECT_GT(runs[0].chunks, 2);
   expect_equal_to_reference(runs, ref);
-  if (c.placement == "cuda") EXPECT_EQ(runs[0].on_device, runs[0].chunks);
-  if (c.placement == "cpu") EXPECT_EQ(runs[0].on_device, 0);
+  if (c.placement == "cuda") {
+    EXPECT_EQ(runs[0].on_device, runs[0].chunks);
+  }
+  if (c.placement == "cpu") {
+    EXPECT_EQ(runs[0].on_device, 0);
+  }
   if (c.placement == "static") {
     EXPECT_GT(runs[0].on_device, 0);
     EXPECT_LT(runs[0].on_device, runs[0].chunks);

@@ -1,0 +1,218 @@
+// The gemini plugin's checkpoints (see the header): the chunks gathered into
+// one process's layout and nn::Adam's state_dict, and their load at any world
+// size, each rank keeping its shards.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "nn/optim/state_dict.h"
+#include "parallel/gemini/gemini_plugin.h"
+#include "parallel/gemini/gemini_state.h"
+
+namespace colossal::parallel {
+namespace {
+
+// Calls fn(param index, offset in the chunk, [lo, hi) in the parameter) for
+// the part of each of chunk k's parameters that lies in this rank's shard.
+template <typename Fn>
+absl::Status for_each_shard_part(const GeminiChunk& k, const nn::ParameterTable& table, Fn fn) {
+  for (size_t i = 0; i < k.spec.params.size(); ++i) {
+    const int64_t off = k.spec.offsets[i];
+    const int64_t numel = table.entries()[k.spec.params[i]].numel();
+    const int64_t lo = std::max(off, k.shard_begin);
+    const int64_t hi = std::min(off + numel, k.shard_begin + k.shard_size);
+    if (lo < hi) COLOSSAL_RETURN_IF_ERROR(fn(k.spec.params[i], off, lo - off, hi - off));
+  }
+  return absl::OkStatus();
+}
+
+// Elements [lo, hi) of `t` (any shape), as a 1-D view.
+absl::StatusOr<core::Tensor> flat_range(const core::Tensor& t, int64_t lo, int64_t hi) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, t.reshape({t.numel()}));
+  return flat.slice(lo, hi);
+}
+
+// The dict tensor `key` checked to hold `numel` elements of `dtype`.
+absl::StatusOr<core::Tensor> dict_tensor(const nn::OptimizerStateDict& state, const std::string& key,
+                                         core::DType dtype, int64_t numel) {
+  auto it = state.tensors.find(key);
+  if (it == state.tensors.end()) return core::Tensor();
+  if (it->second.dtype() != dtype || it->second.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat("gemini: \"", key, "\" is ", it->second.to_string(),
+                                                   ", wanted ", numel, " ", core::dtype_name(dtype)));
+  }
+  return it->second;
+}
+
+}  // namespace
+
+absl::StatusOr<nn::ParameterStore> GeminiPlugin::model_state_dict(const nn::ParameterStore& store,
+                                                                  int to_rank,
+                                                                  const core::Stream& stream) {
+  State& s = *state_;
+  if (!s.materialized) return absl::FailedPreconditionError("gemini: model_state_dict before materialize");
+  const nn::ParameterTable& table = s.store.table();
+  const bool mine = to_rank < 0 || to_rank == s.rank();
+  nn::ParameterStore out = nn::ParameterStore::declare(table);
+  if (mine) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
+  for (const GeminiChunk& k : s.chunks) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, k.value));
+    if (!mine) continue;
+    for (size_t i = 0; i < k.spec.params.size(); ++i) {
+      const nn::Parameter& p = out.parameters()[k.spec.params[i]];
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
+                                whole.slice(k.spec.offsets[i], k.spec.offsets[i] + p.value.numel()));
+      COLOSSAL_ASSIGN_OR_RETURN(src, src.reshape(p.value.shape().dims()));
+      COLOSSAL_RETURN_IF_ERROR(const_cast<core::Tensor&>(p.value).copy_from(src, core::Stream::cpu()));
+    }
+  }
+  return out;
+}
+
+absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,
+                                                 const nn::ParameterStore& state,
+                                                 const core::Stream& stream) {
+  State& s = *state_;
+  if (!s.materialized) return absl::FailedPreconditionError("gemini: load before materialize");
+  const nn::ParameterTable& table = s.store.table();
+  // Check everything before changing anything.
+  std::vector<core::Tensor> values(table.size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    const nn::ParameterEntry& e = table.entries()[i];
+    COLOSSAL_ASSIGN_OR_RETURN(nn::Parameter p, state.find(e.name));
+    if (!p.value.defined() || p.value.shape() != e.shape || p.value.dtype() != s.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemini: parameter \"", e.name, "\" of the state is ", p.value.to_string(), ", the model's is ",
+          core::dtype_name(s.dtype), " ", e.shape.to_string()));
+    }
+    values[i] = p.value;
+  }
+  for (GeminiChunk& k : s.chunks) {
+    const core::Stream& at = k.on_device ? s.stream : core::Stream::cpu();
+    COLOSSAL_RETURN_IF_ERROR(for_each_shard_part(
+        k, table, [&](size_t param, int64_t off, int64_t lo, int64_t hi) -> absl::Status {
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat_range(values[param], lo, hi));
+          const int64_t at_shard = off + lo - k.shard_begin;
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, k.value.slice(at_shard, at_shard + hi - lo));
+          COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, s.stream));
+          if (!s.sixteen_bit()) return absl::OkStatus();
+          // The float32 masters become the loaded weights, widened exactly.
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master, k.master.slice(at_shard, at_shard + hi - lo));
+          return cast_into(master, dst, at);
+        }));
+  }
+  if (s.cuda) s.stream.synchronize();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::OptimizerStateDict> GeminiPlugin::optimizer_state_dict(
+    const nn::Optimizer& optimizer, int to_rank) {
+  State& s = *state_;
+  if (!s.boosted || &optimizer != s.optimizer) {
+    return absl::FailedPreconditionError("gemini: optimizer_state_dict of an optimizer it did not boost");
+  }
+  const nn::ParameterTable& table = s.store.table();
+  const bool mine = to_rank < 0 || to_rank == s.rank();
+  nn::OptimizerStateDict out;
+  out.meta.type = optimizer.type();
+  std::vector<char> in_optimizer(table.size(), 0);
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    nn::GroupState gs;
+    gs.hyper = optimizer.group_hyper(g);
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      gs.params.push_back(p.name);
+      in_optimizer[table.find(p.name) - table.entries().data()] = 1;
+    }
+    out.meta.groups.push_back(std::move(gs));
+  }
+  for (const GeminiChunk& k : s.chunks) {
+    std::vector<std::pair<const char*, const core::Tensor*>> parts = {{"exp_avg", &k.exp_avg},
+                                                                      {"exp_avg_sq", &k.exp_avg_sq}};
+    if (s.sixteen_bit()) parts.emplace_back("master", &k.master);  // as nn::Adam's for a model copy
+    for (const auto& [name, tensor] : parts) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, *tensor));
+      if (!mine) continue;
+      for (size_t i = 0; i < k.spec.params.size(); ++i) {
+        const nn::ParameterEntry& e = table.entries()[k.spec.params[i]];
+        if (!in_optimizer[k.spec.params[i]]) continue;
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
+                                  whole.slice(k.spec.offsets[i], k.spec.offsets[i] + e.numel()));
+        COLOSSAL_ASSIGN_OR_RETURN(src, src.reshape(e.shape.dims()));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                                  core::Tensor::empty(e.shape, core::DType::kF32, core::Stream::cpu()));
+        COLOSSAL_RETURN_IF_ERROR(t.copy_from(src, core::Stream::cpu()));
+        out.tensors[nn::state_key(e.name, name)] = std::move(t);
+      }
+    }
+  }
+  if (mine) {
+    for (const nn::GroupState& g : out.meta.groups) {
+      for (const std::string& name : g.params) {
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor step, core::Tensor::empty(core::Shape(), core::DType::kI64,
+                                                                         core::Stream::cpu()));
+        *step.data<int64_t>() = s.steps;
+        out.tensors[nn::state_key(name, "step")] = std::move(step);
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
+                                                     const nn::OptimizerStateDict& state) {
+  State& s = *state_;
+  if (!s.boosted || &optimizer != s.optimizer) {
+    return absl::FailedPreconditionError("gemini: loading into an optimizer it did not boost");
+  }
+  COLOSSAL_RETURN_IF_ERROR(optimizer.check_state_dict(state));
+  // One step count for every parameter (the plugin steps them together).
+  int64_t steps = -1;
+  for (int g = 0; g < optimizer.num_groups(); ++g) {
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                                state.tensors.at(nn::state_key(p.name, "step")).to(core::Device::cpu(),
+                                                                                  core::Stream::cpu()));
+      const int64_t v = *t.data<int64_t>();
+      if (steps >= 0 && v != steps) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gemini: the state's step counts differ between parameters (\"", p.name, "\": ", v,
+            ", others ", steps, "); the plugin steps every parameter together"));
+      }
+      steps = v;
+    }
+  }
+  const nn::ParameterTable& table = s.store.table();
+  for (GeminiChunk& k : s.chunks) {
+    for (const char* name : {"exp_avg", "exp_avg_sq", "master"}) {
+      core::Tensor& dst = std::string(name) == "exp_avg"      ? k.exp_avg
+                          : std::string(name) == "exp_avg_sq" ? k.exp_avg_sq
+                                                              : k.master;
+      const bool master = std::string(name) == "master";
+      if (master && !s.sixteen_bit()) continue;  // float32: the weights are the masters
+      COLOSSAL_RETURN_IF_ERROR(for_each_shard_part(
+          k, table, [&](size_t param, int64_t off, int64_t lo, int64_t hi) -> absl::Status {
+            const nn::ParameterEntry& e = table.entries()[param];
+            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, dict_tensor(state, nn::state_key(e.name, name),
+                                                                  core::DType::kF32, e.numel()));
+            if (!t.defined()) return absl::OkStatus();  // not an optimizer parameter; no master saved
+            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat_range(t, lo, hi));
+            const int64_t at = off + lo - k.shard_begin;
+            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d, dst.slice(at, at + hi - lo));
+            COLOSSAL_RETURN_IF_ERROR(d.copy_from(src, s.stream));
+            if (!master) return absl::OkStatus();
+            // The 16-bit values follow the loaded master (its rounding).
+            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, k.value.slice(at, at + hi - lo));
+            return cast_into(value, d, k.on_device ? s.stream : core::Stream::cpu());
+          }));
+    }
+  }
+  if (s.cuda) s.stream.synchronize();
+  COLOSSAL_RETURN_IF_ERROR(optimizer.load_state_meta(state));
+  s.steps = std::max<int64_t>(steps, 0);
+  return absl::OkStatus();
+}
+
+}  // namespace colossal::parallel

@@ -1,0 +1,466 @@
+// The gemini plugin's chunks: memory tiers and accounting, placement moves,
+// gather / release, gradient reduction, the access-order record and check.
+#include <algorithm>
+#include <iostream>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "bazel/cuda_config.h"
+#include "core/alloc/allocator.h"
+#include "core/alloc/default_allocator.h"
+#include "core/status/status.h"
+#include "kernels/elementwise/elementwise.h"
+#include "parallel/gemini/gemini_state.h"
+
+namespace colossal::parallel {
+namespace {
+
+std::string bytes(int64_t n) {
+  return core::format_bytes(static_cast<uint64_t>(std::max<int64_t>(n, 0)));
+}
+
+}  // namespace
+
+absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const core::Stream& stream) {
+  if (dst.numel() != src.numel()) return absl::InternalError("gemini: cast of tensors of different lengths");
+#if COLOSSAL_WITH_CUDA
+  if (dst.device().is_cuda()) {
+    return core::from_kernel_status(
+        kernels::elementwise::cast_cuda(dst.raw_data(), src.raw_data(),
+                                        dst.numel(), dst.dtype(), src.dtype(), stream.handle()),
+        "gemini: cast");
+  }
+#endif
+  return core::from_kernel_status(
+      kernels::elementwise::cast_cpu(dst.raw_data(), src.raw_data(),
+                                     dst.numel(), dst.dtype(), src.dtype()),
+      "gemini: cast");
+}
+
+int64_t GeminiPlugin::State::shard_bytes(const GeminiChunk& k) const {
+  // value + (separate master) + two moments + gradients (the model's dtype on the device)
+  return k.shard_size * (esize() + (sixteen_bit() ? 4 : 0) + 8 + esize());
+}
+
+void GeminiPlugin::State::note(const std::string& message) const {
+  if (options.notice) {
+    options.notice(message);
+  } else {
+    std::cerr << message << "\n";
+  }
+}
+
+int64_t GeminiPlugin::State::non_model_bytes() const {
+  if (options.non_model_bytes) return options.non_model_bytes();
+  if (!cuda) return 0;  // the CPU stand-in sees only the chunks
+  absl::StatusOr<std::shared_ptr<core::Allocator>> a = core::device_allocator(stream.device());
+  if (!a.ok()) return 0;
+  return std::max<int64_t>(0, (*a)->stats().allocated_bytes - device_used);
+}
+
+absl::StatusOr<core::Tensor> GeminiPlugin::State::zeros(int64_t n, core::DType dt,
+                                                        bool on_device) const {
+  core::Tensor t;
+  if (on_device || !cuda) {
+    COLOSSAL_ASSIGN_OR_RETURN(t, core::Tensor::empty({n}, dt, on_device ? stream : core::Stream::cpu()));
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
+    COLOSSAL_ASSIGN_OR_RETURN(t, core::Tensor::empty({n}, dt, stream, pinned));
+  }
+  COLOSSAL_RETURN_IF_ERROR(t.set_zero(on_device ? stream : core::Stream::cpu()));
+  return t;
+}
+
+comm::CollectiveOptions GeminiPlugin::State::collective() const {
+  comm::CollectiveOptions o;
+  if (cuda) o.stream = stream;
+  return o;
+}
+
+absl::Status GeminiPlugin::State::finish(absl::StatusOr<comm::WorkPtr> work,
+                                         const std::string& what) const {
+  if (!work.ok()) return core::annotate(work.status(), what);
+  if (cuda) {
+    (*work)->wait_stream(stream);  // later work on the stream runs after it; no host wait
+    return absl::OkStatus();
+  }
+  return core::annotate((*work)->wait(), what);
+}
+
+// ---- accounting and placement ----
+
+int GeminiPlugin::State::furthest_chunk(int keep) const {
+  int best = -1;
+  size_t best_next = 0;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const GeminiChunk& k = chunks[c];
+    if (static_cast<int>(c) == keep || !k.on_device || k.compute > 0 || k.full.defined() ||
+        k.full_grad.defined()) {
+      continue;
+    }
+    size_t next = std::numeric_limits<size_t>::max();  // not used again in this pass
+    for (size_t i = cursor; i < order().size(); ++i) {
+      if (order()[i] == static_cast<int>(c)) {
+        next = i;
+        break;
+      }
+    }
+    if (best < 0 || next > best_next) {
+      best = static_cast<int>(c);
+      best_next = next;
+    }
+  }
+  return best;
+}
+
+int64_t GeminiPlugin::State::device_limit() const {
+  const double ratio = options.placement_policy == "auto" ? options.steady_cuda_cap_ratio : 1.0;
+  return static_cast<int64_t>(capacity * ratio) - non_model_bytes();
+}
+
+absl::Status GeminiPlugin::State::evict(int victim) {
+  if (!told_offload) {
+    note(absl::StrCat("gemini auto: device memory is short (", bytes(device_limit()),
+                      " for the model's chunks); moving the chunks used furthest ahead to the "
+                      "host (said once)"));
+    told_offload = true;
+  }
+  ++evictions;
+  return move_chunk(victim, /*to_device=*/false);
+}
+
+absl::Status GeminiPlugin::State::shrink_to_fit(int keep) {
+  if (options.placement_policy != "auto") return absl::OkStatus();
+  while (device_used > device_limit()) {
+    const int victim = furthest_chunk(keep);
+    if (victim < 0) break;  // what is left is in use: a later allocation may still fail
+    COLOSSAL_RETURN_IF_ERROR(evict(victim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string& what) {
+  const bool automatic = options.placement_policy == "auto";
+  auto limit = [&] { return device_limit(); };
+  while (device_used + n > limit()) {
+    const int victim = automatic ? furthest_chunk(keep) : -1;
+    if (victim < 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "gemini (placement \"", options.placement_policy, "\"): ", what, " needs ", bytes(n),
+          " more device memory; the plugin holds ", bytes(device_used), " of the ", bytes(limit()),
+          " it may use (", bytes(capacity), automatic ? " x steady_cuda_cap_ratio" : "", ", less ",
+          bytes(non_model_bytes()), " of non-model memory)",
+          automatic ? " and nothing more can move to the host"
+                    : "; placement_policy \"auto\" or \"cpu\" keeps less on the device"));
+    }
+    COLOSSAL_RETURN_IF_ERROR(evict(victim));
+  }
+  device_used += n;
+  device_peak = std::max(device_peak, device_used);
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
+  GeminiChunk& k = chunks[c];
+  if (k.on_device == to_device) return absl::OkStatus();
+  COLOSSAL_RETURN_IF_ERROR(fold(c));
+  if (to_device) {
+    COLOSSAL_RETURN_IF_ERROR(reserve(shard_bytes(k), c, absl::StrCat("chunk ", c)));
+  } else {
+    release_bytes(shard_bytes(k));
+  }
+  auto moved = [&](const core::Tensor& t, core::DType dt) -> absl::StatusOr<core::Tensor> {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, zeros(k.shard_size, dt, to_device));
+    COLOSSAL_RETURN_IF_ERROR(out.copy_from(t, stream));
+    return out;
+  };
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, moved(k.value, dtype));
+  core::Tensor master = value;
+  if (sixteen_bit()) {
+    COLOSSAL_ASSIGN_OR_RETURN(master, moved(k.master, core::DType::kF32));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor m, moved(k.exp_avg, core::DType::kF32));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, moved(k.exp_avg_sq, core::DType::kF32));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor g, moved(k.grad, dtype));
+  if (cuda) stream.synchronize();  // the old tier's memory goes now
+  k.value = std::move(value);
+  k.master = std::move(master);
+  k.exp_avg = std::move(m);
+  k.exp_avg_sq = std::move(v);
+  k.grad = std::move(g);
+  k.staging = core::Tensor();
+  k.on_device = to_device;
+  return absl::OkStatus();
+}
+
+// ---- views, gather, release, reduce ----
+
+std::vector<int> GeminiPlugin::State::chunks_of(const std::vector<int>& params) const {
+  std::vector<int> out;
+  for (int p : params) {
+    const int c = layout.chunk_of[p];
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+bool GeminiPlugin::State::next_use_is(int c) const {
+  return !recording_now() && cursor < order().size() && order()[cursor] == c;
+}
+
+absl::Status GeminiPlugin::State::set_views(int c) {
+  GeminiChunk& k = chunks[c];
+  const auto& entries = store.table().entries();
+  for (size_t s = 0; s < k.spec.params.size(); ++s) {
+    const nn::ParameterEntry& e = entries[k.spec.params[s]];
+    const int64_t off = k.spec.offsets[s];
+    core::Tensor value, grad;
+    if (k.full.defined()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, k.full.slice(off, off + e.numel()));
+      COLOSSAL_ASSIGN_OR_RETURN(value, v.reshape(e.shape.dims()));
+    }
+    if (k.full_grad.defined()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor g, k.full_grad.slice(off, off + e.numel()));
+      COLOSSAL_ASSIGN_OR_RETURN(grad, g.reshape(e.shape.dims()));
+    }
+    COLOSSAL_RETURN_IF_ERROR(store.set_views(k.spec.params[s], std::move(value), std::move(grad)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::check_same_access(int64_t param) {
+  // A tiny collective on the host (CPU) or through the device (NCCL).
+  std::vector<int64_t> all(static_cast<size_t>(world()), 0);
+  if (cuda) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
+    *mine.data<int64_t>() = param;
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d_mine, mine.to(stream.device(), stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d_all,
+                              core::Tensor::empty({world()}, core::DType::kI64, stream));
+    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(d_all, d_mine, collective()),
+                                    "gemini: checking the access order"));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, d_all.to(core::Device::cpu(), stream));
+    stream.synchronize();
+    std::copy(h.data<int64_t>(), h.data<int64_t>() + world(), all.begin());
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(comm::Buffer::cpu(all.data(), all.size()),
+                                                   comm::Buffer::cpu(&param, 1)),
+                                    "gemini: checking the access order"));
+  }
+  for (int r = 1; r < world(); ++r) {
+    if (all[r] == all[0]) continue;
+    auto name = [&](int64_t p) {
+      return p < 0 ? std::string("(the end of the pass)")
+                   : absl::StrCat("\"", store.table().entries()[p].name, "\"");
+    };
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gemini: the ranks use the parameters in different orders (access ", order().size(),
+        " of the ", in_backward ? "backward" : "forward", "): rank 0 uses ", name(all[0]), ", rank ",
+        r, " uses ", name(all[r]),
+        ". Gemini gathers chunks collectively, so every rank must run the same modules in the "
+        "same order"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::access(int c, const std::string& param) {
+  if (recording_now()) {
+    if (world() > 1) {
+      COLOSSAL_RETURN_IF_ERROR(
+          check_same_access(store.table().find(param) - store.table().entries().data()));
+    }
+    orders[in_backward].push_back(c);
+  } else if (cursor < order().size()) {
+    ++cursor;
+  }
+  peak_non_model = std::max(peak_non_model, non_model_bytes());
+  // auto: non-model memory grows (activations): chunks used furthest ahead leave.
+  COLOSSAL_RETURN_IF_ERROR(shrink_to_fit(c));
+  if (!chunks[c].full.defined()) COLOSSAL_RETURN_IF_ERROR(gather(c));
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::gather(int c) {
+  GeminiChunk& k = chunks[c];
+  if (full_is_value(k)) {
+    k.full = k.value;
+    return set_views(c);
+  }
+  const std::string what = absl::StrCat("gemini: gathering chunk ", c);
+  COLOSSAL_RETURN_IF_ERROR(reserve(k.spec.numel * esize(), c, what));
+  COLOSSAL_ASSIGN_OR_RETURN(k.full, core::Tensor::empty({k.spec.numel}, dtype, stream));
+  if (!k.sharded) {  // whole, on the host: one copy in
+    COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.value, stream));
+    return set_views(c);
+  }
+  core::Tensor src = k.value;
+  if (cuda && !k.on_device) {  // the 16-bit shard crosses PCIe, then the gather
+    COLOSSAL_ASSIGN_OR_RETURN(src, k.value.to(stream.device(), stream));
+  }
+  COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(k.full, src, collective()), what));
+  ++gathers;
+  return set_views(c);
+}
+
+void GeminiPlugin::State::release(int c) {
+  GeminiChunk& k = chunks[c];
+  if (!k.full.defined() || k.compute > 0) return;
+  if (!full_is_value(k)) release_bytes(k.spec.numel * esize());
+  k.full = core::Tensor();
+  set_views(c).IgnoreError();  // slices of live tensors: cannot fail
+}
+
+absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
+  GeminiChunk& k = chunks[c];
+  if (k.reduced) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gemini: the gradient of parameter \"", param,
+        "\" is written after its chunk was reduced in this backward (a module other than the one "
+        "that declares it uses it after that module's backward)"));
+  }
+  if (k.full_grad.defined()) return absl::OkStatus();
+  if (grads_in_place(k)) {
+    k.full_grad = k.grad;  // one rank: the backward accumulates into the shard itself
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(
+        reserve(k.spec.numel * esize(), c, absl::StrCat("the gradients of chunk ", c)));
+    COLOSSAL_ASSIGN_OR_RETURN(k.full_grad, zeros(k.spec.numel, dtype, /*on_device=*/true));
+  }
+  return set_views(c);
+}
+
+absl::Status GeminiPlugin::State::fold(int c) {
+  GeminiChunk& k = chunks[c];
+  if (!k.staged) return absl::OkStatus();
+  if (d2h.has_value()) d2h->synchronize();
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), k.staging.raw_data(),
+                                       k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
+      "gemini: gradients"));
+  k.staging = core::Tensor();  // transient: only accumulation needs it
+  k.staged = false;
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::reduce(int c) {
+  GeminiChunk& k = chunks[c];
+  if (!k.full_grad.defined()) {  // no parameter of the chunk was used: zero gradients
+    COLOSSAL_RETURN_IF_ERROR(ensure_grad(c, "(unused)"));
+  }
+  const std::string what = absl::StrCat("gemini: reducing the gradients of chunk ", c);
+  if (grads_in_place(k)) {  // accumulated in place already
+    k.full_grad = core::Tensor();
+    k.reduced = true;
+    return set_views(c);
+  }
+  core::Tensor part = k.full_grad;  // this rank's averaged gradients, on the device
+  if (world() > 1 && k.sharded) {
+    COLOSSAL_ASSIGN_OR_RETURN(part, core::Tensor::empty({k.shard_size}, dtype, stream));
+    COLOSSAL_RETURN_IF_ERROR(
+        finish(pg->reduce_scatter(part, k.full_grad, comm::ReduceOp::kAvg, collective()), what));
+  } else if (world() > 1) {
+    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_reduce(k.full_grad, comm::ReduceOp::kAvg, collective()), what));
+  }
+  if (k.on_device || !cuda) {
+    // The CPU build adds on the host; CUDA adds on the device in the model's dtype.
+#if COLOSSAL_WITH_CUDA
+    if (cuda) {
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::elementwise::binary_cuda(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
+                                            k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd,
+                                            stream.handle()),
+          what));
+    }
+#endif
+    if (!cuda) {
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
+                                           k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
+          what));
+    }
+  } else {
+    // A host chunk: the part crosses PCIe in 16 bits, into the gradient shard
+    // itself after zero_grad, else into a staging buffer the host adds later
+    // (fold). The step waits for the copies before reading them.
+    COLOSSAL_RETURN_IF_ERROR(fold(c));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
+    if (k.grad_zero) {
+      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, stream));
+    } else {
+      COLOSSAL_ASSIGN_OR_RETURN(k.staging, zeros(k.shard_size, dtype, /*on_device=*/false));
+      COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, stream));
+      k.staged = true;
+    }
+    if (!d2h.has_value()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Event e, core::Event::create(stream.device()));
+      d2h.emplace(std::move(e));
+    }
+    d2h->record(stream);
+  }
+  k.grad_zero = false;
+  release_bytes(k.spec.numel * esize());
+  k.full_grad = core::Tensor();
+  k.reduced = true;
+  return set_views(c);
+}
+
+absl::Status GeminiPlugin::State::end_pass(bool ok) {
+  if (!recording_now()) return absl::OkStatus();
+  if (ok && world() > 1) COLOSSAL_RETURN_IF_ERROR(check_same_access(-1));
+  recording[in_backward] = false;
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::place_auto() {
+  auto_placed = true;
+  // The warm-up ran with every shard on the host: its device peak is the
+  // working set (gathered chunks, gradient buffers).
+  const int64_t budget = static_cast<int64_t>(capacity * options.steady_cuda_cap_ratio) -
+                         peak_non_model - device_peak;
+  int64_t used = 0;
+  std::vector<char> placed(chunks.size(), 0);
+  auto try_place = [&](int c) -> absl::Status {
+    if (placed[c]) return absl::OkStatus();
+    placed[c] = 1;
+    if (used + shard_bytes(chunks[c]) > budget) return absl::OkStatus();
+    used += shard_bytes(chunks[c]);
+    return move_chunk(c, /*to_device=*/true);
+  };
+  for (int c : orders[0]) COLOSSAL_RETURN_IF_ERROR(try_place(c));  // first use first
+  for (size_t c = 0; c < chunks.size(); ++c) COLOSSAL_RETURN_IF_ERROR(try_place(static_cast<int>(c)));
+  int on = 0;
+  int64_t host = 0;
+  for (const GeminiChunk& k : chunks) {
+    on += k.on_device;
+    if (!k.on_device) host += shard_bytes(k);
+  }
+  if (on < static_cast<int>(chunks.size()) && !told_offload) {
+    note(absl::StrCat("gemini auto: ", on, " of ", chunks.size(),
+                      " chunks on the device, the others' shards and optimizer state (",
+                      bytes(host), ") in host memory"));
+    told_offload = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::Tensor> GeminiPlugin::State::gather_whole(const GeminiChunk& k,
+                                                               const core::Tensor& t) {
+  if (!k.sharded) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, t.to(core::Device::cpu(), stream));
+    if (cuda) stream.synchronize();
+    return h;
+  }
+  core::Tensor src = t;
+  if (cuda && !t.device().is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(src, t.to(stream.device(), stream));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, core::Tensor::empty({k.spec.numel}, t.dtype(), stream));
+  COLOSSAL_RETURN_IF_ERROR(
+      finish(pg->all_gather(whole, src, collective()), "gemini: gathering a chunk for a checkpoint"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, whole.to(core::Device::cpu(), stream));
+  if (cuda) stream.synchronize();
+  return h;
+}
+
+}  // namespace colossal::parallel
