@@ -33,6 +33,7 @@ return {
     search_range_m = gpu and 32 or 1, -- chunk size search, MiElements
     min_chunk_size_m = gpu and 32 or 0.0625,
     hidden_dim = gpu and 1024 or 128,
+    max_prefetch = gpu and 4 or 0,    -- host chunks copied to the GPU ahead of use
     max_norm = 1.0,                   -- clip by global norm, inside the plugin
     precision = gpu and "bf16" or "fp32",
   },

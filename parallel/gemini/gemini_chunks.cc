@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
 #include "core/alloc/allocator.h"
+#include "core/alloc/cpu_allocator.h"
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "kernels/elementwise/elementwise.h"
@@ -165,6 +166,11 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   GeminiChunk& k = chunks[c];
   if (k.on_device == to_device) return absl::OkStatus();
   COLOSSAL_RETURN_IF_ERROR(fold(c));
+  if (k.prefetched.defined()) {
+    k.prefetch_ready->wait(stream);
+    k.prefetched = core::Tensor();
+    release_bytes(k.shard_size * esize());
+  }
   if (to_device) {
     COLOSSAL_RETURN_IF_ERROR(reserve(shard_bytes(k), c, absl::StrCat("chunk ", c)));
   } else {
@@ -278,7 +284,47 @@ absl::Status GeminiPlugin::State::access(int c, const std::string& param) {
   // auto: non-model memory grows (activations): chunks used furthest ahead leave.
   COLOSSAL_RETURN_IF_ERROR(shrink_to_fit(c));
   if (!chunks[c].full.defined()) COLOSSAL_RETURN_IF_ERROR(gather(c));
+  return prefetch_ahead();
+}
+
+absl::Status GeminiPlugin::State::prefetch_ahead() {
+  if (!cuda || options.max_prefetch <= 0 || recording_now()) return absl::OkStatus();
+  if (!copy_stream.has_value()) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream s, core::OwnedStream::create(stream.device()));
+    copy_stream.emplace(std::move(s));
+  }
+  int issued = 0;
+  for (size_t i = cursor; i < order().size() && issued < options.max_prefetch; ++i) {
+    GeminiChunk& k = chunks[order()[i]];
+    if (k.on_device || k.full.defined()) continue;
+    ++issued;
+    if (k.prefetched.defined()) continue;
+    const int64_t n = k.shard_size * esize();
+    if (device_used + n > device_limit()) break;  // no room now: gather copies it then
+    device_used += n;
+    device_peak = std::max(device_peak, device_used);
+    // Allocated in the compute stream's order; the copy waits for that point,
+    // so it overlaps the modules running now.
+    COLOSSAL_ASSIGN_OR_RETURN(k.prefetched, core::Tensor::empty({k.shard_size}, dtype, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event allocated, core::Event::create(stream.device()));
+    allocated.record(stream);
+    allocated.wait(copy_stream->get());
+    COLOSSAL_RETURN_IF_ERROR(k.prefetched.copy_from(k.value, copy_stream->get()));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event ready, core::Event::create(stream.device()));
+    ready.record(copy_stream->get());
+    k.prefetch_ready = std::make_shared<core::Event>(std::move(ready));
+  }
   return absl::OkStatus();
+}
+
+void GeminiPlugin::State::drop_prefetches() {
+  for (GeminiChunk& k : chunks) {
+    if (!k.prefetched.defined()) continue;
+    k.prefetch_ready->wait(stream);  // the copy finishes before the memory is reused
+    k.prefetched = core::Tensor();
+    release_bytes(k.shard_size * esize());
+  }
+  if (copy_stream.has_value()) copy_stream->get().synchronize();
 }
 
 absl::Status GeminiPlugin::State::gather(int c) {
@@ -290,12 +336,24 @@ absl::Status GeminiPlugin::State::gather(int c) {
   const std::string what = absl::StrCat("gemini: gathering chunk ", c);
   COLOSSAL_RETURN_IF_ERROR(reserve(k.spec.numel * esize(), c, what));
   COLOSSAL_ASSIGN_OR_RETURN(k.full, core::Tensor::empty({k.spec.numel}, dtype, stream));
-  if (!k.sharded) {  // whole, on the host: one copy in
-    COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.value, stream));
+  if (!k.sharded) {  // whole, on the host: one copy in (or the prefetched one)
+    if (k.prefetched.defined()) {
+      k.prefetch_ready->wait(stream);
+      COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.prefetched, stream));
+      k.prefetched = core::Tensor();
+      release_bytes(k.shard_size * esize());
+    } else {
+      COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.value, stream));
+    }
     return set_views(c);
   }
   core::Tensor src = k.value;
-  if (cuda && !k.on_device) {  // the 16-bit shard crosses PCIe, then the gather
+  if (k.prefetched.defined()) {  // copied in ahead (prefetch_ahead)
+    k.prefetch_ready->wait(stream);
+    src = k.prefetched;
+    k.prefetched = core::Tensor();
+    release_bytes(k.shard_size * esize());
+  } else if (cuda && !k.on_device) {  // the 16-bit shard crosses PCIe, then the gather
     COLOSSAL_ASSIGN_OR_RETURN(src, k.value.to(stream.device(), stream));
   }
   COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(k.full, src, collective()), what));
@@ -412,16 +470,56 @@ absl::Status GeminiPlugin::State::end_pass(bool ok) {
   return absl::OkStatus();
 }
 
+absl::Status GeminiPlugin::State::place_warmup() {
+  const double steady = static_cast<double>(capacity) * options.steady_cuda_cap_ratio;
+  const int64_t warm = static_cast<int64_t>(steady * (1.0 - options.warmup_non_model_data_ratio));
+  int64_t used = 0, host = 0, largest = 0;
+  for (GeminiChunk& k : chunks) {
+    k.on_device = used + shard_bytes(k) <= warm;
+    (k.on_device ? used : host) += shard_bytes(k);
+    largest = std::max(largest, k.spec.numel * esize());
+  }
+  if (!cuda) return absl::OkStatus();  // the stand-in's host is the machine's: no limit here
+  // Host shards are pinned: leave a tenth of the host's memory free. The
+  // device keeps room for the warm-up's working set (two chunks and their
+  // gradients) and a tenth of the rest for activations.
+  const int64_t host_limit = static_cast<int64_t>(0.9 * static_cast<double>(core::host_memory_available()));
+  const int64_t device_limit = static_cast<int64_t>(0.9 * steady) - 4 * largest;
+  int moved = 0;
+  for (GeminiChunk& k : chunks) {
+    if (host <= host_limit) break;
+    if (k.on_device || used + shard_bytes(k) > device_limit) continue;
+    k.on_device = true;
+    used += shard_bytes(k);
+    host -= shard_bytes(k);
+    ++moved;
+  }
+  if (moved > 0) {
+    note(absl::StrCat("gemini auto: the host cannot hold the offloaded shards (", bytes(host + used),
+                      " with the device's share, ", bytes(host_limit), " free): ", moved,
+                      " more chunks start on the device"));
+  }
+  if (host > host_limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "gemini auto: the model's shards and optimizer state need ", bytes(host),
+        " of host memory beyond what the device can hold, the host has ", bytes(host_limit),
+        " to spare: use more ranks, or a smaller model"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status GeminiPlugin::State::place_auto() {
   auto_placed = true;
-  // The warm-up ran with every shard on the host: its device peak is the
-  // working set (gathered chunks, gradient buffers).
-  const int64_t budget = static_cast<int64_t>(capacity * options.steady_cuda_cap_ratio) -
-                         peak_non_model - device_peak;
+  // The warm-up's device peak less the shards that stayed on the device is
+  // its working set (gathered chunks, gradient buffers).
   int64_t used = 0;
+  for (const GeminiChunk& k : chunks) used += k.on_device ? shard_bytes(k) : 0;
+  const int64_t working = std::max<int64_t>(0, device_peak - used);
+  const int64_t budget = static_cast<int64_t>(capacity * options.steady_cuda_cap_ratio) -
+                         peak_non_model - working;
   std::vector<char> placed(chunks.size(), 0);
   auto try_place = [&](int c) -> absl::Status {
-    if (placed[c]) return absl::OkStatus();
+    if (placed[c] || chunks[c].on_device) return absl::OkStatus();
     placed[c] = 1;
     if (used + shard_bytes(chunks[c]) > budget) return absl::OkStatus();
     used += shard_bytes(chunks[c]);

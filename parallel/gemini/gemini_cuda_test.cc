@@ -7,11 +7,14 @@
 //     shards and Adam state live in pinned host memory, updated by CPU Adam
 //     from 16-bit gradients that crossed PCIe). float32: losses and weights
 //     within 1e-5 relative (only the order of the norm's sum differs);
-//     bfloat16: losses within 1e-2 relative, weights within 2^-7 of the
-//     largest (16-bit gradients are accumulated in another order on the host);
+//     bfloat16: losses within 1e-2 relative, weights within 1e-2 relative L2
+//     (16-bit gradients are accumulated in another order on the host);
+//     c_attn's key bias, whose true gradient is 0, is left out of the weights;
 //   * checkpoints: a bfloat16 `cpu` run's model and optimizer state load
 //     into a `cuda` run and give back the same state bitwise, and a resumed
 //     run (same placement) equals an uninterrupted one bitwise.
+//   * max_prefetch (host chunks copied in ahead on a copy stream) changes
+//     nothing: the same losses and weights bitwise.
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
@@ -237,6 +240,7 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
   const std::vector<GpuRun> got = run_gpu(spec);
   if (HasFailure()) return;
   const bool f32 = c.dtype == DType::kF32;
+  const nn::ParameterTable table = nn::GPT2::parameter_table(gpu_config(), c.dtype).value();
   EXPECT_GT(got[0].chunks, 2);
   if (c.placement == "cuda") {
     EXPECT_EQ(got[0].on_device, got[0].chunks);
@@ -254,13 +258,32 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
       EXPECT_NEAR(got[r].loss[s], ref[r].loss[s], tol * std::abs(ref[r].loss[s])) << "step " << s;
       EXPECT_NEAR(got[r].norm[s], ref[r].norm[s], (f32 ? 1e-4 : 5e-2) * ref[r].norm[s]) << "step " << s;
     }
-    double d = 0, m = 1e-30;
+    // c_attn's key bias has a zero true gradient: its values are Adam steps
+    // on rounding noise, lr-sized whatever the order of summation, so it is
+    // left out (as in parallel/zero's tests). float32 elsewhere: 1e-5 of the
+    // largest weight. bfloat16: both runs round every activation and gradient
+    // to 8 bits, in different orders, for 12 steps: relative L2 <= 1e-2.
     ASSERT_EQ(got[r].weights.size(), ref[r].weights.size());
-    for (size_t i = 0; i < ref[r].weights.size(); ++i) {
-      d = std::max(d, std::abs(double(got[r].weights[i]) - ref[r].weights[i]));
-      m = std::max(m, std::abs(double(ref[r].weights[i])));
+    std::vector<char> skip(ref[r].weights.size(), 0);
+    for (const nn::ParameterEntry& e : table.entries()) {
+      if (e.name.find("attn.c_attn.bias") == std::string::npos) continue;
+      const int64_t C = gpu_config().n_embd;
+      std::fill(skip.begin() + e.offset + C, skip.begin() + e.offset + 2 * C, 1);
     }
-    EXPECT_LE(d / m, f32 ? 1e-5 : 1.0 / 128) << "rank " << r;
+    double d = 0, m = 1e-30, d2 = 0, m2 = 0;
+    for (size_t i = 0; i < ref[r].weights.size(); ++i) {
+      if (skip[i]) continue;
+      const double diff = double(got[r].weights[i]) - ref[r].weights[i];
+      d = std::max(d, std::abs(diff));
+      m = std::max(m, std::abs(double(ref[r].weights[i])));
+      d2 += diff * diff;
+      m2 += double(ref[r].weights[i]) * ref[r].weights[i];
+    }
+    if (f32) {
+      EXPECT_LE(d / m, 1e-5) << "rank " << r;
+    } else {
+      EXPECT_LE(std::sqrt(d2 / m2), 1e-2) << "rank " << r;
+    }
     EXPECT_EQ(got[r].weights, got[0].weights);
   }
 }
@@ -284,6 +307,19 @@ void expect_bitwise(const nn::OptimizerStateDict& a, const nn::OptimizerStateDic
     ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
     EXPECT_EQ(0, std::memcmp(t.raw_data(), u.raw_data(), t.nbytes())) << key;
   }
+}
+
+TEST(GeminiCudaPrefetch, ChangesNothing) {
+  COLOSSAL_REQUIRE_GPU();
+  GpuSpec a;
+  a.dtype = DType::kBF16;
+  a.gemini = gpu_chunks("cpu");
+  const std::vector<GpuRun> plain = run_gpu(a);
+  a.gemini.max_prefetch = 2;
+  const std::vector<GpuRun> ahead = run_gpu(a);
+  ASSERT_TRUE(plain[0].done && ahead[0].done);
+  EXPECT_EQ(ahead[0].loss, plain[0].loss);
+  EXPECT_EQ(ahead[0].weights, plain[0].weights);
 }
 
 TEST(GeminiCudaCheckpoint, LoadsAcrossPlacementsAndResumesExactly) {

@@ -127,6 +127,10 @@ absl::Status GeminiPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
     k.shard_begin = k.sharded ? static_cast<int64_t>(s.rank()) * k.shard_size : 0;
     const std::string& p = o.placement_policy;
     k.on_device = p == "cuda" || (p == "static" && c < n - host_chunks);
+  }
+  if (o.placement_policy == "auto") COLOSSAL_RETURN_IF_ERROR(s.place_warmup());
+  for (int c = 0; c < n; ++c) {
+    GeminiChunk& k = s.chunks[c];
     if (k.on_device) {
       COLOSSAL_RETURN_IF_ERROR(s.reserve(s.shard_bytes(k), c, absl::StrCat("the shards of chunk ", c)));
     }
@@ -276,6 +280,7 @@ absl::Status GeminiPlugin::end_forward(bool ok) {
     s.chunks[c].compute = 0;
     s.release(static_cast<int>(c));
   }
+  s.drop_prefetches();
   return s.end_pass(ok);
 }
 
@@ -311,6 +316,7 @@ absl::Status GeminiPlugin::end_backward(bool ok) {
     }
     s.release(static_cast<int>(c));
   }
+  s.drop_prefetches();
   absl::Status ended = s.end_pass(ok && status.ok());
   s.in_backward = false;
   return status.ok() ? ended : status;

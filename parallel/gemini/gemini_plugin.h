@@ -110,6 +110,9 @@ struct GeminiOptions {
   std::function<int64_t()> non_model_bytes;
   // CPU Adam's OpenMP threads for host-resident shards (0: OpenMP's default).
   int cpu_threads = 0;
+  // CUDA: host chunks of the recorded order copied to the device this many
+  // chunks ahead, on a copy stream (Colossal-AI's max_prefetch; 0: at use).
+  int max_prefetch = 0;
   // Where the one-time notices go (null: stderr).
   std::function<void(const std::string&)> notice;
 };

@@ -1,5 +1,6 @@
 #include "parallel/gemini/gemini_spec.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -90,6 +91,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   }
   options.boolean("force_outputs_fp32", false);  // outputs are the model's dtype either way
   const int64_t prefetch = options.integer("max_prefetch", 0);
+  g.max_prefetch = static_cast<int>(std::min<int64_t>(prefetch, 1 << 20));
   options.boolean("enable_async_reduce", true);
   options.boolean("pin_memory", false);
   options.boolean("enable_gradient_accumulation", false);  // accumulation always works

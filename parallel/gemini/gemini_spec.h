@@ -4,8 +4,8 @@
 //     shard_param_frac (1.0), offload_optim_frac (0.0), offload_param_frac (0.0),
 //     warmup_non_model_data_ratio (0.8), steady_cuda_cap_ratio (0.9),
 //     gpu_margin_mem_ratio (0.0), search_range_m (32), hidden_dim (1024),
-//     min_chunk_size_m (32), max_prefetch (0; the CPU path gathers in place,
-//     nothing to prefetch), enable_async_reduce (true),
+//     min_chunk_size_m (32), max_prefetch (0; CUDA: host chunks copied in
+//     this many ahead on a copy stream), enable_async_reduce (true),
 //     pin_memory (false), enable_gradient_accumulation (false; accumulation
 //     always works), precision ("fp32" here: the CPU path trains float32),
 //     master_weights (true; false is refused), max_norm (0: no clipping),

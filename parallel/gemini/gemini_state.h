@@ -49,6 +49,10 @@ struct GeminiChunk {
   // (fold); the first one lands in grad directly.
   core::Tensor staging;
   bool staged = false;
+  // CUDA, host chunks: this rank's 16-bit shard copied to the device ahead of
+  // its use on the copy stream (max_prefetch), ready when the event is.
+  core::Tensor prefetched;
+  std::shared_ptr<core::Event> prefetch_ready;
   core::Tensor full;       // the gathered chunk [numel] on the device, while gathered
   core::Tensor full_grad;  // its gradients [numel], during a backward
   int compute = 0;         // modules running with this chunk
@@ -69,6 +73,7 @@ struct GeminiPlugin::State {
   core::DType dtype = core::DType::kF32;      // the parameters'
   bool cuda = false;
   std::optional<core::Event> d2h;  // CUDA: marks the latest gradient copy to the host
+  std::optional<core::OwnedStream> copy_stream;  // CUDA: prefetches (max_prefetch > 0)
   bool materialized = false, boosted = false;
   ChunkLayout layout;
   std::vector<GeminiChunk> chunks;
@@ -139,6 +144,12 @@ struct GeminiPlugin::State {
   absl::Status ensure_grad(int c, const std::string& param);
   absl::Status reduce(int c);
   absl::Status fold(int c);
+  // Starts copying the 16-bit shards of the next max_prefetch host chunks of
+  // the recorded order (after the cursor) to the device on the copy stream.
+  absl::Status prefetch_ahead();
+  // Drops prefetched shards not used (end of a pass) and waits for the copy
+  // stream (before the host writes the shards again).
+  void drop_prefetches();
   absl::Status set_views(int c);
   // The chunks of the parameters `params` (table indices), each once.
   std::vector<int> chunks_of(const std::vector<int>& params) const;
@@ -150,6 +161,11 @@ struct GeminiPlugin::State {
   // Ends the current pass: the first one of its kind stops recording (W > 1:
   // after checking that every rank's pass ended here too).
   absl::Status end_pass(bool ok);
+  // auto, before the warm-up step (chunks not allocated yet): the first
+  // chunks on the device up to capacity x steady_cuda_cap_ratio x (1 -
+  // warmup_non_model_data_ratio), Colossal-AI's warm-up share; more when the
+  // host could not hold the rest (said once).
+  absl::Status place_warmup();
   // auto, after the warm-up step: as many chunks on the device as fit.
   absl::Status place_auto();
   // Chunk k's shard tensor `t` gathered into one [numel] host tensor (a

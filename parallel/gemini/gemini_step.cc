@@ -130,7 +130,15 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   kernels::adam::AdamCpuOptions cpu;
   cpu.num_threads = s.options.cpu_threads;
   const kernels::DType copy = s.sixteen_bit() ? s.dtype : kernels::DType::kF32;
+  // The device shards first: their kernels run while the host updates its own.
+  std::vector<size_t> order;
   for (size_t c = 0; c < s.chunks.size(); ++c) {
+    if (s.cuda && s.chunks[c].on_device) order.push_back(c);
+  }
+  for (size_t c = 0; c < s.chunks.size(); ++c) {
+    if (!(s.cuda && s.chunks[c].on_device)) order.push_back(c);
+  }
+  for (size_t c : order) {
     GeminiChunk& k = s.chunks[c];
     const int64_t es = s.esize();
     for (const GeminiPiece& p : k.pieces) {

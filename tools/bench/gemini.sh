@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Gemini on one GPU beside low_level_zero and PyTorch FSDP2 (CPU offload), in one
+# call on the GPU machine, from the repository root, with a bundle made by
+#   tools/gpu/bundle.sh //parallel/gemini:gemini_cuda_test //lua:colossal
+# and the data files (corpus/, gpt2.tiktoken) in $BUNDLE/data:
+#
+#   tools/bench/gemini.sh BUNDLE small   # GPT-2 1.5B, micro-batch 8: zero2, gemini cuda/auto/cpu,
+#                                        # zero2 + cpu_offload, torch FSDP2 + CPUOffloadPolicy
+#   tools/bench/gemini.sh BUNDLE large   # gemini auto: the 6.6B (32 x 4096) at micro-batch 4,
+#                                        # then a 10.3B (50 x 4096) at micro-batch 2
+#
+# SKIP_TORCH=1 leaves the PyTorch run out. Every run prints its own lines; the last lines are a table: what, ms/step,
+# tokens/s, GPU peak, host peak (max RSS of the process), and the losses of the
+# training runs. bf16, sequence 1024.
+set -uo pipefail
+bundle="$1"
+what="${2:-small}"
+export LD_LIBRARY_PATH="$bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export COLOSSAL_DATA="$bundle/data"
+export NCCL_NVLS_ENABLE=0
+bin="$bundle/bin/lua_colossal"
+rows=()
+
+# run LABEL TIMEOUT COMMAND...: the command's output, its host peak, one row.
+run() {
+  local label="$1" limit="$2"
+  shift 2
+  echo "===== $label: $*"
+  local log
+  log=$(mktemp)
+  /usr/bin/env python3 - "$limit" "$@" <<'PY' 2>&1 | tee "$log"
+import resource, subprocess, sys
+limit = int(sys.argv[1])
+try:
+    code = subprocess.run(sys.argv[2:], timeout=limit).returncode
+except subprocess.TimeoutExpired:
+    code = "timeout"
+print(f"host_peak_gib {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.1f} exit {code}")
+PY
+  local summary host losses
+  summary=$(grep -E '^\{.*(tokens_per_s|ms_per_step)|^step ' "$log" | tail -1)
+  host=$(grep -oE 'host_peak_gib [0-9.]+ exit [^ ]+' "$log" | tail -1)
+  losses=$(grep -oE '^step .*\| loss [0-9.]+' "$log" | grep -oE '[0-9.]+$' | tr '\n' ' ')
+  rows+=("$label | ${summary:0:240} | $host | $losses")
+}
+
+bench() {  # bench LABEL RECIPE STEPS WARMUP SETS...
+  local label="$1" recipe="$2" steps="$3" warmup="$4"
+  shift 4
+  local sets=()
+  for s in "$@"; do sets+=(--set "$s"); done
+  run "$label" 420 "$bin" bench "$recipe" --steps "$steps" --warmup "$warmup" "${sets[@]}"
+}
+
+xl=(data.micro_batch_size=8)
+case "$what" in
+  small)
+    bench "zero2 1.5B B8" recipes/gpt2_zero.lua 10 3 model.preset=gpt2-xl "${xl[@]}"
+    bench "gemini cuda 1.5B B8" recipes/gpt2_gemini.lua 10 3 plugin.placement_policy=cuda \
+      model.checkpoint_ratio=0 "${xl[@]}"
+    bench "gemini auto 1.5B B8" recipes/gpt2_gemini.lua 10 3 plugin.placement_policy=auto \
+      model.checkpoint_ratio=0 "${xl[@]}"
+    bench "gemini cpu 1.5B B8" recipes/gpt2_gemini.lua 5 2 plugin.placement_policy=cpu \
+      model.checkpoint_ratio=0 "${xl[@]}"
+    bench "zero2+cpu_offload 1.5B B8" recipes/gpt2_zero.lua 5 2 model.preset=gpt2-xl \
+      plugin.cpu_offload=true "${xl[@]}"
+    [[ -n ${SKIP_TORCH:-} ]] || run "torch FSDP2 offload 1.5B B8" 300 torchrun --standalone --nproc_per_node 1 \
+      tools/bench/torch_fsdp2_offload.py --n_layer 48 --n_head 25 --n_embd 1600 --micro_batch 8
+    ;;
+  large)
+    # Training runs (losses logged every step) rather than bench: the loss must fall.
+    # No checkpoint: gathering the whole state on the host beside the
+    # offloaded shards does not fit (docs/benchmarks.md).
+    big=(--set log.every_steps=1 --set eval.every_steps=0 --set checkpoint.every_steps=0
+         --set sample.max_new_tokens=0)
+    run "gemini auto 6.6B B4" 420 "$bin" recipes/gpt2_gemini.lua --set steps=8 "${big[@]}" \
+      --set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=4
+    run "gemini auto 10.3B B2" 540 "$bin" recipes/gpt2_gemini.lua --set steps=6 "${big[@]}" \
+      --set model.n_layer=50 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=2
+    ;;
+esac
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+printf '%s\n' "${rows[@]}"
