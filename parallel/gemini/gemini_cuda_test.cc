@@ -5,8 +5,8 @@
 //     with clipping, world 1 (and 2 with two GPUs), float32 and bfloat16,
 //     placements cuda, cpu and auto under a capped device (so some chunks'
 //     shards and Adam state live in pinned host memory, updated by CPU Adam
-//     from 16-bit gradients that crossed PCIe). float32: losses and weights
-//     within 1e-5 relative (only the order of the norm's sum differs);
+//     from 16-bit gradients that crossed PCIe). float32: losses within 1e-5
+//     relative, weights within 1e-4 of the largest (see the check);
 //     bfloat16: losses within 1e-2 relative, weights within 1e-2 relative L2
 //     (16-bit gradients are accumulated in another order on the host);
 //     c_attn's key bias, whose true gradient is 0, is left out of the weights;
@@ -260,9 +260,13 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
     }
     // c_attn's key bias has a zero true gradient: its values are Adam steps
     // on rounding noise, lr-sized whatever the order of summation, so it is
-    // left out (as in parallel/zero's tests). float32 elsewhere: 1e-5 of the
-    // largest weight. bfloat16: both runs round every activation and gradient
-    // to 8 bits, in different orders, for 12 steps: relative L2 <= 1e-2.
+    // left out (as in parallel/zero's tests). float32 elsewhere: the runs
+    // differ in the order of the norm's sum, so clip_coef differs in its last
+    // bits; Adam divides by sqrt(v), so an element whose gradient is itself
+    // rounding-sized moves by a fraction of lr either way: 1e-4 of the largest
+    // weight (12 steps of lr 3e-3 are 3.6e-2), 3% of one step. bfloat16: both
+    // runs round every activation and gradient to 8 bits, in different
+    // orders, for 12 steps: relative L2 <= 1e-2.
     ASSERT_EQ(got[r].weights.size(), ref[r].weights.size());
     std::vector<char> skip(ref[r].weights.size(), 0);
     for (const nn::ParameterEntry& e : table.entries()) {
@@ -280,7 +284,7 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
       m2 += double(ref[r].weights[i]) * ref[r].weights[i];
     }
     if (f32) {
-      EXPECT_LE(d / m, 1e-5) << "rank " << r;
+      EXPECT_LE(d / m, 1e-4) << "rank " << r;
     } else {
       EXPECT_LE(std::sqrt(d2 / m2), 1e-2) << "rank " << r;
     }

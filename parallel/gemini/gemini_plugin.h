@@ -34,15 +34,17 @@
 //     rank (all-reduce instead of reduce-scatter), as Colossal-AI does.
 //
 // Placement (where each chunk's shard and optimizer state live):
-//   cuda:   all on the device. cpu: all in host memory; a chunk is gathered
-//   into device memory for each use. static: the last offload_optim_frac of
+//   cuda:   all on the device. cpu: all in (pinned) host memory; a chunk is
+//   gathered into device memory for each use. static: the last offload_optim_frac of
 //   the chunks on the host, the rest on the device (a chunk's shard and its
 //   optimizer state move together: offload_param_frac must not exceed
 //   offload_optim_frac); shard_param_frac of the chunks sharded, the rest
 //   kept whole. auto: the warm-up step runs as cpu, recording the access order
 //   and the peak non-model memory; then as many chunks as fit under
 //   capacity * steady_cuda_cap_ratio - peak non-model - the working set move
-//   to the device, in access order. A gathered chunk that does not fit evicts
+//   to the device, in access order. The warm-up starts with Colossal-AI's
+//   share on the device (capacity * steady_cuda_cap_ratio * (1 -
+//   warmup_non_model_data_ratio)), more when the host could not hold the rest. A gathered chunk that does not fit evicts
 //   the device-resident chunk used furthest in the future to the host, and
 //   says so once.
 // The "device" of the CPU build is a stand-in: host memory counted against
@@ -59,10 +61,24 @@
 // optimizer_state_dict gathers the shards into nn::Adam's state_dict of one
 // process; both load at any world size.
 //
-// Limits (errors at materialize / boost): CPU, float32 parameters (the CUDA
-// path, 16-bit chunks and hybrid_adam's split CPU/GPU update come next);
-// Adam-family optimizers over declared parameters (nn::declared_params) or
-// the model's; no loss scaler on the CPU.
+// CUDA (materialize on a CUDA stream; NCCL group): chunks hold the model's
+// dtype (bf16, fp16 or fp32) with float32 masters and moments. Every chunk
+// operation is enqueued on that stream: gathers and reduce-scatters wait for
+// it and it waits for them on the device, never the host. A host chunk's
+// 16-bit shard crosses PCIe to be gathered (max_prefetch chunks ahead on a
+// copy stream), its reduced 16-bit gradients cross back, and CPU Adam
+// (cpu_threads) updates it after the device chunks' Adam kernels are queued;
+// the step's one host sync reads the norm. Per parameter: 16 bytes for a
+// 16-bit model (value 2, master 4, moments 8, gradient 2) wherever the shard
+// lives, divided by the group, plus the gathered chunks and their gradients
+// while in use. One rank keeps each chunk whole: the gathered chunk is the
+// shard and the backward accumulates into the gradient shard directly.
+//
+// Limits (errors at materialize / boost): one parameter dtype; the CPU path
+// trains float32; Adam-family optimizers over declared parameters
+// (nn::declared_params) or the model's; a loss scaler only on CUDA. The host
+// Adam is not pipelined with the copies yet, and checkpoints gather the whole
+// state on the host (a model that fills the host cannot be saved).
 //
 //   GeminiOptions o;
 //   o.placement_policy = "auto";

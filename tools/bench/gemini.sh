@@ -73,9 +73,9 @@ case "$what" in
     # offloaded shards does not fit (docs/benchmarks.md).
     big=(--set log.every_steps=1 --set eval.every_steps=0 --set checkpoint.every_steps=0
          --set sample.max_new_tokens=0)
-    run "gemini auto 6.6B B4" 420 "$bin" recipes/gpt2_gemini.lua --set steps=8 "${big[@]}" \
+    run "gemini auto 6.6B B4" 420 "$bin" recipes/gpt2_gemini.lua --set steps=7 "${big[@]}" \
       --set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=4
-    run "gemini auto 10.3B B2" 540 "$bin" recipes/gpt2_gemini.lua --set steps=6 "${big[@]}" \
+    run "gemini auto 10.3B B2" 540 "$bin" recipes/gpt2_gemini.lua --set steps=5 "${big[@]}" \
       --set model.n_layer=50 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=2
     ;;
 esac
