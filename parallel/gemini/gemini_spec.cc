@@ -89,7 +89,10 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   if (!options.boolean("use_chunk", true)) {
     return option_error("use_chunk", "= false is not available: gemini always manages chunks");
   }
-  options.boolean("force_outputs_fp32", false);  // outputs are the model's dtype either way
+  if (options.boolean("force_outputs_fp32", false)) {
+    return option_error("force_outputs_fp32",
+                        "= true is not available: the model's outputs are in its own dtype");
+  }
   const int64_t prefetch = options.integer("max_prefetch", 0);
   g.max_prefetch = static_cast<int>(std::min<int64_t>(prefetch, 1 << 20));
   options.boolean("enable_async_reduce", true);
@@ -116,6 +119,11 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
   if (prefetch < 0) return option_error("max_prefetch", "must be >= 0");
   if (margin < 0 || margin > 1) return option_error("gpu_margin_mem_ratio", "must be in [0, 1]");
+  if (margin > 0) {
+    return option_error("gpu_margin_mem_ratio",
+                        "> 0 is not available yet: auto places the optimizer state with its chunk "
+                        "(leave it at 0)");
+  }
   absl::Status valid = validate_gemini_options(g);
   if (!valid.ok()) {
     // "gemini: <key> must be ...": point the recipe at the key.

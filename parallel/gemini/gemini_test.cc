@@ -181,7 +181,8 @@ TEST_P(GeminiEquivalence, MatchesOneProcessOnTheUnion) {
 INSTANTIATE_TEST_SUITE_P(
     Placements, GeminiEquivalence,
     ::testing::Values(Case{"cuda", 1}, Case{"cuda", 2}, Case{"cuda", 4}, Case{"cpu", 1},
-                      Case{"cpu", 2}, Case{"cpu", 4}, Case{"static", 2}, Case{"static", 4},
+                      Case{"cpu", 2}, Case{"cpu", 4}, Case{"static", 1}, Case{"static", 2},
+                      Case{"static", 4},
                       Case{"auto", 1}, Case{"auto", 2}, Case{"auto", 4},
                       Case{"cuda", 2, /*checkpoint_ratio=*/1.0}, Case{"auto", 2, 0.5},
                       Case{"cpu", 2, 0.0, /*no_sync=*/true}),

@@ -72,7 +72,7 @@ TEST(PluginRegistry, GeminiTakesBothVocabularies) {
   EXPECT_EQ((*g)->loss_scaler().initial_scale, 65536.0);  // GeminiPlugin's 2^16
   MapOptions older({{"placement_policy", "cpu"}, {"chunk_search_range", "67108864"},
                     {"chunk_search_n_grids", "4096"}, {"min_chunk_size", "1048576"},
-                    {"enable_distributed_storage", "true"}, {"force_outputs_fp32", "true"}});
+                    {"enable_distributed_storage", "true"}, {"force_outputs_fp32", "false"}});
   EXPECT_TRUE(make_plugin_spec("gemini", older).ok());
   const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
       {{{"placement_policy", "gpu"}}, "placement_policy"},
@@ -82,6 +82,8 @@ TEST(PluginRegistry, GeminiTakesBothVocabularies) {
       {{{"use_chunk", "false"}}, "use_chunk"},
       {{{"master_weights", "false"}}, "master_weights"},
       {{{"chunk_size", "0"}}, "chunk_size"},
+      {{{"gpu_margin_mem_ratio", "0.5"}}, "gpu_margin_mem_ratio"},
+      {{{"force_outputs_fp32", "true"}}, "force_outputs_fp32"},
   };
   for (const auto& [values, key] : cases) {
     MapOptions o(values);

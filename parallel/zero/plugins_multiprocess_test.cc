@@ -1,6 +1,6 @@
 // Every data-parallel plugin across real processes, as in CI: for 1, 2 and 4
 // ranks, ddp, ZeRO stage 1, stage 2 and stage 2 with cpu_offload, and gemini
-// with placements cuda, cpu and auto (a capped stand-in device). This
+// with placements cuda, cpu, static and auto (a capped stand-in device). This
 // binary spawns itself as the ranks (posix_spawn of /proc/self/exe running
 // only PluginChild.Run), the parent serves the TCP store on 127.0.0.1, the
 // ranks talk over shared memory (comm/builtin's shm transport) and train the
@@ -84,6 +84,10 @@ TEST(PluginChild, Run) {
     RunSpec spec;
     spec.options = small_chunks(kind.substr(7));
     if (kind == "gemini_auto") spec.options.device_capacity_bytes = 8 << 10;  // some chunks offloaded
+    if (kind == "gemini_static") {  // half the chunks offloaded, half kept whole
+      spec.options.offload_optim_frac = 0.5;
+      spec.options.shard_param_frac = 0.5;
+    }
     run = gemini_rank_run(*pg, spec).run;
   } else {
     std::unique_ptr<Plugin> plugin = make_plugin(*pg, kind);
@@ -143,7 +147,8 @@ TEST_P(PluginMultiprocess, MatchesOneProcess) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* kind :
-       {"ddp", "zero1", "zero2", "zero2_cpu_offload", "gemini_cuda", "gemini_cpu", "gemini_auto"}) {
+       {"ddp", "zero1", "zero2", "zero2_cpu_offload", "gemini_cuda", "gemini_cpu", "gemini_static",
+        "gemini_auto"}) {
     for (int w : {1, 2, 4}) out.push_back({kind, w});
   }
   return out;
