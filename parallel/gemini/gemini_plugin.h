@@ -4,9 +4,9 @@
 //
 // No rank holds the whole model. materialize() packs the parameters into
 // chunks (parallel/gemini/chunk_layout.h) and gives each rank its shard of
-// every chunk: the float32 master values and Adam moments of 1/W of the model,
-// plus a float32 gradient shard. A parameter has memory only while its chunk
-// is gathered:
+// every chunk: the values (the model's dtype), float32 masters and Adam
+// moments of 1/W of the model, plus a gradient shard in the model's dtype. A
+// parameter has memory only while its chunk is gathered:
 //   * forward / backward: a module's hook gathers the chunks of the
 //     parameters it declares (all_gather of the shards into the chunk) before
 //     it runs and releases them after, unless the next module in the recorded
