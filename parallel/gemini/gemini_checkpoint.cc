@@ -15,20 +15,6 @@
 namespace colossal::parallel {
 namespace {
 
-// Calls fn(param index, offset in the chunk, [lo, hi) in the parameter) for
-// the part of each of chunk k's parameters that lies in this rank's shard.
-template <typename Fn>
-absl::Status for_each_shard_part(const GeminiChunk& k, const nn::ParameterTable& table, Fn fn) {
-  for (size_t i = 0; i < k.spec.params.size(); ++i) {
-    const int64_t off = k.spec.offsets[i];
-    const int64_t numel = table.entries()[k.spec.params[i]].numel();
-    const int64_t lo = std::max(off, k.shard_begin);
-    const int64_t hi = std::min(off + numel, k.shard_begin + k.shard_size);
-    if (lo < hi) COLOSSAL_RETURN_IF_ERROR(fn(k.spec.params[i], off, lo - off, hi - off));
-  }
-  return absl::OkStatus();
-}
-
 // Elements [lo, hi) of `t` (any shape), as a 1-D view.
 absl::StatusOr<core::Tensor> flat_range(const core::Tensor& t, int64_t lo, int64_t hi) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, t.reshape({t.numel()}));

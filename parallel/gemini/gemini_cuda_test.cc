@@ -42,6 +42,7 @@
 #include "parallel/booster/booster.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/gemini/gemini_plugin.h"
+#include "parallel/gemini/gemini_test_util.h"
 #include "parallel/zero/low_level_zero_plugin.h"
 #include "tests/util/gpu_test.h"
 
@@ -303,16 +304,6 @@ INSTANTIATE_TEST_SUITE_P(
                           info.param.world);
     });
 
-void expect_bitwise(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b) {
-  ASSERT_EQ(a.tensors.size(), b.tensors.size());
-  for (const auto& [key, t] : a.tensors) {
-    ASSERT_TRUE(b.tensors.count(key)) << key;
-    const core::Tensor& u = b.tensors.at(key);
-    ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
-    EXPECT_EQ(0, std::memcmp(t.raw_data(), u.raw_data(), t.nbytes())) << key;
-  }
-}
-
 TEST(GeminiCudaPrefetch, ChangesNothing) {
   COLOSSAL_REQUIRE_GPU();
   GpuSpec a;
@@ -342,7 +333,7 @@ TEST(GeminiCudaCheckpoint, LoadsAcrossPlacementsAndResumesExactly) {
   b.load_optimizer = &first[0].optimizer;
   const std::vector<GpuRun> moved = run_gpu(b);
   EXPECT_EQ(moved[0].weights, first[0].weights);
-  expect_bitwise(moved[0].optimizer, first[0].optimizer);
+  testing::expect_same_tensors(moved[0].optimizer, first[0].optimizer);
   // Resume with the same placement: 5 + 5 == 10.
   GpuSpec whole = a;
   whole.steps = 10;
@@ -354,7 +345,7 @@ TEST(GeminiCudaCheckpoint, LoadsAcrossPlacementsAndResumesExactly) {
   const std::vector<GpuRun> second = run_gpu(resumed);
   EXPECT_EQ(second[0].weights, straight[0].weights);
   for (int s = 0; s < 5; ++s) EXPECT_EQ(second[0].loss[s], straight[0].loss[5 + s]) << s;
-  expect_bitwise(second[0].optimizer, straight[0].optimizer);
+  testing::expect_same_tensors(second[0].optimizer, straight[0].optimizer);
 }
 
 }  // namespace

@@ -5,12 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iostream>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/alloc/allocator.h"
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "nn/module/parameter_init.h"
@@ -145,18 +143,14 @@ absl::Status GeminiPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
     // Initial values of the parameters' parts in this shard, by element index:
     // the float32 draws into the master, whose rounding is the value.
     const core::Stream& at = k.on_device ? stream : core::Stream::cpu();
-    for (size_t i = 0; i < k.spec.params.size(); ++i) {
-      const nn::ParameterEntry& e = table.entries()[k.spec.params[i]];
-      const int64_t off = k.spec.offsets[i];
-      const int64_t lo = std::max(off, k.shard_begin);
-      const int64_t hi = std::min(off + e.numel(), k.shard_begin + k.shard_size);
-      if (lo >= hi) continue;
-      nn::ParameterEntry wide = e;
-      wide.dtype = core::DType::kF32;
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part,
-                                k.master.slice(lo - k.shard_begin, hi - k.shard_begin));
-      COLOSSAL_RETURN_IF_ERROR(nn::init_parameter(wide, part, seed, lo - off, at));
-    }
+    COLOSSAL_RETURN_IF_ERROR(for_each_shard_part(
+        k, table, [&](size_t param, int64_t off, int64_t lo, int64_t hi) -> absl::Status {
+          nn::ParameterEntry wide = table.entries()[param];
+          wide.dtype = core::DType::kF32;
+          const int64_t at_shard = off + lo - k.shard_begin;
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part, k.master.slice(at_shard, at_shard + hi - lo));
+          return nn::init_parameter(wide, part, seed, lo, at);
+        }));
     if (s.sixteen_bit()) COLOSSAL_RETURN_IF_ERROR(cast_into(k.value, k.master, at));
   }
   if (s.cuda) stream.synchronize();  // host shards are read by the host next
@@ -197,14 +191,11 @@ absl::Status GeminiPlugin::boost(nn::Module& model, const nn::ParameterStore& st
   }
   for (GeminiChunk& k : s.chunks) {
     k.pieces.clear();
-    for (size_t i = 0; i < k.spec.params.size(); ++i) {
-      const int g = group_of[k.spec.params[i]];
-      const int64_t off = k.spec.offsets[i];
-      const int64_t lo = std::max(off, k.shard_begin);
-      const int64_t hi = std::min(off + table.entries()[k.spec.params[i]].numel(),
-                                  k.shard_begin + k.shard_size);
-      if (g >= 0 && lo < hi) k.pieces.push_back({lo - k.shard_begin, hi - lo, g});
-    }
+    COLOSSAL_RETURN_IF_ERROR(for_each_shard_part(
+        k, table, [&](size_t param, int64_t off, int64_t lo, int64_t hi) {
+          if (group_of[param] >= 0) k.pieces.push_back({off + lo - k.shard_begin, hi - lo, group_of[param]});
+          return absl::OkStatus();
+        }));
   }
   COLOSSAL_ASSIGN_OR_RETURN(auto owned, module_owned_parameters(model, table));
   std::weak_ptr<State> weak = state_;

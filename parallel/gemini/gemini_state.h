@@ -4,6 +4,7 @@
 #ifndef COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "comm/process_group/process_group.h"
+#include "core/status/status.h"
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/tensor.h"
@@ -60,6 +62,21 @@ struct GeminiChunk {
   bool reduced = false;    // reduced in this backward
   std::vector<GeminiPiece> pieces;
 };
+
+// Calls fn(param index, its offset in the chunk, [lo, hi) in the parameter)
+// for the part of each of chunk k's parameters that lies in this rank's shard
+// (its shard offset is off + lo - k.shard_begin); stops at the first error.
+template <typename Fn>
+absl::Status for_each_shard_part(const GeminiChunk& k, const nn::ParameterTable& table, Fn fn) {
+  for (size_t i = 0; i < k.spec.params.size(); ++i) {
+    const int64_t off = k.spec.offsets[i];
+    const int64_t numel = table.entries()[k.spec.params[i]].numel();
+    const int64_t lo = std::max(off, k.shard_begin);
+    const int64_t hi = std::min(off + numel, k.shard_begin + k.shard_size);
+    if (lo < hi) COLOSSAL_RETURN_IF_ERROR(fn(k.spec.params[i], off, lo - off, hi - off));
+  }
+  return absl::OkStatus();
+}
 
 // dst = src converted to dst's dtype (same length), on the device of `stream`
 // for CUDA tensors, on the host otherwise.

@@ -1,6 +1,7 @@
 #include "parallel/gemini/gemini_test_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -36,6 +37,16 @@ std::unique_ptr<nn::Adam> declared_adam(const nn::GPT2& model) {
 }
 
 }  // namespace
+
+void expect_same_tensors(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b) {
+  ASSERT_EQ(a.tensors.size(), b.tensors.size());
+  for (const auto& [key, t] : a.tensors) {
+    ASSERT_TRUE(b.tensors.count(key)) << key;
+    const core::Tensor& u = b.tensors.at(key);
+    ASSERT_EQ(t.nbytes(), u.nbytes()) << key;
+    EXPECT_EQ(0, std::memcmp(t.raw_data(), u.raw_data(), t.nbytes())) << key;
+  }
+}
 
 GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec& spec) {
   GeminiRun out;

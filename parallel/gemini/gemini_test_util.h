@@ -37,6 +37,9 @@ struct RunSpec {
   nn::ParameterStore* save_model = nullptr;
 };
 
+// The two states hold the same keys with bitwise equal tensors (host tensors).
+void expect_same_tensors(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b);
+
 // This rank's run of zero_config's GPT-2 (initialised with kSeed, AdamW as
 // make_adam over declared parameters); GTest failures on errors.
 GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec& spec);
