@@ -40,6 +40,7 @@ absl::StatusOr<nn::ParameterStore> GeminiPlugin::model_state_dict(const nn::Para
                                                                   const core::Stream& stream) {
   State& s = *state_;
   if (!s.materialized) return absl::FailedPreconditionError("gemini: model_state_dict before materialize");
+  COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates
   const nn::ParameterTable& table = s.store.table();
   const bool mine = to_rank < 0 || to_rank == s.rank();
   nn::ParameterStore out = nn::ParameterStore::declare(table);
@@ -63,6 +64,7 @@ absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,
                                                  const core::Stream& stream) {
   State& s = *state_;
   if (!s.materialized) return absl::FailedPreconditionError("gemini: load before materialize");
+  COLOSSAL_RETURN_IF_ERROR(s.settle());  // no host update may write over the loaded values
   const nn::ParameterTable& table = s.store.table();
   // Check everything before changing anything.
   std::vector<core::Tensor> values(table.size());
@@ -100,6 +102,7 @@ absl::StatusOr<nn::OptimizerStateDict> GeminiPlugin::optimizer_state_dict(
   if (!s.boosted || &optimizer != s.optimizer) {
     return absl::FailedPreconditionError("gemini: optimizer_state_dict of an optimizer it did not boost");
   }
+  COLOSSAL_RETURN_IF_ERROR(s.settle());
   const nn::ParameterTable& table = s.store.table();
   const bool mine = to_rank < 0 || to_rank == s.rank();
   nn::OptimizerStateDict out;
@@ -153,6 +156,7 @@ absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
   if (!s.boosted || &optimizer != s.optimizer) {
     return absl::FailedPreconditionError("gemini: loading into an optimizer it did not boost");
   }
+  COLOSSAL_RETURN_IF_ERROR(s.settle());
   COLOSSAL_RETURN_IF_ERROR(optimizer.check_state_dict(state));
   // One step count for every parameter (the plugin steps them together).
   int64_t steps = -1;

@@ -165,6 +165,7 @@ absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string
 absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   GeminiChunk& k = chunks[c];
   if (k.on_device == to_device) return absl::OkStatus();
+  COLOSSAL_RETURN_IF_ERROR(await_update(c));
   COLOSSAL_RETURN_IF_ERROR(fold(c));
   if (k.prefetched.defined()) {
     k.prefetch_ready->wait(stream);
@@ -297,6 +298,9 @@ absl::Status GeminiPlugin::State::prefetch_ahead() {
   for (size_t i = cursor; i < order().size() && issued < options.max_prefetch; ++i) {
     GeminiChunk& k = chunks[order()[i]];
     if (k.on_device || k.full.defined()) continue;
+    // Not updated yet: nor are the chunks after it (the update follows this
+    // order); the next access tries again.
+    if (!updater.ready(order()[i])) break;
     ++issued;
     if (k.prefetched.defined()) continue;
     const int64_t n = k.shard_size * esize();
@@ -329,6 +333,7 @@ void GeminiPlugin::State::drop_prefetches() {
 
 absl::Status GeminiPlugin::State::gather(int c) {
   GeminiChunk& k = chunks[c];
+  COLOSSAL_RETURN_IF_ERROR(await_update(c));  // the values the last step wrote
   if (full_is_value(k)) {
     k.full = k.value;
     return set_views(c);
@@ -379,7 +384,13 @@ absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
   }
   if (k.full_grad.defined()) return absl::OkStatus();
   if (grads_in_place(k)) {
-    k.full_grad = k.grad;  // one rank: the backward accumulates into the shard itself
+    // One rank: the backward accumulates into the shard itself, zeroed first
+    // after zero_grad.
+    if (k.grad_zero) {
+      COLOSSAL_RETURN_IF_ERROR(await_update(c));
+      COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(cuda ? stream : core::Stream::cpu()));
+    }
+    k.full_grad = k.grad;
   } else {
     COLOSSAL_RETURN_IF_ERROR(
         reserve(k.spec.numel * esize(), c, absl::StrCat("the gradients of chunk ", c)));
@@ -391,6 +402,7 @@ absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
 absl::Status GeminiPlugin::State::fold(int c) {
   GeminiChunk& k = chunks[c];
   if (!k.staged) return absl::OkStatus();
+  COLOSSAL_RETURN_IF_ERROR(await_update(c));
   if (d2h.has_value()) d2h->synchronize();
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), k.staging.raw_data(),
@@ -407,7 +419,9 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     COLOSSAL_RETURN_IF_ERROR(ensure_grad(c, "(unused)"));
   }
   const std::string what = absl::StrCat("gemini: reducing the gradients of chunk ", c);
+  COLOSSAL_RETURN_IF_ERROR(await_update(c));  // its Adam may still read the gradient shard
   if (grads_in_place(k)) {  // accumulated in place already
+    k.grad_zero = false;
     k.full_grad = core::Tensor();
     k.reduced = true;
     return set_views(c);
@@ -420,7 +434,10 @@ absl::Status GeminiPlugin::State::reduce(int c) {
   } else if (world() > 1) {
     COLOSSAL_RETURN_IF_ERROR(finish(pg->all_reduce(k.full_grad, comm::ReduceOp::kAvg, collective()), what));
   }
-  if (k.on_device || !cuda) {
+  if ((k.on_device || !cuda) && k.grad_zero) {  // the first backward since zero_grad
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
+    COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, cuda ? stream : core::Stream::cpu()));
+  } else if (k.on_device || !cuda) {
     // The CPU build adds on the host; CUDA adds on the device in the model's dtype.
 #if COLOSSAL_WITH_CUDA
     if (cuda) {

@@ -316,6 +316,9 @@ absl::Status GeminiPlugin::end_backward(bool ok) {
 absl::Status GeminiPlugin::before_step(const core::Stream& stream) { return absl::OkStatus(); }
 
 absl::Status GeminiPlugin::zero_grad() {
+  // Nothing is written: the next reduction overwrites a gradient shard marked
+  // grad_zero (the step zeroes those no backward reached). So zero_grad right
+  // after a step does not wait for the host updates still reading gradients.
   State& s = *state_;
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
@@ -324,8 +327,6 @@ absl::Status GeminiPlugin::zero_grad() {
       k.staging = core::Tensor();
       k.staged = false;
     }
-    if (s.cuda && !k.on_device && s.d2h.has_value()) s.d2h->synchronize();  // no copy in flight
-    COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(k.on_device ? s.stream : core::Stream::cpu()));
     k.grad_zero = true;
   }
   return absl::OkStatus();

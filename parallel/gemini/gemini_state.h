@@ -21,6 +21,7 @@
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
 #include "parallel/gemini/chunk_layout.h"
+#include "parallel/gemini/chunk_updater.h"
 #include "parallel/gemini/gemini_plugin.h"
 
 namespace colossal::parallel {
@@ -45,7 +46,10 @@ struct GeminiChunk {
   // backwards of a step. On the host (pinned, on CUDA): 16 bytes a parameter
   // for a 16-bit model.
   core::Tensor value, master, exp_avg, exp_avg_sq, grad;
-  bool grad_zero = true;  // no backward reduced into grad since zero_grad
+  // No backward reduced into grad since zero_grad: the next reduction
+  // overwrites grad (zero_grad itself writes nothing, so it need not wait for
+  // the host update that may still read grad).
+  bool grad_zero = true;
   // CUDA, host chunks: a later micro-batch's reduced gradients cross PCIe
   // into this pinned buffer (16 bits) and are added into grad on the host
   // (fold); the first one lands in grad directly.
@@ -188,6 +192,17 @@ struct GeminiPlugin::State {
   // Chunk k's shard tensor `t` gathered into one [numel] host tensor (a
   // collective when the chunk is sharded).
   absl::StatusOr<core::Tensor> gather_whole(const GeminiChunk& k, const core::Tensor& t);
+
+  // CPU Adam of the chunks updated on the host (every chunk on the CPU build;
+  // host-resident ones on CUDA) runs on `updater` after step() returns, in
+  // the order of the next forward's first uses. Whatever reads or writes such
+  // a chunk's shards waits for its update first (await_update), and whatever
+  // reads them all for every update (settle): the step, checkpoints, moves.
+  bool host_updated(const GeminiChunk& k) const { return !(cuda && k.on_device); }
+  absl::Status await_update(int c) { return updater.wait(c); }
+  absl::Status settle() { return updater.wait_all(); }
+  // Declared last: destroyed first, so no update runs over freed shards.
+  ChunkUpdater updater;
 };
 
 }  // namespace colossal::parallel

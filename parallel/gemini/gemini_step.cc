@@ -89,6 +89,46 @@ absl::StatusOr<std::pair<double, bool>> global_norm(GeminiPlugin::State& s, cons
   return std::make_pair(static_cast<double>(v[0]), v[1] != 0.0f);
 }
 
+// One Adam call: a piece of a chunk's shard with its group's options.
+struct AdamCall {
+  kernels::adam::AdamOptions options;
+  float* master;
+  float* exp_avg;
+  float* exp_avg_sq;
+  void* value;  // the 16-bit values (the master's rounding); null for float32
+  const void* grad;
+  int64_t count;
+  int group;
+};
+
+std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float grad_scale) {
+  std::vector<AdamCall> out;
+  const int64_t es = s.esize();
+  for (const GeminiPiece& p : k.pieces) {
+    out.push_back({nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.steps, grad_scale),
+                   k.master.data<float>() + p.offset, k.exp_avg.data<float>() + p.offset,
+                   k.exp_avg_sq.data<float>() + p.offset,
+                   s.sixteen_bit() ? static_cast<char*>(k.value.raw_data()) + p.offset * es : nullptr,
+                   static_cast<const char*>(k.grad.raw_data()) + p.offset * es, p.count, p.group});
+  }
+  return out;
+}
+
+// The host-updated chunks in the order of the next forward's first uses
+// (the recorded forward order), then any the forward does not use.
+std::vector<int> host_update_order(const GeminiPlugin::State& s) {
+  std::vector<char> seen(s.chunks.size(), 0);
+  std::vector<int> out;
+  auto add = [&](int c) {
+    if (seen[c] || !s.host_updated(s.chunks[c])) return;
+    seen[c] = 1;
+    out.push_back(c);
+  };
+  for (int c : s.orders[0]) add(c);
+  for (size_t c = 0; c < s.chunks.size(); ++c) add(static_cast<int>(c));
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossScaler* scaler,
@@ -104,8 +144,16 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
     return absl::InvalidArgumentError(
         absl::StrCat("gemini: max_norm must be >= 0 (0: no clipping), got ", max_norm));
   }
-  for (size_t c = 0; c < s.chunks.size(); ++c) COLOSSAL_RETURN_IF_ERROR(s.fold(static_cast<int>(c)));
-  if (s.cuda) s.stream.synchronize();  // the host writes shards the device may still copy
+  COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates (the gathers waited for most)
+  for (size_t c = 0; c < s.chunks.size(); ++c) {
+    GeminiChunk& k = s.chunks[c];
+    COLOSSAL_RETURN_IF_ERROR(s.fold(static_cast<int>(c)));
+    // No backward reached it since zero_grad: its gradients are zero.
+    if (k.grad_zero) {
+      COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(s.cuda && k.on_device ? s.stream : core::Stream::cpu()));
+    }
+  }
+  if (s.cuda) s.stream.synchronize();  // the host reads gradients the device copied
   COLOSSAL_ASSIGN_OR_RETURN(NormParts mine, local_norm(s));
   COLOSSAL_ASSIGN_OR_RETURN(auto total, global_norm(s, mine));
 
@@ -129,43 +177,39 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   ++s.steps;
   kernels::adam::AdamCpuOptions cpu;
   cpu.num_threads = s.options.cpu_threads;
+  const kernels::DType dtype = s.dtype;
   const kernels::DType copy = s.sixteen_bit() ? s.dtype : kernels::DType::kF32;
-  // The device shards first: their kernels run while the host updates its own.
-  std::vector<size_t> order;
-  for (size_t c = 0; c < s.chunks.size(); ++c) {
-    if (s.cuda && s.chunks[c].on_device) order.push_back(c);
-  }
-  for (size_t c = 0; c < s.chunks.size(); ++c) {
-    if (!(s.cuda && s.chunks[c].on_device)) order.push_back(c);
-  }
-  for (size_t c : order) {
-    GeminiChunk& k = s.chunks[c];
-    const int64_t es = s.esize();
-    for (const GeminiPiece& p : k.pieces) {
-      const kernels::adam::AdamOptions o =
-          nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.steps, grad_scale);
-      float* master = k.master.data<float>() + p.offset;
-      float* m = k.exp_avg.data<float>() + p.offset;
-      float* v = k.exp_avg_sq.data<float>() + p.offset;
-      // The 16-bit values are the master's rounding (none for float32: the value is the master).
-      void* value = s.sixteen_bit() ? static_cast<char*>(k.value.raw_data()) + p.offset * es : nullptr;
-      kernels::KernelStatus ks;
-      if (s.cuda && k.on_device) {
 #if COLOSSAL_WITH_CUDA
-        const void* g = static_cast<const char*>(k.grad.raw_data()) + p.offset * es;
-        ks = kernels::adam::adam_step_cuda(master, m, v, value, g, nullptr, p.count, s.dtype, copy, o,
-                                           s.stream.handle());
-#endif
-      } else {
-        const void* g = static_cast<const char*>(k.grad.raw_data()) + p.offset * es;
-        ks = kernels::adam::adam_step_cpu(master, m, v, value, g, nullptr, p.count, s.dtype, copy, o,
-                                          cpu);
-      }
+  // The device shards: kernels queued on the stream, before the host starts.
+  for (size_t c = 0; c < s.chunks.size(); ++c) {
+    if (s.host_updated(s.chunks[c])) continue;
+    for (const AdamCall& a : adam_calls(s, s.chunks[c], grad_scale)) {
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          ks, absl::StrCat("gemini: Adam step of chunk ", c, ", group ", p.group)));
+          kernels::adam::adam_step_cuda(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
+                                        a.count, dtype, copy, a.options, s.stream.handle()),
+          absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
     }
   }
-  if (s.options.placement_policy == "auto" && !s.auto_placed) COLOSSAL_RETURN_IF_ERROR(s.place_auto());
+#endif
+  // The host shards: CPU Adam on the updater's thread, chunk by chunk in the
+  // next forward's order; the forward's gathers wait for their chunk only.
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  for (int c : host_update_order(s)) {
+    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu] {
+      for (const AdamCall& a : calls) {
+        COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+            kernels::adam::adam_step_cpu(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
+                                         a.count, dtype, copy, a.options, cpu),
+            absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
+      }
+      return absl::OkStatus();
+    });
+  }
+  COLOSSAL_RETURN_IF_ERROR(s.updater.start(static_cast<int>(s.chunks.size()), std::move(jobs)));
+  if (s.options.placement_policy == "auto" && !s.auto_placed) {
+    COLOSSAL_RETURN_IF_ERROR(s.settle());  // the warm-up step's placement moves updated chunks
+    COLOSSAL_RETURN_IF_ERROR(s.place_auto());
+  }
   return r;
 }
 

@@ -1,0 +1,80 @@
+#include "parallel/gemini/chunk_updater.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace colossal::parallel {
+
+ChunkUpdater::~ChunkUpdater() {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return busy_ == 0; });
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jobs) {
+  absl::Status earlier = wait_all();
+  if (!earlier.ok()) return earlier;
+  std::unique_lock<std::mutex> lock(mu_);
+  pending_.assign(static_cast<size_t>(chunks), 0);
+  for (auto& [c, job] : jobs) {
+    if (c < 0 || c >= chunks || pending_[c]) {
+      queue_.clear();
+      pending_.assign(static_cast<size_t>(chunks), 0);
+      return absl::InvalidArgumentError(
+          absl::StrCat("chunk updater: chunk ", c, " is out of [0, ", chunks, ") or queued twice"));
+    }
+    pending_[c] = 1;
+    queue_.emplace_back(c, std::move(job));
+  }
+  busy_ = static_cast<int>(queue_.size());
+  if (!worker_.joinable() && busy_ > 0) worker_ = std::thread([this] { run(); });
+  lock.unlock();
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+void ChunkUpdater::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stop_
+    auto [c, job] = std::move(queue_.front());
+    queue_.pop_front();
+    absl::Status s;
+    if (error_.ok()) {  // after a failure the rest only count as finished
+      lock.unlock();
+      s = job();
+      lock.lock();
+    }
+    if (!s.ok() && error_.ok()) error_ = s;
+    pending_[c] = 0;
+    --busy_;
+    changed_.notify_all();
+  }
+}
+
+absl::Status ChunkUpdater::wait(int c) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (c >= 0 && static_cast<size_t>(c) < pending_.size()) {
+    changed_.wait(lock, [&] { return pending_[c] == 0; });
+  }
+  return error_;
+}
+
+absl::Status ChunkUpdater::wait_all() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return busy_ == 0; });
+  absl::Status out = error_;
+  error_ = absl::OkStatus();
+  return out;
+}
+
+bool ChunkUpdater::ready(int c) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return c < 0 || static_cast<size_t>(c) >= pending_.size() || pending_[c] == 0;
+}
+
+}  // namespace colossal::parallel

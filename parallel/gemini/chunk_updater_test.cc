@@ -1,0 +1,120 @@
+#include "parallel/gemini/chunk_updater.h"
+
+#include <atomic>
+#include <future>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace colossal::parallel {
+namespace {
+
+TEST(ChunkUpdaterTest, RunsJobsInTheGivenOrderOnOneThread) {
+  ChunkUpdater updater;
+  std::vector<int> ran;  // written by the worker only, read after wait_all
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  for (int c : {2, 0, 3, 1}) {
+    jobs.emplace_back(c, [&ran, c] {
+      ran.push_back(c);
+      return absl::OkStatus();
+    });
+  }
+  ASSERT_TRUE(updater.start(4, std::move(jobs)).ok());
+  ASSERT_TRUE(updater.wait_all().ok());
+  EXPECT_EQ(ran, (std::vector<int>{2, 0, 3, 1}));
+}
+
+TEST(ChunkUpdaterTest, WaitReturnsWhenItsChunkIsDoneWhileLaterOnesRun) {
+  ChunkUpdater updater;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::atomic<bool> first_done{false};
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  jobs.emplace_back(1, [&] {
+    first_done = true;
+    return absl::OkStatus();
+  });
+  jobs.emplace_back(0, [gate] {  // held until the test releases it
+    gate.wait();
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(updater.start(2, std::move(jobs)).ok());
+  ASSERT_TRUE(updater.wait(1).ok());
+  EXPECT_TRUE(first_done);
+  EXPECT_TRUE(updater.ready(1));
+  EXPECT_FALSE(updater.ready(0));
+  release.set_value();
+  ASSERT_TRUE(updater.wait(0).ok());
+  EXPECT_TRUE(updater.ready(0));
+  EXPECT_TRUE(updater.ready(7));  // never queued
+}
+
+TEST(ChunkUpdaterTest, AFailedJobStopsTheRestAndEveryWaitReportsIt) {
+  ChunkUpdater updater;
+  std::atomic<int> after{0};
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  jobs.emplace_back(0, [] { return absl::InternalError("chunk 0 broke"); });
+  jobs.emplace_back(1, [&] {
+    ++after;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(updater.start(2, std::move(jobs)).ok());
+  EXPECT_EQ(updater.wait(1).message(), "chunk 0 broke");
+  EXPECT_EQ(after.load(), 0);
+  EXPECT_EQ(updater.wait(0).message(), "chunk 0 broke");
+  EXPECT_EQ(updater.wait_all().message(), "chunk 0 broke");
+  EXPECT_TRUE(updater.wait_all().ok());  // cleared
+  std::vector<std::pair<int, ChunkUpdater::Job>> again;
+  again.emplace_back(1, [&] {
+    ++after;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(updater.start(2, std::move(again)).ok());
+  ASSERT_TRUE(updater.wait_all().ok());
+  EXPECT_EQ(after.load(), 1);
+}
+
+TEST(ChunkUpdaterTest, StartReportsAnEarlierFailureAndQueuesNothing) {
+  ChunkUpdater updater;
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  jobs.emplace_back(0, [] { return absl::InternalError("broke"); });
+  ASSERT_TRUE(updater.start(1, std::move(jobs)).ok());
+  bool ran = false;
+  std::vector<std::pair<int, ChunkUpdater::Job>> next;
+  next.emplace_back(0, [&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(updater.start(1, std::move(next)).message(), "broke");
+  EXPECT_TRUE(updater.wait_all().ok());
+  EXPECT_FALSE(ran);
+}
+
+TEST(ChunkUpdaterTest, RejectsAChunkOutOfRangeOrTwice) {
+  ChunkUpdater updater;
+  auto ok = [] { return absl::OkStatus(); };
+  std::vector<std::pair<int, ChunkUpdater::Job>> twice = {{0, ok}, {0, ok}};
+  EXPECT_EQ(updater.start(2, std::move(twice)).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<std::pair<int, ChunkUpdater::Job>> outside = {{2, ok}};
+  EXPECT_EQ(updater.start(2, std::move(outside)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(updater.wait_all().ok());
+  EXPECT_TRUE(updater.ready(0));
+}
+
+TEST(ChunkUpdaterTest, DestructionWaitsForRunningJobs) {
+  std::atomic<bool> finished{false};
+  {
+    ChunkUpdater updater;
+    std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+    jobs.emplace_back(0, [&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      finished = true;
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(updater.start(1, std::move(jobs)).ok());
+  }
+  EXPECT_TRUE(finished);
+}
+
+}  // namespace
+}  // namespace colossal::parallel
