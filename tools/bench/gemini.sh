@@ -7,7 +7,11 @@
 #   tools/bench/gemini.sh BUNDLE small   # GPT-2 1.5B, micro-batch 8: zero2, gemini cuda/auto/cpu,
 #                                        # zero2 + cpu_offload, torch FSDP2 + CPUOffloadPolicy
 #   tools/bench/gemini.sh BUNDLE large   # gemini auto: the 6.6B (32 x 4096) at micro-batch 4,
-#                                        # then a 10.3B (50 x 4096) at micro-batch 2
+#                                        # then a 10.3B (50 x 4096) at micro-batch 2 (SIZES="6.6"
+#                                        # picks; LARGE_SETS="k=v ..." adds --set's to both)
+#   tools/bench/gemini.sh BUNDLE dynamics # the first steps' losses of an 8 x 4096 GPT-2, ours
+#                                        # (gemini cuda) and PyTorch's (tools/bench/torch_gpt2_losses.py),
+#                                        # at the recipe's peak lr and at LRS (default "3e-4 1.2e-4 6e-5")
 #
 # SKIP_TORCH=1 leaves the PyTorch run out. Every run prints its own lines; the last lines are a table: what, ms/step,
 # tokens/s, GPU peak, host peak (max RSS of the process), and the losses of the
@@ -73,10 +77,25 @@ case "$what" in
     # offloaded shards does not fit (docs/benchmarks.md).
     big=(--set log.every_steps=1 --set eval.every_steps=0 --set checkpoint.every_steps=0
          --set sample.max_new_tokens=0)
-    run "gemini auto 6.6B B4" 420 "$bin" recipes/gpt2_gemini.lua --set steps=7 "${big[@]}" \
+    for set in ${LARGE_SETS:-}; do big+=(--set "$set"); done  # e.g. LARGE_SETS="optimizer.lr=1.2e-4"
+    [[ ${SIZES:-6.6 10.3} == *6.6* ]] && run "gemini auto 6.6B B4" 420 "$bin" recipes/gpt2_gemini.lua \
+      --set steps=7 "${big[@]}" \
       --set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=4
-    run "gemini auto 10.3B B2" 540 "$bin" recipes/gpt2_gemini.lua --set steps=5 "${big[@]}" \
+    [[ ${SIZES:-6.6 10.3} == *10.3* ]] && run "gemini auto 10.3B B2" 540 "$bin" recipes/gpt2_gemini.lua \
+      --set steps=5 "${big[@]}" \
       --set model.n_layer=50 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=2
+    ;;
+  dynamics)
+    # Same shape, schedule, optimizer and corpus; different draws of the data.
+    wide=(--set model.n_layer=8 --set model.n_head=32 --set model.n_embd=4096 --set data.micro_batch_size=4
+          --set plugin.placement_policy=cuda --set model.checkpoint_ratio=0 --set steps=8
+          --set log.every_steps=1 --set eval.every_steps=0 --set checkpoint.every_steps=0
+          --set sample.max_new_tokens=0)
+    for lr in ${LRS:-3e-4 1.2e-4 6e-5}; do
+      run "ours 8x4096 lr $lr" 300 "$bin" recipes/gpt2_gemini.lua "${wide[@]}" --set optimizer.lr="$lr"
+      [[ -n ${SKIP_TORCH:-} ]] || run "torch 8x4096 lr $lr" 300 python3 tools/bench/torch_gpt2_losses.py \
+        --n_layer 8 --n_head 32 --n_embd 4096 --micro_batch 4 --steps 8 --lr "$lr"
+    done
     ;;
 esac
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
