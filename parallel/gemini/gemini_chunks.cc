@@ -166,6 +166,7 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   GeminiChunk& k = chunks[c];
   if (k.on_device == to_device) return absl::OkStatus();
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
+  retire_downloads(/*wait=*/true);  // no gradient copy may land in the old tier
   COLOSSAL_RETURN_IF_ERROR(fold(c));
   if (k.prefetched.defined()) {
     k.prefetch_ready->wait(stream);
@@ -403,7 +404,7 @@ absl::Status GeminiPlugin::State::fold(int c) {
   GeminiChunk& k = chunks[c];
   if (!k.staged) return absl::OkStatus();
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
-  if (d2h.has_value()) d2h->synchronize();
+  retire_downloads(/*wait=*/true);
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), k.staging.raw_data(),
                                        k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
@@ -411,6 +412,14 @@ absl::Status GeminiPlugin::State::fold(int c) {
   k.staging = core::Tensor();  // transient: only accumulation needs it
   k.staged = false;
   return absl::OkStatus();
+}
+
+void GeminiPlugin::State::retire_downloads(bool wait) {
+  while (!downloads.empty() && (wait || downloads.front().done.query())) {
+    downloads.front().done.synchronize();
+    release_bytes(downloads.front().counted_bytes);
+    downloads.pop_front();
+  }
 }
 
 absl::Status GeminiPlugin::State::reduce(int c) {
@@ -455,23 +464,39 @@ absl::Status GeminiPlugin::State::reduce(int c) {
           what));
     }
   } else {
-    // A host chunk: the part crosses PCIe in 16 bits, into the gradient shard
-    // itself after zero_grad, else into a staging buffer the host adds later
-    // (fold). The step waits for the copies before reading them.
+    // A host chunk: the part crosses PCIe in 16 bits on the gradient stream,
+    // into the gradient shard itself after zero_grad, else into a staging
+    // buffer the host adds later (fold). The step waits for the copies
+    // before reading them.
     COLOSSAL_RETURN_IF_ERROR(fold(c));
+    retire_downloads(/*wait=*/false);
+    if (!grad_stream.has_value()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
+      grad_stream.emplace(std::move(gs));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
+    reduced_event.record(stream);
+    reduced_event.wait(grad_stream->get());
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
     if (k.grad_zero) {
-      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, stream));
+      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
     } else {
       COLOSSAL_ASSIGN_OR_RETURN(k.staging, zeros(k.shard_size, dtype, /*on_device=*/false));
-      COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, stream));
+      COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
       k.staged = true;
     }
-    if (!d2h.has_value()) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Event e, core::Event::create(stream.device()));
-      d2h.emplace(std::move(e));
-    }
-    d2h->record(stream);
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
+    landed.record(grad_stream->get());
+    // When the source is the gathered gradient buffer itself (one rank, or a
+    // whole chunk), its bytes stay counted until the copy lands.
+    const bool source_is_full = part.raw_data() == k.full_grad.raw_data();
+    const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
+    downloads.push_back({std::move(part), counted, std::move(landed)});
+    k.grad_zero = false;
+    if (!source_is_full) release_bytes(k.spec.numel * esize());
+    k.full_grad = core::Tensor();
+    k.reduced = true;
+    return set_views(c);
   }
   k.grad_zero = false;
   release_bytes(k.spec.numel * esize());

@@ -323,7 +323,7 @@ absl::Status GeminiPlugin::zero_grad() {
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
     if (k.staged) {  // reduced but never stepped: drop it
-      if (s.d2h.has_value()) s.d2h->synchronize();
+      s.retire_downloads(/*wait=*/true);
       k.staging = core::Tensor();
       k.staged = false;
     }

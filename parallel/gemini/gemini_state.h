@@ -5,6 +5,7 @@
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 
 #include <algorithm>
+#include <deque>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -93,7 +94,20 @@ struct GeminiPlugin::State {
   core::Stream stream = core::Stream::cpu();  // every chunk operation's (materialize's)
   core::DType dtype = core::DType::kF32;      // the parameters'
   bool cuda = false;
-  std::optional<core::Event> d2h;  // CUDA: marks the latest gradient copy to the host
+  // CUDA, host chunks: the reduced gradients cross PCIe on their own stream,
+  // so the download overlaps the backward of the modules before. Each
+  // download keeps its device source (and the bytes it counts) until the host
+  // sees it landed.
+  struct Download {
+    core::Tensor source;
+    int64_t counted_bytes = 0;
+    core::Event done;
+  };
+  std::optional<core::OwnedStream> grad_stream;
+  std::deque<Download> downloads;
+  // Frees the sources of landed downloads; with wait, waits for all first
+  // (before the host reads or drops what they wrote).
+  void retire_downloads(bool wait);
   std::optional<core::OwnedStream> copy_stream;  // CUDA: prefetches (max_prefetch > 0)
   bool materialized = false, boosted = false;
   ChunkLayout layout;

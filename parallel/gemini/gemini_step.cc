@@ -154,6 +154,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
     }
   }
   if (s.cuda) s.stream.synchronize();  // the host reads gradients the device copied
+  s.retire_downloads(/*wait=*/true);
   COLOSSAL_ASSIGN_OR_RETURN(NormParts mine, local_norm(s));
   COLOSSAL_ASSIGN_OR_RETURN(auto total, global_norm(s, mine));
 
