@@ -18,6 +18,9 @@ return {
 
   -- GPU: GPT-2 1.5B (gpt2-xl's shape, written out so --set can grow it,
   -- e.g. --set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096: 6.6B).
+  -- At width 4096 this schedule is too hot (the loss rises over the first steps, as in
+  -- PyTorch); use GPT-3's: --set optimizer.lr=1.2e-4 --set lr_scheduler.warmup_steps=3000
+  -- --set lr_scheduler.total_steps=50000.
   model = gpu and { n_layer = 48, n_head = 25, n_embd = 1600, max_seq_len = 1024, checkpoint_ratio = 1.0 }
       or { n_layer = 4, n_head = 4, n_embd = 128, max_seq_len = 128 },
 

@@ -66,9 +66,11 @@
 // operation is enqueued on that stream: gathers and reduce-scatters wait for
 // it and it waits for them on the device, never the host. A host chunk's
 // 16-bit shard crosses PCIe to be gathered (max_prefetch chunks ahead on a
-// copy stream), its reduced 16-bit gradients cross back, and CPU Adam
-// (cpu_threads) updates it after the device chunks' Adam kernels are queued;
-// the step's one host sync reads the norm. Per parameter: 16 bytes for a
+// copy stream), its reduced 16-bit gradients cross back on a stream of their
+// own, and CPU Adam (cpu_threads) updates it on a worker thread after step()
+// returns, chunk by chunk in the next forward's order (chunk_updater.h): a
+// gather waits for its own chunk only; checkpoints and the next step wait for
+// all. The step's one host sync reads the norm. Per parameter: 16 bytes for a
 // 16-bit model (value 2, master 4, moments 8, gradient 2) wherever the shard
 // lives, divided by the group, plus the gathered chunks and their gradients
 // while in use. One rank keeps each chunk whole: the gathered chunk is the
@@ -76,9 +78,8 @@
 //
 // Limits (errors at materialize / boost): one parameter dtype; the CPU path
 // trains float32; Adam-family optimizers over declared parameters
-// (nn::declared_params) or the model's; a loss scaler only on CUDA. The host
-// Adam is not pipelined with the copies yet, and checkpoints gather the whole
-// state on the host (a model that fills the host cannot be saved).
+// (nn::declared_params) or the model's; a loss scaler only on CUDA. Checkpoints gather
+// the whole state on the host (a model that fills the host cannot be saved).
 //
 //   GeminiOptions o;
 //   o.placement_policy = "auto";
