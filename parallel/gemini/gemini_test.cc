@@ -290,6 +290,50 @@ absl::Status branches_step(std::shared_ptr<comm::ProcessGroup> pg, bool use_b) {
   return booster.step({}).status();
 }
 
+// zero_grad writes nothing (the next reduction overwrites the gradient
+// shards, so it need not wait for the host updates): a step no backward
+// preceded must still see zero gradients, not the last backward's.
+absl::StatusOr<std::pair<float, float>> norms_with_and_without_backward(
+    std::shared_ptr<comm::ProcessGroup> pg, const std::string& placement) {
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  Branches net(/*use_b=*/true);
+  nn::ParameterTable table;
+  COLOSSAL_RETURN_IF_ERROR(net.declare(table));
+  nn::ParameterStore store = nn::ParameterStore::declare(table);
+  COLOSSAL_RETURN_IF_ERROR(net.bind(store));
+  GeminiOptions o = small_chunks(placement);
+  o.chunks.search_range_m = 0;
+  COLOSSAL_ASSIGN_OR_RETURN(auto plugin, GeminiPlugin::create(pg, o));
+  Booster booster(std::move(plugin));
+  COLOSSAL_RETURN_IF_ERROR(booster.materialize(store, 7, Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(auto adam, nn::make_adamw({nn::ParamGroup{nn::declared_params(table)}}, {}));
+  COLOSSAL_RETURN_IF_ERROR(booster.boost(net, store, *adam));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, core::Tensor::empty({2, 4}, DType::kF32, Stream::cpu()));
+  for (int i = 0; i < 8; ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i + 1);
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, booster.forward(*ctx, net, x));
+  COLOSSAL_RETURN_IF_ERROR(booster.backward(*ctx, net, *out.saved, out.output).status());
+  COLOSSAL_ASSIGN_OR_RETURN(nn::MixedPrecisionStepResult first, booster.step({}));
+  COLOSSAL_RETURN_IF_ERROR(booster.zero_grad());
+  COLOSSAL_ASSIGN_OR_RETURN(nn::MixedPrecisionStepResult second, booster.step({}));
+  return std::make_pair(first.grad_norm, second.grad_norm);
+}
+
+TEST(Gemini, StepWithoutBackwardSeesZeroGradients) {
+  for (const char* placement : {"cuda", "cpu"}) {
+    for (int world : {1, 2}) {
+      std::vector<absl::StatusOr<std::pair<float, float>>> got(world, absl::UnknownError("not run"));
+      run_ranks(world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+        got[rank] = norms_with_and_without_backward(pg, placement);
+      });
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(got[r].ok()) << placement << " w" << world << ": " << got[r].status();
+        EXPECT_GT(got[r]->first, 0.0f) << placement << " w" << world;
+        EXPECT_EQ(got[r]->second, 0.0f) << placement << " w" << world;
+      }
+    }
+  }
+}
+
 TEST(Gemini, UnusedParameterGetsAZeroGradient) {
   std::vector<absl::Status> status(2);
   run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
