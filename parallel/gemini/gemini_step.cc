@@ -145,6 +145,10 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
         absl::StrCat("gemini: max_norm must be >= 0 (0: no clipping), got ", max_norm));
   }
   COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates (the gathers waited for most)
+  // Every gradient copy lands before the host reads the shards or zeroes
+  // them (one from before zero_grad could still be in flight).
+  if (s.cuda) s.stream.synchronize();
+  s.retire_downloads(/*wait=*/true);
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
     COLOSSAL_RETURN_IF_ERROR(s.fold(static_cast<int>(c)));
@@ -153,8 +157,6 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
       COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(s.cuda && k.on_device ? s.stream : core::Stream::cpu()));
     }
   }
-  if (s.cuda) s.stream.synchronize();  // the host reads gradients the device copied
-  s.retire_downloads(/*wait=*/true);
   COLOSSAL_ASSIGN_OR_RETURN(NormParts mine, local_norm(s));
   COLOSSAL_ASSIGN_OR_RETURN(auto total, global_norm(s, mine));
 
