@@ -36,18 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import torch_gpt2_train as ref  # noqa: E402
-
-
-class Checkpointed(torch.nn.Module):
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x):
-        return checkpoint(self.block, x, use_reentrant=False)
 
 
 def main():
@@ -67,7 +57,7 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     decay_names = {n for n, q in model.named_parameters() if q.dim() >= 2}
     if a.checkpoint:
-        model.h = torch.nn.ModuleList(Checkpointed(b) for b in model.h)
+        model.h = torch.nn.ModuleList(ref.Checkpointed(b) for b in model.h)
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
     off = CPUOffloadPolicy(pin_memory=True)
     for block in model.h:

@@ -35,7 +35,6 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 import torch_gpt2_train as ref  # noqa: E402
 
@@ -57,17 +56,6 @@ def read_tokens(pattern):
             sys.exit(f"torch_gpt2_losses: {path}: size disagrees with its header ({n} tokens)")
         parts.append(np.fromfile(path, dtype="<u2", offset=4 * HEADER_INTS))
     return np.concatenate(parts)
-
-
-class Checkpointed(torch.nn.Module):
-    """A block whose activations are recomputed in backward (as torch_fsdp2_offload.py's)."""
-
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, x):
-        return checkpoint(self.block, x, use_reentrant=False)
 
 
 def lr_at(a, step):
@@ -101,7 +89,7 @@ def main():
     torch.manual_seed(a.seed)
     model = ref.GPT2(a.seq, sdpa=True, n_layer=a.n_layer, n_head=a.n_head, n_embd=a.n_embd).cuda()
     if a.checkpoint:
-        model.h = torch.nn.ModuleList(Checkpointed(b) for b in model.h)
+        model.h = torch.nn.ModuleList(ref.Checkpointed(b) for b in model.h)
     decay = [q for q in model.parameters() if q.dim() >= 2]
     no_decay = [q for q in model.parameters() if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},

@@ -43,6 +43,7 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from bench_timing import cuda_ms
 
 L, NH, C, V, VP = 12, 12, 768, 50257, 50304
@@ -75,6 +76,16 @@ class Block(nn.Module):
         x = x + self.attention(self.ln_1(x))
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
+
+class Checkpointed(nn.Module):
+    """A block whose activations are recomputed in backward (activation checkpointing)."""
+
+    def __init__(self, block):
+        super().__init__()
+        self.block = block
+
+    def forward(self, x):
+        return torch.utils.checkpoint.checkpoint(self.block, x, use_reentrant=False)
 
 class GPT2(nn.Module):
     # n_layer/n_head/n_embd default to GPT-2 124M (the module constants); other sizes:
