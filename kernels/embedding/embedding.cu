@@ -150,7 +150,8 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, int32_t* invalid_t
     return;
   }
   const T* e = wte + static_cast<int64_t>(token) * channels;
-  const T* q = wpe + (p % seq_len) * channels;
+  // No position table (token-only embedding, e.g. Llama): the row is copied.
+  const T* q = wpe == nullptr ? nullptr : wpe + (p % seq_len) * channels;
   for (int64_t base = lane; base < c_packs; base += 32 * kFwdUnroll) {
     Pack<T, N> a[kFwdUnroll], b[kFwdUnroll];
 #pragma unroll
@@ -158,7 +159,7 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, int32_t* invalid_t
       const int64_t cp = base + u * 32;
       if (cp < c_packs) {
         a[u] = load_pack<T, N>(e + cp * N);
-        b[u] = load_pack<T, N>(q + cp * N);
+        if (q != nullptr) b[u] = load_pack<T, N>(q + cp * N);
       }
     }
 #pragma unroll
@@ -166,6 +167,10 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, int32_t* invalid_t
       const int64_t cp = base + u * 32;
       if (cp < c_packs) {
         Pack<T, N> r;
+        if (q == nullptr) {
+          store_pack<T, N>(o + cp * N, a[u]);
+          continue;
+        }
 #pragma unroll
         for (int k = 0; k < N; ++k) r.v[k] = from_math<T>(to_math(a[u].v[k]) + to_math(b[u].v[k]));
         store_pack<T, N>(o + cp * N, r);
@@ -223,6 +228,7 @@ __global__ void position_grad_kernel(float* dwte, G* __restrict__ dwpe, int32_t*
       }
     }
   }
+  if (dwpe == nullptr) return;  // no position table (kAtomic mode still ran for dwte)
   G* g = dwpe + t * channels + cp * N;
   add_to_grad<G, N>(g, load_pack<G, N>(g), acc);
 }
@@ -460,10 +466,13 @@ KernelStatus backward_typed(G* dwte, G* dwpe, int32_t* flag, const T* dout, cons
       return KernelStatus::unsupported("embedding_backward_cuda: kAtomic needs float32 gradients");
     }
   }
-  position_grad_kernel<T, G, N, false><<<pos_grid, dim3(kTileX, kTileY), 0, stream>>>(
-      nullptr, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size);
-  KernelStatus s = cuda::last_launch_status();
-  if (!s.ok()) return s;
+  if (dwpe != nullptr) {
+    position_grad_kernel<T, G, N, false><<<pos_grid, dim3(kTileX, kTileY), 0, stream>>>(
+        nullptr, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size);
+    KernelStatus s = cuda::last_launch_status();
+    if (!s.ok()) return s;
+  }
+  KernelStatus s;
 
   const internal::DeterministicLayout layout = internal::deterministic_layout(batch * seq_len, channels);
   uint8_t* bytes = static_cast<uint8_t*>(scratch);
@@ -512,7 +521,7 @@ KernelStatus embedding_forward_cuda(void* out, int32_t* invalid_token_flag, cons
   if (!s.ok()) return s;
   const int64_t positions = batch * seq_len;
   if (positions == 0 || channels == 0) return KernelStatus();
-  if (out == nullptr || tokens == nullptr || wte == nullptr || wpe == nullptr) {
+  if (out == nullptr || tokens == nullptr || wte == nullptr) {
     return KernelStatus::invalid_argument("embedding_forward_cuda: null buffer");
   }
   return cuda::dispatch_float_types(dtype, [&](auto tag) {
@@ -551,7 +560,7 @@ KernelStatus embedding_backward_cuda(void* dwte, void* dwpe, int32_t* invalid_to
     return KernelStatus::unsupported("embedding_backward_cuda: kAtomic needs float32 gradients");
   }
   if (batch * seq_len == 0 || channels == 0) return KernelStatus();
-  if (dwte == nullptr || dwpe == nullptr || dout == nullptr || tokens == nullptr) {
+  if (dwte == nullptr || dout == nullptr || tokens == nullptr) {
     return KernelStatus::invalid_argument("embedding_backward_cuda: null buffer");
   }
   // The layout header, not embedding_backward_scratch_bytes(): this library

@@ -4,7 +4,9 @@
 //   out[b, t, c] = wte[tokens[b, t], c] + wpe[t, c]
 // tokens int32 [batch, seq_len]; wte [vocab_size, channels]; wpe [max_seq_len,
 // channels] (rows t < seq_len <= max_seq_len are used); out [batch, seq_len,
-// channels]; all row-major. The add is done in float32 (float64 for float64
+// channels]; all row-major. wpe may be null: a token-only embedding (Llama's
+// embed_tokens), out = wte[tokens] copied exactly; dwpe must then be null too
+// in the backward (only dwte is accumulated). The add is done in float32 (float64 for float64
 // data) and rounded once, identically on CPU and CUDA: the forward results are
 // bit-for-bit equal across the two backends.
 //

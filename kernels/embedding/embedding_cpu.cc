@@ -85,8 +85,12 @@ void forward_typed(T* out, const int32_t* tokens, const T* wte, const T* wpe, in
     for (int64_t t = 0; t < seq_len; ++t) {
       const int64_t p = b * seq_len + t;
       const T* e = wte + static_cast<int64_t>(tokens[p]) * channels;
-      const T* q = wpe + t * channels;
       T* o = out + p * channels;
+      if (wpe == nullptr) {  // token rows only: a copy (to_math/from_math round-trips exactly)
+        for (int64_t c = 0; c < channels; ++c) o[c] = e[c];
+        continue;
+      }
+      const T* q = wpe + t * channels;
       for (int64_t c = 0; c < channels; ++c) o[c] = from_math<T>(to_math(e[c]) + to_math(q[c]));
     }
   }
@@ -97,8 +101,8 @@ void backward_typed(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int6
                     int64_t seq_len, int64_t channels) {
   const int64_t n = batch * seq_len;
   std::vector<double> acc(static_cast<size_t>(channels));
-  // dwpe[t] += sum over b, b ascending.
-  for (int64_t t = 0; t < seq_len; ++t) {
+  // dwpe[t] += sum over b, b ascending (no position table: nothing to do).
+  for (int64_t t = 0; dwpe != nullptr && t < seq_len; ++t) {
     std::fill(acc.begin(), acc.end(), 0.0);
     for (int64_t b = 0; b < batch; ++b) {
       const T* row = dout + (b * seq_len + t) * channels;
@@ -146,7 +150,7 @@ KernelStatus embedding_forward_cpu(void* out, const int32_t* tokens, const void*
   if (!s.ok()) return s;
   const int64_t n = batch * seq_len;
   if (n == 0 || channels == 0) return KernelStatus();
-  if (out == nullptr || tokens == nullptr || wte == nullptr || wpe == nullptr) {
+  if (out == nullptr || tokens == nullptr || wte == nullptr) {
     return KernelStatus::invalid_argument("embedding_forward_cpu: null buffer");
   }
   s = check_tokens(tokens, n, vocab_size);
@@ -170,7 +174,7 @@ KernelStatus embedding_backward_cpu(void* dwte, void* dwpe, const void* dout, co
   }
   const int64_t n = batch * seq_len;
   if (n == 0 || channels == 0) return KernelStatus();
-  if (dwte == nullptr || dwpe == nullptr || dout == nullptr || tokens == nullptr) {
+  if (dwte == nullptr || dout == nullptr || tokens == nullptr) {
     return KernelStatus::invalid_argument("embedding_backward_cpu: null buffer");
   }
   s = check_tokens(tokens, n, vocab_size);

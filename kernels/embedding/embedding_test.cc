@@ -243,6 +243,38 @@ TEST(EmbeddingCpuTest, BackwardFiniteDifferencesFloat64) {
   }
 }
 
+// No position table (wpe and dwpe null, Llama's embed_tokens): the forward
+// copies the token rows exactly, the backward adds to dwte exactly what it adds
+// with a position table.
+TEST(EmbeddingCpuTest, TokenOnlyCopiesRowsAndAccumulatesDwte) {
+  uint32_t seed = 500;
+  for (DType dtype : kCpuTypes) {
+    for (const Shape& s : kCpuShapes) {
+      const std::string what = std::string(dtype_name(dtype)) + " " + s.str();
+      const Buf wte = Buf::random(dtype, s.vocab * s.channels, seed++);
+      const auto tok = make_tokens(Ids::kZipf, s.positions(), s.vocab, seed++);
+      Buf out = Buf::random(dtype, s.positions() * s.channels, seed++);  // poisoned
+      ASSERT_TRUE(embedding_forward_cpu(out.data(), tok.data(), wte.data(), nullptr, s.batch, s.seq_len,
+                                        s.channels, s.vocab, s.max_seq_len, dtype).ok()) << what;
+      for (int64_t p = 0; p < s.positions(); ++p) {
+        for (int64_t c = 0; c < s.channels; ++c) {
+          ASSERT_EQ(out.get(p * s.channels + c), wte.get(tok[p] * s.channels + c)) << what << " p=" << p;
+        }
+      }
+      const Buf dout = Buf::random(dtype, s.positions() * s.channels, seed++);
+      const Buf dwte0 = Buf::random(dtype, s.vocab * s.channels, seed++, -3.0f, 3.0f);
+      Buf dwpe = Buf::random(dtype, s.max_seq_len * s.channels, seed++);
+      Buf with_table = dwte0, without = dwte0;
+      ASSERT_TRUE(embedding_backward_cpu(with_table.data(), dwpe.data(), dout.data(), tok.data(), s.batch,
+                                         s.seq_len, s.channels, s.vocab, s.max_seq_len, dtype, dtype).ok());
+      ASSERT_TRUE(embedding_backward_cpu(without.data(), nullptr, dout.data(), tok.data(), s.batch, s.seq_len,
+                                         s.channels, s.vocab, s.max_seq_len, dtype, dtype).ok()) << what;
+      ASSERT_TRUE(without.same_bits(with_table)) << what;
+      ASSERT_FALSE(without.same_bits(dwte0)) << what;
+    }
+  }
+}
+
 TEST(EmbeddingCpuTest, RejectsInvalidTokensWithoutWriting) {
   const Shape s{2, 3, 4, 5, 3};
   const Buf wte = Buf::random(DType::kF32, 20, 1), wpe = Buf::random(DType::kF32, 12, 2);
@@ -275,7 +307,8 @@ TEST(EmbeddingCpuTest, RejectsBadArguments) {
   EXPECT_EQ(embedding_forward_cpu(c, tok, a, b, -2, 2, 4, 2, 2, f32).code(), Code::kInvalidArgument);
   EXPECT_EQ(embedding_forward_cpu(c, tok, a, b, 2, 2, 4, 2, 2, DType::kI32).code(), Code::kUnsupported);
   EXPECT_TRUE(embedding_forward_cpu(nullptr, nullptr, nullptr, nullptr, 0, 2, 4, 2, 2, f32).ok());
-  EXPECT_EQ(embedding_backward_cpu(a, nullptr, c, tok, 2, 2, 4, 2, 2, f32, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_backward_cpu(nullptr, b, c, tok, 2, 2, 4, 2, 2, f32, f32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(embedding_forward_cpu(c, tok, nullptr, b, 2, 2, 4, 2, 2, f32).code(), Code::kInvalidArgument);
   EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, -4, 2, 2, f32, f32).code(), Code::kInvalidArgument);
   EXPECT_EQ(embedding_backward_cpu(a, b, c, tok, 2, 2, 4, 2, 2, DType::kBF16, DType::kF16).code(),
             Code::kUnsupported);
@@ -493,6 +526,72 @@ TEST(EmbeddingCudaTest, BackwardMatchesCpuBothModes) {
             if (::testing::Test::HasFatalFailure()) return;
             EXPECT_EQ(run.flag, 0) << what;
             expect_grads(run.dwte, run.dwpe, dwte0, dwpe0, ref, s, kSumTol, what);
+            if (::testing::Test::HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
+// No position table on CUDA: the forward equals the CPU's copy bit for bit,
+// the backward's dwte equals the run with a position table (deterministic
+// mode: bit for bit) and the reference (atomic mode).
+TEST(EmbeddingCudaTest, TokenOnlyMatchesCpu) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 2500;
+  for (DType dtype : kCudaTypes) {
+    for (const Shape& s : kCudaShapes) {
+      const std::string what = std::string(dtype_name(dtype)) + " " + s.str();
+      const Buf wte = Buf::random(dtype, s.vocab * s.channels, seed++);
+      const auto tok = make_tokens(Ids::kZipf, s.positions(), s.vocab, seed++);
+      Buf want(dtype, s.positions() * s.channels);
+      ASSERT_TRUE(embedding_forward_cpu(want.data(), tok.data(), wte.data(), nullptr, s.batch, s.seq_len,
+                                        s.channels, s.vocab, s.max_seq_len, dtype).ok());
+      DeviceBuf d_wte(wte, 0), d_out(Buf::random(dtype, want.size(), seed++), 0);
+      DeviceBuf d_tok(tok.data(), sizeof(int32_t), s.positions(), 0);
+      ASSERT_TRUE(d_wte.ok() && d_out.ok() && d_tok.ok());
+      ASSERT_TRUE(embedding_forward_cuda(d_out.ptr(), nullptr, d_tok.ptr<int32_t>(), d_wte.ptr(), nullptr,
+                                         s.batch, s.seq_len, s.channels, s.vocab, s.max_seq_len, dtype,
+                                         nullptr).ok());
+      CUDA_OK(cudaDeviceSynchronize());
+      Buf got(dtype, want.size());
+      d_out.fetch(&got, what);
+      ASSERT_TRUE(got.same_bits(want)) << what;
+      for (DType grad : {dtype, DType::kF32}) {
+        const Buf dout = Buf::random(dtype, s.positions() * s.channels, seed++);
+        const Buf dwte0 = Buf::random(grad, s.vocab * s.channels, seed++, -3.0f, 3.0f);
+        const Buf dwpe0 = Buf::random(grad, s.max_seq_len * s.channels, seed++, -3.0f, 3.0f);
+        const GradRef ref = reference_backward(dwte0, dwpe0, dout, tok, s);
+        for (GradMode mode : {GradMode::kDeterministic, GradMode::kAtomic}) {
+          if (mode == GradMode::kAtomic && grad != DType::kF32) continue;
+          const std::string w = what + "/" + dtype_name(grad) + " " + grad_mode_name(mode);
+          BackwardRun with_table;
+          run_backward(dwte0, dwpe0, dout, tok, s, dtype, grad, mode, 0, &with_table, w);
+          if (::testing::Test::HasFatalFailure()) return;
+          DeviceBuf d_dwte(dwte0, 0), d_dout(dout, 0);
+          ASSERT_TRUE(d_dwte.ok() && d_dout.ok()) << w;
+          const size_t bytes = embedding_backward_scratch_bytes(s.batch, s.seq_len, s.channels, mode);
+          void* scratch = nullptr;
+          if (bytes > 0) CUDA_OK(cudaMalloc(&scratch, bytes));
+          ASSERT_TRUE(embedding_backward_cuda(d_dwte.ptr(), nullptr, nullptr, d_dout.ptr(), d_tok.ptr<int32_t>(),
+                                              scratch, bytes, s.batch, s.seq_len, s.channels, s.vocab,
+                                              s.max_seq_len, dtype, grad, mode, nullptr).ok()) << w;
+          CUDA_OK(cudaDeviceSynchronize());
+          CUDA_OK(cudaFree(scratch));
+          Buf dwte(grad, dwte0.size());
+          d_dwte.fetch(&dwte, w);
+          if (mode == GradMode::kDeterministic) {
+            ASSERT_TRUE(dwte.same_bits(with_table.dwte)) << w;
+          } else {
+            GradRef untouched_table = ref;  // dwpe was not passed: it keeps its start values
+            for (int64_t i = 0; i < dwpe0.size(); ++i) {
+              untouched_table.dwpe[i] = dwpe0.get(i);
+              untouched_table.dwpe_abs[i] = std::fabs(dwpe0.get(i));
+            }
+            expect_grads(dwte, dwpe0, dwte0, dwpe0, untouched_table, s, kSumTol, w);
             if (::testing::Test::HasFatalFailure()) return;
           }
         }

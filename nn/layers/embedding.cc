@@ -15,6 +15,7 @@ struct EmbeddingSaved : Saved {
 
 absl::Status check_tokens(const core::Tensor& tokens, int64_t max_seq_len) {
   COLOSSAL_RETURN_IF_ERROR(require_dtype(tokens, core::DType::kI32, "tokens"));
+  if (max_seq_len == 0 && tokens.rank() == 2) return absl::OkStatus();  // tokens only
   if (tokens.rank() != 2 || tokens.dim(1) > max_seq_len) {
     return absl::InvalidArgumentError(absl::StrCat("tokens are ", tokens.to_string(),
                                                    "; expected [batch, T] with T <= ",
@@ -33,15 +34,26 @@ Embedding::Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64
       channels_(channels),
       dtype_(dtype) {}
 
+Embedding Embedding::tokens_only(std::string name, int64_t vocab, int64_t channels,
+                                 core::DType dtype) {
+  return Embedding(std::move(name), vocab, /*max_seq_len=*/0, channels, dtype);
+}
+
+std::string Embedding::wte_name() const {
+  return max_seq_len_ == 0 ? name() + ".weight" : name() + ".wte.weight";
+}
+
 absl::Status Embedding::declare_own(ParameterTable& table) {
-  COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".wte.weight", {vocab_, channels_}, dtype_,
-                                     InitRule::normal(kDefaultInitStd)));
+  COLOSSAL_RETURN_IF_ERROR(
+      table.add(wte_name(), {vocab_, channels_}, dtype_, InitRule::normal(kDefaultInitStd)));
+  if (max_seq_len_ == 0) return absl::OkStatus();
   return table.add(name() + ".wpe.weight", {max_seq_len_, channels_}, dtype_,
                    InitRule::normal(kDefaultInitStd));
 }
 
 absl::Status Embedding::bind_own(const ParameterStore& store) {
-  COLOSSAL_ASSIGN_OR_RETURN(wte_, store.handle(name() + ".wte.weight"));
+  COLOSSAL_ASSIGN_OR_RETURN(wte_, store.handle(wte_name()));
+  if (max_seq_len_ == 0) return absl::OkStatus();
   COLOSSAL_ASSIGN_OR_RETURN(wpe_, store.handle(name() + ".wpe.weight"));
   return absl::OkStatus();
 }
@@ -51,19 +63,23 @@ absl::StatusOr<ForwardResult> Embedding::forward_impl(core::Context& ctx,
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
   COLOSSAL_RETURN_IF_ERROR(check_tokens(input, max_seq_len_));
   const int64_t B = input.dim(0), T = input.dim(1);
+  const int64_t max_seq_len = max_seq_len_ == 0 ? T : max_seq_len_;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, wte_.value());
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wpe, wpe_.value());
+  core::Tensor wpe;
+  if (max_seq_len_ != 0) {
+    COLOSSAL_ASSIGN_OR_RETURN(wpe, wpe_.value());
+  }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, {B, T, channels_}, dtype_));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(
           ctx,
           kernels::embedding::embedding_forward_cpu(out.raw_data(), input.data<int32_t>(),
                                                     wte.raw_data(), wpe.raw_data(),
-                                                    B, T, channels_, vocab_, max_seq_len_, dtype_),
+                                                    B, T, channels_, vocab_, max_seq_len, dtype_),
           kernels::embedding::embedding_forward_cuda(
               out.raw_data(), /*invalid_token_flag=*/nullptr, input.data<int32_t>(),
               wte.raw_data(), wpe.raw_data(), B, T, channels_, vocab_,
-              max_seq_len_, dtype_, cuda_stream(ctx))),
+              max_seq_len, dtype_, cuda_stream(ctx))),
       "embedding forward"));
   auto saved = std::make_unique<EmbeddingSaved>();
   saved->tokens = input;
@@ -76,13 +92,17 @@ absl::StatusOr<core::Tensor> Embedding::backward_impl(core::Context& ctx, Saved&
   COLOSSAL_ASSIGN_OR_RETURN(EmbeddingSaved * s, saved_as<EmbeddingSaved>(saved));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, dtype_, "grad_output"));
   const int64_t B = s->tokens.dim(0), T = s->tokens.dim(1);
+  const int64_t max_seq_len = max_seq_len_ == 0 ? T : max_seq_len_;
   if (grad_output.shape() != core::Shape{B, T, channels_}) {
     return absl::InvalidArgumentError(absl::StrCat("grad_output is ", grad_output.to_string(),
                                                    "; expected [", B, ", ", T, ", ", channels_,
                                                    "]"));
   }
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor dwte, wte_.grad());
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor dwpe, wpe_.grad());
+  core::Tensor dwpe;  // undefined (null data) for tokens only
+  if (max_seq_len_ != 0) {
+    COLOSSAL_ASSIGN_OR_RETURN(dwpe, wpe_.grad());
+  }
   using kernels::embedding::GradMode;
   const size_t scratch_bytes =
       ctx.device().is_cpu() ? 0
@@ -95,11 +115,11 @@ absl::StatusOr<core::Tensor> Embedding::backward_impl(core::Context& ctx, Saved&
           ctx,
           kernels::embedding::embedding_backward_cpu(
               dwte.raw_data(), dwpe.raw_data(), grad_output.raw_data(),
-              s->tokens.data<int32_t>(), B, T, channels_, vocab_, max_seq_len_, dtype_, dtype_),
+              s->tokens.data<int32_t>(), B, T, channels_, vocab_, max_seq_len, dtype_, dtype_),
           kernels::embedding::embedding_backward_cuda(
               dwte.raw_data(), dwpe.raw_data(), /*invalid_token_flag=*/nullptr,
               grad_output.raw_data(), s->tokens.data<int32_t>(), work.raw_data(), scratch_bytes,
-              B, T, channels_, vocab_, max_seq_len_, dtype_, dtype_, GradMode::kDeterministic,
+              B, T, channels_, vocab_, max_seq_len, dtype_, dtype_, GradMode::kDeterministic,
               cuda_stream(ctx))),
       "embedding backward"));
   return core::Tensor();

@@ -1,6 +1,7 @@
-// colossal::nn — GPT-2's token + position embedding (kernels/embedding).
+// colossal::nn — GPT-2's token + position embedding (kernels/embedding), or
+// a token-only embedding (Llama's embed_tokens: Embedding::tokens_only).
 //
-//   out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+//   out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]     (tokens only: no wpe term)
 //
 // Parameters "<name>.wte.weight" [vocab, C] and "<name>.wpe.weight"
 // [max_seq_len, C], both declared N(0, kDefaultInitStd); with name
@@ -12,6 +13,10 @@
 // deterministic backward): such an id gives a NaN output row instead (no
 // synchronisation to report it) and no gradient.
 //
+// tokens_only(name, vocab, channels, dtype) declares one parameter,
+// "<name>.weight" [vocab, C] (Hugging Face Llama: "model.embed_tokens"), and
+// takes any T.
+//
 //   Embedding emb("transformer", 50304, 1024, 768, DType::kF32);
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, emb.forward(ctx, tokens));   // [B, T, 768]
 #ifndef COLOSSAL_NN_LAYERS_EMBEDDING_H_
@@ -19,6 +24,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "nn/module/module.h"
 
@@ -28,6 +34,8 @@ class Embedding : public Module {
  public:
   Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64_t channels,
             core::DType dtype);
+  static Embedding tokens_only(std::string name, int64_t vocab, int64_t channels,
+                               core::DType dtype);
   const char* type() const override { return "Embedding"; }
   // The token table's handle (after bind), e.g. for a tied output head.
   const ParameterHandle& wte() const { return wte_; }
@@ -40,9 +48,10 @@ class Embedding : public Module {
                                              const core::Tensor& grad_output) override;
 
  private:
-  int64_t vocab_, max_seq_len_, channels_;
+  int64_t vocab_, max_seq_len_, channels_;  // max_seq_len_ 0: tokens only, any T
   core::DType dtype_;
-  ParameterHandle wte_, wpe_;
+  ParameterHandle wte_, wpe_;  // wpe_ unbound for tokens only
+  std::string wte_name() const;
 };
 
 }  // namespace colossal::nn
