@@ -231,11 +231,9 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
   for (int64_t r = 0; r < B; ++r) {
     const int64_t g = first_window(epoch) + (batch * options_.world_size + options_.rank) * B + r;
     const auto [shard, window] = Locate(cursor, epoch, g);
-    const uint16_t* tok = shards_[shard].tokens().data() + window * T;
-    for (int64_t t = 0; t < T; ++t) {
-      in[r * T + t] = tok[t];
-      tg[r * T + t] = tok[t + 1];
-    }
+    // The window's T + 1 tokens, as int32 whatever the shard's width.
+    shards_[shard].CopyTokens(window * T, T, in + r * T);
+    shards_[shard].CopyTokens(window * T + 1, T, tg + r * T);
   }
   out.inputs = *std::move(inputs);
   out.targets = *std::move(targets);

@@ -338,6 +338,33 @@ TEST(DataLoader, ManyShards) {
   EXPECT_GT(shards_used.size(), 50u);
 }
 
+// The same ids in uint16 and in uint32 (llm.c's Llama 3 header) shards give
+// the same int32 batches; ids above 65535 arrive whole.
+TEST(DataLoader, Uint32ShardsGiveTheSameBatches) {
+  const std::string dir = MakeTestDir();
+  std::vector<int32_t> ids(201);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 7919) % 65536);
+  ASSERT_TRUE(WriteTokenShard(dir + "/narrow_000.bin", ids, TokenWidth::kUint16).ok());
+  ASSERT_TRUE(WriteTokenShard(dir + "/wide_000.bin", ids, TokenWidth::kUint32).ok());
+  std::unique_ptr<DataLoader> narrow = OpenOrDie(Options(dir + "/narrow_*.bin", 2, 8));
+  std::unique_ptr<DataLoader> wide = OpenOrDie(Options(dir + "/wide_*.bin", 2, 8));
+  ASSERT_NE(narrow, nullptr);
+  ASSERT_NE(wide, nullptr);
+  EXPECT_EQ(Take(*narrow, 12), Take(*wide, 12));  // past one epoch (12 batches of 2 windows)
+
+  std::vector<int32_t> large(17);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = 128000 + static_cast<int32_t>(i);
+  ASSERT_TRUE(WriteTokenShard(dir + "/large_000.bin", large, TokenWidth::kUint32).ok());
+  DataLoaderOptions o = Options(dir + "/large_*.bin", 1, 16);
+  o.shuffle = false;
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  const std::vector<std::vector<int32_t>> batch = Take(*l, 1);
+  ASSERT_EQ(batch.size(), 2u);
+  EXPECT_EQ(batch[0], std::vector<int32_t>(large.begin(), large.end() - 1));
+  EXPECT_EQ(batch[1], std::vector<int32_t>(large.begin() + 1, large.end()));
+}
+
 TEST(DataLoader, Errors) {
   const std::string dir = MakeTestDir();
   absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(Options(dir + "/nothing_*.bin", 2, 4));

@@ -64,7 +64,7 @@ std::vector<uint16_t> SplitTokens(const std::string& dir, const PrepareResult& r
     EXPECT_TRUE(shard.ok()) << shard.status();
     if (!shard.ok()) continue;
     EXPECT_EQ(shard->num_tokens(), s.tokens);
-    tokens.insert(tokens.end(), shard->tokens().begin(), shard->tokens().end());
+    tokens.insert(tokens.end(), shard->tokens16().begin(), shard->tokens16().end());
   }
   return tokens;
 }

@@ -16,7 +16,7 @@ std::vector<uint16_t> ShardTokens(const std::string& path) {
   absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
   EXPECT_TRUE(shard.ok()) << shard.status();
   if (!shard.ok()) return {};
-  return std::vector<uint16_t>(shard->tokens().begin(), shard->tokens().end());
+  return std::vector<uint16_t>(shard->tokens16().begin(), shard->tokens16().end());
 }
 
 // The usage example of split_writer.h, with 10-token shards.

@@ -21,47 +21,71 @@ static_assert(std::endian::native == std::endian::little, "token shards need a l
 
 namespace {
 
-// llm.c's Llama 3 shards: uint32 tokens, a different magic.
-constexpr int32_t kLlama3ShardMagic = 20240801;
+// Tokens buffered by a writer before a write(2): 1 MiB of ids.
+constexpr size_t kWriterBufferBytes = 1 << 20;
 
-// Tokens buffered by a writer before a write(2): 1 MiB.
-constexpr size_t kWriterBufferTokens = 1 << 19;
+size_t Bytes(TokenWidth width) { return static_cast<size_t>(width); }
 
-// Checks a header against the file size; returns the token count.
-absl::StatusOr<int64_t> ValidateHeader(const int32_t* header, uint64_t file_bytes, const std::string& path) {
-  if (header[0] != kTokenShardMagic) {
-    std::string hint = header[0] == kLlama3ShardMagic
-                           ? " (that is llm.c's Llama 3 format with uint32 tokens, which is not supported)"
-                           : " (not an llm.c token shard)";
-    return absl::InvalidArgumentError(absl::StrCat("token shard '", path, "': bad magic ", header[0],
-                                                   ", expected ", kTokenShardMagic, hint));
-  }
-  if (header[1] != kTokenShardVersion) {
-    return absl::InvalidArgumentError(absl::StrCat("token shard '", path, "': unsupported version ", header[1],
-                                                   ", expected ", kTokenShardVersion));
+struct Header {
+  int64_t count;
+  TokenWidth width;
+};
+
+// Checks a header against the file size; returns the token count and width.
+absl::StatusOr<Header> ValidateHeader(const int32_t* header, uint64_t file_bytes, const std::string& path) {
+  const int32_t magic = header[0], version = header[1];
+  TokenWidth width;
+  if (magic == kTokenShardMagic) {
+    if (version != kTokenShardVersion) {
+      return absl::InvalidArgumentError(absl::StrCat("token shard '", path, "': unsupported version ", version,
+                                                     ", expected ", kTokenShardVersion, " for magic ", magic,
+                                                     " (uint16 tokens; llm.c's uint32 shards have magic ",
+                                                     kLlama3TokenShardMagic, " and version ",
+                                                     kLlama3TokenShardVersion, ")"));
+    }
+    width = TokenWidth::kUint16;
+  } else if (magic == kLlama3TokenShardMagic) {
+    if (version != kLlama3TokenShardVersion) {
+      return absl::InvalidArgumentError(absl::StrCat("token shard '", path, "': unsupported version ", version,
+                                                     " for llm.c's Llama 3 magic ", magic, ", expected ",
+                                                     kLlama3TokenShardVersion, " (uint32 tokens)"));
+    }
+    width = TokenWidth::kUint32;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("token shard '", path, "': bad magic ", magic, ", expected ",
+                                                   kTokenShardMagic, " or ", kLlama3TokenShardMagic,
+                                                   " (not an llm.c token shard)"));
   }
   const int64_t count = header[2];
   if (count < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("token shard '", path, "': negative token count ", count, " in the header"));
   }
+  const uint64_t size = Bytes(width);
   const uint64_t payload = file_bytes - kTokenShardHeaderBytes;
-  const uint64_t expected = static_cast<uint64_t>(count) * sizeof(uint16_t);
+  const uint64_t expected = static_cast<uint64_t>(count) * size;
   if (payload < expected) {
-    return absl::DataLossError(absl::StrCat("token shard '", path, "' is truncated: the header says ", count,
-                                            " tokens (", expected, " bytes after the header) but the file has ",
-                                            payload));
+    return absl::DataLossError(absl::StrCat("token shard '", path, "' is truncated: the header says ", count, " ",
+                                            TokenWidthName(width), " tokens (", expected,
+                                            " bytes after the header) but the file has ", payload));
   }
   if (payload > expected) {
-    return absl::DataLossError(absl::StrCat("token shard '", path, "': token count mismatch: the header says ",
-                                            count, " tokens (", expected, " bytes after the header) but the file has ",
-                                            payload, " (", payload / sizeof(uint16_t), " tokens",
-                                            payload % 2 ? " and an odd byte" : "", ")"));
+    const uint64_t left = payload % size;
+    return absl::DataLossError(absl::StrCat(
+        "token shard '", path, "': token count mismatch: the header says ", count, " ", TokenWidthName(width),
+        " tokens (", expected, " bytes after the header) but the file has ", payload, " (", payload / size,
+        " tokens", left == 0 ? "" : (left == 1 ? " and an odd byte" : absl::StrCat(" and ", left, " bytes")), ")"));
   }
-  return count;
+  return Header{count, width};
 }
 
 }  // namespace
+
+TokenWidth TokenWidthForVocab(int64_t vocab_size) {
+  return vocab_size <= int64_t{UINT16_MAX} + 1 ? TokenWidth::kUint16 : TokenWidth::kUint32;
+}
+
+const char* TokenWidthName(TokenWidth width) { return width == TokenWidth::kUint16 ? "uint16" : "uint32"; }
 
 // ---------------------------------------------------------------------------
 // TokenShard
@@ -89,27 +113,39 @@ absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path) {
   const int err = errno;
   ::close(fd);  // the mapping keeps the file
   if (mapping == MAP_FAILED) return ErrnoStatus(err, "cannot mmap token shard", path);
-  absl::StatusOr<int64_t> count = ValidateHeader(static_cast<const int32_t*>(mapping), bytes, path);
-  if (!count.ok()) {
+  absl::StatusOr<Header> header = ValidateHeader(static_cast<const int32_t*>(mapping), bytes, path);
+  if (!header.ok()) {
     ::munmap(mapping, bytes);
-    return count.status();
+    return header.status();
   }
-  return TokenShard(path, mapping, bytes, *count);
+  return TokenShard(path, mapping, bytes, header->count, header->width);
 }
 
-TokenShard::TokenShard(std::string path, void* mapping, size_t mapping_bytes, int64_t num_tokens)
+TokenShard::TokenShard(std::string path, void* mapping, size_t mapping_bytes, int64_t num_tokens, TokenWidth width)
     : path_(std::move(path)),
       mapping_(mapping),
       mapping_bytes_(mapping_bytes),
-      tokens_(reinterpret_cast<const uint16_t*>(static_cast<const char*>(mapping) + kTokenShardHeaderBytes)),
-      num_tokens_(num_tokens) {}
+      tokens_(static_cast<const char*>(mapping) + kTokenShardHeaderBytes),
+      num_tokens_(num_tokens),
+      width_(width) {}
+
+void TokenShard::CopyTokens(int64_t first, int64_t count, int32_t* out) const {
+  if (width_ == TokenWidth::kUint16) {
+    const uint16_t* in = static_cast<const uint16_t*>(tokens_) + first;
+    std::copy(in, in + count, out);
+  } else {
+    const uint32_t* in = static_cast<const uint32_t*>(tokens_) + first;
+    std::transform(in, in + count, out, [](uint32_t id) { return static_cast<int32_t>(id); });
+  }
+}
 
 TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
       mapping_(std::exchange(other.mapping_, nullptr)),
       mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
       tokens_(std::exchange(other.tokens_, nullptr)),
-      num_tokens_(std::exchange(other.num_tokens_, 0)) {}
+      num_tokens_(std::exchange(other.num_tokens_, 0)),
+      width_(other.width_) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
@@ -119,6 +155,7 @@ TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
     mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
     tokens_ = std::exchange(other.tokens_, nullptr);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
+    width_ = other.width_;
   }
   return *this;
 }
@@ -134,20 +171,20 @@ void TokenShard::Unmap() {
 // ---------------------------------------------------------------------------
 // TokenShardWriter
 
-absl::StatusOr<TokenShardWriter> TokenShardWriter::Create(const std::string& path) {
+absl::StatusOr<TokenShardWriter> TokenShardWriter::Create(const std::string& path, TokenWidth width) {
   absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(path);
   if (!file.ok()) {
     return absl::Status(file.status().code(), absl::StrCat("token shard: ", file.status().message()));
   }
-  TokenShardWriter writer(*std::move(file));
+  TokenShardWriter writer(*std::move(file), width);
   // A zero header for now; Finish() writes the real one.
   const int32_t zeros[kTokenShardHeaderInts] = {};
   if (absl::Status s = writer.file_.Write(zeros, sizeof(zeros)); !s.ok()) return s;
   return writer;  // on error above, the writer's destructor removed the file
 }
 
-TokenShardWriter::TokenShardWriter(AtomicFileWriter file) : file_(std::move(file)) {
-  buffer_.reserve(kWriterBufferTokens);
+TokenShardWriter::TokenShardWriter(AtomicFileWriter file, TokenWidth width) : file_(std::move(file)), width_(width) {
+  buffer_.reserve(kWriterBufferBytes);
 }
 
 absl::Status TokenShardWriter::CheckWritable(size_t more) {
@@ -164,43 +201,56 @@ absl::Status TokenShardWriter::CheckWritable(size_t more) {
 
 absl::Status TokenShardWriter::Flush() {
   if (buffer_.empty()) return absl::OkStatus();
-  absl::Status status = file_.Write(buffer_.data(), buffer_.size() * sizeof(uint16_t));
+  absl::Status status = file_.Write(buffer_.data(), buffer_.size());
   buffer_.clear();
   if (!status.ok()) error_ = status;
   return status;
 }
 
-absl::Status TokenShardWriter::Append(std::span<const uint16_t> tokens) {
-  if (absl::Status s = CheckWritable(tokens.size()); !s.ok()) return s;
-  while (!tokens.empty()) {
-    const size_t n = std::min(tokens.size(), kWriterBufferTokens - buffer_.size());
-    buffer_.insert(buffer_.end(), tokens.begin(), tokens.begin() + n);
+// Appends ids already checked to fit the width, converting them in chunks.
+template <typename T>
+absl::Status TokenShardWriter::AppendAs(std::span<const T> ids) {
+  if (absl::Status s = CheckWritable(ids.size()); !s.ok()) return s;
+  const size_t size = Bytes(width_);
+  while (!ids.empty()) {
+    const size_t n = std::min(ids.size(), (kWriterBufferBytes - buffer_.size()) / size);
+    const size_t at = buffer_.size();
+    buffer_.resize(at + n * size);
+    char* out = buffer_.data() + at;
+    if (width_ == TokenWidth::kUint16) {
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t v = static_cast<uint16_t>(ids[i]);
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const uint32_t v = static_cast<uint32_t>(ids[i]);
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+    }
     num_tokens_ += static_cast<int64_t>(n);
-    tokens = tokens.subspan(n);
-    if (buffer_.size() == kWriterBufferTokens) {
+    ids = ids.subspan(n);
+    if (buffer_.size() + size > kWriterBufferBytes) {
       if (absl::Status s = Flush(); !s.ok()) return s;
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status TokenShardWriter::Append(std::span<const uint16_t> tokens) { return AppendAs(tokens); }
+
 absl::Status TokenShardWriter::Append(std::span<const int32_t> ids) {
+  const int64_t max = width_ == TokenWidth::kUint16 ? int64_t{UINT16_MAX} : int64_t{INT32_MAX};
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] > UINT16_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("token shard '", path(), "': id ", ids[i], " at index ", i,
-                                                     " does not fit in uint16 (the shard format stores ids below ",
-                                                     UINT16_MAX + 1, ")"));
+    if (ids[i] < 0 || ids[i] > max) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token shard '", path(), "': id ", ids[i], " at index ", i, " does not fit in ", TokenWidthName(width_),
+          width_ == TokenWidth::kUint16
+              ? " (this shard stores ids below 65536; a larger vocabulary needs 32-bit tokens, TokenWidth::kUint32)"
+              : " (ids are non-negative)"));
     }
   }
-  if (absl::Status s = CheckWritable(ids.size()); !s.ok()) return s;
-  uint16_t chunk[4096];
-  while (!ids.empty()) {
-    const size_t n = std::min(ids.size(), std::size(chunk));
-    std::copy(ids.begin(), ids.begin() + n, chunk);
-    if (absl::Status s = Append(std::span<const uint16_t>(chunk, n)); !s.ok()) return s;
-    ids = ids.subspan(n);
-  }
-  return absl::OkStatus();
+  return AppendAs(ids);
 }
 
 absl::Status TokenShardWriter::Finish() {
@@ -209,8 +259,9 @@ absl::Status TokenShardWriter::Finish() {
   absl::Status status = Flush();
   if (status.ok()) {
     int32_t header[kTokenShardHeaderInts] = {};
-    header[0] = kTokenShardMagic;
-    header[1] = kTokenShardVersion;
+    const bool narrow = width_ == TokenWidth::kUint16;
+    header[0] = narrow ? kTokenShardMagic : kLlama3TokenShardMagic;
+    header[1] = narrow ? kTokenShardVersion : kLlama3TokenShardVersion;
     header[2] = static_cast<int32_t>(num_tokens_);
     status = file_.WriteAt(0, header, sizeof(header));
   }
@@ -223,6 +274,13 @@ absl::Status WriteTokenShard(const std::string& path, std::span<const uint16_t> 
   absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(path);
   if (!writer.ok()) return writer.status();
   if (absl::Status s = writer->Append(tokens); !s.ok()) return s;
+  return writer->Finish();
+}
+
+absl::Status WriteTokenShard(const std::string& path, std::span<const int32_t> ids, TokenWidth width) {
+  absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(path, width);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status s = writer->Append(ids); !s.ok()) return s;
   return writer->Finish();
 }
 

@@ -1,5 +1,5 @@
 // libFuzzer target for llm.c token shards (TokenShard::Open): the 1024-byte
-// header (magic, version, count) against the file size. Any input must either
+// header (magic, version, count) against the file size, uint16 and uint32 tokens. Any input must either
 // open with exactly the tokens the header counts, or fail with
 // InvalidArgument / DataLoss naming the file; the outcome must agree with an
 // independent reading of the format (token_shard.h). Run by
@@ -22,23 +22,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   colossal::fuzz::RecordStatus(shard.status(), {absl::StatusCode::kInvalidArgument, absl::StatusCode::kDataLoss},
                                "token shard '" + file.path() + "'");
 
-  // The format, read independently.
+  // The format, read independently: (20240520, 1) uint16, (20240801, 7) uint32.
   bool valid = size >= io::kTokenShardHeaderBytes;
   int32_t header[3] = {};
+  uint64_t width = 0;
   if (valid) {
     std::memcpy(header, data, sizeof(header));
-    valid = header[0] == io::kTokenShardMagic && header[1] == io::kTokenShardVersion && header[2] >= 0 &&
-            size - io::kTokenShardHeaderBytes == 2 * static_cast<uint64_t>(header[2]);
+    if (header[0] == 20240520 && header[1] == 1) width = 2;
+    if (header[0] == 20240801 && header[1] == 7) width = 4;
+    valid = width != 0 && header[2] >= 0 &&
+            size - io::kTokenShardHeaderBytes == width * static_cast<uint64_t>(header[2]);
   }
   Check(shard.ok() == valid, shard.ok() ? "accepted an invalid shard" : "rejected a valid shard");
   if (!shard.ok()) return 0;
 
   Check(shard->num_tokens() == header[2], "num_tokens differs from the header");
-  Check(shard->tokens().size() == static_cast<size_t>(header[2]), "tokens() size differs from the header");
-  for (size_t i = 0; i < shard->tokens().size(); ++i) {
-    uint16_t want;
-    std::memcpy(&want, data + io::kTokenShardHeaderBytes + 2 * i, 2);
-    Check(shard->tokens()[i] == want, "a token differs from the file");
+  Check(static_cast<uint64_t>(shard->width()) == width, "the width differs from the header");
+  Check(shard->tokens16().size() + shard->tokens32().size() == static_cast<size_t>(header[2]),
+        "the tokens' size differs from the header");
+  for (int64_t i = 0; i < shard->num_tokens(); ++i) {
+    uint32_t want = 0;
+    std::memcpy(&want, data + io::kTokenShardHeaderBytes + width * static_cast<uint64_t>(i), width);
+    Check(shard->token(i) == static_cast<int32_t>(want), "a token differs from the file");
   }
   return 0;
 }

@@ -58,15 +58,25 @@ void WriteRaw(const std::string& path, const std::string& bytes) {
 }
 
 // Bytes of a shard built by hand, the way llm.c's write_datafile does:
-// np.zeros(256, int32) header, then tokens as uint16.
-std::string RawShard(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+// np.zeros(256, int32) header, then tokens as uint16 (or uint32 for "llama-3").
+template <typename T>
+std::string RawShard(int32_t magic, int32_t version, int32_t count, const std::vector<T>& tokens) {
   int32_t header[256] = {};
   header[0] = magic;
   header[1] = version;
   header[2] = count;
   std::string bytes(reinterpret_cast<const char*>(header), sizeof(header));
-  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2);
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(T));
   return bytes;
+}
+std::string RawShard(int32_t magic, int32_t version, int32_t count, const std::vector<uint16_t>& tokens) {
+  return RawShard<uint16_t>(magic, version, count, tokens);
+}
+
+std::vector<int32_t> AllTokens(const TokenShard& shard) {
+  std::vector<int32_t> ids(static_cast<size_t>(shard.num_tokens()));
+  shard.CopyTokens(0, shard.num_tokens(), ids.data());
+  return ids;
 }
 
 void ExpectOpenError(const std::string& path, absl::StatusCode code, std::string_view needle) {
@@ -90,8 +100,11 @@ TEST(TokenShardTest, HeaderExample) {
 
   absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
   ASSERT_TRUE(shard.ok()) << shard.status();
-  std::span<const uint16_t> tokens = shard->tokens();
+  std::span<const uint16_t> tokens = shard->tokens16();
   EXPECT_EQ(std::vector<uint16_t>(tokens.begin(), tokens.end()), (std::vector<uint16_t>{15496, 995, 50256}));
+  EXPECT_EQ(AllTokens(*shard), ids);
+  EXPECT_EQ(shard->width(), TokenWidth::kUint16);
+  EXPECT_TRUE(shard->tokens32().empty());
   EXPECT_EQ(shard->path(), path);
 }
 
@@ -110,7 +123,8 @@ TEST(TokenShardTest, ReadsAShardWrittenByHand) {
   absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
   ASSERT_TRUE(shard.ok()) << shard.status();
   ASSERT_EQ(shard->num_tokens(), 1000);
-  EXPECT_EQ(std::vector<uint16_t>(shard->tokens().begin(), shard->tokens().end()), tokens);
+  EXPECT_EQ(std::vector<uint16_t>(shard->tokens16().begin(), shard->tokens16().end()), tokens);
+  EXPECT_EQ(shard->token(999), tokens[999]);
 }
 
 TEST(TokenShardTest, EmptyShardRoundTrips) {
@@ -120,7 +134,7 @@ TEST(TokenShardTest, EmptyShardRoundTrips) {
   absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
   ASSERT_TRUE(shard.ok()) << shard.status();
   EXPECT_EQ(shard->num_tokens(), 0);
-  EXPECT_TRUE(shard->tokens().empty());
+  EXPECT_TRUE(shard->tokens16().empty());
 }
 
 TEST(TokenShardTest, StreamingWriterMatchesOneShot) {
@@ -216,17 +230,20 @@ TEST(TokenShardTest, CorruptFilesGiveClearErrors) {
       {"empty.bin", "", absl::StatusCode::kDataLoss, "has 0 bytes, fewer than its 1024-byte header"},
       {"short.bin", std::string(100, '\0'), absl::StatusCode::kDataLoss, "has 100 bytes"},
       {"magic.bin", RawShard(12345, 1, 10, ten), absl::StatusCode::kInvalidArgument,
-       "bad magic 12345, expected 20240520 (not an llm.c token shard)"},
-      {"llama3.bin", RawShard(20240801, 7, 5, ten), absl::StatusCode::kInvalidArgument,
-       "Llama 3 format with uint32 tokens"},
+       "bad magic 12345, expected 20240520 or 20240801 (not an llm.c token shard)"},
+      {"llama3_version.bin", RawShard(20240801, 1, 5, ten), absl::StatusCode::kInvalidArgument,
+       "unsupported version 1 for llm.c's Llama 3 magic 20240801, expected 7 (uint32 tokens)"},
       {"version.bin", RawShard(20240520, 2, 10, ten), absl::StatusCode::kInvalidArgument,
-       "unsupported version 2, expected 1"},
+       "unsupported version 2, expected 1 for magic 20240520 (uint16 tokens; llm.c's uint32 shards have magic "
+       "20240801 and version 7)"},
+      {"llama3_extra.bin", RawShard(20240801, 7, 4, ten) + "xyz", absl::StatusCode::kDataLoss,
+       "the header says 4 uint32 tokens (16 bytes after the header) but the file has 23 (5 tokens and 3 bytes)"},
       {"negative.bin", RawShard(20240520, 1, -4, ten), absl::StatusCode::kInvalidArgument,
        "negative token count -4"},
       {"truncated.bin", RawShard(20240520, 1, 11, ten), absl::StatusCode::kDataLoss,
-       "is truncated: the header says 11 tokens (22 bytes after the header) but the file has 20"},
+       "is truncated: the header says 11 uint16 tokens (22 bytes after the header) but the file has 20"},
       {"extra.bin", RawShard(20240520, 1, 9, ten), absl::StatusCode::kDataLoss,
-       "token count mismatch: the header says 9 tokens (18 bytes after the header) but the file has 20 (10 tokens)"},
+       "token count mismatch: the header says 9 uint16 tokens (18 bytes after the header) but the file has 20 (10 tokens)"},
       {"odd.bin", RawShard(20240520, 1, 10, ten) + "x", absl::StatusCode::kDataLoss, "(10 tokens and an odd byte)"},
       {"text.bin", std::string(2000, 'a'), absl::StatusCode::kInvalidArgument, "bad magic 1633771873"},
   };
@@ -251,16 +268,85 @@ TEST(TokenShardTest, MovingKeepsTheMapping) {
   absl::StatusOr<TokenShard> opened = TokenShard::Open(path);
   ASSERT_TRUE(opened.ok());
   TokenShard shard = std::move(opened).value();
-  const uint16_t* data = shard.tokens().data();
+  const uint16_t* data = shard.tokens16().data();
   TokenShard other = std::move(shard);
-  EXPECT_EQ(other.tokens().data(), data);
-  EXPECT_EQ(other.tokens()[2], 6);
-  EXPECT_TRUE(shard.tokens().empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(other.tokens16().data(), data);
+  EXPECT_EQ(other.tokens16()[2], 6);
+  EXPECT_TRUE(shard.tokens16().empty());  // NOLINT(bugprone-use-after-move): moved-from is empty
   // Assigning over a shard unmaps the old one and takes the new mapping.
   absl::StatusOr<TokenShard> again = TokenShard::Open(path);
   ASSERT_TRUE(again.ok());
   other = std::move(again).value();
   EXPECT_EQ(other.num_tokens(), 3);
+}
+
+// --- 32-bit tokens ----------------------------------------------------------
+
+TEST(TokenShardTest, WidthForVocab) {
+  EXPECT_EQ(TokenWidthForVocab(50257), TokenWidth::kUint16);
+  EXPECT_EQ(TokenWidthForVocab(65536), TokenWidth::kUint16);
+  EXPECT_EQ(TokenWidthForVocab(65537), TokenWidth::kUint32);
+  EXPECT_EQ(TokenWidthForVocab(128256), TokenWidth::kUint32);
+}
+
+// llm.c's data_common.py writes "llama-3" shards with magic 20240801,
+// version 7 and uint32 tokens; we write the same bytes.
+TEST(TokenShardTest, WritesLlmcLlama3BytesExactly) {
+  const std::string path = MakeTestDir() + "/llama3.bin";
+  const std::vector<int32_t> ids = {128000, 9906, 1917, 0, 65535, 65536, 128255};
+  ASSERT_TRUE(WriteTokenShard(path, ids, TokenWidth::kUint32).ok());
+  const std::vector<uint32_t> as_u32(ids.begin(), ids.end());
+  EXPECT_EQ(ReadAll(path), RawShard<uint32_t>(20240801, 7, 7, as_u32));
+
+  absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  EXPECT_EQ(shard->width(), TokenWidth::kUint32);
+  EXPECT_EQ(shard->num_tokens(), 7);
+  EXPECT_EQ(AllTokens(*shard), ids);
+  EXPECT_EQ(shard->token(6), 128255);
+  EXPECT_EQ(std::vector<uint32_t>(shard->tokens32().begin(), shard->tokens32().end()), as_u32);
+  EXPECT_TRUE(shard->tokens16().empty());
+  std::vector<int32_t> middle(3);
+  shard->CopyTokens(3, 3, middle.data());
+  EXPECT_EQ(middle, (std::vector<int32_t>{0, 65535, 65536}));
+}
+
+TEST(TokenShardTest, Uint16WriterNamesTheIdThatNeedsUint32) {
+  const std::string path = MakeTestDir() + "/narrow.bin";
+  const std::vector<int32_t> ids = {128000, 9906};
+  absl::Status s = WriteTokenShard(path, ids, TokenWidth::kUint16);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(s.message(), "id 128000 at index 0 does not fit in uint16")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "32-bit tokens")) << s;
+  EXPECT_TRUE(ListDir(MakeTestDir()).empty());  // the failed writer left nothing
+}
+
+TEST(TokenShardTest, Uint32WriterRejectsNegativeIds) {
+  absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(MakeTestDir() + "/neg.bin", TokenWidth::kUint32);
+  ASSERT_TRUE(writer.ok());
+  const std::vector<int32_t> ids = {3, -2};
+  EXPECT_TRUE(absl::StrContains(writer->Append(ids).message(), "id -2 at index 1 does not fit in uint32"));
+  EXPECT_EQ(writer->num_tokens(), 0);
+}
+
+TEST(TokenShardTest, Uint32StreamingMatchesOneShot) {
+  const std::string dir = MakeTestDir();
+  std::vector<int32_t> ids(700'000);  // several 1 MiB writer buffers
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 2654435761u) % 128256);
+  ASSERT_TRUE(WriteTokenShard(dir + "/one.bin", ids, TokenWidth::kUint32).ok());
+  absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(dir + "/many.bin", TokenWidth::kUint32);
+  ASSERT_TRUE(writer.ok());
+  size_t pos = 0;
+  for (size_t step = 1; pos < ids.size(); step = step * 3 + 1) {
+    const size_t n = std::min(step, ids.size() - pos);
+    ASSERT_TRUE(writer->Append(std::span<const int32_t>(ids).subspan(pos, n)).ok());
+    pos += n;
+  }
+  ASSERT_TRUE(writer->Finish().ok());
+  EXPECT_EQ(ReadAll(dir + "/one.bin"), ReadAll(dir + "/many.bin"));
+  absl::StatusOr<TokenShard> shard = TokenShard::Open(dir + "/many.bin");
+  ASSERT_TRUE(shard.ok());
+  EXPECT_EQ(AllTokens(*shard), ids);
 }
 
 }  // namespace
