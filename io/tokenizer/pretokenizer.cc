@@ -42,25 +42,62 @@ inline size_t ContractionEnd(std::string_view text, size_t p) {
   return 0;
 }
 
+// Llama 3's contractions, in any case: the end of the contraction at p, or 0.
+// U+017F (LATIN SMALL LETTER LONG S, UTF-8 C5 BF) folds to 's'.
+inline size_t CaseInsensitiveContractionEnd(std::string_view text, size_t p) {
+  if (text[p] != '\'' || p + 1 >= text.size()) return 0;
+  auto lower = [](char c) { return static_cast<char>(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); };
+  const char c1 = lower(text[p + 1]);
+  if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return p + 2;
+  if (text[p + 1] == '\xC5' && p + 2 < text.size() && text[p + 2] == '\xBF') return p + 3;  // 'ſ
+  if (p + 2 >= text.size()) return 0;
+  const char c2 = lower(text[p + 2]);
+  if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l')) return p + 3;
+  return 0;
+}
+
+inline bool IsCrLf(char c) { return c == '\r' || c == '\n'; }
+
+// The end of a run of at most `max` characters of class `cls` from p.
+inline size_t BoundedRunEnd(std::string_view text, size_t p, CharClass cls, int max) {
+  for (int i = 0; i < max && p < text.size(); ++i) {
+    const Classified c = ClassAt(text, p);
+    if (c.cls != cls) break;
+    p += c.length;
+  }
+  return p;
+}
+
+template <typename Splitter>
+std::vector<std::string_view> SplitAll(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  Splitter split(text);
+  std::string_view piece;
+  while (split.Next(&piece)) pieces.push_back(piece);
+  return pieces;
+}
+
 }  // namespace
 
-size_t Gpt2Splitter::MatchAt(size_t p) const {
-  const size_t n = text_.size();
+namespace pretokenizer_internal {
+
+size_t Gpt2MatchAt(std::string_view text, size_t p) {
+  const size_t n = text.size();
   // 's|'t|'re|'ve|'m|'ll|'d
-  if (const size_t end = ContractionEnd(text_, p)) return end;
+  if (const size_t end = ContractionEnd(text, p)) return end;
 
   //  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+  — a space joins a following non-space run.
-  Classified first = ClassAt(text_, p);
+  Classified first = ClassAt(text, p);
   size_t run_start = p;
-  if (text_[p] == ' ' && p + 1 < n) {
-    const Classified next = ClassAt(text_, p + 1);
+  if (text[p] == ' ' && p + 1 < n) {
+    const Classified next = ClassAt(text, p + 1);
     if (next.cls != CharClass::kSpace) {
       first = next;
       run_start = p + 1;
     }
   }
   if (first.cls != CharClass::kSpace) {
-    return RunEnd(text_, run_start + first.length, first.cls);
+    return RunEnd(text, run_start + first.length, first.cls);
   }
 
   // \s+(?!\S) | \s+ — a white space run; before a non-space character it gives
@@ -69,7 +106,7 @@ size_t Gpt2Splitter::MatchAt(size_t p) const {
   size_t end = p;
   size_t last = p;
   while (end < n) {
-    const Classified c = ClassAt(text_, end);
+    const Classified c = ClassAt(text, end);
     if (c.cls != CharClass::kSpace) break;
     last = end;
     end += c.length;
@@ -78,12 +115,51 @@ size_t Gpt2Splitter::MatchAt(size_t p) const {
   return last;
 }
 
-std::vector<std::string_view> SplitGpt2(std::string_view text) {
-  std::vector<std::string_view> pieces;
-  Gpt2Splitter split(text);
-  std::string_view piece;
-  while (split.Next(&piece)) pieces.push_back(piece);
-  return pieces;
+size_t Llama3MatchAt(std::string_view text, size_t p) {
+  const size_t n = text.size();
+  // 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (const size_t end = CaseInsensitiveContractionEnd(text, p)) return end;
+
+  const Classified first = ClassAt(text, p);
+  // 2. [^\r\n\p{L}\p{N}]?\p{L}+
+  if (first.cls == CharClass::kLetter) return RunEnd(text, p + first.length, CharClass::kLetter);
+  if (first.cls != CharClass::kNumber && !IsCrLf(text[p]) && p + first.length < n) {
+    const Classified next = ClassAt(text, p + first.length);
+    if (next.cls == CharClass::kLetter) {
+      return RunEnd(text, p + first.length + next.length, CharClass::kLetter);
+    }
+  }
+  // 3. \p{N}{1,3}
+  if (first.cls == CharClass::kNumber) return BoundedRunEnd(text, p, CharClass::kNumber, 3);
+  // 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
+  size_t symbols = first.cls == CharClass::kOther ? p : n;
+  if (text[p] == ' ' && p + 1 < n && ClassAt(text, p + 1).cls == CharClass::kOther) symbols = p + 1;
+  if (symbols < n) {
+    size_t end = RunEnd(text, symbols, CharClass::kOther);
+    while (end < n && IsCrLf(text[end])) ++end;
+    return end;
+  }
+  // Here text[p] is white space. W = [p, end) is its maximal run.
+  size_t end = p;
+  size_t last = p;        // start of W's last character
+  size_t after_crlf = p;  // just after W's last \r or \n; p if none
+  while (end < n) {
+    const Classified c = ClassAt(text, end);
+    if (c.cls != CharClass::kSpace) break;
+    last = end;
+    end += c.length;
+    if (IsCrLf(text[last])) after_crlf = end;
+  }
+  // 5. \s*[\r\n]+
+  if (after_crlf != p) return after_crlf;
+  // 6. \s+(?!\S), 7. \s+
+  if (end == n || last == p) return end;
+  return last;
 }
+
+}  // namespace pretokenizer_internal
+
+std::vector<std::string_view> SplitGpt2(std::string_view text) { return SplitAll<Gpt2Splitter>(text); }
+std::vector<std::string_view> SplitLlama3(std::string_view text) { return SplitAll<Llama3Splitter>(text); }
 
 }  // namespace colossal::io

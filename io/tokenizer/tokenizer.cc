@@ -67,7 +67,10 @@ std::string Printable(std::string_view bytes) { return absl::CHexEscape(ToAbsl(b
 }  // namespace
 
 struct Tokenizer::State {
-  BpeRankMap ranks;
+  BpeMerges merges;  // merges.tokens: token bytes -> id; pairs used only if use_pairs
+  bool use_pairs = false;
+  Pretokenizer pretokenizer = Pretokenizer::kGpt2;
+  bool whole_piece_lookup = true;
   std::vector<std::string> id_bytes;  // id -> token bytes; empty: no such id
   std::vector<std::pair<std::string, int32_t>> specials;
   int32_t num_ranks = 0;
@@ -95,18 +98,43 @@ absl::StatusOr<Tokenizer> Tokenizer::FromDataGymFiles(const std::string& encoder
 absl::StatusOr<Tokenizer> Tokenizer::FromRanks(const BpeRanks& ranks, std::string_view source,
                                                TokenizerOptions options) {
   auto error = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(ToAbsl(source), ": ", parts...)); };
-  auto state = std::make_unique<State>();
-  state->ranks.reserve(ranks.size());
-  int32_t max_id = -1;
+  BpeMerges merges;
+  merges.tokens.reserve(ranks.size());
   for (const auto& [bytes, rank] : ranks) {
     if (bytes.empty()) return error("empty token with rank ", rank);
-    if (rank < 0 || rank > kMaxBpeRank) return error("rank ", rank, " is outside [0, ", kMaxBpeRank, "]");
-    const auto [it, inserted] = state->ranks.emplace(bytes, rank);
+    const auto [it, inserted] = merges.tokens.emplace(bytes, rank);
     if (!inserted) return error("token \"", Printable(bytes), "\" has two ranks, ", it->second, " and ", rank);
+  }
+  return Build(std::move(merges), /*use_pairs=*/false, source, std::move(options));
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromMerges(BpeMerges merges, std::string_view source, TokenizerOptions options) {
+  return Build(std::move(merges), /*use_pairs=*/true, source, std::move(options));
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::Build(BpeMerges merges, bool use_pairs, std::string_view source,
+                                           TokenizerOptions options) {
+  auto error = [&](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(ToAbsl(source), ": ", parts...)); };
+  auto state = std::make_unique<State>();
+  state->merges = std::move(merges);
+  state->use_pairs = use_pairs;
+  state->pretokenizer = options.pretokenizer;
+  state->whole_piece_lookup = options.whole_piece_lookup;
+  const BpeRankMap& tokens = state->merges.tokens;
+  // In id order, so that errors name the same token on every run.
+  std::vector<std::pair<int32_t, const std::string*>> by_id;
+  by_id.reserve(tokens.size());
+  int32_t max_id = -1;
+  for (const auto& [bytes, rank] : tokens) {
+    if (bytes.empty()) return error("empty token with rank ", rank);
+    if (rank < 0 || rank > kMaxBpeRank) return error("rank ", rank, " is outside [0, ", kMaxBpeRank, "]");
+    by_id.emplace_back(rank, &bytes);
     max_id = std::max(max_id, rank);
   }
+  std::sort(by_id.begin(), by_id.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : *a.second < *b.second; });
   for (int b = 0; b < 256; ++b) {
-    if (!state->ranks.contains(std::string(1, static_cast<char>(b)))) {
+    if (!tokens.contains(std::string(1, static_cast<char>(b)))) {
       return error("no token for the single byte 0x", absl::Hex(b, absl::kZeroPad2),
                    "; byte-level BPE needs all 256");
     }
@@ -116,17 +144,17 @@ absl::StatusOr<Tokenizer> Tokenizer::FromRanks(const BpeRanks& ranks, std::strin
     if (id < 0 || id > kMaxBpeRank) return error("special token id ", id, " is outside [0, ", kMaxBpeRank, "]");
     max_id = std::max(max_id, id);
   }
-  state->num_ranks = static_cast<int32_t>(ranks.size());
+  state->num_ranks = static_cast<int32_t>(tokens.size());
   state->id_bytes.resize(static_cast<size_t>(max_id) + 1);
-  for (const auto& [bytes, rank] : ranks) {
+  for (const auto& [rank, bytes] : by_id) {
     if (!state->id_bytes[rank].empty()) {
       return error("rank ", rank, " is given to two tokens, \"", Printable(state->id_bytes[rank]), "\" and \"",
-                   Printable(bytes), "\"");
+                   Printable(*bytes), "\"");
     }
-    state->id_bytes[rank] = bytes;
+    state->id_bytes[rank] = *bytes;
   }
   for (const auto& [text, id] : options.special_tokens) {
-    if (!state->id_bytes[id].empty()) {
+    if (!state->id_bytes[id].empty() && state->id_bytes[id] != text) {
       return error("special token \"", Printable(text), "\" has id ", id, ", already the id of \"",
                    Printable(state->id_bytes[id]), "\"");
     }
@@ -140,23 +168,39 @@ absl::StatusOr<Tokenizer> Tokenizer::FromRanks(const BpeRanks& ranks, std::strin
   return Tokenizer(std::move(state));
 }
 
-void Tokenizer::EncodeOrdinaryTo(std::string_view text, std::vector<int32_t>* out) const {
-  const BpeRankMap& ranks = state_->ranks;
-  PieceCache* cache = state_->cache.get();
-  Gpt2Splitter split(text);
+template <typename Splitter>
+void Tokenizer::EncodePieces(std::string_view text, std::vector<int32_t>* out) const {
+  const State& st = *state_;
+  const BpeRankMap& ranks = st.merges.tokens;
+  PieceCache* cache = st.cache.get();
+  Splitter split(text);
   std::string_view piece;
   while (split.Next(&piece)) {
     // Most pieces of natural text are whole tokens (" the", " and").
-    if (const auto it = ranks.find(ToAbsl(piece)); it != ranks.end()) {
-      out->push_back(it->second);
-      continue;
+    if (st.whole_piece_lookup) {
+      if (const auto it = ranks.find(ToAbsl(piece)); it != ranks.end()) {
+        out->push_back(it->second);
+        continue;
+      }
     }
     const bool cacheable = cache != nullptr && piece.size() <= kMaxCachedPieceBytes;
     const size_t hash = cacheable ? absl::Hash<absl::string_view>{}(ToAbsl(piece)) : 0;
     if (cacheable && cache->Lookup(piece, hash, out)) continue;
     const size_t before = out->size();
-    BytePairEncode(piece, ranks, out);
+    if (st.use_pairs) {
+      BytePairEncodeMerges(piece, st.merges, out);
+    } else {
+      BytePairEncode(piece, ranks, out);
+    }
     if (cacheable) cache->Insert(piece, hash, out->data() + before, out->size() - before);
+  }
+}
+
+void Tokenizer::EncodeOrdinaryTo(std::string_view text, std::vector<int32_t>* out) const {
+  if (state_->pretokenizer == Pretokenizer::kLlama3) {
+    EncodePieces<Llama3Splitter>(text, out);
+  } else {
+    EncodePieces<Gpt2Splitter>(text, out);
   }
 }
 
@@ -240,6 +284,8 @@ std::optional<std::string_view> Tokenizer::TokenBytes(int32_t id) const {
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(state_->id_bytes.size()); }
 
 int32_t Tokenizer::num_ranks() const { return state_->num_ranks; }
+
+const std::vector<std::pair<std::string, int32_t>>& Tokenizer::special_tokens() const { return state_->specials; }
 
 std::optional<int32_t> Tokenizer::special_token_id(std::string_view text) const {
   for (const auto& [special, id] : state_->specials) {

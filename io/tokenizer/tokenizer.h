@@ -1,4 +1,5 @@
-// colossal::io — GPT-2's byte-level BPE tokenizer, byte-exact with tiktoken.
+// colossal::io — byte-level BPE tokenizers: GPT-2's (byte-exact with tiktoken)
+// and Hugging Face tokenizer.json ones such as Llama 3's (hf_tokenizer_json.h).
 //
 // A Tokenizer turns text into token ids and back the way tiktoken's "gpt2"
 // (r50k_base) encoding does: pre-tokenisation with GPT-2's pattern
@@ -14,6 +15,10 @@
 //   absl::StatusOr<std::vector<int32_t>> with_eot =
 //       tok->Encode("a<|endoftext|>", colossal::io::SpecialTokens::kAllow);  // {64, 50256}
 //   absl::StatusOr<std::string> text = tok->Decode(ids);           // "Hello world"
+//
+// The same engine runs a Hugging Face tokenizer.json (FromMerges): pieces by
+// GPT-2's or Llama 3's pattern (Pretokenizer), merges by the file's pair list
+// (bpe_merge.h), special tokens from its added_tokens.
 //
 // Contracts:
 //  * Encoding takes any bytes. For valid UTF-8 the ids equal tiktoken's
@@ -42,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/tokenizer/bpe_merge.h"
 #include "io/tokenizer/vocab_files.h"
 
 namespace colossal::io {
@@ -57,9 +63,22 @@ enum class SpecialTokens {
   kReject,  // InvalidArgument naming the token and its offset (tiktoken's default)
 };
 
+// Which pattern cuts text into pieces (pretokenizer.h).
+enum class Pretokenizer {
+  kGpt2,    // GPT-2 / r50k_base
+  kLlama3,  // Llama 3 / cl100k_base-like, \p{N}{1,3}
+};
+
 struct TokenizerOptions {
-  // Special token text -> id. Ids must not be ranks of the vocabulary.
+  // Special token text -> id. An id must not be a token of the vocabulary,
+  // unless that token has the same bytes (GPT-2's tokenizer.json lists
+  // <|endoftext|> in both).
   std::vector<std::pair<std::string, int32_t>> special_tokens = {{std::string(kEndOfText), kGpt2EndOfTextId}};
+  Pretokenizer pretokenizer = Pretokenizer::kGpt2;
+  // A piece that is itself a token becomes that token without merging
+  // (tiktoken does; Hugging Face's BPE when its ignore_merges is true). With
+  // merges (FromMerges) and false, every piece goes through the merge list.
+  bool whole_piece_lookup = true;
   // Entries of the piece -> ids cache, 0 for none. About 80 bytes each.
   size_t cache_entries = 1 << 16;
 };
@@ -78,6 +97,10 @@ class Tokenizer {
   // token that is empty, repeated or collides with a rank.
   static absl::StatusOr<Tokenizer> FromRanks(const BpeRanks& ranks, std::string_view source,
                                              TokenizerOptions options = {});
+  // From a vocabulary (token bytes -> id) and a pair merge list, Hugging
+  // Face's BPE rule (bpe_merge.h). Same checks as FromRanks.
+  static absl::StatusOr<Tokenizer> FromMerges(BpeMerges merges, std::string_view source,
+                                              TokenizerOptions options = {});
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -104,10 +127,16 @@ class Tokenizer {
   int32_t num_ranks() const;
   // The id of a special token, or nullopt.
   std::optional<int32_t> special_token_id(std::string_view text) const;
+  // The special tokens (text, id), in the order given.
+  const std::vector<std::pair<std::string, int32_t>>& special_tokens() const;
 
  private:
   struct State;
   explicit Tokenizer(std::unique_ptr<State> state);
+  static absl::StatusOr<Tokenizer> Build(BpeMerges merges, bool use_pairs, std::string_view source,
+                                         TokenizerOptions options);
+  template <typename Splitter>
+  void EncodePieces(std::string_view text, std::vector<int32_t>* out) const;
   template <typename Id>
   absl::StatusOr<std::string> DecodeIds(std::span<const Id> ids) const;
 

@@ -1,0 +1,63 @@
+#include "io/tokenizer/load_tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "io/common/file_util.h"
+#include "io/tokenizer/hf_tokenizer_json.h"
+#include "io/tokenizer/sentencepiece_tokenizer.h"
+
+namespace colossal::io {
+namespace {
+
+bool IsFile(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string FolderOf(const std::string& file) {
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? "." : file.substr(0, slash);
+}
+
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadFile(const std::string& file) {
+  if (absl::EndsWith(file, ".tiktoken")) {
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromTiktokenFile(file);
+    if (!tok.ok()) return tok.status();
+    return std::unique_ptr<TextTokenizer>(BpeTextTokenizer::FromGpt2(*std::move(tok), file));
+  }
+  const bool json = absl::EndsWith(file, ".json");
+  if (!json && !absl::EndsWith(file, ".model")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer '", file, "': expected a model folder, a tokenizer.json, a tokenizer.model or a .tiktoken file"));
+  }
+  absl::StatusOr<TokenizerConfig> config = ReadTokenizerConfig(FolderOf(file) + "/tokenizer_config.json");
+  if (!config.ok()) return config.status();
+  if (!json) return LoadSentencePiece(file, *config);
+  absl::StatusOr<HfTokenizerJson> hf = ReadHfTokenizerJson(file);
+  if (!hf.ok()) return hf.status();
+  absl::StatusOr<std::unique_ptr<BpeTextTokenizer>> tok =
+      BpeTextTokenizer::FromHfJson(*std::move(hf), file, config->bos_token, config->eos_token);
+  if (!tok.ok()) return tok.status();
+  return std::unique_ptr<TextTokenizer>(*std::move(tok));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path) {
+  const std::string& expanded = path;
+  struct stat st;
+  if (::stat(expanded.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot open tokenizer", expanded);
+  if (!S_ISDIR(st.st_mode)) return LoadFile(expanded);
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    const std::string file = absl::StrCat(expanded, "/", name);
+    if (IsFile(file)) return LoadFile(file);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("tokenizer folder '", expanded, "' has neither tokenizer.json nor tokenizer.model"));
+}
+
+}  // namespace colossal::io

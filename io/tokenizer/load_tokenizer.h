@@ -1,0 +1,39 @@
+// colossal::io — the tokenizer of a Hugging Face model folder (or one file),
+// behind TextTokenizer (text_tokenizer.h).
+//
+//   absl::StatusOr<std::unique_ptr<colossal::io::TextTokenizer>> tok =
+//       colossal::io::LoadTokenizer("models/Meta-Llama-3-8B");
+//   if (!tok.ok()) return tok.status();
+//   (*tok)->kind();   // "tokenizer.json"
+//
+// LoadTokenizer(path):
+//  * a folder (a Hugging Face model folder): its tokenizer.json if there is
+//    one (preferred, as transformers' fast tokenizers), else its
+//    tokenizer.model; tokenizer_config.json beside them, when present, names
+//    bos_token/eos_token and, for tokenizer.model only, add_bos_token
+//    (default true) and add_eos_token (default false), as Llama 2's
+//    LlamaTokenizer has them. For tokenizer.json the file's post-processor
+//    decides what is added (hf_tokenizer_json.h), as transformers does for
+//    Llama 3.
+//  * a file: *.json is a tokenizer.json, *.model a SentencePiece model (each
+//    with the tokenizer_config.json of its folder), *.tiktoken GPT-2's ranks
+//    (tokenizer.h; <|endoftext|> = 50256 is EOS, no BOS).
+// Errors name the path: NotFound for a folder with neither file,
+// InvalidArgument for a bad file (with its JSON key).
+//
+#ifndef COLOSSAL_IO_TOKENIZER_LOAD_TOKENIZER_H_
+#define COLOSSAL_IO_TOKENIZER_LOAD_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "io/tokenizer/text_tokenizer.h"
+
+namespace colossal::io {
+
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path);
+
+}  // namespace colossal::io
+
+#endif  // COLOSSAL_IO_TOKENIZER_LOAD_TOKENIZER_H_
