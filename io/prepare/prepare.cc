@@ -21,7 +21,7 @@
 #include "io/common/sha256.h"
 #include "io/prepare/inputs.h"
 #include "io/shards/token_shard.h"
-#include "io/tokenizer/tokenizer.h"
+#include "io/tokenizer/load_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace colossal::io {
@@ -37,7 +37,9 @@ absl::Status Invalid(std::string_view what) {
 
 absl::Status CheckOptions(const PrepareOptions& o) {
   if (o.output_dir.empty()) return Invalid("no output folder given");
-  if (o.tokenizer_path.empty()) return Invalid("no tokenizer file given (gpt2.tiktoken: tools/data/fetch_gpt2_ranks.sh)");
+  if (o.tokenizer_path.empty()) {
+    return Invalid("no tokenizer given (gpt2.tiktoken: tools/data/fetch_gpt2_ranks.sh, or a model folder)");
+  }
   if (o.name.empty() || o.name.find('/') != std::string::npos) {
     return Invalid(absl::StrCat("name '", o.name, "' must be a non-empty file name prefix without '/'"));
   }
@@ -119,7 +121,7 @@ std::vector<Batch> MakeBatches(const std::vector<Document>& docs, uint64_t batch
   return batches;
 }
 
-BatchResult TokenizeBatch(const Tokenizer& tok, int32_t eot, std::span<const InputFile> files,
+BatchResult TokenizeBatch(const TextTokenizer& tok, int32_t eot, std::span<const InputFile> files,
                           std::span<const Document> docs) {
   BatchResult result;
   std::string text;
@@ -218,16 +220,20 @@ absl::Status RemoveStaleShards(const std::string& dir, const std::string& name, 
   return absl::OkStatus();
 }
 
-std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_sha256, const Tokenizer& tok,
-                         int32_t eot, const std::vector<InputFile>& files, const std::vector<Document>& docs,
+std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_sha256, const TextTokenizer& tok,
+                         int32_t eot, TokenWidth width, const std::vector<InputFile>& files, const std::vector<Document>& docs,
                          const PrepareResult& r) {
   OrderedJson manifest = OrderedJson::object();
   manifest["format"] = kManifestFormat;
   manifest["name"] = o.name;
+  // eot_token: the token that starts every document (the name is llm.c's).
   manifest["tokenizer"] = {{"path", o.tokenizer_path},
+                           {"file", tok.path()},
+                           {"kind", tok.kind()},
                            {"sha256", tokenizer_sha256},
                            {"vocab_size", tok.vocab_size()},
-                           {"eot_token", eot}};
+                           {"eot_token", eot},
+                           {"token_dtype", TokenWidthName(width)}};
   manifest["options"] = {{"val_fraction", o.val_fraction},
                          {"shard_tokens", o.shard_tokens},
                          {"split", o.split == DocumentSplit::kFile ? "file" : "paragraph"}};
@@ -262,15 +268,16 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   const std::string output_dir = ExpandHome(options.output_dir);
   const std::string tokenizer_path = ExpandHome(options.tokenizer_path);
 
-  absl::StatusOr<Tokenizer> tok = Tokenizer::FromTiktokenFile(tokenizer_path);
-  if (!tok.ok()) return tok.status();
-  const std::optional<int32_t> eot = tok->special_token_id(kEndOfText);
-  if (!eot) return Invalid(absl::StrCat("tokenizer '", tokenizer_path, "' has no <|endoftext|> token"));
-  if (tok->vocab_size() > 65536) {
-    return Invalid(absl::StrCat("tokenizer '", tokenizer_path, "' has ", tok->vocab_size(),
-                                " ids; llm.c shards store ids below 65536"));
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> loaded = LoadTokenizer(tokenizer_path);
+  if (!loaded.ok()) return loaded.status();
+  const TextTokenizer* tok = loaded->get();
+  const std::optional<int32_t> eot = tok->document_delimiter();
+  if (!eot) {
+    return Invalid(absl::StrCat("tokenizer '", tok->path(),
+                                "' has no token to start documents with (neither a BOS it adds nor an EOS)"));
   }
-  absl::StatusOr<std::string> tokenizer_sha256 = Sha256OfFile(tokenizer_path);
+  const TokenWidth width = TokenWidthForVocab(tok->vocab_size());
+  absl::StatusOr<std::string> tokenizer_sha256 = Sha256OfFile(tok->path());
   if (!tokenizer_sha256.ok()) return tokenizer_sha256.status();
 
   absl::StatusOr<std::vector<InputFile>> files = ResolveInputs(options.inputs);
@@ -295,8 +302,8 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   if (options.progress) options.progress(progress);
 
   PrepareResult result;
-  SplitWriter train(output_dir, options.name, "train", options.shard_tokens);
-  SplitWriter val(output_dir, options.name, "val", options.shard_tokens);
+  SplitWriter train(output_dir, options.name, "train", options.shard_tokens, width);
+  SplitWriter val(output_dir, options.name, "val", options.shard_tokens, width);
   const std::vector<Batch> batches = MakeBatches(*docs, options.batch_bytes);
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -334,7 +341,7 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   if (absl::Status s = RemoveStaleShards(output_dir, options.name, keep); !s.ok()) return s;
 
   result.manifest_path = absl::StrCat(output_dir, "/manifest.json");
-  const std::string manifest = ManifestText(options, *tokenizer_sha256, *tok, *eot, *files, *docs, result);
+  const std::string manifest = ManifestText(options, *tokenizer_sha256, *tok, *eot, width, *files, *docs, result);
   if (absl::Status s = WriteFileAtomically(result.manifest_path, manifest); !s.ok()) return s;
   return result;
 }

@@ -1,8 +1,9 @@
 // colossal::io — turning text into llm.c token shards: `colossal data prepare`.
 //
-// PrepareDataset reads text files, tokenizes them with GPT-2's BPE in
-// parallel, and writes llm.c's .bin shards (io/shards/token_shard.h) and a
-// manifest.json into an output folder:
+// PrepareDataset reads text files, tokenizes them in parallel (GPT-2's BPE,
+// or a Hugging Face model's tokenizer: io/tokenizer/load_tokenizer.h), and
+// writes llm.c's .bin shards (io/shards/token_shard.h) and a manifest.json
+// into an output folder:
 //
 //   colossal::io::PrepareOptions options;
 //   options.inputs = {"~/.cache/colossal/data/corpus/shakespeare"};
@@ -21,16 +22,20 @@
 //  2. Split: documents go to val by a hash of their file name and paragraph
 //     number until val holds about val_fraction of the text's bytes
 //     (documents.h); the rest is train.
-//  3. Tokens: each document becomes <|endoftext|> followed by its tokens
-//     (Tokenizer::EncodeOrdinary: special-token text in the data stays text),
-//     as llm.c's fineweb.py and tinyshakespeare.py do. Work is spread over
+//  3. Tokens: each document becomes a delimiter followed by its tokens
+//     (TextTokenizer::EncodeOrdinaryTo: special-token text in the data stays
+//     text), as llm.c's fineweb.py and tinyshakespeare.py do: GPT-2's
+//     <|endoftext|>, or the BOS of a tokenizer that adds one (Llama 3's
+//     <|begin_of_text|>, Llama 2's <s>) — TextTokenizer::document_delimiter. Work is spread over
 //     `threads` threads; results are written in document order, so the output
 //     is byte-identical whatever the thread count, and on every re-run.
 //  4. Shards: each split's tokens, in document order, fill
 //     <name>_val_000000.bin, <name>_val_000001.bin, ... and
 //     <name>_train_000000.bin, ... of exactly shard_tokens tokens each (the
 //     last one of a split holds the rest; documents may straddle shards, as
-//     in fineweb.py). Each shard is written atomically (temporary name, fsync,
+//     in fineweb.py). Ids are uint16 when the vocabulary has at most 65,536
+//     ids (llm.c's GPT-2 header, as before), else uint32 (llm.c's Llama 3
+//     header). Each shard is written atomically (temporary name, fsync,
 //     rename). Shards of an earlier run under the same name that this run
 //     does not produce are removed afterwards; other files are not touched.
 //  5. manifest.json, written last and atomically: the options that shape the
@@ -72,9 +77,10 @@ struct PrepareOptions {
   std::vector<std::string> inputs;
   // Created (with its parents) when missing.
   std::string output_dir;
-  // GPT-2 ranks in tiktoken format (tools/data/fetch_gpt2_ranks.sh installs
-  // gpt2.tiktoken); "~/" is $HOME. Must define <|endoftext|> (it does by
-  // default) and ids below 65536 (the shard format stores uint16).
+  // A tokenizer LoadTokenizer takes: GPT-2 ranks in tiktoken format
+  // (tools/data/fetch_gpt2_ranks.sh installs gpt2.tiktoken), a Hugging Face
+  // model folder (tokenizer.json or tokenizer.model), or one of those files;
+  // "~/" is $HOME. It must have a document delimiter (a BOS it adds, or an EOS).
   std::string tokenizer_path;
   // Shard file names start with it: <name>_train_000000.bin.
   std::string name = "data";

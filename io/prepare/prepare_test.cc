@@ -16,6 +16,7 @@
 #include "io/common/sha256.h"
 #include "io/prepare/test_util.h"
 #include "io/shards/token_shard.h"
+#include "io/tokenizer/load_tokenizer.h"
 #include "io/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 
@@ -276,6 +277,89 @@ TEST(PrepareDatasetTest, ErrorsNameThePath) {
     EXPECT_TRUE(absl::StrContains(result.status().message(), ToAbsl(c.message)))
         << result.status() << "\n  expected to contain: " << c.message;
   }
+}
+
+// The tiny Llama 3-style tokenizer.json with its special tokens moved to
+// Llama 3's own ids (128000 = <|begin_of_text|> ...): 128010 ids, so shards
+// need 32-bit tokens.
+std::string MakeLlama3Folder(const std::string& dir) {
+  nlohmann::json j = nlohmann::json::parse(ReadAll("io/tokenizer/testdata/llama3_tiny/tokenizer.json"));
+  constexpr int kShift = 128000 - 600;
+  for (auto& t : j["added_tokens"]) t["id"] = t["id"].get<int>() + kShift;
+  for (auto& p : j["post_processor"]["processors"]) {
+    if (p["type"] != "TemplateProcessing") continue;
+    for (auto& [name, special] : p["special_tokens"].items()) {
+      for (auto& id : special["ids"]) id = id.get<int>() + kShift;
+    }
+  }
+  const std::string folder = dir + "/Llama-3-tiny";
+  WriteFile(folder + "/tokenizer.json", j.dump());
+  WriteFile(folder + "/tokenizer_config.json", ReadAll("io/tokenizer/testdata/llama3_tiny/tokenizer_config.json"));
+  return folder;
+}
+
+// A model folder as --tokenizer: Llama 3's <|begin_of_text|> starts each
+// document, and the ids (above 65535) go into llm.c's uint32 shards.
+TEST(PrepareDatasetTest, Llama3FolderWritesUint32ShardsWithBos) {
+  const std::string dir = MakeTestDir();
+  const std::string corpus = MakeCorpus(dir, 12);
+  const std::string out = dir + "/out";
+  PrepareOptions options = Options(corpus, out);
+  options.tokenizer_path = MakeLlama3Folder(dir);
+  options.val_fraction = 0.2;
+  absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = LoadTokenizer(options.tokenizer_path);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 128010);
+
+  const nlohmann::json manifest = nlohmann::json::parse(ReadAll(result->manifest_path));
+  EXPECT_EQ(manifest["tokenizer"]["kind"], "tokenizer.json");
+  EXPECT_EQ(manifest["tokenizer"]["file"], options.tokenizer_path + "/tokenizer.json");
+  EXPECT_EQ(manifest["tokenizer"]["sha256"], Sha256Hex(ReadAll(options.tokenizer_path + "/tokenizer.json")));
+  EXPECT_EQ(manifest["tokenizer"]["eot_token"], 128000);
+  EXPECT_EQ(manifest["tokenizer"]["token_dtype"], "uint32");
+  EXPECT_EQ(manifest["tokenizer"]["vocab_size"], 128010);
+
+  std::string expected[2];  // train, val
+  for (const auto& file : manifest["files"]) {
+    expected[file["val_documents"].get<int>()] +=
+        absl::StrCat("<|begin_of_text|>", ReadAll(file["path"].get<std::string>()));
+  }
+  for (const char* split : {"train", "val"}) {
+    std::vector<int32_t> ids;
+    for (const PreparedShard& s : result->shards) {
+      if (s.split != split) continue;
+      absl::StatusOr<TokenShard> shard = TokenShard::Open(out + "/" + s.file);
+      ASSERT_TRUE(shard.ok()) << shard.status();
+      EXPECT_EQ(shard->width(), TokenWidth::kUint32);
+      const size_t at = ids.size();
+      ids.resize(at + shard->num_tokens());
+      shard->CopyTokens(0, shard->num_tokens(), ids.data() + at);
+    }
+    ASSERT_FALSE(ids.empty());
+    EXPECT_EQ(ids.front(), 128000);
+    absl::StatusOr<std::string> text = (*tok)->Decode(ids);
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, expected[std::string(split) == "val"]) << split;
+  }
+}
+
+// Llama 2's tokenizer.model: <s> starts each document; 700 ids fit uint16.
+TEST(PrepareDatasetTest, SentencePieceModelStartsDocumentsWithBos) {
+  const std::string dir = MakeTestDir();
+  PrepareOptions options = Options(MakeCorpus(dir, 6), dir + "/out");
+  options.tokenizer_path = "io/tokenizer/testdata/spm_tiny/tokenizer.model";
+  options.val_fraction = 0;
+  absl::StatusOr<PrepareResult> result = PrepareDataset(options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const nlohmann::json manifest = nlohmann::json::parse(ReadAll(result->manifest_path));
+  EXPECT_EQ(manifest["tokenizer"]["kind"], "sentencepiece");
+  EXPECT_EQ(manifest["tokenizer"]["token_dtype"], "uint16");
+  EXPECT_EQ(manifest["tokenizer"]["eot_token"], 1);
+  const std::vector<uint16_t> ids = SplitTokens(dir + "/out", *result, "train");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 6);  // one <s> per document
+  EXPECT_EQ(ids.front(), 1);
 }
 
 }  // namespace

@@ -15,14 +15,19 @@ std::string ShardFileName(std::string_view name, std::string_view split, int64_t
   return absl::StrCat(ToAbsl(name), "_", ToAbsl(split), "_", number, ".bin");
 }
 
-SplitWriter::SplitWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens)
-    : dir_(std::move(dir)), name_(std::move(name)), split_(std::move(split)), shard_tokens_(shard_tokens) {}
+SplitWriter::SplitWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens,
+                         TokenWidth width)
+    : dir_(std::move(dir)),
+      name_(std::move(name)),
+      split_(std::move(split)),
+      shard_tokens_(shard_tokens),
+      width_(width) {}
 
 absl::Status SplitWriter::Append(std::span<const int32_t> ids) {
   while (!ids.empty()) {
     if (!writer_) {
       const std::string file = ShardFileName(name_, split_, static_cast<int64_t>(shards_.size()));
-      absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(absl::StrCat(dir_, "/", file));
+      absl::StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(absl::StrCat(dir_, "/", file), width_);
       if (!writer.ok()) return writer.status();
       writer_.emplace(*std::move(writer));
     }

@@ -36,9 +36,12 @@ std::string ShardFileName(std::string_view name, std::string_view split, int64_t
 
 class SplitWriter {
  public:
-  SplitWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens);
+  // Shards store ids with `width` (token_shard.h: uint16 is llm.c's GPT-2
+  // header, uint32 its Llama 3 one).
+  SplitWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens,
+              TokenWidth width = TokenWidth::kUint16);
 
-  // Ids must be in [0, 65535] (TokenShardWriter checks).
+  // Ids must fit the width (TokenShardWriter checks).
   absl::Status Append(std::span<const int32_t> ids);
   // Finishes the open shard, if any.
   absl::Status Finish();
@@ -54,6 +57,7 @@ class SplitWriter {
   std::string name_;
   std::string split_;
   int64_t shard_tokens_;
+  TokenWidth width_;
   std::optional<TokenShardWriter> writer_;
   std::vector<PreparedShard> shards_;
   int64_t tokens_ = 0;

@@ -1,4 +1,6 @@
-// `colossal data prepare`: text files -> GPT-2 token shards (io/prepare).
+// `colossal data prepare`: text files -> llm.c token shards (io/prepare), with
+// GPT-2's tokenizer or a Hugging Face model's (Llama 3 tokenizer.json, Llama 2
+// tokenizer.model).
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,8 +28,9 @@ constexpr FlagSpec kPrepareFlags[] = {
     {"--input", FlagKind::kList, "PATH...", "text files, folders (*.txt, recursive) or globs"},
     {"--output", FlagKind::kValue, "DIR", "where the shards and manifest.json go"},
     {"--val_fraction", FlagKind::kValue, "F", "share of the text for validation (0.05)"},
-    {"--tokenizer", FlagKind::kValue, "FILE",
-     "GPT-2 ranks, tiktoken format ($COLOSSAL_DATA/gpt2.tiktoken)"},
+    {"--tokenizer", FlagKind::kValue, "DIR|FILE",
+     "a Hugging Face model folder (tokenizer.json, else tokenizer.model), one such file, "
+     "or GPT-2 ranks (default $COLOSSAL_DATA/gpt2.tiktoken)"},
     {"--threads", FlagKind::kValue, "N", "tokenizing threads (0: one per core)"},
     {"--name", FlagKind::kValue, "NAME", "shard file prefix: NAME_train_000000.bin (data)"},
 };
@@ -35,8 +38,12 @@ constexpr FlagSpec kPrepareFlags[] = {
 std::string PrepareUsage() {
   return absl::StrCat(
       "usage: colossal data prepare --input FILE|DIR|GLOB... --output DIR [options]\n\n"
-      "Tokenizes text with GPT-2's BPE into llm.c .bin shards (val first, then train)\n"
-      "and writes manifest.json. The same inputs give byte-identical output.\n\n",
+      "Tokenizes text into llm.c .bin shards (val first, then train) and writes\n"
+      "manifest.json. The same inputs give byte-identical output. The tokenizer is\n"
+      "GPT-2's BPE by default, or a Hugging Face model's (--tokenizer DIR): each\n"
+      "document starts with its BOS (Llama: <|begin_of_text|>, <s>) or else its EOS\n"
+      "(GPT-2: <|endoftext|>); ids are uint16 (llm.c's GPT-2 header) when the\n"
+      "vocabulary has at most 65536 ids, else uint32 (llm.c's Llama 3 header).\n\n",
       FlagHelp(kPrepareFlags));
 }
 
@@ -117,7 +124,7 @@ int Prepare(const Args& args) {
                   absl::StrCat("no GPT-2 tokenizer at ", options.tokenizer_path,
                                "; fetch it with tools/data/fetch_gpt2_ranks.sh (it installs "
                                "gpt2.tiktoken under $COLOSSAL_DATA, default ~/.cache/colossal/data)"
-                               ", or pass --tokenizer FILE"),
+                               ", or pass --tokenizer DIR|FILE"),
                   kExitFailure);
     }
   }
