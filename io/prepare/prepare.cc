@@ -228,7 +228,7 @@ std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_s
   manifest["name"] = o.name;
   // eot_token: the token that starts every document (the name is llm.c's).
   manifest["tokenizer"] = {{"path", o.tokenizer_path},
-                           {"file", tok.path()},
+                           {"file", tok.path().substr(tok.path().rfind('/') + 1)},  // the file read
                            {"kind", tok.kind()},
                            {"sha256", tokenizer_sha256},
                            {"vocab_size", tok.vocab_size()},

@@ -315,7 +315,7 @@ TEST(PrepareDatasetTest, Llama3FolderWritesUint32ShardsWithBos) {
 
   const nlohmann::json manifest = nlohmann::json::parse(ReadAll(result->manifest_path));
   EXPECT_EQ(manifest["tokenizer"]["kind"], "tokenizer.json");
-  EXPECT_EQ(manifest["tokenizer"]["file"], options.tokenizer_path + "/tokenizer.json");
+  EXPECT_EQ(manifest["tokenizer"]["file"], "tokenizer.json");
   EXPECT_EQ(manifest["tokenizer"]["sha256"], Sha256Hex(ReadAll(options.tokenizer_path + "/tokenizer.json")));
   EXPECT_EQ(manifest["tokenizer"]["eot_token"], 128000);
   EXPECT_EQ(manifest["tokenizer"]["token_dtype"], "uint32");
