@@ -12,6 +12,8 @@
 #include "core/context/context.h"
 #include "core/ops/elementwise.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 
 int main(int argc, char** argv) {
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
     }
     colossal::nn::CheckpointToSave save;
     save.step = 7;
-    save.config = &config;
+    save.architecture = model->get();
     save.model = &(*model)->store();
     absl::StatusOr<colossal::nn::ParameterStore> narrow;
     if (bf16) {

@@ -35,6 +35,7 @@
 #include "io/checkpoint/checkpoint.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
+#include "parallel/checkpoint/run_checkpoint.h"
 #include "nn/optim/grad_clip.h"
 #include "parallel/registry/plugin_registry.h"
 
@@ -153,11 +154,11 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
   optim.pending_lrs = OptimizerLrs(optim);
   optim.opt.reset();
   if (!model.net->store().materialized()) {
-    COLOSSAL_ASSIGN_OR_RETURN(model.net, nn::GPT2::declare(model.net->config(), dtype));
+    COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(dtype));
     return absl::OkStatus();
   }
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::GPT2> net,
-                            nn::GPT2::create(model.net->config(), dtype, stream));
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> net, model.net->redeclare(dtype));
+  COLOSSAL_RETURN_IF_ERROR(net->store().allocate(stream));
   core::Tensor out = net->store().flat_values(dtype);
   COLOSSAL_RETURN_IF_ERROR(
       core::ops::cast(*rt.ctx, out, model.net->store().flat_values(model.net->dtype())));
@@ -219,6 +220,17 @@ int Boost(lua_State* L) {
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared
   if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
+  // from_pretrained's weights, through the plugin (each rank takes its part).
+  if (b->booster && !model->pretrained_dir.empty()) {
+    parallel::RunParts run;
+    run.architecture = model->net.get();
+    run.model = &model->net->store();
+    run.booster = b->booster.get();
+    run.rank = b->rt->rank.rank;
+    run.stream = &b->rt->ctx->compute_stream();
+    ThrowIfError(L, absl::StrCat(what, ": loading ", model->pretrained_dir),
+                 parallel::load_run_model(model->pretrained_dir, run));
+  }
   // The loader reads this rank's share of the plugin's data-parallel group
   // (Colossal-AI's prepare_dataloader): its rank and size differ from the
   // world's under tensor or pipeline parallelism. A loader made for another

@@ -34,7 +34,7 @@ BoosterObject& Boosted(lua_State* L, const char* what) {
 // The boosted run's parts, as parallel/checkpoint takes them.
 parallel::RunParts Parts(lua_State* L, BoosterObject& b, const char* what) {
   parallel::RunParts run;
-  run.config = &b.model->net->config();
+  run.architecture = b.model->net.get();
   run.model = &b.model->net->store();
   run.optimizer = &BuiltOptimizer(L, *b.optim);
   run.booster = b.booster.get();

@@ -50,17 +50,16 @@ int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& o, 
   return ids[k - 1];
 }
 
-absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
+absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
                                    std::vector<int32_t>& tokens, int max_new_tokens,
                                    const SamplingOptions& options, int32_t stop_token,
                                    const std::function<absl::Status(int32_t)>& emit,
                                    const ForwardFn& forward) {
-  const nn::GPT2Config& config = model.config();
   if (tokens.empty()) return absl::InvalidArgumentError("generation needs at least one token");
   for (int32_t id : tokens) {
-    if (id < 0 || id >= config.vocab_size) {
+    if (id < 0 || id >= model.vocab_size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "token ", id, " is outside the model's vocabulary of ", config.vocab_size,
+          "token ", id, " is outside the model's vocabulary of ", model.vocab_size(),
           ": the tokenizer does not match the model"));
     }
   }
@@ -68,15 +67,15 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
   const bool was_training = model.training();
   model.set_training(false);
   struct Restore {
-    nn::GPT2& model;
+    nn::CausalLM& model;
     bool training;
     ~Restore() { model.set_training(training); }
   } restore{model, was_training};
   const core::Stream& stream = ctx.compute_stream();
-  const int64_t padded = config.padded_vocab_size();
+  const int64_t padded = model.padded_vocab_size();
   int generated = 0;
   for (; generated < max_new_tokens; ++generated) {
-    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config.max_seq_len);
+    const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), model.max_seq_len());
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host,
                               core::Tensor::empty({1, T}, core::DType::kI32, core::Stream::cpu()));
     std::copy(tokens.end() - T, tokens.end(), host.data<int32_t>());
@@ -89,7 +88,7 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, last_f32.to(core::Device::cpu(), stream));
     stream.synchronize();
     const int32_t next =
-        PickToken(logits.data<float>(), config.vocab_size, options, static_cast<uint64_t>(generated));
+        PickToken(logits.data<float>(), model.vocab_size(), options, static_cast<uint64_t>(generated));
     if (next == stop_token) break;
     tokens.push_back(next);
     COLOSSAL_RETURN_IF_ERROR(emit(next));

@@ -17,7 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
-#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/causal_lm/causal_lm.h"
 
 namespace colossal::lua {
 
@@ -41,7 +41,7 @@ int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& opt
 // when set, runs the model instead of model.forward (a boosted model runs
 // through its Booster, with the plugin's hooks).
 using ForwardFn = std::function<absl::StatusOr<nn::ForwardResult>(const core::Tensor& tokens)>;
-absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::GPT2& model,
+absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
                                    std::vector<int32_t>& tokens, int max_new_tokens,
                                    const SamplingOptions& options, int32_t stop_token,
                                    const std::function<absl::Status(int32_t)>& emit,

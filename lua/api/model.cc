@@ -1,23 +1,37 @@
-// colossal.model: GPT-2 models, the loss of a batch, evaluation and sampling.
+// colossal.model: GPT-2 and Llama models, the loss of a batch, evaluation and
+// sampling.
 //
 //   local model = colossal.model.gpt2{ preset = "gpt2", checkpoint_ratio = 0.5 }
 //   local model = colossal.model.gpt2{ n_layer = 4, n_head = 4, n_embd = 128, max_seq_len = 128 }
+//   local model = colossal.model.llama{ preset = "llama3.2-1b" }
+//   local model = colossal.model.llama{ from_pretrained = "path/to/hf_dir" }   -- config + weights
+//   local model = colossal.model.llama{ hidden_size = 256, num_hidden_layers = 2, ... }
 //   local loss = model(batch)            -- forward + fused cross-entropy; loss:item()
 //   booster:backward(loss / accumulation_steps, optimizer)
 //   local v = model:evaluate(batch)      -- mean loss, no backward
 //   print(model:generate("To be", { max_new_tokens = 32, temperature = 0.8 }))
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/ops/elementwise.h"
-#include "io/tokenizer/tokenizer.h"
+#include "io/tokenizer/load_tokenizer.h"
+#include "io/tokenizer/text_tokenizer.h"
 #include "lua/api/generation.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "nn/layers/cross_entropy.h"
+#include "nn/models/causal_lm/hugging_face.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/llama/config_json.h"
+#include "nn/models/llama/llama.h"
 
 namespace colossal::lua {
 namespace {
@@ -66,6 +80,77 @@ int Gpt2(lua_State* L) {
   return 1;
 }
 
+// colossal.model.llama{...} -> Model: a preset, a Hugging Face directory
+// (from_pretrained: its config.json now, its weights once the model has
+// memory) or fields, with Hugging Face LlamaConfig's names; fields override
+// the preset's or the directory's.
+int Llama(lua_State* L) {
+  OptionTable o(L, 1, "colossal.model.llama");
+  nn::LlamaConfig config;
+  const std::string pretrained = o.string("from_pretrained", "");
+  // from_pretrained = "" (a recipe's placeholder for --set) means none; with
+  // a directory, its config.json replaces the preset.
+  if (o.has("preset") && pretrained.empty()) {
+    absl::StatusOr<nn::LlamaConfig> preset = nn::LlamaConfig::preset(o.string("preset", ""));
+    if (!preset.ok()) o.fail("preset", preset.status().message());
+    config = *preset;
+  }
+  if (!pretrained.empty()) {
+    const std::string path = pretrained + "/config.json";
+    absl::StatusOr<std::string> text = io::ReadCheckpointConfig(pretrained);
+    if (!text.ok()) o.fail("from_pretrained", text.status().message());
+    absl::StatusOr<nn::LlamaConfig> read = nn::LlamaConfigFromHuggingFaceJson(*text, path);
+    if (!read.ok()) o.fail("from_pretrained", read.status().message());
+    config = *read;
+  }
+  // The architecture: from the table, unless from_pretrained's config.json
+  // fixes it (then the table's values are not used, and a note says so: a
+  // recipe's small CPU model and --set model.from_pretrained=DIR combine).
+  nn::LlamaConfig table_config = config;
+  table_config.vocab_size = o.integer("vocab_size", config.vocab_size);
+  table_config.hidden_size = o.integer("hidden_size", config.hidden_size);
+  table_config.intermediate_size = o.integer("intermediate_size", config.intermediate_size);
+  table_config.num_hidden_layers = o.integer("num_hidden_layers", config.num_hidden_layers);
+  table_config.num_attention_heads = o.integer("num_attention_heads", config.num_attention_heads);
+  table_config.num_key_value_heads = o.integer("num_key_value_heads", config.num_key_value_heads);
+  table_config.head_dim = o.integer("head_dim", config.head_dim);
+  table_config.tie_word_embeddings = o.boolean("tie_word_embeddings", config.tie_word_embeddings);
+  table_config.attention_bias = o.boolean("attention_bias", config.attention_bias);
+  table_config.mlp_bias = o.boolean("mlp_bias", config.mlp_bias);
+  table_config.rms_norm_eps = o.number("rms_norm_eps", config.rms_norm_eps);
+  table_config.rope_theta = o.number("rope_theta", config.rope_theta);
+  std::vector<std::string> ignored;
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "num_key_value_heads", "head_dim",
+                          "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
+                          "rope_theta"}) {
+    if (o.has(key)) ignored.push_back(key);
+  }
+  if (pretrained.empty()) {
+    config = table_config;
+  } else if (!ignored.empty() && GetRuntime(L)->rank.rank == 0) {
+    std::fprintf(stderr, "colossal.model.llama: from_pretrained's config.json fixes %s; the table's values are not used\n",
+                 absl::StrJoin(ignored, ", ").c_str());
+  }
+  config.max_position_embeddings = o.integer("max_position_embeddings", config.max_position_embeddings);
+  config.initializer_range = o.number("initializer_range", config.initializer_range);
+  config.padded_vocab_multiple = o.integer("padded_vocab_multiple", config.padded_vocab_multiple);
+  config.checkpoint_ratio = o.number("checkpoint_ratio", config.checkpoint_ratio);
+  const int64_t seed = o.integer("seed", -1);
+  o.finish();
+  ThrowIfError(L, "colossal.model.llama", config.validate());
+  std::shared_ptr<Runtime> rt = GetRuntime(L);
+  auto model = std::make_shared<Model>();
+  model->rt = rt;
+  absl::StatusOr<std::unique_ptr<nn::Llama>> net = nn::Llama::declare(config, core::DType::kF32);
+  ThrowIfError(L, "colossal.model.llama", net.status());
+  model->net = *std::move(net);
+  model->pretrained_dir = pretrained;
+  model->seed = seed >= 0 ? static_cast<uint64_t>(seed) : rt->seed;
+  PushHandle(L, std::move(model));
+  return 1;
+}
+
 // The forward pass, through the booster (its plugin's hooks) when boosted.
 absl::StatusOr<nn::ForwardResult> Forward(Model& model, const core::Tensor& tokens) {
   Runtime& rt = *model.rt;
@@ -94,7 +179,7 @@ ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const cha
   options.gradient = gradient;
   options.in_place = gradient;
   absl::StatusOr<nn::CrossEntropyResult> ce =
-      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->config().vocab_size, options);
+      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->vocab_size(), options);
   ThrowIfError(L, absl::StrCat(what, " loss"), ce.status());
   return ForwardLoss{*std::move(out), *std::move(ce)};
 }
@@ -119,9 +204,9 @@ int Evaluate(lua_State* L) {
   std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, 2);
   // Evaluation runs without dropout; training mode comes back even on error.
   struct EvalMode {
-    nn::GPT2& net;
+    nn::CausalLM& net;
     bool training;
-    explicit EvalMode(nn::GPT2& n) : net(n), training(n.training()) { net.set_training(false); }
+    explicit EvalMode(nn::CausalLM& n) : net(n), training(n.training()) { net.set_training(false); }
     ~EvalMode() { net.set_training(training); }
   } eval_mode(*model->net);
   const float value = RunForward(L, *model, *batch, "model:evaluate", /*gradient=*/false).ce.loss;
@@ -129,7 +214,22 @@ int Evaluate(lua_State* L) {
   return 1;
 }
 
+// The tokenizer model:generate uses by default: a from_pretrained folder's
+// own (tokenizer.json or tokenizer.model) when it has one, else GPT-2's.
+std::string DefaultTokenizerFor(const Model& model) {
+  if (!model.pretrained_dir.empty()) {
+    for (const char* file : {"/tokenizer.json", "/tokenizer.model"}) {
+      struct stat st;
+      if (::stat((model.pretrained_dir + file).c_str(), &st) == 0) return model.pretrained_dir;
+    }
+  }
+  return DefaultTokenizerPath();
+}
+
 // model:generate(prompt, {max_new_tokens, temperature, top_k, seed, tokenizer}) -> text
+// `tokenizer`: a gpt2.tiktoken file, a tokenizer.json / tokenizer.model, or a
+// model folder holding one (io/tokenizer/load_tokenizer.h). The prompt gets the
+// tokenizer's special tokens (Llama's BOS); generation stops at its EOS.
 int Generate(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
   const std::string prompt =
@@ -140,57 +240,100 @@ int Generate(lua_State* L) {
   sampling.temperature = o.number("temperature", 1.0);
   sampling.top_k = static_cast<int>(o.integer("top_k", 50));
   sampling.seed = static_cast<uint64_t>(o.integer("seed", 1337));
-  const std::string path = o.string("tokenizer", DefaultTokenizerPath());
+  const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
   if (sampling.temperature < 0) o.fail("temperature", "must be >= 0");
   if (sampling.top_k < 0) o.fail("top_k", "must be >= 0");
-  absl::StatusOr<io::Tokenizer> tokenizer = io::Tokenizer::FromTiktokenFile(path);
+  absl::StatusOr<std::unique_ptr<io::TextTokenizer>> tokenizer = io::LoadTokenizer(path);
   if (!tokenizer.ok()) {
     RaiseError(L,
                absl::StrCat("model:generate: tokenizer ", path, ": ", tokenizer.status().message(),
-                            " (tools/data/fetch_gpt2_ranks.sh installs it)"),
+                            " (tools/data/fetch_gpt2_ranks.sh installs GPT-2's)"),
                kErrorRuntime);
   }
   MaterializeModel(L, *model);
-  std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(prompt);
-  const int32_t eot = tokenizer->special_token_id(io::kEndOfText).value_or(io::kGpt2EndOfTextId);
+  absl::StatusOr<std::vector<int32_t>> encoded = (*tokenizer)->Encode(prompt, /*add_special_tokens=*/true);
+  ThrowIfError(L, "model:generate: the prompt", encoded.status());
+  std::vector<int32_t> tokens = *std::move(encoded);
+  const size_t prompt_tokens = tokens.size();
+  const int32_t eos = (*tokenizer)->eos_id().value_or(-1);
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
-                                         static_cast<int>(max_new), sampling, eot,
+                                         static_cast<int>(max_new), sampling, eos,
                                          [](int32_t) { return absl::OkStatus(); },
                                          [&](const core::Tensor& input) {
                                            return Forward(*model, input);
                                          });
   ThrowIfError(L, "model:generate", n.status());
-  absl::StatusOr<std::string> text = tokenizer->Decode(std::span<const int32_t>(tokens));
+  // The prompt as given, then the new tokens' text (a BOS the tokenizer added
+  // is not printed back).
+  absl::StatusOr<std::string> text = (*tokenizer)->Decode(
+      std::span<const int32_t>(tokens).subspan(prompt_tokens));
   ThrowIfError(L, "model:generate", text.status());
-  lua_pushlstring(L, text->data(), text->size());
+  const std::string out = prompt + *text;
+  lua_pushlstring(L, out.data(), out.size());
   return 1;
 }
 
-// model:num_params() -> parameters (HF count: wte without its padding rows)
+// model:num_params() -> parameters (Hugging Face's count: the vocabulary
+// tables without their padding rows)
 int NumParams(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  const nn::GPT2Config& c = model->net->config();
-  const int64_t padding = (c.padded_vocab_size() - c.vocab_size) * c.n_embd;
-  lua_pushinteger(L, model->net->table().parameter_count() - padding);
+  int64_t n = 0;
+  for (const nn::ParameterEntry& e : model->net->table().entries()) {
+    n += model->net->hugging_face_shape(e).numel();
+  }
+  lua_pushinteger(L, n);
   return 1;
 }
 
-// model:config() -> {n_layer, n_head, n_embd, vocab_size, max_seq_len, dtype, device}
+// model:config() -> the family's fields (Hugging Face's names) plus, for every
+// family, {family, n_layer, n_head, n_embd, vocab_size, padded_vocab_size,
+// max_seq_len, dtype, device} (what the recipe loop reads).
 int Config(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  const nn::GPT2Config& c = model->net->config();
-  PushNumberTable(L, {{"n_layer", c.n_layer},
-                      {"n_head", c.n_head},
-                      {"n_embd", c.n_embd},
-                      {"vocab_size", c.vocab_size},
-                      {"padded_vocab_size", c.padded_vocab_size()},
-                      {"max_seq_len", c.max_seq_len},
-                      {"checkpoint_ratio", c.checkpoint_ratio},
-                      {"embd_pdrop", c.embd_pdrop},
-                      {"resid_pdrop", c.resid_pdrop}});
-  lua_pushstring(L, core::dtype_name(model->net->dtype()));
+  const nn::CausalLM& net = *model->net;
+  if (const auto* gpt2 = dynamic_cast<const nn::GPT2*>(&net)) {
+    const nn::GPT2Config& c = gpt2->config();
+    PushNumberTable(L, {{"n_layer", c.n_layer},
+                        {"n_head", c.n_head},
+                        {"n_embd", c.n_embd},
+                        {"checkpoint_ratio", c.checkpoint_ratio},
+                        {"embd_pdrop", c.embd_pdrop},
+                        {"resid_pdrop", c.resid_pdrop}});
+  } else if (const auto* llama = dynamic_cast<const nn::Llama*>(&net)) {
+    const nn::LlamaConfig& c = llama->config();
+    PushNumberTable(L, {{"n_layer", c.num_hidden_layers},
+                        {"n_head", c.num_attention_heads},
+                        {"n_embd", c.hidden_size},
+                        {"hidden_size", c.hidden_size},
+                        {"intermediate_size", c.intermediate_size},
+                        {"num_hidden_layers", c.num_hidden_layers},
+                        {"num_attention_heads", c.num_attention_heads},
+                        {"num_key_value_heads", c.kv_heads()},
+                        {"head_dim", c.head_size()},
+                        {"max_position_embeddings", c.max_position_embeddings},
+                        {"rms_norm_eps", c.rms_norm_eps},
+                        {"rope_theta", c.rope_theta},
+                        {"checkpoint_ratio", c.checkpoint_ratio},
+                        {"bos_token_id", c.bos_token_id},
+                        {"eos_token_id", c.eos_token_id}});
+    lua_pushboolean(L, c.tie_word_embeddings);
+    lua_setfield(L, -2, "tie_word_embeddings");
+  } else {
+    lua_newtable(L);
+  }
+  PushNumberTable(L, {{"vocab_size", net.vocab_size()},
+                      {"padded_vocab_size", net.padded_vocab_size()},
+                      {"max_seq_len", net.max_seq_len()}});
+  for (const char* key : {"vocab_size", "padded_vocab_size", "max_seq_len"}) {
+    lua_getfield(L, -1, key);
+    lua_setfield(L, -3, key);
+  }
+  lua_pop(L, 1);
+  lua_pushstring(L, net.family());
+  lua_setfield(L, -2, "family");
+  lua_pushstring(L, core::dtype_name(net.dtype()));
   lua_setfield(L, -2, "dtype");
   lua_pushstring(L, model->rt->device.to_string().c_str());
   lua_setfield(L, -2, "device");
@@ -199,11 +342,8 @@ int Config(lua_State* L) {
 
 int ModelToString(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  const nn::GPT2Config& c = model->net->config();
-  const std::string s = absl::StrFormat("GPT2(n_layer=%d, n_head=%d, n_embd=%d, vocab=%d, %s, %s)",
-                                        c.n_layer, c.n_head, c.n_embd, c.vocab_size,
-                                        core::dtype_name(model->net->dtype()),
-                                        model->rt->device.to_string());
+  std::string s = model->net->describe();
+  s.insert(s.size() - 1, absl::StrCat(", ", model->rt->device.to_string()));
   lua_pushstring(L, s.c_str());
   return 1;
 }
@@ -250,6 +390,15 @@ void MaterializeModel(lua_State* L, Model& model) {
   const core::Stream& stream = model.rt->ctx->compute_stream();
   ThrowIfError(L, "materializing the model", store.allocate(stream));
   ThrowIfError(L, "initialising the model", store.initialize(model.seed, stream));
+  if (model.pretrained_dir.empty()) return;
+  const std::string what = absl::StrCat("loading ", model.pretrained_dir);
+  absl::StatusOr<nn::ParameterStore> host =
+      nn::ParameterStore::create(model.net->table(), core::Stream::cpu());
+  ThrowIfError(L, what, host.status());
+  ThrowIfError(L, what, nn::LoadHuggingFaceModelConverting(model.pretrained_dir, *model.net, *host));
+  core::Tensor dst = store.flat_values(model.net->dtype());
+  ThrowIfError(L, what, dst.copy_from(host->flat_values(model.net->dtype()), stream));
+  stream.synchronize();
 }
 
 int OpenModel(lua_State* L) {
@@ -269,7 +418,8 @@ int OpenModel(lua_State* L) {
   RegisterType<Loss>(L, kLossMethods, kLossMeta);
   static const luaL_Reg kBatchMethods[] = {{"tokens", Protected<BatchTokens>}, {nullptr, nullptr}};
   RegisterType<Batch>(L, kBatchMethods);
-  static const luaL_Reg kFunctions[] = {{"gpt2", Protected<Gpt2>}, {nullptr, nullptr}};
+  static const luaL_Reg kFunctions[] = {
+      {"gpt2", Protected<Gpt2>}, {"llama", Protected<Llama>}, {nullptr, nullptr}};
   luaL_newlib(L, kFunctions);
   return 1;
 }

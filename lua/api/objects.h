@@ -19,7 +19,7 @@
 #include "lua/api/runtime.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/mixed_precision_step.h"
-#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/module.h"
 #include "nn/optim/optimizer.h"
 #include "nn/schedule/lr_schedule.h"
@@ -30,16 +30,19 @@ namespace colossal::lua {
 
 struct BoosterObject;
 
-// colossal.model.gpt2 declares the model (no parameter memory). Its memory
+// colossal.model.gpt2 / colossal.model.llama declare the model (no parameter memory). Its memory
 // comes from booster:boost (the plugin's layout, in the boost's precision), or,
 // for a model used without a booster, from MaterializeModel on the runtime's
 // device at first use.
 struct Model {
   static constexpr char kMetatable[] = "colossal.Model";
-  static constexpr char kTypeName[] = "a model (colossal.model.gpt2)";
+  static constexpr char kTypeName[] = "a model (colossal.model.gpt2 or .llama)";
   std::shared_ptr<Runtime> rt;
-  std::unique_ptr<nn::GPT2> net;
+  std::unique_ptr<nn::CausalLM> net;
   uint64_t seed = 0;  // the initial values' Philox seed
+  // from_pretrained: a Hugging Face directory whose weights replace the
+  // initial values once the model has memory (MaterializeModel, or boost).
+  std::string pretrained_dir;
   bool boosted = false;
   // The plugin keeps the parameters in memory of its own (gemini's chunks):
   // the store has no views, and nothing must allocate the replicated layout.
@@ -49,7 +52,8 @@ struct Model {
 };
 
 // Gives a declared model its memory on the runtime's device and its initial
-// values (the one-device layout); nothing when it has memory already.
+// values (the one-device layout, then from_pretrained's weights); nothing
+// when it has memory already.
 void MaterializeModel(lua_State* L, Model& model);
 
 // A forward pass waiting for its backward: the activations and dlogits of
@@ -95,7 +99,7 @@ struct Optim {
   std::vector<double> pending_lrs;
   // Builds `opt` over a model's parameters: booster:boost calls it again
   // when it converts the model to 16-bit (the parameters are new tensors).
-  std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(nn::GPT2&, const core::Stream&)>
+  std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(nn::CausalLM&, const core::Stream&)>
       make;
   std::string name;
   double weight_decay = 0.0;

@@ -29,7 +29,7 @@ namespace {
 
 using MakeFn = decltype(Optim::make);
 
-absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::GPT2& model, const core::Stream& stream,
+absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::CausalLM& model, const core::Stream& stream,
                                                    double weight_decay) {
   // A model whose memory a plugin keeps (gemini) gets an optimizer of
   // declared parameters: groups and hyper-parameters, the plugin steps them.
@@ -79,7 +79,7 @@ int MakeAdam(lua_State* L) {
   if (kVariant != 0) a.adamw_mode = o.boolean("adamw_mode", a.adamw_mode);
   o.finish();
   PushOptimizer(L, model, name, a.lr, a.weight_decay,
-                [a](nn::GPT2& net, const core::Stream& stream)
+                [a](nn::CausalLM& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
                   auto groups = Groups(net, stream, a.weight_decay);
                   if (!groups.ok()) return groups.status();
@@ -105,7 +105,7 @@ int MakeSgd(lua_State* L) {
   s.nesterov = o.boolean("nesterov", s.nesterov);
   o.finish();
   PushOptimizer(L, model, "sgd", s.lr, s.weight_decay,
-                [s](nn::GPT2& net, const core::Stream& stream)
+                [s](nn::CausalLM& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
                   auto groups = Groups(net, stream, s.weight_decay);
                   if (!groups.ok()) return groups.status();

@@ -38,7 +38,9 @@
 #include "lua/api/generation.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
+#include "nn/models/causal_lm/hugging_face.h"
 #include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 
 namespace colossal::lua::cli {
 namespace {
@@ -63,23 +65,6 @@ std::string GenerateUsage() {
       "text. Exit codes: 0 ok, 1 runtime failure (checkpoint, tokenizer, model),\n"
       "2 usage error.\n\n",
       FlagHelp(kGenerateFlags));
-}
-
-// Loads the checkpoint's weights into the float32 `model`: directly when they
-// are float32, else (bf16/fp16 training) in their own dtype, then widened.
-absl::Status LoadAsFloat32(const std::string& dir, const nn::GPT2Config& config, nn::GPT2& model) {
-  absl::StatusOr<core::DType> dtype = io::ReadCheckpointDType(dir);
-  if (!dtype.ok()) return dtype.status();
-  if (*dtype == core::DType::kF32) return nn::LoadGPT2Model(dir, config, model.store());
-  absl::StatusOr<nn::ParameterTable> table = nn::GPT2::parameter_table(config, *dtype);
-  if (!table.ok()) return table.status();
-  absl::StatusOr<nn::ParameterStore> narrow = nn::ParameterStore::create(*table, core::Stream::cpu());
-  if (!narrow.ok()) return narrow.status();
-  if (absl::Status s = nn::LoadGPT2Model(dir, config, *narrow); !s.ok()) return s;
-  absl::StatusOr<std::unique_ptr<core::Context>> ctx = core::Context::create(core::Device::cpu());
-  if (!ctx.ok()) return ctx.status();
-  core::Tensor wide = model.store().flat_values(core::DType::kF32);
-  return core::ops::cast(**ctx, wide, narrow->flat_values(*dtype));
 }
 
 void Emit(std::string_view bytes) {
@@ -108,7 +93,7 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
     return absl::FailedPreconditionError(
         absl::StrCat(*dir, ": the model of config.json: ", model.status().message()));
   }
-  if (absl::Status s = LoadAsFloat32(*dir, *config, **model); !s.ok()) {
+  if (absl::Status s = nn::LoadHuggingFaceModelConverting(*dir, **model, (*model)->store()); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("loading the weights (generate runs float32 on the CPU): ", s.message()));
   }

@@ -218,7 +218,13 @@ function recipe.run(t, file, bench)
     table.sort(names)
     usage_error(file, "plugin.name", "must be one of " .. table.concat(names, ", "))
   end
-  local model_cfg = r.model
+  -- model.family picks colossal.model.<family> ("gpt2" when absent); the
+  -- rest of the table is that function's options.
+  local family = r.model.family or "gpt2"
+  if type(family) ~= "string" or family == "family" or not colossal.model[family] then
+    usage_error(file, "model.family", 'must be one of "gpt2", "llama", got ' .. string.format("%q", tostring(family)))
+  end
+  local model_cfg = without(r.model, "family")
   if math.type(model_cfg.max_seq_len) == "integer" and d.seq_len > model_cfg.max_seq_len then
     usage_error(file, "data.seq_len", string.format("%d is longer than model.max_seq_len (%d)",
       d.seq_len, model_cfg.max_seq_len))
@@ -247,7 +253,7 @@ function recipe.run(t, file, bench)
       "%s needs a CUDA device; this process runs on the CPU (use fp32)", precision))
   end
 
-  local model = call(file, "model", model_cfg, colossal.model.gpt2, model_cfg)
+  local model = call(file, "model", r.model, colossal.model[family], model_cfg)
   local cfg = model:config()
   if d.seq_len > cfg.max_seq_len then
     usage_error(file, "data.seq_len", string.format("%d is longer than the model's context (%d)",
@@ -292,8 +298,8 @@ function recipe.run(t, file, bench)
   local info = colossal.device_info()
   local peak = (precision ~= "fp32") and info.peak_flops_16bit or nil
   local where_ = env.device == "cpu" and "the CPU" or (env.device .. " " .. info.name)
-  say("colossal: GPT-2 %s parameters (%d layers, %d heads, n_embd %d) on %s x%d, %s, plugin %s",
-    human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, where_, world,
+  say("colossal: %s %s parameters (%d layers, %d heads, width %d) on %s x%d, %s, plugin %s",
+    family == "gpt2" and "GPT-2" or "Llama", human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, where_, world,
     precision, r.plugin and r.plugin.name or "none")
   say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)

@@ -35,8 +35,8 @@ absl::Status section_error(const std::string& path, const char* key, const absl:
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& save,
                                            const io::CheckpointOptions& options) {
-  if (save.config == nullptr || save.model == nullptr) {
-    return absl::InvalidArgumentError("SaveCheckpoint: config and model are required");
+  if (save.architecture == nullptr || save.model == nullptr) {
+    return absl::InvalidArgumentError("SaveCheckpoint: architecture and model are required");
   }
   if (!save.model->materialized()) {
     return absl::FailedPreconditionError(
@@ -44,10 +44,10 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   }
   io::CheckpointToSave files;
   files.step = save.step;
-  files.model = GPT2HuggingFaceTensors(*save.config, *save.model);
+  files.model = HuggingFaceTensors(*save.architecture, *save.model);
   const core::DType dtype =
       save.model->parameters().empty() ? core::DType::kF32 : save.model->parameters().back().value.dtype();
-  files.config_json = GPT2ConfigToHuggingFaceJson(*save.config, dtype);
+  files.config_json = save.architecture->hugging_face_config_json(dtype);
   std::optional<io::OptimizerFiles> optimizer;
   if (save.optimizer != nullptr) {
     optimizer = optimizer_files(*save.optimizer);

@@ -1,11 +1,12 @@
-// colossal::nn — the training checkpoint of a GPT-2 run: weights Hugging Face
+// colossal::nn — the training checkpoint of a run (any CausalLM: GPT-2,
+// Llama): weights Hugging Face
 // can load, optimizer, schedule, loss scaler, RNG and data-loader state, in
 // io/checkpoint's atomic step directories (the file layout and the crash
 // guarantees are described there).
 //
-//   step_000100/model.safetensors     GPT-2 under Hugging Face names and shapes
-//                                     (nn/models/gpt2/hugging_face.h)
-//   step_000100/config.json           Hugging Face's GPT2Config
+//   step_000100/model.safetensors     the model under Hugging Face names and shapes
+//                                     (nn/models/causal_lm/hugging_face.h)
+//   step_000100/config.json           Hugging Face's config (GPT2Config, LlamaConfig)
 //   step_000100/optimizer.safetensors OptimizerStateDict tensors (if given)
 //   step_000100/optimizer.json        its OptimizerMeta (nn/optim/state_dict.h)
 //   step_000100/trainer_state.json    {"step", "lr_scheduler", "loss_scaler",
@@ -13,7 +14,7 @@
 //
 //   colossal::nn::CheckpointToSave save;
 //   save.step = 100;
-//   save.config = &config;
+//   save.architecture = model.get();       // names, shapes, config.json
 //   save.model = &model->store();          // materialized, any device
 //   save.optimizer = &optimizer_state;     // optional
 //   save.trainer.lr_scheduler = scheduler.state();
@@ -23,7 +24,7 @@
 //   absl::StatusOr<std::string> dir = SaveCheckpoint("ckpt", save, {.keep_last = 3});
 //
 //   absl::StatusOr<std::string> dir = io::ResolveCheckpoint("ckpt");  // via `latest`
-//   absl::Status s = LoadGPT2Model(*dir, config, model->store());      // hugging_face.h
+//   absl::Status s = LoadHuggingFaceModel(*dir, *model, model->store());  // hugging_face.h
 //   absl::StatusOr<TrainerState> t = LoadTrainerState(*dir);
 //   absl::StatusOr<OptimizerStateDict> o = LoadOptimizerState(*dir);
 #ifndef COLOSSAL_NN_TRAIN_CHECKPOINT_H_
@@ -39,8 +40,8 @@
 #include "io/checkpoint/checkpoint.h"
 #include "io/loader/data_loader.h"
 #include "nn/amp/loss_scaler.h"
-#include "nn/models/gpt2/gpt2.h"
-#include "nn/models/gpt2/hugging_face.h"
+#include "nn/models/causal_lm/causal_lm.h"
+#include "nn/models/causal_lm/hugging_face.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/state_dict.h"
 #include "nn/schedule/lr_schedule.h"
@@ -59,7 +60,10 @@ struct TrainerState {
 
 struct CheckpointToSave {
   int64_t step = 0;                               // >= 0; names the directory
-  const GPT2Config* config = nullptr;             // required
+  // Required: the model whose names, Hugging Face shapes and config.json the
+  // files take; `model` holds the values (a store of its table, e.g. gathered
+  // on the host by a plugin).
+  const CausalLM* architecture = nullptr;
   const ParameterStore* model = nullptr;          // required, materialized
   const OptimizerStateDict* optimizer = nullptr;  // optional
   TrainerState trainer;                           // trainer.step is set to `step`

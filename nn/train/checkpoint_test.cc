@@ -1,3 +1,5 @@
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 
 #include <sys/stat.h>
@@ -125,7 +127,7 @@ TEST(Checkpoint, UsageExampleRoundTripIsBitExact) {
 
   CheckpointToSave save;
   save.step = 100;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   save.optimizer = &opt;
   save.trainer = MakeTrainerState();
@@ -145,7 +147,7 @@ TEST(Checkpoint, UsageExampleRoundTripIsBitExact) {
   absl::StatusOr<std::string> resolved = ResolveCheckpoint(root);
   ASSERT_TRUE(resolved.ok()) << resolved.status();
   EXPECT_EQ(*resolved, *dir);
-  ASSERT_TRUE(LoadGPT2Model(*resolved, config, loaded->store()).ok());
+  ASSERT_TRUE(LoadHuggingFaceModel(*resolved, *loaded, loaded->store()).ok());
   EXPECT_EQ(Bytes(loaded->store().flat_values(DType::kF32)), Bytes(model->store().flat_values(DType::kF32)));
 
   absl::StatusOr<nn::OptimizerStateDict> opt2 = LoadOptimizerState(*resolved);
@@ -183,7 +185,7 @@ TEST(Checkpoint, HuggingFaceNamesShapesAndConfig) {
   std::unique_ptr<nn::GPT2> model = MakeModel(config, 1);
   CheckpointToSave save;
   save.step = 3;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
   ASSERT_TRUE(dir.ok()) << dir.status();
@@ -224,14 +226,14 @@ TEST(Checkpoint, ShardedSaveWithIndexLoads) {
   std::unique_ptr<nn::GPT2> model = MakeModel(config, 5);
   CheckpointToSave save;
   save.step = 1;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   absl::StatusOr<std::string> dir = SaveCheckpoint(root, save, {.keep_last = 0, .max_shard_bytes = 1024});
   ASSERT_TRUE(dir.ok()) << dir.status();
   EXPECT_TRUE(Exists(*dir + "/model.safetensors.index.json"));
   EXPECT_FALSE(Exists(*dir + "/model.safetensors"));
   std::unique_ptr<nn::GPT2> loaded = MakeModel(config, 6);
-  ASSERT_TRUE(LoadGPT2Model(*dir, config, loaded->store()).ok());
+  ASSERT_TRUE(LoadHuggingFaceModel(*dir, *loaded, loaded->store()).ok());
   EXPECT_EQ(Bytes(loaded->store().flat_values(DType::kF32)), Bytes(model->store().flat_values(DType::kF32)));
 }
 
@@ -240,7 +242,7 @@ TEST(Checkpoint, CrashLeftoversNeverCorruptLatestAndAreCleanedUp) {
   const nn::GPT2Config config = TinyConfig();
   std::unique_ptr<nn::GPT2> model = MakeModel(config, 2);
   CheckpointToSave save;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   save.step = 10;
   ASSERT_TRUE(SaveCheckpoint(root, save).ok());
@@ -264,7 +266,7 @@ TEST(Checkpoint, CrashLeftoversNeverCorruptLatestAndAreCleanedUp) {
   ASSERT_TRUE(resolved.ok());
   EXPECT_EQ(*resolved, root + "/step_000010");
   std::unique_ptr<nn::GPT2> loaded = MakeModel(config, 3);
-  EXPECT_TRUE(LoadGPT2Model(*resolved, config, loaded->store()).ok());
+  EXPECT_TRUE(LoadHuggingFaceModel(*resolved, *loaded, loaded->store()).ok());
   EXPECT_EQ(*ListStepDirs(root), std::vector<std::string>{root + "/step_000010"});
 
   save.step = 40;
@@ -288,7 +290,7 @@ TEST(Checkpoint, KeepsTheLastKAndReplacesARepeatedStep) {
   const nn::GPT2Config config = TinyConfig();
   std::unique_ptr<nn::GPT2> model = MakeModel(config, 2);
   CheckpointToSave save;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   for (int64_t step : {100, 200, 300, 400, 500}) {
     save.step = step;
@@ -301,7 +303,7 @@ TEST(Checkpoint, KeepsTheLastKAndReplacesARepeatedStep) {
   save.model = &other->store();
   ASSERT_TRUE(SaveCheckpoint(root, save, {.keep_last = 2}).ok());
   std::unique_ptr<nn::GPT2> loaded = MakeModel(config, 3);
-  ASSERT_TRUE(LoadGPT2Model(*ResolveCheckpoint(root), config, loaded->store()).ok());
+  ASSERT_TRUE(LoadHuggingFaceModel(*ResolveCheckpoint(root), *loaded, loaded->store()).ok());
   EXPECT_EQ(Bytes(loaded->store().flat_values(DType::kF32)), Bytes(other->store().flat_values(DType::kF32)));
   EXPECT_EQ(ListStepDirs(root)->size(), 2u);
 
@@ -337,27 +339,27 @@ TEST(Checkpoint, LoadValidationErrors) {
   std::unique_ptr<nn::GPT2> target = MakeModel(config, 4);
 
   write_model(root + "/typo", "transformer.ln_f.weight", "transformer.ln_f.weigth", false);
-  absl::Status s = LoadGPT2Model(root + "/typo", config, target->store());
+  absl::Status s = LoadHuggingFaceModel(root + "/typo", *target, target->store());
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(s.message(), "has no tensor 'transformer.ln_f.weight'")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "did you mean \"transformer.ln_f.weigth\"")) << s;
 
   write_model(root + "/extra", "", "", true);
-  s = LoadGPT2Model(root + "/extra", config, target->store());
+  s = LoadHuggingFaceModel(root + "/extra", *target, target->store());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "unexpected tensor 'lm_head.weight'")) << s;
 
   // Shape mismatch: a model with a longer context.
   CheckpointToSave save;
   save.step = 1;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &store;
   absl::StatusOr<std::string> dir = SaveCheckpoint(root + "/ok", save);
   ASSERT_TRUE(dir.ok());
   nn::GPT2Config longer = config;
   longer.max_seq_len = 8;
   std::unique_ptr<nn::GPT2> big = MakeModel(longer, 4);
-  s = LoadGPT2Model(*dir, longer, big->store());
+  s = LoadHuggingFaceModel(*dir, *big, big->store());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "'transformer.wpe.weight' has shape [4, 8], the model wants [8, 8]")) << s;
   // The failed loads changed nothing.

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 
 int main(int argc, char** argv) {
@@ -29,7 +31,7 @@ int main(int argc, char** argv) {
   if (s.ok()) {
     colossal::nn::CheckpointToSave save;
     save.step = 1;
-    save.config = &config;
+    save.architecture = model->get();
     save.model = &(*model)->store();
     colossal::io::CheckpointOptions options;
     if (argc == 3) options.max_shard_bytes = std::strtoull(argv[2], nullptr, 10);

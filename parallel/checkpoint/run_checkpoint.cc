@@ -4,17 +4,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
-#include "nn/models/gpt2/hugging_face.h"
+#include "io/checkpoint/checkpoint.h"
+#include "nlohmann/json.hpp"
+#include "nn/models/causal_lm/hugging_face.h"
 #include "nn/train/checkpoint.h"
 
 namespace colossal::parallel {
 namespace {
 
 absl::Status check_parts(const RunParts& run, const char* what, bool optimizer) {
-  if (run.config == nullptr || run.model == nullptr || run.stream == nullptr ||
+  if (run.architecture == nullptr || run.model == nullptr || run.stream == nullptr ||
       (optimizer && run.optimizer == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, ": the run's config, model store, stream", optimizer ? " and optimizer" : "",
+        what, ": the run's architecture, model store, stream", optimizer ? " and optimizer" : "",
         " are required"));
   }
   return absl::OkStatus();
@@ -59,16 +61,25 @@ absl::Status load_optimizer_state(const nn::OptimizerStateDict& state, const Run
                                 : run.optimizer->load_state_dict(state);
 }
 
-absl::Status check_same_model(const nn::GPT2Config& theirs,
-                              const nn::GPT2Config& mine) {
-  if (theirs.n_layer != mine.n_layer || theirs.n_head != mine.n_head ||
-      theirs.n_embd != mine.n_embd || theirs.vocab_size != mine.vocab_size ||
-      theirs.max_seq_len != mine.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the checkpoint's model (", theirs.n_layer, " layers, ", theirs.n_head, " heads, n_embd ",
-        theirs.n_embd, ", vocab ", theirs.vocab_size, ", context ", theirs.max_seq_len,
-        ") is not this one (", mine.n_layer, ", ", mine.n_head, ", ", mine.n_embd, ", ",
-        mine.vocab_size, ", ", mine.max_seq_len, ")"));
+// The checkpoint's config.json describes this model: every key of ours
+// (model_type, sizes, vocabulary, context...) but the weights' dtype has the
+// same value there. The first difference is named.
+absl::Status check_same_model(const std::string& dir, const nn::CausalLM& mine) {
+  COLOSSAL_ASSIGN_OR_RETURN(const std::string text, io::ReadCheckpointConfig(dir));
+  const nlohmann::json theirs = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!theirs.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", dir, "/config.json' is not a JSON object"));
+  }
+  const nlohmann::json ours = nlohmann::json::parse(mine.hugging_face_config_json(mine.dtype()));
+  for (const auto& [key, value] : ours.items()) {
+    if (key == "torch_dtype") continue;
+    const auto it = theirs.find(key);
+    if (it == theirs.end() || *it != value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the checkpoint's model is not this one: '", dir, "/config.json' has ", key, " = ",
+          it == theirs.end() ? std::string("(missing)") : it->dump(), ", this model ", value.dump(),
+          " (this model: ", mine.describe(), ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -89,7 +100,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.step = step;
-    save.config = run.config;
+    save.architecture = run.architecture;
     save.model = &model;
     save.optimizer = &*optimizer;
     if (run.scheduler != nullptr) save.trainer.lr_scheduler = run.scheduler->state();
@@ -105,8 +116,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
 
 absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_checkpoint", /*optimizer=*/true));
-  COLOSSAL_ASSIGN_OR_RETURN(nn::GPT2Config theirs, nn::ReadGPT2Config(dir));
-  COLOSSAL_RETURN_IF_ERROR(check_same_model(theirs, *run.config));
+  COLOSSAL_RETURN_IF_ERROR(check_same_model(dir, *run.architecture));
   COLOSSAL_RETURN_IF_ERROR(load_run_model(dir, run));
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict optimizer, nn::LoadOptimizerState(dir));
   COLOSSAL_RETURN_IF_ERROR(core::annotate(load_optimizer_state(optimizer, run), "optimizer state"));
@@ -132,7 +142,7 @@ absl::StatusOr<std::string> save_run_model(const std::string& root, const RunPar
   std::string path;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
-    save.config = run.config;
+    save.architecture = run.architecture;
     save.model = &model;
     COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, {.keep_last = 0}));
   }
@@ -144,7 +154,7 @@ absl::Status load_run_model(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_model", /*optimizer=*/false));
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore host,
                             nn::ParameterStore::create(run.model->table(), core::Stream::cpu()));
-  COLOSSAL_RETURN_IF_ERROR(nn::LoadGPT2Model(dir, *run.config, host));
+  COLOSSAL_RETURN_IF_ERROR(nn::LoadHuggingFaceModelConverting(dir, *run.architecture, host));
   if (run.booster != nullptr) return run.booster->load_model_state_dict(host, *run.stream);
   return load_replicated_model_state(*run.model, host, *run.stream);
 }

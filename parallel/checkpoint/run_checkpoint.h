@@ -10,7 +10,7 @@
 // happens with the model's store and the optimizer directly.
 //
 //   RunParts run;
-//   run.config = &config;  run.model = &model->store();  run.optimizer = opt.get();
+//   run.architecture = model.get();  run.model = &model->store();  run.optimizer = opt.get();
 //   run.booster = &booster;  run.group = pg.get();  run.rank = pg->rank();
 //   run.stream = &ctx->compute_stream();  run.scheduler = &schedule;  run.context = ctx.get();
 //   COLOSSAL_ASSIGN_OR_RETURN(std::string dir, save_run_checkpoint("ckpt", 100, run));
@@ -28,7 +28,7 @@
 #include "io/checkpoint/checkpoint.h"
 #include "io/loader/data_loader.h"
 #include "nn/amp/loss_scaler.h"
-#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
 #include "nn/schedule/lr_schedule.h"
@@ -39,7 +39,7 @@ namespace colossal::parallel {
 // The parts of a run a checkpoint holds. Null parts are left out (saving) or
 // not restored (loading).
 struct RunParts {
-  const nn::GPT2Config* config = nullptr;  // required
+  const nn::CausalLM* architecture = nullptr;  // required: names, shapes, config.json
   nn::ParameterStore* model = nullptr;     // required: the (boosted) model's store
   nn::Optimizer* optimizer = nullptr;      // required by the optimizer functions
   Booster* booster = nullptr;              // null: one process without a plugin
@@ -65,7 +65,8 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
 absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run);
 
 // The model alone: a step_000000 directory under `root` (rank 0 writes), and
-// its load (any step directory).
+// its load (any step directory, or a Hugging Face model directory; weights of
+// another dtype are converted).
 absl::StatusOr<std::string> save_run_model(const std::string& root, const RunParts& run);
 absl::Status load_run_model(const std::string& dir, const RunParts& run);
 

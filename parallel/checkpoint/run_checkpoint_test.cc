@@ -62,8 +62,7 @@ TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
     auto schedule = *nn::LrScheduler::create({.kind = nn::LrScheduleKind::kConstant}, sgd->lrs());
     schedule.step();
     RunParts run;
-    const nn::GPT2Config config = model->config();
-    run.config = &config;
+    run.architecture = model.get();
     run.model = &model->store();
     run.optimizer = sgd.get();
     run.booster = &booster;
@@ -107,7 +106,7 @@ TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
   train(*ctx, nullptr, *model, *sgd, 2);
   const nn::GPT2Config config = model->config();
   RunParts run;
-  run.config = &config;
+  run.architecture = model.get();
   run.model = &model->store();
   run.optimizer = sgd.get();
   run.stream = &ctx->compute_stream();
@@ -124,11 +123,12 @@ TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
   wider.n_embd *= 2;
   auto other = std::move(*nn::GPT2::create(wider, core::DType::kF32, core::Stream::cpu()));
   RunParts other_run = run;
-  other_run.config = &wider;
+  other_run.architecture = other.get();
   other_run.model = &other->store();
   absl::StatusOr<int64_t> refused = load_run_checkpoint(*dir, other_run);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("is not this one"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("n_embd"), std::string::npos) << refused.status();
   RunParts missing;
   EXPECT_EQ(save_run_checkpoint(root, 1, missing).status().code(), absl::StatusCode::kInvalidArgument);
 }

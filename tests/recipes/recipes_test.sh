@@ -27,6 +27,11 @@ declare -A OVERRIDES=(
   [gpt2_fp16]="$tiny"
   [gpt2_gemini]="$tiny eval.batches=1 checkpoint.every_steps=1 sample.max_new_tokens=4"
   [custom_loop]="steps=2 n_layer=1 n_head=2 n_embd=16 micro_batch_size=2 seq_len=8"
+  [llama_finetune]="steps=2 model.num_hidden_layers=1 model.num_attention_heads=2
+    model.num_key_value_heads=1 model.hidden_size=16 model.intermediate_size=32
+    model.max_position_embeddings=16 data.micro_batch_size=2 data.seq_len=8
+    lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2 eval.batches=1 checkpoint.every_steps=1
+    sample.max_new_tokens=4"
 )
 # recipe -> "key=value|message": with the tiny overrides plus this one, the
 # recipe must exit with code 2 on the CPU and print the message.
@@ -34,6 +39,7 @@ declare -A NEEDS_GPU=(
   [gpt2_fp16]="plugin.precision=fp16|fp16 needs a CUDA device"
   [gpt2_ddp]="precision=bf16|bf16 needs a CUDA device"
   [gpt2_gemini]="plugin.precision=bf16|bf16 needs a CUDA device"
+  [llama_finetune]="plugin.precision=bf16|bf16 needs a CUDA device"
 )
 
 root="$PWD"
@@ -138,6 +144,30 @@ else
   echo "FAIL: colossal run --nproc_per_node 2 recipes/$name.lua failed:"
   tail -n 20 "$tmp/two.out"; cat "$tmp/two.err"
   failures=$((failures + 1))
+fi
+
+# Fine-tuning from a Hugging Face directory: the tiny Llama's own step
+# directory (config.json + model.safetensors) as from_pretrained. Its
+# config.json fixes the architecture (the recipe's sizes are not used, and a
+# note on stderr says so); the run loads its weights through the plugin and
+# trains two steps. (That the weights arrive exactly is nn/models/llama's test.)
+name=llama_finetune
+ckpt="$tmp/work_$name/checkpoints/$name/step_000002"
+sets=()
+for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
+if [[ ! -f "$ckpt/config.json" ]]; then
+  echo "FAIL: recipes/$name.lua left no $ckpt/config.json"
+  failures=$((failures + 1))
+elif run_recipe "$name" 0 pretrained "${sets[@]}" --set "model.from_pretrained=$ckpt" \
+    --set checkpoint.dir=checkpoints/from_pretrained; then
+  if grep -qE '^step +2/2 ' "$tmp/$name.pretrained.out" &&
+      grep -qF "from_pretrained's config.json fixes" "$tmp/$name.pretrained.err"; then
+    echo "ok: recipes/$name.lua fine-tunes from a Hugging Face directory"
+  else
+    echo "FAIL: recipes/$name.lua from_pretrained: no 'step 2/2' line or no note on stderr:"
+    cat "$tmp/$name.pretrained.out" "$tmp/$name.pretrained.err"
+    failures=$((failures + 1))
+  fi
 fi
 
 if ((failures != 0)); then

@@ -25,6 +25,8 @@
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 #include "io/loader/data_loader.h"
 #include "io/shards/token_shard.h"
@@ -214,10 +216,9 @@ TEST(ExactResumeTest, ResumedRunIsBitIdenticalToStraightRun) {
     for (int s = 0; s < kResumeAfter; ++s) resumed_losses.push_back(run->Step());
     absl::StatusOr<nn::OptimizerStateDict> sd = run->opt->state_dict();
     ASSERT_TRUE(sd.ok()) << sd.status();
-    const nn::GPT2Config config = Config();
     nn::CheckpointToSave save;
     save.step = kResumeAfter;
-    save.config = &config;
+    save.architecture = run->model.get();
     save.model = &run->model->store();
     save.optimizer = &*sd;
     save.trainer.lr_scheduler = run->sched->state();
@@ -236,7 +237,7 @@ TEST(ExactResumeTest, ResumedRunIsBitIdenticalToStraightRun) {
     ASSERT_TRUE(dir.ok()) << dir.status();
     absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
     ASSERT_TRUE(config.ok()) << config.status();
-    ASSERT_TRUE(nn::LoadGPT2Model(*dir, *config, run->model->store()).ok());
+    ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, *run->model, run->model->store()).ok());
     absl::StatusOr<nn::OptimizerStateDict> sd = nn::LoadOptimizerState(*dir);
     ASSERT_TRUE(sd.ok()) << sd.status();
     ASSERT_TRUE(run->opt->load_state_dict(*sd).ok());

@@ -31,6 +31,8 @@
 #include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 #include "io/checkpoint/step_dirs.h"
 #include "nn/models/gpt2/gpt2.h"
@@ -116,10 +118,9 @@ std::unique_ptr<Saved> MakeSaved(uint64_t seed, double lr) {
 }
 
 absl::StatusOr<std::string> Save(const std::string& root, int64_t step, const Saved& s) {
-  const nn::GPT2Config config = Config();
   nn::CheckpointToSave save;
   save.step = step;
-  save.config = &config;
+  save.architecture = s.model.get();
   save.model = &s.model->store();
   save.optimizer = &s.sd;
   save.trainer.rng = core::RngState{1234, static_cast<uint64_t>(step) * 100};
@@ -239,7 +240,7 @@ TEST(KillDuringSaveTest, PreviousCheckpointSurvivesSigkill) {
     ASSERT_TRUE(config.ok()) << config.status();
     auto loaded = nn::GPT2::create(*config, DType::kF32, Stream::cpu());
     ASSERT_TRUE(loaded.ok());
-    ASSERT_TRUE(nn::LoadGPT2Model(*dir, *config, (*loaded)->store()).ok());
+    ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, **loaded, (*loaded)->store()).ok());
     EXPECT_TRUE(BitEqual((*loaded)->store().flat_values(DType::kF32), want.model->store().flat_values(DType::kF32)))
         << "step " << ts->step << " weights differ";
     absl::StatusOr<nn::OptimizerStateDict> sd = nn::LoadOptimizerState(*dir);
@@ -261,7 +262,7 @@ TEST(KillDuringSaveTest, PreviousCheckpointSurvivesSigkill) {
     absl::StatusOr<std::string> now = io::ResolveCheckpoint(root);
     ASSERT_TRUE(now.ok());
     EXPECT_EQ(*now, root + "/step_000003");
-    ASSERT_TRUE(nn::LoadGPT2Model(*now, Config(), (*loaded)->store()).ok());
+    ASSERT_TRUE(nn::LoadHuggingFaceModel(*now, **loaded, (*loaded)->store()).ok());
     EXPECT_TRUE(BitEqual((*loaded)->store().flat_values(DType::kF32), three->model->store().flat_values(DType::kF32)));
     std::cout << "[ moment ] " << moment.name << ": " << (killed ? "killed" : "finished")
               << (reached ? "" : " before the moment was seen") << ", resolved step "

@@ -28,9 +28,10 @@
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/gpt2/hugging_face.h"
 #include "nn/train/checkpoint.h"
 #include "io/safetensors/writer.h"
-#include "nn/models/gpt2/gpt2.h"
 
 namespace {
 
@@ -79,7 +80,7 @@ absl::Status Write(const std::string& root, uint64_t max_shard_bytes) {
 
   colossal::nn::CheckpointToSave save;
   save.step = 1;
-  save.config = &config;
+  save.architecture = model.get();
   save.model = &model->store();
   colossal::io::CheckpointOptions options;
   if (max_shard_bytes > 0) options.max_shard_bytes = max_shard_bytes;

@@ -12,6 +12,7 @@
 #include "core/status/suggest.h"
 #include "core/tensor/shape.h"
 #include "nn/layers/tensor_util.h"
+#include "nn/models/gpt2/config_json.h"
 
 namespace colossal::nn {
 namespace {
@@ -110,7 +111,7 @@ absl::Status GPT2Config::validate() const {
 }
 
 GPT2::GPT2(const GPT2Config& config, core::DType dtype)
-    : Module("gpt2"),
+    : CausalLM("gpt2"),
       config_(config),
       dtype_(dtype),
       embedding_("transformer", config.padded_vocab_size(), config.max_seq_len, config.n_embd,
@@ -177,8 +178,19 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, cor
   return model;
 }
 
-absl::Status GPT2::init(uint64_t seed, const core::Stream& stream) {
-  return store_.initialize(seed, stream);
+absl::StatusOr<std::unique_ptr<CausalLM>> GPT2::redeclare(core::DType dtype) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config_, dtype));
+  return std::unique_ptr<CausalLM>(std::move(model));
+}
+
+std::string GPT2::hugging_face_config_json(core::DType dtype) const {
+  return GPT2ConfigToHuggingFaceJson(config_, dtype);
+}
+
+std::string GPT2::describe() const {
+  return absl::StrFormat("GPT2(n_layer=%d, n_head=%d, n_embd=%d, vocab=%d, %s)", config_.n_layer,
+                         config_.n_head, config_.n_embd, config_.vocab_size,
+                         core::dtype_name(dtype_));
 }
 
 absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core::Tensor& input) {

@@ -70,6 +70,7 @@
 #include "nn/layers/dropout.h"
 #include "nn/layers/embedding.h"
 #include "nn/layers/layernorm.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 
@@ -127,7 +128,7 @@ struct GPT2Config {
   absl::Status validate() const;
 };
 
-class GPT2 : public Module {
+class GPT2 : public CausalLM {
  public:
   // The model's parameter table (no allocation).
   static absl::StatusOr<ParameterTable> parameter_table(const GPT2Config& config, core::DType dtype);
@@ -147,19 +148,26 @@ class GPT2 : public Module {
 
   const char* type() const override { return "GPT2"; }
   const GPT2Config& config() const { return config_; }
-  core::DType dtype() const { return dtype_; }
-  const ParameterTable& table() const { return store_.table(); }
-  ParameterStore& store() { return store_; }
+
+  // CausalLM. init(seed, stream) (GPT-2's initialisation, the table's rules)
+  // comes from there.
+  const char* family() const override { return "gpt2"; }
+  core::DType dtype() const override { return dtype_; }
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t padded_vocab_size() const override { return config_.padded_vocab_size(); }
+  int64_t max_seq_len() const override { return config_.max_seq_len; }
+  ParameterStore& store() override { return store_; }
+  const ParameterStore& store() const override { return store_; }
   // The n_layer blocks ("transformer.h"), e.g. for hooks; the first
   // config().checkpointed_layers() have checkpoint() set (Module::set_checkpoint
   // changes it per block).
-  Sequential& blocks() { return blocks_; }
-
-  // GPT-2 initialisation (see the file comment) of every parameter,
-  // enqueued on `stream` (a stream of the parameters' device; Stream::cpu()
-  // for CPU buffers): store().initialize(seed, stream). Errors: a parameter
-  // without memory (FailedPrecondition naming it).
-  absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu());
+  Sequential& blocks() override { return blocks_; }
+  core::Shape hugging_face_shape(const ParameterEntry& entry) const override {
+    return hugging_face_shape(config_, entry);
+  }
+  std::string hugging_face_config_json(core::DType dtype) const override;
+  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const override;
+  std::string describe() const override;
 
  protected:
   // tokens int32 [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size].

@@ -1,0 +1,121 @@
+#include "nn/layers/llama_attention.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "kernels/rope/rope.h"
+#include "nn/layers/tensor_util.h"
+
+namespace colossal::nn {
+namespace {
+
+struct LlamaAttentionSaved : Saved {
+  SavedStats stats() const override {
+    SavedStats s = saved_stats({}, {q_proj.get(), k_proj.get(), v_proj.get(), o_proj.get()});
+    const SavedStats c = core.stats();
+    return {s.tensors + c.tensors, s.bytes + c.bytes};
+  }
+  std::unique_ptr<Saved> q_proj, k_proj, v_proj, o_proj;
+  AttentionCoreSaved core;
+};
+
+LinearOptions projection(bool bias, core::DType dtype) {
+  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype};
+}
+
+}  // namespace
+
+LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
+                               std::shared_ptr<RotaryTable> rope, core::DType dtype)
+    : Module(name),
+      shape_(shape),
+      rope_(std::move(rope)),
+      dtype_(dtype),
+      q_proj_(name + ".q_proj", shape.hidden, shape.heads * shape.head_dim,
+              projection(shape.bias, dtype)),
+      k_proj_(name + ".k_proj", shape.hidden, shape.kv_heads * shape.head_dim,
+              projection(shape.bias, dtype)),
+      v_proj_(name + ".v_proj", shape.hidden, shape.kv_heads * shape.head_dim,
+              projection(shape.bias, dtype)),
+      o_proj_(name + ".o_proj", shape.heads * shape.head_dim, shape.hidden,
+              projection(shape.bias, dtype)) {
+  register_child(&q_proj_);
+  register_child(&k_proj_);
+  register_child(&v_proj_);
+  register_child(&o_proj_);
+}
+
+absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
+                                                           const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
+  if (input.rank() != 3 || input.dim(2) != shape_.hidden) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input is ", input.to_string(), "; expected [B, T, ", shape_.hidden, "]"));
+  }
+  if (rope_ == nullptr || rope_->head_dim() != shape_.head_dim) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name(), ": no rotary table for head_dim ", shape_.head_dim));
+  }
+  const int64_t B = input.dim(0), T = input.dim(1), H = shape_.heads, KV = shape_.kv_heads,
+                D = shape_.head_dim;
+  auto saved = std::make_unique<LlamaAttentionSaved>();
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, input));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult k, k_proj_.forward(ctx, input));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult v, v_proj_.forward(ctx, input));
+  saved->q_proj = std::move(q.saved);
+  saved->k_proj = std::move(k.saved);
+  saved->v_proj = std::move(v.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor qkv, empty(ctx, {B, T, (H + 2 * KV) * D}, dtype_));
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx,
+          kernels::rope::rope_pack_forward_cpu(qkv.raw_data(), q.output.raw_data(),
+                                               k.output.raw_data(), v.output.raw_data(),
+                                               inv_freq.data<float>(), B, T, H, KV, D, dtype_),
+          kernels::rope::rope_pack_forward_cuda(qkv.raw_data(), q.output.raw_data(),
+                                                k.output.raw_data(), v.output.raw_data(),
+                                                inv_freq.data<float>(), B, T, H, KV, D, dtype_,
+                                                cuda_stream(ctx))),
+      "rotary embedding forward"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y,
+                            attention_core_forward(ctx, qkv, {H, KV, D}, impl_, saved->core));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, o_proj_.forward(ctx, y));
+  saved->o_proj = std::move(out.saved);
+  return ForwardResult{out.output, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, Saved& saved,
+                                                           const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "grad_output"));
+  COLOSSAL_ASSIGN_OR_RETURN(LlamaAttentionSaved * s, saved_as<LlamaAttentionSaved>(saved));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, o_proj_.backward(ctx, *s->o_proj, grad_output));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
+  const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = shape_.heads, KV = shape_.kv_heads,
+                D = shape_.head_dim;
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dq, empty(ctx, {B, T, H * D}, dtype_));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dk, empty(ctx, {B, T, KV * D}, dtype_));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dv, empty(ctx, {B, T, KV * D}, dtype_));
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx,
+          kernels::rope::rope_pack_backward_cpu(dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                                dqkv.raw_data(), inv_freq.data<float>(), B, T, H,
+                                                KV, D, dtype_),
+          kernels::rope::rope_pack_backward_cuda(dq.raw_data(), dk.raw_data(), dv.raw_data(),
+                                                 dqkv.raw_data(), inv_freq.data<float>(), B, T,
+                                                 H, KV, D, dtype_, cuda_stream(ctx))),
+      "rotary embedding backward"));
+  dqkv = core::Tensor();  // free it before the projections' backward
+  // v_proj, k_proj, q_proj: the reverse of the forward, so hooks see the
+  // children in reverse order as everywhere else.
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, v_proj_.backward(ctx, *s->v_proj, dv));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxk, k_proj_.backward(ctx, *s->k_proj, dk));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxk));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxq, q_proj_.backward(ctx, *s->q_proj, dq));
+  return add(ctx, dx, dxq);
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,66 @@
+#include "nn/layers/llama_block.h"
+
+#include <utility>
+
+#include "core/status/status.h"
+#include "nn/layers/tensor_util.h"
+
+namespace colossal::nn {
+namespace {
+
+struct LlamaBlockSaved : Saved {
+  SavedStats stats() const override {
+    return saved_stats({}, {input_layernorm.get(), self_attn.get(), post_attention_layernorm.get(),
+                            mlp.get()});
+  }
+  std::unique_ptr<Saved> input_layernorm, self_attn, post_attention_layernorm, mlp;
+};
+
+}  // namespace
+
+LlamaBlock::LlamaBlock(std::string name, const LlamaBlockShape& shape,
+                       std::shared_ptr<RotaryTable> rope, core::DType dtype)
+    : Module(name),
+      input_layernorm_(name + ".input_layernorm", shape.attention.hidden,
+                       {.eps = shape.rms_norm_eps, .dtype = dtype}),
+      self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype),
+      post_attention_layernorm_(name + ".post_attention_layernorm", shape.attention.hidden,
+                                {.eps = shape.rms_norm_eps, .dtype = dtype}),
+      mlp_(name + ".mlp", shape.attention.hidden, shape.intermediate, shape.mlp_bias, dtype) {
+  register_child(&input_layernorm_);
+  register_child(&self_attn_);
+  register_child(&post_attention_layernorm_);
+  register_child(&mlp_);
+}
+
+absl::StatusOr<ForwardResult> LlamaBlock::forward_impl(core::Context& ctx,
+                                                       const core::Tensor& input) {
+  auto saved = std::make_unique<LlamaBlockSaved>();
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult a, input_layernorm_.forward(ctx, input));
+  saved->input_layernorm = std::move(a.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, self_attn_.forward(ctx, a.output));
+  saved->self_attn = std::move(h.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor r, add(ctx, input, h.output));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult b, post_attention_layernorm_.forward(ctx, r));
+  saved->post_attention_layernorm = std::move(b.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.output));
+  saved->mlp = std::move(m.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, r, m.output));
+  return ForwardResult{y, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> LlamaBlock::backward_impl(core::Context& ctx, Saved& saved,
+                                                       const core::Tensor& grad_output) {
+  COLOSSAL_ASSIGN_OR_RETURN(LlamaBlockSaved * s, saved_as<LlamaBlockSaved>(saved));
+  // y = r + mlp(norm_2(r)): dr = dy + norm_2'(mlp'(dy)).
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp_.backward(ctx, *s->mlp, grad_output));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db,
+                            post_attention_layernorm_.backward(ctx, *s->post_attention_layernorm, dm));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, add(ctx, grad_output, db));
+  // r = x + attn(norm_1(x)): dx = dr + norm_1'(attn'(dr)).
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, self_attn_.backward(ctx, *s->self_attn, dr));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor da, input_layernorm_.backward(ctx, *s->input_layernorm, dh));
+  return add(ctx, dr, da);
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,41 @@
+// colossal::nn — Llama's gated MLP (SwiGLU):
+//
+//   out = down_proj(silu(gate_proj(x)) * up_proj(x))
+//
+// Children (Linear, WeightLayout::kOutIn): "<name>.gate_proj" and
+// "<name>.up_proj" [I, C], "<name>.down_proj" [C, I], biases with mlp_bias
+// (Hugging Face's flag); with name "model.layers.<i>.mlp" these are Hugging
+// Face's names. The product is kernels/activation's swiglu (one pass forward,
+// one pass backward). Saves the gate and up activations [B, T, I].
+// Input [..., C] -> [..., C].
+//
+//   LlamaMlp mlp("model.layers.0.mlp", 2048, 8192, /*bias=*/false, DType::kF32);
+#ifndef COLOSSAL_NN_LAYERS_LLAMA_MLP_H_
+#define COLOSSAL_NN_LAYERS_LLAMA_MLP_H_
+
+#include <cstdint>
+#include <string>
+
+#include "nn/layers/linear.h"
+#include "nn/module/module.h"
+
+namespace colossal::nn {
+
+class LlamaMlp : public Module {
+ public:
+  LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias, core::DType dtype);
+  const char* type() const override { return "LlamaMlp"; }
+
+ protected:
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+
+ private:
+  core::DType dtype_;
+  Linear gate_proj_, up_proj_, down_proj_;
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_LAYERS_LLAMA_MLP_H_

@@ -1,0 +1,71 @@
+// colossal::nn — the contract every language-model family keeps (GPT-2,
+// Llama), so plugins, checkpoints, the training loop and generation work on
+// any of them.
+//
+// A CausalLM is a Module: tokens int32 [B, T] -> logits [B, T,
+// padded_vocab_size()], where columns past vocab_size() are padding (the loss
+// ignores them: cross_entropy's v_real). Its parameters are one table under
+// Hugging Face's names, bound to store(), which a plugin materializes (see
+// docs/architecture.md, "Who owns parameter memory"). blocks() are the
+// repeated layers (hooks, activation checkpointing).
+//
+//   std::unique_ptr<CausalLM> model = ...;   // GPT2::declare, Llama::declare
+//   COLOSSAL_ASSIGN_OR_RETURN(auto bf16, model->redeclare(DType::kBF16));   // no memory
+//   COLOSSAL_RETURN_IF_ERROR(bf16->store().allocate(stream));
+//   COLOSSAL_RETURN_IF_ERROR(bf16->init(seed, stream));
+#ifndef COLOSSAL_NN_MODELS_CAUSAL_LM_CAUSAL_LM_H_
+#define COLOSSAL_NN_MODELS_CAUSAL_LM_CAUSAL_LM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/device/stream.h"
+#include "core/dtype/dtype.h"
+#include "core/tensor/shape.h"
+#include "nn/module/module.h"
+#include "nn/module/parameter.h"
+
+namespace colossal::nn {
+
+class CausalLM : public Module {
+ public:
+  using Module::Module;
+
+  // "gpt2", "llama": Hugging Face's model_type.
+  virtual const char* family() const = 0;
+  virtual core::DType dtype() const = 0;
+  // The real vocabulary (token ids < vocab_size) and the logits' width.
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t padded_vocab_size() const = 0;
+  // The longest sequence the model takes (position table or rope range).
+  virtual int64_t max_seq_len() const = 0;
+  virtual ParameterStore& store() = 0;
+  virtual const ParameterStore& store() const = 0;
+  const ParameterTable& table() const { return store().table(); }
+  // The repeated layers, in order.
+  virtual Sequential& blocks() = 0;
+  // The shape Hugging Face gives `entry` (same name): entry.shape except the
+  // padded vocabulary tables, which have vocab_size() rows there (ours are
+  // its first rows, then zero padding).
+  virtual core::Shape hugging_face_shape(const ParameterEntry& entry) const = 0;
+  // Hugging Face's config.json of this model with weights of `dtype`
+  // (model_type family(), so `transformers` loads the checkpoint).
+  virtual std::string hugging_face_config_json(core::DType dtype) const = 0;
+  // The same architecture declared anew with weights of `dtype`, no memory.
+  virtual absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const = 0;
+  // One line for logs: family, sizes, dtype.
+  virtual std::string describe() const = 0;
+
+  // The family's initialisation of every parameter, enqueued on `stream`:
+  // store().initialize(seed, stream) (the table carries the init rules).
+  absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu()) {
+    return store().initialize(seed, stream);
+  }
+};
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_MODELS_CAUSAL_LM_CAUSAL_LM_H_

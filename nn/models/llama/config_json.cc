@@ -1,0 +1,177 @@
+#include "nn/models/llama/config_json.h"
+
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace colossal::nn {
+namespace {
+
+using Json = nlohmann::json;
+
+// Debian's abseil has its own string_view: std's pass through std::string.
+absl::Status key_error(std::string_view what, std::string_view key, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(what), ": \"", std::string(key), "\" ", std::string(why)));
+}
+
+// j[key] into *out when present (and not null): integers, numbers, booleans.
+absl::Status read(const Json& j, const char* key, int64_t* out, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number_integer()) return key_error(what, key, "must be an integer");
+  *out = it->get<int64_t>();
+  return absl::OkStatus();
+}
+absl::Status read(const Json& j, const char* key, double* out, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_number()) return key_error(what, key, "must be a number");
+  *out = it->get<double>();
+  return absl::OkStatus();
+}
+absl::Status read(const Json& j, const char* key, bool* out, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (!it->is_boolean()) return key_error(what, key, "must be true or false");
+  *out = it->get<bool>();
+  return absl::OkStatus();
+}
+// bos/eos ids: an integer, or a list (Llama-3 instruct models list several
+// end tokens): the first is ours.
+absl::Status read_token(const Json& j, const char* key, int64_t* out, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return absl::OkStatus();
+  if (it->is_array() && !it->empty() && (*it)[0].is_number_integer()) {
+    *out = (*it)[0].get<int64_t>();
+    return absl::OkStatus();
+  }
+  return read(j, key, out, what);
+}
+
+}  // namespace
+
+std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& c, core::DType dtype) {
+  Json j{
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.kv_heads()},
+      {"head_dim", c.head_size()},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"initializer_range", c.initializer_range},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", nullptr},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"attention_bias", c.attention_bias},
+      {"attention_dropout", 0.0},
+      {"mlp_bias", c.mlp_bias},
+      {"pretraining_tp", 1},
+      {"use_cache", true},
+      {"bos_token_id", c.bos_token_id},
+      {"eos_token_id", c.eos_token_id},
+      {"torch_dtype", core::dtype_name(dtype)},
+      {"colossal_padded_vocab_multiple", c.padded_vocab_multiple},
+  };
+  if (c.rope_scaling.has_value()) {
+    j["rope_scaling"] = Json{
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling->factor},
+        {"low_freq_factor", c.rope_scaling->low_freq_factor},
+        {"high_freq_factor", c.rope_scaling->high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling->original_max_position_embeddings},
+    };
+  }
+  return j.dump(2) + "\n";
+}
+
+absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text,
+                                                           std::string_view what) {
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": not a JSON object"));
+  }
+  const auto type = j.find("model_type");
+  if (type == j.end() || !type->is_string() ||
+      (*type != "llama" && *type != "mistral")) {
+    return key_error(what, "model_type",
+                     absl::StrCat("is ", type == j.end() ? std::string("missing") : type->dump(),
+                                  "; expected \"llama\" (or \"mistral\")"));
+  }
+  const auto window = j.find("sliding_window");
+  if (window != j.end() && !window->is_null()) {
+    return key_error(what, "sliding_window",
+                     "is set: sliding-window attention is not supported (full causal only)");
+  }
+  LlamaConfig c;  // transformers' defaults for absent keys
+  struct IntField { const char* key; int64_t* out; };
+  for (IntField f : {IntField{"vocab_size", &c.vocab_size}, IntField{"hidden_size", &c.hidden_size},
+                     IntField{"intermediate_size", &c.intermediate_size},
+                     IntField{"num_hidden_layers", &c.num_hidden_layers},
+                     IntField{"num_attention_heads", &c.num_attention_heads},
+                     IntField{"num_key_value_heads", &c.num_key_value_heads},
+                     IntField{"head_dim", &c.head_dim},
+                     IntField{"max_position_embeddings", &c.max_position_embeddings},
+                     IntField{"colossal_padded_vocab_multiple", &c.padded_vocab_multiple}}) {
+    if (absl::Status s = read(j, f.key, f.out, what); !s.ok()) return s;
+  }
+  for (auto [key, out] : {std::pair{"bos_token_id", &c.bos_token_id},
+                          std::pair{"eos_token_id", &c.eos_token_id}}) {
+    if (absl::Status s = read_token(j, key, out, what); !s.ok()) return s;
+  }
+  for (auto [key, out] : {std::pair{"initializer_range", &c.initializer_range},
+                          std::pair{"rms_norm_eps", &c.rms_norm_eps},
+                          std::pair{"rope_theta", &c.rope_theta}}) {
+    if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
+  }
+  for (auto [key, out] : {std::pair{"tie_word_embeddings", &c.tie_word_embeddings},
+                          std::pair{"attention_bias", &c.attention_bias},
+                          std::pair{"mlp_bias", &c.mlp_bias}}) {
+    if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
+  }
+  const auto act = j.find("hidden_act");
+  if (act != j.end() && *act != "silu") {
+    return key_error(what, "hidden_act", absl::StrCat("is ", act->dump(), "; only \"silu\" is supported"));
+  }
+  const auto scaling = j.find("rope_scaling");
+  if (scaling != j.end() && !scaling->is_null()) {
+    if (!scaling->is_object()) return key_error(what, "rope_scaling", "must be an object or null");
+    std::string kind;
+    for (const char* k : {"rope_type", "type"}) {
+      const auto t = scaling->find(k);
+      if (t != scaling->end() && t->is_string()) kind = t->get<std::string>();
+    }
+    if (kind == "default") {
+      // No scaling.
+    } else if (kind != "llama3") {
+      return key_error(what, "rope_scaling",
+                       absl::StrCat("has rope_type \"", kind,
+                                    "\"; supported: \"llama3\" (or no rope_scaling)"));
+    } else {
+      kernels::rope::Llama3RopeScaling r{8.0, 1.0, 4.0, 8192};
+      if (absl::Status s = read(*scaling, "factor", &r.factor, what); !s.ok()) return s;
+      if (absl::Status s = read(*scaling, "low_freq_factor", &r.low_freq_factor, what); !s.ok()) return s;
+      if (absl::Status s = read(*scaling, "high_freq_factor", &r.high_freq_factor, what); !s.ok()) return s;
+      if (absl::Status s = read(*scaling, "original_max_position_embeddings",
+                                &r.original_max_position_embeddings, what);
+          !s.ok()) {
+        return s;
+      }
+      c.rope_scaling = r;
+    }
+  }
+  if (absl::Status s = c.validate(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(std::string(what), ": ", s.message()));
+  }
+  return c;
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,32 @@
+// colossal::nn — Llama's Hugging Face config.json (LlamaConfig's fields,
+// names and defaults: a key that is absent takes transformers' default).
+// Written with every checkpoint, read by `from_pretrained`. Our
+// padded_vocab_multiple travels as "colossal_padded_vocab_multiple".
+//
+//   std::string json = LlamaConfigToHuggingFaceJson(config, DType::kBF16);
+//   COLOSSAL_ASSIGN_OR_RETURN(LlamaConfig c, LlamaConfigFromHuggingFaceJson(text, "dir/config.json"));
+#ifndef COLOSSAL_NN_MODELS_LLAMA_CONFIG_JSON_H_
+#define COLOSSAL_NN_MODELS_LLAMA_CONFIG_JSON_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/dtype/dtype.h"
+#include "nn/models/llama/llama.h"
+
+namespace colossal::nn {
+
+// config.json for LlamaForCausalLM with weights of `dtype`.
+std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& config, core::DType dtype);
+
+// The LlamaConfig a config.json describes. InvalidArgument naming `what` (the
+// file) and the key: a wrong type, a model_type other than "llama" or
+// "mistral" without sliding windows, a rope_scaling type other than "llama3",
+// a config validate() refuses.
+absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text,
+                                                           std::string_view what);
+
+}  // namespace colossal::nn
+
+#endif  // COLOSSAL_NN_MODELS_LLAMA_CONFIG_JSON_H_

@@ -1,0 +1,323 @@
+#include "nn/models/llama/llama.h"
+
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/gemm/gemm.h"
+#include "core/status/status.h"
+#include "core/status/suggest.h"
+#include "core/tensor/shape.h"
+#include "nn/layers/tensor_util.h"
+#include "nn/models/llama/config_json.h"
+
+namespace colossal::nn {
+namespace {
+
+struct Preset {
+  const char* name;
+  LlamaConfig config;
+};
+
+// Hugging Face's config.json of each checkpoint (the fields that differ from
+// LlamaConfig's defaults).
+std::vector<Preset> presets() {
+  auto llama3_scaling = [](double factor) {
+    return kernels::rope::Llama3RopeScaling{factor, 1.0, 4.0, 8192};
+  };
+  std::vector<Preset> p;
+  LlamaConfig c;
+  c = {};  // TinyLlama/TinyLlama-1.1B-Chat-v1.0
+  c.hidden_size = 2048, c.intermediate_size = 5632, c.num_hidden_layers = 22;
+  c.num_attention_heads = 32, c.num_key_value_heads = 4, c.rms_norm_eps = 1e-5;
+  p.push_back({"tinyllama-1.1b", c});
+  c = {};  // meta-llama/Llama-3.2-1B
+  c.vocab_size = 128256, c.hidden_size = 2048, c.intermediate_size = 8192;
+  c.num_hidden_layers = 16, c.num_attention_heads = 32, c.num_key_value_heads = 8;
+  c.head_dim = 64, c.max_position_embeddings = 131072, c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0, c.rope_scaling = llama3_scaling(32.0), c.tie_word_embeddings = true;
+  c.bos_token_id = 128000, c.eos_token_id = 128001;
+  p.push_back({"llama3.2-1b", c});
+  c.hidden_size = 3072, c.num_hidden_layers = 28, c.num_attention_heads = 24;
+  c.head_dim = 128;  // meta-llama/Llama-3.2-3B (otherwise as 1B)
+  p.push_back({"llama3.2-3b", c});
+  c = {};  // meta-llama/Llama-2-7b-hf
+  c.max_position_embeddings = 4096, c.rms_norm_eps = 1e-5;
+  p.push_back({"llama2-7b", c});
+  c = {};  // meta-llama/Meta-Llama-3-8B
+  c.vocab_size = 128256, c.intermediate_size = 14336, c.num_key_value_heads = 8;
+  c.max_position_embeddings = 8192, c.rms_norm_eps = 1e-5, c.rope_theta = 500000.0;
+  c.bos_token_id = 128000, c.eos_token_id = 128001;
+  p.push_back({"llama3-8b", c});
+  c = {};  // meta-llama/Llama-2-70b-hf
+  c.hidden_size = 8192, c.intermediate_size = 28672, c.num_hidden_layers = 80;
+  c.num_attention_heads = 64, c.num_key_value_heads = 8, c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  p.push_back({"llama2-70b", c});
+  return p;
+}
+
+struct LlamaSaved : Saved {
+  SavedStats stats() const override {
+    return saved_stats({x}, {embed_tokens.get(), blocks.get(), norm.get(), lm_head.get()});
+  }
+  std::unique_ptr<Saved> embed_tokens, blocks, norm, lm_head;  // lm_head: null when tied
+  core::Tensor x;  // norm output [B, T, C] (tied head)
+};
+
+absl::Status field_error(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("Llama config: ", field, " ", why));
+}
+
+}  // namespace
+
+int64_t LlamaConfig::parameter_count() const {
+  const int64_t C = hidden_size, D = head_size(), H = num_attention_heads, KV = kv_heads(),
+                I = intermediate_size;
+  const int64_t attention = C * H * D * 2 + C * KV * D * 2 +
+                            (attention_bias ? H * D + 2 * KV * D + C : 0);
+  const int64_t mlp = 3 * C * I + (mlp_bias ? 2 * I + C : 0);
+  const int64_t layer = attention + mlp + 2 * C;
+  return vocab_size * C * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + C;
+}
+
+absl::StatusOr<LlamaConfig> LlamaConfig::preset(absl::string_view name) {
+  std::vector<absl::string_view> names;
+  static const std::vector<Preset> kPresets = presets();
+  for (const Preset& p : kPresets) {
+    if (name == p.name) return p.config;
+    names.push_back(p.name);
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "unknown Llama preset \"", name, "\"", core::did_you_mean(name, names),
+      " (known: tinyllama-1.1b, llama3.2-1b, llama3.2-3b, llama2-7b, llama3-8b, llama2-70b)"));
+}
+
+absl::Status LlamaConfig::validate() const {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"intermediate_size", intermediate_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"max_position_embeddings", max_position_embeddings},
+      {"padded_vocab_multiple", padded_vocab_multiple}};
+  for (const auto& [field, value] : sizes) {
+    if (value <= 0) return field_error(field, absl::StrCat("is ", value, "; it must be positive"));
+    if (value > (int64_t{1} << 31) - 1) {
+      return field_error(field, absl::StrCat("is ", value, "; the limit is 2^31 - 1"));
+    }
+  }
+  if (num_key_value_heads < 0 || head_dim < 0) {
+    return field_error(num_key_value_heads < 0 ? "num_key_value_heads" : "head_dim",
+                       "is negative (0 means the Hugging Face default)");
+  }
+  if (num_attention_heads % kv_heads() != 0) {
+    return field_error("num_attention_heads",
+                       absl::StrCat("is ", num_attention_heads,
+                                    "; it must be a multiple of num_key_value_heads ", kv_heads()));
+  }
+  if (head_dim == 0 && hidden_size % num_attention_heads != 0) {
+    return field_error("hidden_size", absl::StrCat("is ", hidden_size,
+                                                   "; without head_dim it must be a multiple of "
+                                                   "num_attention_heads ",
+                                                   num_attention_heads));
+  }
+  if (head_size() % 2 != 0) {
+    return field_error("head_dim", absl::StrCat("is ", head_size(),
+                                                "; rotary embeddings need an even head size"));
+  }
+  if (!(rms_norm_eps > 0.0)) return field_error("rms_norm_eps", "must be positive");
+  if (!(rope_theta > 0.0)) return field_error("rope_theta", "must be positive");
+  if (!(initializer_range >= 0.0)) return field_error("initializer_range", "must be >= 0");
+  if (!(checkpoint_ratio >= 0.0 && checkpoint_ratio <= 1.0)) {
+    return field_error("checkpoint_ratio", absl::StrCat("is ", checkpoint_ratio,
+                                                        "; it must be in [0, 1]"));
+  }
+  if (rope_scaling.has_value()) {
+    const kernels::rope::Llama3RopeScaling& r = *rope_scaling;
+    if (!(r.factor > 0.0) || !(r.low_freq_factor > 0.0) ||
+        !(r.high_freq_factor > r.low_freq_factor) || r.original_max_position_embeddings <= 0) {
+      return field_error("rope_scaling",
+                         "needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                         "original_max_position_embeddings > 0");
+    }
+  }
+  // In long double: parameter_count() overflows int64 long before this limit.
+  const long double C = hidden_size, D = head_size(), H = num_attention_heads, KV = kv_heads(),
+                    I = intermediate_size, Vp = padded_vocab_size();
+  const long double layer = 2 * C * H * D + 2 * C * KV * D + 3 * C * I + 2 * C +
+                            (attention_bias ? H * D + 2 * KV * D + C : 0) +
+                            (mlp_bias ? 2 * I + C : 0);
+  const long double total =
+      Vp * C * (tie_word_embeddings ? 1 : 2) + static_cast<long double>(num_hidden_layers) * layer + C;
+  if (total > static_cast<long double>(core::Shape::kMaxNumel)) {
+    return field_error("num_hidden_layers",
+                       absl::StrFormat("%d layers of width %d give %.3Lg parameters; the limit "
+                                       "is 2^48 elements in one buffer",
+                                       num_hidden_layers, hidden_size, total));
+  }
+  return absl::OkStatus();
+}
+
+Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope)
+    : CausalLM("llama"),
+      config_(config),
+      dtype_(dtype),
+      rope_(std::move(rope)),
+      embed_tokens_(Embedding::tokens_only("model.embed_tokens", config.padded_vocab_size(),
+                                           config.hidden_size, dtype)),
+      blocks_("model.layers"),
+      norm_("model.norm", config.hidden_size,
+            {.eps = static_cast<float>(config.rms_norm_eps), .dtype = dtype}) {
+  const LlamaBlockShape shape{
+      .attention = {.hidden = config.hidden_size,
+                    .heads = config.num_attention_heads,
+                    .kv_heads = config.kv_heads(),
+                    .head_dim = config.head_size(),
+                    .bias = config.attention_bias},
+      .intermediate = config.intermediate_size,
+      .mlp_bias = config.mlp_bias,
+      .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    Module* block = blocks_.append(
+        std::make_unique<LlamaBlock>(absl::StrCat("model.layers.", i), shape, rope_, dtype));
+    block->set_checkpoint(i < config.checkpointed_layers());
+  }
+  if (!config.tie_word_embeddings) {
+    lm_head_ = std::make_unique<Linear>(
+        "lm_head", config.hidden_size, config.padded_vocab_size(),
+        LinearOptions{.bias = false, .layout = WeightLayout::kOutIn, .dtype = dtype});
+  }
+  register_child(&embed_tokens_);
+  register_child(&blocks_);
+  register_child(&norm_);
+  if (lm_head_ != nullptr) register_child(lm_head_.get());
+}
+
+absl::StatusOr<ParameterTable> Llama::parameter_table(const LlamaConfig& config, core::DType dtype) {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config, dtype));
+  return model->table();
+}
+
+absl::StatusOr<ParameterTable> Llama::declared_table() {
+  ParameterTable table;
+  COLOSSAL_RETURN_IF_ERROR(declare(table));
+  // transformers' rules: every Linear weight and the embedding N(0,
+  // initializer_range) (the layers declare N(0, 0.02)), the padding rows zero.
+  const int64_t padding = (config_.padded_vocab_size() - config_.vocab_size) * config_.hidden_size;
+  for (const ParameterEntry& e : std::vector<ParameterEntry>(table.entries())) {
+    const bool vocab_rows = e.name == "model.embed_tokens.weight" || e.name == "lm_head.weight";
+    if (e.shape.rank() == 2) {
+      COLOSSAL_RETURN_IF_ERROR(table.set_init(
+          e.name, InitRule::normal(config_.initializer_range, vocab_rows ? padding : 0)));
+    }
+  }
+  return table;
+}
+
+absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config, core::DType dtype) {
+  COLOSSAL_RETURN_IF_ERROR(config.validate());
+  COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<RotaryTable> rope,
+                            RotaryTable::create(config.head_size(), config.rope_theta,
+                                                config.rope_scaling));
+  std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope)));
+  COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
+  model->store_ = ParameterStore::declare(table);
+  COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
+  return model;
+}
+
+absl::StatusOr<std::unique_ptr<Llama>> Llama::create(const LlamaConfig& config, core::DType dtype,
+                                                     const core::Stream& stream) {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config, dtype));
+  COLOSSAL_RETURN_IF_ERROR(model->store_.allocate(stream));
+  return model;
+}
+
+core::Shape Llama::hugging_face_shape(const ParameterEntry& entry) const {
+  if (entry.name == "model.embed_tokens.weight" || entry.name == "lm_head.weight") {
+    return core::Shape{config_.vocab_size, config_.hidden_size};
+  }
+  return entry.shape;
+}
+
+std::string Llama::hugging_face_config_json(core::DType dtype) const {
+  return LlamaConfigToHuggingFaceJson(config_, dtype);
+}
+
+absl::StatusOr<std::unique_ptr<CausalLM>> Llama::redeclare(core::DType dtype) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config_, dtype));
+  return std::unique_ptr<CausalLM>(std::move(model));
+}
+
+std::string Llama::describe() const {
+  return absl::StrFormat(
+      "Llama(layers=%d, hidden=%d, heads=%d, kv_heads=%d, head_dim=%d, intermediate=%d, "
+      "vocab=%d, %s, %s)",
+      config_.num_hidden_layers, config_.hidden_size, config_.num_attention_heads,
+      config_.kv_heads(), config_.head_size(), config_.intermediate_size, config_.vocab_size,
+      config_.tie_word_embeddings ? "tied" : "untied", core::dtype_name(dtype_));
+}
+
+absl::StatusOr<ForwardResult> Llama::forward_impl(core::Context& ctx, const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
+  if (input.rank() == 2 && input.dim(1) > config_.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokens are ", input.to_string(), "; the model takes at most ",
+                     config_.max_position_embeddings, " positions (max_position_embeddings)"));
+  }
+  auto saved = std::make_unique<LlamaSaved>();
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_.forward(ctx, input));
+  saved->embed_tokens = std::move(e.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, e.output));
+  saved->blocks = std::move(h.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, norm_.forward(ctx, h.output));
+  saved->norm = std::move(f.saved);
+  if (lm_head_ != nullptr) {
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, lm_head_->forward(ctx, f.output));
+    saved->lm_head = std::move(logits.saved);
+    return ForwardResult{logits.output, std::move(saved)};
+  }
+  saved->x = f.output;
+  const int64_t B = input.dim(0), T = input.dim(1), Vp = config_.padded_vocab_size();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, f.output.reshape({B * T, config_.hidden_size}));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, embed_tokens_.wte().value());
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, core::gemm::matmul(ctx, x2, w, {.trans_b = true}));
+  COLOSSAL_ASSIGN_OR_RETURN(logits, logits.reshape({B, T, Vp}));
+  return ForwardResult{logits, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> Llama::backward_impl(core::Context& ctx, Saved& saved,
+                                                  const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "dlogits"));
+  COLOSSAL_ASSIGN_OR_RETURN(LlamaSaved * s, saved_as<LlamaSaved>(saved));
+  COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, dtype_, "dlogits"));
+  const int64_t Vp = config_.padded_vocab_size(), C = config_.hidden_size;
+  if (grad_output.rank() != 3 || grad_output.dim(2) != Vp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dlogits are ", grad_output.to_string(), "; expected [B, T, ", Vp, "]"));
+  }
+  core::Tensor dx;
+  if (lm_head_ != nullptr) {
+    if (s->lm_head == nullptr) return absl::InvalidArgumentError("saved activations are from a tied model");
+    COLOSSAL_ASSIGN_OR_RETURN(dx, lm_head_->backward(ctx, *s->lm_head, grad_output));
+  } else {
+    const int64_t B = grad_output.dim(0), T = grad_output.dim(1);
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, Vp}));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, C}));
+    // Tied head: logits = x W^T, so dW += dlogits^T x and dx = dlogits W.
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, embed_tokens_.wte().value());
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, embed_tokens_.wte().grad());
+    COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, dlogits, x2, dw, {.trans_a = true, .beta = 1.0}));
+    COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dlogits, w));
+    COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, C}));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(dx, norm_.backward(ctx, *s->norm, dx));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
+  return embed_tokens_.backward(ctx, *s->embed_tokens, dx);
+}
+
+}  // namespace colossal::nn

@@ -1,0 +1,145 @@
+// Llama in Hugging Face's formats on the CPU: config.json both ways (and a
+// real checkpoint's config.json equal to our preset), clear errors naming the
+// key, and weights saved and loaded under Hugging Face's names, in the same
+// dtype and converted from bfloat16.
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "kernels/common/half.h"
+#include "nn/models/causal_lm/hugging_face.h"
+#include "nn/models/llama/config_json.h"
+#include "nn/models/llama/llama.h"
+#include "nn/train/checkpoint.h"
+
+namespace colossal::nn {
+namespace {
+
+using core::DType;
+using core::Stream;
+
+// meta-llama/Llama-3.2-1B's config.json as published.
+constexpr char kLlama32_1B[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+  "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
+
+void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.intermediate_size, b.intermediate_size);
+  EXPECT_EQ(a.num_hidden_layers, b.num_hidden_layers);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.kv_heads(), b.kv_heads());
+  EXPECT_EQ(a.head_size(), b.head_size());
+  EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  EXPECT_EQ(a.rope_theta, b.rope_theta);
+  EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.bos_token_id, b.bos_token_id);
+  EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  ASSERT_EQ(a.rope_scaling.has_value(), b.rope_scaling.has_value());
+  if (a.rope_scaling) {
+    EXPECT_EQ(a.rope_scaling->factor, b.rope_scaling->factor);
+    EXPECT_EQ(a.rope_scaling->low_freq_factor, b.rope_scaling->low_freq_factor);
+    EXPECT_EQ(a.rope_scaling->high_freq_factor, b.rope_scaling->high_freq_factor);
+    EXPECT_EQ(a.rope_scaling->original_max_position_embeddings,
+              b.rope_scaling->original_max_position_embeddings);
+  }
+}
+
+TEST(LlamaHuggingFace, PublishedConfigEqualsThePresetAndRoundTrips) {
+  absl::StatusOr<LlamaConfig> read = LlamaConfigFromHuggingFaceJson(kLlama32_1B, "config.json");
+  ASSERT_TRUE(read.ok()) << read.status();
+  expect_same(*read, *LlamaConfig::preset("llama3.2-1b"));
+  for (const char* name : {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b"}) {
+    const LlamaConfig c = *LlamaConfig::preset(name);
+    absl::StatusOr<LlamaConfig> back =
+        LlamaConfigFromHuggingFaceJson(LlamaConfigToHuggingFaceJson(c, DType::kBF16), "x");
+    ASSERT_TRUE(back.ok()) << name << ": " << back.status();
+    expect_same(*back, c);
+  }
+}
+
+TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
+  struct Case { const char* json; const char* key; };
+  for (const Case& c : {
+           Case{R"({"model_type": "gpt2"})", "model_type"},
+           Case{R"({"model_type": "llama", "hidden_size": "big"})", "hidden_size"},
+           Case{R"({"model_type": "llama", "hidden_act": "gelu"})", "hidden_act"},
+           Case{R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
+                "rope_scaling"},
+           Case{R"({"model_type": "mistral", "sliding_window": 4096})", "sliding_window"},
+           Case{R"({"model_type": "llama", "num_key_value_heads": 5})", "num_attention_heads"},
+           Case{R"([1, 2])", "JSON object"},
+       }) {
+    absl::StatusOr<LlamaConfig> r = LlamaConfigFromHuggingFaceJson(c.json, "dir/config.json");
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "dir/config.json")) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), c.key)) << r.status();
+  }
+}
+
+LlamaConfig tiny(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 50, c.padded_vocab_multiple = 16, c.hidden_size = 16, c.intermediate_size = 24;
+  c.num_hidden_layers = 2, c.num_attention_heads = 4, c.num_key_value_heads = 2;
+  c.max_position_embeddings = 32, c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::string temp_dir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return std::string(t != nullptr ? t : "/tmp") + "/" + name;
+}
+
+// Saved under Hugging Face's names (padding rows left out), loaded back
+// exactly; a bfloat16 save loads into float32 as the rounded values.
+TEST(LlamaHuggingFace, WeightsRoundTripInTheSameAndAnotherDtype) {
+  for (bool tied : {false, true}) {
+    auto model = *Llama::create(tiny(tied), DType::kF32, Stream::cpu());
+    ASSERT_TRUE(model->init(11).ok());
+    CheckpointToSave save;
+    save.step = 1;
+    save.architecture = model.get();
+    save.model = &model->store();
+    absl::StatusOr<std::string> dir = SaveCheckpoint(temp_dir(tied ? "tied" : "untied"), save);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    auto loaded = *Llama::create(tiny(tied), DType::kF32, Stream::cpu());
+    ASSERT_TRUE(loaded->init(99).ok());
+    ASSERT_TRUE(LoadHuggingFaceModel(*dir, *loaded, loaded->store()).ok());
+    const core::Tensor a = model->store().flat_values(DType::kF32);
+    const core::Tensor b = loaded->store().flat_values(DType::kF32);
+    for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[i]) << i;
+
+    auto half = *Llama::create(tiny(tied), DType::kBF16, Stream::cpu());
+    ASSERT_TRUE(half->init(5).ok());
+    save.architecture = half.get();
+    save.model = &half->store();
+    absl::StatusOr<std::string> half_dir = SaveCheckpoint(temp_dir(tied ? "tied16" : "untied16"), save);
+    ASSERT_TRUE(half_dir.ok()) << half_dir.status();
+    auto wide = *Llama::declare(tiny(tied), DType::kF32);
+    absl::StatusOr<ParameterStore> host = ParameterStore::create(wide->table(), Stream::cpu());
+    ASSERT_TRUE(host.ok());
+    ASSERT_TRUE(LoadHuggingFaceModelConverting(*half_dir, *wide, *host).ok());
+    const core::Tensor h = half->store().flat_values(DType::kBF16);
+    const core::Tensor w = host->flat_values(DType::kF32);
+    ASSERT_EQ(h.numel(), w.numel());
+    for (int64_t i = 0; i < h.numel(); ++i) {
+      ASSERT_EQ(kernels::bfloat16_to_float(h.data<kernels::BFloat16>()[i]), w.data<float>()[i]) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace colossal::nn

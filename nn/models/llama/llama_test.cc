@@ -1,0 +1,204 @@
+#include "nn/models/llama/llama.h"
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nn/layers/cross_entropy.h"
+#include "nn/module/gradcheck.h"
+
+namespace colossal::nn {
+namespace {
+
+using core::DType;
+using core::Stream;
+using core::Tensor;
+
+LlamaConfig tiny_config(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 11;
+  c.padded_vocab_multiple = 8;  // 11 -> 16
+  c.hidden_size = 8;
+  c.intermediate_size = 12;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.max_position_embeddings = 16;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 100.0;
+  c.rope_scaling = kernels::rope::Llama3RopeScaling{8.0, 1.0, 4.0, 8};
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+Tensor tokens_of(std::vector<int32_t> ids, int64_t B, int64_t T) {
+  Tensor t = *Tensor::empty({B, T}, DType::kI32, Stream::cpu());
+  std::copy(ids.begin(), ids.end(), t.data<int32_t>());
+  return t;
+}
+
+class LlamaTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
+  std::unique_ptr<core::Context> ctx_;
+};
+
+// Hugging Face's published parameter counts, from the table the presets
+// declare (no memory), padding rows excluded.
+TEST_F(LlamaTest, PresetsMatchPublishedParameterCounts) {
+  struct Case { const char* name; int64_t parameters; };
+  for (const Case& c : {Case{"tinyllama-1.1b", 1100048384}, Case{"llama3.2-1b", 1235814400},
+                        Case{"llama3.2-3b", 3212749824}, Case{"llama2-7b", 6738415616},
+                        Case{"llama3-8b", 8030261248}, Case{"llama2-70b", 68976648192}}) {
+    absl::StatusOr<LlamaConfig> config = LlamaConfig::preset(c.name);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->parameter_count(), c.parameters) << c.name;
+    absl::StatusOr<ParameterTable> table = Llama::parameter_table(*config, DType::kBF16);
+    ASSERT_TRUE(table.ok()) << c.name << ": " << table.status();
+    const int64_t padding = (config->padded_vocab_size() - config->vocab_size) *
+                            config->hidden_size * (config->tie_word_embeddings ? 1 : 2);
+    EXPECT_EQ(table->parameter_count() - padding, c.parameters) << c.name;
+  }
+  absl::StatusOr<LlamaConfig> typo = LlamaConfig::preset("llama3.2-1B");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_NE(std::string(typo.status().message()).find("llama3.2-1b"), std::string::npos);
+}
+
+TEST_F(LlamaTest, HuggingFaceNamesAndShapes) {
+  auto model = *Llama::declare(tiny_config(/*tied=*/false), DType::kF32);
+  const ParameterTable& t = model->table();
+  for (const char* name :
+       {"model.embed_tokens.weight", "model.layers.0.input_layernorm.weight",
+        "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight",
+        "model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.o_proj.weight",
+        "model.layers.0.post_attention_layernorm.weight", "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+        "model.norm.weight", "lm_head.weight"}) {
+    EXPECT_NE(t.find(name), nullptr) << name;
+  }
+  EXPECT_EQ(t.find("model.layers.1.self_attn.k_proj.weight")->shape, (core::Shape{4, 8}));
+  EXPECT_EQ(t.find("model.layers.1.self_attn.q_proj.weight")->shape, (core::Shape{8, 8}));
+  EXPECT_EQ(t.find("model.layers.0.mlp.down_proj.weight")->shape, (core::Shape{8, 12}));
+  EXPECT_EQ(t.find("lm_head.weight")->shape, (core::Shape{16, 8}));
+  EXPECT_EQ(model->hugging_face_shape(*t.find("lm_head.weight")), (core::Shape{11, 8}));
+  auto tied = *Llama::declare(tiny_config(/*tied=*/true), DType::kF32);
+  EXPECT_EQ(tied->table().find("lm_head.weight"), nullptr);
+  EXPECT_EQ(std::string(tied->family()), "llama");
+}
+
+TEST_F(LlamaTest, InitFollowsTransformers) {
+  LlamaConfig c = tiny_config(false);
+  c.hidden_size = 64, c.num_attention_heads = 4, c.intermediate_size = 128;
+  auto model = *Llama::create(c, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(model->init(5).ok());
+  for (const Parameter& p : model->store().parameters()) {
+    const float* v = p.value.data<float>();
+    if (p.value.rank() == 1) {
+      for (int64_t i = 0; i < p.value.numel(); ++i) ASSERT_EQ(v[i], 1.0f) << p.name;
+      continue;
+    }
+    const bool vocab = p.name == "model.embed_tokens.weight" || p.name == "lm_head.weight";
+    const int64_t real = vocab ? c.vocab_size * c.hidden_size : p.value.numel();
+    double sq = 0;
+    for (int64_t i = 0; i < real; ++i) sq += double{v[i]} * v[i];
+    // The sample std of n normal draws is within a few 1/sqrt(2n) of 0.02.
+    EXPECT_NEAR(std::sqrt(sq / real), 0.02, 0.02 * 5.0 / std::sqrt(2.0 * real)) << p.name;
+    for (int64_t i = real; i < p.value.numel(); ++i) ASSERT_EQ(v[i], 0.0f) << p.name << " padding";
+  }
+}
+
+TEST_F(LlamaTest, TinyModelGradientsMatchFiniteDifferences) {
+  for (bool tied : {false, true}) {
+    auto model = *Llama::create(tiny_config(tied), DType::kF64, Stream::cpu());
+    ASSERT_TRUE(model->init(7).ok());
+    std::mt19937_64 rng(3);
+    std::normal_distribution<double> normal(0.0, 0.3);
+    for (const Parameter& p : model->store().parameters()) {
+      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
+    }
+    Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9, 4, 4}, 2, 5);
+    absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, *model, model->store(), tokens, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->checked, model->table().parameter_count());
+    EXPECT_LT(r->max_error, 1e-5) << (tied ? "tied: " : "untied: ") << r->worst;
+  }
+}
+
+TEST_F(LlamaTest, ConfigErrorsNameTheField) {
+  struct Case { void (*edit)(LlamaConfig&); const char* field; };
+  const Case cases[] = {
+      {[](LlamaConfig& c) { c.num_key_value_heads = 3; }, "num_attention_heads"},
+      {[](LlamaConfig& c) { c.hidden_size = 10; }, "hidden_size"},
+      {[](LlamaConfig& c) { c.head_dim = 5; }, "head_dim"},
+      {[](LlamaConfig& c) { c.vocab_size = 0; }, "vocab_size"},
+      {[](LlamaConfig& c) { c.rms_norm_eps = 0; }, "rms_norm_eps"},
+      {[](LlamaConfig& c) { c.checkpoint_ratio = 2; }, "checkpoint_ratio"},
+      {[](LlamaConfig& c) { c.rope_scaling->high_freq_factor = 0.5; }, "rope_scaling"},
+      {[](LlamaConfig& c) { c.num_hidden_layers = int64_t{1} << 30, c.hidden_size = 1 << 16; },
+       "num_hidden_layers"},
+  };
+  for (const Case& k : cases) {
+    LlamaConfig c = tiny_config(false);
+    k.edit(c);
+    absl::StatusOr<std::unique_ptr<Llama>> m = Llama::declare(c, DType::kF32);
+    ASSERT_FALSE(m.ok()) << k.field;
+    EXPECT_NE(std::string(m.status().message()).find(k.field), std::string::npos) << m.status();
+  }
+  auto model = *Llama::create(tiny_config(false), DType::kF32, Stream::cpu());
+  absl::StatusOr<ForwardResult> long_input = model->forward(*ctx_, tokens_of(std::vector<int32_t>(17, 1), 1, 17));
+  ASSERT_FALSE(long_input.ok());
+  EXPECT_NE(std::string(long_input.status().message()).find("max_position_embeddings"),
+            std::string::npos);
+}
+
+TEST_F(LlamaTest, TinyModelOverfitsOneBatch) {
+  LlamaConfig c = tiny_config(false);
+  c.hidden_size = 32, c.intermediate_size = 64;
+  auto model = *Llama::create(c, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(model->init(1).ok());
+  const std::vector<int32_t> seq = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3};
+  std::vector<int32_t> in, target;
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 8; ++t) {
+      in.push_back(seq[b * 9 + t]);
+      target.push_back(seq[b * 9 + t + 1]);
+    }
+  }
+  Tensor tokens = tokens_of(in, 2, 8), targets = tokens_of(target, 2, 8);
+  ParameterStore& store = model->store();
+  Tensor w = store.flat_values(DType::kF32), g = store.flat_grads(DType::kF32);
+  const int64_t n = w.numel();
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float first_loss = 0, loss = 0;
+  for (int step = 1; step <= 300; ++step) {
+    ASSERT_TRUE(store.zero_grad(Stream::cpu()).ok());
+    ForwardResult out = *model->forward(*ctx_, tokens);
+    absl::StatusOr<CrossEntropyResult> ce = cross_entropy(*ctx_, out.output, targets, c.vocab_size, {});
+    ASSERT_TRUE(ce.ok()) << ce.status();
+    loss = ce->loss;
+    if (step == 1) first_loss = loss;
+    ASSERT_TRUE(model->backward(*ctx_, *out.saved, ce->dlogits).ok());
+    float* wp = w.data<float>();
+    const float* gp = g.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      m[i] = beta1 * m[i] + (1 - beta1) * gp[i];
+      v[i] = beta2 * v[i] + (1 - beta2) * gp[i] * gp[i];
+      const float mh = m[i] / (1 - std::pow(beta1, step)), vh = v[i] / (1 - std::pow(beta2, step));
+      wp[i] -= lr * mh / (std::sqrt(vh) + eps);
+    }
+    if (loss < 0.05f) break;
+  }
+  EXPECT_NEAR(first_loss, std::log(11.0f), 0.1f);  // near-uniform prediction at init
+  EXPECT_LT(loss, 0.1f);
+  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight"}) {
+    const Parameter p = *store.find(name);
+    for (int64_t i = 11 * 32; i < 16 * 32; ++i) ASSERT_EQ(p.value.data<float>()[i], 0.0f) << name;
+  }
+}
+
+}  // namespace
+}  // namespace colossal::nn

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Llama weights in and out of colossal against transformers (issue #17), run on
+the GPU host (torch, transformers, safetensors; nothing downloaded).
+
+    python3 tools/hf/check_llama.py --case-bin bazel-bin/tools/hf/llama_hf_case --work /tmp/llama_check
+
+For each of two tiny random LlamaForCausalLM (2 layers, hidden 256, 8 query /
+2 key-value heads, Llama-3 rope scaling; untied and tied embeddings):
+  1. transformers saves it (save_pretrained, float32) with fixed tokens;
+  2. colossal (llama_hf_case) loads the directory, writes its float32 logits on
+     the CPU and the GPU, and saves its own checkpoint;
+  3. transformers' logits on the same tokens are compared with colossal's, and
+     LlamaForCausalLM.from_pretrained(colossal's checkpoint) must give them again.
+Prints one line per comparison: max |ours - theirs| / max |theirs|; exit 1 when any
+is 1e-4 or more (--tolerance).
+"""
+import argparse
+import os
+import subprocess
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--case-bin", required=True, help="the llama_hf_case binary")
+    parser.add_argument("--work", default="/tmp/llama_check")
+    parser.add_argument("--tolerance", type=float, default=1e-4)
+    args = parser.parse_args()
+
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    worst = 0.0
+    for tied in (False, True):
+        torch.manual_seed(1234 + tied)
+        config = LlamaConfig(
+            vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+            num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+            rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=tied,
+            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+            attn_implementation="eager")
+        model = LlamaForCausalLM(config).float().eval()
+        with torch.no_grad():  # norms away from 1 so a mix-up between them shows
+            for name, p in model.named_parameters():
+                if p.dim() == 1:
+                    p.add_(0.2 * torch.randn_like(p))
+                else:
+                    p.mul_(5.0)  # 0.02 init is too flat for a meaningful comparison
+        hf_dir = os.path.join(args.work, f"hf_{'tied' if tied else 'untied'}")
+        out_root = os.path.join(args.work, f"ours_{'tied' if tied else 'untied'}")
+        os.makedirs(hf_dir, exist_ok=True)
+        model.save_pretrained(hf_dir, safe_serialization=True)
+        tokens = torch.randint(0, config.vocab_size, (2, 97), dtype=torch.int32)
+        save_file({"tokens": tokens}, os.path.join(hf_dir, "case.safetensors"))
+        with torch.no_grad():
+            theirs = model(tokens.long()).logits.float()
+        subprocess.run([args.case_bin, hf_dir, out_root], check=True)
+        ours = load_file(os.path.join(out_root, "logits.safetensors"))
+        scale = theirs.abs().max().item()
+        for key in sorted(ours):
+            err = (ours[key] - theirs).abs().max().item() / scale
+            worst = max(worst, err)
+            print(f"{'tied' if tied else 'untied'}: transformers -> colossal ({key}): {err:.2e}")
+        step_dir = os.path.join(out_root, "step_000001")
+        back = LlamaForCausalLM.from_pretrained(step_dir, torch_dtype=torch.float32,
+                                                attn_implementation="eager").eval()
+        with torch.no_grad():
+            again = back(tokens.long()).logits.float()
+        err = (again - theirs).abs().max().item() / scale
+        worst = max(worst, err)
+        print(f"{'tied' if tied else 'untied'}: colossal checkpoint -> transformers: {err:.2e}")
+    print(f"llama parity: worst {worst:.2e} (tolerance {args.tolerance:.0e}): "
+          f"{'PASS' if worst < args.tolerance else 'FAIL'}")
+    return 0 if worst < args.tolerance else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
