@@ -1,4 +1,5 @@
-// colossal::kernels::activation — GELU (tanh approximation) and fused bias + GELU.
+// colossal::kernels::activation — GELU (tanh approximation), fused bias + GELU,
+// and SwiGLU (Llama's MLP gate).
 //
 //   gelu(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
 //
@@ -9,26 +10,40 @@
 //
 //   bias_gelu:  out[r, c] = gelu(x[r, c] + bias[c])        x, out: [rows, cols] row-major
 //
+// SwiGLU, with silu(x) = x * sigmoid(x) (PyTorch's F.silu):
+//
+//   swiglu:  out[i] = silu(gate[i]) * up[i]
+//   backward: dgate[i] = dout[i] * up[i] * silu'(gate[i]),  dup[i] = dout[i] * silu(gate[i])
+//             silu'(x) = s (1 + x (1 - s)), s = sigmoid(x)
+//
+// Both backends take the sigmoid through e = exp(-|x|) <= 1 (sigmoid(|x|) =
+// 1 / (1 + e), sigmoid(-|x|) = e / (1 + e)) and 1 - s as sigmoid(-x), so nothing
+// overflows or cancels for large |x|.
+//
 // Gradient conventions (llm.c's, as everywhere in colossal):
 //   * input gradients (dx) are OVERWRITTEN;
 //   * parameter gradients (dbias) are ACCUMULATED: dbias[c] += sum_r dpre[r, c],
 //     where dpre = dout * gelu'(x + bias) is the pre-activation gradient in the
 //     compute precision (before dx is rounded). Zero dbias once per step.
 //
-// Aliasing: out may equal x (in place); dx may equal dout (in place). No other
-// overlap between buffers is allowed.
+// Aliasing: out may equal x (in place); dx may equal dout (in place). SwiGLU:
+// out may equal gate or up; dgate may equal dout and dup may equal up (dgate and
+// dup must be distinct). No other overlap between buffers is allowed.
 //
 // Precision:
 //   * CPU (reference and CPU backend): float32, float16, bfloat16 and float64;
 //     math and the dbias sum in double, each output rounded once.
 //   * CUDA: float32, float16, bfloat16 in and out; math in float32 (exp through
-//     the hardware ex2 unit, ~1e-6 relative), each output rounded once. dbias is
+//     the hardware ex2 unit, ~1e-6 relative), each output rounded once. SwiGLU
+//     likewise (relative error below 1e-7 (|gate| + 10) before the rounding). dbias is
 //     reduced over rows in two fixed-order stages through a float32 scratch
 //     (bias_gelu_backward_scratch_bytes): no atomics, bit-identical run to run.
 //
 //   using namespace colossal::kernels;
 //   KernelStatus s = activation::bias_gelu_forward_cpu(out, x, bias, rows, cols, DType::kF32);
 //   s = activation::bias_gelu_backward_cpu(dx, dbias, dout, x, bias, rows, cols, DType::kF32);
+//   s = activation::swiglu_forward_cpu(h, gate, up, rows * hidden, DType::kF32);
+//   s = activation::swiglu_backward_cpu(dgate, dup, dh, gate, up, rows * hidden, DType::kF32);
 //   #if COLOSSAL_WITH_CUDA
 //   size_t bytes = activation::bias_gelu_backward_scratch_bytes(rows, cols);   // cudaMalloc it once
 //   s = activation::bias_gelu_backward_cuda(d_dx, d_dbias, d_dout, d_x, d_bias, d_scratch, bytes,
@@ -68,6 +83,14 @@ KernelStatus bias_gelu_forward_cpu(void* out, const void* x, const void* bias, i
 KernelStatus bias_gelu_backward_cpu(void* dx, void* dbias, const void* dout, const void* x,
                                     const void* bias, int64_t rows, int64_t cols, DType dtype);
 
+// out[i] = silu(gate[i]) * up[i], 0 <= i < n. out may equal gate or up.
+KernelStatus swiglu_forward_cpu(void* out, const void* gate, const void* up, int64_t n, DType dtype);
+
+// dgate[i] = dout[i] * up[i] * silu'(gate[i]);  dup[i] = dout[i] * silu(gate[i])
+// (both overwritten; dgate may equal dout, dup may equal up).
+KernelStatus swiglu_backward_cpu(void* dgate, void* dup, const void* dout, const void* gate,
+                                 const void* up, int64_t n, DType dtype);
+
 // Bytes of float32 scratch bias_gelu_backward_cuda needs for [rows, cols]
 // (a function of the shape only; 0 for empty or negative shapes). Host code,
 // available in CPU-only builds too so callers can plan memory.
@@ -87,6 +110,13 @@ KernelStatus gelu_backward_cuda(void* dx, const void* dout, const void* x, int64
 
 KernelStatus bias_gelu_forward_cuda(void* out, const void* x, const void* bias, int64_t rows,
                                     int64_t cols, DType dtype, cudaStream_t stream);
+
+// As swiglu_forward_cpu / swiglu_backward_cpu.
+KernelStatus swiglu_forward_cuda(void* out, const void* gate, const void* up, int64_t n, DType dtype,
+                                 cudaStream_t stream);
+
+KernelStatus swiglu_backward_cuda(void* dgate, void* dup, const void* dout, const void* gate,
+                                  const void* up, int64_t n, DType dtype, cudaStream_t stream);
 
 // As bias_gelu_backward_cpu. `scratch` is device memory of at least
 // bias_gelu_backward_scratch_bytes(rows, cols) bytes, 16-byte aligned, owned

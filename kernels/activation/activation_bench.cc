@@ -5,8 +5,11 @@
 //   gelu backward       3 * n * e            (read dout, x, write dx)
 //   bias_gelu forward   2 * n * e + c * e    (+ read bias)
 //   bias_gelu backward  3 * n * e + 3 * c * e (+ read bias, read and write dbias)
+//   swiglu forward      3 * n * e            (read gate, up, write out)
+//   swiglu backward     5 * n * e            (read dout, gate, up, write dgate, dup)
 // with n = rows * cols, c = cols, e = element size. Shapes: rows = 8 * 1024
-// tokens, cols = 3072 (GPT-2 124M MLP hidden) and 6400 (GPT-2 XL).
+// tokens, cols = 3072 (GPT-2 124M MLP hidden) and 6400 (GPT-2 XL); SwiGLU at
+// cols = 8192 (Llama-3.2-1B's intermediate size).
 // Run: bazel run -c opt //kernels/activation:activation_bench
 #include <benchmark/benchmark.h>
 
@@ -26,7 +29,7 @@ namespace {
 
 constexpr DType kTypes[] = {DType::kF32, DType::kBF16};
 
-enum Op : int { kGeluForward, kGeluBackward, kBiasGeluForward, kBiasGeluBackward };
+enum Op : int { kGeluForward, kGeluBackward, kBiasGeluForward, kBiasGeluBackward, kSwigluForward, kSwigluBackward };
 
 double bytes_moved(Op op, int64_t rows, int64_t cols, DType dtype) {
   const double n = static_cast<double>(rows) * cols, e = static_cast<double>(dtype_size(dtype));
@@ -35,6 +38,8 @@ double bytes_moved(Op op, int64_t rows, int64_t cols, DType dtype) {
     case kGeluBackward: return 3 * n * e;
     case kBiasGeluForward: return 2 * n * e + cols * e;
     case kBiasGeluBackward: return 3 * n * e + 3 * cols * e;
+    case kSwigluForward: return 3 * n * e;
+    case kSwigluBackward: return 5 * n * e;
   }
   return 0;
 }
@@ -67,7 +72,7 @@ void BM_ActivationCpu(benchmark::State& state) {
   const int64_t rows = state.range(1), cols = state.range(2), n = rows * cols;
   std::vector<uint8_t> x = random_bytes(dtype, n, 1), dout = random_bytes(dtype, n, 2),
                        bias = random_bytes(dtype, cols, 3), dbias = random_bytes(dtype, cols, 4),
-                       out(n * dtype_size(dtype));
+                       up = random_bytes(dtype, n, 5), out(n * dtype_size(dtype)), out2(n * dtype_size(dtype));
   for (auto _ : state) {
     KernelStatus s;
     switch (kOp) {
@@ -79,6 +84,10 @@ void BM_ActivationCpu(benchmark::State& state) {
       case kBiasGeluBackward:
         s = bias_gelu_backward_cpu(out.data(), dbias.data(), dout.data(), x.data(), bias.data(), rows,
                                    cols, dtype);
+        break;
+      case kSwigluForward: s = swiglu_forward_cpu(out.data(), x.data(), up.data(), n, dtype); break;
+      case kSwigluBackward:
+        s = swiglu_backward_cpu(out.data(), out2.data(), dout.data(), x.data(), up.data(), n, dtype);
         break;
     }
     if (!s.ok()) {
@@ -95,6 +104,8 @@ BENCHMARK_TEMPLATE(BM_ActivationCpu, kGeluForward)->Name("BM_GeluForwardCpu")->A
 BENCHMARK_TEMPLATE(BM_ActivationCpu, kBiasGeluBackward)
     ->Name("BM_BiasGeluBackwardCpu")
     ->ArgsProduct({{0, 1}, {1024}, {3072}});
+BENCHMARK_TEMPLATE(BM_ActivationCpu, kSwigluForward)->Name("BM_SwigluForwardCpu")->ArgsProduct({{0, 1}, {1024}, {8192}});
+BENCHMARK_TEMPLATE(BM_ActivationCpu, kSwigluBackward)->Name("BM_SwigluBackwardCpu")->ArgsProduct({{0, 1}, {1024}, {8192}});
 
 #if COLOSSAL_WITH_CUDA
 template <Op kOp>
@@ -103,9 +114,11 @@ void BM_ActivationCuda(benchmark::State& state) {
   const int64_t rows = state.range(1), cols = state.range(2), n = rows * cols;
   const size_t bytes = n * dtype_size(dtype), cbytes = cols * dtype_size(dtype);
   const size_t scratch_bytes = bias_gelu_backward_scratch_bytes(rows, cols);
-  void *x = nullptr, *dout = nullptr, *out = nullptr, *bias = nullptr, *dbias = nullptr, *scratch = nullptr;
+  void *x = nullptr, *dout = nullptr, *out = nullptr, *bias = nullptr, *dbias = nullptr, *scratch = nullptr,
+       *up = nullptr, *out2 = nullptr;
   if (cudaMalloc(&x, bytes) != cudaSuccess || cudaMalloc(&dout, bytes) != cudaSuccess ||
       cudaMalloc(&out, bytes) != cudaSuccess || cudaMalloc(&bias, cbytes) != cudaSuccess ||
+      cudaMalloc(&up, bytes) != cudaSuccess || cudaMalloc(&out2, bytes) != cudaSuccess ||
       cudaMalloc(&dbias, cbytes) != cudaSuccess || cudaMalloc(&scratch, scratch_bytes) != cudaSuccess) {
     state.SkipWithError("no CUDA device or out of memory");
     return;
@@ -114,6 +127,7 @@ void BM_ActivationCuda(benchmark::State& state) {
              hbias = random_bytes(dtype, cols, 3), hdbias = random_bytes(dtype, cols, 4);
   cudaMemcpy(x, hx.data(), bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(dout, hdout.data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(up, hdout.data(), bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(bias, hbias.data(), cbytes, cudaMemcpyHostToDevice);
   cudaMemcpy(dbias, hdbias.data(), cbytes, cudaMemcpyHostToDevice);
   cudaEvent_t start, stop;
@@ -130,6 +144,8 @@ void BM_ActivationCuda(benchmark::State& state) {
         s = bias_gelu_backward_cuda(out, dbias, dout, x, bias, scratch, scratch_bytes, rows, cols,
                                     dtype, nullptr);
         break;
+      case kSwigluForward: s = swiglu_forward_cuda(out, x, up, n, dtype, nullptr); break;
+      case kSwigluBackward: s = swiglu_backward_cuda(out, out2, dout, x, up, n, dtype, nullptr); break;
     }
     if (!s.ok()) {
       state.SkipWithError(s.message());
@@ -147,7 +163,7 @@ void BM_ActivationCuda(benchmark::State& state) {
   state.SetLabel(label(dtype, rows, cols));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  for (void* p : {x, dout, out, bias, dbias, scratch}) cudaFree(p);
+  for (void* p : {x, dout, out, bias, dbias, scratch, up, out2}) cudaFree(p);
 }
 #define COLOSSAL_ACTIVATION_CUDA_BENCH(op, name)          \
   BENCHMARK_TEMPLATE(BM_ActivationCuda, op)               \
@@ -158,6 +174,14 @@ COLOSSAL_ACTIVATION_CUDA_BENCH(kGeluForward, "BM_GeluForwardCuda");
 COLOSSAL_ACTIVATION_CUDA_BENCH(kGeluBackward, "BM_GeluBackwardCuda");
 COLOSSAL_ACTIVATION_CUDA_BENCH(kBiasGeluForward, "BM_BiasGeluForwardCuda");
 COLOSSAL_ACTIVATION_CUDA_BENCH(kBiasGeluBackward, "BM_BiasGeluBackwardCuda");
+BENCHMARK_TEMPLATE(BM_ActivationCuda, kSwigluForward)
+    ->Name("BM_SwigluForwardCuda")
+    ->ArgsProduct({{0, 1}, {8 * 1024}, {8192}})
+    ->UseManualTime();
+BENCHMARK_TEMPLATE(BM_ActivationCuda, kSwigluBackward)
+    ->Name("BM_SwigluBackwardCuda")
+    ->ArgsProduct({{0, 1}, {8 * 1024}, {8192}})
+    ->UseManualTime();
 #endif
 
 }  // namespace

@@ -1,4 +1,4 @@
-// CPU reference and backend for kernels/activation. Every element type computes
+// CPU reference and backend for kernels/activation (GELU, bias + GELU, SwiGLU). Every element type computes
 // in double and rounds once on store; the dbias sum over rows is a double
 // accumulator per column (rows in ascending order), so results are exact to a
 // few double ulps before the final rounding.
@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <type_traits>
 #include <vector>
 
@@ -72,6 +73,23 @@ double gelu_grad(double x) {
   return s + 2.0 * x * s * one_minus_s * du;
 }
 
+// sigmoid(x) and sigmoid(-x) = 1 - sigmoid(x) without its cancellation, from
+// e = exp(-|x|) <= 1: sigmoid(|x|) = 1 / (1 + e), sigmoid(-|x|) = e / (1 + e).
+// Nothing overflows for any x. silu'(x) = s + x s (1 - s) = s (1 + x sigmoid(-x)).
+void sigmoid_pair(double x, double* s, double* s_neg) {
+  const double e = std::exp(-std::fabs(x));
+  const double r = 1.0 / (1.0 + e);
+  *s = x >= 0 ? r : e * r;
+  *s_neg = x >= 0 ? e * r : r;
+}
+
+// silu(x) = x * sigmoid(x).
+double silu(double x) {
+  double s, s_neg;
+  sigmoid_pair(x, &s, &s_neg);
+  return x * s;
+}
+
 // float32, float16, bfloat16 and float64: the CPU backend's element types.
 template <typename F>
 KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
@@ -83,6 +101,23 @@ KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
     default:
       return KernelStatus::unsupported("activation: dtype must be float32, float16, bfloat16 or float64");
   }
+}
+
+// Checks n and the buffers (null allowed only when n == 0), then runs
+// body(T{}, i) for 0 <= i < n with T the element type of `dtype`, in parallel
+// above kParallelMin elements.
+template <typename Body>
+KernelStatus elementwise_cpu(int64_t n, std::initializer_list<const void*> buffers, DType dtype,
+                             const char* negative, const char* null_buffer, Body&& body) {
+  if (n < 0) return KernelStatus::invalid_argument(negative);
+  for (const void* p : buffers) {
+    if (n > 0 && p == nullptr) return KernelStatus::invalid_argument(null_buffer);
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+    for (int64_t i = 0; i < n; ++i) body(tag, i);
+    return KernelStatus();
+  });
 }
 
 KernelStatus check_rows_cols(int64_t rows, int64_t cols, const char* negative) {
@@ -97,35 +132,47 @@ size_t bias_gelu_backward_scratch_bytes(int64_t rows, int64_t cols) {
 }
 
 KernelStatus gelu_forward_cpu(void* out, const void* x, int64_t n, DType dtype) {
-  if (n < 0) return KernelStatus::invalid_argument("gelu_forward_cpu: n < 0");
-  if (n > 0 && (out == nullptr || x == nullptr)) {
-    return KernelStatus::invalid_argument("gelu_forward_cpu: null buffer with n > 0");
-  }
-  return dispatch_cpu_types(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* o = static_cast<T*>(out);
-    const T* in = static_cast<const T*>(x);
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) store(o, i, gelu(load(in, i)));
-    return KernelStatus();
-  });
+  return elementwise_cpu(n, {out, x}, dtype, "gelu_forward_cpu: n < 0",
+                         "gelu_forward_cpu: null buffer with n > 0", [&](auto tag, int64_t i) {
+                           using T = decltype(tag);
+                           store(static_cast<T*>(out), i, gelu(load(static_cast<const T*>(x), i)));
+                         });
 }
 
 KernelStatus gelu_backward_cpu(void* dx, const void* dout, const void* x, int64_t n, DType dtype) {
-  if (n < 0) return KernelStatus::invalid_argument("gelu_backward_cpu: n < 0");
-  if (n > 0 && (dx == nullptr || dout == nullptr || x == nullptr)) {
-    return KernelStatus::invalid_argument("gelu_backward_cpu: null buffer with n > 0");
-  }
-  return dispatch_cpu_types(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    T* g = static_cast<T*>(dx);
-    const T* dy = static_cast<const T*>(dout);
-    const T* in = static_cast<const T*>(x);
-    // Read dout[i] before writing dx[i]: they may be the same buffer.
-#pragma omp parallel for schedule(static) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) store(g, i, load(dy, i) * gelu_grad(load(in, i)));
-    return KernelStatus();
-  });
+  // Reads dout[i] before writing dx[i]: they may be the same buffer.
+  return elementwise_cpu(n, {dx, dout, x}, dtype, "gelu_backward_cpu: n < 0",
+                         "gelu_backward_cpu: null buffer with n > 0", [&](auto tag, int64_t i) {
+                           using T = decltype(tag);
+                           const double dy = load(static_cast<const T*>(dout), i);
+                           store(static_cast<T*>(dx), i, dy * gelu_grad(load(static_cast<const T*>(x), i)));
+                         });
+}
+
+KernelStatus swiglu_forward_cpu(void* out, const void* gate, const void* up, int64_t n, DType dtype) {
+  return elementwise_cpu(n, {out, gate, up}, dtype, "swiglu_forward_cpu: n < 0",
+                         "swiglu_forward_cpu: null buffer with n > 0", [&](auto tag, int64_t i) {
+                           using T = decltype(tag);
+                           const double g = load(static_cast<const T*>(gate), i);
+                           const double u = load(static_cast<const T*>(up), i);
+                           store(static_cast<T*>(out), i, silu(g) * u);
+                         });
+}
+
+KernelStatus swiglu_backward_cpu(void* dgate, void* dup, const void* dout, const void* gate,
+                                 const void* up, int64_t n, DType dtype) {
+  // All three inputs of element i are read before either output is written.
+  return elementwise_cpu(n, {dgate, dup, dout, gate, up}, dtype, "swiglu_backward_cpu: n < 0",
+                         "swiglu_backward_cpu: null buffer with n > 0", [&](auto tag, int64_t i) {
+                           using T = decltype(tag);
+                           const double dy = load(static_cast<const T*>(dout), i);
+                           const double g = load(static_cast<const T*>(gate), i);
+                           const double u = load(static_cast<const T*>(up), i);
+                           double s, s_neg;
+                           sigmoid_pair(g, &s, &s_neg);
+                           store(static_cast<T*>(dgate), i, dy * u * (s * (1.0 + g * s_neg)));  // silu'(g)
+                           store(static_cast<T*>(dup), i, dy * (g * s));                        // silu(g)
+                         });
 }
 
 KernelStatus bias_gelu_forward_cpu(void* out, const void* x, const void* bias, int64_t rows,

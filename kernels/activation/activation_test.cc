@@ -1,6 +1,6 @@
-// kernels/activation: the CPU path against the tanh formula evaluated in long
-// double, finite differences in float64 for both backwards, the gradient
-// contracts (dx overwritten, dbias accumulated), and the CUDA path against the
+// kernels/activation: the CPU path against the tanh formula (GELU) and
+// x / (1 + exp(-x)) (SwiGLU) evaluated in long double, finite differences in
+// float64 for every backward, the gradient contracts (dx overwritten, dbias accumulated), and the CUDA path against the
 // CPU path with per-dtype tolerances, guard bands and bit-identical reruns.
 #include "kernels/activation/activation.h"
 
@@ -281,6 +281,145 @@ TEST(ActivationCpuTest, RejectsBadArguments) {
   EXPECT_EQ(d[0], 1.0f);
 }
 
+// ---------------------------------------------------------------- SwiGLU ----
+
+// silu and its derivative in long double, written differently from the kernels
+// (1 / (1 + exp(-x)) and 1 - s as exp(-x) * s): an independent reference.
+long double silu_ref(long double x) { return x / (1.0L + std::exp(-x)); }
+long double silu_grad_ref(long double x) {
+  const long double s = 1.0L / (1.0L + std::exp(-x));
+  return s + x * s * (std::exp(-x) * s);
+}
+// s (1 + |x| (1 - s)): silu' with its two terms added in magnitude, the size of
+// what cancels near its zero (x = -1.278).
+double silu_grad_scale(double x) {
+  const double s = 1.0 / (1.0 + std::exp(-x));
+  return s * (1.0 + std::fabs(x) * (1.0 - s));
+}
+
+// Fresh gates in [-8, 8) with large magnitudes at the front (the sigmoid's
+// saturated ends).
+Buf swiglu_gate(DType dtype, int64_t n, uint32_t seed) {
+  Buf g = Buf::random(dtype, n, seed, -8.0f, 8.0f);
+  const double big[] = {-10000.0, -100.0, -60.0, -20.0, 20.0, 60.0, 100.0, 10000.0};
+  for (int64_t i = 0; i < n && i < 8; ++i) g.set(i, big[i]);
+  return g;
+}
+
+// Every byte 0xFF: NaN in every float type, so an unwritten element fails.
+void poison_nan(Buf* b) { std::memset(b->data(), 0xFF, b->bytes()); }
+
+TEST(ActivationCpuTest, SwigluForwardMatchesReference) {
+  uint32_t seed = 3000;
+  for (DType dtype : kCpuTypes) {
+    for (int64_t n : {1, 3, 17, 1000, 4097}) {
+      const Buf gate = swiglu_gate(dtype, n, seed++);
+      const Buf up = Buf::random(dtype, n, seed++, -2.0f, 2.0f);
+      Buf out(dtype, n);
+      poison_nan(&out);
+      ASSERT_TRUE(swiglu_forward_cpu(out.data(), gate.data(), up.data(), n, dtype).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = static_cast<double>(silu_ref(gate.get(i)) * up.get(i));
+        ASSERT_LE(std::fabs(out.get(i) - want), round_tol(dtype) * std::fabs(want) + abs_floor(dtype))
+            << label(dtype, n) << " i=" << i << " gate=" << gate.get(i) << " up=" << up.get(i);
+      }
+      // In place over gate and over up: the same bits.
+      Buf over_gate = gate, over_up = up;
+      ASSERT_TRUE(swiglu_forward_cpu(over_gate.data(), over_gate.data(), up.data(), n, dtype).ok());
+      ASSERT_TRUE(swiglu_forward_cpu(over_up.data(), gate.data(), over_up.data(), n, dtype).ok());
+      EXPECT_TRUE(over_gate.same_bits(out)) << label(dtype, n);
+      EXPECT_TRUE(over_up.same_bits(out)) << label(dtype, n);
+    }
+  }
+}
+
+TEST(ActivationCpuTest, SwigluBackwardMatchesReferenceAndOverwrites) {
+  uint32_t seed = 3100;
+  for (DType dtype : kCpuTypes) {
+    for (int64_t n : {1, 3, 17, 1000, 4097}) {
+      const Buf gate = swiglu_gate(dtype, n, seed++);
+      const Buf up = Buf::random(dtype, n, seed++, -2.0f, 2.0f);
+      const Buf dout = Buf::random(dtype, n, seed++, -2.0f, 2.0f);
+      Buf dgate(dtype, n), dup(dtype, n);
+      poison_nan(&dgate);
+      poison_nan(&dup);
+      ASSERT_TRUE(swiglu_backward_cpu(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n, dtype).ok());
+      for (int64_t i = 0; i < n; ++i) {
+        const long double g = gate.get(i), u = up.get(i), dy = dout.get(i);
+        const double want_dgate = static_cast<double>(dy * u * silu_grad_ref(g));
+        const double want_dup = static_cast<double>(dy * silu_ref(g));
+        // The double evaluation of s (1 + x sigmoid(-x)) carries a few double
+        // ulps of its terms' size (the long double reference far fewer).
+        const double cancel = 1e-15 * std::fabs(static_cast<double>(dy * u)) * silu_grad_scale(g);
+        ASSERT_LE(std::fabs(dgate.get(i) - want_dgate),
+                  round_tol(dtype) * std::fabs(want_dgate) + abs_floor(dtype) + cancel)
+            << label(dtype, n) << " dgate i=" << i << " gate=" << gate.get(i);
+        ASSERT_LE(std::fabs(dup.get(i) - want_dup), round_tol(dtype) * std::fabs(want_dup) + abs_floor(dtype))
+            << label(dtype, n) << " dup i=" << i << " gate=" << gate.get(i);
+      }
+      // dgate over dout and dup over up: the same bits.
+      Buf over_dout = dout, over_up = up;
+      ASSERT_TRUE(swiglu_backward_cpu(over_dout.data(), over_up.data(), over_dout.data(), gate.data(),
+                                      over_up.data(), n, dtype).ok());
+      EXPECT_TRUE(over_dout.same_bits(dgate)) << label(dtype, n);
+      EXPECT_TRUE(over_up.same_bits(dup)) << label(dtype, n);
+    }
+  }
+}
+
+// L = sum(dout * swiglu(gate, up)); central differences in float64 for every
+// element of gate and of up (elementwise, so all elements move at once).
+TEST(ActivationCpuTest, SwigluBackwardFiniteDifferencesFloat64) {
+  const DType f64 = DType::kF64;
+  const int64_t n = 257;
+  Buf gate = Buf::random(f64, n, 3201, -8.0f, 8.0f);
+  for (int64_t i = 0; i < 6; ++i) gate.set(i, (i % 2 ? 1.0 : -1.0) * (25.0 + 10.0 * i));
+  const Buf up = Buf::random(f64, n, 3202, -2.0f, 2.0f);
+  const Buf dout = Buf::random(f64, n, 3203, -2.0f, 2.0f);
+  Buf dgate(f64, n), dup(f64, n);
+  poison_nan(&dgate);
+  poison_nan(&dup);
+  ASSERT_TRUE(swiglu_backward_cpu(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n, f64).ok());
+  const double h = 1e-5;
+  auto shifted = [&](const Buf& b, double d) {
+    Buf r = b;
+    for (int64_t i = 0; i < n; ++i) r.set(i, b.get(i) + d);
+    return r;
+  };
+  auto forward = [&](const Buf& g, const Buf& u) {
+    Buf y(f64, n);
+    EXPECT_TRUE(swiglu_forward_cpu(y.data(), g.data(), u.data(), n, f64).ok());
+    return y;
+  };
+  const Buf yg_p = forward(shifted(gate, h), up), yg_m = forward(shifted(gate, -h), up);
+  const Buf yu_p = forward(gate, shifted(up, h)), yu_m = forward(gate, shifted(up, -h));
+  for (int64_t i = 0; i < n; ++i) {
+    // Truncation h^2 |third derivative| / 6 < 1e-10 |dout up|; rounding
+    // 1e-16 |y| / h < 1e-10 (1 + |gate|).
+    const double fd_gate = dout.get(i) * (yg_p.get(i) - yg_m.get(i)) / (2 * h);
+    const double fd_up = dout.get(i) * (yu_p.get(i) - yu_m.get(i)) / (2 * h);
+    const double tol = 1e-8 * (1 + std::fabs(gate.get(i)));
+    ASSERT_NEAR(dgate.get(i), fd_gate, tol) << "dgate i=" << i << " gate=" << gate.get(i);
+    ASSERT_NEAR(dup.get(i), fd_up, tol) << "dup i=" << i << " gate=" << gate.get(i);
+  }
+}
+
+TEST(ActivationCpuTest, SwigluRejectsBadArguments) {
+  using Code = KernelStatus::Code;
+  float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4}, c[4] = {1, 2, 3, 4};
+  EXPECT_EQ(swiglu_forward_cpu(nullptr, a, b, 4, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_forward_cpu(a, b, nullptr, 4, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_forward_cpu(a, b, c, -1, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_forward_cpu(a, b, c, 4, DType::kI32).code(), Code::kUnsupported);
+  EXPECT_TRUE(swiglu_forward_cpu(nullptr, nullptr, nullptr, 0, DType::kF32).ok());
+  EXPECT_EQ(swiglu_backward_cpu(a, nullptr, b, c, a, 4, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_backward_cpu(a, b, c, nullptr, a, 4, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_backward_cpu(a, b, c, a, b, -2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_backward_cpu(a, b, c, a, b, 4, DType::kU8).code(), Code::kUnsupported);
+  EXPECT_TRUE(swiglu_backward_cpu(nullptr, nullptr, nullptr, nullptr, nullptr, 0, DType::kF32).ok());
+  EXPECT_EQ(a[0], 1.0f);
+}
+
 TEST(ActivationCpuTest, ScratchBytes) {
   EXPECT_EQ(bias_gelu_backward_scratch_bytes(0, 10), 0u);
   EXPECT_EQ(bias_gelu_backward_scratch_bytes(10, 0), 0u);
@@ -297,6 +436,8 @@ TEST(ActivationCpuTest, ScratchBytes) {
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 constexpr DType kCudaTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+// Flat lengths: below, at and just above one 16-byte pack, and large with a tail.
+constexpr int64_t kCudaSizes[] = {1, 3, 8, 9, 1000, 4097, (1 << 20) + 13};
 
 // Tolerances against the CPU (double math, one rounding): the device computes
 // in float32 with exp on the ex2 unit (relative error ~1e-6 for arguments up to
@@ -362,8 +503,7 @@ TEST(ActivationCudaTest, GeluMatchesCpu) {
 #if COLOSSAL_WITH_CUDA
   uint32_t seed = 1000;
   for (DType dtype : kCudaTypes) {
-    for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{1000}, int64_t{4097},
-                      int64_t{(1 << 20) + 13}}) {
+    for (int64_t n : kCudaSizes) {
       for (int64_t offset : {0, 1}) {
         const std::string what = label(dtype, n) + " offset " + std::to_string(offset);
         Buf x = Buf::random(dtype, n, seed++, -5.0f, 5.0f);
@@ -481,6 +621,75 @@ TEST(ActivationCudaTest, BiasGeluMatchesCpuAndIsDeterministic) {
 #endif
 }
 
+// SwiGLU on the device against the CPU. The float32 sigmoid: the exp argument
+// -|x| log2(e) is rounded (relative error ~|x| 2^-24 of e), ex2.approx (2^-22.5)
+// and rcp.approx (2^-23), the sum 1 + e and the products (2^-24 each): below
+// 1e-7 (|x| + 10) relative for silu(x) * up and dout * silu(x), and for dgate
+// the same of the size of its terms |dout up| s (1 + |x| (1 - s)) (they cancel
+// near x = -1.278). Then one output rounding on each side (round_tol). Below
+// x = -87 the device's exp flushes to 0 where the CPU keeps a value under
+// 1e-36 (abs_floor).
+double swiglu_math_tol(double x) { return 1e-7 * (std::fabs(x) + 10.0); }
+
+TEST(ActivationCudaTest, SwigluMatchesCpu) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 4000;
+  for (DType dtype : kCudaTypes) {
+    for (int64_t n : kCudaSizes) {
+      for (int64_t offset : {0, 1}) {
+        const std::string what = label(dtype, n) + " offset " + std::to_string(offset);
+        const Buf gate = swiglu_gate(dtype, n, seed++);
+        const Buf up = Buf::random(dtype, n, seed++, -2.0f, 2.0f);
+        const Buf dout = Buf::random(dtype, n, seed++, -2.0f, 2.0f);
+        Buf want_y(dtype, n), want_dgate(dtype, n), want_dup(dtype, n);
+        ASSERT_TRUE(swiglu_forward_cpu(want_y.data(), gate.data(), up.data(), n, dtype).ok());
+        ASSERT_TRUE(swiglu_backward_cpu(want_dgate.data(), want_dup.data(), dout.data(), gate.data(), up.data(), n,
+                                        dtype).ok());
+        // expect_close multiplies its scale by kMathTol: pass tol / kMathTol.
+        std::vector<double> y_scale(n), dgate_scale(n), dup_scale(n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double x = gate.get(i), rel = swiglu_math_tol(x) / kMathTol;
+          y_scale[i] = rel * std::fabs(want_y.get(i));
+          dgate_scale[i] = rel * std::fabs(dout.get(i) * up.get(i)) * silu_grad_scale(x);
+          dup_scale[i] = rel * std::fabs(want_dup.get(i));
+        }
+        DeviceBuf d_gate(gate, offset), d_up(up, offset), d_dout(dout, offset), d_y(Buf(dtype, n), offset),
+            d_dgate(Buf(dtype, n), offset), d_dup(Buf(dtype, n), offset);
+        ASSERT_TRUE(d_gate.ok() && d_up.ok() && d_dout.ok() && d_y.ok() && d_dgate.ok() && d_dup.ok());
+        ASSERT_TRUE(swiglu_forward_cuda(d_y.ptr(), d_gate.ptr(), d_up.ptr(), n, dtype, nullptr).ok());
+        ASSERT_TRUE(swiglu_backward_cuda(d_dgate.ptr(), d_dup.ptr(), d_dout.ptr(), d_gate.ptr(), d_up.ptr(), n,
+                                         dtype, nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        Buf y(dtype, n), dgate(dtype, n), dup(dtype, n);
+        d_y.fetch(&y, what + " y");
+        d_dgate.fetch(&dgate, what + " dgate");
+        d_dup.fetch(&dup, what + " dup");
+        expect_close(y, want_y, y_scale, what + " forward");
+        expect_close(dgate, want_dgate, dgate_scale, what + " dgate");
+        expect_close(dup, want_dup, dup_scale, what + " dup");
+
+        // In place: dgate over dout and dup over up, then the forward over gate
+        // (with a fresh up): the same bits as out of place.
+        ASSERT_TRUE(swiglu_backward_cuda(d_dout.ptr(), d_up.ptr(), d_dout.ptr(), d_gate.ptr(), d_up.ptr(), n,
+                                         dtype, nullptr).ok());
+        DeviceBuf d_up2(up, offset);
+        ASSERT_TRUE(d_up2.ok());
+        ASSERT_TRUE(swiglu_forward_cuda(d_gate.ptr(), d_gate.ptr(), d_up2.ptr(), n, dtype, nullptr).ok());
+        CUDA_OK(cudaDeviceSynchronize());
+        Buf dgate_inplace(dtype, n), dup_inplace(dtype, n), y_inplace(dtype, n);
+        d_dout.fetch(&dgate_inplace, what + " dgate in place");
+        d_up.fetch(&dup_inplace, what + " dup in place");
+        d_gate.fetch(&y_inplace, what + " y in place");
+        EXPECT_TRUE(dgate_inplace.same_bits(dgate)) << what;
+        EXPECT_TRUE(dup_inplace.same_bits(dup)) << what;
+        EXPECT_TRUE(y_inplace.same_bits(y)) << what;
+      }
+    }
+  }
+#endif
+}
+
 TEST(ActivationCudaTest, RejectsBadArguments) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
@@ -508,6 +717,12 @@ TEST(ActivationCudaTest, RejectsBadArguments) {
             Code::kUnsupported);
   EXPECT_TRUE(bias_gelu_backward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 8,
                                       DType::kF32, nullptr).ok());
+  EXPECT_EQ(swiglu_forward_cuda(p, nullptr, p, 4, DType::kF32, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_forward_cuda(p, p, p, -1, DType::kF32, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_forward_cuda(p, p, p, 4, DType::kF64, nullptr).code(), Code::kUnsupported);
+  EXPECT_EQ(swiglu_backward_cuda(p, nullptr, p, p, p, 4, DType::kF32, nullptr).code(), Code::kInvalidArgument);
+  EXPECT_EQ(swiglu_backward_cuda(p, p, p, p, p, 4, DType::kI32, nullptr).code(), Code::kUnsupported);
+  EXPECT_TRUE(swiglu_backward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, 0, DType::kF32, nullptr).ok());
   CUDA_OK(cudaDeviceSynchronize());
   CUDA_OK(cudaFree(d));
 #endif
