@@ -26,42 +26,15 @@ class LayersTest : public ::testing::Test {
  protected:
   void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
 
-  // Declares, allocates, binds and fills the parameters with N(0, 0.5)
-  // (LayerNorm weights: 1 + N(0, 0.5)).
-  ParameterStore make_store(Module& m, uint64_t seed = 7) {
-    ParameterTable table;
-    EXPECT_TRUE(m.declare(table).ok());
-    ParameterStore store = *ParameterStore::create(table, core::Stream::cpu());
-    EXPECT_TRUE(m.bind(store).ok());
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal(0.0, 0.5);
-    for (const Parameter& p : store.parameters()) {
-      const bool ln_weight = p.name.find("ln") != std::string::npos &&
-                             p.name.find(".weight") != std::string::npos;
-      for (int64_t i = 0; i < p.value.numel(); ++i) {
-        const double v = normal(rng) + (ln_weight ? 1.0 : 0.0);
-        if (p.value.dtype() == DType::kF64) {
-          p.value.data<double>()[i] = v;
-        } else {
-          p.value.data<float>()[i] = static_cast<float>(v);
-        }
-      }
-    }
-    return store;
+  // Parameters N(0, 0.5); LayerNorm weights 1 + N(0, 0.5).
+  static ParameterStore make_store(Module& m, uint64_t seed = 7) {
+    return random_parameters(m, seed, [](const std::string& name) {
+      return name.find("ln") != std::string::npos && name.find(".weight") != std::string::npos;
+    });
   }
 
-  Tensor random(const core::Shape& shape, uint64_t seed, DType dtype = DType::kF64) {
-    Tensor t = *Tensor::empty(shape, dtype, core::Stream::cpu());
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal;
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      if (dtype == DType::kF64) {
-        t.data<double>()[i] = normal(rng);
-      } else {
-        t.data<float>()[i] = static_cast<float>(normal(rng));
-      }
-    }
-    return t;
+  static Tensor random(const core::Shape& shape, uint64_t seed, DType dtype = DType::kF64) {
+    return random_normal(shape, seed, dtype);
   }
 
   void expect_gradcheck(Module& m, const Tensor& x, double tol = 1e-6) {

@@ -29,30 +29,14 @@ class LlamaLayersTest : public ::testing::Test {
   void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
 
   // Parameters N(0, 0.5); norm weights 1 + N(0, 0.5).
-  ParameterStore make_store(Module& m, uint64_t seed = 7) {
-    ParameterTable table;
-    EXPECT_TRUE(m.declare(table).ok());
-    ParameterStore store = *ParameterStore::create(table, core::Stream::cpu());
-    EXPECT_TRUE(m.bind(store).ok());
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal(0.0, 0.5);
-    for (const Parameter& p : store.parameters()) {
-      const bool norm = p.name.find("layernorm") != std::string::npos ||
-                        p.name.find("norm.weight") != std::string::npos;
-      for (int64_t i = 0; i < p.value.numel(); ++i) {
-        p.value.data<double>()[i] = normal(rng) + (norm ? 1.0 : 0.0);
-      }
-    }
-    return store;
+  static ParameterStore make_store(Module& m, uint64_t seed = 7) {
+    return random_parameters(m, seed, [](const std::string& name) {
+      return name.find("layernorm") != std::string::npos ||
+             name.find("norm.weight") != std::string::npos;
+    });
   }
 
-  static Tensor random(const core::Shape& shape, uint64_t seed, double scale = 1.0) {
-    Tensor t = *Tensor::empty(shape, DType::kF64, core::Stream::cpu());
-    std::mt19937_64 rng(seed);
-    std::normal_distribution<double> normal(0.0, scale);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = normal(rng);
-    return t;
-  }
+  static Tensor random(const core::Shape& shape, uint64_t seed) { return random_normal(shape, seed); }
 
   void expect_gradcheck(Module& m, const Tensor& x, double tol = 1e-6) {
     ParameterStore store = make_store(m);

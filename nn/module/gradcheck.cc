@@ -78,4 +78,43 @@ absl::StatusOr<GradCheckReport> gradcheck(core::Context& ctx, Module& module,
   return report;
 }
 
+namespace {
+
+void set(core::Tensor& t, int64_t i, double v) {
+  if (t.dtype() == core::DType::kF64) {
+    t.data<double>()[i] = v;
+  } else {
+    t.data<float>()[i] = static_cast<float>(v);
+  }
+}
+
+}  // namespace
+
+ParameterStore random_parameters(Module& module, uint64_t seed,
+                                 const std::function<bool(const std::string&)>& is_scale) {
+  ParameterTable table;
+  COLOSSAL_CHECK_OK(module.declare(table));
+  absl::StatusOr<ParameterStore> store = ParameterStore::create(table, core::Stream::cpu());
+  COLOSSAL_CHECK_OK(store.status());
+  COLOSSAL_CHECK_OK(module.bind(*store));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.5);
+  for (const Parameter& p : store->parameters()) {
+    core::Tensor value = p.value;
+    const double shift = is_scale(p.name) ? 1.0 : 0.0;
+    for (int64_t i = 0; i < value.numel(); ++i) set(value, i, normal(rng) + shift);
+  }
+  return *std::move(store);
+}
+
+core::Tensor random_normal(const core::Shape& shape, uint64_t seed, core::DType dtype,
+                           double scale) {
+  absl::StatusOr<core::Tensor> t = core::Tensor::empty(shape, dtype, core::Stream::cpu());
+  COLOSSAL_CHECK_OK(t.status());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  for (int64_t i = 0; i < t->numel(); ++i) set(*t, i, normal(rng));
+  return *t;
+}
+
 }  // namespace colossal::nn

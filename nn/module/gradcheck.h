@@ -6,12 +6,14 @@
 // every input element (when the input is floating point) and every parameter
 // element. Run it in float64 on the CPU.
 //
+//   ParameterStore store = random_parameters(layer, /*seed=*/7, is_norm_weight);
 //   COLOSSAL_ASSIGN_OR_RETURN(GradCheckReport r, gradcheck(ctx, layer, store, x, {}));
 //   EXPECT_LT(r.max_error, 1e-6) << r.worst;
 #ifndef COLOSSAL_NN_MODULE_GRADCHECK_H_
 #define COLOSSAL_NN_MODULE_GRADCHECK_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,6 +44,17 @@ struct GradCheckReport {
 absl::StatusOr<GradCheckReport> gradcheck(core::Context& ctx, Module& module,
                                           ParameterStore& store, const core::Tensor& input,
                                           const GradCheckOptions& options);
+
+// The module's parameters declared, materialized on the CPU and bound, filled
+// with N(0, 0.5) draws of `seed` (float32 or float64), plus 1 for those
+// `is_scale` names (norm weights: near 1, not near 0). Dies on a module that
+// cannot be declared (tests only).
+ParameterStore random_parameters(Module& module, uint64_t seed,
+                                 const std::function<bool(const std::string&)>& is_scale);
+
+// A CPU tensor of N(0, scale) draws of `seed` (float32 or float64).
+core::Tensor random_normal(const core::Shape& shape, uint64_t seed,
+                           core::DType dtype = core::DType::kF64, double scale = 1.0);
 
 }  // namespace colossal::nn
 
