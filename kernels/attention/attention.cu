@@ -12,14 +12,22 @@
 // dS go from the fp32 accumulator layout straight into A-operand registers
 // (the m16n8 accumulator of two adjacent n-tiles is exactly an m16k16 A tile).
 //
+// Grouped-query heads: the forward, delta and dQ kernels run per query head and
+// read K, V of the head's kv head; the dK/dV kernel runs per kv head and sums
+// its group's query heads in its fp32 accumulators (no atomics anywhere, so
+// the backward is deterministic).
+//
 //   forward_kernel<T, D>      CTA = 64 queries of one (batch, head); loops over
 //                             the key blocks 0..diagonal with an online softmax
 //                             (exp2, scores pre-scaled by scale * log2 e);
 //                             writes O (normalised) and lse. Heaviest query
 //                             blocks are launched first.
 //   delta_kernel<T, D>        delta[row] = rowsum(dO * O) (fp32 workspace).
-//   dkdv_kernel<T, D, BQ>     CTA = 64 keys; loops over query blocks of BQ from
-//                             the diagonal on: recomputes S^T = K Q^T, P^T from
+//   dkdv_kernel<T, D, BQ>     CTA = 64 keys of one (batch, kv head); loops over
+//                             the group's query heads and, for each, over query
+//                             blocks of BQ from the diagonal on (one
+//                             double-buffered pipeline across heads):
+//                             recomputes S^T = K Q^T, P^T from
 //                             lse, dV += P^T dO, dP^T = V dO^T,
 //                             dS^T = P^T (dP^T - delta), dK += dS^T Q.
 //   dq_kernel<T, D>           CTA = 64 queries; loops over key blocks up to the
@@ -167,8 +175,9 @@ KernelStatus backward_typed(const Params& p, cudaStream_t stream) {
   if (!s.ok()) return s;
   constexpr int BQ = dkdv_block_q<D>();
   const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
+  const unsigned bkv = static_cast<unsigned>(p.batch * p.kv_heads);
   const unsigned blocks = static_cast<unsigned>((p.seq + kBlock - 1) / kBlock);
-  s = launch(dkdv_kernel<T, D, BQ>, dim3(blocks, bh), kThreads, dkdv_smem_bytes<T, D, BQ>(),
+  s = launch(dkdv_kernel<T, D, BQ>, dim3(blocks, bkv), kThreads, dkdv_smem_bytes<T, D, BQ>(),
              stream, p);
   if (!s.ok()) return s;
   return launch(dq_kernel<T, D>, dim3(blocks, bh), kThreads, dq_smem_bytes<T, D>(), stream, p);
@@ -199,6 +208,8 @@ Params common_params(const internal::Geometry& g, const void* q, const void* k, 
   p.batch = g.batch;
   p.seq = static_cast<int>(g.seq);
   p.heads = static_cast<int>(g.heads);
+  p.kv_heads = static_cast<int>(g.kv_heads);
+  p.group = static_cast<int>(g.group());
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
   return p;
@@ -238,17 +249,15 @@ KernelStatus check_cuda(const internal::Geometry& g, DType dtype,
 
 KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
                                            const void* v, int64_t batch, int64_t heads,
-                                           int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
-                                           int64_t o_row_stride, DType dtype, float scale,
-                                           cudaStream_t stream) {
-  const internal::Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+                                           int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                           int64_t qkv_row_stride, int64_t o_row_stride,
+                                           DType dtype, float scale, cudaStream_t stream) {
+  const internal::Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = check_cuda(g, dtype, {o, lse, q, k, v});
   if (!s.ok() || g.empty()) return s;
   const size_t elem = dtype_size(dtype);
-  const auto qe = internal::extent(q, g, qkv_row_stride, elem);
-  const auto ke = internal::extent(k, g, qkv_row_stride, elem);
-  const auto ve = internal::extent(v, g, qkv_row_stride, elem);
-  const auto oe = internal::extent(o, g, o_row_stride, elem);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
+  const auto oe = internal::extent(o, g, o_row_stride, heads, elem);
   const auto le = internal::plain_extent(lse, static_cast<size_t>(batch * heads * seq) * 4);
   if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
@@ -269,28 +278,24 @@ size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
 KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
                                             const void* q, const void* k, const void* v,
                                             const void* o, const float* lse, void* workspace,
-                                            int64_t batch, int64_t heads, int64_t seq,
-                                            int64_t head_dim, int64_t qkv_row_stride,
+                                            int64_t batch, int64_t heads, int64_t kv_heads,
+                                            int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
                                             cudaStream_t stream) {
-  const internal::Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  const internal::Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = check_cuda(g, dtype, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
   if (!s.ok() || g.empty()) return s;
   const size_t elem = dtype_size(dtype);
   const size_t rows_bytes = static_cast<size_t>(batch * heads * seq) * 4;
   const auto we = internal::plain_extent(workspace, rows_bytes);
+  const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   if (internal::outputs_overlap_inputs(
-          {internal::extent(dq, g, qkv_row_stride, elem),
-           internal::extent(dk, g, qkv_row_stride, elem),
-           internal::extent(dv, g, qkv_row_stride, elem), we},
-          {internal::extent(q, g, qkv_row_stride, elem),
-           internal::extent(k, g, qkv_row_stride, elem),
-           internal::extent(v, g, qkv_row_stride, elem),
-           internal::extent(d_o, g, o_row_stride, elem),
-           internal::extent(o, g, o_row_stride, elem), internal::plain_extent(lse, rows_bytes)}) ||
-      internal::outputs_overlap_inputs({we}, {internal::extent(dq, g, qkv_row_stride, elem),
-                                              internal::extent(dk, g, qkv_row_stride, elem),
-                                              internal::extent(dv, g, qkv_row_stride, elem)})) {
+          {dqe, dke, dve, we},
+          {qe, ke, ve, internal::extent(d_o, g, o_row_stride, heads, elem),
+           internal::extent(o, g, o_row_stride, heads, elem),
+           internal::plain_extent(lse, rows_bytes)}) ||
+      internal::outputs_overlap_inputs({we}, {dqe, dke, dve})) {
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }

@@ -2,38 +2,63 @@
 // ("FlashAttention-2": tiled online softmax, the T x T matrix never exists),
 // forward and backward, CPU reference + CUDA (tensor cores, bf16/fp16).
 //
-// Layout: strided rows, so Q, K, V can be read straight out of GPT-2's fused
-// c_attn output and O written in merged-head form. For batch b, position t,
-// head h, element c (0 <= c < head_dim):
+// Grouped-query attention (GQA): `heads` query heads share `kv_heads` key/value
+// heads (heads a multiple of kv_heads, else kInvalidArgument); query head h
+// reads kv head h / (heads / kv_heads). kv_heads == heads is multi-head
+// attention (GPT-2), kv_heads == 1 multi-query attention.
+//
+// Layout: strided rows, so Q, K, V can be read straight out of one fused
+// projection output and O written in merged-head form. For batch b, position
+// t, query head h, kv head g, element c (0 <= c < head_dim):
 //   q[b, t, h, c] = q[(b * seq + t) * qkv_row_stride + h * head_dim + c]
-// and the same for k, v, dq, dk, dv (all use qkv_row_stride); o and d_o use
-// o_row_stride. With qkv = c_attn(x) as [B, T, 3C] (C = heads * head_dim):
-//   q = qkv, k = qkv + C, v = qkv + 2C, qkv_row_stride = 3C
-//   o = [B, T, C],                    o_row_stride = C
+//   k[b, t, g, c] = k[(b * seq + t) * qkv_row_stride + g * head_dim + c]
+// and v like k; dq like q, dk and dv like k (all use qkv_row_stride); o and
+// d_o have `heads` heads like q and use o_row_stride. With D = head_dim and a
+// packed buffer qkv = [B, T, (heads + 2 * kv_heads) * D]:
+//   q = qkv, k = qkv + heads * D, v = qkv + (heads + kv_heads) * D,
+//   qkv_row_stride = (heads + 2 * kv_heads) * D
+//   o = [B, T, heads * D],             o_row_stride = heads * D
+// (GPT-2's c_attn output [B, T, 3C], C = heads * D, is the case kv_heads ==
+// heads: k = qkv + C, v = qkv + 2C, qkv_row_stride = 3C.) dq, dk, dv go into a
+// packed gradient buffer of the same layout.
 // lse is float32 [batch, heads, seq]: the natural-log logsumexp of each row of
 // scale * q k^T over its unmasked keys (what the backward uses to rebuild P).
 //
 // Forward:   o[t] = sum_{j <= t} softmax_j(scale * q[t] . k[j]) v[j]   (causal: key
-//            j is excluded for query t when j > t; seq_q == seq_k == seq)
-// Backward:  given d_o (gradient of o), writes dq, dk, dv. They are input
-//            gradients: OVERWRITTEN, never accumulated (llm.c convention; the
-//            family has no parameters). dq, dk, dv may interleave with each other
-//            (one packed [B, T, 3C] buffer) but must not overlap any input.
+//            j is excluded for query t when j > t; seq_q == seq_k == seq; k, v
+//            of the query head's kv head)
+// Backward:  given d_o (gradient of o), writes dq, dk, dv. dk and dv of a kv
+//            head are the sums over the heads / kv_heads query heads that share
+//            it. They are input gradients: OVERWRITTEN, never accumulated
+//            (llm.c convention; the family has no parameters). dq, dk, dv may
+//            interleave with each other (one packed buffer) but must not
+//            overlap any input.
 //
 // Numerics: the CUDA path reads bf16/fp16, multiplies on tensor cores with fp32
 // accumulation, keeps softmax statistics in fp32 and rounds P (and dS) to the
 // input type before the P.V (dS.K, dS^T.Q, P^T.dO) products, as FlashAttention
-// does; outputs are rounded once. The CPU path (float32, float64, float16,
-// bfloat16) computes everything in double and rounds once; it is the reference.
+// does; dk and dv sum the group's query heads in the same fp32 accumulators;
+// outputs are rounded once. The CPU path (float32, float64, float16, bfloat16)
+// computes everything in double and rounds once; it is the reference.
+// Determinism: both backwards are deterministic (no atomics): the same inputs
+// give the same bytes, run after run. The CUDA dq is computed per query tile
+// by one CTA looping over the key tiles (no atomic dQ accumulation), dk and dv
+// per (batch, kv head, key tile) by one CTA looping over the group's query
+// heads in order, summing in fp32 registers. With kv_heads == heads a group
+// is one head and nothing is summed: plain multi-head attention, operation for
+// operation.
 //
 //   using namespace colossal::kernels;
-//   // qkv [B, T, 3C] bf16 on the device, C = 12 * 64; y [B, T, C]; lse [B, 12, T]
+//   // Llama-3.2-1B: 32 query heads, 8 kv heads, D = 64 (R = 32 + 2 * 8 = 48);
+//   // qkv [B, T, R * 64] bf16 on the device, y [B, T, 32 * 64], lse [B, 32, T]
+//   const int64_t D = 64, H = 32, KV = 8, R = H + 2 * KV;
 //   KernelStatus s = attention::causal_attention_forward_cuda(
-//       y, lse, qkv, qkv + C, qkv + 2 * C, B, 12, T, 64, 3 * C, C, DType::kBF16,
-//       0.125f, stream);
+//       y, lse, qkv, qkv + H * D, qkv + (H + KV) * D, B, H, KV, T, D, R * D, H * D,
+//       DType::kBF16, 0.125f, stream);
+//   // workspace: causal_attention_backward_workspace_bytes(B, H, T) bytes
 //   s = attention::causal_attention_backward_cuda(
-//       dqkv, dqkv + C, dqkv + 2 * C, dy, qkv, qkv + C, qkv + 2 * C, y, lse,
-//       workspace, B, 12, T, 64, 3 * C, C, DType::kBF16, 0.125f, stream);
+//       dqkv, dqkv + H * D, dqkv + (H + KV) * D, dy, qkv, qkv + H * D, qkv + (H + KV) * D,
+//       y, lse, workspace, B, H, KV, T, D, R * D, H * D, DType::kBF16, 0.125f, stream);
 // (pointer arithmetic above is in elements; the API takes void*.)
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
@@ -52,21 +77,23 @@ namespace colossal::kernels::attention {
 
 // ---- CPU reference and CPU backend: float32, float64, float16, bfloat16. ----
 // Any head_dim >= 1, any strides with row_stride >= heads * head_dim.
+// heads a multiple of kv_heads (kv_heads >= 1 unless heads == 0).
 
 // Writes o (and lse, unless lse is null).
 KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
-                                          const void* v, int64_t batch, int64_t heads, int64_t seq,
-                                          int64_t head_dim, int64_t qkv_row_stride,
-                                          int64_t o_row_stride, DType dtype, float scale);
+                                          const void* v, int64_t batch, int64_t heads,
+                                          int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                          int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
+                                          float scale);
 
 // Overwrites dq, dk, dv. The CPU path recomputes the softmax from q, k, v in
 // double: it reads neither o nor lse (they may be null).
 KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
                                            const void* q, const void* k, const void* v,
                                            const void* o, const float* lse, int64_t batch,
-                                           int64_t heads, int64_t seq, int64_t head_dim,
-                                           int64_t qkv_row_stride, int64_t o_row_stride,
-                                           DType dtype, float scale);
+                                           int64_t heads, int64_t kv_heads, int64_t seq,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale);
 
 #if COLOSSAL_WITH_CUDA
 // ---- CUDA: bfloat16 and float16 (others kUnsupported), head_dim 64 or 128
@@ -77,12 +104,13 @@ KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const v
 // Writes o and lse (lse is required: the backward needs it).
 KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
                                            const void* v, int64_t batch, int64_t heads,
-                                           int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
-                                           int64_t o_row_stride, DType dtype, float scale,
-                                           cudaStream_t stream);
+                                           int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                           int64_t qkv_row_stride, int64_t o_row_stride,
+                                           DType dtype, float scale, cudaStream_t stream);
 
 // Bytes of device scratch causal_attention_backward_cuda needs (float32
-// rowsum(dO * O), one per row: batch * heads * seq * 4).
+// rowsum(dO * O), one per query row: batch * heads * seq * 4; heads counts the
+// query heads, so it does not depend on kv_heads).
 size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq);
 
 // Overwrites dq, dk, dv from d_o and the forward's q, k, v, o and lse.
@@ -91,8 +119,8 @@ size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
 KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
                                             const void* q, const void* k, const void* v,
                                             const void* o, const float* lse, void* workspace,
-                                            int64_t batch, int64_t heads, int64_t seq,
-                                            int64_t head_dim, int64_t qkv_row_stride,
+                                            int64_t batch, int64_t heads, int64_t kv_heads,
+                                            int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
                                             cudaStream_t stream);
 #endif

@@ -1,10 +1,12 @@
 // Throughput of the fused causal attention in TFLOP/s, counted as
 // FlashAttention's and tools/bench/torch_attention.py's benchmarks count it
 // (causal = half the dense matmul work):
-//   forward:            4 * B * H * T^2 * D / 2    (Q K^T and P V)
+//   forward:            4 * B * H * T^2 * D / 2    (Q K^T and P V; H query heads)
 //   forward + backward: 3.5 x the forward          (backward = 2.5 x: five matmuls)
-// Inputs are read straight from a packed qkv [B, T, 3C] (GPT-2's c_attn output)
-// and O / dO are [B, T, C]; times are CUDA events around each call.
+// Inputs are read straight from a packed qkv [B, T, (H + 2 KV) D] (GPT-2's
+// c_attn output [B, T, 3C] when KV = H; Llama's fused q|k|v with grouped-query
+// heads when KV < H) and O / dO are [B, T, H D]; times are CUDA events around
+// each call.
 // Run: bazel run -c opt //kernels/attention:attention_bench
 #include <benchmark/benchmark.h>
 
@@ -26,11 +28,18 @@ namespace colossal::kernels::attention {
 namespace {
 
 struct Shape {
-  int64_t B, H, T, D;
+  int64_t B, H, KV, T, D;  // H query heads over KV key/value heads
+  int64_t qkv_width() const { return (H + 2 * KV) * D; }
 };
 
-// GPT-2 124M at 1k context (issue #6), a 2k context, and head_dim 128.
-constexpr Shape kShapes[] = {{16, 12, 1024, 64}, {8, 12, 2048, 64}, {4, 16, 2048, 128}};
+// GPT-2 124M at 1k context (issue #6), a 2k context, head_dim 128; grouped-query
+// heads: Llama-3.2-1B's attention (32 query heads, 8 kv heads, D 64) at 2k, and
+// the same heads at D 128.
+constexpr Shape kShapes[] = {{16, 12, 12, 1024, 64},
+                             {8, 12, 12, 2048, 64},
+                             {4, 16, 16, 2048, 128},
+                             {4, 32, 8, 2048, 64},
+                             {4, 32, 8, 2048, 128}};
 constexpr DType kTypes[] = {DType::kBF16, DType::kF16};
 
 double forward_flops(const Shape& s) {
@@ -39,12 +48,13 @@ double forward_flops(const Shape& s) {
 
 std::string label(const char* op, DType dtype, const Shape& s) {
   return std::string(op) + " " + dtype_name(dtype) + " B=" + std::to_string(s.B) +
-         " H=" + std::to_string(s.H) + " T=" + std::to_string(s.T) + " D=" + std::to_string(s.D);
+         " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) + " T=" + std::to_string(s.T) +
+         " D=" + std::to_string(s.D);
 }
 
 // CPU reference at a small size (it is the test oracle, not a fast path).
 void BM_AttentionCpu(benchmark::State& state) {
-  const Shape s{1, 2, 128, 64};
+  const Shape s{1, 2, 2, 128, 64};
   const int64_t C = s.H * s.D, n = s.B * s.T * 3 * C;
   std::vector<float> qkv(n), o(s.B * s.T * C), lse(s.B * s.H * s.T);
   std::mt19937 rng(1);
@@ -52,7 +62,7 @@ void BM_AttentionCpu(benchmark::State& state) {
   for (float& x : qkv) x = dist(rng);
   for (auto _ : state) {
     if (!causal_attention_forward_cpu(o.data(), lse.data(), qkv.data(), qkv.data() + C,
-                                      qkv.data() + 2 * C, s.B, s.H, s.T, s.D, 3 * C, C,
+                                      qkv.data() + 2 * C, s.B, s.H, s.KV, s.T, s.D, 3 * C, C,
                                       DType::kF32, 0.125f)
              .ok()) {
       state.SkipWithError("attention cpu failed");
@@ -91,9 +101,9 @@ bool fill_device(void* dst, DType dtype, int64_t n, uint32_t seed) {
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const DType dtype = kTypes[state.range(0)];
   const Shape s = kShapes[state.range(1)];
-  const int64_t C = s.H * s.D;
+  const int64_t C = s.H * s.D, CKV = s.KV * s.D, W = s.qkv_width();
   const size_t es = 2;
-  const int64_t qkv_n = s.B * s.T * 3 * C, o_n = s.B * s.T * C;
+  const int64_t qkv_n = s.B * s.T * W, o_n = s.B * s.T * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   uint8_t *qkv = nullptr, *dqkv = nullptr, *o = nullptr, *d_o = nullptr;
   float* lse = nullptr;
@@ -106,13 +116,13 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
       cudaMalloc(&ws, ws_bytes) == cudaSuccess && fill_device(qkv, dtype, qkv_n, 1) &&
       fill_device(d_o, dtype, o_n, 2);
   auto forward = [&]() {
-    return causal_attention_forward_cuda(o, lse, qkv, qkv + C * es, qkv + 2 * C * es, s.B, s.H,
-                                         s.T, s.D, 3 * C, C, dtype, scale, nullptr);
+    return causal_attention_forward_cuda(o, lse, qkv, qkv + C * es, qkv + (C + CKV) * es, s.B,
+                                         s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
   auto backward_call = [&]() {
-    return causal_attention_backward_cuda(dqkv, dqkv + C * es, dqkv + 2 * C * es, d_o, qkv,
-                                          qkv + C * es, qkv + 2 * C * es, o, lse, ws, s.B, s.H,
-                                          s.T, s.D, 3 * C, C, dtype, scale, nullptr);
+    return causal_attention_backward_cuda(dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv,
+                                          qkv + C * es, qkv + (C + CKV) * es, o, lse, ws, s.B,
+                                          s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
   if (!ok || !forward().ok() || cudaDeviceSynchronize() != cudaSuccess) {
     state.SkipWithError("no CUDA device, out of memory, or setup failed");
@@ -155,6 +165,8 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
       ->Args({1, 0})                               \
       ->Args({0, 1})                               \
       ->Args({0, 2})                               \
+      ->Args({0, 3})                               \
+      ->Args({0, 4})                               \
       ->ArgNames({"dtype", "shape"})               \
       ->UseManualTime()                            \
       ->Unit(benchmark::kMillisecond)

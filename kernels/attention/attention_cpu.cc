@@ -1,6 +1,8 @@
 // CPU reference and backend for fused causal attention: one (batch, head) at a
 // time, every row of scores computed in double and never stored as a T x T
-// matrix; outputs rounded once to the tensor type.
+// matrix; outputs rounded once to the tensor type. With grouped-query heads the
+// backward takes one (batch, kv head) at a time and sums dk, dv over the
+// group's query heads in double before rounding.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,7 +35,8 @@ T store(double v) {
   return from_math<T>(static_cast<M>(v));
 }
 
-// Gathers head h of batch b of a strided tensor into a dense [seq, d] double array.
+// Gathers head h of batch b of a strided tensor into a dense [seq, d] double array
+// (h indexes the tensor's own heads: kv heads for k and v).
 template <typename T>
 void gather(std::vector<double>& out, const T* p, const Geometry& g, int64_t row_stride, int64_t b,
             int64_t h) {
@@ -81,9 +84,11 @@ void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const G
   std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
   for (int64_t b = 0; b < g.batch; ++b) {
     for (int64_t h = 0; h < g.heads; ++h) {
+      if (h % g.group() == 0) {
+        gather(kh, k, g, g.qkv_row_stride, b, h / g.group());
+        gather(vh, v, g, g.qkv_row_stride, b, h / g.group());
+      }
       gather(qh, q, g, g.qkv_row_stride, b, h);
-      gather(kh, k, g, g.qkv_row_stride, b, h);
-      gather(vh, v, g, g.qkv_row_stride, b, h);
       for (int64_t t = 0; t < T_; ++t) {
         const double l = softmax_row(p, qh, kh, t, d, scale);
         if (lse != nullptr) lse[(b * g.heads + h) * T_ + t] = static_cast<float>(l);
@@ -98,50 +103,61 @@ void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const G
   }
 }
 
+// One query head's backward against its kv head: writes dqh and adds the
+// head's share of the key and value gradients to dkh and dvh.
+void backward_head(std::vector<double>& dqh, std::vector<double>& dkh, std::vector<double>& dvh,
+                   const std::vector<double>& qh, const std::vector<double>& kh,
+                   const std::vector<double>& vh, const std::vector<double>& gh, int64_t seq,
+                   int64_t d, double scale) {
+  std::vector<double> p(static_cast<size_t>(seq)), ds(static_cast<size_t>(seq));
+  for (int64_t t = 0; t < seq; ++t) {
+    (void)softmax_row(p, qh, kh, t, d, scale);
+    // D_t = dO_t . O_t with O_t recomputed in double.
+    double delta = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
+      delta += gh[t * d + c] * acc;
+    }
+    for (int64_t j = 0; j <= t; ++j) {
+      double dp = 0;
+      for (int64_t c = 0; c < d; ++c) dp += gh[t * d + c] * vh[j * d + c];
+      ds[j] = p[j] * (dp - delta);
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      double acc = 0;
+      for (int64_t j = 0; j <= t; ++j) acc += ds[j] * kh[j * d + c];
+      dqh[t * d + c] = scale * acc;
+    }
+    for (int64_t j = 0; j <= t; ++j) {
+      for (int64_t c = 0; c < d; ++c) {
+        dkh[j * d + c] += scale * ds[j] * qh[t * d + c];
+        dvh[j * d + c] += p[j] * gh[t * d + c];
+      }
+    }
+  }
+}
+
 template <typename T>
 void backward_typed(T* dq, T* dk, T* dv, const T* d_o, const T* q, const T* k, const T* v,
                     const Geometry& g, double scale) {
-  const int64_t d = g.head_dim, T_ = g.seq;
-  const size_t n = static_cast<size_t>(T_ * d);
-  std::vector<double> qh, kh, vh, gh, p(static_cast<size_t>(T_)), ds(static_cast<size_t>(T_));
-  std::vector<double> dqh(n), dkh(n), dvh(n), orow(static_cast<size_t>(d));
+  const size_t n = static_cast<size_t>(g.seq * g.head_dim);
+  std::vector<double> qh, kh, vh, gh, dqh(n), dkh(n), dvh(n);
   for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.heads; ++h) {
-      gather(qh, q, g, g.qkv_row_stride, b, h);
-      gather(kh, k, g, g.qkv_row_stride, b, h);
-      gather(vh, v, g, g.qkv_row_stride, b, h);
-      gather(gh, d_o, g, g.o_row_stride, b, h);
+    for (int64_t kvh = 0; kvh < g.kv_heads; ++kvh) {
+      gather(kh, k, g, g.qkv_row_stride, b, kvh);
+      gather(vh, v, g, g.qkv_row_stride, b, kvh);
       std::fill(dkh.begin(), dkh.end(), 0.0);
       std::fill(dvh.begin(), dvh.end(), 0.0);
-      for (int64_t t = 0; t < T_; ++t) {
-        (void)softmax_row(p, qh, kh, t, d, scale);
-        // D_t = dO_t . O_t with O_t recomputed in double.
-        double delta = 0;
-        for (int64_t c = 0; c < d; ++c) {
-          double acc = 0;
-          for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
-          delta += gh[t * d + c] * acc;
-        }
-        for (int64_t j = 0; j <= t; ++j) {
-          double dp = 0;
-          for (int64_t c = 0; c < d; ++c) dp += gh[t * d + c] * vh[j * d + c];
-          ds[j] = p[j] * (dp - delta);
-        }
-        for (int64_t c = 0; c < d; ++c) {
-          double acc = 0;
-          for (int64_t j = 0; j <= t; ++j) acc += ds[j] * kh[j * d + c];
-          dqh[t * d + c] = scale * acc;
-        }
-        for (int64_t j = 0; j <= t; ++j) {
-          for (int64_t c = 0; c < d; ++c) {
-            dkh[j * d + c] += scale * ds[j] * qh[t * d + c];
-            dvh[j * d + c] += p[j] * gh[t * d + c];
-          }
-        }
+      // The group's query heads in order, each adding its share to dkh, dvh.
+      for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
+        gather(qh, q, g, g.qkv_row_stride, b, h);
+        gather(gh, d_o, g, g.o_row_stride, b, h);
+        backward_head(dqh, dkh, dvh, qh, kh, vh, gh, g.seq, g.head_dim, scale);
+        scatter(dq, dqh, g, g.qkv_row_stride, b, h);
       }
-      scatter(dq, dqh, g, g.qkv_row_stride, b, h);
-      scatter(dk, dkh, g, g.qkv_row_stride, b, h);
-      scatter(dv, dvh, g, g.qkv_row_stride, b, h);
+      scatter(dk, dkh, g, g.qkv_row_stride, b, kvh);
+      scatter(dv, dvh, g, g.qkv_row_stride, b, kvh);
     }
   }
 }
@@ -154,10 +170,11 @@ bool cpu_dtype(DType dtype) {
 }  // namespace
 
 KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
-                                          const void* v, int64_t batch, int64_t heads, int64_t seq,
-                                          int64_t head_dim, int64_t qkv_row_stride,
-                                          int64_t o_row_stride, DType dtype, float scale) {
-  const Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+                                          const void* v, int64_t batch, int64_t heads,
+                                          int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                          int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
+                                          float scale) {
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
   if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
@@ -166,10 +183,8 @@ KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, co
     return KernelStatus::invalid_argument("attention forward: null o, q, k or v");
   }
   const size_t elem = dtype_size(dtype);
-  const auto qe = internal::extent(q, g, qkv_row_stride, elem);
-  const auto ke = internal::extent(k, g, qkv_row_stride, elem);
-  const auto ve = internal::extent(v, g, qkv_row_stride, elem);
-  const auto oe = internal::extent(o, g, o_row_stride, elem);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
+  const auto oe = internal::extent(o, g, o_row_stride, heads, elem);
   const size_t lse_bytes = static_cast<size_t>(batch * heads * seq) * sizeof(float);
   if (internal::outputs_overlap_inputs({oe}, {qe, ke, ve}) ||
       (lse != nullptr && internal::outputs_overlap_inputs({internal::plain_extent(lse, lse_bytes)},
@@ -187,12 +202,12 @@ KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, co
 KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
                                            const void* q, const void* k, const void* v,
                                            const void* o, const float* lse, int64_t batch,
-                                           int64_t heads, int64_t seq, int64_t head_dim,
-                                           int64_t qkv_row_stride, int64_t o_row_stride,
-                                           DType dtype, float scale) {
+                                           int64_t heads, int64_t kv_heads, int64_t seq,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale) {
   (void)o;
   (void)lse;
-  const Geometry g{batch, heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
   if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
@@ -201,14 +216,10 @@ KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const v
     return KernelStatus::invalid_argument("attention backward: null dq, dk, dv, d_o, q, k or v");
   }
   const size_t elem = dtype_size(dtype);
+  const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   if (internal::outputs_overlap_inputs(
-          {internal::extent(dq, g, qkv_row_stride, elem),
-           internal::extent(dk, g, qkv_row_stride, elem),
-           internal::extent(dv, g, qkv_row_stride, elem)},
-          {internal::extent(q, g, qkv_row_stride, elem),
-           internal::extent(k, g, qkv_row_stride, elem),
-           internal::extent(v, g, qkv_row_stride, elem),
-           internal::extent(d_o, g, o_row_stride, elem)})) {
+          {dqe, dke, dve}, {qe, ke, ve, internal::extent(d_o, g, o_row_stride, heads, elem)})) {
     return KernelStatus::invalid_argument("attention backward: dq, dk or dv overlaps an input");
   }
   return dispatch_cpu_types(dtype, [&](auto tag) {

@@ -284,7 +284,7 @@ void emulate_backward(const Params& p) {
     threadIdx.x = static_cast<unsigned>(i % 256);
     delta_kernel<T, D>(p);
   }
-  run_grid(dkdv_kernel<T, D, BQ>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+  run_grid(dkdv_kernel<T, D, BQ>, (p.seq + kBlock - 1) / kBlock, p.batch * p.kv_heads, p);
   run_grid(dq_kernel<T, D>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
 }
 
@@ -310,15 +310,18 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
+// NH query heads over KV kv heads, packed [B, T, (NH + 2 KV) D + pad]: q at
+// column 0, k at C = NH * D, v at C + KV * D.
 template <typename T, typename H>
-void check(int64_t B, int64_t NH, int64_t seq, int64_t pad, int D, uint32_t seed) {
+void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, uint32_t seed) {
   constexpr DType dtype = std::is_same_v<H, BFloat16> ? DType::kBF16 : DType::kF16;
   const std::string what = std::string(dtype_name(dtype)) + " B=" + std::to_string(B) +
-                           " H=" + std::to_string(NH) + " T=" + std::to_string(seq) +
-                           " D=" + std::to_string(D) + " pad=" + std::to_string(pad) +
+                           " H=" + std::to_string(NH) + " KV=" + std::to_string(KV) +
+                           " T=" + std::to_string(seq) + " D=" + std::to_string(D) +
+                           " pad=" + std::to_string(pad) +
                            (g_defer_copies ? " deferred copies" : " eager copies");
   SCOPED_TRACE(what);
-  const int64_t C = NH * D, qs = 3 * C + pad, os = C + pad;
+  const int64_t C = NH * D, CKV = KV * D, W = C + 2 * CKV, qs = W + pad, os = C + pad;
   const int64_t qn = B * seq * qs, on = B * seq * os;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> wide(-2, 2), unit(-1, 1);
@@ -338,24 +341,24 @@ void check(int64_t B, int64_t NH, int64_t seq, int64_t pad, int D, uint32_t seed
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<double> o_ref(on), dqkv_ref(qn);
   ASSERT_TRUE(causal_attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(),
-                                           qkv_d.data() + C, qkv_d.data() + 2 * C, B, NH, seq, D,
-                                           qs, os, DType::kF64, scale)
+                                           qkv_d.data() + C, qkv_d.data() + C + CKV, B, NH, KV,
+                                           seq, D, qs, os, DType::kF64, scale)
                   .ok());
   ASSERT_TRUE(causal_attention_backward_cpu(dqkv_ref.data(), dqkv_ref.data() + C,
-                                            dqkv_ref.data() + 2 * C, do_d.data(), qkv_d.data(),
-                                            qkv_d.data() + C, qkv_d.data() + 2 * C, nullptr,
-                                            nullptr, B, NH, seq, D, qs, os, DType::kF64, scale)
+                                            dqkv_ref.data() + C + CKV, do_d.data(), qkv_d.data(),
+                                            qkv_d.data() + C, qkv_d.data() + C + CKV, nullptr,
+                                            nullptr, B, NH, KV, seq, D, qs, os, DType::kF64, scale)
                   .ok());
   Params p{};
   p.q = qkv.data();
   p.k = qkv.data() + C;
-  p.v = qkv.data() + 2 * C;
+  p.v = qkv.data() + C + CKV;
   p.out = o.data();
   p.o = o.data();
   p.d_o = d_o.data();
   p.dq = dqkv.data();
   p.dk = dqkv.data() + C;
-  p.dv = dqkv.data() + 2 * C;
+  p.dv = dqkv.data() + C + CKV;
   p.lse_out = lse.data();
   p.lse = lse.data();
   p.delta = delta.data();
@@ -364,6 +367,8 @@ void check(int64_t B, int64_t NH, int64_t seq, int64_t pad, int D, uint32_t seed
   p.batch = B;
   p.seq = static_cast<int>(seq);
   p.heads = static_cast<int>(NH);
+  p.kv_heads = static_cast<int>(KV);
+  p.group = static_cast<int>(NH / KV);
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
   if (D == 64) {
@@ -386,21 +391,35 @@ void check(int64_t B, int64_t NH, int64_t seq, int64_t pad, int D, uint32_t seed
     ASSERT_NEAR(lse[i], lse_ref[i], 1e-4 * (1 + std::fabs(lse_ref[i]))) << what << " lse " << i;
   }
   const std::vector<double> grads = doubles(dqkv);
-  expect_close(grads, dqkv_ref, qs, 0, C, 3 * C, tol_g, what + " dq");
-  expect_close(grads, dqkv_ref, qs, C, C, 3 * C, tol_g, what + " dk");
-  expect_close(grads, dqkv_ref, qs, 2 * C, C, 3 * C, tol_g, what + " dv");
+  expect_close(grads, dqkv_ref, qs, 0, C, W, tol_g, what + " dq");
+  expect_close(grads, dqkv_ref, qs, C, CKV, W, tol_g, what + " dk");
+  expect_close(grads, dqkv_ref, qs, C + CKV, CKV, W, tol_g, what + " dv");
 }
 
 TEST(AttentionEmulationTest, KernelsMatchFloat64Reference) {
   for (bool defer : {false, true}) {
     g_defer_copies = defer;
-    check<__nv_bfloat16, BFloat16>(1, 1, 1, 0, 64, 1);
-    check<__nv_bfloat16, BFloat16>(2, 3, 17, 0, 64, 2);
-    check<__half, Half>(1, 2, 129, 8, 64, 3);
-    check<__nv_bfloat16, BFloat16>(1, 1, 100, 0, 128, 4);
-    check<__half, Half>(1, 2, 65, 8, 128, 5);
-    check<__nv_bfloat16, BFloat16>(1, 1, 128, 0, 64, 6);  // whole tiles only
-    check<__half, Half>(1, 1, 96, 0, 128, 7);             // whole 32-row query blocks
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 1, 0, 64, 1);
+    check<__nv_bfloat16, BFloat16>(2, 3, 3, 17, 0, 64, 2);
+    check<__half, Half>(1, 2, 2, 129, 8, 64, 3);
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 100, 0, 128, 4);
+    check<__half, Half>(1, 2, 2, 65, 8, 128, 5);
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 128, 0, 64, 6);  // whole tiles only
+    check<__half, Half>(1, 1, 1, 96, 0, 128, 7);             // whole 32-row query blocks
+  }
+  g_defer_copies = false;
+}
+
+// Grouped-query heads: K, V (and dK, dV) of kv head h / group, dK and dV summed
+// over the group inside one CTA; several key blocks so the dK/dV pipeline runs
+// across the boundary between two query heads of the group.
+TEST(AttentionEmulationTest, GroupedQueryKernelsMatchFloat64Reference) {
+  for (bool defer : {false, true}) {
+    g_defer_copies = defer;
+    check<__nv_bfloat16, BFloat16>(1, 4, 2, 81, 0, 64, 11);   // group 2
+    check<__half, Half>(2, 3, 1, 70, 8, 64, 12);              // multi-query, group 3
+    check<__nv_bfloat16, BFloat16>(1, 4, 1, 67, 8, 128, 13);  // group 4, BQ 32
+    check<__half, Half>(1, 6, 3, 33, 0, 128, 14);             // one key block
   }
   g_defer_copies = false;
 }

@@ -12,16 +12,23 @@
 
 namespace colossal::kernels::attention::internal {
 
+// heads query heads share kv_heads key/value heads: query head h reads kv head
+// h / group(), group() = heads / kv_heads (1 without grouping).
 struct Geometry {
-  int64_t batch, heads, seq, head_dim, qkv_row_stride, o_row_stride;
+  int64_t batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride;
   bool empty() const { return batch == 0 || heads == 0 || seq == 0 || head_dim == 0; }
+  int64_t group() const { return heads / kv_heads; }
 };
 
-// Non-negative sizes, strides that hold a row of heads * head_dim, and sizes
-// whose byte extents fit in int64_t.
+// Non-negative sizes, heads a multiple of kv_heads (kv_heads >= 1 unless
+// heads == 0), strides that hold a row of heads * head_dim, and sizes whose
+// byte extents fit in int64_t.
 inline KernelStatus check_geometry(const Geometry& g) {
-  if (g.batch < 0 || g.heads < 0 || g.seq < 0 || g.head_dim < 0) {
+  if (g.batch < 0 || g.heads < 0 || g.kv_heads < 0 || g.seq < 0 || g.head_dim < 0) {
     return KernelStatus::invalid_argument("attention: negative size");
+  }
+  if (g.kv_heads == 0 ? g.heads != 0 : g.heads % g.kv_heads != 0) {
+    return KernelStatus::invalid_argument("attention: heads is not a multiple of kv_heads");
   }
   if (g.empty()) return KernelStatus();
   int64_t row = 0, rows = 0, bytes = 0;
@@ -45,16 +52,30 @@ inline KernelStatus check_geometry(const Geometry& g) {
   return KernelStatus();
 }
 
-// Byte range [begin, end) that a strided [batch * seq, heads * head_dim] tensor spans.
+// Byte range [begin, end) that a strided [batch * seq, heads * head_dim] tensor spans
+// (heads: g.heads for q, o and their gradients, g.kv_heads for k, v, dk, dv).
 struct Extent {
   uintptr_t begin, end;
 };
 
-inline Extent extent(const void* p, const Geometry& g, int64_t row_stride, size_t elem) {
+inline Extent extent(const void* p, const Geometry& g, int64_t row_stride, int64_t heads,
+                     size_t elem) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(p);
   const uint64_t last = static_cast<uint64_t>((g.batch * g.seq - 1) * row_stride) +
-                        static_cast<uint64_t>(g.heads * g.head_dim);
+                        static_cast<uint64_t>(heads * g.head_dim);
   return {b, b + static_cast<uintptr_t>(last * elem)};
+}
+
+// The extents of one call's q, k, v (or dq, dk, dv) at qkv_row_stride.
+struct QkvExtents {
+  Extent q, k, v;
+};
+
+inline QkvExtents qkv_extents(const void* q, const void* k, const void* v, const Geometry& g,
+                              size_t elem) {
+  return {extent(q, g, g.qkv_row_stride, g.heads, elem),
+          extent(k, g, g.qkv_row_stride, g.kv_heads, elem),
+          extent(v, g, g.qkv_row_stride, g.kv_heads, elem)};
 }
 
 inline Extent plain_extent(const void* p, size_t bytes) {

@@ -34,6 +34,8 @@ struct Params {
   int64_t o_stride;     // ... of o, d_o
   int64_t batch;
   int seq, heads;
+  int kv_heads;  // heads is a multiple of it
+  int group;     // heads / kv_heads: query head h reads kv head h / group
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
 };
@@ -131,28 +133,36 @@ COLOSSAL_UNROLL
   }
 }
 
-// What the attention kernels (4 warps, grid.y = batch * heads) know of their
-// CTA: its (batch, head) bh, offsets of position 0 of that head in q/k/v (and
-// dq/dk/dv) and in o/d_o, the q/k/v pointers there; and this thread's warp,
-// lane and m16n8 fragment coordinates g = lane / 4, t = lane % 4.
+// What the attention kernels (4 warps) know of their CTA: its query head's
+// bh = b * heads + h (the row block of lse and delta), the offsets of position
+// 0 of query head h in q (and dq), of its kv head h / (heads / kv_heads) in k
+// and v (and dk, dv), and of head h in o / d_o, the q/k/v pointers there; and
+// this thread's warp, lane and m16n8 fragment coordinates g = lane / 4,
+// t = lane % 4. Head(p): a CTA of a grid.y = batch * heads launch (forward,
+// dQ); Head(p, b, h): query head h of batch b named explicitly (dK/dV, whose
+// CTAs are per kv head).
 template <typename T, int D>
 struct Head {
   int bh, warp, lane, g, t;
-  int64_t qkv_head, o_head;
+  int64_t q_head, kv_head, o_head;
   const T *Q, *K, *V;
 
-  __device__ __forceinline__ explicit Head(const Params& p) {
-    bh = blockIdx.y;
-    const int64_t b = bh / p.heads, h = bh % p.heads;
+  __device__ __forceinline__ explicit Head(const Params& p)
+      : Head(p, static_cast<int>(blockIdx.y) / p.heads, static_cast<int>(blockIdx.y) % p.heads) {}
+
+  __device__ __forceinline__ Head(const Params& p, int b, int h) {
+    bh = b * p.heads + h;
     warp = threadIdx.x / 32;
     lane = threadIdx.x % 32;
     g = lane >> 2;
     t = lane & 3;
-    qkv_head = b * p.seq * p.qkv_stride + h * D;
-    o_head = b * p.seq * p.o_stride + h * D;
-    Q = static_cast<const T*>(p.q) + qkv_head;
-    K = static_cast<const T*>(p.k) + qkv_head;
-    V = static_cast<const T*>(p.v) + qkv_head;
+    const int64_t row0 = static_cast<int64_t>(b) * p.seq;
+    q_head = row0 * p.qkv_stride + static_cast<int64_t>(h) * D;
+    kv_head = row0 * p.qkv_stride + static_cast<int64_t>(h / p.group) * D;
+    o_head = row0 * p.o_stride + static_cast<int64_t>(h) * D;
+    Q = static_cast<const T*>(p.q) + q_head;
+    K = static_cast<const T*>(p.k) + kv_head;
+    V = static_cast<const T*>(p.v) + kv_head;
   }
 };
 
@@ -408,23 +418,33 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   const int seq = p.seq;
   const int kb = blockIdx.x;  // low key blocks see the most queries: launched first
   const int kv0 = kb * kBlock;
-  const Head<T, D> hd(p);
+  // CTA = (batch, kv head, key block), grid.y = batch * kv_heads; it owns dK/dV
+  // of its keys and sums the group's query heads kvh * group .. + group - 1 in
+  // order. Query head r of the group is the first one's Q, dO plus r * D, and
+  // row block bh + r of lse and delta (indexed off the kernel parameters: no
+  // extra pointers live across the loop).
+  // (group divided out here rather than read from p.group: at 255 registers
+  // for D = 128, this is the form ptxas keeps free of spills.)
+  const int group = p.heads / p.kv_heads;
+  const int b = static_cast<int>(blockIdx.y) / p.kv_heads;
+  const int kvh = static_cast<int>(blockIdx.y) % p.kv_heads;
+  const Head<T, D> hd(p, b, kvh * group);
   const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
   const T *Q = hd.Q, *K = hd.K, *V = hd.V;
   const T* dO = static_cast<const T*>(p.d_o) + hd.o_head;
-  const float* lse = p.lse + static_cast<int64_t>(bh) * seq;
-  const float* delta = p.delta + static_cast<int64_t>(bh) * seq;
 
-  auto load_q_block = [&](int i, int buf) {
-    load_tile<T, D, BQ>(sQ + buf * kQT, Q, p.qkv_stride, i * BQ, seq);
-    load_tile<T, D, BQ>(sdO + buf * kQT, dO, p.o_stride, i * BQ, seq);
+  // Query block i of the group's query head r.
+  auto load_q_block = [&](int r, int i, int into) {
+    load_tile<T, D, BQ>(sQ + into * kQT, Q + r * D, p.qkv_stride, i * BQ, seq);
+    load_tile<T, D, BQ>(sdO + into * kQT, dO + r * D, p.o_stride, i * BQ, seq);
+    const int64_t head_rows = static_cast<int64_t>(bh + r) * seq;
     const int tid = threadIdx.x;
     if (tid < BQ) {
       const int row = i * BQ + tid;
-      sL[buf * BQ + tid] = row < seq ? lse[row] * kLog2e : 0.0f;
+      sL[into * BQ + tid] = row < seq ? p.lse[head_rows + row] * kLog2e : 0.0f;
     } else if (tid < 2 * BQ) {
       const int row = i * BQ + tid - BQ;
-      sD[buf * BQ + tid - BQ] = row < seq ? delta[row] : 0.0f;
+      sD[into * BQ + tid - BQ] = row < seq ? p.delta[head_rows + row] : 0.0f;
     }
   };
 
@@ -432,7 +452,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   const int n_qb = (seq + BQ - 1) / BQ;
   load_tile<T, D, kBlock>(sK, K, p.qkv_stride, kv0, seq);
   load_tile<T, D, kBlock>(sV, V, p.qkv_stride, kv0, seq);
-  load_q_block(i0, 0);
+  load_q_block(0, i0, 0);
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
@@ -440,62 +460,70 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   zero_acc(dv);
   const int kv_row_base = kv0 + warp * 16 + g;  // this thread's keys: kv_row_base, +8
 
-  for (int i = i0; i < n_qb; ++i) {
-    const int buf = (i - i0) & 1;
-    cp_async_wait_all();
-    __syncthreads();
-    if (i + 1 < n_qb) load_q_block(i + 1, buf ^ 1);
-    cp_async_commit();
-    const T* qt = sQ + buf * kQT;
-    const T* dot = sdO + buf * kQT;
-    const float* lt = sL + buf * BQ;
-    const float* dlt = sD + buf * BQ;
-    const int q0 = i * BQ;
+  // One pipeline over (r, i): query blocks i0 .. n_qb - 1 of head 0, then of
+  // head 1, ...; the copy of the next step overlaps this step's math.
+  int buf = 0;
+  for (int r = 0; r < group; ++r) {
+    for (int i = i0; i < n_qb; ++i, buf ^= 1) {
+      cp_async_wait_all();
+      __syncthreads();
+      if (i + 1 < n_qb) {
+        load_q_block(r, i + 1, buf ^ 1);
+      } else if (r + 1 < group) {
+        load_q_block(r + 1, i0, buf ^ 1);
+      }
+      cp_async_commit();
+      const T* qt = sQ + buf * kQT;
+      const T* dot = sdO + buf * kQT;
+      const float* lt = sL + buf * BQ;
+      const float* dlt = sD + buf * BQ;
+      const int q0 = i * BQ;
 
-    // S^T = K Q^T: 16 keys x BQ queries per warp.
-    float s[NT][4];
-    zero_acc(s);
-    mma_rows_rows<D>(s, sK, warp * 16, qt, lane);
-    // P^T = exp2(S^T * scale log2 e - lse log2 e); 0 where the key is after the
-    // query (or the query is past seq).
-    const bool need_mask = q0 < kv0 + kBlock || q0 + BQ > seq;
+      // S^T = K Q^T: 16 keys x BQ queries per warp.
+      float s[NT][4];
+      zero_acc(s);
+      mma_rows_rows<D>(s, sK, warp * 16, qt, lane);
+      // P^T = exp2(S^T * scale log2 e - lse log2 e); 0 where the key is after the
+      // query (or the query is past seq).
+      const bool need_mask = q0 < kv0 + kBlock || q0 + BQ > seq;
 COLOSSAL_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT; ++nt) {
 COLOSSAL_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int ql = nt * 8 + 2 * t + (e & 1);
-        float pv = fast_exp2(s[nt][e] * p.scale_log2 - lt[ql]);
-        if (need_mask) {
-          const int qrow = q0 + ql, krow = kv_row_base + 8 * (e >> 1);
-          if (qrow < krow || qrow >= seq) pv = 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int ql = nt * 8 + 2 * t + (e & 1);
+          float pv = fast_exp2(s[nt][e] * p.scale_log2 - lt[ql]);
+          if (need_mask) {
+            const int qrow = q0 + ql, krow = kv_row_base + 8 * (e >> 1);
+            if (qrow < krow || qrow >= seq) pv = 0.0f;
+          }
+          s[nt][e] = pv;
         }
-        s[nt][e] = pv;
       }
-    }
-    // dV += P^T dO.
-    mma_acc_tile<T, D>(dv, s, dot, lane);
-    // dP^T = V dO^T.
-    float dpt[NT][4];
-    zero_acc(dpt);
-    mma_rows_rows<D>(dpt, sV, warp * 16, dot, lane);
-    // dS^T = P^T (dP^T - delta[query]).
+      // dV += P^T dO.
+      mma_acc_tile<T, D>(dv, s, dot, lane);
+      // dP^T = V dO^T.
+      float dpt[NT][4];
+      zero_acc(dpt);
+      mma_rows_rows<D>(dpt, sV, warp * 16, dot, lane);
+      // dS^T = P^T (dP^T - delta[query]).
 COLOSSAL_UNROLL
-    for (int nt = 0; nt < NT; ++nt) {
+      for (int nt = 0; nt < NT; ++nt) {
 COLOSSAL_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        const int ql = nt * 8 + 2 * t + (e & 1);
-        s[nt][e] = s[nt][e] * (dpt[nt][e] - dlt[ql]);
+        for (int e = 0; e < 4; ++e) {
+          const int ql = nt * 8 + 2 * t + (e & 1);
+          s[nt][e] = s[nt][e] * (dpt[nt][e] - dlt[ql]);
+        }
       }
+      // dK += dS^T Q (times scale at the end).
+      mma_acc_tile<T, D>(dk, s, qt, lane);
     }
-    // dK += dS^T Q (times scale at the end).
-    mma_acc_tile<T, D>(dk, s, qt, lane);
   }
 
   __syncthreads();  // each warp stages into its own rows of sK / sV
   const float scale2[2] = {p.scale, p.scale}, one2[2] = {1.0f, 1.0f};
-  store_rows<T, D>(sK, dk, scale2, warp * 16, static_cast<T*>(p.dk) + hd.qkv_head, p.qkv_stride,
+  store_rows<T, D>(sK, dk, scale2, warp * 16, static_cast<T*>(p.dk) + hd.kv_head, p.qkv_stride,
                    kv0 + warp * 16, seq, lane);
-  store_rows<T, D>(sV, dv, one2, warp * 16, static_cast<T*>(p.dv) + hd.qkv_head, p.qkv_stride,
+  store_rows<T, D>(sV, dv, one2, warp * 16, static_cast<T*>(p.dv) + hd.kv_head, p.qkv_stride,
                    kv0 + warp * 16, seq, lane);
 }
 
@@ -578,7 +606,7 @@ COLOSSAL_UNROLL
 
   __syncthreads();
   const float scale2[2] = {p.scale, p.scale};
-  store_rows<T, D>(sQ, dq, scale2, warp * 16, static_cast<T*>(p.dq) + hd.qkv_head, p.qkv_stride,
+  store_rows<T, D>(sQ, dq, scale2, warp * 16, static_cast<T*>(p.dq) + hd.q_head, p.qkv_stride,
                    q0 + warp * 16, seq, lane);
 }
 

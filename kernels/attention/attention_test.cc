@@ -3,8 +3,9 @@
 // (bf16/fp16, head_dim 64/128) against the CPU path run in float64 on the
 // same rounded inputs, forward (o, lse) and backward (dq, dk, dv), on fresh
 // random data over odd sequence lengths, several batch x head combinations,
-// packed [B, T, 3C] inputs (and padded row strides). Outputs are NaN-poisoned
-// before every run; gaps between strided rows must stay untouched.
+// grouped-query heads (kv heads shared by 2, 3, 4 query heads, and multi-query),
+// packed [B, T, (H + 2 KV) D] inputs (and padded row strides). Outputs are
+// NaN-poisoned before every run; gaps between strided rows must stay untouched.
 #include "kernels/attention/attention.h"
 
 #include <gtest/gtest.h>
@@ -32,20 +33,26 @@ namespace {
 
 using Code = KernelStatus::Code;
 
-// One problem: qkv packed as [B, T, qkv_stride] (q at column 0, k at C, v at 2C,
-// C = H * D), o / d_o as [B, T, o_stride].
+// One problem: H query heads over KV kv heads; qkv packed as [B, T, qkv_stride]
+// (q at column 0, k at C = H * D, v at C + KV * D), o / d_o as [B, T, o_stride].
 struct Problem {
-  int64_t B, H, T, D;
+  int64_t B, H, KV, T, D;
   int64_t pad = 0;  // extra elements at the end of every row (strided layout)
   int64_t C() const { return H * D; }
-  int64_t qkv_stride() const { return 3 * C() + pad; }
+  int64_t CKV() const { return KV * D; }
+  int64_t group() const { return H / KV; }
+  int64_t k_col() const { return C(); }
+  int64_t v_col() const { return C() + CKV(); }
+  int64_t qkv_width() const { return C() + 2 * CKV(); }  // columns q, k, v own
+  int64_t qkv_stride() const { return qkv_width() + pad; }
   int64_t o_stride() const { return C() + pad; }
   int64_t qkv_elems() const { return B * T * qkv_stride(); }
   int64_t o_elems() const { return B * T * o_stride(); }
   int64_t rows() const { return B * H * T; }
   std::string label(DType dtype) const {
     return std::string(dtype_name(dtype)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
-           " T=" + std::to_string(T) + " D=" + std::to_string(D) + " pad=" + std::to_string(pad);
+           " KV=" + std::to_string(KV) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
+           " pad=" + std::to_string(pad);
   }
 };
 
@@ -85,21 +92,23 @@ int64_t at(const Problem& p, int64_t stride, int64_t b, int64_t t, int64_t h, in
 }
 
 // The definition, in float64, with the whole T x T matrix: o = softmax(scale q k^T,
-// causal) v; lse per row. q, k, v are views into `qkv` (offsets 0, C, 2C).
+// causal) v with k, v of kv head h / group; lse per row. q, k, v are views into
+// `qkv` (columns 0, k_col, v_col).
 void explicit_forward(const Problem& p, const std::vector<double>& qkv, double scale,
                       std::vector<double>& o, std::vector<double>& lse) {
   o.assign(p.o_elems(), 0.0);
   lse.assign(p.rows(), 0.0);
-  const int64_t C = p.C(), qs = p.qkv_stride();
+  const int64_t qs = p.qkv_stride();
   std::vector<double> s(p.T * p.T);
   for (int64_t b = 0; b < p.B; ++b) {
     for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t kvh = h / p.group();
       for (int64_t i = 0; i < p.T; ++i) {
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < p.D; ++c) {
-            dot += qkv[at(p, qs, b, i, h, c)] * qkv[C + at(p, qs, b, j, h, c)];
+            dot += qkv[at(p, qs, b, i, h, c)] * qkv[p.k_col() + at(p, qs, b, j, kvh, c)];
           }
           s[i * p.T + j] = scale * dot;
           m = std::max(m, s[i * p.T + j]);
@@ -110,7 +119,7 @@ void explicit_forward(const Problem& p, const std::vector<double>& qkv, double s
         for (int64_t c = 0; c < p.D; ++c) {
           double acc = 0;
           for (int64_t j = 0; j <= i; ++j) {
-            acc += std::exp(s[i * p.T + j] - m) / sum * qkv[2 * C + at(p, qs, b, j, h, c)];
+            acc += std::exp(s[i * p.T + j] - m) / sum * qkv[p.v_col() + at(p, qs, b, j, kvh, c)];
           }
           o[at(p, p.o_stride(), b, i, h, c)] = acc;
         }
@@ -146,23 +155,49 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
-// Which elements of a [B, T, stride] tensor belong to columns [col0, col0 + C).
-std::vector<bool> columns(const Problem& p, int64_t stride, int64_t col0) {
+// Which elements of a [B, T, stride] tensor belong to columns [col0, col0 + width).
+std::vector<bool> columns(const Problem& p, int64_t stride, int64_t col0, int64_t width) {
   std::vector<bool> m(p.B * p.T * stride, false);
   for (int64_t r = 0; r < p.B * p.T; ++r) {
-    for (int64_t c = 0; c < p.C(); ++c) m[r * stride + col0 + c] = true;
+    for (int64_t c = 0; c < width; ++c) m[r * stride + col0 + c] = true;
   }
   return m;
 }
 
 std::vector<bool> all_of(size_t n) { return std::vector<bool>(n, true); }
 
+// Byte offset `col` elements into a buffer of `dtype`.
+const uint8_t* at_col(const void* base, int64_t col, DType dtype) {
+  return static_cast<const uint8_t*>(base) + col * dtype_size(dtype);
+}
+uint8_t* at_col(void* base, int64_t col, DType dtype) {
+  return static_cast<uint8_t*>(base) + col * dtype_size(dtype);
+}
+
+// The CPU forward and backward of problem p over packed qkv / dqkv buffers.
+KernelStatus forward_cpu(const Problem& p, void* o, float* lse, const void* qkv, DType dtype,
+                         float scale) {
+  return causal_attention_forward_cpu(o, lse, qkv, at_col(qkv, p.k_col(), dtype),
+                                      at_col(qkv, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D,
+                                      p.qkv_stride(), p.o_stride(), dtype, scale);
+}
+
+KernelStatus backward_cpu(const Problem& p, void* dqkv, const void* d_o, const void* qkv,
+                          DType dtype, float scale) {
+  return causal_attention_backward_cpu(
+      dqkv, at_col(dqkv, p.k_col(), dtype), at_col(dqkv, p.v_col(), dtype), d_o, qkv,
+      at_col(qkv, p.k_col(), dtype), at_col(qkv, p.v_col(), dtype), nullptr, nullptr, p.B, p.H,
+      p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(), dtype, scale);
+}
+
 // ---------------------------------------------------------------------------
 // CPU.
 
 TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
   uint32_t seed = 1;
-  const Problem problems[] = {{1, 1, 1, 3}, {2, 3, 7, 4}, {1, 2, 33, 8, 5}, {2, 1, 17, 64}};
+  const Problem problems[] = {{1, 1, 1, 1, 3},      {2, 3, 3, 7, 4},   {1, 2, 2, 33, 8, 5},
+                              {2, 1, 1, 17, 64},    {2, 8, 2, 13, 4},  {1, 4, 1, 19, 8, 3},
+                              {1, 6, 3, 70, 16, 2}, {1, 4, 2, 1, 5}};
   for (DType dtype : {DType::kF64, DType::kF32, DType::kBF16}) {
     for (const Problem& p : problems) {
       const std::string what = p.label(dtype);
@@ -173,12 +208,8 @@ TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
       testing::poison(o.data(), o.size());
       testing::poison(lse.data(), lse.size() * sizeof(float));
       const double scale = 1.0 / std::sqrt(static_cast<double>(p.D));
-      const uint8_t* base = qkv.data();
-      ASSERT_TRUE(causal_attention_forward_cpu(o.data(), lse.data(), base, base + p.C() * es,
-                                               base + 2 * p.C() * es, p.B, p.H, p.T, p.D,
-                                               p.qkv_stride(), p.o_stride(), dtype,
-                                               static_cast<float>(scale))
-                      .ok())
+      ASSERT_TRUE(
+          forward_cpu(p, o.data(), lse.data(), qkv.data(), dtype, static_cast<float>(scale)).ok())
           << what;
       std::vector<double> o_ref, lse_ref;
       explicit_forward(p, to_doubles(dtype, qkv.data(), p.qkv_elems()),
@@ -186,8 +217,8 @@ TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
       const Tolerance tol = dtype == DType::kF64   ? Tolerance{1e-12, 1e-14}
                             : dtype == DType::kF32 ? Tolerance{1e-6, 1e-7}
                                                    : Tolerance{4e-3, 1e-6};
-      expect_close(to_doubles(dtype, o.data(), p.o_elems()), o_ref, columns(p, p.o_stride(), 0),
-                   tol, what + " o");
+      expect_close(to_doubles(dtype, o.data(), p.o_elems()), o_ref,
+                   columns(p, p.o_stride(), 0, p.C()), tol, what + " o");
       std::vector<double> lse_d(lse.begin(), lse.end());
       expect_close(lse_d, lse_ref, all_of(lse_d.size()), {1e-6, 1e-7}, what + " lse");
     }
@@ -195,78 +226,173 @@ TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
 }
 
 // d/dx of L = sum(w * o) by central differences in float64, for every element
-// of q, k and v, against the backward with d_o = w.
+// of q, k and v, against the backward with d_o = w. With grouped heads, the
+// difference through a k or v element moves every query head of its group:
+// the sum over the group comes from the definition, not from the kernel.
 TEST(AttentionCpuTest, BackwardMatchesFiniteDifferences) {
-  const Problem p{2, 2, 5, 3, 1};
-  const double h = 1e-6;
-  const float scale = 0.7f;
-  auto qkv_b = random_bytes(DType::kF64, p.qkv_elems(), 100, -1.5f, 1.5f);
-  const auto w_b = random_bytes(DType::kF64, p.o_elems(), 101, -1.0f, 1.0f);
-  double* qkv = reinterpret_cast<double*>(qkv_b.data());
-  const double* w = reinterpret_cast<const double*>(w_b.data());
-  const int64_t C = p.C();
-  std::vector<double> o(p.o_elems()), dqkv(p.qkv_elems(), std::nan(""));
-  auto loss = [&]() {
-    EXPECT_TRUE(causal_attention_forward_cpu(o.data(), nullptr, qkv, qkv + C, qkv + 2 * C, p.B,
-                                             p.H, p.T, p.D, p.qkv_stride(), p.o_stride(),
-                                             DType::kF64, scale)
-                    .ok());
-    double l = 0;
-    const std::vector<bool> m = columns(p, p.o_stride(), 0);
-    for (int64_t i = 0; i < p.o_elems(); ++i) l += m[i] ? w[i] * o[i] : 0.0;
-    return l;
-  };
-  loss();
-  ASSERT_TRUE(causal_attention_backward_cpu(dqkv.data(), dqkv.data() + C, dqkv.data() + 2 * C, w,
-                                            qkv, qkv + C, qkv + 2 * C, o.data(), nullptr, p.B, p.H,
-                                            p.T, p.D, p.qkv_stride(), p.o_stride(), DType::kF64,
-                                            scale)
-                  .ok());
-  int checked = 0;
-  for (int64_t i = 0; i < p.qkv_elems(); ++i) {
-    if (i % p.qkv_stride() >= 3 * C) {
-      EXPECT_TRUE(std::isnan(dqkv[i])) << "stride gap " << i << " was written";
-      continue;
+  const Problem problems[] = {{2, 2, 2, 5, 3, 1}, {1, 4, 2, 5, 3, 1}, {2, 3, 1, 4, 2}};
+  uint32_t seed = 100;
+  for (const Problem& p : problems) {
+    SCOPED_TRACE(p.label(DType::kF64));
+    const double h = 1e-6;
+    const float scale = 0.7f;
+    auto qkv_b = random_bytes(DType::kF64, p.qkv_elems(), seed++, -1.5f, 1.5f);
+    const auto w_b = random_bytes(DType::kF64, p.o_elems(), seed++, -1.0f, 1.0f);
+    double* qkv = reinterpret_cast<double*>(qkv_b.data());
+    const double* w = reinterpret_cast<const double*>(w_b.data());
+    std::vector<double> o(p.o_elems()), dqkv(p.qkv_elems(), std::nan(""));
+    const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
+    auto loss = [&]() {
+      EXPECT_TRUE(forward_cpu(p, o.data(), nullptr, qkv, DType::kF64, scale).ok());
+      double l = 0;
+      for (int64_t i = 0; i < p.o_elems(); ++i) l += o_mask[i] ? w[i] * o[i] : 0.0;
+      return l;
+    };
+    ASSERT_TRUE(backward_cpu(p, dqkv.data(), w, qkv, DType::kF64, scale).ok());
+    int checked = 0;
+    for (int64_t i = 0; i < p.qkv_elems(); ++i) {
+      if (i % p.qkv_stride() >= p.qkv_width()) {
+        EXPECT_TRUE(std::isnan(dqkv[i])) << "stride gap " << i << " was written";
+        continue;
+      }
+      const double saved = qkv[i];
+      qkv[i] = saved + h;
+      const double up = loss();
+      qkv[i] = saved - h;
+      const double down = loss();
+      qkv[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      ASSERT_NEAR(dqkv[i], numeric, 1e-7 + 1e-6 * std::fabs(numeric)) << "element " << i;
+      ++checked;
     }
-    const double saved = qkv[i];
-    qkv[i] = saved + h;
-    const double up = loss();
-    qkv[i] = saved - h;
-    const double down = loss();
-    qkv[i] = saved;
-    const double numeric = (up - down) / (2 * h);
-    ASSERT_NEAR(dqkv[i], numeric, 1e-7 + 1e-6 * std::fabs(numeric)) << "element " << i;
-    ++checked;
+    EXPECT_EQ(checked, p.B * p.T * p.qkv_width());
   }
-  EXPECT_EQ(checked, p.B * p.T * 3 * C);
+}
+
+// Grouped-query attention is multi-head attention with each kv head repeated
+// for its group's query heads: the grouped call against the kv_heads == heads
+// call on an explicitly repeated [B, T, 3C] buffer. o, lse and dq are the same
+// computation (exactly equal); dk, dv of a kv head are the sums of the
+// repeated heads' (summed in another order: float64 rounding apart).
+TEST(AttentionCpuTest, GroupedMatchesRepeatedKvHeads) {
+  const Problem problems[] = {{2, 8, 2, 23, 8, 3}, {1, 4, 1, 40, 16}, {1, 6, 3, 9, 5}};
+  uint32_t seed = 300;
+  for (const Problem& p : problems) {
+    SCOPED_TRACE(p.label(DType::kF64));
+    const Problem mha{p.B, p.H, p.H, p.T, p.D, 0};
+    const float scale = 0.3f;
+    const auto qkv_b = random_bytes(DType::kF64, p.qkv_elems(), seed++, -2.0f, 2.0f);
+    const auto do_b = random_bytes(DType::kF64, p.o_elems(), seed++, -1.0f, 1.0f);
+    const double* qkv = reinterpret_cast<const double*>(qkv_b.data());
+    // The repeated buffer (no padding) and d_o laid out for it.
+    std::vector<double> rep(mha.qkv_elems()), do_rep(mha.o_elems());
+    for (int64_t row = 0; row < p.B * p.T; ++row) {
+      const double* src = qkv + row * p.qkv_stride();
+      double* dst = rep.data() + row * mha.qkv_stride();
+      for (int64_t h = 0; h < p.H; ++h) {
+        for (int64_t c = 0; c < p.D; ++c) {
+          const int64_t kv = (h / p.group()) * p.D + c;
+          dst[h * p.D + c] = src[h * p.D + c];
+          dst[mha.k_col() + h * p.D + c] = src[p.k_col() + kv];
+          dst[mha.v_col() + h * p.D + c] = src[p.v_col() + kv];
+          do_rep[row * mha.o_stride() + h * p.D + c] =
+              reinterpret_cast<const double*>(do_b.data())[row * p.o_stride() + h * p.D + c];
+        }
+      }
+    }
+    std::vector<double> o(p.o_elems(), std::nan("")), o_rep(mha.o_elems(), std::nan(""));
+    std::vector<float> lse(p.rows(), NAN), lse_rep(p.rows(), NAN);
+    std::vector<double> dqkv(p.qkv_elems(), std::nan("")), dqkv_rep(mha.qkv_elems(), std::nan(""));
+    ASSERT_TRUE(forward_cpu(p, o.data(), lse.data(), qkv, DType::kF64, scale).ok());
+    ASSERT_TRUE(
+        forward_cpu(mha, o_rep.data(), lse_rep.data(), rep.data(), DType::kF64, scale).ok());
+    ASSERT_TRUE(backward_cpu(p, dqkv.data(), do_b.data(), qkv, DType::kF64, scale).ok());
+    ASSERT_TRUE(
+        backward_cpu(mha, dqkv_rep.data(), do_rep.data(), rep.data(), DType::kF64, scale).ok());
+    EXPECT_EQ(std::memcmp(lse.data(), lse_rep.data(), lse.size() * sizeof(float)), 0);
+    double dkv_scale = 0;
+    for (double x : dqkv_rep) dkv_scale = std::max(dkv_scale, std::fabs(x));
+    for (int64_t row = 0; row < p.B * p.T; ++row) {
+      for (int64_t h = 0; h < p.H; ++h) {
+        for (int64_t c = 0; c < p.D; ++c) {
+          ASSERT_EQ(o[row * p.o_stride() + h * p.D + c], o_rep[row * mha.o_stride() + h * p.D + c]);
+          ASSERT_EQ(dqkv[row * p.qkv_stride() + h * p.D + c],
+                    dqkv_rep[row * mha.qkv_stride() + h * p.D + c]);
+        }
+      }
+      for (int64_t g = 0; g < p.KV; ++g) {
+        for (int64_t c = 0; c < p.D; ++c) {
+          double dk = 0, dv = 0;
+          for (int64_t h = g * p.group(); h < (g + 1) * p.group(); ++h) {
+            dk += dqkv_rep[row * mha.qkv_stride() + mha.k_col() + h * p.D + c];
+            dv += dqkv_rep[row * mha.qkv_stride() + mha.v_col() + h * p.D + c];
+          }
+          const double* got = dqkv.data() + row * p.qkv_stride() + g * p.D + c;
+          ASSERT_NEAR(got[p.k_col()], dk, 1e-13 * dkv_scale) << "dk row " << row;
+          ASSERT_NEAR(got[p.v_col()], dv, 1e-13 * dkv_scale) << "dv row " << row;
+        }
+      }
+      for (int64_t c = p.qkv_width(); c < p.qkv_stride(); ++c) {
+        ASSERT_TRUE(std::isnan(dqkv[row * p.qkv_stride() + c])) << "stride gap written";
+      }
+    }
+  }
 }
 
 TEST(AttentionCpuTest, RejectsBadArguments) {
   std::vector<float> a(64), b(64);
-  EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 4,
-                                         2, 1, 2, DType::kF32, 1.0f)
+  EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 1,
+                                         4, 2, 1, 2, DType::kF32, 1.0f)
                 .code(),
             Code::kInvalidArgument);  // qkv stride < heads * head_dim
-  EXPECT_EQ(causal_attention_forward_cpu(a.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 4,
-                                         2, 2, 2, DType::kF32, 1.0f)
+  EXPECT_EQ(causal_attention_forward_cpu(a.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 1,
+                                         4, 2, 2, 2, DType::kF32, 1.0f)
                 .code(),
             Code::kInvalidArgument);  // o overlaps q
-  EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 4,
-                                         2, 2, 2, DType::kI32, 1.0f)
+  EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 1,
+                                         4, 2, 2, 2, DType::kI32, 1.0f)
                 .code(),
             Code::kUnsupported);
-  EXPECT_EQ(causal_attention_forward_cpu(nullptr, nullptr, a.data(), a.data(), a.data(), 1, 1, 4,
-                                         2, 2, 2, DType::kF32, 1.0f)
+  EXPECT_EQ(causal_attention_forward_cpu(nullptr, nullptr, a.data(), a.data(), a.data(), 1, 1, 1,
+                                         4, 2, 2, 2, DType::kF32, 1.0f)
                 .code(),
             Code::kInvalidArgument);
-  EXPECT_TRUE(causal_attention_forward_cpu(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1, 4, 2,
-                                           2, 2, DType::kF32, 1.0f)
+  EXPECT_TRUE(causal_attention_forward_cpu(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1, 1,
+                                           4, 2, 2, 2, DType::kF32, 1.0f)
                   .ok());
   EXPECT_EQ(causal_attention_backward_cpu(a.data(), b.data(), b.data(), b.data(), a.data(),
-                                          a.data(), a.data(), nullptr, nullptr, 1, 1, 4, 2, 2, 2,
-                                          DType::kF32, 1.0f)
+                                          a.data(), a.data(), nullptr, nullptr, 1, 1, 1, 4, 2, 2,
+                                          2, DType::kF32, 1.0f)
                 .code(),
             Code::kInvalidArgument);  // dq overlaps q
+  // heads must be a multiple of kv_heads (and kv_heads >= 1), forward and backward.
+  for (int64_t kv : {int64_t{3}, int64_t{0}, int64_t{8}, int64_t{-2}}) {
+    EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 4,
+                                           kv, 2, 2, 8, 8, DType::kF32, 1.0f)
+                  .code(),
+              Code::kInvalidArgument)
+        << "kv_heads " << kv;
+    std::vector<float> dq(64), dk(64), dv(64);
+    EXPECT_EQ(causal_attention_backward_cpu(dq.data(), dk.data(), dv.data(), b.data(), a.data(),
+                                            a.data(), a.data(), nullptr, nullptr, 1, 4, kv, 2, 2,
+                                            8, 8, DType::kF32, 1.0f)
+                  .code(),
+              Code::kInvalidArgument)
+        << "kv_heads " << kv;
+  }
+  // k and v span kv_heads heads, not heads: packed [q | k | v] rows (4 query
+  // heads, 1 kv head, D = 1: stride 6) of 2 positions with the outputs right
+  // after them in the same allocation do not overlap the inputs.
+  std::vector<float> buf(2 * 6 + 2 * 6, 0.5f), d_o(2 * 4, 1.0f);
+  float* qkv = buf.data();
+  float* out = buf.data() + 2 * 6;
+  EXPECT_TRUE(causal_attention_forward_cpu(out, nullptr, qkv, qkv + 4, qkv + 5, 1, 4, 1, 2, 1, 6,
+                                           4, DType::kF32, 1.0f)
+                  .ok());
+  EXPECT_TRUE(causal_attention_backward_cpu(out, out + 4, out + 5, d_o.data(), qkv, qkv + 4,
+                                            qkv + 5, nullptr, nullptr, 1, 4, 1, 2, 1, 6, 4,
+                                            DType::kF32, 1.0f)
+                  .ok());
 }
 
 // ---------------------------------------------------------------------------
@@ -279,7 +405,9 @@ TEST(AttentionCpuTest, RejectsBadArguments) {
 // inputs (see expect_close). P and dS are rounded to the input type before
 // their tensor-core products and every output is rounded once, so errors are a
 // few ulps of the input type relative to the output's own scale: bfloat16 has
-// 8 significant bits (ulp/2 = 2^-9 = 2e-3), float16 11 (2.4e-4).
+// 8 significant bits (ulp/2 = 2^-9 = 2e-3), float16 11 (2.4e-4). With grouped
+// heads dk and dv sum group-many such terms in fp32: the error and the scale
+// (max |want|) grow alike, so the relative bound is the same.
 Tolerance cuda_tolerance(DType dtype, bool gradient) {
   if (dtype == DType::kBF16) return gradient ? Tolerance{2e-2, 2e-2} : Tolerance{1e-2, 1e-2};
   return gradient ? Tolerance{4e-3, 4e-3} : Tolerance{2e-3, 2e-3};
@@ -313,11 +441,111 @@ bool all_nan_outside(DType dtype, const std::vector<uint8_t>& bytes, const std::
   return true;
 }
 
+// The elements of a packed qkv-layout tensor that q, k and v (or dq, dk, dv)
+// own: every column but the row padding.
+std::vector<bool> qkv_columns(const Problem& p) {
+  return columns(p, p.qkv_stride(), 0, p.qkv_width());
+}
+
+// The CUDA forward and backward of problem p over packed device buffers.
+KernelStatus forward_cuda(const Problem& p, const DeviceBuffer& o, const DeviceBuffer& lse,
+                          const DeviceBuffer& qkv, DType dtype, float scale, cudaStream_t stream) {
+  return causal_attention_forward_cuda(
+      o.p, static_cast<float*>(lse.p), qkv.p, at_col(qkv.p, p.k_col(), dtype),
+      at_col(qkv.p, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(),
+      dtype, scale, stream);
+}
+
+KernelStatus backward_cuda(const Problem& p, const DeviceBuffer& dqkv, const DeviceBuffer& d_o,
+                           const DeviceBuffer& qkv, const DeviceBuffer& o, const DeviceBuffer& lse,
+                           const DeviceBuffer& ws, DType dtype, float scale, cudaStream_t stream) {
+  return causal_attention_backward_cuda(
+      dqkv.p, at_col(dqkv.p, p.k_col(), dtype), at_col(dqkv.p, p.v_col(), dtype), d_o.p, qkv.p,
+      at_col(qkv.p, p.k_col(), dtype), at_col(qkv.p, p.v_col(), dtype), o.p,
+      static_cast<const float*>(lse.p), ws.p, p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(),
+      p.o_stride(), dtype, scale, stream);
+}
+
+// Device buffers of one problem.
+struct CudaRun {
+  DeviceBuffer qkv, d_o, o, dqkv, lse, ws;
+  CudaRun(const Problem& p, DType dtype)
+      : qkv(p.qkv_elems() * dtype_size(dtype)),
+        d_o(p.o_elems() * dtype_size(dtype)),
+        o(p.o_elems() * dtype_size(dtype)),
+        dqkv(p.qkv_elems() * dtype_size(dtype)),
+        lse(p.rows() * sizeof(float)),
+        ws(causal_attention_backward_workspace_bytes(p.B, p.H, p.T)) {}
+};
+
+// Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
+// forward then the backward on `stream` and waits for them.
+void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector<uint8_t>& qkv_h,
+              const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream) {
+  ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p) << "cudaMalloc failed";
+  ASSERT_EQ(qkv_h.size(), r.qkv.bytes);
+  ASSERT_EQ(do_h.size(), r.d_o.bytes);
+  CUDA_OK(cudaMemcpy(r.qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(r.d_o.p, do_h.data(), do_h.size(), cudaMemcpyHostToDevice));
+  poison_nan(r.o);
+  poison_nan(r.lse);
+  poison_nan(r.dqkv);
+  poison_nan(r.ws);
+  KernelStatus s = forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, stream);
+  ASSERT_TRUE(s.ok()) << s.message();
+  s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream);
+  ASSERT_TRUE(s.ok()) << s.message();
+  CUDA_OK(cudaStreamSynchronize(stream));
+}
+
+// With grouped heads: the same call on the kv heads repeated for every query
+// head (kv_heads == heads) runs the forward and dQ kernels on the same values
+// in the same order, so o, lse and dq must match it to the bit.
+void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vector<uint8_t>& qkv_h,
+                                 const std::vector<uint8_t>& do_h,
+                                 const std::vector<uint8_t>& o_got,
+                                 const std::vector<uint8_t>& lse_got,
+                                 const std::vector<uint8_t>& dqkv_got, float scale,
+                                 cudaStream_t stream) {
+  const Problem mha{p.B, p.H, p.H, p.T, p.D, p.pad};
+  const size_t es = dtype_size(dtype);
+  std::vector<uint8_t> rep_h(mha.qkv_elems() * es, 0);
+  for (int64_t row = 0; row < p.B * p.T; ++row) {
+    const uint8_t* src = qkv_h.data() + row * p.qkv_stride() * es;
+    uint8_t* dst = rep_h.data() + row * mha.qkv_stride() * es;
+    std::memcpy(dst, src, p.C() * es);
+    for (int64_t h = 0; h < p.H; ++h) {
+      const int64_t kv = (h / p.group()) * p.D;
+      std::memcpy(dst + (mha.k_col() + h * p.D) * es, src + (p.k_col() + kv) * es, p.D * es);
+      std::memcpy(dst + (mha.v_col() + h * p.D) * es, src + (p.v_col() + kv) * es, p.D * es);
+    }
+  }
+  const CudaRun r(mha, dtype);
+  run_cuda(mha, dtype, r, rep_h, do_h, scale, stream);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<uint8_t> o_rep = r.o.download(), lse_rep = r.lse.download();
+  const std::vector<uint8_t> dqkv_rep = r.dqkv.download();
+  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
+  for (int64_t i = 0; i < p.o_elems(); ++i) {
+    if (o_mask[i] && std::memcmp(&o_got[i * es], &o_rep[i * es], es) != 0) {
+      ADD_FAILURE() << p.label(dtype) << ": o differs from repeated kv heads at " << i;
+      break;
+    }
+  }
+  EXPECT_EQ(lse_got, lse_rep) << p.label(dtype) << ": lse differs from repeated kv heads";
+  for (int64_t row = 0; row < p.B * p.T; ++row) {
+    if (std::memcmp(&dqkv_got[row * p.qkv_stride() * es], &dqkv_rep[row * mha.qkv_stride() * es],
+                    p.C() * es) != 0) {
+      ADD_FAILURE() << p.label(dtype) << ": dq differs from repeated kv heads in row " << row;
+      break;
+    }
+  }
+}
+
 void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
   SCOPED_TRACE(p.label(dtype));
   const std::string what = p.label(dtype);
   const size_t es = dtype_size(dtype);
-  const int64_t C = p.C();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
   const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed, -2.0f, 2.0f);
   const auto do_h = random_bytes(dtype, p.o_elems(), seed + 1, -1.0f, 1.0f);
@@ -327,43 +555,20 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
   const std::vector<double> do_d = to_doubles(dtype, do_h.data(), p.o_elems());
   std::vector<double> o_ref(p.o_elems(), 0.0), dqkv_ref(p.qkv_elems(), 0.0);
   std::vector<float> lse_ref(p.rows());
-  ASSERT_TRUE(causal_attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(),
-                                           qkv_d.data() + C, qkv_d.data() + 2 * C, p.B, p.H, p.T,
-                                           p.D, p.qkv_stride(), p.o_stride(), DType::kF64, scale)
-                  .ok());
-  ASSERT_TRUE(causal_attention_backward_cpu(
-                  dqkv_ref.data(), dqkv_ref.data() + C, dqkv_ref.data() + 2 * C, do_d.data(),
-                  qkv_d.data(), qkv_d.data() + C, qkv_d.data() + 2 * C, nullptr, nullptr, p.B, p.H,
-                  p.T, p.D, p.qkv_stride(), p.o_stride(), DType::kF64, scale)
-                  .ok());
+  ASSERT_TRUE(
+      forward_cpu(p, o_ref.data(), lse_ref.data(), qkv_d.data(), DType::kF64, scale).ok());
+  ASSERT_TRUE(
+      backward_cpu(p, dqkv_ref.data(), do_d.data(), qkv_d.data(), DType::kF64, scale).ok());
 
-  DeviceBuffer qkv(qkv_h.size()), d_o(do_h.size()), o(p.o_elems() * es), dqkv(p.qkv_elems() * es),
-      lse(p.rows() * sizeof(float)),
-      ws(causal_attention_backward_workspace_bytes(p.B, p.H, p.T));
-  ASSERT_TRUE(qkv.p && d_o.p && o.p && dqkv.p && lse.p && ws.p) << "cudaMalloc failed";
-  CUDA_OK(cudaMemcpy(qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(d_o.p, do_h.data(), do_h.size(), cudaMemcpyHostToDevice));
-  poison_nan(o);
-  poison_nan(lse);
-  poison_nan(dqkv);
-  poison_nan(ws);
+  const CudaRun r(p, dtype);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  KernelStatus s = causal_attention_forward_cuda(o.p, static_cast<float*>(lse.p), qkv.u8(),
-                                                 qkv.u8() + C * es, qkv.u8() + 2 * C * es, p.B,
-                                                 p.H, p.T, p.D, p.qkv_stride(), p.o_stride(),
-                                                 dtype, scale, stream);
-  ASSERT_TRUE(s.ok()) << s.message();
-  s = causal_attention_backward_cuda(dqkv.p, dqkv.u8() + C * es, dqkv.u8() + 2 * C * es, d_o.p,
-                                     qkv.u8(), qkv.u8() + C * es, qkv.u8() + 2 * C * es, o.p,
-                                     static_cast<const float*>(lse.p), ws.p, p.B, p.H, p.T, p.D,
-                                     p.qkv_stride(), p.o_stride(), dtype, scale, stream);
-  ASSERT_TRUE(s.ok()) << s.message();
-  CUDA_OK(cudaStreamSynchronize(stream));
+  run_cuda(p, dtype, r, qkv_h, do_h, scale, stream);
+  if (::testing::Test::HasFatalFailure()) return;
 
-  const std::vector<uint8_t> o_got = o.download(), dqkv_got = dqkv.download();
-  const std::vector<uint8_t> lse_got = lse.download();
-  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0);
+  const std::vector<uint8_t> o_got = r.o.download(), dqkv_got = r.dqkv.download();
+  const std::vector<uint8_t> lse_got = r.lse.download();
+  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
   expect_close(to_doubles(dtype, o_got.data(), p.o_elems()), o_ref, o_mask,
                cuda_tolerance(dtype, false), what + " o");
   EXPECT_TRUE(all_nan_outside(dtype, o_got, o_mask)) << what << ": o written in a stride gap";
@@ -371,8 +576,7 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
   expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
                {1e-4, 1e-4}, what + " lse");
   const std::vector<double> dqkv_d = to_doubles(dtype, dqkv_got.data(), p.qkv_elems());
-  std::vector<bool> dqkv_mask = columns(p, p.qkv_stride(), 0);
-  for (int64_t i = 0; i < p.qkv_elems(); ++i) dqkv_mask[i] = (i % p.qkv_stride()) < 3 * C;
+  const std::vector<bool> dqkv_mask = qkv_columns(p);
   // dq and dk are measured against the scale of all three gradients: at T = 1
   // they are exactly 0 (P = 1), and what the kernel returns there is the
   // rounding of D = rowsum(dO * O) with O rounded to the 16-bit output.
@@ -381,15 +585,16 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
     if (dqkv_mask[i]) grad_scale = std::max(grad_scale, std::fabs(dqkv_ref[i]));
   }
   const char* names[3] = {" dq", " dk", " dv"};
+  const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
   for (int part = 0; part < 3; ++part) {
-    expect_close(dqkv_d, dqkv_ref, columns(p, p.qkv_stride(), part * C),
+    expect_close(dqkv_d, dqkv_ref, columns(p, p.qkv_stride(), col0[part], width[part]),
                  cuda_tolerance(dtype, true), what + names[part], grad_scale);
   }
   EXPECT_TRUE(all_nan_outside(dtype, dqkv_got, dqkv_mask)) << what << ": dqkv gap written";
 
   // Gradients are overwritten, never accumulated, and deterministic: a second
   // backward into buffers full of 1.0 gives the same bytes.
-  std::vector<uint8_t> ones(dqkv.bytes);
+  std::vector<uint8_t> ones(r.dqkv.bytes);
   (void)dispatch_float_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     for (size_t i = 0; i < ones.size() / es; ++i) {
@@ -397,20 +602,21 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
     }
     return KernelStatus();
   });
-  CUDA_OK(cudaMemcpy(dqkv.p, ones.data(), ones.size(), cudaMemcpyHostToDevice));
-  s = causal_attention_backward_cuda(dqkv.p, dqkv.u8() + C * es, dqkv.u8() + 2 * C * es, d_o.p,
-                                     qkv.u8(), qkv.u8() + C * es, qkv.u8() + 2 * C * es, o.p,
-                                     static_cast<const float*>(lse.p), ws.p, p.B, p.H, p.T, p.D,
-                                     p.qkv_stride(), p.o_stride(), dtype, scale, stream);
+  CUDA_OK(cudaMemcpy(r.dqkv.p, ones.data(), ones.size(), cudaMemcpyHostToDevice));
+  const KernelStatus s =
+      backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream);
   ASSERT_TRUE(s.ok()) << s.message();
   CUDA_OK(cudaStreamSynchronize(stream));
-  const std::vector<uint8_t> again = dqkv.download();
+  const std::vector<uint8_t> again = r.dqkv.download();
   for (int64_t i = 0; i < p.qkv_elems(); ++i) {
     if (!dqkv_mask[i]) continue;
     if (std::memcmp(again.data() + i * es, dqkv_got.data() + i * es, es) != 0) {
       ADD_FAILURE() << what << ": second backward differs at element " << i;
       break;
     }
+  }
+  if (p.KV != p.H) {
+    check_cuda_against_repeated(dtype, p, qkv_h, do_h, o_got, lse_got, dqkv_got, scale, stream);
   }
   CUDA_OK(cudaStreamDestroy(stream));
 }
@@ -432,9 +638,9 @@ void check_cuda_all(const Problem (&problems)[N], uint32_t seed) {
 TEST(AttentionCudaTest, HeadDim64MatchesFloat64Reference) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
-  const Problem problems[] = {{1, 1, 1, 64},       {2, 3, 17, 64},  {1, 2, 129, 64},
-                              {1, 1, 1000, 64},    {3, 2, 64, 64},  {2, 2, 200, 64, 8},
-                              {1, 12, 128, 64}};
+  const Problem problems[] = {{1, 1, 1, 1, 64},    {2, 3, 3, 17, 64},    {1, 2, 2, 129, 64},
+                              {1, 1, 1, 1000, 64}, {3, 2, 2, 64, 64},    {2, 2, 2, 200, 64, 8},
+                              {1, 12, 12, 128, 64}};
   check_cuda_all(problems, 1000);
 #endif
 }
@@ -442,9 +648,30 @@ TEST(AttentionCudaTest, HeadDim64MatchesFloat64Reference) {
 TEST(AttentionCudaTest, HeadDim128MatchesFloat64Reference) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
-  const Problem problems[] = {{1, 1, 1, 128}, {2, 2, 33, 128}, {1, 1, 300, 128, 8},
-                              {1, 2, 129, 128}};
+  const Problem problems[] = {{1, 1, 1, 1, 128}, {2, 2, 2, 33, 128}, {1, 1, 1, 300, 128, 8},
+                              {1, 2, 2, 129, 128}};
   check_cuda_all(problems, 2000);
+#endif
+}
+
+// Grouped-query heads (Llama): kv heads shared by 2, 3, 4 query heads and one
+// shared by all (multi-query), odd lengths, several key blocks so dK/dV's
+// pipeline crosses from one query head of the group to the next.
+TEST(AttentionCudaTest, GroupedQueryHeadDim64MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{1, 8, 2, 129, 64}, {2, 4, 1, 200, 64, 8}, {1, 6, 2, 77, 64},
+                              {1, 4, 2, 1, 64},   {1, 32, 8, 257, 64}};
+  check_cuda_all(problems, 3000);
+#endif
+}
+
+TEST(AttentionCudaTest, GroupedQueryHeadDim128MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{1, 8, 2, 100, 128}, {1, 4, 1, 300, 128, 8}, {2, 6, 3, 65, 128},
+                              {1, 32, 8, 130, 128}};
+  check_cuda_all(problems, 4000);
 #endif
 }
 
@@ -456,7 +683,8 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
   uint8_t* b = buf.u8();
   float* lse = reinterpret_cast<float*>(b + (1 << 19));
   auto fwd = [&](void* o, const void* q, int64_t d, DType dtype, int64_t qs) {
-    return causal_attention_forward_cuda(o, lse, q, q, q, 1, 1, 8, d, qs, d, dtype, 0.1f, nullptr)
+    return causal_attention_forward_cuda(o, lse, q, q, q, 1, 1, 1, 8, d, qs, d, dtype, 0.1f,
+                                         nullptr)
         .code();
   };
   uint8_t* o = b + (1 << 18);
@@ -466,13 +694,21 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
   EXPECT_EQ(fwd(o, b, 64, DType::kBF16, 68), Code::kInvalidArgument);      // stride % 8
   EXPECT_EQ(fwd(b, b, 64, DType::kBF16, 64), Code::kInvalidArgument);      // o overlaps q
   EXPECT_EQ(fwd(nullptr, b, 64, DType::kBF16, 64), Code::kInvalidArgument);
-  EXPECT_TRUE(causal_attention_forward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1, 8,
-                                            64, 64, 64, DType::kBF16, 0.1f, nullptr)
+  EXPECT_TRUE(causal_attention_forward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1, 1,
+                                            8, 64, 64, 64, DType::kBF16, 0.1f, nullptr)
                   .ok());
-  EXPECT_EQ(causal_attention_backward_cuda(b, b, b, o, o, o, o, o, lse, b, 1, 1, 8, 64, 64, 64,
+  EXPECT_EQ(causal_attention_backward_cuda(b, b, b, o, o, o, o, o, lse, b, 1, 1, 1, 8, 64, 64, 64,
                                            DType::kBF16, 0.1f, nullptr)
                 .code(),
             Code::kInvalidArgument);  // dq overlaps the workspace
+  // heads (4) not a multiple of kv_heads.
+  for (int64_t kv : {int64_t{3}, int64_t{0}, int64_t{8}}) {
+    EXPECT_EQ(causal_attention_forward_cuda(o, lse, b, b, b, 1, 4, kv, 8, 64, 6 * 64, 4 * 64,
+                                            DType::kBF16, 0.1f, nullptr)
+                  .code(),
+              Code::kInvalidArgument)
+        << "kv_heads " << kv;
+  }
 #endif
 }
 

@@ -123,7 +123,7 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
         kernels::attention::causal_attention_forward_cuda(
             saved->y.raw_data(), saved->lse.data<float>(), base, base + part, base + 2 * part, B,
-            NH, T, hs, 3 * channels_, channels_, dtype_, scale, cuda_stream(ctx)),
+            NH, /*kv_heads=*/NH, T, hs, 3 * channels_, channels_, dtype_, scale, cuda_stream(ctx)),
         "fused causal attention forward"));
     COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, c_proj_.forward(ctx, saved->y));
     saved->c_proj = std::move(out.saved);
@@ -177,8 +177,8 @@ absl::StatusOr<core::Tensor> CausalSelfAttention::backward_impl(core::Context& c
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
         kernels::attention::causal_attention_backward_cuda(
             d, d + part, d + 2 * part, dy.raw_data(), x, x + part, x + 2 * part, s->y.raw_data(),
-            s->lse.data<float>(), workspace.raw_data(), B, NH, T, hs, 3 * channels_, channels_,
-            dtype_, scale, cuda_stream(ctx)),
+            s->lse.data<float>(), workspace.raw_data(), B, NH, /*kv_heads=*/NH, T, hs,
+            3 * channels_, channels_, dtype_, scale, cuda_stream(ctx)),
         "fused causal attention backward"));
     return c_attn_.backward(ctx, *s->c_attn, dqkv);
 #else
