@@ -5,22 +5,16 @@
 //   p = causal_softmax(q k^T / sqrt(hs)) (batched GEMM, kernels/softmax)
 //   y = p v -> [B, T, C] (heads merged)  out = c_proj(y)
 //
-// Two implementations of the middle (softmax(q k^T / sqrt(hs)) v):
-//   * fused (kernels/attention, FlashAttention-2): on CUDA for bfloat16 and
-//     float16 with head size 64 or 128. Reads q, k, v straight out of qkv
-//     [B, T, 3C] and writes y as [B, T, C]: no head split/merge copies, no
-//     [B*NH, T, T] matrix. Saves qkv, y and the float32 logsumexp [B, NH, T];
-//     the backward recomputes the probabilities tile by tile.
-//   * explicit: everything else (CPU, float32/float64, other head sizes), or
-//     when forced (AttentionImpl::kExplicit, or COLOSSAL_ATTENTION=explicit in
-//     the environment, for comparisons). The description below is this path.
+// The middle (softmax(q k^T / sqrt(hs)) v) is attention_core.h with as many
+// key/value heads as query heads: c_attn's output [B, T, 3C] is its packed
+// q|k|v layout. It is fused (kernels/attention) on CUDA for bfloat16/float16
+// with head size 64 or 128, explicit elsewhere (or when forced:
+// AttentionImpl::kExplicit, COLOSSAL_ATTENTION=explicit).
 //
 // Children (Linear, WeightLayout::kInOut like HF's Conv1D): "<name>.c_attn"
 // [C, 3C] and "<name>.c_proj" [C, C]; with name "transformer.h.<i>.attn" these
 // are Hugging Face GPT-2's parameter names. Input [B, T, C] -> [B, T, C].
-// The explicit path saves q, k, v and the probabilities [B*NH, T, T] (no
-// dropout); heads are split/merged with strided 2-D copies (one per batch and
-// head). Devices and dtypes: see nn/layers/BUILD.
+// Devices and dtypes: see nn/layers/BUILD.
 //
 //   CausalSelfAttention attn("transformer.h.0.attn", 768, 12, DType::kF32);
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, attn.forward(ctx, x));
@@ -31,19 +25,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "nn/layers/attention_core.h"
 #include "nn/layers/linear.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
-
-enum class AttentionImpl {
-  kAuto,      // fused where supported (see above), explicit elsewhere
-  kExplicit,  // always the explicit GEMM -> softmax -> GEMM path
-};
-
-// COLOSSAL_ATTENTION from the environment: unset, "" or "auto" -> kAuto,
-// "explicit" -> kExplicit; anything else is an InvalidArgumentError.
-absl::StatusOr<AttentionImpl> attention_impl_from_env();
 
 class CausalSelfAttention : public Module {
  public:

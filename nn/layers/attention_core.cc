@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "core/gemm/gemm.h"
@@ -57,6 +59,15 @@ float softmax_scale(int64_t D) {
 }
 
 }  // namespace
+
+absl::StatusOr<AttentionImpl> attention_impl_from_env() {
+  const char* value = std::getenv("COLOSSAL_ATTENTION");
+  const std::string v = value == nullptr ? "" : value;
+  if (v.empty() || v == "auto") return AttentionImpl::kAuto;
+  if (v == "explicit") return AttentionImpl::kExplicit;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "COLOSSAL_ATTENTION=\"", v, "\" in the environment: expected \"auto\" or \"explicit\""));
+}
 
 absl::StatusOr<core::Tensor> attention_core_forward(core::Context& ctx, const core::Tensor& qkv,
                                                     AttentionHeads shape, AttentionImpl impl,

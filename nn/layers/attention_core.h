@@ -31,10 +31,18 @@
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
-#include "nn/layers/attention.h"  // AttentionImpl, attention_impl_from_env
 #include "nn/module/module.h"
 
 namespace colossal::nn {
+
+enum class AttentionImpl {
+  kAuto,      // fused where supported (see above), explicit elsewhere
+  kExplicit,  // always the explicit GEMM -> softmax -> GEMM path
+};
+
+// COLOSSAL_ATTENTION from the environment: unset, "" or "auto" -> kAuto,
+// "explicit" -> kExplicit; anything else is an InvalidArgumentError.
+absl::StatusOr<AttentionImpl> attention_impl_from_env();
 
 struct AttentionHeads {
   int64_t heads = 0;     // H, query heads

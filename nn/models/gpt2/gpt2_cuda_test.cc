@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "nn/layers/cross_entropy.h"
+#include "core/status/status.h"
+#include "nn/models/causal_lm/cuda_parity.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "tests/util/gpu_test.h"
 
@@ -18,17 +19,6 @@ using core::DType;
 using core::Tensor;
 
 #if COLOSSAL_WITH_CUDA
-// max |a - b| / max(1e-6, max |b|), a on any device, b on the host.
-double relative_difference(const Tensor& a, const Tensor& b, const core::Stream& stream) {
-  Tensor ha = *a.to(core::Device::cpu(), stream);
-  double diff = 0, scale = 1e-6;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    diff = std::max(diff, double(std::abs(ha.data<float>()[i] - b.data<float>()[i])));
-    scale = std::max(scale, double(std::abs(b.data<float>()[i])));
-  }
-  return diff / scale;
-}
-
 // The tests' model: 2 layers, 4 heads, 64 wide, vocabulary 100, 16 positions.
 GPT2Config small_config() {
   GPT2Config c;
@@ -40,78 +30,11 @@ GPT2Config small_config() {
   return c;
 }
 
-// One GPT-2 on the CPU (the reference) and on cuda:0, both initialised with
-// seed 11, their contexts, and a B x T batch of tokens and targets on the host.
-struct CpuAndCuda {
-  static constexpr int64_t B = 2, T = 16;
-  GPT2Config config;
-  std::unique_ptr<core::Context> cpu_ctx, gpu_ctx;
-  std::unique_ptr<GPT2> cpu_model, gpu_model;
-  Tensor tokens, targets;
-  const core::Stream& stream() const { return gpu_ctx->compute_stream(); }
-};
-
-void set_up(const GPT2Config& c, CpuAndCuda& m) {
-  m.config = c;
-  m.cpu_ctx = std::move(*core::Context::create(core::Device::cpu()));
-  absl::StatusOr<std::unique_ptr<core::Context>> gpu = core::Context::create(core::Device::cuda(0));
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  m.gpu_ctx = std::move(*gpu);
-  m.cpu_model = *GPT2::create(c, DType::kF32, core::Stream::cpu());
-  m.gpu_model = *GPT2::create(c, DType::kF32, m.stream());
-  ASSERT_TRUE(m.cpu_model->init(11).ok());
-  ASSERT_TRUE(m.gpu_model->init(11, m.stream()).ok());
-  m.tokens = *Tensor::empty({m.B, m.T}, DType::kI32, core::Stream::cpu());
-  m.targets = *Tensor::empty({m.B, m.T}, DType::kI32, core::Stream::cpu());
-  for (int64_t i = 0; i < m.B * m.T; ++i) {
-    m.tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 5) % c.vocab_size);
-    m.targets.data<int32_t>()[i] = static_cast<int32_t>((i * 53 + 1) % c.vocab_size);
-  }
-}
-
-// A forward, cross-entropy and backward on each device (and the batch on cuda:0).
-struct Steps {
-  Tensor gpu_tokens, gpu_targets;
-  ForwardResult cpu_out, gpu_out;
-  CrossEntropyResult cpu_ce, gpu_ce;
-};
-
-// Forward and cross-entropy on both models; expects the logits to match.
-void forward_both(CpuAndCuda& m, Steps& s) {
-  const core::Stream& stream = m.stream();
-  s.gpu_tokens = *m.tokens.to(core::Device::cuda(0), stream);
-  s.gpu_targets = *m.targets.to(core::Device::cuda(0), stream);
-  s.cpu_out = std::move(*m.cpu_model->forward(*m.cpu_ctx, m.tokens));
-  absl::StatusOr<ForwardResult> gpu_out = m.gpu_model->forward(*m.gpu_ctx, s.gpu_tokens);
-  ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
-  s.gpu_out = std::move(*gpu_out);
-  EXPECT_LT(relative_difference(s.gpu_out.output, s.cpu_out.output, stream), 1e-4) << "logits";
-  const int64_t v = m.config.vocab_size;
-  s.cpu_ce = *cross_entropy(*m.cpu_ctx, s.cpu_out.output, m.targets, v, {});
-  absl::StatusOr<CrossEntropyResult> gpu_ce =
-      cross_entropy(*m.gpu_ctx, s.gpu_out.output, s.gpu_targets, v, {});
-  ASSERT_TRUE(gpu_ce.ok()) << gpu_ce.status();
-  s.gpu_ce = std::move(*gpu_ce);
-}
-
-// Backward on both models from their dlogits (the CUDA one synchronised).
-void backward_both(CpuAndCuda& m, Steps& s) {
-  ASSERT_TRUE(m.cpu_model->backward(*m.cpu_ctx, *s.cpu_out.saved, s.cpu_ce.dlogits).ok());
-  absl::StatusOr<Tensor> gpu_dx =
-      m.gpu_model->backward(*m.gpu_ctx, *s.gpu_out.saved, s.gpu_ce.dlogits);
-  ASSERT_TRUE(gpu_dx.ok()) << gpu_dx.status();
-  m.gpu_ctx->synchronize();
-}
-
-// Every parameter gradient of the CUDA model within 1e-3 (relative) of the CPU's.
-void expect_same_gradients(const CpuAndCuda& m) {
-  const std::vector<Parameter>& cpu_params = m.cpu_model->store().parameters();
-  const std::vector<Parameter>& gpu_params = m.gpu_model->store().parameters();
-  ASSERT_EQ(cpu_params.size(), gpu_params.size());
-  for (size_t i = 0; i < cpu_params.size(); ++i) {
-    EXPECT_LT(relative_difference(gpu_params[i].grad, cpu_params[i].grad, m.stream()), 1e-3)
-        << cpu_params[i].name;
-  }
+ModelFactory gpt2(const GPT2Config& c) {
+  return [c]() -> absl::StatusOr<std::unique_ptr<CausalLM>> {
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, GPT2::declare(c, DType::kF32));
+    return std::unique_ptr<CausalLM>(std::move(model));
+  };
 }
 #endif
 
@@ -119,7 +42,7 @@ TEST(GPT2CudaTest, MatchesCpuForwardAndBackward) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
   CpuAndCuda m;
-  ASSERT_NO_FATAL_FAILURE(set_up(small_config(), m));
+  ASSERT_NO_FATAL_FAILURE(set_up(gpt2(small_config()), 11, m));
   Tensor cpu_w = m.cpu_model->store().flat_values(DType::kF32);
   Tensor gpu_w =
       *m.gpu_model->store().flat_values(DType::kF32).to(core::Device::cpu(), m.stream());
@@ -148,7 +71,7 @@ TEST(GPT2CudaTest, DropoutMasksMatchCpu) {
   c.resid_pdrop = 0.2;
   c.checkpoint_ratio = 0.5;
   CpuAndCuda m;
-  ASSERT_NO_FATAL_FAILURE(set_up(c, m));
+  ASSERT_NO_FATAL_FAILURE(set_up(gpt2(c), 11, m));
   m.cpu_ctx->manual_seed(314);
   m.gpu_ctx->manual_seed(314);
   Steps s;
