@@ -6,7 +6,10 @@
 //     process that accumulates the union of the ranks' rows (nn::train_step).
 //     fp32; tolerance: relative difference <= 1e-5 (kRelTol; the orders of
 //     summation differ), for one bucket per parameter, 1 KiB buckets and one
-//     huge bucket, and with activation checkpointing on the ranks;
+//     huge bucket, and with activation checkpointing on the ranks; the same
+//     for a tiny Llama (grouped-query attention, rotary positions with Llama 3
+//     scaling) with an untied and a tied head at 2 and 4 ranks, trained with
+//     AdamW (DdpRunSpec::adamw);
 //   * the ranks start from different weights and end bitwise equal;
 //   * bucket layout (tiling, reverse order, cap) on a table with padding;
 //   * no_sync: local accumulation, then one reduction of the sum;
@@ -43,13 +46,19 @@ struct EquivalenceCase {
   int world;
   double bucket_cap_mb;
   double checkpoint_ratio = 0.0;  // activation checkpointing on the ranks
+  Family family = Family::kGpt2;  // Llama trains with AdamW (DdpRunSpec::adamw says why)
 };
 
 class DdpEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 
 TEST_P(DdpEquivalence, MatchesOneProcessOnTheUnion) {
   const int W = GetParam().world;
-  const EquivalenceRun ref = reference_run(W);
+  const Family family = GetParam().family;
+  DdpRunSpec spec;
+  spec.checkpoint_ratio = GetParam().checkpoint_ratio;
+  spec.family = family;
+  spec.adamw = family != Family::kGpt2;
+  const EquivalenceRun ref = reference_run(W, spec);
   ASSERT_EQ(ref.loss.size(), size_t(kSteps));
   // Clipping must engage on some steps (the norm must be the global one) and
   // not on others (or it would hide a wrongly scaled reduction).
@@ -61,7 +70,7 @@ TEST_P(DdpEquivalence, MatchesOneProcessOnTheUnion) {
   DdpOptions o;
   o.bucket_cap_mb = GetParam().bucket_cap_mb;
   run_ranks(W, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
-    runs[rank] = ddp_rank_run(pg, o, kSteps, GetParam().checkpoint_ratio);
+    runs[rank] = ddp_rank_run(pg, o, spec);
   });
   for (int r = 0; r < W; ++r) ASSERT_EQ(runs[r].loss.size(), size_t(kSteps)) << "rank " << r;
 
@@ -80,7 +89,7 @@ TEST_P(DdpEquivalence, MatchesOneProcessOnTheUnion) {
   }
   const double worst_weights = rel_diff(runs[0].weights, ref.weights);
   EXPECT_LE(worst_weights, kRelTol);
-  std::cout << "world " << W << ", bucket_cap_mb " << GetParam().bucket_cap_mb << ": "
+  std::cout << family_name(family) << ", world " << W << ", bucket_cap_mb " << GetParam().bucket_cap_mb << ": "
             << runs[0].buckets << " buckets; worst relative loss difference " << worst_loss
             << ", weights " << worst_weights << "\n";
   for (int r = 0; r < W; ++r) {
@@ -90,7 +99,7 @@ TEST_P(DdpEquivalence, MatchesOneProcessOnTheUnion) {
     EXPECT_EQ(runs[r].issued, int64_t(kSteps) * int64_t(runs[r].buckets));
     EXPECT_EQ(runs[r].issued_in_hooks, runs[r].issued);
   }
-  const size_t n_params = nn::GPT2::parameter_table(tiny_config(), DType::kF32)->size();
+  const size_t n_params = declare_model(family)->table().size();
   if (GetParam().bucket_cap_mb < 1e-6) {
     EXPECT_EQ(runs[0].buckets, n_params);  // every parameter over the cap: one each
   } else if (GetParam().bucket_cap_mb < 1.0) {
@@ -107,13 +116,19 @@ INSTANTIATE_TEST_SUITE_P(
                       EquivalenceCase{4, 25.0}, EquivalenceCase{1, 1e-9},
                       EquivalenceCase{2, 1e-9}, EquivalenceCase{4, 1e-9},
                       EquivalenceCase{2, 0.001}, EquivalenceCase{4, 0.001},
-                      EquivalenceCase{2, 0.001, 1.0}),
+                      EquivalenceCase{2, 0.001, 1.0},
+                      EquivalenceCase{2, 25.0, 0.0, Family::kLlama},
+                      EquivalenceCase{4, 0.001, 0.0, Family::kLlama},
+                      EquivalenceCase{2, 1e-9, 0.0, Family::kLlamaTied},
+                      EquivalenceCase{4, 0.001, 0.0, Family::kLlamaTied},
+                      EquivalenceCase{2, 0.001, 1.0, Family::kLlamaTied}),
     [](const ::testing::TestParamInfo<EquivalenceCase>& info) {
       const double cap = info.param.bucket_cap_mb;
       return absl::StrCat("world", info.param.world,
                           cap < 1e-6 ? "_bucket_per_param" : cap < 1.0 ? "_1KiB_buckets"
                                                                        : "_one_bucket",
-                          info.param.checkpoint_ratio > 0 ? "_checkpointed" : "");
+                          info.param.checkpoint_ratio > 0 ? "_checkpointed" : "",
+                          family_suffix(info.param.family));
     });
 
 TEST(GradBuckets, TileTheFlatBufferInReverseOrder) {

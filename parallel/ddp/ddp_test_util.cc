@@ -8,10 +8,12 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "comm/builtin/process_group_builtin.h"
 #include "comm/store/tcp_store.h"
 #include "nn/layers/cross_entropy.h"
 #include "nn/optim/module_params.h"
+#include "nn/optim/param.h"
 
 namespace colossal::parallel::testing {
 
@@ -29,6 +31,42 @@ nn::GPT2Config tiny_config(double checkpoint_ratio) {
   c.padded_vocab_multiple = 8;
   c.checkpoint_ratio = checkpoint_ratio;
   return c;
+}
+
+const char* family_name(Family family) {
+  switch (family) {
+    case Family::kGpt2:
+      return "gpt2";
+    case Family::kLlama:
+      return "llama";
+    case Family::kLlamaTied:
+      return "llama_tied";
+  }
+  return "?";
+}
+
+std::string family_suffix(Family family) {
+  return family == Family::kGpt2 ? "" : absl::StrCat("_", family_name(family));
+}
+
+nn::LlamaConfig tiny_llama_config(bool tied, double checkpoint_ratio) {
+  // rope_theta 100 gives inv_freq 1 and 0.1 (wavelengths 6.3 and 63): Llama 3
+  // scaling over 8 original positions smooths the first, divides the second.
+  return nn::LlamaConfig{
+      .vocab_size = 11,
+      .hidden_size = 16,
+      .intermediate_size = 24,
+      .num_hidden_layers = 2,
+      .num_attention_heads = 4,
+      .num_key_value_heads = 2,
+      .max_position_embeddings = 4 * kT,
+      .rms_norm_eps = 1e-5,
+      .rope_theta = 100.0,
+      .rope_scaling = kernels::rope::Llama3RopeScaling{8.0, 1.0, 4.0, 8},
+      .tie_word_embeddings = tied,
+      .padded_vocab_multiple = 8,  // 11 -> 16
+      .checkpoint_ratio = checkpoint_ratio,
+  };
 }
 
 nn::MicroBatch micro_batch(int step, int rank, int micro) {
@@ -51,18 +89,44 @@ nn::MicroBatch micro_batch(int step, int rank, int micro) {
   return {in, tg};
 }
 
+std::unique_ptr<nn::CausalLM> declare_model(Family family, double checkpoint_ratio) {
+  if (family == Family::kGpt2) return *nn::GPT2::declare(tiny_config(checkpoint_ratio), DType::kF32);
+  return *nn::Llama::declare(tiny_llama_config(family == Family::kLlamaTied, checkpoint_ratio),
+                             DType::kF32);
+}
+
 std::unique_ptr<nn::GPT2> make_model(uint64_t seed, double checkpoint_ratio) {
   auto model = *nn::GPT2::create(tiny_config(checkpoint_ratio), DType::kF32, Stream::cpu());
   EXPECT_TRUE(model->init(seed).ok());
   return model;
 }
 
-std::unique_ptr<nn::Sgd> make_sgd(nn::GPT2& model) {
+std::unique_ptr<nn::CausalLM> materialized(std::unique_ptr<nn::CausalLM> model, uint64_t seed) {
+  const absl::Status allocated = model->store().allocate(Stream::cpu());
+  EXPECT_TRUE(allocated.ok()) << allocated;
+  const absl::Status initialized = model->init(seed);
+  EXPECT_TRUE(initialized.ok()) << initialized;
+  return model;
+}
+
+std::unique_ptr<nn::CausalLM> make_model(Family family, uint64_t seed, double checkpoint_ratio) {
+  return materialized(declare_model(family, checkpoint_ratio), seed);
+}
+
+std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model) {
   std::vector<nn::ParamRef> params =
       *nn::optimizer_params(model.store().parameters(), Stream::cpu());
   nn::SgdOptions o;
   o.lr = 0.1;
   return *nn::Sgd::create({nn::ParamGroup{std::move(params)}}, o);
+}
+
+std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model) {
+  std::vector<nn::ParamRef> params =
+      *nn::optimizer_params(model.store().parameters(), Stream::cpu());
+  nn::AdamOptions o;
+  o.lr = 1e-2;
+  return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);
 }
 
 std::vector<float> floats_of(const Tensor& t) {
@@ -78,14 +142,14 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d / m;
 }
 
-float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
+float booster_micro_step(core::Context& ctx, Booster& booster, nn::CausalLM& model,
                          const nn::MicroBatch& mb, float dloss) {
   auto out = booster.forward(ctx, model, mb.tokens);
   EXPECT_TRUE(out.ok()) << out.status();
   if (!out.ok()) return NAN;
   nn::CrossEntropyOptions co;
   co.dloss = dloss;
-  auto ce = nn::cross_entropy(ctx, out->output, mb.targets, tiny_config().vocab_size, co);
+  auto ce = nn::cross_entropy(ctx, out->output, mb.targets, model.vocab_size(), co);
   EXPECT_TRUE(ce.ok()) << ce.status();
   if (!ce.ok()) return NAN;
   auto dx = booster.backward(ctx, model, *out->saved, ce->dlogits);
@@ -134,7 +198,7 @@ void run_ranks(int world,
   for (std::thread& t : threads) t.join();
 }
 
-EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int world, int steps) {
+EquivalenceRun reference_run(nn::CausalLM& model, nn::Optimizer& optimizer, int world, int steps) {
   EquivalenceRun run;
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
   for (int step = 0; step < steps; ++step) {
@@ -144,7 +208,7 @@ EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int worl
     }
     nn::TrainStepOptions o;
     o.max_norm = kMaxNorm;
-    auto res = nn::train_step(*ctx, model, optimizer, tiny_config().vocab_size, mbs, o);
+    auto res = nn::train_step(*ctx, model, optimizer, model.vocab_size(), mbs, o);
     EXPECT_TRUE(res.ok()) << res.status();
     if (!res.ok()) return run;
     run.loss.push_back(res->loss);
@@ -155,30 +219,40 @@ EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int worl
   return run;
 }
 
-EquivalenceRun reference_run(int world, int steps) {
-  auto model = make_model(kSeed);
-  auto sgd = make_sgd(*model);
-  return reference_run(*model, *sgd, world, steps);
+namespace {
+
+std::unique_ptr<nn::Optimizer> make_optimizer(nn::CausalLM& model, bool adamw) {
+  if (adamw) return make_adam(model);
+  return make_sgd(model);
+}
+
+}  // namespace
+
+EquivalenceRun reference_run(int world, const DdpRunSpec& spec) {
+  auto model = make_model(spec.family, kSeed);
+  auto optimizer = make_optimizer(*model, spec.adamw);
+  return reference_run(*model, *optimizer, world, spec.steps);
 }
 
 EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,
-                            int steps, double checkpoint_ratio) {
+                            const DdpRunSpec& spec) {
   EquivalenceRun run;
   const int rank = pg->rank();
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  auto model = make_model(kSeed + rank, checkpoint_ratio);  // different on every rank: boost broadcasts rank 0's
-  auto sgd = make_sgd(*model);
+  // Different on every rank: boost broadcasts rank 0's.
+  auto model = make_model(spec.family, kSeed + rank, spec.checkpoint_ratio);
+  auto optimizer = make_optimizer(*model, spec.adamw);
   auto plugin = DdpPlugin::create(pg, options);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return run;
   DdpPlugin* ddp = plugin->get();
   Booster booster(std::move(*plugin));
-  const absl::Status boosted = booster.boost(*model, model->store(), *sgd);
+  const absl::Status boosted = booster.boost(*model, model->store(), *optimizer);
   EXPECT_TRUE(boosted.ok()) << boosted;
   if (!boosted.ok()) return run;
   EXPECT_EQ(booster.plugin().dp_rank(), rank);
   EXPECT_EQ(booster.plugin().dp_size(), pg->size());
-  for (int step = 0; step < steps; ++step) {
+  for (int step = 0; step < spec.steps; ++step) {
     EXPECT_TRUE(booster.zero_grad().ok());
     double sum = 0;
     for (int i = 0; i < kMicro; ++i) {

@@ -1,10 +1,13 @@
-// Test helpers for parallel/ddp: a tiny GPT-2, deterministic micro-batches,
-// the single-process reference run on the union of the ranks' data, and one
+// Test helpers for parallel/ddp: a tiny model of each family (GPT-2, Llama
+// with an untied or a tied head), deterministic micro-batches, the
+// single-process reference run on the union of the ranks' data, and one
 // rank's Booster training loop (no_sync on all micro-batches but the last,
-// clipping by global norm).
+// clipping by global norm). Everything takes nn::CausalLM, the contract the
+// plugins see.
 //
-//   EquivalenceRun ref = reference_run(/*world=*/2);
-//   ... on each rank: EquivalenceRun mine = ddp_rank_run(pg, rank, {.bucket_cap_mb = 25});
+//   const DdpRunSpec spec{.family = Family::kLlama, .adamw = true};
+//   EquivalenceRun ref = reference_run(/*world=*/2, spec);
+//   ... on each rank: EquivalenceRun mine = ddp_rank_run(pg, {.bucket_cap_mb = 25}, spec);
 //   // mine.loss[s] averaged over ranks ~ ref.loss[s]; mine.weights ~ ref.weights
 #ifndef COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
 #define COLOSSAL_PARALLEL_DDP_DDP_TEST_UTIL_H_
@@ -12,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -19,7 +23,10 @@
 #include "comm/process_group/process_group.h"
 #include "comm/store/tcp_store.h"
 #include "core/context/context.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/models/gpt2/gpt2.h"
+#include "nn/models/llama/llama.h"
+#include "nn/optim/adam.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/sgd.h"
 #include "nn/train/train_step.h"
@@ -37,20 +44,45 @@ constexpr int kMicro = 2;     // micro-batches per step and rank
 constexpr int kSteps = 20;
 constexpr float kMaxNorm = 0.9f;
 constexpr uint64_t kSeed = 100;  // rank r initialises with kSeed + r
+constexpr double kWeightDecay = 0.1;
+
+// The model families every plugin is tested on: GPT-2 (its head tied to wte)
+// and Llama with an untied head (lm_head) or a tied one (reads embed_tokens).
+enum class Family { kGpt2, kLlama, kLlamaTied };
+// "gpt2", "llama", "llama_tied".
+const char* family_name(Family family);
+// What test and scenario names end with: "" for GPT-2 (the names the tests
+// had before Llama), else "_" + family_name.
+std::string family_suffix(Family family);
 
 // checkpoint_ratio: activation checkpointing of the first blocks (GPT2Config).
 nn::GPT2Config tiny_config(double checkpoint_ratio = 0.0);
-// kRows rows of kT (+1) tokens, a function of (step, rank, micro) only.
+// A tiny Llama with the tokens of micro_batch (vocabulary 11, padded to 16):
+// 2 layers, hidden 16, 4 query heads over 2 key/value heads (head size 4),
+// SwiGLU 24, rope_theta 100 with Llama 3 scaling that changes both
+// frequencies (factor 8 over an original range of 8 positions).
+nn::LlamaConfig tiny_llama_config(bool tied, double checkpoint_ratio = 0.0);
+// kRows rows of kT (+1) tokens below 11, a function of (step, rank, micro) only.
 nn::MicroBatch micro_batch(int step, int rank, int micro);
+// The tiny model of `family` (tiny_config, tiny_llama_config), declared: no memory.
+std::unique_ptr<nn::CausalLM> declare_model(Family family, double checkpoint_ratio = 0.0);
 // A tiny GPT-2 initialised with `seed` (GPT2::init).
 std::unique_ptr<nn::GPT2> make_model(uint64_t seed, double checkpoint_ratio = 0.0);
+// declare_model(family), allocated on the CPU and initialised with `seed`.
+std::unique_ptr<nn::CausalLM> make_model(Family family, uint64_t seed,
+                                         double checkpoint_ratio = 0.0);
+// `model` allocated on the CPU and initialised with `seed` (GTest failures on errors).
+std::unique_ptr<nn::CausalLM> materialized(std::unique_ptr<nn::CausalLM> model, uint64_t seed);
 // SGD over the model's parameters (lr 0.1).
-std::unique_ptr<nn::Sgd> make_sgd(nn::GPT2& model);
+std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model);
+// AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms.
+std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model);
 std::vector<float> floats_of(const core::Tensor& t);
 // max |a - b| / max |b|.
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b);
-// Booster::forward, cross entropy with `dloss`, Booster::backward; returns the loss.
-float booster_micro_step(core::Context& ctx, Booster& booster, nn::GPT2& model,
+// Booster::forward, cross entropy with `dloss` over the model's vocabulary,
+// Booster::backward; returns the loss.
+float booster_micro_step(core::Context& ctx, Booster& booster, nn::CausalLM& model,
                          const nn::MicroBatch& mb, float dloss);
 
 struct EquivalenceRun {
@@ -79,14 +111,26 @@ void run_ranks(int world,
 // One process, `steps` train_steps (clipping at kMaxNorm) of `model` with
 // `optimizer` over the world * kMicro micro-batches of every step: the result
 // every plugin's ranks must match.
-EquivalenceRun reference_run(nn::GPT2& model, nn::Optimizer& optimizer, int world,
+EquivalenceRun reference_run(nn::CausalLM& model, nn::Optimizer& optimizer, int world,
                              int steps = kSteps);
-// The same for make_model(kSeed) (rank 0's weights) with make_sgd.
-EquivalenceRun reference_run(int world, int steps = kSteps);
-// This rank's kSteps through a Booster with the ddp plugin (GTest failures on
-// errors).
+
+// What the ddp ranks train, and their one-process reference.
+struct DdpRunSpec {
+  int steps = kSteps;
+  double checkpoint_ratio = 0.0;  // activation checkpointing on the ranks only
+  Family family = Family::kGpt2;
+  // make_adam instead of make_sgd. A tiny Llama's gradient norm under SGD is
+  // the random tokens' noise, about 1.9 / sqrt(world) on every step, so no
+  // one kMaxNorm clips some steps and not others at every world; under AdamW
+  // it falls as the model learns, as GPT-2's does under SGD.
+  bool adamw = false;
+};
+// The same for make_model(spec.family, kSeed) (rank 0's weights).
+EquivalenceRun reference_run(int world, const DdpRunSpec& spec = {});
+// This rank's spec.steps of make_model(spec.family) through a Booster with
+// the ddp plugin (GTest failures on errors).
 EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,
-                            int steps = kSteps, double checkpoint_ratio = 0.0);
+                            const DdpRunSpec& spec = {});
 
 }  // namespace colossal::parallel::testing
 

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/context/context.h"
-#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/module_params.h"
 #include "nn/optim/param.h"
@@ -28,9 +28,13 @@ GeminiOptions small_chunks(const std::string& placement) {
   return o;
 }
 
+int64_t auto_capacity_bytes(Family family) {
+  return family == Family::kGpt2 ? 8 << 10 : 24 << 10;
+}
+
 namespace {
 
-std::unique_ptr<nn::Adam> declared_adam(const nn::GPT2& model) {
+std::unique_ptr<nn::Adam> declared_adam(const nn::CausalLM& model) {
   nn::AdamOptions o;
   o.lr = 1e-2;
   return *nn::make_adamw(nn::split_decay_groups(nn::declared_params(model.table()), kWeightDecay), o);
@@ -52,9 +56,7 @@ GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec&
   GeminiRun out;
   const int rank = pg->rank();
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  nn::GPT2Config config = zero_config();
-  config.checkpoint_ratio = spec.checkpoint_ratio;
-  auto model = *nn::GPT2::declare(config, DType::kF32);
+  auto model = declare_zero_model(spec.family, spec.checkpoint_ratio);
   auto plugin = GeminiPlugin::create(pg, spec.options);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return out;

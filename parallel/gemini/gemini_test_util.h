@@ -1,7 +1,8 @@
 // Test helpers for parallel/gemini: options with small chunks (so the tiny
-// GPT-2 of zero_test_util has several), and one rank's training run through a
-// Booster with the gemini plugin (materialize, boost, kSteps of kMicro
-// micro-batches with clipping, optional checkpoint load and save).
+// GPT-2 of zero_test_util and the tiny Llama of ddp_test_util have several),
+// and one rank's training run through a Booster with the gemini plugin
+// (materialize, boost, kSteps of kMicro micro-batches with clipping, optional
+// checkpoint load and save).
 #ifndef COLOSSAL_PARALLEL_GEMINI_GEMINI_TEST_UTIL_H_
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_TEST_UTIL_H_
 
@@ -19,6 +20,10 @@ namespace colossal::parallel::testing {
 // `placement` with chunks of a few hundred elements and silent notices.
 GeminiOptions small_chunks(const std::string& placement);
 
+// A stand-in device capacity under which "auto" keeps a few of the chunks of
+// declare_zero_model(family) on the device, not all (small_chunks' layout).
+int64_t auto_capacity_bytes(Family family);
+
 struct GeminiRun {
   EquivalenceRun run;
   int chunks = 0, on_device = 0;
@@ -28,6 +33,7 @@ struct GeminiRun {
 
 struct RunSpec {
   GeminiOptions options;
+  Family family = Family::kGpt2;  // the model: declare_zero_model(family)
   double checkpoint_ratio = 0.0;
   bool no_sync = false;
   int first_step = 0, steps = kSteps;
@@ -40,8 +46,8 @@ struct RunSpec {
 // The two states hold the same keys with bitwise equal tensors (host tensors).
 void expect_same_tensors(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b);
 
-// This rank's run of zero_config's GPT-2 (initialised with kSeed, AdamW as
-// make_adam over declared parameters); GTest failures on errors.
+// This rank's run of declare_zero_model(spec.family) (initialised with kSeed,
+// AdamW as make_adam over declared parameters); GTest failures on errors.
 GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec& spec);
 
 }  // namespace colossal::parallel::testing

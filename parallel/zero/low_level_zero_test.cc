@@ -8,7 +8,8 @@
 //     on some steps), give the losses, norms and weights of one process
 //     accumulating the union of the ranks' rows (nn::train_step with
 //     nn::Adam); fp32, relative difference <= 1e-5; for one and several
-//     buckets; and match ddp + nn::Adam;
+//     buckets; and match ddp + nn::Adam; the same for a tiny Llama with an
+//     untied and a tied head at 2 and 4 ranks;
 //   * the slices: padding (W = 3, 4 do not divide the flat buffer), slice
 //     boundaries inside parameters, the masters of all ranks concatenated are
 //     the final weights, ranks end bitwise equal;
@@ -53,13 +54,13 @@ using core::Tensor;
 using namespace ::colossal::parallel::testing;  // NOLINT: test helpers
 
 ZeroRun ddp_adam_rank_run(std::shared_ptr<comm::ProcessGroup> pg,
-                          const LowLevelZeroOptions& options) {
+                          const LowLevelZeroOptions& options, Family family) {
   DdpOptions d;
   d.bucket_cap_mb = options.reduce_bucket_size_in_m * 4.0;
   auto plugin = DdpPlugin::create(pg, d);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return {};
-  return rank_run(std::move(pg), std::move(*plugin));
+  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/true, family);
 }
 
 struct EquivalenceCase {
@@ -67,6 +68,7 @@ struct EquivalenceCase {
   int world;
   double reduce_bucket_size_in_m;
   bool cpu_offload = false;  // on the CPU path the shards are host memory already
+  Family family = Family::kGpt2;
 };
 
 class ZeroEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
@@ -74,7 +76,8 @@ class ZeroEquivalence : public ::testing::TestWithParam<EquivalenceCase> {};
 TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   const int W = GetParam().world;
   const int stage = GetParam().stage;
-  const EquivalenceRun ref = adam_reference_run(W);
+  const Family family = GetParam().family;
+  const EquivalenceRun ref = adam_reference_run(W, family);
   ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
   std::vector<ZeroRun> runs(W);
   LowLevelZeroOptions o;
@@ -82,7 +85,7 @@ TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   o.stage = stage;
   o.cpu_offload = GetParam().cpu_offload;
   run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-    runs[r] = zero_rank_run(std::move(pg), o);
+    runs[r] = zero_rank_run(std::move(pg), o, family);
   });
   for (int r = 0; r < W; ++r) ASSERT_EQ(runs[r].run.loss.size(), static_cast<size_t>(kSteps));
 
@@ -116,7 +119,7 @@ TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   const double vs_ddp_tol = stage == 1 ? 1e-6 : kRelTol;
   std::vector<ZeroRun> ddp(W);
   run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-    ddp[r] = ddp_adam_rank_run(std::move(pg), o);
+    ddp[r] = ddp_adam_rank_run(std::move(pg), o, family);
   });
   ASSERT_EQ(ddp[0].run.loss.size(), static_cast<size_t>(kSteps));
   const double vs_ddp = rel_diff_outside(runs[0].run.weights, ddp[0].run.weights,
@@ -141,7 +144,7 @@ TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   const int64_t backwards = int64_t{kSteps} * (stage == 1 ? 1 : kMicro);
   EXPECT_EQ(runs[0].issued, backwards * ddp[0].run.buckets);
   EXPECT_GT(runs[0].issued_in_hooks, 0);
-  std::cout << "stage " << stage << ", world " << W << ", reduce_bucket_size_in_m "
+  std::cout << family_name(family) << ", stage " << stage << ", world " << W << ", reduce_bucket_size_in_m "
             << GetParam().reduce_bucket_size_in_m
             << ": worst loss rel diff " << worst << ", weights " << wd << " (key bias max "
             << key_bias << "), vs ddp " << vs_ddp << ", clipped " << clipped
@@ -159,6 +162,12 @@ std::vector<EquivalenceCase> equivalence_cases() {
     }
   }
   for (int w : {1, 2, 4}) out.push_back({2, w, 1.0 / 4096, /*cpu_offload=*/true});
+  for (int stage : {1, 2}) {
+    out.push_back({stage, 2, 12.0, false, Family::kLlama});
+    out.push_back({stage, 4, 1.0 / 4096, false, Family::kLlama});
+    out.push_back({stage, 2, 1.0 / 4096, false, Family::kLlamaTied});
+  }
+  out.push_back({2, 2, 1.0 / 4096, /*cpu_offload=*/true, Family::kLlamaTied});
   return out;
 }
 
@@ -168,7 +177,8 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat("stage", info.param.stage, "_world", info.param.world,
                           info.param.reduce_bucket_size_in_m < 1 ? "_small_buckets"
                                                                  : "_one_bucket",
-                          info.param.cpu_offload ? "_cpu_offload" : "");
+                          info.param.cpu_offload ? "_cpu_offload" : "",
+                          family_suffix(info.param.family));
     });
 
 // The tiny GPT-2 exercises what the equivalence needs: padding and slice

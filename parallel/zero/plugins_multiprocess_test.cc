@@ -8,7 +8,8 @@
 // step (no_sync on the first for ddp and stage 1) and clipping; the parent
 // checks their losses and weights against one process on the union of their
 // data (relative difference <= kRelTol = 1e-5, fp32) and that all ranks end
-// equal.
+// equal. Every plugin also trains the tiny Llama of ddp_test_util (untied
+// head for ddp and ZeRO, tied for gemini) on 2 processes.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -20,6 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "comm/testing/multiprocess.h"
 #include "parallel/ddp/ddp_plugin.h"
@@ -72,18 +74,35 @@ std::unique_ptr<Plugin> make_plugin(std::shared_ptr<comm::ProcessGroup> pg,
   return p.ok() ? std::move(*p) : nullptr;
 }
 
-// One rank (only when spawned by the parent below; the scenario is the plugin).
+// The scenario of a case: the plugin's kind and the family's suffix.
+std::string scenario(const std::string& kind, Family family) {
+  return kind + family_suffix(family);
+}
+
+// One rank (only when spawned by the parent below; the scenario is the plugin
+// and the family).
 TEST(PluginChild, Run) {
   const std::optional<comm::testing::ChildRank> me = comm::testing::child_rank();
   if (!me.has_value()) GTEST_SKIP() << "runs only as a spawned rank";
-  const std::string& kind = me->scenario;
+  absl::string_view scenario_kind = me->scenario;
+  Family family = Family::kGpt2;
+  for (Family f : {Family::kLlama, Family::kLlamaTied}) {
+    if (absl::ConsumeSuffix(&scenario_kind, family_suffix(f))) {
+      family = f;
+      break;
+    }
+  }
+  const std::string kind(scenario_kind);
   auto pg = connect_builtin_group(me->port, me->rank, me->world, comm::TransportKind::kShm);
   ASSERT_TRUE(pg.ok()) << pg.status();
   EquivalenceRun run;
   if (absl::StartsWith(kind, "gemini_")) {  // gemini_<placement>
     RunSpec spec;
+    spec.family = family;
     spec.options = small_chunks(kind.substr(7));
-    if (kind == "gemini_auto") spec.options.device_capacity_bytes = 8 << 10;  // some chunks offloaded
+    if (kind == "gemini_auto") {  // some chunks offloaded
+      spec.options.device_capacity_bytes = auto_capacity_bytes(family);
+    }
     if (kind == "gemini_static") {  // half the chunks offloaded, half kept whole
       spec.options.offload_optim_frac = 0.5;
       spec.options.shard_param_frac = 0.5;
@@ -92,10 +111,11 @@ TEST(PluginChild, Run) {
   } else {
     std::unique_ptr<Plugin> plugin = make_plugin(*pg, kind);
     ASSERT_NE(plugin, nullptr);
-    run = rank_run(*pg, std::move(plugin), /*use_no_sync=*/kind == "ddp" || kind == "zero1").run;
+    run = rank_run(*pg, std::move(plugin), /*use_no_sync=*/kind == "ddp" || kind == "zero1", family)
+              .run;
   }
   ASSERT_EQ(run.loss.size(), size_t(kSteps));
-  std::ofstream out(result_path(child_env("PLUGIN_TEST_DIR"), kind, me->world, me->rank),
+  std::ofstream out(result_path(child_env("PLUGIN_TEST_DIR"), me->scenario, me->world, me->rank),
                     std::ios::binary);
   write_floats(out, run.loss);
   write_floats(out, run.weights);
@@ -105,13 +125,14 @@ TEST(PluginChild, Run) {
 struct Case {
   std::string kind;
   int world;
+  Family family = Family::kGpt2;
 };
 
 class PluginMultiprocess : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PluginMultiprocess, MatchesOneProcess) {
   if (comm::testing::child_rank().has_value()) GTEST_SKIP() << "the parent only";
-  const std::string kind = GetParam().kind;
+  const std::string kind = scenario(GetParam().kind, GetParam().family);
   const int W = GetParam().world;
   std::string dir = child_env("TEST_TMPDIR");
   if (dir.empty()) dir = "/tmp";
@@ -120,7 +141,7 @@ TEST_P(PluginMultiprocess, MatchesOneProcess) {
                                     absl::Seconds(90), kind);
   if (HasFailure()) return;
 
-  const EquivalenceRun ref = adam_reference_run(W);
+  const EquivalenceRun ref = adam_reference_run(W, GetParam().family);
   std::vector<std::vector<float>> loss(W), weights(W);
   for (int r = 0; r < W; ++r) {
     std::ifstream in(result_path(dir, kind, W, r), std::ios::binary);
@@ -138,7 +159,7 @@ TEST_P(PluginMultiprocess, MatchesOneProcess) {
   }
   // c_attn's key bias is rounding noise on both sides (zero_test_util.h).
   const auto [wd, key_bias] = rel_diff_outside(
-      weights[0], ref.weights, key_bias_ranges(make_zero_model(kSeed)->store().table()));
+      weights[0], ref.weights, key_bias_ranges(declare_zero_model(GetParam().family)->table()));
   EXPECT_LE(wd, kRelTol);
   EXPECT_LE(key_bias, 1e-3);
   for (int r = 1; r < W; ++r) EXPECT_EQ(weights[r], weights[0]) << "rank " << r;
@@ -150,13 +171,15 @@ std::vector<Case> cases() {
        {"ddp", "zero1", "zero2", "zero2_cpu_offload", "gemini_cuda", "gemini_cpu", "gemini_static",
         "gemini_auto"}) {
     for (int w : {1, 2, 4}) out.push_back({kind, w});
+    out.push_back({kind, 2, absl::StartsWith(kind, "gemini_") ? Family::kLlamaTied : Family::kLlama});
   }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(PluginsAndWorlds, PluginMultiprocess, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& info) {
-                           return absl::StrCat(info.param.kind, "_world", info.param.world);
+                           return absl::StrCat(scenario(info.param.kind, info.param.family),
+                                               "_world", info.param.world);
                          });
 
 }  // namespace

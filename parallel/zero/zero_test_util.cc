@@ -11,19 +11,19 @@ namespace colossal::parallel::testing {
 
 using core::DType;
 
-EquivalenceRun adam_reference_run(int world) {
-  auto model = make_zero_model(kSeed);
+EquivalenceRun adam_reference_run(int world, Family family) {
+  auto model = make_zero_model(family, kSeed);
   auto adam = make_adam(*model);
   return reference_run(*model, *adam, world);
 }
 
 ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
-                 bool use_no_sync) {
+                 bool use_no_sync, Family family) {
   ZeroRun out;
   EquivalenceRun& run = out.run;
   const int rank = pg->rank();
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  auto model = make_zero_model(kSeed + rank);  // boost broadcasts rank 0's
+  auto model = make_zero_model(family, kSeed + rank);  // boost broadcasts rank 0's
   auto adam = make_adam(*model);
   auto* zero = dynamic_cast<LowLevelZeroPlugin*>(plugin.get());
   auto* ddp = dynamic_cast<DdpPlugin*>(plugin.get());
@@ -62,11 +62,12 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
   return out;
 }
 
-ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options) {
+ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options,
+                      Family family) {
   auto plugin = LowLevelZeroPlugin::create(pg, options);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return {};
-  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1);
+  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1, family);
 }
 
 }  // namespace colossal::parallel::testing

@@ -1,6 +1,7 @@
 // Test helpers for parallel/zero: the tiny GPT-2 whose flat buffer forces
-// padding and slice boundaries inside parameters, AdamW with decay groups,
-// and the weight comparison that sets c_attn's key bias apart.
+// padding and slice boundaries inside parameters (or ddp_test_util's tiny
+// Llama), AdamW with decay groups, and the weight comparison that sets
+// c_attn's key bias apart.
 #ifndef COLOSSAL_PARALLEL_ZERO_ZERO_TEST_UTIL_H_
 #define COLOSSAL_PARALLEL_ZERO_ZERO_TEST_UTIL_H_
 
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/module_params.h"
@@ -23,8 +25,6 @@
 #include "parallel/zero/low_level_zero_plugin.h"
 
 namespace colossal::parallel::testing {
-
-constexpr double kWeightDecay = 0.1;
 
 // tiny_config with n_embd 6 (head size 3) and an unpadded vocabulary of 11:
 // the flat buffer is not a multiple of 3 or 4, so those worlds pad, and slice
@@ -43,20 +43,27 @@ inline std::unique_ptr<nn::GPT2> make_zero_model(uint64_t seed) {
   return model;
 }
 
-// AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms.
-inline std::unique_ptr<nn::Adam> make_adam(nn::GPT2& model) {
-  std::vector<nn::ParamRef> params =
-      *nn::optimizer_params(model.store().parameters(), core::Stream::cpu());
-  nn::AdamOptions o;
-  o.lr = 1e-2;
-  return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);
+// The ZeRO tests' model of `family`, declared (no memory): GPT-2 with
+// zero_config, Llama with tiny_llama_config.
+inline std::unique_ptr<nn::CausalLM> declare_zero_model(Family family,
+                                                        double checkpoint_ratio = 0.0) {
+  if (family != Family::kGpt2) return declare_model(family, checkpoint_ratio);
+  nn::GPT2Config config = zero_config();
+  config.checkpoint_ratio = checkpoint_ratio;
+  return *nn::GPT2::declare(config, core::DType::kF32);
+}
+
+// declare_zero_model(family) allocated on the CPU and initialised with `seed`.
+inline std::unique_ptr<nn::CausalLM> make_zero_model(Family family, uint64_t seed) {
+  return materialized(declare_zero_model(family), seed);
 }
 
 // (offset, numel) in the flat buffer of the key third of every c_attn bias.
 // It cannot change attention (softmax is invariant to it): its true gradient
 // is 0 and what backward computes is rounding noise, which Adam normalises
 // into lr-sized steps. Its values therefore depend on the order of summation
-// (1e-5-sized, not 1e-8) and are compared to a reference separately.
+// (1e-5-sized, not 1e-8) and are compared to a reference separately. Llama
+// has no such parameter (its table has no c_attn): the list is empty.
 inline std::vector<std::pair<int64_t, int64_t>> key_bias_ranges(const nn::ParameterTable& table) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (const nn::ParameterEntry& e : table.entries()) {
@@ -86,9 +93,9 @@ inline std::pair<double, double> rel_diff_outside(
   return {d / m, inside};
 }
 
-// One process over the union of `world` ranks' data: make_zero_model(kSeed)
-// with make_adam, the result every plugin's ranks must match.
-EquivalenceRun adam_reference_run(int world);
+// One process over the union of `world` ranks' data: make_zero_model(family,
+// kSeed) with make_adam, the result every plugin's ranks must match.
+EquivalenceRun adam_reference_run(int world, Family family = Family::kGpt2);
 
 struct ZeroRun {
   EquivalenceRun run;
@@ -100,14 +107,15 @@ struct ZeroRun {
   std::vector<std::pair<int64_t, int64_t>> key_bias;  // (offset, numel) of c_attn's key bias
 };
 
-// This rank's kSteps of make_zero_model through a Booster with `plugin`
-// (make_adam; GTest failures on errors). The slice fields are filled for
-// low_level_zero. no_sync on all micro-batches but the last (ddp, stage 1),
-// or every micro-batch reduced (stage 2: the gradient shards accumulate).
+// This rank's kSteps of make_zero_model(family) through a Booster with
+// `plugin` (make_adam; GTest failures on errors). The slice fields are filled
+// for low_level_zero. no_sync on all micro-batches but the last (ddp, stage
+// 1), or every micro-batch reduced (stage 2: the gradient shards accumulate).
 ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
-                 bool use_no_sync = true);
+                 bool use_no_sync = true, Family family = Family::kGpt2);
 // rank_run with a low_level_zero plugin of `options`.
-ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options);
+ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options,
+                      Family family = Family::kGpt2);
 
 }  // namespace colossal::parallel::testing
 
