@@ -113,12 +113,16 @@ absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return text.status();
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("torch_dtype") || !j["torch_dtype"].is_string()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "': no \"torch_dtype\" string"));
+  // transformers 4 writes "torch_dtype", transformers 5 "dtype".
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!j.is_object() || !j.contains(key) || !j[key].is_string()) continue;
+    absl::StatusOr<core::DType> dtype = core::parse_dtype(j[key].get<std::string>());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("'", path, "': ", key, ": ", dtype.status().message()));
+    }
+    return dtype;
   }
-  absl::StatusOr<core::DType> dtype = core::parse_dtype(j["torch_dtype"].get<std::string>());
-  if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("'", path, "': torch_dtype: ", dtype.status().message()));
-  return dtype;
+  return absl::InvalidArgumentError(absl::StrCat("'", path, "': no \"torch_dtype\" (or \"dtype\") string"));
 }
 
 // ---- save ------------------------------------------------------------------

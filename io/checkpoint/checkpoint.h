@@ -123,7 +123,8 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 
 // `dir`/config.json's text.
 absl::StatusOr<std::string> ReadCheckpointConfig(const std::string& dir);
-// The weights' dtype that `dir`/config.json names ("torch_dtype").
+// The weights' dtype that `dir`/config.json names ("torch_dtype", or
+// transformers 5's "dtype").
 absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir);
 
 // A model tensor a load expects: `name` with `dtype` and `shape`, copied into

@@ -46,6 +46,19 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
   ASSERT_TRUE(dir.ok()) << dir.status();
   EXPECT_EQ(*ResolveCheckpoint(root), *dir);
   EXPECT_EQ(*ReadCheckpointDType(*dir), DType::kF32);
+  // transformers 5 names the weights' dtype "dtype".
+  save.step = 5;
+  save.config_json = "{\"dtype\": \"bfloat16\"}\n";
+  absl::StatusOr<std::string> v5 = SaveCheckpoint(root, save);
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_EQ(*ReadCheckpointDType(*v5), DType::kBF16);
+  save.step = 6;
+  save.config_json = "{\"vocab_size\": 3}\n";
+  absl::StatusOr<std::string> none = SaveCheckpoint(root, save);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(ReadCheckpointDType(*none).status().code(), absl::StatusCode::kInvalidArgument);
+  save.step = 4;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
 
   Tensor w2 = Filled({3, 2}, 100.0f), b2 = Filled({2}, 100.0f);  // poisoned
   ASSERT_TRUE(LoadModelTensors(*dir, {{"w", DType::kF32, {2, 2}, w2}, {"b", DType::kF32, {2}, b2}}).ok());

@@ -11,7 +11,6 @@ namespace colossal::nn {
 namespace {
 
 struct AttentionSaved : Saved {
-  // The core's y is also c_proj's saved input (the same storage), counted there too.
   SavedStats stats() const override {
     const SavedStats children = saved_stats({}, {c_attn.get(), c_proj.get()});
     const SavedStats mine = core.stats();

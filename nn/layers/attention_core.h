@@ -52,7 +52,8 @@ struct AttentionHeads {
 
 // What the backward needs; one per forward call.
 struct AttentionCoreSaved {
-  SavedStats stats() const { return saved_stats({q, k, v, probs, qkv, y, lse}); }
+  // y is not counted: it is the output projection's saved input, counted there.
+  SavedStats stats() const { return saved_stats({q, k, v, probs, qkv, lse}); }
   AttentionHeads shape;
   bool fused = false;
   core::Tensor q, k, v, probs;  // explicit: [B*H|B*KV, T, D] x3 and [B*H, T, T]

@@ -141,31 +141,44 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
   if (act != j.end() && *act != "silu") {
     return key_error(what, "hidden_act", absl::StrCat("is ", act->dump(), "; only \"silu\" is supported"));
   }
-  const auto scaling = j.find("rope_scaling");
+  // The rotary embedding: transformers 4's "rope_theta" + "rope_scaling", or
+  // transformers 5's "rope_parameters" (theta and scaling in one object).
+  const char* scaling_key = "rope_scaling";
+  auto scaling = j.find(scaling_key);
+  const auto parameters = j.find("rope_parameters");
+  if (parameters != j.end() && !parameters->is_null()) {
+    if (!parameters->is_object() || parameters->contains("full_attention")) {
+      return key_error(what, "rope_parameters",
+                       "must be one object (per-layer-type rotary parameters are not supported)");
+    }
+    if (absl::Status s = read(*parameters, "rope_theta", &c.rope_theta, what); !s.ok()) return s;
+    scaling_key = "rope_parameters";
+    scaling = parameters;
+  }
   if (scaling != j.end() && !scaling->is_null()) {
-    if (!scaling->is_object()) return key_error(what, "rope_scaling", "must be an object or null");
-    std::string kind;
+    if (!scaling->is_object()) return key_error(what, scaling_key, "must be an object or null");
+    std::string kind = "default";
     for (const char* k : {"rope_type", "type"}) {
       const auto t = scaling->find(k);
       if (t != scaling->end() && t->is_string()) kind = t->get<std::string>();
     }
-    if (kind == "default") {
-      // No scaling.
-    } else if (kind != "llama3") {
-      return key_error(what, "rope_scaling",
-                       absl::StrCat("has rope_type \"", kind,
-                                    "\"; supported: \"llama3\" (or no rope_scaling)"));
-    } else {
+    if (kind == "llama3") {
       kernels::rope::Llama3RopeScaling r{8.0, 1.0, 4.0, 8192};
-      if (absl::Status s = read(*scaling, "factor", &r.factor, what); !s.ok()) return s;
-      if (absl::Status s = read(*scaling, "low_freq_factor", &r.low_freq_factor, what); !s.ok()) return s;
-      if (absl::Status s = read(*scaling, "high_freq_factor", &r.high_freq_factor, what); !s.ok()) return s;
+      for (auto [key, out] : {std::pair{"factor", &r.factor},
+                              std::pair{"low_freq_factor", &r.low_freq_factor},
+                              std::pair{"high_freq_factor", &r.high_freq_factor}}) {
+        if (absl::Status s = read(*scaling, key, out, what); !s.ok()) return s;
+      }
       if (absl::Status s = read(*scaling, "original_max_position_embeddings",
                                 &r.original_max_position_embeddings, what);
           !s.ok()) {
         return s;
       }
       c.rope_scaling = r;
+    } else if (kind != "default") {
+      return key_error(what, scaling_key,
+                       absl::StrCat("has rope_type \"", kind,
+                                    "\"; supported: \"llama3\" and \"default\" (no scaling)"));
     }
   }
   if (absl::Status s = c.validate(); !s.ok()) {

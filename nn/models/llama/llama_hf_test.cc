@@ -34,6 +34,21 @@ constexpr char kLlama32_1B[] = R"({
   "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
   "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})";
 
+// The same checkpoint as transformers 5 writes it: theta and scaling in
+// "rope_parameters", the weights' dtype as "dtype".
+constexpr char kLlama32_1B_v5[] = R"({
+  "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+  "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+  "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+  "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+  "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+  "rope_parameters": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 8192, "rope_type": "llama3",
+                      "rope_theta": 500000.0},
+  "tie_word_embeddings": true, "dtype": "bfloat16", "transformers_version": "5.17.0",
+  "use_cache": true, "vocab_size": 128256})";
+
 void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.hidden_size, b.hidden_size);
@@ -62,6 +77,9 @@ TEST(LlamaHuggingFace, PublishedConfigEqualsThePresetAndRoundTrips) {
   absl::StatusOr<LlamaConfig> read = LlamaConfigFromHuggingFaceJson(kLlama32_1B, "config.json");
   ASSERT_TRUE(read.ok()) << read.status();
   expect_same(*read, *LlamaConfig::preset("llama3.2-1b"));
+  absl::StatusOr<LlamaConfig> v5 = LlamaConfigFromHuggingFaceJson(kLlama32_1B_v5, "config.json");
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  expect_same(*v5, *LlamaConfig::preset("llama3.2-1b"));
   for (const char* name : {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b"}) {
     const LlamaConfig c = *LlamaConfig::preset(name);
     absl::StatusOr<LlamaConfig> back =
@@ -79,6 +97,9 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
            Case{R"({"model_type": "llama", "hidden_act": "gelu"})", "hidden_act"},
            Case{R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})",
                 "rope_scaling"},
+           Case{R"({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 2}})",
+                "rope_parameters"},
+           Case{R"({"model_type": "llama", "rope_parameters": {"rope_theta": "big"}})", "rope_theta"},
            Case{R"({"model_type": "mistral", "sliding_window": 4096})", "sliding_window"},
            Case{R"({"model_type": "llama", "num_key_value_heads": 5})", "num_attention_heads"},
            Case{R"([1, 2])", "JSON object"},
