@@ -21,6 +21,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 #include <sys/stat.h>
@@ -33,14 +34,16 @@
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
 #include "nn/train/checkpoint.h"
-#include "io/tokenizer/tokenizer.h"
+#include "io/tokenizer/load_tokenizer.h"
+#include "io/tokenizer/text_tokenizer.h"
 #include "core/ops/elementwise.h"
 #include "lua/api/generation.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
 #include "nn/models/causal_lm/hugging_face.h"
 #include "nn/models/gpt2/gpt2.h"
-#include "nn/models/gpt2/hugging_face.h"
+#include "nn/models/llama/llama.h"
+#include "nn/models/registry/registry.h"
 
 namespace colossal::lua::cli {
 namespace {
@@ -52,16 +55,18 @@ constexpr FlagSpec kGenerateFlags[] = {
     {"--temperature", FlagKind::kValue, "T", "softmax temperature; 0: greedy (1.0)"},
     {"--top_k", FlagKind::kValue, "K", "sample among the K likeliest tokens; 0: all (50)"},
     {"--seed", FlagKind::kValue, "S", "Philox seed of the sampling (1337)"},
-    {"--tokenizer", FlagKind::kValue, "FILE",
-     "GPT-2 ranks, tiktoken format ($COLOSSAL_DATA/gpt2.tiktoken)"},
+    {"--tokenizer", FlagKind::kValue, "FILE|DIR",
+     "gpt2.tiktoken, tokenizer.json, tokenizer.model or a folder holding one (the checkpoint's "
+     "own, else $COLOSSAL_DATA/gpt2.tiktoken)"},
 };
 
 std::string GenerateUsage() {
   return absl::StrCat(
       "usage: colossal generate --checkpoint DIR --prompt TEXT [options]\n\n"
-      "Continues TEXT with the GPT-2 model of a checkpoint, on the CPU (float32),\n"
-      "printing the prompt and each new token to stdout as it is produced. It stops\n"
-      "at <|endoftext|> or after --max_new_tokens tokens. The same flags give the same\n"
+      "Continues TEXT with the model of a checkpoint (GPT-2 or Llama: a step directory\n"
+      "or a Hugging Face model folder), on the CPU (float32), printing the prompt and\n"
+      "each new token to stdout as it is produced. It stops at the tokenizer's end of\n"
+      "text or after --max_new_tokens tokens. The same flags give the same\n"
       "text. Exit codes: 0 ok, 1 runtime failure (checkpoint, tokenizer, model),\n"
       "2 usage error.\n\n",
       FlagHelp(kGenerateFlags));
@@ -72,26 +77,38 @@ void Emit(std::string_view bytes) {
   std::fflush(stdout);
 }
 
+// One line on the model for stderr: family and sizes.
+std::string Describe(const nn::CausalLM& model) {
+  if (const auto* g = dynamic_cast<const nn::GPT2*>(&model)) {
+    const nn::GPT2Config& c = g->config();
+    return absl::StrCat("GPT-2 ", c.n_layer, " layers, ", c.n_head, " heads, n_embd ", c.n_embd,
+                        ", vocab ", c.vocab_size, ", context ", c.max_seq_len);
+  }
+  if (const auto* l = dynamic_cast<const nn::Llama*>(&model)) {
+    const nn::LlamaConfig& c = l->config();
+    return absl::StrCat("Llama ", c.num_hidden_layers, " layers, ", c.num_attention_heads,
+                        " heads (", c.kv_heads(), " key-value), hidden ", c.hidden_size, ", vocab ",
+                        c.vocab_size, ", context ", c.max_position_embeddings);
+  }
+  return model.describe();
+}
+
 // The generation itself; errors are runtime failures (exit code 1).
 absl::Status Generate(const std::string& checkpoint, const std::string& tokenizer_path,
                       const std::string& prompt, int max_new_tokens, const SamplingOptions& o) {
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(checkpoint);
   if (!dir.ok()) return dir.status();
-  absl::StatusOr<nn::GPT2Config> config = nn::ReadGPT2Config(*dir);
-  if (!config.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(*dir, "/config.json: ", config.status().message()));
-  }
-  absl::StatusOr<io::Tokenizer> tokenizer = io::Tokenizer::FromTiktokenFile(tokenizer_path);
+  absl::StatusOr<std::unique_ptr<nn::CausalLM>> model =
+      nn::DeclareHuggingFaceModel(*dir, core::DType::kF32);
+  if (!model.ok()) return absl::FailedPreconditionError(model.status().message());
+  absl::StatusOr<std::unique_ptr<io::TextTokenizer>> tokenizer = io::LoadTokenizer(tokenizer_path);
   if (!tokenizer.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("tokenizer ", tokenizer_path, ": ", tokenizer.status().message()));
   }
-  absl::StatusOr<std::unique_ptr<nn::GPT2>> model =
-      nn::GPT2::create(*config, core::DType::kF32, core::Stream::cpu());
-  if (!model.ok()) {
+  if (absl::Status s = (*model)->store().allocate(core::Stream::cpu()); !s.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(*dir, ": the model of config.json: ", model.status().message()));
+        absl::StrCat(*dir, ": the model of config.json: ", s.message()));
   }
   if (absl::Status s = nn::LoadHuggingFaceModelConverting(*dir, **model, (*model)->store()); !s.ok()) {
     return absl::FailedPreconditionError(
@@ -100,31 +117,36 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
   absl::StatusOr<std::unique_ptr<core::Context>> ctx = core::Context::create(core::Device::cpu());
   if (!ctx.ok()) return ctx.status();
 
-  std::vector<int32_t> tokens = tokenizer->EncodeOrdinary(prompt);
-  const int32_t eot = tokenizer->special_token_id(io::kEndOfText).value_or(io::kGpt2EndOfTextId);
-  std::fprintf(stderr,
-               "generate: %s: GPT-2 %lld layers, %lld heads, n_embd %lld, vocab %lld, "
-               "context %lld; CPU, float32; %zu prompt tokens\n",
-               dir->c_str(), static_cast<long long>(config->n_layer),
-               static_cast<long long>(config->n_head), static_cast<long long>(config->n_embd),
-               static_cast<long long>(config->vocab_size),
-               static_cast<long long>(config->max_seq_len), tokens.size());
+  absl::StatusOr<std::vector<int32_t>> encoded = (*tokenizer)->Encode(prompt, /*add_special_tokens=*/true);
+  if (!encoded.ok()) return encoded.status();
+  std::vector<int32_t> tokens = *std::move(encoded);
+  const size_t prompt_tokens = tokens.size();
+  std::fprintf(stderr, "generate: %s: %s; CPU, float32; %zu prompt tokens\n", dir->c_str(),
+               Describe(**model).c_str(), prompt_tokens);
   Emit(prompt);
+  // Each new token's text is what decoding all the new tokens adds to the
+  // text so far (SentencePiece pieces carry their spaces that way).
+  std::string emitted;
   absl::StatusOr<int> generated = GenerateTokens(
-      **ctx, **model, tokens, max_new_tokens, o, eot, [&](int32_t next) -> absl::Status {
-        std::optional<std::string_view> bytes = tokenizer->TokenBytes(next);
-        if (!bytes.has_value()) {
+      **ctx, **model, tokens, max_new_tokens, o, (*tokenizer)->eos_id().value_or(-1),
+      [&](int32_t) -> absl::Status {
+        absl::StatusOr<std::string> text =
+            (*tokenizer)->Decode(std::span<const int32_t>(tokens).subspan(prompt_tokens));
+        if (!text.ok()) {
           return absl::FailedPreconditionError(absl::StrCat(
-              "the model produced token ", next, ", which the tokenizer ", tokenizer_path,
-              " has no text for: the tokenizer does not match the checkpoint"));
+              "the model produced a token the tokenizer ", tokenizer_path,
+              " has no text for (", text.status().message(), "): the tokenizer does not match the checkpoint"));
         }
-        Emit(*bytes);
+        if (text->size() > emitted.size() && text->compare(0, emitted.size(), emitted) == 0) {
+          Emit(std::string_view(*text).substr(emitted.size()));
+          emitted = *std::move(text);
+        }
         return absl::OkStatus();
       });
   if (!generated.ok()) return generated.status();
   Emit("\n");
   std::fprintf(stderr, "generate: %d new tokens%s\n", *generated,
-               *generated < max_new_tokens ? " (<|endoftext|>)" : "");
+               *generated < max_new_tokens ? " (end of text)" : "");
   return absl::OkStatus();
 }
 
@@ -167,6 +189,16 @@ int GenerateCommand(const Args& args) {
                 kExitUsage, usage);
   }
   std::string tokenizer = flags->value("--tokenizer");
+  if (tokenizer.empty()) {
+    // The checkpoint folder's own tokenizer when it has one (a Hugging Face
+    // model folder), else GPT-2's.
+    if (absl::StatusOr<std::string> dir = io::ResolveCheckpoint(flags->value("--checkpoint")); dir.ok()) {
+      struct stat st;
+      for (const char* file : {"/tokenizer.json", "/tokenizer.model"}) {
+        if (stat((*dir + file).c_str(), &st) == 0) tokenizer = *dir;
+      }
+    }
+  }
   if (tokenizer.empty()) {
     tokenizer = DefaultTokenizerPath();
     struct stat st;

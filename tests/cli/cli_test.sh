@@ -196,6 +196,12 @@ cmp -s "$tmp/greedy1" "$tmp/greedy2" || { echo "FAIL: greedy generation differs 
 lua/write_test_checkpoint "$tmp/ckpt16" --bf16 >/dev/null || { echo "FAIL: write_test_checkpoint --bf16"; failures=$((failures + 1)); }
 run_cli 0 generate --checkpoint "$tmp/ckpt16" --tokenizer "$tok" --prompt "Hello, world" \
   --max_new_tokens 24 --temperature 0 && expect "$err" '^generate: 24 new tokens$'
+# A Llama checkpoint: the family comes from its config.json.
+lua/write_test_checkpoint "$tmp/ckpt_llama" --llama >/dev/null || { echo "FAIL: write_test_checkpoint --llama"; failures=$((failures + 1)); }
+run_cli 0 generate --checkpoint "$tmp/ckpt_llama" --tokenizer "$tok" --prompt "Hello, world" \
+  --max_new_tokens 24 --temperature 0 &&
+  expect "$err" '^generate: .*/step_000007: Llama 2 layers, 4 heads \(2 key-value\), hidden 32, vocab 256, context 64; CPU, float32; 12 prompt tokens$' &&
+  expect "$err" '^generate: 24 new tokens$'
 # The prompt, then 24 one-byte tokens, then a newline.
 [[ "$(head -c 12 "$tmp/greedy1")" == "Hello, world" && $(wc -c <"$tmp/greedy1") -eq 37 ]] ||
   { echo "FAIL: greedy output is not the prompt + 24 bytes + newline:"; od -c "$tmp/greedy1"; failures=$((failures + 1)); }
