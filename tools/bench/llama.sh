@@ -56,7 +56,7 @@ fi
 if has kernels; then
   "$bin/kernels_rope_rope_bench" --benchmark_filter=Cuda 2>&1 | grep -E "^BM_" 
   "$bin/kernels_activation_activation_bench" --benchmark_filter='Swiglu.*Cuda' 2>&1 | grep -E "^BM_"
-  "$bin/kernels_attention_attention_bench" --benchmark_filter='KV=8|H=12' 2>&1 | grep -E "^BM_"
+  "$bin/kernels_attention_attention_bench" --benchmark_filter=AttentionCuda 2>&1 | grep -E "^BM_"
   (cd tools/bench && python3 torch_llama_kernels.py)
 fi
 if has model; then

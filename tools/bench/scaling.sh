@@ -12,7 +12,9 @@
 #   zero2          the same, stage 2
 #   zero2_offload  the same, stage 2, plugin.cpu_offload = true
 #   torch_ddp      tools/bench/torch_gpt2_dist.py --mode ddp  (torchrun; fp32 weights, bf16 autocast)
+#   gemini         colossal bench recipes/gpt2_gemini.lua (gemini, placement_policy auto, plugin.precision bf16)
 #   torch_fsdp     tools/bench/torch_gpt2_dist.py --mode fsdp (torchrun; FSDP1 FULL_SHARD, bf16 MixedPrecision)
+#   torch_fsdp2    tools/bench/torch_gpt2_dist.py --mode fsdp2 (torchrun; fully_shard per block, bf16 MixedPrecisionPolicy)
 # The exact command lines, as run (N GPUs, M the micro-batch, S/W steps/warm-up):
 #   cd <fresh dir> && $COLOSSAL_BIN run --nproc_per_node N --master_port P bench <repo>/recipes/gpt2_zero.lua \
 #       --steps S --warmup W --set model.preset=gpt2-xl --set data.micro_batch_size=M --set data.seq_len=1024 \
@@ -32,7 +34,7 @@
 #                    ./data links to it); default $OUT/scaling/data. Point it at an existing
 #                    data/ folder (one holding shakespeare/manifest.json) to skip tokenizing.
 #   MODELS           "gpt2 gpt2-xl"            WORLDS  "1 2 4" (those above the GPU count are skipped)
-#   METHODS          "ddp zero1 zero2 zero2_offload torch_ddp torch_fsdp"
+#   METHODS          "ddp zero1 zero2 zero2_offload torch_ddp torch_fsdp" (also: gemini, torch_fsdp2)
 #   MICRO_BATCH_GPT2 8   MICRO_BATCH_GPT2_XL 4 (sequences per GPU per step)
 #   STEPS 10  WARMUP 3  RUN_TIMEOUT 240 (seconds per run)  PYTHON python3  NGPU (default: counted)
 #   OUT              logs, results.jsonl and table.md go to ${OUT:-/tmp}/scaling/
@@ -75,9 +77,9 @@ done
 needs_colossal=0
 for method in $METHODS; do
   case "$method" in
-    ddp | zero1 | zero2 | zero2_offload) needs_colossal=1 ;;
-    torch_ddp | torch_fsdp) ;;
-    *) die "unknown method '$method' (ddp zero1 zero2 zero2_offload torch_ddp torch_fsdp)" ;;
+    ddp | zero1 | zero2 | zero2_offload | gemini) needs_colossal=1 ;;
+    torch_ddp | torch_fsdp | torch_fsdp2) ;;
+    *) die "unknown method '$method' (ddp zero1 zero2 zero2_offload gemini torch_ddp torch_fsdp torch_fsdp2)" ;;
   esac
 done
 if [[ $needs_colossal -eq 1 ]]; then
@@ -189,7 +191,7 @@ run_one() {
   port=$((29500 + run_counter))  # a fresh rendezvous port: a killed run may still hold the last
   local -a cmd
   case "$method" in
-    ddp | zero1 | zero2 | zero2_offload)
+    ddp | zero1 | zero2 | zero2_offload | gemini)
       impl=colossal
       local recipe
       local -a sets=(--set "model.preset=$model" --set "data.micro_batch_size=$mb"
@@ -198,6 +200,17 @@ run_one() {
         ddp)
           recipe="$REPO/recipes/gpt2_ddp.lua"
           sets+=(--set precision=bf16)
+          ;;
+        gemini)
+          # gpt2_gemini.lua names the sizes (no preset key) and checkpoints
+          # activations: the sizes of $model, and no checkpointing, as the others.
+          recipe="$REPO/recipes/gpt2_gemini.lua"
+          local shape="12 12 768"
+          [[ $model == gpt2-xl ]] && shape="48 25 1600"
+          read -r nl nh ne <<<"$shape"
+          sets=(--set "model.n_layer=$nl" --set "model.n_head=$nh" --set "model.n_embd=$ne"
+            --set model.checkpoint_ratio=0 --set "data.micro_batch_size=$mb"
+            --set "data.seq_len=$SEQ" --set accumulation_steps=1 --set plugin.precision=bf16)
           ;;
         zero1 | zero2 | zero2_offload)
           recipe="$REPO/recipes/gpt2_zero.lua"
@@ -213,7 +226,7 @@ run_one() {
       cmd=("$COLOSSAL_BIN" run --nproc_per_node "$world" --master_port "$port" bench "$recipe"
         --steps "$STEPS" --warmup "$WARMUP" "${sets[@]}")
       ;;
-    torch_ddp | torch_fsdp)
+    torch_ddp | torch_fsdp | torch_fsdp2)
       impl=torch
       cmd=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$world"
         "$REPO/tools/bench/torch_gpt2_dist.py" --model "$model" --mode "${method#torch_}"

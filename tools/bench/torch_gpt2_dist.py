@@ -18,6 +18,10 @@ Modes:
         (wte/wpe/ln_f, tied head) in the root unit; MixedPrecision(param, reduce
         and buffer dtype bf16) over fp32 sharded weights, no autocast;
         use_orig_params=True so AdamW can keep its decay/no-decay groups.
+  fsdp2 FSDP2 (torch.distributed.fsdp.fully_shard) on each transformer block and
+        then the root, MixedPrecisionPolicy(param_dtype bf16, reduce_dtype bf16)
+        over fp32 sharded weights (DTensors), no autocast; clip_grad_norm_ over the
+        DTensor parameters.
 
 One step, as torch_gpt2_train.py's: zero_grad(set_to_none), forward,
 cross-entropy, backward, clip_grad_norm_(1.0) (FSDP: model.clip_grad_norm_),
@@ -85,6 +89,18 @@ def build(args, local_rank):
             torch.nn.utils.clip_grad_norm_(wrapped.parameters(), 1.0)
 
         autocast = True
+    elif args.mode == "fsdp2":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+        for module in model.modules():
+            if isinstance(module, ref.Block):
+                fully_shard(module, mp_policy=mp)
+        wrapped = fully_shard(model, mp_policy=mp)
+
+        def clip():
+            torch.nn.utils.clip_grad_norm_(wrapped.parameters(), 1.0)
+
+        autocast = False
     else:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp import MixedPrecision, ShardingStrategy
@@ -118,7 +134,7 @@ def build(args, local_rank):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="gpt2")
-    parser.add_argument("--mode", choices=["ddp", "fsdp"], default="ddp")
+    parser.add_argument("--mode", choices=["ddp", "fsdp", "fsdp2"], default="ddp")
     parser.add_argument("--micro_batch", type=int, default=8, help="sequences per GPU per step")
     parser.add_argument("--seq", type=int, default=1024)
     parser.add_argument("--steps", type=int, default=10, help="timed steps")
