@@ -397,6 +397,12 @@ function recipe.run(t, file, bench)
     t0 = colossal.clock()  -- evaluation and saving do not count as training time
   end
   if first_loss then say("loss %.4f -> %.4f over steps %d..%d", first_loss, last_loss, start + 1, r.steps) end
+  -- Every rank's own peak (a scaling table takes the maximum over ranks).
+  if bench and world > 1 and timed.steps > 0 then
+    local mem = colossal.memory()
+    print(string.format('{"bench_rank": %d, "peak_memory_bytes": %.0f}', env.rank,
+      env.device == "cpu" and mem.max_rss or mem.peak))
+  end
   if bench and main and timed.steps > 0 then
     local mem = colossal.memory()
     local ms = 1000 * timed.seconds / timed.steps

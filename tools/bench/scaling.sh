@@ -42,9 +42,9 @@
 # Numbers: tokens/s per GPU = global tokens/s / GPUs; scaling eff. = tokens/s per GPU at N
 # over the same model and method's at 1 GPU. colossal's ms/step is the mean host wall-clock
 # time of the timed steps (its bench loop reads the loss back every step); torch's is the
-# median of CUDA-event times (each step synchronised). colossal's peak GiB is rank 0's
-# allocator peak over the timed steps (reset after warm-up); torch's is max_memory_allocated over the timed
-# steps, the maximum over ranks. A failed run is a row with its exit status and the tail
+# median of CUDA-event times (each step synchronised). colossal's peak GiB is the allocator
+# peak over the timed steps (reset after warm-up), torch's max_memory_allocated over the timed
+# steps; both the maximum over ranks. A failed run is a row with its exit status and the tail
 # of its log; the script goes on.
 set -uo pipefail
 
@@ -131,13 +131,23 @@ for line in text.splitlines():
             found = json.loads(line[i:])
         except ValueError:
             pass
+# colossal: every rank's own peak (recipe.lua's "bench_rank" lines); the row takes the maximum.
+rank_peaks = []
+for line in text.splitlines():
+    i = line.find('{"bench_rank"')
+    if i >= 0:
+        try:
+            rank_peaks.append(float(json.loads(line[i:])["peak_memory_bytes"]))
+        except (ValueError, KeyError):
+            pass
 try:
     ok = found is not None and int(rc) == 0
     if ok and impl == "colossal":
         n = int(found["world_size"])
         row.update(ms_per_step=float(found["ms_per_step"]),
                    tokens_per_s_per_gpu=float(found["tokens_per_s"]) / n,
-                   peak_gib=float(found["peak_memory_bytes"]) / 2**30, world_reported=n)
+                   peak_gib=max([float(found["peak_memory_bytes"])] + rank_peaks) / 2**30,
+                   world_reported=n)
     elif ok:
         n = int(found["world"])
         row.update(ms_per_step=float(found["ms_per_step"]),
