@@ -217,11 +217,18 @@ int Boost(lua_State* L) {
                                            b->rt->ctx->compute_stream()));
       model->plugin_memory = !model->net->store().materialized();
     }
+    // from_pretrained's weights go in now, before boost builds the plugin's
+    // master weights from the model's (ZeRO's fp32 master slice); a plugin
+    // keeping its own memory (gemini) takes them after boost, below.
+    if (!model->plugin_memory && model->net->store().materialized()) {
+      LoadPretrainedWeights(L, *model);
+    }
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared
   if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
-  // from_pretrained's weights, through the plugin (each rank takes its part).
-  if (b->booster && !model->pretrained_dir.empty()) {
+  // from_pretrained's weights into a plugin's own memory (gemini: its shards
+  // are the fp32 masters), through the plugin (each rank takes its part).
+  if (b->booster && model->plugin_memory && !model->pretrained_dir.empty()) {
     parallel::RunParts run;
     run.architecture = model->net.get();
     run.model = &model->net->store();
@@ -230,6 +237,7 @@ int Boost(lua_State* L) {
     run.stream = &b->rt->ctx->compute_stream();
     ThrowIfError(L, absl::StrCat(what, ": loading ", model->pretrained_dir),
                  parallel::load_run_model(model->pretrained_dir, run));
+    model->pretrained_loaded = true;
   }
   // The loader reads this rank's share of the plugin's data-parallel group
   // (Colossal-AI's prepare_dataloader): its rank and size differ from the

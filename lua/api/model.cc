@@ -390,8 +390,15 @@ void MaterializeModel(lua_State* L, Model& model) {
   const core::Stream& stream = model.rt->ctx->compute_stream();
   ThrowIfError(L, "materializing the model", store.allocate(stream));
   ThrowIfError(L, "initialising the model", store.initialize(model.seed, stream));
-  if (model.pretrained_dir.empty()) return;
+  LoadPretrainedWeights(L, model);
+}
+
+void LoadPretrainedWeights(lua_State* L, Model& model) {
+  if (model.pretrained_dir.empty() || model.pretrained_loaded) return;
+  nn::ParameterStore& store = model.net->store();
   const std::string what = absl::StrCat("loading ", model.pretrained_dir);
+  if (!store.materialized()) RaiseError(L, absl::StrCat(what, ": the model has no memory"), kErrorRuntime);
+  const core::Stream& stream = model.rt->ctx->compute_stream();
   absl::StatusOr<nn::ParameterStore> host =
       nn::ParameterStore::create(model.net->table(), core::Stream::cpu());
   ThrowIfError(L, what, host.status());
@@ -399,6 +406,7 @@ void MaterializeModel(lua_State* L, Model& model) {
   core::Tensor dst = store.flat_values(model.net->dtype());
   ThrowIfError(L, what, dst.copy_from(host->flat_values(model.net->dtype()), stream));
   stream.synchronize();
+  model.pretrained_loaded = true;
 }
 
 int OpenModel(lua_State* L) {

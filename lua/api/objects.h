@@ -43,6 +43,7 @@ struct Model {
   // from_pretrained: a Hugging Face directory whose weights replace the
   // initial values once the model has memory (MaterializeModel, or boost).
   std::string pretrained_dir;
+  bool pretrained_loaded = false;
   bool boosted = false;
   // The plugin keeps the parameters in memory of its own (gemini's chunks):
   // the store has no views, and nothing must allocate the replicated layout.
@@ -55,6 +56,11 @@ struct Model {
 // values (the one-device layout, then from_pretrained's weights); nothing
 // when it has memory already.
 void MaterializeModel(lua_State* L, Model& model);
+
+// from_pretrained's weights into a model whose store has its memory (the
+// one-device layout, or a plugin's replicated one): before boost, so that a
+// plugin's fp32 master weights start from them. Once per model.
+void LoadPretrainedWeights(lua_State* L, Model& model);
 
 // A forward pass waiting for its backward: the activations and dlogits of
 // d(mean loss)/d(logits). Released by the backward.
