@@ -13,6 +13,7 @@
 #include "kernels/activation/activation.h"
 #include "kernels/activation/activation_layout.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/common/round_once.h"
 
 namespace colossal::kernels::activation {
 
@@ -30,30 +31,10 @@ double load(const T* p, int64_t i) {
   return static_cast<double>(to_math(p[i]));
 }
 
-// double -> float rounding toward zero with the last bit set when inexact
-// ("round to odd"). A later float -> half/bfloat16 rounding of that value then
-// equals the correct direct double -> half rounding (float keeps >= 2 extra bits).
-float round_to_odd(double v) {
-  float f = static_cast<float>(v);
-  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits |= 1u;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Stores a double result with exactly one rounding to T.
 template <typename T>
 void store(T* p, int64_t i, double v) {
-  if constexpr (std::is_same_v<T, double>) {
-    p[i] = v;
-  } else if constexpr (std::is_same_v<T, float>) {
-    p[i] = static_cast<float>(v);
-  } else {
-    p[i] = from_math<T>(round_to_odd(v));
-  }
+  p[i] = round_once<T>(v);
 }
 
 // gelu(x) = x * sigmoid(2u) with u = sqrt(2/pi) (x + 0.044715 x^3); identical to

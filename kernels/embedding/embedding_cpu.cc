@@ -15,37 +15,17 @@
 #include <vector>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/round_once.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/embedding/embedding_layout.h"
 
 namespace colossal::kernels::embedding {
 namespace {
 
-// double -> float truncated with the last bit set when inexact ("round to
-// odd"): a following float -> half/bfloat16 rounding then equals the correct
-// direct double -> half rounding.
-float round_to_odd(double v) {
-  float f = static_cast<float>(v);
-  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  bits |= 1u;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 // Adds a double sum to a stored gradient element with one rounding.
 template <typename G>
 void accumulate(G* p, double sum) {
-  const double v = static_cast<double>(to_math(*p)) + sum;
-  if constexpr (std::is_same_v<G, double>) {
-    *p = v;
-  } else if constexpr (std::is_same_v<G, float>) {
-    *p = static_cast<float>(v);
-  } else {
-    *p = from_math<G>(round_to_odd(v));
-  }
+  *p = round_once<G>(static_cast<double>(to_math(*p)) + sum);
 }
 
 template <typename F>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/dispatch.h"
+#include "kernels/common/round_once.h"
 #include "kernels/common/exact_math.h"
 #include "kernels/rope/rope.h"
 #include "kernels/rope/rope_args.h"
@@ -22,24 +23,6 @@ using internal::Shape;
 constexpr int64_t kParallelMin = int64_t{1} << 16;
 
 constexpr double kPi = 3.14159265358979323846;
-
-// The float nearest-below-in-magnitude to v with its last bit set when inexact
-// ("round to odd"): a later float -> half/bfloat16 rounding of it then equals
-// the one direct double -> half/bfloat16 rounding (float keeps >= 13 more bits).
-float odd_float(double v) {
-  float f = static_cast<float>(v);
-  if (!std::isfinite(f) || static_cast<double>(f) == v) return f;
-  if (std::fabs(static_cast<double>(f)) > std::fabs(v)) f = std::nextafter(f, 0.0f);
-  return exact::bits_float(exact::float_bits(f) | 1u);
-}
-
-// v rounded once to T.
-template <typename T>
-T round_once(double v) {
-  if constexpr (std::is_same_v<T, double>) return v;
-  else if constexpr (std::is_same_v<T, float>) return static_cast<float>(v);
-  else return from_math<T>(odd_float(v));
-}
 
 template <typename T>
 double as_double(T v) {
