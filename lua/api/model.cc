@@ -120,7 +120,7 @@ int Llama(lua_State* L) {
   table_config.rms_norm_eps = o.number("rms_norm_eps", config.rms_norm_eps);
   table_config.rope_theta = o.number("rope_theta", config.rope_theta);
   std::vector<std::string> ignored;
-  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+  for (const char* key : {"preset", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                           "num_attention_heads", "num_key_value_heads", "head_dim",
                           "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
                           "rope_theta"}) {
