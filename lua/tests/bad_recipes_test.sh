@@ -100,7 +100,7 @@ for recipe in "${recipes[@]}"; do
   known_bug="$(field "$recipe" known_bug)"
   read -r -a args <<<"$(field "$recipe" args)"
   # PORT: a free-ish port of this run's own (other jobs on the machine use theirs).
-  read -r -a launcher <<<"$(field "$recipe" launcher | sed "s/PORT/$((20000 + RANDOM % 20000))/g")"
+  read -r -a launcher <<<"$(field "$recipe" launcher | sed "s/PORT/$((20000 + RANDOM % 12000))/g")"
   err="$tmp/$(basename "$recipe" .lua).err"
   timeout 120 "$bin" "${launcher[@]}" "$recipe" "${args[@]}" >"$tmp/out" 2>"$err"
   got=$?
