@@ -47,17 +47,21 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadFile(const std::string& file)
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path) {
-  const std::string& expanded = path;
-  struct stat st;
-  if (::stat(expanded.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot open tokenizer", expanded);
-  if (!S_ISDIR(st.st_mode)) return LoadFile(expanded);
+std::optional<std::string> TokenizerFileIn(const std::string& folder) {
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-    const std::string file = absl::StrCat(expanded, "/", name);
-    if (IsFile(file)) return LoadFile(file);
+    std::string file = absl::StrCat(folder, "/", name);
+    if (IsFile(file)) return file;
   }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot open tokenizer", path);
+  if (!S_ISDIR(st.st_mode)) return LoadFile(path);
+  if (std::optional<std::string> file = TokenizerFileIn(path)) return LoadFile(*file);
   return absl::NotFoundError(
-      absl::StrCat("tokenizer folder '", expanded, "' has neither tokenizer.json nor tokenizer.model"));
+      absl::StrCat("tokenizer folder '", path, "' has neither tokenizer.json nor tokenizer.model"));
 }
 
 }  // namespace colossal::io

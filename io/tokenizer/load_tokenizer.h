@@ -25,6 +25,7 @@
 #define COLOSSAL_IO_TOKENIZER_LOAD_TOKENIZER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,11 @@
 namespace colossal::io {
 
 absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path);
+
+// The file LoadTokenizer(folder) reads in a model folder: folder/tokenizer.json,
+// else folder/tokenizer.model; nullopt when neither is a file (or `folder` is
+// not a folder). Callers use it to prefer a model folder's own tokenizer.
+std::optional<std::string> TokenizerFileIn(const std::string& folder);
 
 }  // namespace colossal::io
 

@@ -35,7 +35,6 @@
 #include "io/checkpoint/checkpoint.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
-#include "parallel/checkpoint/run_checkpoint.h"
 #include "nn/optim/grad_clip.h"
 #include "parallel/registry/plugin_registry.h"
 
@@ -228,17 +227,7 @@ int Boost(lua_State* L) {
   if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
   // from_pretrained's weights into a plugin's own memory (gemini: its shards
   // are the fp32 masters), through the plugin (each rank takes its part).
-  if (b->booster && model->plugin_memory && !model->pretrained_dir.empty()) {
-    parallel::RunParts run;
-    run.architecture = model->net.get();
-    run.model = &model->net->store();
-    run.booster = b->booster.get();
-    run.rank = b->rt->rank.rank;
-    run.stream = &b->rt->ctx->compute_stream();
-    ThrowIfError(L, absl::StrCat(what, ": loading ", model->pretrained_dir),
-                 parallel::load_run_model(model->pretrained_dir, run));
-    model->pretrained_loaded = true;
-  }
+  if (b->booster && model->plugin_memory) LoadPretrainedWeights(L, *model, b->booster.get());
   // The loader reads this rank's share of the plugin's data-parallel group
   // (Colossal-AI's prepare_dataloader): its rank and size differ from the
   // world's under tensor or pipeline parallelism. A loader made for another

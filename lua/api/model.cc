@@ -10,8 +10,6 @@
 //   booster:backward(loss / accumulation_steps, optimizer)
 //   local v = model:evaluate(batch)      -- mean loss, no backward
 //   print(model:generate("To be", { max_new_tokens = 32, temperature = 0.8 }))
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -28,10 +26,10 @@
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "nn/layers/cross_entropy.h"
-#include "nn/models/causal_lm/hugging_face.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/models/llama/config_json.h"
 #include "nn/models/llama/llama.h"
+#include "parallel/checkpoint/run_checkpoint.h"
 
 namespace colossal::lua {
 namespace {
@@ -217,11 +215,8 @@ int Evaluate(lua_State* L) {
 // The tokenizer model:generate uses by default: a from_pretrained folder's
 // own (tokenizer.json or tokenizer.model) when it has one, else GPT-2's.
 std::string DefaultTokenizerFor(const Model& model) {
-  if (!model.pretrained_dir.empty()) {
-    for (const char* file : {"/tokenizer.json", "/tokenizer.model"}) {
-      struct stat st;
-      if (::stat((model.pretrained_dir + file).c_str(), &st) == 0) return model.pretrained_dir;
-    }
+  if (!model.pretrained_dir.empty() && io::TokenizerFileIn(model.pretrained_dir)) {
+    return model.pretrained_dir;
   }
   return DefaultTokenizerPath();
 }
@@ -393,19 +388,18 @@ void MaterializeModel(lua_State* L, Model& model) {
   LoadPretrainedWeights(L, model);
 }
 
-void LoadPretrainedWeights(lua_State* L, Model& model) {
+void LoadPretrainedWeights(lua_State* L, Model& model, parallel::Booster* booster) {
   if (model.pretrained_dir.empty() || model.pretrained_loaded) return;
-  nn::ParameterStore& store = model.net->store();
-  const std::string what = absl::StrCat("loading ", model.pretrained_dir);
-  if (!store.materialized()) RaiseError(L, absl::StrCat(what, ": the model has no memory"), kErrorRuntime);
-  const core::Stream& stream = model.rt->ctx->compute_stream();
-  absl::StatusOr<nn::ParameterStore> host =
-      nn::ParameterStore::create(model.net->table(), core::Stream::cpu());
-  ThrowIfError(L, what, host.status());
-  ThrowIfError(L, what, nn::LoadHuggingFaceModelConverting(model.pretrained_dir, *model.net, *host));
-  core::Tensor dst = store.flat_values(model.net->dtype());
-  ThrowIfError(L, what, dst.copy_from(host->flat_values(model.net->dtype()), stream));
-  stream.synchronize();
+  // The model-only load of checkpoints (any dtype in the files; through the
+  // plugin when there is one).
+  parallel::RunParts run;
+  run.architecture = model.net.get();
+  run.model = &model.net->store();
+  run.booster = booster;
+  run.rank = model.rt->rank.rank;
+  run.stream = &model.rt->ctx->compute_stream();
+  ThrowIfError(L, absl::StrCat("loading ", model.pretrained_dir),
+               parallel::load_run_model(model.pretrained_dir, run));
   model.pretrained_loaded = true;
 }
 

@@ -57,10 +57,11 @@ struct Model {
 // when it has memory already.
 void MaterializeModel(lua_State* L, Model& model);
 
-// from_pretrained's weights into a model whose store has its memory (the
-// one-device layout, or a plugin's replicated one): before boost, so that a
-// plugin's fp32 master weights start from them. Once per model.
-void LoadPretrainedWeights(lua_State* L, Model& model);
+// from_pretrained's weights, once per model: into a store with its memory
+// (the one-device layout, or a plugin's replicated one) before boost, so that
+// a plugin's fp32 master weights start from them; or, with `booster` (boosted,
+// its plugin keeping the memory: gemini), through the plugin.
+void LoadPretrainedWeights(lua_State* L, Model& model, parallel::Booster* booster = nullptr);
 
 // A forward pass waiting for its backward: the activations and dlogits of
 // d(mean loss)/d(logits). Released by the backward.

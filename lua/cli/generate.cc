@@ -192,12 +192,8 @@ int GenerateCommand(const Args& args) {
   if (tokenizer.empty()) {
     // The checkpoint folder's own tokenizer when it has one (a Hugging Face
     // model folder), else GPT-2's.
-    if (absl::StatusOr<std::string> dir = io::ResolveCheckpoint(flags->value("--checkpoint")); dir.ok()) {
-      struct stat st;
-      for (const char* file : {"/tokenizer.json", "/tokenizer.model"}) {
-        if (stat((*dir + file).c_str(), &st) == 0) tokenizer = *dir;
-      }
-    }
+    absl::StatusOr<std::string> dir = io::ResolveCheckpoint(flags->value("--checkpoint"));
+    if (dir.ok() && io::TokenizerFileIn(*dir)) tokenizer = *dir;
   }
   if (tokenizer.empty()) {
     tokenizer = DefaultTokenizerPath();
