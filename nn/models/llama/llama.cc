@@ -73,14 +73,24 @@ absl::Status field_error(absl::string_view field, absl::string_view why) {
 
 }  // namespace
 
+namespace {
+
+// The parameters of `c` with `vocab_rows` rows in each vocabulary table, in
+// long double: validate() asks before any int64 count could overflow.
+long double count_parameters(const LlamaConfig& c, int64_t vocab_rows) {
+  const long double C = c.hidden_size, D = c.head_size(), H = c.num_attention_heads,
+                    KV = c.kv_heads(), I = c.intermediate_size;
+  const long double attention =
+      2 * C * H * D + 2 * C * KV * D + (c.attention_bias ? H * D + 2 * KV * D + C : 0);
+  const long double mlp = 3 * C * I + (c.mlp_bias ? 2 * I + C : 0);
+  return static_cast<long double>(vocab_rows) * C * (c.tie_word_embeddings ? 1 : 2) +
+         static_cast<long double>(c.num_hidden_layers) * (attention + mlp + 2 * C) + C;
+}
+
+}  // namespace
+
 int64_t LlamaConfig::parameter_count() const {
-  const int64_t C = hidden_size, D = head_size(), H = num_attention_heads, KV = kv_heads(),
-                I = intermediate_size;
-  const int64_t attention = C * H * D * 2 + C * KV * D * 2 +
-                            (attention_bias ? H * D + 2 * KV * D + C : 0);
-  const int64_t mlp = 3 * C * I + (mlp_bias ? 2 * I + C : 0);
-  const int64_t layer = attention + mlp + 2 * C;
-  return vocab_size * C * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + C;
+  return static_cast<int64_t>(count_parameters(*this, vocab_size));
 }
 
 absl::StatusOr<LlamaConfig> LlamaConfig::preset(absl::string_view name) {
@@ -145,14 +155,7 @@ absl::Status LlamaConfig::validate() const {
                          "original_max_position_embeddings > 0");
     }
   }
-  // In long double: parameter_count() overflows int64 long before this limit.
-  const long double C = hidden_size, D = head_size(), H = num_attention_heads, KV = kv_heads(),
-                    I = intermediate_size, Vp = padded_vocab_size();
-  const long double layer = 2 * C * H * D + 2 * C * KV * D + 3 * C * I + 2 * C +
-                            (attention_bias ? H * D + 2 * KV * D + C : 0) +
-                            (mlp_bias ? 2 * I + C : 0);
-  const long double total =
-      Vp * C * (tie_word_embeddings ? 1 : 2) + static_cast<long double>(num_hidden_layers) * layer + C;
+  const long double total = count_parameters(*this, padded_vocab_size());
   if (total > static_cast<long double>(core::Shape::kMaxNumel)) {
     return field_error("num_hidden_layers",
                        absl::StrFormat("%d layers of width %d give %.3Lg parameters; the limit "
