@@ -25,10 +25,10 @@
 #include "io/checkpoint/checkpoint.h"
 #include "io/safetensors/reader.h"
 #include "io/safetensors/writer.h"
-#include "nn/models/causal_lm/hugging_face.h"
 #include "nn/models/llama/config_json.h"
 #include "nn/models/llama/llama.h"
 #include "nn/train/checkpoint.h"
+#include "parallel/checkpoint/run_checkpoint.h"
 
 namespace {
 
@@ -69,12 +69,12 @@ absl::Status Run(const std::string& hf_dir, const std::string& root) {
     const colossal::core::Stream& stream = ctx->compute_stream();
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<colossal::nn::Llama> model,
                               colossal::nn::Llama::declare(config, DType::kF32));
-    COLOSSAL_ASSIGN_OR_RETURN(colossal::nn::ParameterStore host,
-                              colossal::nn::ParameterStore::create(model->table(), colossal::core::Stream::cpu()));
-    COLOSSAL_RETURN_IF_ERROR(colossal::nn::LoadHuggingFaceModelConverting(hf_dir, *model, host));
     COLOSSAL_RETURN_IF_ERROR(model->store().allocate(stream));
-    Tensor dst = model->store().flat_values(DType::kF32);
-    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(host.flat_values(DType::kF32), stream));
+    colossal::parallel::RunParts run;  // the model-only load of checkpoints, any file dtype
+    run.architecture = model.get();
+    run.model = &model->store();
+    run.stream = &stream;
+    COLOSSAL_RETURN_IF_ERROR(colossal::parallel::load_run_model(hf_dir, run));
     COLOSSAL_ASSIGN_OR_RETURN(Tensor tokens_host, Tensor::empty({B, T}, DType::kI32, colossal::core::Stream::cpu()));
     std::memcpy(tokens_host.raw_data(), ids->data.data(), tokens_host.nbytes());
     COLOSSAL_ASSIGN_OR_RETURN(Tensor tokens, tokens_host.to(device, stream));
