@@ -177,7 +177,7 @@ ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const cha
   options.gradient = gradient;
   options.in_place = gradient;
   absl::StatusOr<nn::CrossEntropyResult> ce =
-      nn::cross_entropy(*rt.ctx, out->output, targets, model.net->vocab_size(), options);
+      model.net->loss(*rt.ctx, out->output, targets, options);
   ThrowIfError(L, absl::StrCat(what, " loss"), ce.status());
   return ForwardLoss{*std::move(out), *std::move(ce)};
 }

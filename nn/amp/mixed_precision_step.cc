@@ -19,7 +19,16 @@ absl::StatusOr<MixedPrecisionStepResult> mixed_precision_step(
   r.loss_scale = scaler != nullptr ? scaler->scale() : 1.0f;
   const std::vector<core::Tensor> grads = optimizer.grads();
   bool finite = true;
-  if (options.max_norm > 0.0f) {
+  if (options.global_norm) {
+    COLOSSAL_ASSIGN_OR_RETURN(GradNorm n, options.global_norm(grads, optimizer.stream()));
+    const double norm = static_cast<double>(n.norm) / r.loss_scale;
+    r.grad_norm = r.loss_scale == 1.0f ? n.norm : static_cast<float>(norm);
+    finite = n.finite && std::isfinite(n.norm);
+    if (finite && options.max_norm > 0.0f) {  // as clip_grad_by_norm: in double, eps 1e-6
+      const double coef = static_cast<double>(options.max_norm) / (norm + 1e-6);
+      r.clip_coef = coef < 1.0 ? static_cast<float>(coef) : 1.0f;
+    }
+  } else if (options.max_norm > 0.0f) {
     ClipGradNormOptions clip;
     clip.grad_scale = r.loss_scale;
     clip.in_place = false;

@@ -32,13 +32,27 @@
 #define COLOSSAL_NN_AMP_MIXED_PRECISION_STEP_H_
 
 #include "absl/status/statusor.h"
+#include <functional>
+#include <vector>
+
+#include "core/device/stream.h"
+#include "core/tensor/tensor.h"
 #include "nn/amp/loss_scaler.h"
+#include "nn/optim/grad_clip.h"
 #include "nn/optim/optimizer.h"
 
 namespace colossal::nn {
 
 struct MixedPrecisionStepOptions {
   float max_norm = 0.0f;  // clip gradients to this global L2 norm; 0: no clipping
+  // Where other ranks hold other parameters (tensor parallelism): the norm of
+  // the whole model's (scaled) gradients from this rank's optimizer.grads(),
+  // computed by the caller (its share, summed over the ranks). Null: the norm
+  // of optimizer.grads(). The clip coefficient is then min(1, max_norm /
+  // (norm / s + 1e-6)), as clip_grad_by_norm computes it.
+  std::function<absl::StatusOr<GradNorm>(const std::vector<core::Tensor>& grads,
+                                         const core::Stream& stream)>
+      global_norm;
 };
 
 struct MixedPrecisionStepResult {

@@ -23,13 +23,16 @@ struct AttentionSaved : Saved {
 }  // namespace
 
 CausalSelfAttention::CausalSelfAttention(std::string name, int64_t channels, int64_t heads,
-                                         core::DType dtype)
+                                         core::DType dtype, const TensorParallel& tp)
     : Module(name),
       channels_(channels),
       heads_(heads),
       dtype_(dtype),
-      c_attn_(name + ".c_attn", channels, 3 * channels, {.dtype = dtype}),
-      c_proj_(name + ".c_proj", channels, channels, {.dtype = dtype}) {
+      tp_(tp),
+      c_attn_(name + ".c_attn", channels, 3 * channels,
+              {.dtype = dtype, .parallel = Parallel::kColumn, .tp = tp, .blocks = 3}),
+      c_proj_(name + ".c_proj", channels, channels,
+              {.dtype = dtype, .parallel = Parallel::kRow, .tp = tp}) {
   register_child(&c_attn_);
   register_child(&c_proj_);
 }
@@ -41,6 +44,10 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
     return absl::InvalidArgumentError(
         absl::StrCat("channels ", channels_, " is not a multiple of heads ", heads_));
   }
+  if (heads_ % tp_.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("heads ", heads_, " do not split over ",
+                                                   tp_.size(), " tensor-parallel ranks"));
+  }
   if (input.rank() != 3 || input.dim(2) != channels_) {
     return absl::InvalidArgumentError(
         absl::StrCat("input is ", input.to_string(), "; expected [B, T, ", channels_, "]"));
@@ -48,8 +55,10 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
   auto saved = std::make_unique<AttentionSaved>();
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult qkv, c_attn_.forward(ctx, input));
   saved->c_attn = std::move(qkv.saved);
-  // c_attn's [B, T, 3C] is the core's packed layout with KV = H.
-  const AttentionHeads shape{heads_, heads_, channels_ / heads_};
+  // c_attn's [B, T, 3C] (this rank's heads of q, k and v) is the core's
+  // packed layout with KV = H.
+  const int64_t local_heads = heads_ / tp_.size();
+  const AttentionHeads shape{local_heads, local_heads, channels_ / heads_};
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y,
                             attention_core_forward(ctx, qkv.output, shape, impl_, saved->core));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, c_proj_.forward(ctx, y));
@@ -63,7 +72,9 @@ absl::StatusOr<core::Tensor> CausalSelfAttention::backward_impl(core::Context& c
   COLOSSAL_ASSIGN_OR_RETURN(AttentionSaved * s, saved_as<AttentionSaved>(saved));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, c_proj_.backward(ctx, *s->c_proj, grad_output));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
-  return c_attn_.backward(ctx, *s->c_attn, dqkv);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, c_attn_.backward(ctx, *s->c_attn, dqkv));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the attention's input gradient"));
+  return dx;
 }
 
 }  // namespace colossal::nn

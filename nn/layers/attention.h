@@ -27,14 +27,20 @@
 #include "absl/status/statusor.h"
 #include "nn/layers/attention_core.h"
 #include "nn/layers/linear.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
 
 class CausalSelfAttention : public Module {
  public:
-  // channels must be a multiple of heads (checked in forward).
-  CausalSelfAttention(std::string name, int64_t channels, int64_t heads, core::DType dtype);
+  // channels must be a multiple of heads (checked in forward). With tensor
+  // parallelism c_attn is column-parallel (q, k and v split alike: each rank
+  // computes heads / tp.size() whole heads), c_proj row-parallel, and the
+  // backward sums the input gradient over the group; heads must be a multiple
+  // of the group's size (checked in forward).
+  CausalSelfAttention(std::string name, int64_t channels, int64_t heads, core::DType dtype,
+                      const TensorParallel& tp = {});
   const char* type() const override { return "CausalSelfAttention"; }
   Linear& c_attn() { return c_attn_; }
   Linear& c_proj() { return c_proj_; }
@@ -51,6 +57,7 @@ class CausalSelfAttention : public Module {
  private:
   int64_t channels_, heads_;
   core::DType dtype_;
+  TensorParallel tp_;
   AttentionImpl impl_ = AttentionImpl::kAuto;
   Linear c_attn_, c_proj_;
 };

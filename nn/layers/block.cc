@@ -16,12 +16,13 @@ struct BlockSaved : Saved {
 }  // namespace
 
 TransformerBlock::TransformerBlock(std::string name, int64_t channels, int64_t heads,
-                                   core::DType dtype, double resid_pdrop)
+                                   core::DType dtype, double resid_pdrop,
+                                   const TensorParallel& tp)
     : Module(name),
       ln_1_(name + ".ln_1", channels, {.dtype = dtype}),
-      attn_(name + ".attn", channels, heads, dtype),
+      attn_(name + ".attn", channels, heads, dtype, tp),
       ln_2_(name + ".ln_2", channels, {.dtype = dtype}),
-      mlp_(name + ".mlp", channels, dtype, resid_pdrop) {
+      mlp_(name + ".mlp", channels, dtype, resid_pdrop, tp) {
   if (resid_pdrop != 0.0) {
     attn_dropout_ = std::make_unique<Dropout>(name + ".attn.resid_dropout", resid_pdrop);
   }

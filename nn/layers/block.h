@@ -31,8 +31,9 @@ namespace colossal::nn {
 
 class TransformerBlock : public Module {
  public:
+  // tp: the attention and the MLP split over it (see their headers).
   TransformerBlock(std::string name, int64_t channels, int64_t heads, core::DType dtype,
-                   double resid_pdrop = 0.0);
+                   double resid_pdrop = 0.0, const TensorParallel& tp = {});
   const char* type() const override { return "TransformerBlock"; }
 
  protected:

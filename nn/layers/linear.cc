@@ -19,12 +19,32 @@ struct LinearSaved : Saved {
 Linear::Linear(std::string name, int64_t in_features, int64_t out_features, LinearOptions options)
     : Module(std::move(name)), in_(in_features), out_(out_features), options_(options) {}
 
+int64_t Linear::local_in() const {
+  return options_.parallel == Parallel::kRow ? in_ / options_.tp.size() : in_;
+}
+
+int64_t Linear::local_out() const {
+  return options_.parallel == Parallel::kColumn ? out_ / options_.tp.size() : out_;
+}
+
 absl::Status Linear::declare_own(ParameterTable& table) {
-  const core::Shape w = options_.layout == WeightLayout::kInOut ? core::Shape{in_, out_}
-                                                                 : core::Shape{out_, in_};
-  COLOSSAL_RETURN_IF_ERROR(
-      table.add(name() + ".weight", w, options_.dtype, InitRule::normal(kDefaultInitStd)));
-  if (options_.bias) COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".bias", {out_}, options_.dtype));
+  const bool in_out = options_.layout == WeightLayout::kInOut;
+  const core::Shape w = in_out ? core::Shape{in_, out_} : core::Shape{out_, in_};
+  // The weight's split dimension: its out dimension for column layers, its in
+  // dimension for row layers; a row layer's bias is whole on every rank.
+  TensorSplit w_split, b_split;
+  if (options_.parallel == Parallel::kColumn) {
+    w_split = options_.tp.split(in_out ? 1 : 0, options_.blocks);
+    b_split = options_.tp.split(0, options_.blocks);
+  } else if (options_.parallel == Parallel::kRow) {
+    w_split = options_.tp.split(in_out ? 0 : 1);
+  }
+  COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".weight", w, options_.dtype,
+                                     InitRule::normal(kDefaultInitStd), w_split));
+  if (options_.bias) {
+    COLOSSAL_RETURN_IF_ERROR(
+        table.add(name() + ".bias", {out_}, options_.dtype, InitRule::zeros(), b_split));
+  }
   return absl::OkStatus();
 }
 
@@ -39,19 +59,22 @@ absl::Status Linear::bind_own(const ParameterStore& store) {
 absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const core::Tensor& input) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(input, options_.dtype, "input"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(input, in_, "input"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(input, local_in(), "input"));
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
   core::Tensor b;
   core::gemm::GemmOptions g;
   g.trans_b = options_.layout == WeightLayout::kOutIn;
-  if (options_.bias) {
+  // A row layer's ranks sum partial outputs: only rank 0 adds the bias.
+  const bool row = options_.parallel == Parallel::kRow && options_.tp.enabled();
+  if (options_.bias && (!row || options_.tp.rank() == 0)) {
     COLOSSAL_ASSIGN_OR_RETURN(b, bias_.value());
     g.epilogue = core::gemm::Epilogue::kBias;
     g.bias = &b;
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, core::gemm::matmul(ctx, x, w, g));
+  if (row) COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, options_.tp, y, "a row-parallel output"));
   std::vector<int64_t> dims(input.shape().dims().begin(), input.shape().dims().end());
-  dims.back() = out_;
+  dims.back() = local_out();
   COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
   auto saved = std::make_unique<LinearSaved>();
   saved->input = input;
@@ -63,8 +86,8 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "grad_output"));
   COLOSSAL_ASSIGN_OR_RETURN(LinearSaved * s, saved_as<LinearSaved>(saved));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, options_.dtype, "grad_output"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, as_rows(grad_output, out_, "grad_output"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(s->input, in_, "saved input"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, as_rows(grad_output, local_out(), "grad_output"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(s->input, local_in(), "saved input"));
   if (dy.dim(0) != x.dim(0)) {
     return absl::InvalidArgumentError("grad_output does not match the forward's input rows");
   }

@@ -15,6 +15,13 @@
 // db += column sums of dy, dx = dy W^T (or dy W), all GEMMs (core/gemm).
 // Devices and dtypes: see nn/layers/BUILD.
 //
+// Tensor parallelism (nn/layers/tensor_parallel.h): Parallel::kColumn holds
+// out/size output features (the weight's out dimension and the bias split;
+// `blocks` > 1 splits each of that many equal blocks of the outputs, GPT-2's
+// fused q|k|v), kRow holds in/size input features, sums the partial outputs
+// over the group and adds the whole bias once. in_features / out_features are
+// the whole layer's.
+//
 //   Linear fc("transformer.h.0.mlp.c_fc", 768, 3072, {.dtype = DType::kF32});
 //   COLOSSAL_RETURN_IF_ERROR(fc.declare(table));   ... fc.bind(store) ...
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, fc.forward(ctx, x));   // [B, T, 3072]
@@ -24,16 +31,22 @@
 #include <cstdint>
 #include <string>
 
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
 
 enum class WeightLayout { kInOut, kOutIn };
 
+enum class Parallel { kNone, kColumn, kRow };
+
 struct LinearOptions {
   bool bias = true;
   WeightLayout layout = WeightLayout::kInOut;
   core::DType dtype = core::DType::kF32;
+  Parallel parallel = Parallel::kNone;
+  TensorParallel tp;  // with kColumn / kRow
+  int blocks = 1;     // kColumn: equal output blocks split separately
 };
 
 class Linear : public Module {
@@ -42,6 +55,9 @@ class Linear : public Module {
   const char* type() const override { return "Linear"; }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
+  // This rank's input and output widths (the whole ones without tensor parallelism).
+  int64_t local_in() const;
+  int64_t local_out() const;
 
  protected:
   absl::Status declare_own(ParameterTable& table) override;

@@ -20,26 +20,30 @@ struct LlamaAttentionSaved : Saved {
   AttentionCoreSaved core;
 };
 
-LinearOptions projection(bool bias, core::DType dtype) {
-  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype};
+LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
+                         const TensorParallel& tp) {
+  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype, .parallel = parallel,
+          .tp = tp};
 }
 
 }  // namespace
 
 LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
-                               std::shared_ptr<RotaryTable> rope, core::DType dtype)
+                               std::shared_ptr<RotaryTable> rope, core::DType dtype,
+                               const TensorParallel& tp)
     : Module(name),
       shape_(shape),
       rope_(std::move(rope)),
       dtype_(dtype),
+      tp_(tp),
       q_proj_(name + ".q_proj", shape.hidden, shape.heads * shape.head_dim,
-              projection(shape.bias, dtype)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp)),
       k_proj_(name + ".k_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp)),
       v_proj_(name + ".v_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp)),
       o_proj_(name + ".o_proj", shape.heads * shape.head_dim, shape.hidden,
-              projection(shape.bias, dtype)) {
+              projection(shape.bias, dtype, Parallel::kRow, tp)) {
   register_child(&q_proj_);
   register_child(&k_proj_);
   register_child(&v_proj_);
@@ -57,8 +61,14 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(name(), ": no rotary table for head_dim ", shape_.head_dim));
   }
-  const int64_t B = input.dim(0), T = input.dim(1), H = shape_.heads, KV = shape_.kv_heads,
-                D = shape_.head_dim;
+  if (shape_.heads % tp_.size() != 0 || shape_.kv_heads % tp_.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": ", shape_.heads, " query and ", shape_.kv_heads,
+        " key/value heads do not split over ", tp_.size(), " tensor-parallel ranks"));
+  }
+  // This rank's heads (all of them without tensor parallelism).
+  const int64_t B = input.dim(0), T = input.dim(1), H = shape_.heads / tp_.size(),
+                KV = shape_.kv_heads / tp_.size(), D = shape_.head_dim;
   auto saved = std::make_unique<LlamaAttentionSaved>();
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, input));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult k, k_proj_.forward(ctx, input));
@@ -92,8 +102,8 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   COLOSSAL_ASSIGN_OR_RETURN(LlamaAttentionSaved * s, saved_as<LlamaAttentionSaved>(saved));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, o_proj_.backward(ctx, *s->o_proj, grad_output));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
-  const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = shape_.heads, KV = shape_.kv_heads,
-                D = shape_.head_dim;
+  const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = shape_.heads / tp_.size(),
+                KV = shape_.kv_heads / tp_.size(), D = shape_.head_dim;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dq, empty(ctx, {B, T, H * D}, dtype_));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dk, empty(ctx, {B, T, KV * D}, dtype_));
@@ -115,7 +125,9 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxk, k_proj_.backward(ctx, *s->k_proj, dk));
   COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxk));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxq, q_proj_.backward(ctx, *s->q_proj, dq));
-  return add(ctx, dx, dxq);
+  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxq));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the attention's input gradient"));
+  return dx;
 }
 
 }  // namespace colossal::nn

@@ -26,6 +26,7 @@
 
 #include "nn/layers/attention_core.h"
 #include "nn/layers/linear.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/layers/rotary.h"
 #include "nn/module/module.h"
 
@@ -41,8 +42,13 @@ struct LlamaAttentionShape {
 
 class LlamaAttention : public Module {
  public:
+  // With tensor parallelism q/k/v_proj are column-parallel (each rank
+  // computes heads / tp.size() query heads and kv_heads / tp.size() key/value
+  // heads, whole heads, so grouping is unchanged), o_proj row-parallel, and the
+  // backward sums the input gradient over the group. Both head counts must be
+  // multiples of the group's size (checked in forward).
   LlamaAttention(std::string name, LlamaAttentionShape shape, std::shared_ptr<RotaryTable> rope,
-                 core::DType dtype);
+                 core::DType dtype, const TensorParallel& tp = {});
   const char* type() const override { return "LlamaAttention"; }
   void set_impl(AttentionImpl impl) { impl_ = impl; }
 
@@ -55,6 +61,7 @@ class LlamaAttention : public Module {
   LlamaAttentionShape shape_;
   std::shared_ptr<RotaryTable> rope_;
   core::DType dtype_;
+  TensorParallel tp_;
   AttentionImpl impl_ = AttentionImpl::kAuto;
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
 };

@@ -19,14 +19,15 @@ struct LlamaBlockSaved : Saved {
 }  // namespace
 
 LlamaBlock::LlamaBlock(std::string name, const LlamaBlockShape& shape,
-                       std::shared_ptr<RotaryTable> rope, core::DType dtype)
+                       std::shared_ptr<RotaryTable> rope, core::DType dtype,
+                       const TensorParallel& tp)
     : Module(name),
       input_layernorm_(name + ".input_layernorm", shape.attention.hidden,
                        {.eps = shape.rms_norm_eps, .dtype = dtype}),
-      self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype),
+      self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype, tp),
       post_attention_layernorm_(name + ".post_attention_layernorm", shape.attention.hidden,
                                 {.eps = shape.rms_norm_eps, .dtype = dtype}),
-      mlp_(name + ".mlp", shape.attention.hidden, shape.intermediate, shape.mlp_bias, dtype) {
+      mlp_(name + ".mlp", shape.attention.hidden, shape.intermediate, shape.mlp_bias, dtype, tp) {
   register_child(&input_layernorm_);
   register_child(&self_attn_);
   register_child(&post_attention_layernorm_);

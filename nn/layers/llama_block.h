@@ -30,8 +30,9 @@ struct LlamaBlockShape {
 
 class LlamaBlock : public Module {
  public:
+  // tp: the attention and the MLP split over it (see their headers).
   LlamaBlock(std::string name, const LlamaBlockShape& shape, std::shared_ptr<RotaryTable> rope,
-             core::DType dtype);
+             core::DType dtype, const TensorParallel& tp = {});
   const char* type() const override { return "LlamaBlock"; }
   LlamaAttention& self_attn() { return self_attn_; }
 

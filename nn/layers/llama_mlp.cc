@@ -19,16 +19,25 @@ struct LlamaMlpSaved : Saved {
 
 }  // namespace
 
+namespace {
+LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
+                         const TensorParallel& tp) {
+  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype, .parallel = parallel,
+          .tp = tp};
+}
+}  // namespace
+
 LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias,
-                   core::DType dtype)
+                   core::DType dtype, const TensorParallel& tp)
     : Module(name),
       dtype_(dtype),
+      tp_(tp),
       gate_proj_(name + ".gate_proj", hidden, intermediate,
-                 {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype}),
+                 projection(bias, dtype, Parallel::kColumn, tp)),
       up_proj_(name + ".up_proj", hidden, intermediate,
-               {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype}),
+               projection(bias, dtype, Parallel::kColumn, tp)),
       down_proj_(name + ".down_proj", intermediate, hidden,
-                 {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype}) {
+                 projection(bias, dtype, Parallel::kRow, tp)) {
   register_child(&gate_proj_);
   register_child(&up_proj_);
   register_child(&down_proj_);
@@ -77,7 +86,9 @@ absl::StatusOr<core::Tensor> LlamaMlp::backward_impl(core::Context& ctx, Saved& 
       "swiglu backward"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, up_proj_.backward(ctx, *s->up_proj, dup));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxg, gate_proj_.backward(ctx, *s->gate_proj, dh));
-  return add(ctx, dx, dxg);
+  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxg));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the MLP's input gradient"));
+  return dx;
 }
 
 }  // namespace colossal::nn

@@ -17,13 +17,18 @@
 #include <string>
 
 #include "nn/layers/linear.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
 
 class LlamaMlp : public Module {
  public:
-  LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias, core::DType dtype);
+  // With tensor parallelism gate_proj and up_proj are column-parallel,
+  // down_proj row-parallel, and the backward sums the input gradient over the
+  // group; intermediate must split over it (the model checks).
+  LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias, core::DType dtype,
+           const TensorParallel& tp = {});
   const char* type() const override { return "LlamaMlp"; }
 
  protected:
@@ -33,6 +38,7 @@ class LlamaMlp : public Module {
 
  private:
   core::DType dtype_;
+  TensorParallel tp_;
   Linear gate_proj_, up_proj_, down_proj_;
 };
 

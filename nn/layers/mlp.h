@@ -19,13 +19,17 @@
 #include "nn/layers/dropout.h"
 #include "nn/layers/gelu.h"
 #include "nn/layers/linear.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
 
 class Mlp : public Sequential {
  public:
-  Mlp(std::string name, int64_t channels, core::DType dtype, double resid_pdrop = 0.0);
+  // With tensor parallelism c_fc is column-parallel and c_proj row-parallel
+  // after a TensorParallelRegion ("<name>.tp_region", no parameters).
+  Mlp(std::string name, int64_t channels, core::DType dtype, double resid_pdrop = 0.0,
+      const TensorParallel& tp = {});
   const char* type() const override { return "Mlp"; }
 };
 

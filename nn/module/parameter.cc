@@ -49,8 +49,29 @@ const internal::StoreState& empty_state() {
 
 }  // namespace
 
-absl::Status ParameterTable::add(std::string name, const core::Shape& shape, core::DType dtype,
-                                 InitRule init) {
+std::vector<SplitRun> split_runs(const ParameterEntry& entry) {
+  if (!entry.split.active()) return {SplitRun{0, 0, entry.numel()}};
+  const TensorSplit& sp = entry.split;
+  const absl::Span<const int64_t> g = entry.global_shape.dims();
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < sp.dim; ++d) outer *= g[d];
+  for (size_t d = static_cast<size_t>(sp.dim) + 1; d < g.size(); ++d) inner *= g[d];
+  const int64_t block = g[sp.dim] / sp.blocks, piece = block / sp.parts;
+  std::vector<SplitRun> runs;
+  runs.reserve(static_cast<size_t>(outer * sp.blocks));
+  int64_t local = 0;
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int b = 0; b < sp.blocks; ++b) {
+      const int64_t row = b * block + sp.index * piece;
+      runs.push_back(SplitRun{local, (o * g[sp.dim] + row) * inner, piece * inner});
+      local += piece * inner;
+    }
+  }
+  return runs;
+}
+
+absl::Status ParameterTable::add(std::string name, const core::Shape& global_shape,
+                                 core::DType dtype, InitRule init, TensorSplit split) {
   if (name.empty()) return absl::InvalidArgumentError("parameter with an empty name");
   if (index_.contains(name)) {
     return absl::InvalidArgumentError(absl::StrCat("parameter \"", name, "\" declared twice"));
@@ -60,7 +81,23 @@ absl::Status ParameterTable::add(std::string name, const core::Shape& shape, cor
                                                    core::dtype_name(dtype),
                                                    "; parameters are floating point"));
   }
-  COLOSSAL_RETURN_IF_ERROR(check_init(name, shape.numel(), init));
+  COLOSSAL_RETURN_IF_ERROR(check_init(name, global_shape.numel(), init));
+  core::Shape shape = global_shape;
+  if (split.active()) {
+    const int64_t cut = static_cast<int64_t>(split.blocks) * split.parts;
+    if (split.dim >= global_shape.rank() || split.blocks < 1 || split.index < 0 ||
+        split.index >= split.parts || global_shape.dims()[split.dim] % cut != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter \"", name, "\" ", global_shape.to_string(), ": dimension ", split.dim,
+          " does not split into ", split.blocks, " block(s) x ", split.parts,
+          " tensor-parallel parts (piece ", split.index, ")"));
+    }
+    std::vector<int64_t> dims(global_shape.dims().begin(), global_shape.dims().end());
+    dims[split.dim] /= split.parts;
+    COLOSSAL_ASSIGN_OR_RETURN(shape, core::Shape::make(dims));
+  } else {
+    split = TensorSplit{};
+  }
   const int key = static_cast<int>(dtype);
   if (!buffer_numel_.contains(key)) dtypes_.push_back(dtype);
   int64_t& end = buffer_numel_[key];
@@ -70,9 +107,10 @@ absl::Status ParameterTable::add(std::string name, const core::Shape& shape, cor
   // The float32 layout's offset (16 bytes = 4 elements), whatever `dtype` is.
   int64_t& init_end = init_numel_[key];
   const int64_t init_offset = round_up(init_end, 4);
-  init_end = init_offset + shape.numel();
+  init_end = init_offset + global_shape.numel();
   index_[name] = entries_.size();
-  entries_.push_back(ParameterEntry{std::move(name), shape, dtype, offset, init, init_offset});
+  entries_.push_back(ParameterEntry{std::move(name), shape, dtype, offset, init, init_offset,
+                                    split, global_shape});
   return absl::OkStatus();
 }
 
@@ -82,7 +120,7 @@ absl::Status ParameterTable::set_init(absl::string_view name, InitRule init) {
     return absl::NotFoundError(absl::StrCat("no parameter \"", name, "\" to set the init rule of"));
   }
   ParameterEntry& e = entries_[it->second];
-  COLOSSAL_RETURN_IF_ERROR(check_init(e.name, e.numel(), init));
+  COLOSSAL_RETURN_IF_ERROR(check_init(e.name, e.global_shape.numel(), init));
   e.init = init;
   return absl::OkStatus();
 }
@@ -221,8 +259,20 @@ absl::Status ParameterStore::initialize(uint64_t seed, const core::Stream& strea
   for (size_t i = 0; i < state_->parameters.size(); ++i) {
     const Parameter& p = state_->parameters[i];
     if (!p.value.defined()) return no_memory(p.name);
-    COLOSSAL_RETURN_IF_ERROR(
-        init_parameter(state_->table.entries()[i], p.value, seed, /*first=*/0, stream));
+    const ParameterEntry& e = state_->table.entries()[i];
+    if (!e.split.active()) {
+      COLOSSAL_RETURN_IF_ERROR(init_parameter(e, p.value, seed, /*first=*/0, stream));
+      continue;
+    }
+    // A tensor-parallel piece: each run draws the whole parameter's elements.
+    ParameterEntry whole = e;
+    whole.shape = e.global_shape;
+    whole.split = TensorSplit{};
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor flat, p.value.reshape({-1}));
+    for (const SplitRun& r : split_runs(e)) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part, flat.slice(r.local, r.local + r.count));
+      COLOSSAL_RETURN_IF_ERROR(init_parameter(whole, part, seed, r.global, stream));
+    }
   }
   return absl::OkStatus();
 }

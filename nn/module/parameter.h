@@ -74,6 +74,20 @@ struct InitRule {
 // (GPT-2's and BERT's 0.02); a model changes it per parameter (set_init).
 inline constexpr double kDefaultInitStd = 0.02;
 
+// How a tensor-parallel rank's piece of a parameter is cut from the whole
+// one (Megatron's column, row and vocabulary splits). dim < 0 or parts == 1:
+// not split (every rank of the tensor-parallel group holds it whole).
+// Otherwise dimension `dim` of the whole parameter is `blocks` equal blocks
+// (GPT-2's fused q|k|v: 3), each cut into `parts` equal pieces, and this rank
+// holds piece `index` of every block, concatenated in block order.
+struct TensorSplit {
+  int dim = -1;
+  int blocks = 1;
+  int parts = 1;
+  int index = 0;
+  bool active() const { return dim >= 0 && parts > 1; }
+};
+
 // One row of a ParameterTable.
 struct ParameterEntry {
   std::string name;
@@ -81,23 +95,44 @@ struct ParameterEntry {
   core::DType dtype = core::DType::kF32;
   // Element offset into the flat buffer of `dtype` (a multiple of 16 bytes).
   int64_t offset = 0;
-  InitRule init;
+  InitRule init;  // zero_tail counts elements of the whole (unsplit) parameter
   // Where the parameter's random values start in the Philox stream of the
   // seed: its offset in a float32 layout of the same entries (equal to
   // `offset` for float32). Element i of the parameter takes stream element
   // init_offset + i, so every dtype and every layout (replicated, sharded,
   // chunked) draws the same values.
   int64_t init_offset = 0;
+  // Tensor parallelism: `shape` is this rank's piece of `global_shape`, cut
+  // as `split` says; init_offset and init are the whole parameter's, so the
+  // piece draws the values the whole parameter has there. Unsplit entries
+  // have global_shape == shape.
+  TensorSplit split;
+  core::Shape global_shape;
   int64_t numel() const { return shape.numel(); }
 };
+
+// The contiguous runs of a split entry: `count` elements starting at element
+// `local` of the piece are elements `global` .. of the whole parameter (row-
+// major). One run covering everything for an unsplit entry.
+struct SplitRun {
+  int64_t local = 0;
+  int64_t global = 0;
+  int64_t count = 0;
+};
+std::vector<SplitRun> split_runs(const ParameterEntry& entry);
 
 // The ordered list of a model's parameters and their place in the flat buffers.
 class ParameterTable {
  public:
-  // Appends a parameter at the end of its dtype's buffer. Errors: an empty or
-  // duplicate name, a non-floating dtype, a zero_tail outside [0, numel].
+  // Appends a parameter at the end of its dtype's buffer. `shape` is the
+  // whole parameter's; with an active `split` the entry holds this rank's
+  // piece (ParameterEntry::split), and the float32 init layout still advances
+  // by the whole parameter, so every entry's init_offset is the one-process
+  // table's. Errors: an empty or duplicate name, a non-floating dtype, a
+  // zero_tail outside [0, numel], a split whose dimension does not divide
+  // into blocks x parts (naming the parameter).
   absl::Status add(std::string name, const core::Shape& shape, core::DType dtype,
-                   InitRule init = InitRule::zeros());
+                   InitRule init = InitRule::zeros(), TensorSplit split = {});
   // Replaces the rule of `name` (a model adjusting its layers' defaults).
   // Errors: no such parameter (NotFound), a zero_tail outside [0, numel].
   absl::Status set_init(absl::string_view name, InitRule init);

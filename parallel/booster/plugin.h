@@ -33,6 +33,7 @@
 #include "core/device/stream.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/mixed_precision_step.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
@@ -60,6 +61,10 @@ class Plugin {
   // what io::DataLoaderOptions::rank / world_size must be set to.
   virtual int dp_rank() const = 0;
   virtual int dp_size() const = 0;
+  // The tensor-parallel group the model must be split over
+  // (hybrid_parallel's tp axis). Whoever boosts a model declares it over this
+  // group first (nn::CausalLM::redeclare), before materialize. Default: none.
+  virtual nn::TensorParallel tensor_parallel() const { return {}; }
 
   // Gives the declared parameters of `store` (nn::ParameterStore::declare)
   // their memory as this plugin lays them out, and their initial values

@@ -149,7 +149,7 @@ float booster_micro_step(core::Context& ctx, Booster& booster, nn::CausalLM& mod
   if (!out.ok()) return NAN;
   nn::CrossEntropyOptions co;
   co.dloss = dloss;
-  auto ce = nn::cross_entropy(ctx, out->output, mb.targets, model.vocab_size(), co);
+  auto ce = model.loss(ctx, out->output, mb.targets, co);
   EXPECT_TRUE(ce.ok()) << ce.status();
   if (!ce.ok()) return NAN;
   auto dx = booster.backward(ctx, model, *out->saved, ce->dlogits);

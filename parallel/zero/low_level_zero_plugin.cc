@@ -79,6 +79,26 @@ const core::Tensor& LowLevelZeroPlugin::grad_shard_tensor() const {
 
 namespace {
 
+// [begin, end) of the slice less the parameters `in_norm` leaves out, as
+// offsets from shard.begin (the whole slice when in_norm is null).
+std::vector<std::pair<int64_t, int64_t>> norm_ranges(
+    const nn::ParameterTable& table, core::DType dtype, const ZeroShard& shard,
+    const std::function<bool(const nn::ParameterEntry&)>& in_norm) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t at = shard.begin;
+  if (in_norm) {
+    for (const nn::ParameterEntry& e : table.entries()) {
+      if (e.dtype != dtype || in_norm(e)) continue;
+      const int64_t a = std::max(e.offset, shard.begin), b = std::min(e.offset + e.numel(), shard.end);
+      if (a >= b) continue;
+      if (a > at) ranges.emplace_back(at - shard.begin, a - shard.begin);
+      at = b;
+    }
+  }
+  if (shard.end > at) ranges.emplace_back(at - shard.begin, shard.end - shard.begin);
+  return ranges;
+}
+
 // A new float32 host tensor holding `v`.
 absl::StatusOr<core::Tensor> host_tensor(const std::vector<float>& v) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
@@ -180,6 +200,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   s.shard = zero_shard(s.numel, s.pg->size(), s.pg->rank());
   COLOSSAL_ASSIGN_OR_RETURN(s.pieces, shard_pieces(table, optimizer, s.shard));
   const int64_t n = s.shard.end - s.shard.begin;
+  s.norm_ranges = norm_ranges(table, dtype, s.shard, s.options.in_norm);
   s.local = cuda && s.pg->size() == 1;
   ZeroGradReductionOptions ro;
   ro.stage = s.options.stage;
@@ -214,9 +235,11 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
     s.step_done.emplace(std::move(e));
   }
   {
-    // The scratch depends only on the slice's length (one tensor).
-    const kernels::multi_tensor::TensorRef ref{values.raw_data(), n};
-    s.norm_scratch_bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(&ref, 1);
+    // The scratch depends only on the norm ranges' lengths.
+    std::vector<kernels::multi_tensor::TensorRef> refs;
+    for (const auto& [a, b] : s.norm_ranges) refs.push_back({values.raw_data(), b - a});
+    s.norm_scratch_bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(
+        refs.data(), static_cast<int64_t>(refs.size()));
     COLOSSAL_ASSIGN_OR_RETURN(
         s.d_norm_scratch,
         core::Tensor::empty({std::max<int64_t>(s.norm_scratch_bytes, 16)}, core::DType::kU8, st));

@@ -150,6 +150,7 @@
 #define COLOSSAL_PARALLEL_ZERO_LOW_LEVEL_ZERO_PLUGIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -180,6 +181,14 @@ struct LowLevelZeroOptions {
   // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
   // process of a host its share of the cores.
   int cpu_offload_threads = 0;
+  // Under hybrid parallelism (parallel/hybrid) this plugin's group is one
+  // data-parallel group and other ranks hold other parameters (tensor-parallel
+  // pieces): the gradient norm's sum of squares is summed over `norm_group`
+  // (null: this plugin's group), and parameters for which `in_norm` is false
+  // are left out of this rank's sum (a parameter whole on every
+  // tensor-parallel rank counts on one of them). Null in_norm: all count.
+  std::shared_ptr<comm::ProcessGroup> norm_group;
+  std::function<bool(const nn::ParameterEntry&)> in_norm;
 };
 
 class LowLevelZeroPlugin : public Plugin {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,12 @@ struct LowLevelZeroPlugin::State {
   int64_t numel = 0;
   ZeroShard shard;
   std::vector<ShardPiece> pieces;
+  // The parts [first, second) of the slice (offsets from shard.begin) whose
+  // gradients count in this rank's share of the norm (options.in_norm).
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges;
+  comm::ProcessGroup& norm_group() const {
+    return options.norm_group != nullptr ? *options.norm_group : *pg;
+  }
   std::vector<float> master;    // this rank's slice
   ZeroAdamSlice adam;           // its moments and the step count
   std::vector<float> gathered;  // shard.padded elements

@@ -37,14 +37,16 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   {
     core::DeviceGuard guard(st.device());
     COLOSSAL_RETURN_IF_ERROR(s.d_norm.set_zero(st));
-    if (n > 0) {
+    if (n > 0 && !s.norm_ranges.empty()) {
       // Local norm (and found_inf) on the device, squared there: d[0] is this
       // slice's sum of squares, d[1] its found_inf flag.
-      const kernels::multi_tensor::TensorRef ref{g, n};
+      std::vector<kernels::multi_tensor::TensorRef> refs;
+      for (const auto& [a, b] : s.norm_ranges) refs.push_back({g + a * es, b - a});
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::multi_tensor::l2_norm_cuda(d + 2, nullptr, d + 1, nullptr, &ref,
+          kernels::multi_tensor::l2_norm_cuda(d + 2, nullptr, d + 1, nullptr, refs.data(),
                                               s.d_norm_scratch.raw_data(), s.norm_scratch_bytes,
-                                              1, s.dtype, 0.0f, st.handle()),
+                                              static_cast<int64_t>(refs.size()), s.dtype, 0.0f,
+                                              st.handle()),
           "low_level_zero: gradient norm"));
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
           kernels::elementwise::binary_cuda(d, d + 2, d + 2, 1, core::DType::kF32,
@@ -61,7 +63,8 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     b.count = 2;
     b.dtype = core::DType::kF32;
     b.device = st.device();
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.pg->all_reduce(b, comm::ReduceOp::kSum, o));
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w,
+                              s.norm_group().all_reduce(b, comm::ReduceOp::kSum, o));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gradient norm"));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, s.d_norm.to(core::Device::cpu(), st));
@@ -195,11 +198,13 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
 
   // Global norm: this slice's sum of squares, summed over the ranks.
   double local = 0.0;
-  for (int64_t i = 0; i < s.shard.end - s.shard.begin; ++i) local += double(g[i]) * g[i];
+  for (const auto& [a, b] : s.norm_ranges) {
+    for (int64_t i = a; i < b; ++i) local += double(g[i]) * g[i];
+  }
   float total = static_cast<float>(local);
   {
-    COLOSSAL_ASSIGN_OR_RETURN(
-        comm::WorkPtr w, s.pg->all_reduce(comm::Buffer::cpu(&total, 1), comm::ReduceOp::kSum));
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.norm_group().all_reduce(
+                                                   comm::Buffer::cpu(&total, 1), comm::ReduceOp::kSum));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gradient norm"));
   }
   nn::MixedPrecisionStepResult r;

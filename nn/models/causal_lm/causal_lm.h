@@ -25,6 +25,10 @@
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/shape.h"
+#include "core/context/context.h"
+#include "core/tensor/tensor.h"
+#include "nn/layers/cross_entropy.h"
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 
@@ -54,8 +58,19 @@ class CausalLM : public Module {
   // Hugging Face's config.json of this model with weights of `dtype`
   // (model_type family(), so `transformers` loads the checkpoint).
   virtual std::string hugging_face_config_json(core::DType dtype) const = 0;
-  // The same architecture declared anew with weights of `dtype`, no memory.
-  virtual absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const = 0;
+  // The tensor-parallel group its layers split over (Megatron's 1D scheme:
+  // attention and MLP weights split, nn/layers/tensor_parallel.h); size 1
+  // without one. Its table then holds this rank's pieces (TensorSplit).
+  virtual const TensorParallel& tensor_parallel() const = 0;
+  // The same architecture declared anew with weights of `dtype`, no memory,
+  // split over `tp` (InvalidArgument naming the sizes when heads or widths do
+  // not divide by its size).
+  virtual absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
+                                                              const TensorParallel& tp) const = 0;
+  // ... over this model's own group.
+  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const {
+    return redeclare(dtype, tensor_parallel());
+  }
   // One line for logs: family, sizes, dtype.
   virtual std::string describe() const = 0;
 
@@ -63,6 +78,17 @@ class CausalLM : public Module {
   // store().initialize(seed, stream) (the table carries the init rules).
   absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu()) {
     return store().initialize(seed, stream);
+  }
+
+  // The training loss of `logits` (this model's forward output) against
+  // int32 `targets` [B, T]: mean cross-entropy over the real vocabulary
+  // (nn/layers/cross_entropy.h) and, with options.gradient, dlogits for the
+  // backward. Every caller computes the loss here, so a family whose logits
+  // are split over tensor-parallel ranks can reduce across them.
+  absl::StatusOr<CrossEntropyResult> loss(core::Context& ctx, const core::Tensor& logits,
+                                          const core::Tensor& targets,
+                                          const CrossEntropyOptions& options) const {
+    return cross_entropy(ctx, logits, targets, vocab_size(), options);
   }
 };
 

@@ -110,10 +110,11 @@ absl::Status GPT2Config::validate() const {
   return absl::OkStatus();
 }
 
-GPT2::GPT2(const GPT2Config& config, core::DType dtype)
+GPT2::GPT2(const GPT2Config& config, core::DType dtype, const TensorParallel& tp)
     : CausalLM("gpt2"),
       config_(config),
       dtype_(dtype),
+      tp_(tp),
       embedding_("transformer", config.padded_vocab_size(), config.max_seq_len, config.n_embd,
                  dtype),
       blocks_("transformer.h"),
@@ -124,7 +125,7 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype)
   for (int64_t i = 0; i < config.n_layer; ++i) {
     Module* block = blocks_.append(
         std::make_unique<TransformerBlock>(absl::StrCat("transformer.h.", i), config.n_embd,
-                                           config.n_head, dtype, config.resid_pdrop));
+                                           config.n_head, dtype, config.resid_pdrop, tp));
     block->set_checkpoint(i < config.checkpointed_layers());
   }
   register_child(&embedding_);
@@ -135,7 +136,7 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype)
 
 absl::StatusOr<ParameterTable> GPT2::parameter_table(const GPT2Config& config, core::DType dtype) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
-  GPT2 model(config, dtype);
+  GPT2 model(config, dtype, TensorParallel{});
   return model.declared_table();
 }
 
@@ -162,9 +163,15 @@ core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEn
   return entry.shape;
 }
 
-absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype) {
+absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype,
+                                                    const TensorParallel& tp) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
-  std::unique_ptr<GPT2> model(new GPT2(config, dtype));
+  if (config.n_head % tp.size() != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GPT-2 config: n_head ", config.n_head, " does not split over ", tp.size(),
+                     " tensor-parallel ranks (tp_size must divide it)"));
+  }
+  std::unique_ptr<GPT2> model(new GPT2(config, dtype, tp));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
@@ -178,8 +185,9 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, cor
   return model;
 }
 
-absl::StatusOr<std::unique_ptr<CausalLM>> GPT2::redeclare(core::DType dtype) const {
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config_, dtype));
+absl::StatusOr<std::unique_ptr<CausalLM>> GPT2::redeclare(core::DType dtype,
+                                                          const TensorParallel& tp) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config_, dtype, tp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 

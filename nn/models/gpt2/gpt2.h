@@ -137,8 +137,12 @@ class GPT2 : public CausalLM {
   // there (ours are its first vocab_size rows, then the padding).
   static core::Shape hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry);
   // Builds the model and its table, its layers bound to store(), which has
-  // no memory (ParameterStore::declare). Errors: the config's (validate()).
-  static absl::StatusOr<std::unique_ptr<GPT2>> declare(const GPT2Config& config, core::DType dtype);
+  // no memory (ParameterStore::declare). With `tp` the blocks' attention and
+  // MLP split over its group (CausalLM::tensor_parallel; the embedding, ln_f
+  // and the tied head stay whole on every rank). Errors: the config's
+  // (validate()); n_head not a multiple of tp's size.
+  static absl::StatusOr<std::unique_ptr<GPT2>> declare(const GPT2Config& config, core::DType dtype,
+                                                       const TensorParallel& tp = {});
   using Module::declare;  // declare(ParameterTable&), hidden by the factory above
   // declare() + store().allocate(stream): the flat buffers on `stream`'s
   // device, values and gradients zero (call init()). Errors: the config's;
@@ -166,7 +170,10 @@ class GPT2 : public CausalLM {
     return hugging_face_shape(config_, entry);
   }
   std::string hugging_face_config_json(core::DType dtype) const override;
-  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const override;
+  const TensorParallel& tensor_parallel() const override { return tp_; }
+  using CausalLM::redeclare;
+  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
+                                                      const TensorParallel& tp) const override;
   std::string describe() const override;
 
  protected:
@@ -177,12 +184,13 @@ class GPT2 : public CausalLM {
                                              const core::Tensor& grad_output) override;
 
  private:
-  GPT2(const GPT2Config& config, core::DType dtype);
+  GPT2(const GPT2Config& config, core::DType dtype, const TensorParallel& tp);
   // The modules' declarations with GPT-2's init rules.
   absl::StatusOr<ParameterTable> declared_table();
 
   GPT2Config config_;
   core::DType dtype_;
+  TensorParallel tp_;
   Embedding embedding_;
   std::unique_ptr<Dropout> drop_;  // "transformer.drop"; null when embd_pdrop == 0
   Sequential blocks_;

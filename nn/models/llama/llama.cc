@@ -165,10 +165,12 @@ absl::Status LlamaConfig::validate() const {
   return absl::OkStatus();
 }
 
-Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope)
+Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope,
+             const TensorParallel& tp)
     : CausalLM("llama"),
       config_(config),
       dtype_(dtype),
+      tp_(tp),
       rope_(std::move(rope)),
       embed_tokens_(Embedding::tokens_only("model.embed_tokens", config.padded_vocab_size(),
                                            config.hidden_size, dtype)),
@@ -186,7 +188,7 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
       .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};
   for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
     Module* block = blocks_.append(
-        std::make_unique<LlamaBlock>(absl::StrCat("model.layers.", i), shape, rope_, dtype));
+        std::make_unique<LlamaBlock>(absl::StrCat("model.layers.", i), shape, rope_, dtype, tp));
     block->set_checkpoint(i < config.checkpointed_layers());
   }
   if (!config.tie_word_embeddings) {
@@ -221,12 +223,24 @@ absl::StatusOr<ParameterTable> Llama::declared_table() {
   return table;
 }
 
-absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config, core::DType dtype) {
+absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config, core::DType dtype,
+                                                      const TensorParallel& tp) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
+  const std::pair<const char*, int64_t> split[] = {
+      {"num_attention_heads", config.num_attention_heads},
+      {"num_key_value_heads", config.kv_heads()},
+      {"intermediate_size", config.intermediate_size}};
+  for (const auto& [field, value] : split) {
+    if (value % tp.size() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Llama config: ", field, " ", value, " does not split over ", tp.size(),
+                       " tensor-parallel ranks (tp_size must divide it)"));
+    }
+  }
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<RotaryTable> rope,
                             RotaryTable::create(config.head_size(), config.rope_theta,
                                                 config.rope_scaling));
-  std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope)));
+  std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope), tp));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
@@ -251,8 +265,9 @@ std::string Llama::hugging_face_config_json(core::DType dtype) const {
   return LlamaConfigToHuggingFaceJson(config_, dtype);
 }
 
-absl::StatusOr<std::unique_ptr<CausalLM>> Llama::redeclare(core::DType dtype) const {
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config_, dtype));
+absl::StatusOr<std::unique_ptr<CausalLM>> Llama::redeclare(core::DType dtype,
+                                                           const TensorParallel& tp) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config_, dtype, tp));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 

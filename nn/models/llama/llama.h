@@ -108,8 +108,12 @@ struct LlamaConfig {
 class Llama : public CausalLM {
  public:
   static absl::StatusOr<ParameterTable> parameter_table(const LlamaConfig& config, core::DType dtype);
-  // Builds the model and its table, bound to store() with no memory.
-  static absl::StatusOr<std::unique_ptr<Llama>> declare(const LlamaConfig& config, core::DType dtype);
+  // Builds the model and its table, bound to store() with no memory. With
+  // `tp` the blocks' attention and MLP split over its group (the embedding,
+  // norms and head stay whole on every rank). Errors: the config's; head
+  // counts or intermediate_size not multiples of tp's size.
+  static absl::StatusOr<std::unique_ptr<Llama>> declare(const LlamaConfig& config, core::DType dtype,
+                                                        const TensorParallel& tp = {});
   using Module::declare;
   // declare() + store().allocate(stream).
   static absl::StatusOr<std::unique_ptr<Llama>> create(const LlamaConfig& config, core::DType dtype,
@@ -129,7 +133,10 @@ class Llama : public CausalLM {
   Sequential& blocks() override { return blocks_; }
   core::Shape hugging_face_shape(const ParameterEntry& entry) const override;
   std::string hugging_face_config_json(core::DType dtype) const override;
-  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const override;
+  const TensorParallel& tensor_parallel() const override { return tp_; }
+  using CausalLM::redeclare;
+  absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
+                                                      const TensorParallel& tp) const override;
   std::string describe() const override;
 
  protected:
@@ -139,11 +146,13 @@ class Llama : public CausalLM {
                                              const core::Tensor& grad_output) override;
 
  private:
-  Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope);
+  Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope,
+        const TensorParallel& tp);
   absl::StatusOr<ParameterTable> declared_table();
 
   LlamaConfig config_;
   core::DType dtype_;
+  TensorParallel tp_;
   std::shared_ptr<RotaryTable> rope_;
   Embedding embed_tokens_;
   Sequential blocks_;

@@ -1,0 +1,273 @@
+// hybrid_parallel equals one process: tensor parallelism (tp 2) alone and
+// with data parallelism (dp 2) under ddp and ZeRO stages 1 and 2, for GPT-2
+// and a tiny Llama (untied and tied head), ranks as threads over the builtin
+// backend; a checkpoint taken at tp2 x dp2 continues in one process exactly
+// as the uninterrupted run.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
+#include "nn/module/tensor_split.h"
+#include "nn/train/train_step.h"
+#include "parallel/booster/booster.h"
+#include "parallel/ddp/ddp_test_util.h"
+#include "parallel/hybrid/hybrid_parallel_plugin.h"
+
+namespace colossal::parallel {
+namespace {
+
+using core::DType;
+using core::Stream;
+using testing::EquivalenceRun;
+using testing::Family;
+using testing::kMaxNorm;
+using testing::kMicro;
+using testing::kRelTol;
+using testing::kSeed;
+
+// Ten steps (more let AdamW magnify the float32 rounding of a different
+// summation order, partial sums over tensor-parallel ranks, past kRelTol).
+constexpr int kSteps = 10;
+// Weights after kSteps of AdamW. Tensor parallelism sums in another order
+// than one process (a row layer's partial outputs, a column layer's partial
+// input gradients), so gradients differ by float32 rounding: at most 2·γ_n
+// (n <= 24 terms here, γ_24 ≈ 1.4e-6) of the sum of the terms' magnitudes.
+// AdamW divides each update by the root of the element's own squared-gradient
+// average, so an element whose terms cancel passes that difference on at
+// its terms' scale rather than the gradient's: up to lr = 1e-2 per step, 10
+// steps, against weights of order 1. Losses and norms (no division) keep
+// kRelTol; the weights get ten times it.
+constexpr double kWeightTol = 10 * kRelTol;
+
+struct HybridCase {
+  Family family;
+  int world;
+  int tp;
+  int zero_stage;
+};
+
+std::string case_name(const HybridCase& c) {
+  return absl::StrCat(testing::family_name(c.family), "_world", c.world, "_tp", c.tp, "_zero",
+                      c.zero_stage);
+}
+
+// What one rank trains: the tiny model of `family` declared over the plugin's
+// tp group, initialised from one seed on every rank, AdamW, `steps` steps of
+// kMicro micro-batches of its data-parallel rank's data. `after_boost` may
+// load a checkpoint (the first step taken is then `first_step`).
+struct RankRun {
+  EquivalenceRun run;
+  nn::ParameterStore whole;        // the whole model after the last step
+  nn::OptimizerStateDict optimizer;  // the whole optimizer state after the last step
+};
+RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c,
+                        int steps, int first_step = 0,
+                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost = {}) {
+  RankRun out;
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  HybridParallelOptions o;
+  o.tp_size = c.tp;
+  o.zero_stage = c.zero_stage;
+  auto plugin = HybridParallelPlugin::create(world, o);
+  EXPECT_TRUE(plugin.ok()) << plugin.status();
+  if (!plugin.ok()) return out;
+  auto model = *testing::declare_model(c.family)->redeclare(DType::kF32, (*plugin)->tensor_parallel());
+  Booster booster(std::move(*plugin));
+  absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
+  EXPECT_TRUE(st.ok()) << st;
+  if (!st.ok()) return out;
+  auto optimizer = testing::make_adam(*model);
+  st = booster.boost(*model, model->store(), *optimizer);
+  EXPECT_TRUE(st.ok()) << st;
+  if (!st.ok()) return out;
+  if (after_boost) after_boost(booster, *optimizer);
+  const int data_rank = booster.plugin().dp_rank();
+  for (int step = first_step; step < first_step + steps; ++step) {
+    EXPECT_TRUE(booster.zero_grad().ok());
+    double sum = 0;
+    for (int i = 0; i < kMicro; ++i) {
+      std::optional<Booster::NoSync> no_sync;
+      if (c.zero_stage < 2 && i + 1 < kMicro) no_sync.emplace(booster.no_sync());
+      sum += testing::booster_micro_step(*ctx, booster, *model,
+                                         testing::micro_batch(step, data_rank, i), 1.0f / kMicro);
+    }
+    auto r = booster.step({.max_norm = kMaxNorm});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.run.loss.push_back(static_cast<float>(sum / kMicro));
+    out.run.clipped.push_back(r->clip_coef < 1.0f);
+    out.run.grad_norm.push_back(r->grad_norm);
+  }
+  auto whole = booster.model_state_dict(/*to_rank=*/-1, Stream::cpu());
+  EXPECT_TRUE(whole.ok()) << whole.status();
+  if (!whole.ok()) return out;
+  out.whole = *whole;
+  out.run.weights = testing::floats_of(whole->flat_values(DType::kF32));
+  auto sd = booster.optimizer_state_dict(/*to_rank=*/-1);
+  EXPECT_TRUE(sd.ok()) << sd.status();
+  if (sd.ok()) out.optimizer = *std::move(sd);
+  return out;
+}
+
+// Every rank's losses (averaged over data-parallel ranks), clipping, norms
+// and whole weights against the one-process run over the same data.
+void expect_equal_to_reference(const std::vector<RankRun>& runs, const EquivalenceRun& ref,
+                               int dp) {
+  const int world = static_cast<int>(runs.size());
+  for (int r = 0; r < world; ++r) ASSERT_EQ(runs[r].run.loss.size(), ref.loss.size()) << "rank " << r;
+  for (size_t step = 0; step < ref.loss.size(); ++step) {
+    // tp ranks of one dp rank see the same data: average over dp ranks only.
+    double mean = 0;
+    for (int r = 0; r < world; ++r) mean += runs[r].run.loss[step];
+    mean /= world;
+    EXPECT_LE(std::abs(mean - ref.loss[step]) / std::abs(double(ref.loss[step])), kRelTol)
+        << "step " << step << ": " << mean << " vs one process " << ref.loss[step];
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(runs[r].run.clipped[step], ref.clipped[step]) << "step " << step << " rank " << r;
+      EXPECT_LE(std::abs(runs[r].run.grad_norm[step] - ref.grad_norm[step]),
+                kRelTol * std::abs(ref.grad_norm[step]))
+          << "step " << step << " rank " << r;
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LE(testing::rel_diff(runs[r].run.weights, ref.weights), kWeightTol) << "rank " << r;
+  }
+  std::cout << "worst weight difference " << testing::rel_diff(runs[0].run.weights, ref.weights)
+            << "\n";
+  (void)dp;
+}
+
+class HybridEquivalence : public ::testing::TestWithParam<HybridCase> {};
+
+TEST_P(HybridEquivalence, EqualsOneProcess) {
+  const HybridCase& c = GetParam();
+  const int dp = c.world / c.tp;
+  const EquivalenceRun ref =
+      testing::reference_run(dp, {.steps = kSteps, .family = c.family, .adamw = true});
+  // The norm itself is compared on every step; clipping must act on some
+  // (a tiny Llama's norm stays above kMaxNorm for the first ten steps).
+  ASSERT_GT(std::count(ref.clipped.begin(), ref.clipped.end(), 1), 0) << "clipping never engaged";
+  std::vector<RankRun> runs(c.world);
+  testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    runs[rank] = hybrid_rank_run(pg, c, kSteps);
+  });
+  expect_equal_to_reference(runs, ref, dp);
+}
+
+std::vector<HybridCase> cases() {
+  std::vector<HybridCase> out;
+  for (Family f : {Family::kGpt2, Family::kLlama, Family::kLlamaTied}) {
+    out.push_back({f, 2, 2, 0});  // tp2
+    out.push_back({f, 4, 2, 0});  // tp2 x dp2, ddp
+    out.push_back({f, 4, 2, 1});  // tp2 x dp2, ZeRO-1
+    out.push_back({f, 4, 2, 2});  // tp2 x dp2, ZeRO-2
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HybridEquivalence, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<HybridCase>& info) {
+                           return case_name(info.param);
+                         });
+
+// A checkpoint of tp2 x dp2 (ZeRO-1) after 5 steps, loaded into one process
+// (nn::Adam), continues as the uninterrupted one-process run.
+TEST(Hybrid, CheckpointLoadsIntoOneProcessAndContinues) {
+  const Family family = Family::kLlama;
+  const HybridCase c{family, 4, 2, 1};
+  std::vector<RankRun> runs(4);
+  testing::run_ranks(4, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    runs[rank] = hybrid_rank_run(pg, c, /*steps=*/5);
+  });
+  ASSERT_TRUE(runs[0].whole.materialized());
+  // One process from the checkpoint, steps 5..9 over both data ranks' data.
+  auto model = testing::make_model(family, /*seed=*/1);
+  auto adam = testing::make_adam(*model);
+  ASSERT_TRUE(model->store().flat_values(DType::kF32).copy_from(
+      runs[0].whole.flat_values(DType::kF32), Stream::cpu()).ok());
+  ASSERT_TRUE(adam->load_state_dict(runs[0].optimizer).ok());
+  const EquivalenceRun resumed = [&] {
+    EquivalenceRun r;
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    for (int step = 5; step < 10; ++step) {
+      std::vector<nn::MicroBatch> mbs;
+      for (int d = 0; d < 2; ++d) {
+        for (int i = 0; i < kMicro; ++i) mbs.push_back(testing::micro_batch(step, d, i));
+      }
+      auto s = nn::train_step(*ctx, *model, *adam, model->vocab_size(), mbs, {.max_norm = kMaxNorm});
+      EXPECT_TRUE(s.ok()) << s.status();
+      if (s.ok()) r.loss.push_back(s->loss);
+    }
+    r.weights = testing::floats_of(model->store().flat_values(DType::kF32));
+    return r;
+  }();
+  const EquivalenceRun ref = testing::reference_run(2, {.steps = 10, .family = family, .adamw = true});
+  ASSERT_EQ(resumed.loss.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_LE(std::abs(resumed.loss[i] - ref.loss[5 + i]) / std::abs(ref.loss[5 + i]), kRelTol)
+        << "step " << 5 + i;
+  }
+  EXPECT_LE(testing::rel_diff(resumed.weights, ref.weights), kWeightTol);
+}
+
+// ... and loaded back into tp2 x dp2 (ZeRO-2 this time) through the plugin,
+// it continues the same way.
+TEST(Hybrid, CheckpointLoadsIntoAnotherLayout) {
+  const Family family = Family::kGpt2;
+  std::vector<RankRun> first(4), second(2);
+  testing::run_ranks(4, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    first[rank] = hybrid_rank_run(pg, {family, 4, 2, 1}, /*steps=*/5);
+  });
+  ASSERT_TRUE(first[0].whole.materialized());
+  // tp2 alone (dp 1) cannot read two data ranks' batches per step: continue
+  // at tp2 x dp2 with ZeRO-2 instead of ZeRO-1.
+  std::vector<RankRun> cont(4);
+  testing::run_ranks(4, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    cont[rank] = hybrid_rank_run(pg, {family, 4, 2, 2}, /*steps=*/5, /*first_step=*/5,
+                                 [&](Booster& booster, nn::Optimizer& optimizer) {
+                                   ASSERT_TRUE(booster.load_model_state_dict(first[0].whole,
+                                                                             Stream::cpu()).ok());
+                                   const absl::Status st =
+                                       booster.load_optimizer_state_dict(first[0].optimizer);
+                                   ASSERT_TRUE(st.ok()) << st;
+                                 });
+  });
+  const EquivalenceRun ref = testing::reference_run(2, {.steps = 10, .family = family, .adamw = true});
+  EquivalenceRun tail = ref;
+  tail.loss.assign(ref.loss.begin() + 5, ref.loss.end());
+  tail.clipped.assign(ref.clipped.begin() + 5, ref.clipped.end());
+  tail.grad_norm.assign(ref.grad_norm.begin() + 5, ref.grad_norm.end());
+  expect_equal_to_reference(cont, tail, 2);
+  (void)second;
+}
+
+TEST(Hybrid, RefusesWhatIsNotBuilt) {
+  testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    HybridParallelOptions o;
+    o.pp_size = 2;
+    auto p = HybridParallelPlugin::create(pg, o);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented) << p.status();
+    o.pp_size = 1;
+    o.tp_size = 3;
+    p = HybridParallelPlugin::create(pg, o);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+    // A model not declared over the tp group is refused at materialize.
+    o.tp_size = 2;
+    p = HybridParallelPlugin::create(pg, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto model = testing::declare_model(Family::kGpt2);
+    Booster booster(std::move(*p));
+    const absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  });
+}
+
+}  // namespace
+}  // namespace colossal::parallel
