@@ -165,6 +165,22 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
   return absl::OkStatus();
 }
 
+// Declares the model anew over the plugin's tensor-parallel group (its table
+// then holds this rank's pieces); the optimizer is rebuilt at boost's end.
+// A model with memory (used before boost) cannot be split: an error says so.
+absl::Status SplitModel(Model& model, Optim& optim, const nn::TensorParallel& tp) {
+  if (model.net->store().materialized()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the plugin splits the model over ", tp.size(),
+        " tensor-parallel ranks, but it already has memory (it was run or saved before boost); "
+        "boost the model before using it"));
+  }
+  optim.pending_lrs = OptimizerLrs(optim);
+  optim.opt.reset();
+  COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(model.net->dtype(), tp));
+  return absl::OkStatus();
+}
+
 // booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the four, as the plugin
 // wraps them (the loader reopened for its data-parallel rank and size if they differ)
 int Boost(lua_State* L) {
@@ -209,6 +225,8 @@ int Boost(lua_State* L) {
     absl::StatusOr<std::unique_ptr<parallel::Plugin>> plugin = b->spec->make(*pg, env);
     ThrowIfError(L, what, plugin.status());
     b->booster = std::make_unique<parallel::Booster>(*std::move(plugin));
+    const nn::TensorParallel tp = b->booster->plugin().tensor_parallel();
+    if (tp.enabled()) ThrowIfError(L, what, SplitModel(*model, *optim, tp));
     // A declared model gets its memory where the plugin puts it.
     if (!model->net->store().materialized()) {
       ThrowIfError(L, what,
@@ -219,8 +237,9 @@ int Boost(lua_State* L) {
     // from_pretrained's weights go in now, before boost builds the plugin's
     // master weights from the model's (ZeRO's fp32 master slice); a plugin
     // keeping its own memory (gemini) takes them after boost, below.
+    // A split model takes its pieces through the plugin.
     if (!model->plugin_memory && model->net->store().materialized()) {
-      LoadPretrainedWeights(L, *model);
+      LoadPretrainedWeights(L, *model, tp.enabled() ? b->booster.get() : nullptr);
     }
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared

@@ -415,12 +415,16 @@ function recipe.run(t, file, bench)
     print(string.format('{"bench": true, "steps": %d, "ms_per_step": %.3f, "tokens_per_s": %.1f, "mfu": %s, "peak_memory_bytes": %.0f, "world_size": %d}',
       timed.steps, ms, tps, mfu and string.format("%.4f", mfu) or "null", memory, world))
   end
-  if sm and main then
+  -- Every rank generates (the same tokens, from the same seed): a plugin that
+  -- splits or shards the model runs collectives in each forward. Rank 0 prints.
+  if sm then
     local text = call(file, "sample", r.sample, model.generate, model, sm.prompt, {
       max_new_tokens = sm.max_new_tokens, temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
-    print("--- sample ---")
-    print(text)
-    print("--------------")
+    if main then
+      print("--- sample ---")
+      print(text)
+      print("--------------")
+    end
   end
   return { first_loss = first_loss, last_loss = last_loss, steps = r.steps - start }
 end

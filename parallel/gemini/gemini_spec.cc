@@ -103,14 +103,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   }
   const std::string precision = options.string("precision", "fp32");
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
-  nn::DynamicLossScalerOptions s;
-  s.initial_scale = options.number("initial_scale", 65536.0);  // Colossal-AI's GeminiPlugin: 2^16
-  s.min_scale = options.number("min_scale", 1.0);
-  s.max_scale = options.number("max_scale", 4294967296.0);
-  s.growth_factor = options.number("growth_factor", 2.0);
-  s.backoff_factor = options.number("backoff_factor", 0.5);
-  s.growth_interval = options.integer("growth_interval", 1000);
-  s.hysteresis = options.integer("hysteresis", 2);
+  // Colossal-AI's GeminiPlugin starts at 2^16.
+  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);
 
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
     return option_error("precision",

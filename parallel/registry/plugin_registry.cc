@@ -7,6 +7,7 @@
 #include "core/status/suggest.h"
 #include "parallel/ddp/ddp_spec.h"
 #include "parallel/gemini/gemini_spec.h"
+#include "parallel/hybrid/hybrid_parallel_spec.h"
 #include "parallel/zero/low_level_zero_spec.h"
 
 namespace colossal::parallel {
@@ -22,6 +23,7 @@ const std::vector<Registration>& registry() {
       {"torch_ddp", make_ddp_spec},
       {"low_level_zero", make_low_level_zero_spec},
       {"gemini", make_gemini_spec},
+      {"hybrid_parallel", make_hybrid_parallel_spec},
   };
   return *plugins;
 }

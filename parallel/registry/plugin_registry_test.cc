@@ -34,7 +34,7 @@ class MapOptions : public OptionSource {
 };
 
 TEST(PluginRegistry, NamesAndUnknownNames) {
-  EXPECT_EQ(plugin_names(), (std::vector<std::string>{"torch_ddp", "low_level_zero", "gemini"}));
+  EXPECT_EQ(plugin_names(), (std::vector<std::string>{"torch_ddp", "low_level_zero", "gemini", "hybrid_parallel"}));
   MapOptions none({});
   absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("low_level_zeros", none);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
@@ -88,6 +88,35 @@ TEST(PluginRegistry, GeminiTakesBothVocabularies) {
   for (const auto& [values, key] : cases) {
     MapOptions o(values);
     absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("gemini", o);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_EQ(option_key(s.status()), std::optional<std::string>(key)) << s.status();
+  }
+}
+
+TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
+  MapOptions tp2({{"tp_size", "2"}, {"zero_stage", "1"}, {"precision", "bf16"}, {"max_norm", "1"}});
+  auto h = make_plugin_spec("hybrid_parallel", tp2);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE((*h)->capabilities().owns_precision);
+  EXPECT_TRUE((*h)->capabilities().supports_no_sync);
+  EXPECT_FALSE((*h)->capabilities().clips_by_value);
+  EXPECT_EQ((*h)->precision(), "bf16");
+  EXPECT_EQ((*h)->loss_scaler().initial_scale, 65536.0);  // HybridParallelPlugin's 2^16
+  MapOptions zero2(std::map<std::string, std::string>{{"zero_stage", "2"}});
+  EXPECT_FALSE((*make_plugin_spec("hybrid_parallel", zero2))->capabilities().supports_no_sync);
+  // What is not built yet, or makes no sense, names its key.
+  const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
+      {{{"pp_size", "2"}}, "pp_size"},
+      {{{"sp_size", "2"}}, "sp_size"},
+      {{{"enable_sequence_parallelism", "true"}}, "enable_sequence_parallelism"},
+      {{{"tp_size", "0"}}, "tp_size"},
+      {{{"zero_stage", "3"}}, "zero_stage"},
+      {{{"cpu_offload", "true"}}, "cpu_offload"},
+      {{{"overlap_communication", "false"}}, "overlap_communication"},
+  };
+  for (const auto& [values, key] : cases) {
+    MapOptions o(values);
+    absl::StatusOr<std::unique_ptr<PluginSpec>> s = make_plugin_spec("hybrid_parallel", o);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << key;
     EXPECT_EQ(option_key(s.status()), std::optional<std::string>(key)) << s.status();
   }

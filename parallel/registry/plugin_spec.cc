@@ -7,6 +7,18 @@ namespace {
 constexpr char kOptionKeyUrl[] = "colossal.dev/option_key";
 }
 
+nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double initial_scale) {
+  nn::DynamicLossScalerOptions s;
+  s.initial_scale = options.number("initial_scale", initial_scale);
+  s.min_scale = options.number("min_scale", s.min_scale);
+  s.max_scale = options.number("max_scale", s.max_scale);
+  s.growth_factor = options.number("growth_factor", s.growth_factor);
+  s.backoff_factor = options.number("backoff_factor", s.backoff_factor);
+  s.growth_interval = options.integer("growth_interval", s.growth_interval);
+  s.hysteresis = options.integer("hysteresis", s.hysteresis);
+  return s;
+}
+
 absl::Status option_error(absl::string_view key, absl::string_view message) {
   absl::Status s = absl::InvalidArgumentError(message);
   s.SetPayload(kOptionKeyUrl, absl::Cord(key));

@@ -48,6 +48,12 @@ absl::Status option_error(absl::string_view key, absl::string_view message);
 // The key an option_error names, if `status` is one.
 std::optional<std::string> option_key(const absl::Status& status);
 
+// fp16 loss scaling as Colossal-AI's plugins take it: initial_scale (default
+// `initial_scale`, which differs between plugins), min_scale, max_scale,
+// growth_factor, backoff_factor, growth_interval, hysteresis (defaults:
+// nn::DynamicLossScalerOptions's, Colossal-AI's).
+nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double initial_scale);
+
 // What the front end needs to know about a plugin without knowing which it is.
 struct PluginCapabilities {
   // The plugin's own `precision` option sets the weights' dtype (Colossal-AI's

@@ -68,14 +68,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
     return option_error("communication_dtype",
                         absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", comm_dtype, "\""));
   }
-  nn::DynamicLossScalerOptions s;
-  s.initial_scale = options.number("initial_scale", 4294967296.0);  // Colossal-AI: 2^32
-  s.min_scale = options.number("min_scale", s.min_scale);
-  s.max_scale = options.number("max_scale", 4294967296.0);
-  s.growth_factor = options.number("growth_factor", s.growth_factor);
-  s.backoff_factor = options.number("backoff_factor", s.backoff_factor);
-  s.growth_interval = options.integer("growth_interval", s.growth_interval);
-  s.hysteresis = options.integer("hysteresis", s.hysteresis);
+  // Colossal-AI's LowLevelZeroPlugin starts at 2^32.
+  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 4294967296.0);
   if (o.stage != 1 && o.stage != 2) return option_error("stage", "must be 1 or 2");
   if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
   if (!(o.reduce_bucket_size_in_m > 0)) return option_error("reduce_bucket_size_in_m", "must be positive");

@@ -32,6 +32,11 @@ declare -A OVERRIDES=(
     model.max_position_embeddings=16 data.micro_batch_size=2 data.seq_len=8
     lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2 eval.batches=1 checkpoint.every_steps=1
     sample.max_new_tokens=4"
+  [llama_hybrid]="steps=2 model.num_hidden_layers=1 model.num_attention_heads=2
+    model.num_key_value_heads=2 model.hidden_size=16 model.intermediate_size=32
+    model.max_position_embeddings=16 data.micro_batch_size=2 data.seq_len=8
+    lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2 eval.batches=1 checkpoint.every_steps=1
+    sample.max_new_tokens=4"
 )
 # recipe -> "key=value|message": with the tiny overrides plus this one, the
 # recipe must exit with code 2 on the CPU and print the message.
@@ -40,6 +45,7 @@ declare -A NEEDS_GPU=(
   [gpt2_ddp]="precision=bf16|bf16 needs a CUDA device"
   [gpt2_gemini]="plugin.precision=bf16|bf16 needs a CUDA device"
   [llama_finetune]="plugin.precision=bf16|bf16 needs a CUDA device"
+  [llama_hybrid]="plugin.precision=bf16|bf16 needs a CUDA device"
 )
 
 root="$PWD"
@@ -124,11 +130,9 @@ for path in "${recipes[@]}"; do
   fi
 done
 
-# The main job on two processes (issue #9: `colossal run --nproc_per_node 2
-# recipes/gpt2_zero.lua` trains on the CPU): ZeRO-2 across both, rank 0 logs.
-name=gpt2_zero
-sets=()
-for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
+# Recipes on two processes: the main job (issue #9: `colossal run
+# --nproc_per_node 2 recipes/gpt2_zero.lua` trains on the CPU, ZeRO-2 across
+# both) and tensor parallelism (llama_hybrid: tp 2). Rank 0 logs.
 # The rendezvous port: below Linux's ephemeral range (32768..60999), where the
 # tests running beside this one bind their sockets; a port another test took
 # meanwhile ("Address already in use") gets one more try with another port.
@@ -138,20 +142,25 @@ two_procs() {
   (cd "$tmp/work_$name" && timeout 300 "$bin" run --nproc_per_node 2 --master_port "$port" \
     "recipes/$name.lua" "${sets[@]}" >"$tmp/two.out" 2>"$tmp/two.err")
 }
-two_procs || { grep -q "Address already in use" "$tmp/two.out" "$tmp/two.err" && two_procs; }
-if [[ $? -eq 0 ]]; then
-  if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF 'x2, fp32, plugin low_level_zero' "$tmp/two.out"; then
-    echo "ok: recipes/$name.lua trains 2 steps on 2 processes"
+for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel; do
+  name="${name_plugin%%:*}" plugin="${name_plugin#*:}"
+  sets=()
+  for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
+  two_procs || { grep -q "Address already in use" "$tmp/two.out" "$tmp/two.err" && two_procs; }
+  if [[ $? -eq 0 ]]; then
+    if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF "x2, fp32, plugin $plugin" "$tmp/two.out"; then
+      echo "ok: recipes/$name.lua trains 2 steps on 2 processes"
+    else
+      echo "FAIL: recipes/$name.lua on 2 processes: no '[rank 0] step 2/2' or 'x2 ... $plugin' line:"
+      cat "$tmp/two.out"
+      failures=$((failures + 1))
+    fi
   else
-    echo "FAIL: recipes/$name.lua on 2 processes: no '[rank 0] step 2/2' or 'x2' line:"
-    cat "$tmp/two.out"
+    echo "FAIL: colossal run --nproc_per_node 2 recipes/$name.lua failed:"
+    tail -n 20 "$tmp/two.out"; cat "$tmp/two.err"
     failures=$((failures + 1))
   fi
-else
-  echo "FAIL: colossal run --nproc_per_node 2 recipes/$name.lua failed:"
-  tail -n 20 "$tmp/two.out"; cat "$tmp/two.err"
-  failures=$((failures + 1))
-fi
+done
 
 # Fine-tuning from a Hugging Face directory: the tiny Llama's own step
 # directory (config.json + model.safetensors) as from_pretrained. Its

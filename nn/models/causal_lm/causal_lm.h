@@ -51,9 +51,10 @@ class CausalLM : public Module {
   const ParameterTable& table() const { return store().table(); }
   // The repeated layers, in order.
   virtual Sequential& blocks() = 0;
-  // The shape Hugging Face gives `entry` (same name): entry.shape except the
-  // padded vocabulary tables, which have vocab_size() rows there (ours are
-  // its first rows, then zero padding).
+  // The shape Hugging Face gives `entry` (same name): the whole parameter's
+  // (entry.global_shape: a tensor-parallel piece's whole) except the padded
+  // vocabulary tables, which have vocab_size() rows there (ours are its first
+  // rows, then zero padding).
   virtual core::Shape hugging_face_shape(const ParameterEntry& entry) const = 0;
   // Hugging Face's config.json of this model with weights of `dtype`
   // (model_type family(), so `transformers` loads the checkpoint).

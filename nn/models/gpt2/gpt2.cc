@@ -160,7 +160,7 @@ absl::StatusOr<ParameterTable> GPT2::declared_table() {
 
 core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry) {
   if (entry.name == "transformer.wte.weight") return core::Shape{config.vocab_size, config.n_embd};
-  return entry.shape;
+  return entry.global_shape;  // the whole parameter under tensor parallelism
 }
 
 absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype,

@@ -258,7 +258,7 @@ core::Shape Llama::hugging_face_shape(const ParameterEntry& entry) const {
   if (entry.name == "model.embed_tokens.weight" || entry.name == "lm_head.weight") {
     return core::Shape{config_.vocab_size, config_.hidden_size};
   }
-  return entry.shape;
+  return entry.global_shape;  // the whole parameter under tensor parallelism
 }
 
 std::string Llama::hugging_face_config_json(core::DType dtype) const {

@@ -1,0 +1,97 @@
+#include "parallel/hybrid/hybrid_parallel_spec.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "parallel/hybrid/hybrid_parallel_plugin.h"
+
+namespace colossal::parallel {
+namespace {
+
+class HybridParallelSpec : public PluginSpec {
+ public:
+  HybridParallelSpec(HybridParallelOptions options, std::string precision, float max_norm,
+                     nn::DynamicLossScalerOptions scaler)
+      : options_(options), precision_(std::move(precision)), max_norm_(max_norm), scaler_(scaler) {}
+  const char* name() const override { return "hybrid_parallel"; }
+  PluginCapabilities capabilities() const override {
+    PluginCapabilities c;
+    c.owns_precision = true;
+    c.supports_no_sync = options_.zero_stage < 2;
+    c.clips_by_value = false;  // the step takes the norm over every rank itself
+    return c;
+  }
+  std::string precision() const override { return precision_; }
+  float max_norm() const override { return max_norm_; }
+  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
+  absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
+                                               const PluginEnv& env) const override {
+    HybridParallelOptions o = options_;
+    o.cpu_offload_threads = std::max(1, env.host_cores / std::max(1, env.local_world_size));
+    if (pg->size() % (o.tp_size * o.pp_size) != 0) {
+      return option_error("tp_size", absl::StrCat("= ", o.tp_size, " (x pp_size ", o.pp_size,
+                                                  ") does not divide the job's ", pg->size(),
+                                                  " processes"));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<HybridParallelPlugin> p,
+                              HybridParallelPlugin::create(std::move(pg), o));
+    return std::unique_ptr<Plugin>(std::move(p));
+  }
+
+ private:
+  HybridParallelOptions options_;
+  std::string precision_;
+  float max_norm_;
+  nn::DynamicLossScalerOptions scaler_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSource& options) {
+  HybridParallelOptions o;
+  o.tp_size = static_cast<int>(options.integer("tp_size", 1));
+  o.pp_size = static_cast<int>(options.integer("pp_size", 1));
+  const int64_t sp_size = options.integer("sp_size", 1);
+  const bool sp = options.boolean("enable_sequence_parallelism", false);
+  o.zero_stage = static_cast<int>(options.integer("zero_stage", 0));
+  const std::string precision = options.string("precision", "fp32");
+  const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
+  o.zero_bucket_size_in_m = options.number("zero_bucket_size_in_m", 12.0);
+  o.ddp_bucket_cap_mb = options.number("ddp_bucket_cap_mb", 25.0);
+  o.cpu_offload = options.boolean("cpu_offload", false);
+  const bool overlap = options.boolean("overlap_communication", true);
+  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);  // Colossal-AI: 2^16
+
+  if (o.tp_size < 1) return option_error("tp_size", "must be at least 1");
+  if (o.pp_size < 1) return option_error("pp_size", "must be at least 1");
+  if (o.pp_size > 1) {
+    return option_error("pp_size", absl::StrCat("= ", o.pp_size,
+                                                ": pipeline parallelism is not built yet; use 1"));
+  }
+  if (sp || sp_size != 1) {
+    return option_error(sp ? "enable_sequence_parallelism" : "sp_size",
+                        "sequence parallelism is not built yet; leave it out");
+  }
+  if (o.zero_stage < 0 || o.zero_stage > 2) return option_error("zero_stage", "must be 0, 1 or 2");
+  if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
+    return option_error("precision",
+                        absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", precision, "\""));
+  }
+  if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
+  if (!(o.zero_bucket_size_in_m > 0)) return option_error("zero_bucket_size_in_m", "must be positive");
+  if (!(o.ddp_bucket_cap_mb > 0)) return option_error("ddp_bucket_cap_mb", "must be positive");
+  if (o.cpu_offload && o.zero_stage == 0) {
+    return option_error("cpu_offload", "needs zero_stage 1 or 2 (the optimizer state it offloads is ZeRO's)");
+  }
+  if (!overlap) {
+    return option_error("overlap_communication",
+                        "= false is not available: gradients are always reduced while backward runs");
+  }
+  return std::unique_ptr<PluginSpec>(
+      std::make_unique<HybridParallelSpec>(o, precision, max_norm, s));
+}
+
+}  // namespace colossal::parallel
