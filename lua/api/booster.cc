@@ -177,7 +177,7 @@ absl::Status SplitModel(Model& model, Optim& optim, const nn::TensorParallel& tp
   }
   optim.pending_lrs = OptimizerLrs(optim);
   optim.opt.reset();
-  COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(model.net->dtype(), tp));
+  COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(model.net->dtype(), nn::ModelSplit{tp, {}}));
   return absl::OkStatus();
 }
 

@@ -34,9 +34,9 @@ Embedding::Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64
       channels_(channels),
       dtype_(dtype) {}
 
-Embedding Embedding::tokens_only(std::string name, int64_t vocab, int64_t channels,
-                                 core::DType dtype) {
-  return Embedding(std::move(name), vocab, /*max_seq_len=*/0, channels, dtype);
+std::unique_ptr<Embedding> Embedding::tokens_only(std::string name, int64_t vocab,
+                                                  int64_t channels, core::DType dtype) {
+  return std::make_unique<Embedding>(std::move(name), vocab, /*max_seq_len=*/0, channels, dtype);
 }
 
 std::string Embedding::wte_name() const {

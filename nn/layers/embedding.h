@@ -23,6 +23,7 @@
 #define COLOSSAL_NN_LAYERS_EMBEDDING_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -34,8 +35,8 @@ class Embedding : public Module {
  public:
   Embedding(std::string name, int64_t vocab, int64_t max_seq_len, int64_t channels,
             core::DType dtype);
-  static Embedding tokens_only(std::string name, int64_t vocab, int64_t channels,
-                               core::DType dtype);
+  static std::unique_ptr<Embedding> tokens_only(std::string name, int64_t vocab,
+                                                int64_t channels, core::DType dtype);
   const char* type() const override { return "Embedding"; }
   // The token table's handle (after bind), e.g. for a tied output head.
   const ParameterHandle& wte() const { return wte_; }

@@ -32,9 +32,10 @@ class HybridParallelSpec : public PluginSpec {
     HybridParallelOptions o = options_;
     o.cpu_offload_threads = std::max(1, env.host_cores / std::max(1, env.local_world_size));
     if (pg->size() % (o.tp_size * o.pp_size) != 0) {
-      return option_error("tp_size", absl::StrCat("= ", o.tp_size, " (x pp_size ", o.pp_size,
-                                                  ") does not divide the job's ", pg->size(),
-                                                  " processes"));
+      // Known only now (the job's size): the message names the option itself.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tp_size = ", o.tp_size, " (x pp_size ", o.pp_size, ") does not divide the job's ",
+          pg->size(), " process(es); launch a multiple of it (colossal run --nproc_per_node N)"));
     }
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<HybridParallelPlugin> p,
                               HybridParallelPlugin::create(std::move(pg), o));
@@ -73,7 +74,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   }
   if (sp || sp_size != 1) {
     return option_error(sp ? "enable_sequence_parallelism" : "sp_size",
-                        "sequence parallelism is not built yet; leave it out");
+                        absl::StrCat(sp ? "= true" : absl::StrCat("= ", sp_size),
+                                     ": sequence parallelism is not built yet; leave it out"));
   }
   if (o.zero_stage < 0 || o.zero_stage > 2) return option_error("zero_stage", "must be 0, 1 or 2");
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {

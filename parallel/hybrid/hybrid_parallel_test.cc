@@ -78,7 +78,7 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   auto plugin = HybridParallelPlugin::create(world, o);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return out;
-  auto model = *testing::declare_model(c.family)->redeclare(DType::kF32, (*plugin)->tensor_parallel());
+  auto model = *testing::declare_model(c.family)->redeclare(DType::kF32, nn::ModelSplit{(*plugin)->tensor_parallel(), {}});
   Booster booster(std::move(*plugin));
   absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
   EXPECT_TRUE(st.ok()) << st;

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/shape.h"
@@ -33,6 +34,36 @@
 #include "nn/module/parameter.h"
 
 namespace colossal::nn {
+
+// Pipeline parallelism: the part of the model one stage runs. Stage `index`
+// of `count` holds blocks [first_layer, end_layer) and, when first(), the
+// embedding (tokens in), when last(), the final norm and the head (logits
+// out); other stages take and give hidden states [B, T, C]. A tied head's
+// weight is declared on both end stages (the plugin keeps the copies equal).
+struct PipelineStage {
+  int index = 0;
+  int count = 1;
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // -1: through the last layer
+  bool first() const { return index == 0; }
+  bool last() const { return index == count - 1; }
+};
+
+// Stage `index` of `count` over `layers` blocks, split as Colossal-AI's
+// PipelineStageManager does: layers / count each, the remainder one each to
+// the middle stages. InvalidArgument when there are fewer layers than stages.
+absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index);
+
+// OK when `stage` lies within `layers` blocks; else InvalidArgument starting
+// with `what` (a family's field name).
+absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::string_view what);
+
+// How a model is split over ranks: its tensor-parallel group and its
+// pipeline stage (the whole model: neither).
+struct ModelSplit {
+  TensorParallel tp;
+  PipelineStage stage;
+};
 
 class CausalLM : public Module {
  public:
@@ -59,18 +90,25 @@ class CausalLM : public Module {
   // Hugging Face's config.json of this model with weights of `dtype`
   // (model_type family(), so `transformers` loads the checkpoint).
   virtual std::string hugging_face_config_json(core::DType dtype) const = 0;
-  // The tensor-parallel group its layers split over (Megatron's 1D scheme:
-  // attention and MLP weights split, nn/layers/tensor_parallel.h); size 1
-  // without one. Its table then holds this rank's pieces (TensorSplit).
-  virtual const TensorParallel& tensor_parallel() const = 0;
+  // How this model is split: the tensor-parallel group its layers split
+  // over (Megatron's 1D scheme: attention and MLP weights split,
+  // nn/layers/tensor_parallel.h; its table then holds this rank's pieces,
+  // TensorSplit) and the pipeline stage it runs (its table then holds that
+  // stage's parameters only).
+  virtual const ModelSplit& split() const = 0;
+  const TensorParallel& tensor_parallel() const { return split().tp; }
+  const PipelineStage& pipeline_stage() const { return split().stage; }
+  // The number of blocks of the whole model.
+  virtual int64_t num_layers() const = 0;
   // The same architecture declared anew with weights of `dtype`, no memory,
-  // split over `tp` (InvalidArgument naming the sizes when heads or widths do
-  // not divide by its size).
+  // split as `split` says (InvalidArgument naming the sizes when heads or
+  // widths do not divide by the tp group's size, or the stage's layers are
+  // out of range).
   virtual absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
-                                                              const TensorParallel& tp) const = 0;
-  // ... over this model's own group.
+                                                              const ModelSplit& split) const = 0;
+  // ... split as this model is.
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype) const {
-    return redeclare(dtype, tensor_parallel());
+    return redeclare(dtype, split());
   }
   // One line for logs: family, sizes, dtype.
   virtual std::string describe() const = 0;

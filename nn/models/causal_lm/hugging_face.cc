@@ -38,7 +38,7 @@ absl::Status LoadHuggingFaceModelConverting(const std::string& dir, const Causal
   const core::DType want = model.dtype();
   absl::StatusOr<core::DType> have = io::ReadCheckpointDType(dir);
   if (!have.ok() || *have == want) return LoadHuggingFaceModel(dir, model, store);
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> as_saved, model.redeclare(*have, TensorParallel{}));
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> as_saved, model.redeclare(*have, ModelSplit{}));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterStore files,
                             ParameterStore::create(as_saved->table(), core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(LoadHuggingFaceModel(dir, *as_saved, files));

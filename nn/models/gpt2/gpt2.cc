@@ -30,10 +30,10 @@ constexpr Preset kPresets[] = {
 
 struct GPT2Saved : Saved {
   SavedStats stats() const override {
-    return saved_stats({x}, {embedding.get(), drop.get(), blocks.get(), ln_f.get()});
+    return saved_stats({}, {embedding.get(), drop.get(), blocks.get(), ln_f.get(), head.get()});
   }
-  std::unique_ptr<Saved> embedding, drop, blocks, ln_f;  // drop: null without embd_pdrop
-  core::Tensor x;  // ln_f output [B, T, C]
+  // Null where the stage has no such module (drop: also without embd_pdrop).
+  std::unique_ptr<Saved> embedding, drop, blocks, ln_f, head;
 };
 
 }  // namespace
@@ -110,33 +110,42 @@ absl::Status GPT2Config::validate() const {
   return absl::OkStatus();
 }
 
-GPT2::GPT2(const GPT2Config& config, core::DType dtype, const TensorParallel& tp)
-    : CausalLM("gpt2"),
-      config_(config),
-      dtype_(dtype),
-      tp_(tp),
-      embedding_("transformer", config.padded_vocab_size(), config.max_seq_len, config.n_embd,
-                 dtype),
-      blocks_("transformer.h"),
-      ln_f_("transformer.ln_f", config.n_embd, {.dtype = dtype}) {
-  if (config.embd_pdrop != 0.0) {
-    drop_ = std::make_unique<Dropout>("transformer.drop", config.embd_pdrop);
+GPT2::GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split)
+    : CausalLM("gpt2"), config_(config), dtype_(dtype), split_(split), blocks_("transformer.h") {
+  const PipelineStage& stage = split.stage;
+  if (stage.first()) {
+    embedding_ = std::make_unique<Embedding>("transformer", config.padded_vocab_size(),
+                                             config.max_seq_len, config.n_embd, dtype);
+    if (config.embd_pdrop != 0.0) {
+      drop_ = std::make_unique<Dropout>("transformer.drop", config.embd_pdrop);
+    }
   }
-  for (int64_t i = 0; i < config.n_layer; ++i) {
-    Module* block = blocks_.append(
-        std::make_unique<TransformerBlock>(absl::StrCat("transformer.h.", i), config.n_embd,
-                                           config.n_head, dtype, config.resid_pdrop, tp));
+  const int64_t end = stage.end_layer < 0 ? config.n_layer : stage.end_layer;
+  for (int64_t i = stage.first_layer; i < end; ++i) {
+    Module* block = blocks_.append(std::make_unique<TransformerBlock>(
+        absl::StrCat("transformer.h.", i), config.n_embd, config.n_head, dtype,
+        config.resid_pdrop, split.tp));
     block->set_checkpoint(i < config.checkpointed_layers());
   }
-  register_child(&embedding_);
+  if (stage.last()) {
+    ln_f_ = std::make_unique<LayerNorm>("transformer.ln_f", config.n_embd,
+                                        LayerNormOptions{.dtype = dtype});
+    // The tied head reads wte: the embedding's entry, or its own on a last
+    // stage without the embedding.
+    head_ = std::make_unique<LmHead>("transformer.lm_head", "transformer.wte.weight",
+                                     config.padded_vocab_size(), config.n_embd, dtype,
+                                     /*declare_weight=*/!stage.first());
+  }
+  if (embedding_ != nullptr) register_child(embedding_.get());
   if (drop_ != nullptr) register_child(drop_.get());
   register_child(&blocks_);
-  register_child(&ln_f_);
+  if (ln_f_ != nullptr) register_child(ln_f_.get());
+  if (head_ != nullptr) register_child(head_.get());
 }
 
 absl::StatusOr<ParameterTable> GPT2::parameter_table(const GPT2Config& config, core::DType dtype) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
-  GPT2 model(config, dtype, TensorParallel{});
+  GPT2 model(config, dtype, ModelSplit{});
   return model.declared_table();
 }
 
@@ -153,8 +162,10 @@ absl::StatusOr<ParameterTable> GPT2::declared_table() {
     }
   }
   const int64_t padding = (config_.padded_vocab_size() - config_.vocab_size) * config_.n_embd;
-  COLOSSAL_RETURN_IF_ERROR(
-      table.set_init("transformer.wte.weight", InitRule::normal(kDefaultInitStd, padding)));
+  if (table.find("transformer.wte.weight") != nullptr) {  // not on middle pipeline stages
+    COLOSSAL_RETURN_IF_ERROR(
+        table.set_init("transformer.wte.weight", InitRule::normal(kDefaultInitStd, padding)));
+  }
   return table;
 }
 
@@ -164,14 +175,15 @@ core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEn
 }
 
 absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype,
-                                                    const TensorParallel& tp) {
+                                                    const ModelSplit& split) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
-  if (config.n_head % tp.size() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("GPT-2 config: n_head ", config.n_head, " does not split over ", tp.size(),
-                     " tensor-parallel ranks (tp_size must divide it)"));
+  if (config.n_head % split.tp.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),
+        " tensor-parallel ranks (tp_size must divide it)"));
   }
-  std::unique_ptr<GPT2> model(new GPT2(config, dtype, tp));
+  COLOSSAL_RETURN_IF_ERROR(check_stage(split.stage, config.n_layer, "GPT-2 config: n_layer"));
+  std::unique_ptr<GPT2> model(new GPT2(config, dtype, split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
@@ -186,8 +198,8 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::create(const GPT2Config& config, cor
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> GPT2::redeclare(core::DType dtype,
-                                                          const TensorParallel& tp) const {
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config_, dtype, tp));
+                                                          const ModelSplit& split) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, declare(config_, dtype, split));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
@@ -202,57 +214,48 @@ std::string GPT2::describe() const {
 }
 
 absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, embedding_ ? "tokens" : "hidden states"));
   auto saved = std::make_unique<GPT2Saved>();
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_.forward(ctx, input));
-  saved->embedding = std::move(e.saved);
-  if (drop_ != nullptr) {
-    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult d, drop_->forward(ctx, e.output));
-    saved->drop = std::move(d.saved);
-    e.output = d.output;
+  core::Tensor x = input;
+  if (embedding_ != nullptr) {
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_->forward(ctx, x));
+    saved->embedding = std::move(e.saved);
+    x = e.output;
+    if (drop_ != nullptr) {
+      COLOSSAL_ASSIGN_OR_RETURN(ForwardResult d, drop_->forward(ctx, x));
+      saved->drop = std::move(d.saved);
+      x = d.output;
+    }
   }
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, e.output));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
   saved->blocks = std::move(h.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_.forward(ctx, h.output));
+  if (head_ == nullptr) return ForwardResult{h.output, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_->forward(ctx, h.output));
   saved->ln_f = std::move(f.saved);
-  saved->x = f.output;
-  const int64_t B = input.dim(0), T = input.dim(1), Vp = config_.padded_vocab_size();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, f.output.reshape({B * T, config_.n_embd}));
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, embedding_.wte().value());
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
-                            core::gemm::matmul(ctx, x2, wte, {.trans_b = true}));
-  COLOSSAL_ASSIGN_OR_RETURN(logits, logits.reshape({B, T, Vp}));
-  return ForwardResult{logits, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, head_->forward(ctx, f.output));
+  saved->head = std::move(logits.saved);
+  return ForwardResult{logits.output, std::move(saved)};
 }
 
 absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& saved,
                                                  const core::Tensor& grad_output) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "dlogits"));
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, head_ ? "dlogits" : "the output gradient"));
   COLOSSAL_ASSIGN_OR_RETURN(GPT2Saved * s, saved_as<GPT2Saved>(saved));
-  const int64_t B = s->x.dim(0), T = s->x.dim(1), Vp = config_.padded_vocab_size();
-  COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, dtype_, "dlogits"));
-  if (grad_output.shape() != core::Shape{B, T, Vp}) {
-    return absl::InvalidArgumentError(absl::StrCat("dlogits are ", grad_output.to_string(),
-                                                   "; expected [", B, ", ", T, ", ", Vp, "]"));
+  core::Tensor dx = grad_output;
+  if (head_ != nullptr) {
+    if (s->head == nullptr) return absl::InvalidArgumentError("saved activations are from another stage");
+    COLOSSAL_ASSIGN_OR_RETURN(dx, head_->backward(ctx, *s->head, dx));
+    COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_->backward(ctx, *s->ln_f, dx));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, Vp}));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, config_.n_embd}));
-  // Tied head: logits = x wte^T, so dwte += dlogits^T x and dx = dlogits wte.
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor wte, embedding_.wte().value());
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dwte, embedding_.wte().grad());
-  COLOSSAL_RETURN_IF_ERROR(
-      core::gemm::gemm(ctx, dlogits, x2, dwte, {.trans_a = true, .beta = 1.0}));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, wte));
-  COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, config_.n_embd}));
-  COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_.backward(ctx, *s->ln_f, dx));
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
+  if (embedding_ == nullptr) return dx;
   if (drop_ != nullptr) {
     if (s->drop == nullptr) {
       return absl::InvalidArgumentError("saved activations are from a model without dropout");
     }
     COLOSSAL_ASSIGN_OR_RETURN(dx, drop_->backward(ctx, *s->drop, dx));
   }
-  return embedding_.backward(ctx, *s->embedding, dx);
+  return embedding_->backward(ctx, *s->embedding, dx);
 }
 
 }  // namespace colossal::nn

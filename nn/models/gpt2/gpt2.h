@@ -70,6 +70,7 @@
 #include "nn/layers/dropout.h"
 #include "nn/layers/embedding.h"
 #include "nn/layers/layernorm.h"
+#include "nn/layers/lm_head.h"
 #include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
@@ -137,12 +138,15 @@ class GPT2 : public CausalLM {
   // there (ours are its first vocab_size rows, then the padding).
   static core::Shape hugging_face_shape(const GPT2Config& config, const ParameterEntry& entry);
   // Builds the model and its table, its layers bound to store(), which has
-  // no memory (ParameterStore::declare). With `tp` the blocks' attention and
-  // MLP split over its group (CausalLM::tensor_parallel; the embedding, ln_f
-  // and the tied head stay whole on every rank). Errors: the config's
-  // (validate()); n_head not a multiple of tp's size.
+  // no memory (ParameterStore::declare). With split.tp the blocks' attention
+  // and MLP split over its group (CausalLM::split; the embedding, ln_f and
+  // the tied head stay whole on every rank); with split.stage only that
+  // pipeline stage's modules are built and declared (the last stage declares
+  // transformer.wte.weight for its tied head too). Errors: the config's
+  // (validate()); n_head not a multiple of tp's size; a stage's layers out of
+  // range.
   static absl::StatusOr<std::unique_ptr<GPT2>> declare(const GPT2Config& config, core::DType dtype,
-                                                       const TensorParallel& tp = {});
+                                                       const ModelSplit& split = {});
   using Module::declare;  // declare(ParameterTable&), hidden by the factory above
   // declare() + store().allocate(stream): the flat buffers on `stream`'s
   // device, values and gradients zero (call init()). Errors: the config's;
@@ -170,31 +174,36 @@ class GPT2 : public CausalLM {
     return hugging_face_shape(config_, entry);
   }
   std::string hugging_face_config_json(core::DType dtype) const override;
-  const TensorParallel& tensor_parallel() const override { return tp_; }
+  const ModelSplit& split() const override { return split_; }
+  int64_t num_layers() const override { return config_.n_layer; }
   using CausalLM::redeclare;
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
-                                                      const TensorParallel& tp) const override;
+                                                      const ModelSplit& split) const override;
   std::string describe() const override;
 
  protected:
-  // tokens int32 [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size].
+  // tokens int32 [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size];
+  // a pipeline stage takes hidden states [B, T, n_embd] unless it is the
+  // first and gives them unless it is the last.
   absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
-  // dlogits [B, T, padded_vocab_size] -> undefined (tokens have no gradient).
+  // dlogits [B, T, padded_vocab_size] (or the next stage's input gradient)
+  // -> undefined (tokens have no gradient), or this stage's input gradient.
   absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
                                              const core::Tensor& grad_output) override;
 
  private:
-  GPT2(const GPT2Config& config, core::DType dtype, const TensorParallel& tp);
+  GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split);
   // The modules' declarations with GPT-2's init rules.
   absl::StatusOr<ParameterTable> declared_table();
 
   GPT2Config config_;
   core::DType dtype_;
-  TensorParallel tp_;
-  Embedding embedding_;
+  ModelSplit split_;
+  std::unique_ptr<Embedding> embedding_;  // the first pipeline stage's
   std::unique_ptr<Dropout> drop_;  // "transformer.drop"; null when embd_pdrop == 0
   Sequential blocks_;
-  LayerNorm ln_f_;
+  std::unique_ptr<LayerNorm> ln_f_;  // the last stage's, with the head
+  std::unique_ptr<LmHead> head_;     // logits = x wte^T
   ParameterStore store_;
 };
 

@@ -61,10 +61,10 @@ std::vector<Preset> presets() {
 
 struct LlamaSaved : Saved {
   SavedStats stats() const override {
-    return saved_stats({x}, {embed_tokens.get(), blocks.get(), norm.get(), lm_head.get()});
+    return saved_stats({}, {embed_tokens.get(), blocks.get(), norm.get(), lm_head.get()});
   }
-  std::unique_ptr<Saved> embed_tokens, blocks, norm, lm_head;  // lm_head: null when tied
-  core::Tensor x;  // norm output [B, T, C] (tied head)
+  // Null where the pipeline stage has no such module.
+  std::unique_ptr<Saved> embed_tokens, blocks, norm, lm_head;
 };
 
 absl::Status field_error(absl::string_view field, absl::string_view why) {
@@ -166,17 +166,18 @@ absl::Status LlamaConfig::validate() const {
 }
 
 Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope,
-             const TensorParallel& tp)
+             const ModelSplit& split)
     : CausalLM("llama"),
       config_(config),
       dtype_(dtype),
-      tp_(tp),
+      split_(split),
       rope_(std::move(rope)),
-      embed_tokens_(Embedding::tokens_only("model.embed_tokens", config.padded_vocab_size(),
-                                           config.hidden_size, dtype)),
-      blocks_("model.layers"),
-      norm_("model.norm", config.hidden_size,
-            {.eps = static_cast<float>(config.rms_norm_eps), .dtype = dtype}) {
+      blocks_("model.layers") {
+  const PipelineStage& stage = split.stage;
+  if (stage.first()) {
+    embed_tokens_ = Embedding::tokens_only("model.embed_tokens", config.padded_vocab_size(),
+                                           config.hidden_size, dtype);
+  }
   const LlamaBlockShape shape{
       .attention = {.hidden = config.hidden_size,
                     .heads = config.num_attention_heads,
@@ -186,19 +187,27 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
       .intermediate = config.intermediate_size,
       .mlp_bias = config.mlp_bias,
       .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    Module* block = blocks_.append(
-        std::make_unique<LlamaBlock>(absl::StrCat("model.layers.", i), shape, rope_, dtype, tp));
+  const int64_t end = stage.end_layer < 0 ? config.num_hidden_layers : stage.end_layer;
+  for (int64_t i = stage.first_layer; i < end; ++i) {
+    Module* block = blocks_.append(std::make_unique<LlamaBlock>(
+        absl::StrCat("model.layers.", i), shape, rope_, dtype, split.tp));
     block->set_checkpoint(i < config.checkpointed_layers());
   }
-  if (!config.tie_word_embeddings) {
-    lm_head_ = std::make_unique<Linear>(
-        "lm_head", config.hidden_size, config.padded_vocab_size(),
-        LinearOptions{.bias = false, .layout = WeightLayout::kOutIn, .dtype = dtype});
+  if (stage.last()) {
+    norm_ = std::make_unique<RMSNorm>(
+        "model.norm", config.hidden_size,
+        LayerNormOptions{.eps = static_cast<float>(config.rms_norm_eps), .dtype = dtype});
+    // Untied: its own lm_head.weight. Tied: embed_tokens' weight, declared
+    // here too on a last stage without the embedding.
+    const bool tied = config.tie_word_embeddings;
+    lm_head_ = std::make_unique<LmHead>(
+        "lm_head", tied ? "model.embed_tokens.weight" : "lm_head.weight",
+        config.padded_vocab_size(), config.hidden_size, dtype,
+        /*declare_weight=*/!tied || !stage.first());
   }
-  register_child(&embed_tokens_);
+  if (embed_tokens_ != nullptr) register_child(embed_tokens_.get());
   register_child(&blocks_);
-  register_child(&norm_);
+  if (norm_ != nullptr) register_child(norm_.get());
   if (lm_head_ != nullptr) register_child(lm_head_.get());
 }
 
@@ -224,13 +233,14 @@ absl::StatusOr<ParameterTable> Llama::declared_table() {
 }
 
 absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config, core::DType dtype,
-                                                      const TensorParallel& tp) {
+                                                      const ModelSplit& split) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
-  const std::pair<const char*, int64_t> split[] = {
+  const TensorParallel& tp = split.tp;
+  const std::pair<const char*, int64_t> widths[] = {
       {"num_attention_heads", config.num_attention_heads},
       {"num_key_value_heads", config.kv_heads()},
       {"intermediate_size", config.intermediate_size}};
-  for (const auto& [field, value] : split) {
+  for (const auto& [field, value] : widths) {
     if (value % tp.size() != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("Llama config: ", field, " ", value, " does not split over ", tp.size(),
@@ -240,7 +250,9 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<RotaryTable> rope,
                             RotaryTable::create(config.head_size(), config.rope_theta,
                                                 config.rope_scaling));
-  std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope), tp));
+  COLOSSAL_RETURN_IF_ERROR(
+      check_stage(split.stage, config.num_hidden_layers, "Llama config: num_hidden_layers"));
+  std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope), split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
@@ -266,8 +278,8 @@ std::string Llama::hugging_face_config_json(core::DType dtype) const {
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> Llama::redeclare(core::DType dtype,
-                                                           const TensorParallel& tp) const {
-  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config_, dtype, tp));
+                                                           const ModelSplit& split) const {
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, declare(config_, dtype, split));
   return std::unique_ptr<CausalLM>(std::move(model));
 }
 
@@ -281,61 +293,43 @@ std::string Llama::describe() const {
 }
 
 absl::StatusOr<ForwardResult> Llama::forward_impl(core::Context& ctx, const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "tokens"));
-  if (input.rank() == 2 && input.dim(1) > config_.max_position_embeddings) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, embed_tokens_ ? "tokens" : "hidden states"));
+  if (input.rank() >= 2 && input.dim(1) > config_.max_position_embeddings) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tokens are ", input.to_string(), "; the model takes at most ",
+        absl::StrCat("the input is ", input.to_string(), "; the model takes at most ",
                      config_.max_position_embeddings, " positions (max_position_embeddings)"));
   }
   auto saved = std::make_unique<LlamaSaved>();
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_.forward(ctx, input));
-  saved->embed_tokens = std::move(e.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, e.output));
-  saved->blocks = std::move(h.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, norm_.forward(ctx, h.output));
-  saved->norm = std::move(f.saved);
-  if (lm_head_ != nullptr) {
-    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, lm_head_->forward(ctx, f.output));
-    saved->lm_head = std::move(logits.saved);
-    return ForwardResult{logits.output, std::move(saved)};
+  core::Tensor x = input;
+  if (embed_tokens_ != nullptr) {
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_->forward(ctx, x));
+    saved->embed_tokens = std::move(e.saved);
+    x = e.output;
   }
-  saved->x = f.output;
-  const int64_t B = input.dim(0), T = input.dim(1), Vp = config_.padded_vocab_size();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, f.output.reshape({B * T, config_.hidden_size}));
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, embed_tokens_.wte().value());
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, core::gemm::matmul(ctx, x2, w, {.trans_b = true}));
-  COLOSSAL_ASSIGN_OR_RETURN(logits, logits.reshape({B, T, Vp}));
-  return ForwardResult{logits, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
+  saved->blocks = std::move(h.saved);
+  if (lm_head_ == nullptr) return ForwardResult{h.output, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, norm_->forward(ctx, h.output));
+  saved->norm = std::move(f.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, lm_head_->forward(ctx, f.output));
+  saved->lm_head = std::move(logits.saved);
+  return ForwardResult{logits.output, std::move(saved)};
 }
 
 absl::StatusOr<core::Tensor> Llama::backward_impl(core::Context& ctx, Saved& saved,
                                                   const core::Tensor& grad_output) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "dlogits"));
+  COLOSSAL_RETURN_IF_ERROR(
+      require_device(ctx, grad_output, lm_head_ ? "dlogits" : "the output gradient"));
   COLOSSAL_ASSIGN_OR_RETURN(LlamaSaved * s, saved_as<LlamaSaved>(saved));
-  COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, dtype_, "dlogits"));
-  const int64_t Vp = config_.padded_vocab_size(), C = config_.hidden_size;
-  if (grad_output.rank() != 3 || grad_output.dim(2) != Vp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dlogits are ", grad_output.to_string(), "; expected [B, T, ", Vp, "]"));
-  }
-  core::Tensor dx;
+  core::Tensor dx = grad_output;
   if (lm_head_ != nullptr) {
-    if (s->lm_head == nullptr) return absl::InvalidArgumentError("saved activations are from a tied model");
-    COLOSSAL_ASSIGN_OR_RETURN(dx, lm_head_->backward(ctx, *s->lm_head, grad_output));
-  } else {
-    const int64_t B = grad_output.dim(0), T = grad_output.dim(1);
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, Vp}));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, C}));
-    // Tied head: logits = x W^T, so dW += dlogits^T x and dx = dlogits W.
-    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, embed_tokens_.wte().value());
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, embed_tokens_.wte().grad());
-    COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, dlogits, x2, dw, {.trans_a = true, .beta = 1.0}));
-    COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dlogits, w));
-    COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, C}));
+    if (s->lm_head == nullptr) return absl::InvalidArgumentError("saved activations are from another stage");
+    COLOSSAL_ASSIGN_OR_RETURN(dx, lm_head_->backward(ctx, *s->lm_head, dx));
+    COLOSSAL_ASSIGN_OR_RETURN(dx, norm_->backward(ctx, *s->norm, dx));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(dx, norm_.backward(ctx, *s->norm, dx));
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
-  return embed_tokens_.backward(ctx, *s->embed_tokens, dx);
+  if (embed_tokens_ == nullptr) return dx;
+  return embed_tokens_->backward(ctx, *s->embed_tokens, dx);
 }
 
 }  // namespace colossal::nn

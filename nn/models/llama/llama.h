@@ -46,6 +46,7 @@
 #include "kernels/rope/rope.h"
 #include "nn/layers/embedding.h"
 #include "nn/layers/linear.h"
+#include "nn/layers/lm_head.h"
 #include "nn/layers/llama_block.h"
 #include "nn/layers/rmsnorm.h"
 #include "nn/layers/rotary.h"
@@ -109,11 +110,13 @@ class Llama : public CausalLM {
  public:
   static absl::StatusOr<ParameterTable> parameter_table(const LlamaConfig& config, core::DType dtype);
   // Builds the model and its table, bound to store() with no memory. With
-  // `tp` the blocks' attention and MLP split over its group (the embedding,
-  // norms and head stay whole on every rank). Errors: the config's; head
-  // counts or intermediate_size not multiples of tp's size.
+  // split.tp the blocks' attention and MLP split over its group (the
+  // embedding, norms and head stay whole on every rank); with split.stage
+  // only that pipeline stage's modules are built (a tied head's last stage
+  // declares model.embed_tokens.weight too). Errors: the config's; head counts
+  // or intermediate_size not multiples of tp's size; a stage out of range.
   static absl::StatusOr<std::unique_ptr<Llama>> declare(const LlamaConfig& config, core::DType dtype,
-                                                        const TensorParallel& tp = {});
+                                                        const ModelSplit& split = {});
   using Module::declare;
   // declare() + store().allocate(stream).
   static absl::StatusOr<std::unique_ptr<Llama>> create(const LlamaConfig& config, core::DType dtype,
@@ -133,10 +136,11 @@ class Llama : public CausalLM {
   Sequential& blocks() override { return blocks_; }
   core::Shape hugging_face_shape(const ParameterEntry& entry) const override;
   std::string hugging_face_config_json(core::DType dtype) const override;
-  const TensorParallel& tensor_parallel() const override { return tp_; }
+  const ModelSplit& split() const override { return split_; }
+  int64_t num_layers() const override { return config_.num_hidden_layers; }
   using CausalLM::redeclare;
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
-                                                      const TensorParallel& tp) const override;
+                                                      const ModelSplit& split) const override;
   std::string describe() const override;
 
  protected:
@@ -147,17 +151,17 @@ class Llama : public CausalLM {
 
  private:
   Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope,
-        const TensorParallel& tp);
+        const ModelSplit& split);
   absl::StatusOr<ParameterTable> declared_table();
 
   LlamaConfig config_;
   core::DType dtype_;
-  TensorParallel tp_;
+  ModelSplit split_;
   std::shared_ptr<RotaryTable> rope_;
-  Embedding embed_tokens_;
+  std::unique_ptr<Embedding> embed_tokens_;  // the first pipeline stage's
   Sequential blocks_;
-  RMSNorm norm_;
-  std::unique_ptr<Linear> lm_head_;  // null when tied
+  std::unique_ptr<RMSNorm> norm_;   // the last stage's, with the head
+  std::unique_ptr<LmHead> lm_head_;  // lm_head.weight, or embed_tokens' when tied
   ParameterStore store_;
 };
 
