@@ -168,16 +168,15 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
 // Declares the model anew over the plugin's tensor-parallel group (its table
 // then holds this rank's pieces); the optimizer is rebuilt at boost's end.
 // A model with memory (used before boost) cannot be split: an error says so.
-absl::Status SplitModel(Model& model, Optim& optim, const nn::TensorParallel& tp) {
+absl::Status SplitModel(Model& model, Optim& optim, const nn::ModelSplit& split) {
   if (model.net->store().materialized()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the plugin splits the model over ", tp.size(),
-        " tensor-parallel ranks, but it already has memory (it was run or saved before boost); "
-        "boost the model before using it"));
+    return absl::FailedPreconditionError(
+        "the plugin splits the model over tensor-parallel ranks or pipeline stages, but it "
+        "already has memory (it was run or saved before boost); boost the model before using it");
   }
   optim.pending_lrs = OptimizerLrs(optim);
   optim.opt.reset();
-  COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(model.net->dtype(), nn::ModelSplit{tp, {}}));
+  COLOSSAL_ASSIGN_OR_RETURN(model.net, model.net->redeclare(model.net->dtype(), split));
   return absl::OkStatus();
 }
 
@@ -225,8 +224,10 @@ int Boost(lua_State* L) {
     absl::StatusOr<std::unique_ptr<parallel::Plugin>> plugin = b->spec->make(*pg, env);
     ThrowIfError(L, what, plugin.status());
     b->booster = std::make_unique<parallel::Booster>(*std::move(plugin));
-    const nn::TensorParallel tp = b->booster->plugin().tensor_parallel();
-    if (tp.enabled()) ThrowIfError(L, what, SplitModel(*model, *optim, tp));
+    absl::StatusOr<nn::ModelSplit> split = b->booster->plugin().model_split(*model->net);
+    ThrowIfError(L, what, split.status());
+    const bool splits = split->tp.enabled() || split->stage.count > 1;
+    if (splits) ThrowIfError(L, what, SplitModel(*model, *optim, *split));
     // A declared model gets its memory where the plugin puts it.
     if (!model->net->store().materialized()) {
       ThrowIfError(L, what,
@@ -239,7 +240,7 @@ int Boost(lua_State* L) {
     // keeping its own memory (gemini) takes them after boost, below.
     // A split model takes its pieces through the plugin.
     if (!model->plugin_memory && model->net->store().materialized()) {
-      LoadPretrainedWeights(L, *model, tp.enabled() ? b->booster.get() : nullptr);
+      LoadPretrainedWeights(L, *model, splits ? b->booster.get() : nullptr);
     }
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared

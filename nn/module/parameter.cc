@@ -114,6 +114,18 @@ absl::Status ParameterTable::add(std::string name, const core::Shape& global_sha
   return absl::OkStatus();
 }
 
+absl::Status ParameterTable::adopt_init_offsets(const ParameterTable& whole) {
+  for (ParameterEntry& e : entries_) {
+    const ParameterEntry* w = whole.find(e.name);
+    if (w == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("parameter \"", e.name, "\" is not in the whole model's table"));
+    }
+    e.init_offset = w->init_offset;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParameterTable::set_init(absl::string_view name, InitRule init) {
   auto it = index_.find(name);
   if (it == index_.end()) {

@@ -133,6 +133,11 @@ class ParameterTable {
   // into blocks x parts (naming the parameter).
   absl::Status add(std::string name, const core::Shape& shape, core::DType dtype,
                    InitRule init = InitRule::zeros(), TensorSplit split = {});
+  // Gives every entry the init_offset the entry of the same name has in
+  // `whole`: a pipeline stage's table (a subset of the model's parameters)
+  // then draws the values the whole model has. NotFound naming an entry
+  // `whole` lacks.
+  absl::Status adopt_init_offsets(const ParameterTable& whole);
   // Replaces the rule of `name` (a model adjusting its layers' defaults).
   // Errors: no such parameter (NotFound), a zero_tail outside [0, numel].
   absl::Status set_init(absl::string_view name, InitRule init);

@@ -26,6 +26,7 @@
 #define COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -33,7 +34,9 @@
 #include "core/device/stream.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/mixed_precision_step.h"
+#include "comm/process_group/process_group.h"
 #include "nn/layers/tensor_parallel.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
@@ -61,10 +64,23 @@ class Plugin {
   // what io::DataLoaderOptions::rank / world_size must be set to.
   virtual int dp_rank() const = 0;
   virtual int dp_size() const = 0;
-  // The tensor-parallel group the model must be split over
-  // (hybrid_parallel's tp axis). Whoever boosts a model declares it over this
-  // group first (nn::CausalLM::redeclare), before materialize. Default: none.
-  virtual nn::TensorParallel tensor_parallel() const { return {}; }
+  // How `model` must be split on this rank (hybrid_parallel: its tp group
+  // and its pipeline stage). Whoever boosts a model declares it so first
+  // (nn::CausalLM::redeclare), before materialize. Default: whole.
+  // Errors: a model that does not split so (too few layers: InvalidArgument).
+  virtual absl::StatusOr<nn::ModelSplit> model_split(const nn::CausalLM& model) const {
+    return nn::ModelSplit{};
+  }
+  // Pipeline parallelism: the group of this rank's stages, in stage order,
+  // and this rank's stage; null without pipeline stages. With one, a step's
+  // micro-batches run through execute_pipeline (parallel/booster/pipeline.h),
+  // not one forward and backward at a time.
+  struct Pipeline {
+    std::shared_ptr<comm::ProcessGroup> group;  // rank i of it runs stage i
+    int stage = 0;
+    int stages = 1;
+  };
+  virtual const Pipeline* pipeline() const { return nullptr; }
 
   // Gives the declared parameters of `store` (nn::ParameterStore::declare)
   // their memory as this plugin lays them out, and their initial values

@@ -1,5 +1,6 @@
 #include "parallel/hybrid/hybrid_parallel_plugin.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -20,8 +21,12 @@ struct HybridParallelPlugin::State {
   HybridParallelOptions options;
   std::shared_ptr<comm::ProcessGroup> world;
   std::optional<comm::DeviceMesh> mesh;
-  std::shared_ptr<comm::ProcessGroup> tp, dp;
+  std::shared_ptr<comm::ProcessGroup> tp, dp, pp;
+  Pipeline pipeline;                     // pp_size > 1
+  std::shared_ptr<comm::ProcessGroup> tied;  // the first and last stage (pp_size > 1, those stages)
+  std::vector<std::string> tied_names;   // after boost: tied parameters this stage holds
   std::unique_ptr<Plugin> inner;  // over dp
+  std::unique_ptr<nn::CausalLM> whole;   // after boost with pp_size > 1: names of every stage
   nn::ParameterStore store;       // after materialize or boost
   nn::Optimizer* optimizer = nullptr;
   core::Stream stream;  // the model's: where pieces are gathered
@@ -29,8 +34,17 @@ struct HybridParallelPlugin::State {
   // share of the norm.
   std::vector<bool> in_norm;
 
+  // This rank's share of the norm: its tensor-parallel pieces; parameters
+  // whole on every tp rank on tp rank 0 only; a tied weight on the first
+  // stage only.
   bool counts_in_norm(const nn::ParameterEntry& e) const {
-    return e.split.active() || tp->rank() == 0;
+    if (!e.split.active() && tp->rank() != 0) return false;
+    if (pipeline.stages > 1 && pipeline.stage != 0) {
+      for (const std::string& t : tied_names) {
+        if (t == e.name) return false;
+      }
+    }
+    return true;
   }
 
   // The whole tensor of `entry` (dtype of `piece`) on the host, from every tp
@@ -69,6 +83,41 @@ struct HybridParallelPlugin::State {
     return whole;
   }
 
+  // Host tensor `t` sent to / received from pipeline stage `peer` (staged
+  // through the device where the group is NCCL's).
+  absl::Status p2p(const core::Tensor& t, int peer, bool send) {
+    core::Tensor buf = t;
+    if (stream.is_cuda()) {
+      COLOSSAL_ASSIGN_OR_RETURN(buf, t.to(stream.device(), stream));
+    }
+    comm::CollectiveOptions o;
+    if (stream.is_cuda()) o.stream = stream;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, send ? pp->send(buf, peer, o) : pp->recv(buf, peer, o));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "hybrid_parallel: pipeline checkpoint"));
+    if (!send && stream.is_cuda()) {
+      core::Tensor dst = t;
+      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(buf, stream));
+      stream.synchronize();
+    }
+    return absl::OkStatus();
+  }
+  // Host tensor `t` from pipeline stage `root` to the other stages.
+  absl::Status broadcast_host(core::Tensor& t, int root) {
+    core::Tensor buf = t;
+    if (stream.is_cuda()) {
+      COLOSSAL_ASSIGN_OR_RETURN(buf, t.to(stream.device(), stream));
+    }
+    comm::CollectiveOptions o;
+    if (stream.is_cuda()) o.stream = stream;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pp->broadcast(buf, root, o));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "hybrid_parallel: pipeline checkpoint"));
+    if (stream.is_cuda()) {
+      COLOSSAL_RETURN_IF_ERROR(t.copy_from(buf, stream));
+      stream.synchronize();
+    }
+    return absl::OkStatus();
+  }
+
   // This rank's piece of `whole` (a host tensor of entry's whole shape, any dtype).
   static absl::StatusOr<core::Tensor> piece_of(nn::ParameterEntry entry, const core::Tensor& whole) {
     entry.dtype = whole.dtype();
@@ -100,10 +149,10 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
                                                    " and pp_size ", options.pp_size,
                                                    " must be at least 1"));
   }
-  if (options.pp_size > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "hybrid_parallel: pp_size ", options.pp_size,
-        " asks for pipeline parallelism, which is not built yet; use pp_size = 1"));
+  if (options.pp_size > 1 && options.zero_stage > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid_parallel: zero_stage ", options.zero_stage, " with pp_size ", options.pp_size,
+        ": pipeline parallelism takes zero_stage 0 or 1 (as Colossal-AI's)"));
   }
   if (world->size() % (options.tp_size * options.pp_size) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -124,6 +173,17 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
   COLOSSAL_RETURN_IF_ERROR(core::annotate(mesh.create_groups(*world), "hybrid_parallel: mesh"));
   COLOSSAL_ASSIGN_OR_RETURN(s->tp, mesh.group("tp"));
   COLOSSAL_ASSIGN_OR_RETURN(s->dp, mesh.group("dp"));
+  COLOSSAL_ASSIGN_OR_RETURN(s->pp, mesh.group("pp"));
+  if (options.pp_size > 1) {
+    s->pipeline.group = s->pp;
+    s->pipeline.stage = s->pp->rank();
+    s->pipeline.stages = s->pp->size();
+    // The end stages of this rank's pipeline share the tied head's weight.
+    const std::vector<int>& ends = s->pp->world_ranks();
+    if (s->pipeline.stage == 0 || s->pipeline.stage == s->pipeline.stages - 1) {
+      COLOSSAL_ASSIGN_OR_RETURN(s->tied, world->new_group({ends.front(), ends.back()}));
+    }
+  }
   s->mesh.emplace(std::move(mesh));
   if (options.zero_stage == 0) {
     DdpOptions o;
@@ -153,8 +213,19 @@ HybridParallelPlugin::~HybridParallelPlugin() = default;
 
 int HybridParallelPlugin::dp_rank() const { return state_->dp->rank(); }
 int HybridParallelPlugin::dp_size() const { return state_->dp->size(); }
-nn::TensorParallel HybridParallelPlugin::tensor_parallel() const {
-  return state_->tp->size() > 1 ? nn::TensorParallel{state_->tp} : nn::TensorParallel{};
+absl::StatusOr<nn::ModelSplit> HybridParallelPlugin::model_split(const nn::CausalLM& model) const {
+  const State& s = *state_;
+  nn::ModelSplit split;
+  if (s.tp->size() > 1) split.tp = nn::TensorParallel{s.tp};
+  if (s.pipeline.stages > 1) {
+    COLOSSAL_ASSIGN_OR_RETURN(split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages,
+                                                              s.pipeline.stage));
+  }
+  return split;
+}
+
+const Plugin::Pipeline* HybridParallelPlugin::pipeline() const {
+  return state_->pipeline.stages > 1 ? &state_->pipeline : nullptr;
 }
 const comm::DeviceMesh& HybridParallelPlugin::mesh() const { return *state_->mesh; }
 
@@ -176,7 +247,7 @@ absl::Status HybridParallelPlugin::materialize(nn::ParameterStore& store, uint64
     if (!split) {
       return absl::FailedPreconditionError(absl::StrCat(
           "hybrid_parallel: the model is not split over the ", s.tp->size(),
-          " tensor-parallel ranks; declare it over plugin.tensor_parallel() "
+          " tensor-parallel ranks; declare it as plugin.model_split() says "
           "(nn::CausalLM::redeclare) before materializing it"));
     }
   }
@@ -191,6 +262,19 @@ absl::Status HybridParallelPlugin::boost(nn::Module& model, const nn::ParameterS
   s.store = store;
   s.optimizer = &optimizer;
   s.stream = optimizer.stream();
+  s.tied_names.clear();
+  if (s.pipeline.stages > 1) {
+    const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
+    if (causal == nullptr) {
+      return absl::InvalidArgumentError(
+          "hybrid_parallel: pipeline stages need a language model (nn::CausalLM)");
+    }
+    for (const std::string& name : causal->tied_parameters()) {
+      if (store.table().find(name) != nullptr) s.tied_names.push_back(name);
+    }
+    // Declared only (no memory): which stage holds what, for checkpoints.
+    COLOSSAL_ASSIGN_OR_RETURN(s.whole, causal->redeclare(causal->dtype(), nn::ModelSplit{}));
+  }
   s.in_norm.clear();
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
@@ -215,7 +299,22 @@ absl::Status HybridParallelPlugin::begin_backward(core::Context& ctx, bool sync)
 }
 absl::Status HybridParallelPlugin::end_backward(bool ok) { return state_->inner->end_backward(ok); }
 absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
-  return state_->inner->before_step(stream);
+  State& s = *state_;
+  COLOSSAL_RETURN_IF_ERROR(s.inner->before_step(stream));
+  if (s.tied == nullptr || s.tied_names.empty()) return absl::OkStatus();
+  // The tied weight's two copies take the sum of both stages' gradients.
+  comm::CollectiveOptions o;
+  if (stream.is_cuda()) o.stream = stream;
+  for (const std::string& name : s.tied_names) {
+    COLOSSAL_ASSIGN_OR_RETURN(nn::Parameter p, s.store.find(name));
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tied->all_reduce(p.grad, comm::ReduceOp::kSum, o));
+    if (stream.is_cuda()) {
+      w->wait_stream(stream);
+    } else {
+      COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), absl::StrCat("summing tied ", name)));
+    }
+  }
+  return absl::OkStatus();
 }
 absl::Status HybridParallelPlugin::zero_grad() { return state_->inner->zero_grad(); }
 
@@ -234,8 +333,9 @@ absl::StatusOr<nn::MixedPrecisionStepResult> HybridParallelPlugin::step(
       if (s.in_norm[i]) mine.push_back(grads[i]);
     }
     COLOSSAL_ASSIGN_OR_RETURN(nn::GradNorm local, nn::grad_norm(mine, stream));
-    // [sum of squares, non-finite flag], summed over tp: every dp rank holds
-    // the same averaged gradients (ddp), so the dp ranks' sums are equal.
+    // [sum of squares, non-finite flag], summed over tp and pp: every dp
+    // rank holds the same averaged gradients (ddp), so the dp ranks' sums
+    // are equal.
     float sums[2] = {local.norm * local.norm, local.finite ? 0.0f : 1.0f};
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({2}, core::DType::kF32,
                                                                   core::Stream::cpu()));
@@ -246,8 +346,11 @@ absl::StatusOr<nn::MixedPrecisionStepResult> HybridParallelPlugin::step(
     }
     comm::CollectiveOptions co;
     if (stream.is_cuda()) co.stream = stream;
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tp->all_reduce(t, comm::ReduceOp::kSum, co));
-    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "hybrid_parallel: gradient norm"));
+    for (comm::ProcessGroup* g : {s.tp.get(), s.pp.get()}) {
+      if (g->size() == 1) continue;
+      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, g->all_reduce(t, comm::ReduceOp::kSum, co));
+      COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "hybrid_parallel: gradient norm"));
+    }
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), stream));
     stream.synchronize();
     nn::GradNorm global;
@@ -262,43 +365,85 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
     const nn::ParameterStore& store, int to_rank, const core::Stream& stream) {
   State& s = *state_;
   s.stream = stream;
-  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterTable whole, nn::whole_table(store.table()));
+  // This stage's parameters, whole over tp (every tp rank gathers).
+  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterTable stage_table, nn::whole_table(store.table()));
+  std::vector<core::Tensor> mine;
+  for (size_t i = 0; i < store.parameters().size(); ++i) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, s.gather_whole(store.table().entries()[i],
+                                                             store.parameters()[i].value));
+    mine.push_back(std::move(t));
+  }
   const bool want = to_rank < 0 || s.world->rank() == to_rank;
+  if (s.pipeline.stages == 1) {
+    nn::ParameterStore out = nn::ParameterStore::declare(stage_table);
+    if (!want) return out;
+    COLOSSAL_ASSIGN_OR_RETURN(out, nn::ParameterStore::create(stage_table, core::Stream::cpu()));
+    for (size_t i = 0; i < mine.size(); ++i) {
+      core::Tensor dst = out.parameters()[i].value;
+      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(mine[i], core::Stream::cpu()));
+    }
+    return out;
+  }
+  // Pipeline: every stage sends its parameters (a tied weight only from the
+  // first) to stage 0 of its pipeline, which assembles the whole model.
+  if (s.whole == nullptr) return absl::FailedPreconditionError("hybrid_parallel: checkpoint before boost");
+  const nn::ParameterTable& whole = s.whole->table();
+  const bool gatherer = s.pipeline.stage == 0;
   nn::ParameterStore out = nn::ParameterStore::declare(whole);
-  if (want) {
+  if (gatherer || to_rank < 0) {
     COLOSSAL_ASSIGN_OR_RETURN(out, nn::ParameterStore::create(whole, core::Stream::cpu()));
   }
-  for (size_t i = 0; i < store.parameters().size(); ++i) {
-    const nn::ParameterEntry& e = store.table().entries()[i];
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, s.gather_whole(e, store.parameters()[i].value));
-    if (want) {
-      core::Tensor dst = out.parameters()[i].value;
-      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(t, core::Stream::cpu()));
+  const auto slot = [&](const std::string& name) -> absl::StatusOr<core::Tensor> {
+    COLOSSAL_ASSIGN_OR_RETURN(nn::Parameter p, out.find(name));
+    return p.value;
+  };
+  if (gatherer) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, slot(stage_table.entries()[i].name));
+      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(mine[i], core::Stream::cpu()));
     }
   }
+  for (int stage = 1; stage < s.pipeline.stages; ++stage) {
+    if (!gatherer && s.pipeline.stage != stage) continue;
+    COLOSSAL_ASSIGN_OR_RETURN(nn::PipelineStage st,
+                              nn::pipeline_stage(s.whole->num_layers(), s.pipeline.stages, stage));
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> names,
+                              s.whole->redeclare(s.whole->dtype(), nn::ModelSplit{{}, st}));
+    const std::vector<std::string> tied = s.whole->tied_parameters();
+    for (size_t i = 0; i < names->table().size(); ++i) {
+      const std::string& name = names->table().entries()[i].name;
+      if (std::find(tied.begin(), tied.end(), name) != tied.end()) continue;  // stage 0's copy
+      if (gatherer) {
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, slot(name));
+        COLOSSAL_RETURN_IF_ERROR(s.p2p(dst, stage, /*send=*/false));
+      } else {
+        COLOSSAL_RETURN_IF_ERROR(s.p2p(mine[i], 0, /*send=*/true));
+      }
+    }
+  }
+  if (to_rank < 0) {
+    for (core::DType dt : whole.dtypes()) {
+      core::Tensor flat = out.flat_values(dt);
+      COLOSSAL_RETURN_IF_ERROR(s.broadcast_host(flat, 0));
+    }
+  }
+  if (!want && !gatherer) return nn::ParameterStore::declare(whole);
   return out;
 }
 
 absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& store,
                                                          const nn::ParameterStore& state,
                                                          const core::Stream& stream) {
+  // Each parameter this rank holds (its stage's, its tp piece) by name.
   const nn::ParameterTable& table = store.table();
-  if (state.parameters().size() != table.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("hybrid_parallel: the state has ",
-                                                   state.parameters().size(),
-                                                   " parameters; the model ", table.size()));
-  }
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore local,
                             nn::ParameterStore::create(table, core::Stream::cpu()));
   for (size_t i = 0; i < table.size(); ++i) {
     const nn::ParameterEntry& e = table.entries()[i];
-    if (state.table().entries()[i].name != e.name) {
-      return absl::InvalidArgumentError(absl::StrCat("hybrid_parallel: the state's parameter ", i,
-                                                     " is ", state.table().entries()[i].name,
-                                                     "; the model's ", e.name));
-    }
+    absl::StatusOr<nn::Parameter> whole = state.find(e.name);
+    if (!whole.ok()) return core::annotate(whole.status(), "hybrid_parallel: the state to load");
     COLOSSAL_RETURN_IF_ERROR(
-        nn::copy_piece_from_whole(e, state.parameters()[i].value, local.parameters()[i].value));
+        nn::copy_piece_from_whole(e, whole->value, local.parameters()[i].value));
   }
   return state_->inner->load_model_state_dict(store, local, stream);
 }
@@ -306,6 +451,11 @@ absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& sto
 absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dict(
     const nn::Optimizer& optimizer, int to_rank) {
   State& s = *state_;
+  if (s.pipeline.stages > 1) {
+    return absl::UnimplementedError(
+        "hybrid_parallel: the optimizer state of a pipeline-parallel run cannot be saved yet "
+        "(the model's weights can: save_model)");
+  }
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
                             s.inner->optimizer_state_dict(optimizer, /*to_rank=*/-1));
   for (auto& [key, tensor] : sd.tensors) {
@@ -323,6 +473,10 @@ absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dic
 absl::Status HybridParallelPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
                                                              const nn::OptimizerStateDict& state) {
   State& s = *state_;
+  if (s.pipeline.stages > 1) {
+    return absl::UnimplementedError(
+        "hybrid_parallel: loading an optimizer state into a pipeline-parallel run is not built yet");
+  }
   nn::OptimizerStateDict local = state;
   for (auto& [key, tensor] : local.tensors) {
     const nn::ParameterEntry* e = s.split_entry_of(key, tensor, /*want_whole=*/true);

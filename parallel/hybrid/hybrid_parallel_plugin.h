@@ -7,12 +7,19 @@
 // (comm/mesh: neighbouring ranks split one layer, the fastest links):
 //   * tp: the model's attention and MLP weights split over the tp group
 //     (Megatron's 1D scheme, nn/layers/tensor_parallel.h). The model must
-//     be declared over tensor_parallel() before materialize; its table then
+//     be declared as model_split() says before materialize; its table then
 //     holds this rank's pieces, which initialise to one process's values.
 //   * dp: an inner plugin over the dp group trains the local model: ddp
 //     (zero_stage 0) or low_level_zero (1 or 2). Every rank of one tp group
 //     reads the same data (dp_rank()).
-//   * pp: pipeline stages are not built yet: pp_size > 1 is refused at create.
+//   * pp: each rank runs one pipeline stage (nn::PipelineStage: a range of
+//     blocks, the embedding on the first, the head on the last); a step's
+//     micro-batches run through the 1F1B schedule (parallel/booster/
+//     pipeline.h) over point-to-point sends on the pp group. A tied head's
+//     weight lives on both end stages: its gradients are summed between them
+//     before every step, so the copies stay equal. With pp_size > 1:
+//     zero_stage <= 1 (as Colossal-AI), and checkpoints of the optimizer
+//     state are not built yet (model weights are: gathered over pp and tp).
 //
 // Clipping uses the norm of the whole model: each rank's share counts its
 // pieces and, on tp rank 0 only, the parameters every tp rank holds whole
@@ -25,7 +32,8 @@
 //
 //   HybridParallelOptions o;  o.tp_size = 2;  o.zero_stage = 1;
 //   COLOSSAL_ASSIGN_OR_RETURN(auto plugin, HybridParallelPlugin::create(world, o));
-//   COLOSSAL_ASSIGN_OR_RETURN(auto model, declared->redeclare(dtype, plugin->tensor_parallel()));
+//   COLOSSAL_ASSIGN_OR_RETURN(nn::ModelSplit split, plugin->model_split(*declared));
+//   COLOSSAL_ASSIGN_OR_RETURN(auto model, declared->redeclare(dtype, split));
 //   Booster booster(std::move(plugin));  ... materialize, boost, train as any plugin
 // (parallel/hybrid/hybrid_parallel_test.cc)
 #ifndef COLOSSAL_PARALLEL_HYBRID_HYBRID_PARALLEL_PLUGIN_H_
@@ -43,7 +51,7 @@ namespace colossal::parallel {
 
 struct HybridParallelOptions {
   int tp_size = 1;
-  int pp_size = 1;  // only 1: pipeline stages are not built yet
+  int pp_size = 1;
   // 0: ddp over the dp group; 1 or 2: low_level_zero at that stage.
   int zero_stage = 0;
   double ddp_bucket_cap_mb = 25.0;      // zero_stage 0
@@ -56,8 +64,8 @@ class HybridParallelPlugin : public Plugin {
  public:
   // Builds the mesh and its groups over `world` (collective: every rank
   // calls it). Errors (InvalidArgument naming the option): sizes below 1, a
-  // world not divisible by tp_size * pp_size, pp_size > 1, a zero_stage
-  // outside 0..2; the inner plugin's.
+  // world not divisible by tp_size * pp_size, a zero_stage outside 0..2 (or
+  // 2 with pp_size > 1); the inner plugin's.
   static absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> create(
       std::shared_ptr<comm::ProcessGroup> world, const HybridParallelOptions& options);
   ~HybridParallelPlugin() override;
@@ -65,7 +73,8 @@ class HybridParallelPlugin : public Plugin {
   const char* name() const override { return "hybrid_parallel"; }
   int dp_rank() const override;
   int dp_size() const override;
-  nn::TensorParallel tensor_parallel() const override;
+  absl::StatusOr<nn::ModelSplit> model_split(const nn::CausalLM& model) const override;
+  const Pipeline* pipeline() const override;
   const comm::DeviceMesh& mesh() const;
 
   // The default materialize, after checking that the store is split over

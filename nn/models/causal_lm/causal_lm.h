@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -98,8 +99,13 @@ class CausalLM : public Module {
   virtual const ModelSplit& split() const = 0;
   const TensorParallel& tensor_parallel() const { return split().tp; }
   const PipelineStage& pipeline_stage() const { return split().stage; }
-  // The number of blocks of the whole model.
+  // The number of blocks of the whole model, and their width (the hidden
+  // states pipeline stages pass on: [B, T, hidden_size()]).
   virtual int64_t num_layers() const = 0;
+  virtual int64_t hidden_size() const = 0;
+  // Parameters both the first and the last pipeline stage hold (a tied
+  // head's embedding weight): their gradients are summed between the two.
+  virtual std::vector<std::string> tied_parameters() const = 0;
   // The same architecture declared anew with weights of `dtype`, no memory,
   // split as `split` says (InvalidArgument naming the sizes when heads or
   // widths do not divide by the tp group's size, or the stage's layers are

@@ -185,6 +185,11 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, co
   COLOSSAL_RETURN_IF_ERROR(check_stage(split.stage, config.n_layer, "GPT-2 config: n_layer"));
   std::unique_ptr<GPT2> model(new GPT2(config, dtype, split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
+  if (split.stage.count > 1) {
+    // A stage's parameters take the whole model's initial values.
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> whole, declare(config, dtype, {split.tp, {}}));
+    COLOSSAL_RETURN_IF_ERROR(table.adopt_init_offsets(whole->table()));
+  }
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
   return model;

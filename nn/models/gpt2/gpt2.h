@@ -176,6 +176,8 @@ class GPT2 : public CausalLM {
   std::string hugging_face_config_json(core::DType dtype) const override;
   const ModelSplit& split() const override { return split_; }
   int64_t num_layers() const override { return config_.n_layer; }
+  int64_t hidden_size() const override { return config_.n_embd; }
+  std::vector<std::string> tied_parameters() const override { return {"transformer.wte.weight"}; }
   using CausalLM::redeclare;
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
                                                       const ModelSplit& split) const override;

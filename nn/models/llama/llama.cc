@@ -254,6 +254,11 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
       check_stage(split.stage, config.num_hidden_layers, "Llama config: num_hidden_layers"));
   std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope), split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
+  if (split.stage.count > 1) {
+    // A stage's parameters take the whole model's initial values.
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> whole, declare(config, dtype, {split.tp, {}}));
+    COLOSSAL_RETURN_IF_ERROR(table.adopt_init_offsets(whole->table()));
+  }
   model->store_ = ParameterStore::declare(table);
   COLOSSAL_RETURN_IF_ERROR(model->bind(model->store_));
   return model;

@@ -138,6 +138,11 @@ class Llama : public CausalLM {
   std::string hugging_face_config_json(core::DType dtype) const override;
   const ModelSplit& split() const override { return split_; }
   int64_t num_layers() const override { return config_.num_hidden_layers; }
+  int64_t hidden_size() const override { return config_.hidden_size; }
+  std::vector<std::string> tied_parameters() const override {
+    if (!config_.tie_word_embeddings) return {};
+    return {"model.embed_tokens.weight"};
+  }
   using CausalLM::redeclare;
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
                                                       const ModelSplit& split) const override;

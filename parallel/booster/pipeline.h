@@ -1,0 +1,56 @@
+// colossal::parallel — a step's micro-batches through pipeline stages:
+// Colossal-AI's booster.execute_pipeline with the 1F1B schedule
+// (OneForwardOneBackwardSchedule; Megatron-LM's non-interleaved schedule).
+//
+// Every rank of a pipeline group calls it with the same micro-batches (each
+// stage reads the batch: the first its tokens, the last its targets, every
+// one its shape, so no shapes are exchanged). Stage s of P runs
+// min(P - s - 1, M) forwards, then alternates one forward and one backward,
+// then the remaining backwards; activations go forward and gradients back
+// over point-to-point sends of [b, T, hidden_size] (batched where a stage
+// sends and receives at once, so no pair of stages waits on each other). At
+// most P micro-batches are in flight per stage (the module contract's
+// per-call saved state). The last stage computes the loss (model.loss, mean
+// cross-entropy scaled by loss_scale / M) and starts each backward. Gradient
+// reduction (the plugin's) runs with the last micro-batch's backward only:
+// the others run under no_sync.
+//
+//   COLOSSAL_ASSIGN_OR_RETURN(PipelineStepResult r,
+//                             execute_pipeline(ctx, booster, *model, micro_batches));
+//   COLOSSAL_ASSIGN_OR_RETURN(auto step, booster.step({.max_norm = 1.0f}));
+//   // r.loss: the mean loss over the micro-batches, on every stage
+#ifndef COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_
+#define COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "core/context/context.h"
+#include "nn/models/causal_lm/causal_lm.h"
+#include "nn/train/train_step.h"
+#include "parallel/booster/booster.h"
+
+namespace colossal::parallel {
+
+struct PipelineStepOptions {
+  float loss_scale = 1.0f;  // fp16: the loss scaler's scale
+  int32_t ignore_index = -100;
+};
+
+struct PipelineStepResult {
+  float loss = 0.0f;  // mean over the micro-batches (every stage gets it)
+  int64_t micro_batches = 0;
+};
+
+// Errors: a plugin without pipeline stages, no micro-batches
+// (FailedPrecondition / InvalidArgument); the model's, the loss's, the
+// plugin's and the sends' (annotated with the micro-batch and stage).
+absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster& booster,
+                                                    nn::CausalLM& model,
+                                                    absl::Span<const nn::MicroBatch> micro_batches,
+                                                    const PipelineStepOptions& options = {});
+
+}  // namespace colossal::parallel
+
+#endif  // COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_
