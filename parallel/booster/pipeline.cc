@@ -49,7 +49,7 @@ class Stage {
     const bool cuda = ctx_.device().is_cuda();
     if (cuda) o.stream = ctx_.compute_stream();
     const std::string where = absl::StrCat("pipeline stage ", pipe_.stage, ": ", what);
-    absl::StatusOr<comm::WorkPtr> w = pipe_.group->batch_send_recv(ops, o);
+    absl::StatusOr<comm::WorkPtr> w = pipe_.p2p->batch_send_recv(ops, o);
     if (!w.ok()) return core::annotate(w.status(), where);
     if (cuda) {
       (*w)->wait_stream(ctx_.compute_stream());

@@ -76,7 +76,10 @@ class Plugin {
   // micro-batches run through execute_pipeline (parallel/booster/pipeline.h),
   // not one forward and backward at a time.
   struct Pipeline {
-    std::shared_ptr<comm::ProcessGroup> group;  // rank i of it runs stage i
+    // Rank i of both runs stage i: `p2p` carries the point-to-point sends,
+    // `group` the collectives (stages send different numbers of messages, so
+    // one group's operation counts would differ between them).
+    std::shared_ptr<comm::ProcessGroup> group, p2p;
     int stage = 0;
     int stages = 1;
   };

@@ -92,7 +92,8 @@ struct HybridParallelPlugin::State {
     }
     comm::CollectiveOptions o;
     if (stream.is_cuda()) o.stream = stream;
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, send ? pp->send(buf, peer, o) : pp->recv(buf, peer, o));
+    comm::ProcessGroup& g = *pipeline.p2p;
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, send ? g.send(buf, peer, o) : g.recv(buf, peer, o));
     COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "hybrid_parallel: pipeline checkpoint"));
     if (!send && stream.is_cuda()) {
       core::Tensor dst = t;
@@ -176,6 +177,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
   COLOSSAL_ASSIGN_OR_RETURN(s->pp, mesh.group("pp"));
   if (options.pp_size > 1) {
     s->pipeline.group = s->pp;
+    COLOSSAL_ASSIGN_OR_RETURN(s->pipeline.p2p, world->new_group(s->pp->world_ranks()));
     s->pipeline.stage = s->pp->rank();
     s->pipeline.stages = s->pp->size();
     // The end stages of this rank's pipeline share the tied head's weight.

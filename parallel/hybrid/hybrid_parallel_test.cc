@@ -53,11 +53,25 @@ struct HybridCase {
   int tp;
   int zero_stage;
   int pp = 1;
+  int layers = 2;  // the tiny models' (pp4 takes four)
 };
+
+// The case's tiny model, declared: the shared test model, or one with more layers.
+std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c) {
+  if (c.layers == 2) return testing::declare_model(c.family);
+  if (c.family == Family::kGpt2) {
+    nn::GPT2Config g = testing::tiny_config();
+    g.n_layer = c.layers;
+    return *nn::GPT2::declare(g, DType::kF32);
+  }
+  nn::LlamaConfig l = testing::tiny_llama_config(c.family == Family::kLlamaTied);
+  l.num_hidden_layers = c.layers;
+  return *nn::Llama::declare(l, DType::kF32);
+}
 
 std::string case_name(const HybridCase& c) {
   return absl::StrCat(testing::family_name(c.family), "_world", c.world, "_tp", c.tp, "_pp", c.pp,
-                      "_zero", c.zero_stage);
+                      "_zero", c.zero_stage, c.layers == 2 ? "" : absl::StrCat("_layers", c.layers));
 }
 
 // What one rank trains: the tiny model of `family` declared over the plugin's
@@ -81,7 +95,7 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   auto plugin = HybridParallelPlugin::create(world, o);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return out;
-  auto declared = testing::declare_model(c.family);
+  auto declared = declare_case_model(c);
   auto split = (*plugin)->model_split(*declared);
   EXPECT_TRUE(split.ok()) << split.status();
   if (!split.ok()) return out;
@@ -165,8 +179,9 @@ class HybridEquivalence : public ::testing::TestWithParam<HybridCase> {};
 TEST_P(HybridEquivalence, EqualsOneProcess) {
   const HybridCase& c = GetParam();
   const int dp = c.world / (c.tp * c.pp);
-  const EquivalenceRun ref =
-      testing::reference_run(dp, {.steps = kSteps, .family = c.family, .adamw = true});
+  auto ref_model = testing::materialized(declare_case_model(c), kSeed);
+  auto ref_adam = testing::make_adam(*ref_model);
+  const EquivalenceRun ref = testing::reference_run(*ref_model, *ref_adam, dp, kSteps);
   // The norm itself is compared on every step; clipping must act on some
   // (a tiny Llama's norm stays above kMaxNorm for the first ten steps).
   ASSERT_GT(std::count(ref.clipped.begin(), ref.clipped.end(), 1), 0) << "clipping never engaged";
@@ -187,8 +202,8 @@ std::vector<HybridCase> cases() {
     out.push_back({f, 2, 1, 0, 2});  // pp2, 1F1B
     out.push_back({f, 4, 2, 1, 2});  // tp2 x pp2, ZeRO-1 (dp 1)
     out.push_back({f, 8, 2, 1, 2});  // tp2 x pp2 x dp2, ZeRO-1
+    out.push_back({f, 4, 1, 0, 4, 4});  // pp4 over four layers, 1F1B
   }
-  // pp4 needs four layers: the tiny models have two.
   return out;
 }
 
