@@ -180,6 +180,16 @@ absl::Status SplitModel(Model& model, Optim& optim, const nn::ModelSplit& split)
   return absl::OkStatus();
 }
 
+// booster:dp_size() -> the number of data-parallel copies after boost: the
+// world without tensor or pipeline splits, world / (tp_size x pp_size) with
+// them, 1 without a plugin. Tokens per step count each copy's batch once.
+int BoosterDpSize(lua_State* L) {
+  std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
+  if (b->spec && !b->booster) RaiseError(L, "booster:dp_size: boost first", kErrorUsage);
+  lua_pushinteger(L, b->booster ? b->booster->plugin().dp_size() : 1);
+  return 1;
+}
+
 // booster:boost(model, optimizer[, dataloader[, lr_scheduler]]) -> the four, as the plugin
 // wraps them (the loader reopened for its data-parallel rank and size if they differ)
 int Boost(lua_State* L) {
@@ -376,6 +386,7 @@ int OpenBooster(lua_State* L) {
   static const luaL_Reg kMethods[] = {{"boost", Protected<Boost>},
                                       {"backward", Protected<Backward>},
                                       {"no_sync", Protected<NoSync>},
+                                      {"dp_size", Protected<BoosterDpSize>},
                                       {"save_checkpoint", Protected<BoosterSaveCheckpoint>},
                                       {"load_checkpoint", Protected<BoosterLoadCheckpoint>},
                                       {"save_model", Protected<BoosterSaveModel>},

@@ -293,7 +293,8 @@ function recipe.run(t, file, bench)
 
   local n_params = model:num_params()
   local accum, world = r.accumulation_steps, env.world_size
-  local tokens_per_step = d.micro_batch_size * d.seq_len * accum * world
+  -- Each data-parallel copy reads its own batch; tensor-parallel ranks share one.
+  local tokens_per_step = d.micro_batch_size * d.seq_len * accum * booster:dp_size()
   local flops_per_token = 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
   local info = colossal.device_info()
   local peak = (precision ~= "fp32") and info.peak_flops_16bit or nil
