@@ -13,6 +13,7 @@
 #include "nn/module/tensor_split.h"
 #include "nn/optim/grad_clip.h"
 #include "parallel/ddp/ddp_plugin.h"
+#include "parallel/hybrid/stage_states.h"
 #include "parallel/zero/low_level_zero_plugin.h"
 
 namespace colossal::parallel {
@@ -453,11 +454,6 @@ absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& sto
 absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dict(
     const nn::Optimizer& optimizer, int to_rank) {
   State& s = *state_;
-  if (s.pipeline.stages > 1) {
-    return absl::UnimplementedError(
-        "hybrid_parallel: the optimizer state of a pipeline-parallel run cannot be saved yet "
-        "(the model's weights can: save_model)");
-  }
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
                             s.inner->optimizer_state_dict(optimizer, /*to_rank=*/-1));
   for (auto& [key, tensor] : sd.tensors) {
@@ -468,6 +464,21 @@ absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dic
     }
     COLOSSAL_ASSIGN_OR_RETURN(tensor, s.gather_whole(*e, tensor));
   }
+  if (s.pipeline.stages > 1) {
+    // Every stage's part, joined on stage 0 of each pipeline (host tensors).
+    for (auto& [key, tensor] : sd.tensors) {
+      if (tensor.device().is_cuda()) {
+        COLOSSAL_ASSIGN_OR_RETURN(tensor, tensor.to(core::Device::cpu(), s.stream));
+      }
+    }
+    s.stream.synchronize();
+    COLOSSAL_ASSIGN_OR_RETURN(
+        sd, gather_stage_states(std::move(sd), s.pipeline.stage, s.pipeline.stages,
+                                s.whole->tied_parameters(), /*to_all=*/to_rank < 0,
+                                [&s](const core::Tensor& t, int peer, bool send) {
+                                  return s.p2p(t, peer, send);
+                                }));
+  }
   if (to_rank >= 0 && s.world->rank() != to_rank) sd.tensors.clear();
   return sd;
 }
@@ -475,11 +486,8 @@ absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dic
 absl::Status HybridParallelPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
                                                              const nn::OptimizerStateDict& state) {
   State& s = *state_;
-  if (s.pipeline.stages > 1) {
-    return absl::UnimplementedError(
-        "hybrid_parallel: loading an optimizer state into a pipeline-parallel run is not built yet");
-  }
-  nn::OptimizerStateDict local = state;
+  // This stage's parameters only (all of them without pipelines).
+  nn::OptimizerStateDict local = stage_part(state, s.store.table());
   for (auto& [key, tensor] : local.tensors) {
     const nn::ParameterEntry* e = s.split_entry_of(key, tensor, /*want_whole=*/true);
     if (e == nullptr || absl::EndsWith(key, ".step")) continue;

@@ -18,8 +18,7 @@
 //     pipeline.h) over point-to-point sends on the pp group. A tied head's
 //     weight lives on both end stages: its gradients are summed between them
 //     before every step, so the copies stay equal. With pp_size > 1:
-//     zero_stage <= 1 (as Colossal-AI), and checkpoints of the optimizer
-//     state are not built yet (model weights are: gathered over pp and tp).
+//     zero_stage <= 1 (as Colossal-AI).
 //
 // Clipping uses the norm of the whole model: each rank's share counts its
 // pieces and, on tp rank 0 only, the parameters every tp rank holds whole

@@ -1,0 +1,123 @@
+#include "parallel/hybrid/stage_states.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/dtype/dtype.h"
+#include "core/status/status.h"
+#include "nlohmann/json.hpp"
+
+namespace colossal::parallel {
+namespace {
+
+// "state.<param>.<state>" -> <param>.
+std::string param_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return key.size() > 6 && dot > 6 ? key.substr(6, dot - 6) : std::string();
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2P& p2p) {
+  nlohmann::json manifest;
+  manifest["meta"] = nn::optimizer_meta_to_json(sd.meta);
+  manifest["tensors"] = nlohmann::json::array();
+  for (const auto& [key, t] : sd.tensors) {
+    manifest["tensors"].push_back({key, core::dtype_name(t.dtype()), t.shape().dims()});
+  }
+  const std::string text = manifest.dump();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n, core::Tensor::empty({1}, core::DType::kI64,
+                                                                core::Stream::cpu()));
+  n.data<int64_t>()[0] = static_cast<int64_t>(text.size());
+  COLOSSAL_RETURN_IF_ERROR(p2p(n, peer, true));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor bytes,
+                            core::Tensor::empty({static_cast<int64_t>(text.size())},
+                                                core::DType::kU8, core::Stream::cpu()));
+  std::memcpy(bytes.raw_data(), text.data(), text.size());
+  COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, true));
+  for (const auto& [key, t] : sd.tensors) COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, true));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n, core::Tensor::empty({1}, core::DType::kI64,
+                                                                core::Stream::cpu()));
+  COLOSSAL_RETURN_IF_ERROR(p2p(n, peer, false));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor bytes, core::Tensor::empty({n.data<int64_t>()[0]},
+                                                                    core::DType::kU8,
+                                                                    core::Stream::cpu()));
+  COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, false));
+  const std::string text(static_cast<const char*>(bytes.raw_data()), bytes.numel());
+  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (manifest.is_discarded() || !manifest.contains("meta") || !manifest.contains("tensors")) {
+    return absl::DataLossError(absl::StrCat("pipeline stage ", peer, " sent a bad state manifest"));
+  }
+  nn::OptimizerStateDict sd;
+  COLOSSAL_ASSIGN_OR_RETURN(sd.meta,
+                            nn::optimizer_meta_from_json(manifest["meta"].get<std::string>()));
+  for (const nlohmann::json& e : manifest["tensors"]) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::DType dtype, core::parse_dtype(e[1].get<std::string>()));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape,
+                              core::Shape::make(e[2].get<std::vector<int64_t>>()));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty(shape, dtype, core::Stream::cpu()));
+    COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, false));
+    sd.tensors.emplace(e[0].get<std::string>(), std::move(t));
+  }
+  return sd;
+}
+
+}  // namespace
+
+absl::StatusOr<nn::OptimizerStateDict> gather_stage_states(nn::OptimizerStateDict mine, int stage,
+                                                           int stages,
+                                                           const std::vector<std::string>& tied,
+                                                           bool to_all, const HostP2P& p2p) {
+  if (stage != 0) {
+    COLOSSAL_RETURN_IF_ERROR(send_state(mine, 0, p2p));
+    if (!to_all) return mine;
+    return recv_state(0, p2p);
+  }
+  for (int s = 1; s < stages; ++s) {
+    COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict theirs, recv_state(s, p2p));
+    if (theirs.meta.groups.size() != mine.meta.groups.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pipeline stage ", s, "'s optimizer has ", theirs.meta.groups.size(),
+          " parameter groups; stage 0's has ", mine.meta.groups.size()));
+    }
+    for (size_t g = 0; g < theirs.meta.groups.size(); ++g) {
+      for (const std::string& p : theirs.meta.groups[g].params) {
+        if (!contains(tied, p)) mine.meta.groups[g].params.push_back(p);
+      }
+    }
+    for (auto& [key, t] : theirs.tensors) {
+      if (!contains(tied, param_of(key))) mine.tensors.emplace(key, std::move(t));
+    }
+  }
+  if (to_all) {
+    for (int s = 1; s < stages; ++s) COLOSSAL_RETURN_IF_ERROR(send_state(mine, s, p2p));
+  }
+  return mine;
+}
+
+nn::OptimizerStateDict stage_part(const nn::OptimizerStateDict& whole,
+                                  const nn::ParameterTable& local) {
+  nn::OptimizerStateDict part;
+  part.meta = whole.meta;
+  for (nn::GroupState& g : part.meta.groups) {
+    std::vector<std::string> kept;
+    for (const std::string& p : g.params) {
+      if (local.find(p) != nullptr) kept.push_back(p);
+    }
+    g.params = std::move(kept);
+  }
+  for (const auto& [key, t] : whole.tensors) {
+    if (local.find(param_of(key)) != nullptr) part.tensors.emplace(key, t);
+  }
+  return part;
+}
+
+}  // namespace colossal::parallel
