@@ -6,11 +6,16 @@
 --   colossal run --nproc_per_node 4 recipes/llama_hybrid.lua   tp 2 x dp 2, ZeRO-1 across the copies
 --   ./colossal recipes/llama_hybrid.lua                          one process: tp 1 (plain ZeRO-1)
 --
+--   colossal run --nproc_per_node 4 recipes/llama_hybrid.lua --set plugin.pp_size=2
+--                                                                tp 2 x pp 2: two pipeline stages
+--
 -- tp_size is 2 wherever the job has two or more processes (it must divide
 -- them, and the heads, key/value heads and intermediate size). Every rank of
 -- one tensor-parallel group reads the same batches; the data splits over the
--- data-parallel copies. Pipeline and sequence parallelism (pp_size, sp_size)
--- are not built yet: setting them is an error that says so.
+-- data-parallel copies. With pp_size > 1 each step's accumulation_steps
+-- micro-batches run through the stages on the 1F1B schedule (at least
+-- pp_size of them keep every stage busy), and no sample is generated.
+-- Sequence parallelism (sp_size) is not built yet: setting it is an error.
 local colossal = require("colossal")
 local env = colossal.env()
 local gpu = env.device ~= "cpu"
@@ -29,7 +34,7 @@ return {
 
   data = {
     corpus = "shakespeare",
-    micro_batch_size = gpu and 4 or 8,
+    micro_batch_size = gpu and 2 or 4,
     seq_len = gpu and 2048 or 128,
   },
 
@@ -59,6 +64,7 @@ return {
   },
 
   steps = gpu and 1000 or 200,
+  accumulation_steps = 2,             -- the pipeline's micro-batches per step
 
   eval = { every_steps = gpu and 250 or 50, batches = gpu and 10 or 4 },
   log = { every_steps = 10 },

@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -36,6 +37,7 @@
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "nn/optim/grad_clip.h"
+#include "parallel/booster/pipeline.h"
 #include "parallel/registry/plugin_registry.h"
 
 namespace colossal::lua {
@@ -112,6 +114,8 @@ int PluginCapabilities(lua_State* L) {
   lua_setfield(L, -2, "supports_no_sync");
   lua_pushboolean(L, c.clips_by_value);
   lua_setfield(L, -2, "clips_by_value");
+  lua_pushboolean(L, c.pipeline);
+  lua_setfield(L, -2, "pipeline");
   if (c.owns_precision) {
     lua_pushstring(L, spec.precision().c_str());
     lua_setfield(L, -2, "precision");
@@ -319,6 +323,40 @@ int Backward(lua_State* L) {
   return 0;
 }
 
+// booster:execute_pipeline(model, {batch, ...}) -> the mean loss: one step's
+// micro-batches through the plugin's pipeline stages (1F1B,
+// parallel/booster/pipeline.h), forward and backward; every stage gets the loss.
+int ExecutePipeline(lua_State* L) {
+  std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
+  std::shared_ptr<Model> model = CheckHandle<Model>(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  if (!b->booster || b->model != model) {
+    RaiseError(L, "booster:execute_pipeline: boost the model first", kErrorUsage);
+  }
+  if (b->booster->plugin().pipeline() == nullptr) {
+    RaiseError(L, absl::StrCat("booster:execute_pipeline: plugin ", b->spec->name(),
+                               " has no pipeline stages (pp_size 1): use model(batch) and "
+                               "booster:backward"),
+               kErrorUsage);
+  }
+  Runtime& rt = *b->rt;
+  std::vector<nn::MicroBatch> mbs;
+  const lua_Integer n = luaL_len(L, 3);
+  for (lua_Integer i = 1; i <= n; ++i) {
+    lua_geti(L, 3, i);
+    std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, -1);
+    mbs.push_back({ToDevice(L, rt, batch->batch.inputs), ToDevice(L, rt, batch->batch.targets)});
+    lua_pop(L, 1);
+  }
+  parallel::PipelineStepOptions o;
+  o.loss_scale = b->scaler ? b->scaler->scale() : 1.0f;
+  absl::StatusOr<parallel::PipelineStepResult> r =
+      parallel::execute_pipeline(*rt.ctx, *b->booster, *model->net, mbs, o);
+  ThrowIfError(L, "booster:execute_pipeline", r.status());
+  lua_pushnumber(L, r->loss);
+  return 1;
+}
+
 int EndNoSync(lua_State* L) {
   void* memory = luaL_testudata(L, 1, NoSyncGuard::kMetatable);
   if (memory != nullptr) {
@@ -387,6 +425,7 @@ int OpenBooster(lua_State* L) {
                                       {"backward", Protected<Backward>},
                                       {"no_sync", Protected<NoSync>},
                                       {"dp_size", Protected<BoosterDpSize>},
+                                      {"execute_pipeline", Protected<ExecutePipeline>},
                                       {"save_checkpoint", Protected<BoosterSaveCheckpoint>},
                                       {"load_checkpoint", Protected<BoosterLoadCheckpoint>},
                                       {"save_model", Protected<BoosterSaveModel>},

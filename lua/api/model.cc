@@ -29,16 +29,18 @@
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/models/llama/config_json.h"
 #include "nn/models/llama/llama.h"
+#include "parallel/booster/pipeline.h"
 #include "parallel/checkpoint/run_checkpoint.h"
 
 namespace colossal::lua {
-namespace {
 
 core::Tensor ToDevice(lua_State* L, Runtime& rt, const core::Tensor& host) {
   absl::StatusOr<core::Tensor> t = host.to(rt.device, rt.ctx->compute_stream());
   ThrowIfError(L, "copying the batch to the device", t.status());
   return *std::move(t);
 }
+
+namespace {
 
 // colossal.model.gpt2{...} -> Model
 int Gpt2(lua_State* L) {
@@ -207,6 +209,18 @@ int Evaluate(lua_State* L) {
     explicit EvalMode(nn::CausalLM& n) : net(n), training(n.training()) { net.set_training(false); }
     ~EvalMode() { net.set_training(training); }
   } eval_mode(*model->net);
+  // Pipeline stages: the batch's forward through every stage, its loss on all.
+  if (std::shared_ptr<BoosterObject> b = model->booster.lock();
+      b && b->booster && b->booster->plugin().pipeline() != nullptr) {
+    Runtime& rt = *model->rt;
+    const nn::MicroBatch mb{ToDevice(L, rt, batch->batch.inputs),
+                            ToDevice(L, rt, batch->batch.targets)};
+    absl::StatusOr<float> loss =
+        parallel::evaluate_pipeline(*rt.ctx, *b->booster, *model->net, absl::MakeConstSpan(&mb, 1));
+    ThrowIfError(L, "model:evaluate", loss.status());
+    lua_pushnumber(L, *loss);
+    return 1;
+  }
   const float value = RunForward(L, *model, *batch, "model:evaluate", /*gradient=*/false).ce.loss;
   lua_pushnumber(L, value);
   return 1;
@@ -238,6 +252,11 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
+  if (std::shared_ptr<BoosterObject> b = model->booster.lock();
+      b && b->booster && b->booster->plugin().pipeline() != nullptr) {
+    RaiseError(L, "model:generate: generating through pipeline stages is not built yet "
+               "(the plugin has pp_size > 1)", kErrorUsage);
+  }
   if (sampling.temperature < 0) o.fail("temperature", "must be >= 0");
   if (sampling.top_k < 0) o.fail("top_k", "must be >= 0");
   absl::StatusOr<std::unique_ptr<io::TextTokenizer>> tokenizer = io::LoadTokenizer(path);
@@ -274,10 +293,18 @@ int Generate(lua_State* L) {
 // tables without their padding rows)
 int NumParams(lua_State* L) {
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 1);
-  int64_t n = 0;
-  for (const nn::ParameterEntry& e : model->net->table().entries()) {
-    n += model->net->hugging_face_shape(e).numel();
+  // A pipeline stage holds part of the model: count the whole one (declared
+  // again, no memory).
+  std::unique_ptr<nn::CausalLM> whole;
+  const nn::CausalLM* net = model->net.get();
+  if (net->pipeline_stage().count > 1) {
+    absl::StatusOr<std::unique_ptr<nn::CausalLM>> w = net->redeclare(net->dtype(), nn::ModelSplit{});
+    ThrowIfError(L, "model:num_params", w.status());
+    whole = *std::move(w);
+    net = whole.get();
   }
+  int64_t n = 0;
+  for (const nn::ParameterEntry& e : net->table().entries()) n += net->hugging_face_shape(e).numel();
   lua_pushinteger(L, n);
   return 1;
 }

@@ -150,6 +150,9 @@ struct BoosterObject {
   int no_sync_depth = 0;
 };
 
+// A batch tensor (host) on the runtime's device; raises on failure.
+core::Tensor ToDevice(lua_State* L, Runtime& rt, const core::Tensor& host);
+
 // Module pieces: each pushes its table of functions (and registers its
 // metatables). module.cc assembles them into `colossal`.
 int OpenModel(lua_State* L);      // colossal.model

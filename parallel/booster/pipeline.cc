@@ -97,6 +97,25 @@ class Stage {
     return dx;
   }
 
+  // Micro-batch i's forward alone (evaluation): the last stage's loss, or
+  // 0 with the output kept for last_output().
+  absl::StatusOr<float> forward_only(size_t i, const core::Tensor& input) {
+    const std::string where = absl::StrCat("micro-batch ", i, ", pipeline stage ", pipe_.stage);
+    absl::StatusOr<nn::ForwardResult> out = booster_.forward(ctx_, model_, input);
+    if (!out.ok()) return core::annotate(out.status(), where);
+    if (!last()) {
+      output_ = out->output;
+      return 0.0f;
+    }
+    nn::CrossEntropyOptions ce;
+    ce.ignore_index = options_.ignore_index;
+    ce.gradient = false;
+    absl::StatusOr<nn::CrossEntropyResult> loss = model_.loss(ctx_, out->output, mbs_[i].targets, ce);
+    if (!loss.ok()) return core::annotate(loss.status(), where);
+    return loss->loss;
+  }
+  const core::Tensor& last_output() const { return output_; }
+
   double loss_sum() const { return loss_sum_; }
 
  private:
@@ -111,8 +130,27 @@ class Stage {
   absl::Span<const nn::MicroBatch> mbs_;
   PipelineStepOptions options_;
   std::deque<InFlight> in_flight_;
+  core::Tensor output_;  // forward_only's
   double loss_sum_ = 0.0;
 };
+
+// `loss` (the last stage's; 0 elsewhere) summed over the stages: every
+// stage gets the last stage's value.
+absl::StatusOr<float> share_loss(core::Context& ctx, const Plugin::Pipeline& pipe, double loss) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({1}, core::DType::kF32,
+                                                                core::Stream::cpu()));
+  t.data<float>()[0] = static_cast<float>(loss);
+  comm::CollectiveOptions o;
+  if (ctx.device().is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
+    o.stream = ctx.compute_stream();
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe.group->all_reduce(t, comm::ReduceOp::kSum, o));
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: the loss"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
+  ctx.compute_stream().synchronize();
+  return host.data<float>()[0];
+}
 
 }  // namespace
 
@@ -186,24 +224,38 @@ absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster&
     }
   }
 
-  // The last stage's mean loss, on every stage.
   PipelineStepResult r;
   r.micro_batches = static_cast<int64_t>(M);
-  float loss = st.last() ? static_cast<float>(st.loss_sum() / static_cast<double>(M)) : 0.0f;
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({1}, core::DType::kF32,
-                                                                core::Stream::cpu()));
-  t.data<float>()[0] = loss;
-  comm::CollectiveOptions o;
-  if (ctx.device().is_cuda()) {
-    COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
-    o.stream = ctx.compute_stream();
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe->group->all_reduce(t, comm::ReduceOp::kSum, o));
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "execute_pipeline: the loss"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
-  ctx.compute_stream().synchronize();
-  r.loss = host.data<float>()[0];
+  COLOSSAL_ASSIGN_OR_RETURN(r.loss, share_loss(ctx, *pipe, st.last() ? st.loss_sum() / M : 0.0));
   return r;
+}
+
+absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn::CausalLM& model,
+                                        absl::Span<const nn::MicroBatch> micro_batches,
+                                        const PipelineStepOptions& options) {
+  const Plugin::Pipeline* pipe = booster.plugin().pipeline();
+  if (pipe == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "evaluate_pipeline: plugin ", booster.plugin().name(), " has no pipeline stages"));
+  }
+  if (micro_batches.empty()) return absl::InvalidArgumentError("evaluate_pipeline: no micro-batches");
+  Stage st(ctx, booster, model, *pipe, micro_batches, options);
+  double sum = 0.0;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    core::Tensor x = micro_batches[i].tokens;
+    if (!st.first()) {
+      COLOSSAL_ASSIGN_OR_RETURN(x, st.hidden(i));
+      COLOSSAL_RETURN_IF_ERROR(st.exchange(nullptr, 0, &x, pipe->stage - 1, "receiving activations"));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(float loss, st.forward_only(i, x));
+    if (st.last()) {
+      sum += loss;
+    } else {
+      COLOSSAL_RETURN_IF_ERROR(
+          st.exchange(&st.last_output(), pipe->stage + 1, nullptr, 0, "sending activations"));
+    }
+  }
+  return share_loss(ctx, *pipe, st.last() ? sum / micro_batches.size() : 0.0);
 }
 
 }  // namespace colossal::parallel

@@ -51,6 +51,13 @@ absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster&
                                                     absl::Span<const nn::MicroBatch> micro_batches,
                                                     const PipelineStepOptions& options = {});
 
+// Evaluation through the stages: each micro-batch's forward only (no saved
+// state kept, no gradients), its mean loss on the last stage, the mean over
+// the micro-batches given to every stage. Same errors.
+absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn::CausalLM& model,
+                                        absl::Span<const nn::MicroBatch> micro_batches,
+                                        const PipelineStepOptions& options = {});
+
 }  // namespace colossal::parallel
 
 #endif  // COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_

@@ -7,7 +7,6 @@
 #include "io/checkpoint/checkpoint.h"
 #include "nlohmann/json.hpp"
 #include "nn/models/causal_lm/hugging_face.h"
-#include "nn/module/tensor_split.h"
 #include "nn/train/checkpoint.h"
 
 namespace colossal::parallel {
@@ -153,10 +152,13 @@ absl::StatusOr<std::string> save_run_model(const std::string& root, const RunPar
 
 absl::Status load_run_model(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_model", /*optimizer=*/false));
-  // The whole parameters, whatever split the plugin then takes its part of.
-  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterTable whole, nn::whole_table(run.model->table()));
+  // The whole model's parameters (every pipeline stage's, whole tensors),
+  // whatever part of them the plugin then keeps.
+  const nn::CausalLM& arch = *run.architecture;
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> whole,
+                            arch.redeclare(arch.dtype(), nn::ModelSplit{}));
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore host,
-                            nn::ParameterStore::create(whole, core::Stream::cpu()));
+                            nn::ParameterStore::create(whole->table(), core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(nn::LoadHuggingFaceModelConverting(dir, *run.architecture, host));
   if (run.booster != nullptr) return run.booster->load_model_state_dict(host, *run.stream);
   return load_replicated_model_state(*run.model, host, *run.stream);

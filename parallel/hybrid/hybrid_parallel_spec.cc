@@ -22,6 +22,7 @@ class HybridParallelSpec : public PluginSpec {
     c.owns_precision = true;
     c.supports_no_sync = options_.zero_stage < 2;
     c.clips_by_value = false;  // the step takes the norm over every rank itself
+    c.pipeline = options_.pp_size > 1;
     return c;
   }
   std::string precision() const override { return precision_; }
@@ -68,11 +69,9 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
 
   if (o.tp_size < 1) return option_error("tp_size", "must be at least 1");
   if (o.pp_size < 1) return option_error("pp_size", "must be at least 1");
-  if (o.pp_size > 1) {
-    return option_error("pp_size", absl::StrCat(
-        "= ", o.pp_size,
-        ": pipeline stages run from C++ (parallel/booster/pipeline.h) but not yet in the "
-        "recipe loop (its evaluation, samples and optimizer checkpoints); use 1"));
+  if (o.pp_size > 1 && o.zero_stage > 1) {
+    return option_error("zero_stage", absl::StrCat("= ", o.zero_stage, " with pp_size ", o.pp_size,
+                                                   ": pipelines take zero_stage 0 or 1"));
   }
   if (sp || sp_size != 1) {
     return option_error(sp ? "enable_sequence_parallelism" : "sp_size",

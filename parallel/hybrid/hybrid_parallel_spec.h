@@ -1,7 +1,7 @@
 // colossal::parallel — the `hybrid_parallel` plugin as recipes write it
 // (Colossal-AI's HybridParallelPlugin), with its option names:
-//   tp_size (1), pp_size (1; > 1 is refused here: the plugin runs pipeline
-//   stages, parallel/booster/pipeline.h, but the recipe loop does not yet),
+//   tp_size (1), pp_size (1; > 1: pipeline stages, the 1F1B schedule,
+//   parallel/booster/pipeline.h; zero_stage <= 1 then),
 //   sp_size / enable_sequence_parallelism (refused: not built yet),
 //   zero_stage 0 | 1 | 2 (0), precision "fp32" | "bf16" | "fp16" ("fp32", as
 //   low_level_zero here), max_norm >= 0 (0), zero_bucket_size_in_m (12),

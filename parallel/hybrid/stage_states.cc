@@ -108,11 +108,15 @@ nn::OptimizerStateDict stage_part(const nn::OptimizerStateDict& whole,
   nn::OptimizerStateDict part;
   part.meta = whole.meta;
   for (nn::GroupState& g : part.meta.groups) {
-    std::vector<std::string> kept;
+    // In the stage's table order, as its optimizer lists them (a tied weight
+    // comes first on stage 0 but last on the last stage).
+    std::vector<std::pair<const nn::ParameterEntry*, std::string>> kept;
     for (const std::string& p : g.params) {
-      if (local.find(p) != nullptr) kept.push_back(p);
+      if (const nn::ParameterEntry* e = local.find(p)) kept.emplace_back(e, p);
     }
-    g.params = std::move(kept);
+    std::sort(kept.begin(), kept.end());
+    g.params.clear();
+    for (auto& [e, p] : kept) g.params.push_back(std::move(p));
   }
   for (const auto& [key, t] : whole.tensors) {
     if (local.find(param_of(key)) != nullptr) part.tensors.emplace(key, t);

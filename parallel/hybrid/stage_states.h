@@ -32,7 +32,8 @@ absl::StatusOr<nn::OptimizerStateDict> gather_stage_states(nn::OptimizerStateDic
                                                            const std::vector<std::string>& tied,
                                                            bool to_all, const HostP2P& p2p);
 
-// The entries of `whole` for the parameters `local` holds (keys and group lists).
+// The entries of `whole` for the parameters `local` holds (keys, and group
+// lists in `local`'s order, as an optimizer over that table lists them).
 nn::OptimizerStateDict stage_part(const nn::OptimizerStateDict& whole,
                                   const nn::ParameterTable& local);
 

@@ -102,11 +102,15 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
   EXPECT_FALSE((*h)->capabilities().clips_by_value);
   EXPECT_EQ((*h)->precision(), "bf16");
   EXPECT_EQ((*h)->loss_scaler().initial_scale, 65536.0);  // HybridParallelPlugin's 2^16
+  EXPECT_FALSE((*h)->capabilities().pipeline);
   MapOptions zero2(std::map<std::string, std::string>{{"zero_stage", "2"}});
   EXPECT_FALSE((*make_plugin_spec("hybrid_parallel", zero2))->capabilities().supports_no_sync);
+  MapOptions pp2({{"pp_size", "2"}, {"zero_stage", "1"}});
+  EXPECT_TRUE((*make_plugin_spec("hybrid_parallel", pp2))->capabilities().pipeline);
   // What is not built yet, or makes no sense, names its key.
   const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
-      {{{"pp_size", "2"}}, "pp_size"},
+      {{{"pp_size", "2"}, {"zero_stage", "2"}}, "zero_stage"},
+      {{{"pp_size", "0"}}, "pp_size"},
       {{{"sp_size", "2"}}, "sp_size"},
       {{{"enable_sequence_parallelism", "true"}}, "enable_sequence_parallelism"},
       {{{"tp_size", "0"}}, "tp_size"},

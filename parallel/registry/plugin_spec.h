@@ -64,6 +64,9 @@ struct PluginCapabilities {
   // clip_grad_by_value works (a plugin that reduces or shards the gradients
   // inside its own step clips by norm only).
   bool clips_by_value = true;
+  // A step's micro-batches run through pipeline stages
+  // (booster:execute_pipeline), not one forward and backward at a time.
+  bool pipeline = false;
 };
 
 // The environment a plugin is built in, beyond its process group.

@@ -1,0 +1,152 @@
+#include "parallel/hybrid/hybrid_test_util.h"
+
+#include <cmath>
+#include <iostream>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nn/models/gpt2/gpt2.h"
+#include "nn/models/llama/llama.h"
+#include "parallel/booster/pipeline.h"
+#include "parallel/hybrid/hybrid_parallel_plugin.h"
+
+namespace colossal::parallel::testing {
+
+using core::DType;
+using core::Stream;
+
+std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c) {
+  if (c.layers == 2 && c.heads == 2) return declare_model(c.family);
+  if (c.family == Family::kGpt2) {
+    nn::GPT2Config g = tiny_config();
+    g.n_layer = c.layers;
+    g.n_head = c.heads;
+    g.n_embd = 4 * c.heads;
+    return *nn::GPT2::declare(g, DType::kF32);
+  }
+  nn::LlamaConfig l = tiny_llama_config(c.family == Family::kLlamaTied);
+  l.num_hidden_layers = c.layers;
+  return *nn::Llama::declare(l, DType::kF32);
+}
+
+std::string case_name(const HybridCase& c) {
+  return absl::StrCat(family_name(c.family), "_world", c.world, "_tp", c.tp, "_pp", c.pp, "_zero",
+                      c.zero_stage, c.layers == 2 ? "" : absl::StrCat("_layers", c.layers),
+                      c.heads == 2 ? "" : absl::StrCat("_heads", c.heads));
+}
+
+absl::StatusOr<HybridCase> case_of(const std::string& name) {
+  for (Family f : {Family::kGpt2, Family::kLlama, Family::kLlamaTied}) {
+    for (int world : {1, 2, 4, 8}) {
+      for (int tp : {1, 2, 4}) {
+        for (int pp : {1, 2, 4}) {
+          for (int zero : {0, 1, 2}) {
+            for (int layers : {2, 4}) {
+              for (int heads : {2, 4}) {
+                const HybridCase c{f, world, tp, zero, pp, layers, heads};
+                if (case_name(c) == name) return c;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no hybrid case \"", name, "\""));
+}
+
+RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
+                        int first_step,
+                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost) {
+  RankRun out;
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  HybridParallelOptions o;
+  o.tp_size = c.tp;
+  o.pp_size = c.pp;
+  o.zero_stage = c.zero_stage;
+  auto plugin = HybridParallelPlugin::create(world, o);
+  EXPECT_TRUE(plugin.ok()) << plugin.status();
+  if (!plugin.ok()) return out;
+  auto declared = declare_case_model(c);
+  auto split = (*plugin)->model_split(*declared);
+  EXPECT_TRUE(split.ok()) << split.status();
+  if (!split.ok()) return out;
+  auto model = *declared->redeclare(DType::kF32, *split);
+  Booster booster(std::move(*plugin));
+  absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
+  EXPECT_TRUE(st.ok()) << st;
+  if (!st.ok()) return out;
+  auto optimizer = make_adam(*model);
+  st = booster.boost(*model, model->store(), *optimizer);
+  EXPECT_TRUE(st.ok()) << st;
+  if (!st.ok()) return out;
+  if (after_boost) after_boost(booster, *optimizer);
+  const int data_rank = booster.plugin().dp_rank();
+  for (int step = first_step; step < first_step + steps; ++step) {
+    EXPECT_TRUE(booster.zero_grad().ok());
+    double sum = 0;
+    if (c.pp > 1) {
+      std::vector<nn::MicroBatch> mbs;
+      for (int i = 0; i < kMicro; ++i) mbs.push_back(micro_batch(step, data_rank, i));
+      auto r = execute_pipeline(*ctx, booster, *model, mbs);
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) return out;
+      sum = r->loss * kMicro;
+    }
+    for (int i = 0; i < kMicro && c.pp == 1; ++i) {
+      std::optional<Booster::NoSync> no_sync;
+      if (c.zero_stage < 2 && i + 1 < kMicro) no_sync.emplace(booster.no_sync());
+      sum += booster_micro_step(*ctx, booster, *model, micro_batch(step, data_rank, i),
+                                1.0f / kMicro);
+    }
+    auto r = booster.step({.max_norm = kMaxNorm});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.run.loss.push_back(static_cast<float>(sum / kMicro));
+    out.run.clipped.push_back(r->clip_coef < 1.0f);
+    out.run.grad_norm.push_back(r->grad_norm);
+  }
+  auto whole = booster.model_state_dict(/*to_rank=*/-1, Stream::cpu());
+  EXPECT_TRUE(whole.ok()) << whole.status();
+  if (!whole.ok()) return out;
+  out.whole = *whole;
+  out.run.weights = floats_of(whole->flat_values(DType::kF32));
+  auto sd = booster.optimizer_state_dict(/*to_rank=*/-1);
+  EXPECT_TRUE(sd.ok()) << sd.status();
+  if (sd.ok()) out.optimizer = *std::move(sd);
+  return out;
+}
+
+EquivalenceRun one_process(const HybridCase& c, int dp, int steps) {
+  auto model = materialized(declare_case_model(c), kSeed);
+  auto adam = make_adam(*model);
+  return reference_run(*model, *adam, dp, steps);
+}
+
+void expect_equal_to_reference(const std::vector<EquivalenceRun>& runs, const EquivalenceRun& ref) {
+  const int world = static_cast<int>(runs.size());
+  for (int r = 0; r < world; ++r) ASSERT_EQ(runs[r].loss.size(), ref.loss.size()) << "rank " << r;
+  for (size_t step = 0; step < ref.loss.size(); ++step) {
+    // Tensor-parallel ranks and pipeline stages report their copy's loss:
+    // the mean over all ranks is the mean over data-parallel copies.
+    double mean = 0;
+    for (int r = 0; r < world; ++r) mean += runs[r].loss[step];
+    mean /= world;
+    EXPECT_LE(std::abs(mean - ref.loss[step]) / std::abs(double(ref.loss[step])), kRelTol)
+        << "step " << step << ": " << mean << " vs one process " << ref.loss[step];
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(runs[r].clipped[step], ref.clipped[step]) << "step " << step << " rank " << r;
+      EXPECT_LE(std::abs(runs[r].grad_norm[step] - ref.grad_norm[step]),
+                kRelTol * std::abs(ref.grad_norm[step]))
+          << "step " << step << " rank " << r;
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LE(rel_diff(runs[r].weights, ref.weights), kWeightTol) << "rank " << r;
+  }
+  std::cout << "worst weight difference " << rel_diff(runs[0].weights, ref.weights) << "\n";
+}
+
+}  // namespace colossal::parallel::testing
