@@ -53,7 +53,9 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
         absl::StrCat("input is ", input.to_string(), "; expected [B, T, ", channels_, "]"));
   }
   auto saved = std::make_unique<AttentionSaved>();
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult qkv, c_attn_.forward(ctx, input));
+  // With sequence parallelism the input holds this rank's positions: gather them.
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult qkv, c_attn_.forward(ctx, x));
   saved->c_attn = std::move(qkv.saved);
   // c_attn's [B, T, 3C] (this rank's heads of q, k and v) is the core's
   // packed layout with KV = H.
@@ -73,8 +75,7 @@ absl::StatusOr<core::Tensor> CausalSelfAttention::backward_impl(core::Context& c
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, c_proj_.backward(ctx, *s->c_proj, grad_output));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, c_attn_.backward(ctx, *s->c_attn, dqkv));
-  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the attention's input gradient"));
-  return dx;
+  return region_input_grad(ctx, tp_, dx);
 }
 
 }  // namespace colossal::nn

@@ -72,10 +72,15 @@ absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const cor
     g.bias = &b;
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, core::gemm::matmul(ctx, x, w, g));
-  if (row) COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, options_.tp, y, "a row-parallel output"));
   std::vector<int64_t> dims(input.shape().dims().begin(), input.shape().dims().end());
   dims.back() = local_out();
   COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
+  if (row && options_.tp.splits_sequence()) {
+    // Sequence parallelism: each rank keeps the sum over its positions.
+    COLOSSAL_ASSIGN_OR_RETURN(y, reduce_scatter_sequence(ctx, options_.tp, y));
+  } else if (row) {
+    COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, options_.tp, y, "a row-parallel output"));
+  }
   auto saved = std::make_unique<LinearSaved>();
   saved->input = input;
   return ForwardResult{y, std::move(saved)};
@@ -86,7 +91,21 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "grad_output"));
   COLOSSAL_ASSIGN_OR_RETURN(LinearSaved * s, saved_as<LinearSaved>(saved));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, options_.dtype, "grad_output"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, as_rows(grad_output, local_out(), "grad_output"));
+  const bool row = options_.parallel == Parallel::kRow && options_.tp.enabled();
+  core::Tensor grad = grad_output;
+  if (row && options_.tp.splits_sequence()) {
+    // The bias (added once, by rank 0, to every position) takes this rank's
+    // positions' part here, the others' on their ranks: a partial sum the
+    // plugin adds up over the group. The GEMMs take every position's
+    // gradient, gathered.
+    if (options_.bias) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, as_rows(grad_output, local_out(), "grad_output"));
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, bias_.grad());
+      COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, rows, db));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(grad, gather_sequence(ctx, options_.tp, grad_output));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, as_rows(grad, local_out(), "grad_output"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(s->input, local_in(), "saved input"));
   if (dy.dim(0) != x.dim(0)) {
     return absl::InvalidArgumentError("grad_output does not match the forward's input rows");
@@ -102,7 +121,7 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     COLOSSAL_RETURN_IF_ERROR(
         core::gemm::gemm(ctx, dy, x, dw, {.trans_a = true, .beta = 1.0}));
   }
-  if (options_.bias) {
+  if (options_.bias && !(row && options_.tp.splits_sequence())) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, bias_.grad());
     COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, dy, db));
   }

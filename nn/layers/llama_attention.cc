@@ -66,13 +66,15 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
         name(), ": ", shape_.heads, " query and ", shape_.kv_heads,
         " key/value heads do not split over ", tp_.size(), " tensor-parallel ranks"));
   }
+  // With sequence parallelism the input holds this rank's positions: gather them.
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
   // This rank's heads (all of them without tensor parallelism).
-  const int64_t B = input.dim(0), T = input.dim(1), H = shape_.heads / tp_.size(),
+  const int64_t B = x.dim(0), T = x.dim(1), H = shape_.heads / tp_.size(),
                 KV = shape_.kv_heads / tp_.size(), D = shape_.head_dim;
   auto saved = std::make_unique<LlamaAttentionSaved>();
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, input));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult k, k_proj_.forward(ctx, input));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult v, v_proj_.forward(ctx, input));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult k, k_proj_.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult v, v_proj_.forward(ctx, x));
   saved->q_proj = std::move(q.saved);
   saved->k_proj = std::move(k.saved);
   saved->v_proj = std::move(v.saved);
@@ -126,8 +128,7 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxk));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxq, q_proj_.backward(ctx, *s->q_proj, dq));
   COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxq));
-  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the attention's input gradient"));
-  return dx;
+  return region_input_grad(ctx, tp_, dx);
 }
 
 }  // namespace colossal::nn

@@ -46,8 +46,9 @@ LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool 
 absl::StatusOr<ForwardResult> LlamaMlp::forward_impl(core::Context& ctx, const core::Tensor& input) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   auto saved = std::make_unique<LlamaMlpSaved>();
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult g, gate_proj_.forward(ctx, input));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult u, up_proj_.forward(ctx, input));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult g, gate_proj_.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult u, up_proj_.forward(ctx, x));
   saved->gate_proj = std::move(g.saved);
   saved->up_proj = std::move(u.saved);
   saved->gate = g.output;
@@ -87,8 +88,7 @@ absl::StatusOr<core::Tensor> LlamaMlp::backward_impl(core::Context& ctx, Saved& 
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, up_proj_.backward(ctx, *s->up_proj, dup));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxg, gate_proj_.backward(ctx, *s->gate_proj, dh));
   COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxg));
-  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp_, dx, "the MLP's input gradient"));
-  return dx;
+  return region_input_grad(ctx, tp_, dx);
 }
 
 }  // namespace colossal::nn

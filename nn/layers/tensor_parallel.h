@@ -18,6 +18,15 @@
 // unsplit parameters (norms, biases of row layers) come out equal on every
 // rank without communication.
 //
+// Sequence parallelism (Megatron's, Colossal-AI's split_gather): between
+// regions each rank holds T / size positions of every sequence instead (norms,
+// residuals and dropout work on 1/size of the activations); a region's input
+// is all-gathered along the sequence (its gradient reduce-scattered back) and
+// a row layer reduce-scatters its partial outputs along the sequence (its
+// gradient all-gathered). Gradients of unsplit parameters are then partial
+// sums (each rank's positions' part), which the plugin adds up over the
+// group before the step.
+//
 //   TensorParallel tp{group};                     // group: comm/process_group
 //   Linear fc(name, 768, 3072, {.parallel = Parallel::kColumn, .tp = tp});
 //   COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp, dx, "the MLP's input gradient"));
@@ -37,10 +46,12 @@ namespace colossal::nn {
 
 struct TensorParallel {
   std::shared_ptr<comm::ProcessGroup> group;  // null: no tensor parallelism
+  bool sequence_parallel = false;             // split_gather between regions
 
   int size() const { return group != nullptr ? group->size() : 1; }
   int rank() const { return group != nullptr ? group->rank() : 0; }
   bool enabled() const { return size() > 1; }
+  bool splits_sequence() const { return enabled() && sequence_parallel; }
   // This rank's split of dimension `dim` (blocks: see TensorSplit).
   TensorSplit split(int dim, int blocks = 1) const {
     return enabled() ? TensorSplit{dim, blocks, size(), rank()} : TensorSplit{};
@@ -54,10 +65,37 @@ struct TensorParallel {
 absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
                             const char* what);
 
+// A small host tensor summed over tp's group, returned on the host (staged
+// through ctx's device when that is a GPU: NCCL reduces device memory).
+absl::StatusOr<core::Tensor> sum_on_host(core::Context& ctx, const TensorParallel& tp,
+                                         const core::Tensor& host);
+
+// Sequence pieces of [B, T, C] activations (T divisible by the group's size,
+// else InvalidArgument naming T): this rank's positions [r T/size, (r+1) T/size)
+// of x; every rank's chunk gathered back into [B, T, C]; the sum over the
+// group of x's chunk for this rank (reduce-scatter); and a chunk's gradient
+// as [B, T, C] zero outside this rank's positions.
+absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorParallel& tp,
+                                            const core::Tensor& x);
+absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorParallel& tp,
+                                             const core::Tensor& chunk);
+absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const TensorParallel& tp,
+                                                     const core::Tensor& x);
+absl::StatusOr<core::Tensor> pad_sequence(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& chunk);
+
+// A region's input (all-gathered along the sequence with sequence
+// parallelism) and its input gradient (reduce-scattered back, or summed over
+// the group without it).
+absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& x);
+absl::StatusOr<core::Tensor> region_input_grad(core::Context& ctx, const TensorParallel& tp,
+                                               const core::Tensor& dx);
+
 // Where a parallel region begins (Megatron's copy_to_tensor_model_parallel_region):
-// the forward passes its input on unchanged, the backward sums the input
-// gradient over the group. Has no parameters; a Sequential region (GPT-2's
-// MLP) puts one first.
+// the forward passes its input on (region_input), the backward its gradient
+// (region_input_grad). Has no parameters; a Sequential region (GPT-2's MLP)
+// puts one first.
 class TensorParallelRegion : public Module {
  public:
   TensorParallelRegion(std::string name, TensorParallel tp)

@@ -156,6 +156,13 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
         "hybrid_parallel: zero_stage ", options.zero_stage, " with pp_size ", options.pp_size,
         ": pipeline parallelism takes zero_stage 0 or 1 (as Colossal-AI's)"));
   }
+  if (options.sequence_parallel &&
+      (options.tp_size < 2 || options.pp_size > 1 || options.zero_stage > 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid_parallel: sequence parallelism (split_gather) needs tp_size > 1, pp_size 1 and "
+        "zero_stage 0 or 1; got tp_size ", options.tp_size, ", pp_size ", options.pp_size,
+        ", zero_stage ", options.zero_stage));
+  }
   if (world->size() % (options.tp_size * options.pp_size) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hybrid_parallel: the world's ", world->size(), " ranks do not divide into tp_size ",
@@ -219,7 +226,7 @@ int HybridParallelPlugin::dp_size() const { return state_->dp->size(); }
 absl::StatusOr<nn::ModelSplit> HybridParallelPlugin::model_split(const nn::CausalLM& model) const {
   const State& s = *state_;
   nn::ModelSplit split;
-  if (s.tp->size() > 1) split.tp = nn::TensorParallel{s.tp};
+  if (s.tp->size() > 1) split.tp = nn::TensorParallel{s.tp, s.options.sequence_parallel};
   if (s.pipeline.stages > 1) {
     COLOSSAL_ASSIGN_OR_RETURN(split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages,
                                                               s.pipeline.stage));
@@ -304,10 +311,24 @@ absl::Status HybridParallelPlugin::end_backward(bool ok) { return state_->inner-
 absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
   State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.inner->before_step(stream));
-  if (s.tied == nullptr || s.tied_names.empty()) return absl::OkStatus();
-  // The tied weight's two copies take the sum of both stages' gradients.
   comm::CollectiveOptions o;
   if (stream.is_cuda()) o.stream = stream;
+  if (s.options.sequence_parallel) {
+    // Every tp rank saw its own positions: the whole-parameter gradients are
+    // partial sums over the group.
+    for (size_t i = 0; i < s.store.parameters().size(); ++i) {
+      if (s.store.table().entries()[i].split.active()) continue;
+      const nn::Parameter& p = s.store.parameters()[i];
+      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tp->all_reduce(p.grad, comm::ReduceOp::kSum, o));
+      if (stream.is_cuda()) {
+        w->wait_stream(stream);
+      } else {
+        COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), absl::StrCat("summing ", p.name)));
+      }
+    }
+  }
+  if (s.tied == nullptr || s.tied_names.empty()) return absl::OkStatus();
+  // The tied weight's two copies take the sum of both stages' gradients.
   for (const std::string& name : s.tied_names) {
     COLOSSAL_ASSIGN_OR_RETURN(nn::Parameter p, s.store.find(name));
     COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tied->all_reduce(p.grad, comm::ReduceOp::kSum, o));

@@ -51,6 +51,10 @@ namespace colossal::parallel {
 struct HybridParallelOptions {
   int tp_size = 1;
   int pp_size = 1;
+  // Colossal-AI's enable_sequence_parallelism with sequence_parallelism_mode
+  // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1, pp_size 1 and
+  // zero_stage <= 1.
+  bool sequence_parallel = false;
   // 0: ddp over the dp group; 1 or 2: low_level_zero at that stage.
   int zero_stage = 0;
   double ddp_bucket_cap_mb = 25.0;      // zero_stage 0

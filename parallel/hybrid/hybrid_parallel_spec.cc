@@ -57,7 +57,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   o.tp_size = static_cast<int>(options.integer("tp_size", 1));
   o.pp_size = static_cast<int>(options.integer("pp_size", 1));
   const int64_t sp_size = options.integer("sp_size", 1);
-  const bool sp = options.boolean("enable_sequence_parallelism", false);
+  o.sequence_parallel = options.boolean("enable_sequence_parallelism", false);
+  const std::string sp_mode = options.string("sequence_parallelism_mode", "split_gather");
   o.zero_stage = static_cast<int>(options.integer("zero_stage", 0));
   const std::string precision = options.string("precision", "fp32");
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
@@ -73,10 +74,22 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
     return option_error("zero_stage", absl::StrCat("= ", o.zero_stage, " with pp_size ", o.pp_size,
                                                    ": pipelines take zero_stage 0 or 1"));
   }
-  if (sp || sp_size != 1) {
-    return option_error(sp ? "enable_sequence_parallelism" : "sp_size",
-                        absl::StrCat(sp ? "= true" : absl::StrCat("= ", sp_size),
-                                     ": sequence parallelism is not built yet; leave it out"));
+  if (sp_mode != "split_gather") {
+    return option_error("sequence_parallelism_mode",
+                        absl::StrCat("= \"", sp_mode, "\": only \"split_gather\" is built yet "
+                                     "(\"all_to_all\", \"ring\" and \"ring_attn\" are not)"));
+  }
+  if (sp_size != 1) {
+    return option_error("sp_size", absl::StrCat("= ", sp_size,
+                                                ": split_gather splits the sequence over the "
+                                                "tensor-parallel ranks; leave sp_size at 1"));
+  }
+  if (o.sequence_parallel && o.tp_size < 2) {
+    return option_error("enable_sequence_parallelism", "needs tp_size > 1 (split_gather)");
+  }
+  if (o.sequence_parallel && (o.pp_size > 1 || o.zero_stage > 1)) {
+    return option_error("enable_sequence_parallelism",
+                        "works with pp_size 1 and zero_stage 0 or 1 yet");
   }
   if (o.zero_stage < 0 || o.zero_stage > 2) return option_error("zero_stage", "must be 0, 1 or 2");
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {

@@ -2,7 +2,9 @@
 // (Colossal-AI's HybridParallelPlugin), with its option names:
 //   tp_size (1), pp_size (1; > 1: pipeline stages, the 1F1B schedule,
 //   parallel/booster/pipeline.h; zero_stage <= 1 then),
-//   sp_size / enable_sequence_parallelism (refused: not built yet),
+//   enable_sequence_parallelism (false) with sequence_parallelism_mode
+//   "split_gather" (the only mode built; needs tp_size > 1, pp_size 1,
+//   zero_stage <= 1), sp_size (1: split_gather uses the tp ranks),
 //   zero_stage 0 | 1 | 2 (0), precision "fp32" | "bf16" | "fp16" ("fp32", as
 //   low_level_zero here), max_norm >= 0 (0), zero_bucket_size_in_m (12),
 //   ddp_bucket_cap_mb (25), cpu_offload (false; with zero_stage >= 1),

@@ -78,6 +78,8 @@ std::vector<HybridCase> cases() {
     out.push_back({f, 4, 2, 1, 2});  // tp2 x pp2, ZeRO-1 (dp 1)
     out.push_back({f, 8, 2, 1, 2});  // tp2 x pp2 x dp2, ZeRO-1
     out.push_back({f, 4, 1, 0, 4, 4});  // pp4 over four layers, 1F1B
+    out.push_back({f, 2, 2, 0, 1, 2, 2, true});  // tp2 with sequence parallelism (split_gather)
+    out.push_back({f, 4, 2, 1, 1, 2, 2, true});  // ... x dp2, ZeRO-1
   }
   return out;
 }

@@ -34,7 +34,7 @@ std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c) {
 std::string case_name(const HybridCase& c) {
   return absl::StrCat(family_name(c.family), "_world", c.world, "_tp", c.tp, "_pp", c.pp, "_zero",
                       c.zero_stage, c.layers == 2 ? "" : absl::StrCat("_layers", c.layers),
-                      c.heads == 2 ? "" : absl::StrCat("_heads", c.heads));
+                      c.heads == 2 ? "" : absl::StrCat("_heads", c.heads), c.sp ? "_sp" : "");
 }
 
 absl::StatusOr<HybridCase> case_of(const std::string& name) {
@@ -45,8 +45,10 @@ absl::StatusOr<HybridCase> case_of(const std::string& name) {
           for (int zero : {0, 1, 2}) {
             for (int layers : {2, 4}) {
               for (int heads : {2, 4}) {
-                const HybridCase c{f, world, tp, zero, pp, layers, heads};
-                if (case_name(c) == name) return c;
+                for (bool sp : {false, true}) {
+                  const HybridCase c{f, world, tp, zero, pp, layers, heads, sp};
+                  if (case_name(c) == name) return c;
+                }
               }
             }
           }
@@ -66,6 +68,7 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   o.tp_size = c.tp;
   o.pp_size = c.pp;
   o.zero_stage = c.zero_stage;
+  o.sequence_parallel = c.sp;
   auto plugin = HybridParallelPlugin::create(world, o);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return out;

@@ -40,6 +40,7 @@ struct HybridCase {
   int pp = 1;
   int layers = 2;  // the tiny models' (pp4 takes four)
   int heads = 2;   // GPT-2's n_head (tp4 takes four)
+  bool sp = false;  // sequence parallelism (split_gather)
 };
 
 // The case's tiny model, declared: the shared test model, or one with more

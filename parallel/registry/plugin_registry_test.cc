@@ -105,6 +105,8 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
   EXPECT_FALSE((*h)->capabilities().pipeline);
   MapOptions zero2(std::map<std::string, std::string>{{"zero_stage", "2"}});
   EXPECT_FALSE((*make_plugin_spec("hybrid_parallel", zero2))->capabilities().supports_no_sync);
+  MapOptions sp({{"tp_size", "2"}, {"enable_sequence_parallelism", "true"}});
+  EXPECT_TRUE(make_plugin_spec("hybrid_parallel", sp).ok());
   MapOptions pp2({{"pp_size", "2"}, {"zero_stage", "1"}});
   EXPECT_TRUE((*make_plugin_spec("hybrid_parallel", pp2))->capabilities().pipeline);
   // What is not built yet, or makes no sense, names its key.
@@ -112,7 +114,10 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
       {{{"pp_size", "2"}, {"zero_stage", "2"}}, "zero_stage"},
       {{{"pp_size", "0"}}, "pp_size"},
       {{{"sp_size", "2"}}, "sp_size"},
-      {{{"enable_sequence_parallelism", "true"}}, "enable_sequence_parallelism"},
+      {{{"enable_sequence_parallelism", "true"}}, "enable_sequence_parallelism"},  // tp_size 1
+      {{{"enable_sequence_parallelism", "true"}, {"tp_size", "2"}, {"zero_stage", "2"}},
+       "enable_sequence_parallelism"},
+      {{{"sequence_parallelism_mode", "all_to_all"}}, "sequence_parallelism_mode"},
       {{{"tp_size", "0"}}, "tp_size"},
       {{{"zero_stage", "3"}}, "zero_stage"},
       {{{"cpu_offload", "true"}}, "cpu_offload"},

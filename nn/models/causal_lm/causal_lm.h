@@ -128,13 +128,13 @@ class CausalLM : public Module {
   // The training loss of `logits` (this model's forward output) against
   // int32 `targets` [B, T]: mean cross-entropy over the real vocabulary
   // (nn/layers/cross_entropy.h) and, with options.gradient, dlogits for the
-  // backward. Every caller computes the loss here, so a family whose logits
-  // are split over tensor-parallel ranks can reduce across them.
+  // backward. Every caller computes the loss here, so a split model can
+  // reduce across ranks: with sequence parallelism the logits are this rank's
+  // positions [B, T / tp, V] and the loss is the mean over every rank's
+  // counted positions (dlogits scaled to match), on every rank.
   absl::StatusOr<CrossEntropyResult> loss(core::Context& ctx, const core::Tensor& logits,
                                           const core::Tensor& targets,
-                                          const CrossEntropyOptions& options) const {
-    return cross_entropy(ctx, logits, targets, vocab_size(), options);
-  }
+                                          const CrossEntropyOptions& options) const;
 };
 
 }  // namespace colossal::nn

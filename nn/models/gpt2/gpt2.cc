@@ -231,6 +231,10 @@ absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core:
       saved->drop = std::move(d.saved);
       x = d.output;
     }
+    // Sequence parallelism: the blocks see this rank's positions.
+    if (split_.tp.splits_sequence()) {
+      COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
+    }
   }
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
   saved->blocks = std::move(h.saved);
@@ -254,6 +258,9 @@ absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& save
   }
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
   if (embedding_ == nullptr) return dx;
+  if (split_.tp.splits_sequence()) {
+    COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
+  }
   if (drop_ != nullptr) {
     if (s->drop == nullptr) {
       return absl::InvalidArgumentError("saved activations are from a model without dropout");

@@ -310,6 +310,10 @@ absl::StatusOr<ForwardResult> Llama::forward_impl(core::Context& ctx, const core
     COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_->forward(ctx, x));
     saved->embed_tokens = std::move(e.saved);
     x = e.output;
+    // Sequence parallelism: the blocks see this rank's positions.
+    if (split_.tp.splits_sequence()) {
+      COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
+    }
   }
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
   saved->blocks = std::move(h.saved);
@@ -334,6 +338,9 @@ absl::StatusOr<core::Tensor> Llama::backward_impl(core::Context& ctx, Saved& sav
   }
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
   if (embed_tokens_ == nullptr) return dx;
+  if (split_.tp.splits_sequence()) {
+    COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
+  }
   return embed_tokens_->backward(ctx, *s->embed_tokens, dx);
 }
 
