@@ -15,7 +15,9 @@
 -- data-parallel copies. With pp_size > 1 each step's accumulation_steps
 -- micro-batches run through the stages on the 1F1B schedule (at least
 -- pp_size of them keep every stage busy), and no sample is generated.
--- Sequence parallelism (sp_size) is not built yet: setting it is an error.
+-- --set plugin.enable_sequence_parallelism=true splits the sequence over the
+-- tensor-parallel ranks between the attention and MLP regions (Megatron's
+-- sequence parallelism, Colossal-AI's split_gather; no sample then either).
 local colossal = require("colossal")
 local env = colossal.env()
 local gpu = env.device ~= "cpu"
@@ -42,6 +44,7 @@ return {
     name = "hybrid_parallel",
     tp_size = env.world_size >= 2 and 2 or 1,
     pp_size = 1,
+    enable_sequence_parallelism = false,  -- true: norms and residuals on T / tp_size positions (split_gather)
     zero_stage = 1,                   -- ZeRO-1 over the data-parallel copies
     max_norm = 1.0,                   -- the whole model's norm, over every rank
     precision = gpu and "bf16" or "fp32",

@@ -116,6 +116,8 @@ int PluginCapabilities(lua_State* L) {
   lua_setfield(L, -2, "clips_by_value");
   lua_pushboolean(L, c.pipeline);
   lua_setfield(L, -2, "pipeline");
+  lua_pushboolean(L, c.generates);
+  lua_setfield(L, -2, "generates");
   if (c.owns_precision) {
     lua_pushstring(L, spec.precision().c_str());
     lua_setfield(L, -2, "precision");

@@ -252,10 +252,10 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
-  if (std::shared_ptr<BoosterObject> b = model->booster.lock();
-      b && b->booster && b->booster->plugin().pipeline() != nullptr) {
-    RaiseError(L, "model:generate: generating through pipeline stages is not built yet "
-               "(the plugin has pp_size > 1)", kErrorUsage);
+  if (model->net->pipeline_stage().count > 1 || model->net->tensor_parallel().splits_sequence()) {
+    RaiseError(L, "model:generate: generating through pipeline stages or sequence-parallel slices "
+               "is not built yet (the plugin has pp_size > 1 or enable_sequence_parallelism)",
+               kErrorUsage);
   }
   if (sampling.temperature < 0) o.fail("temperature", "must be >= 0");
   if (sampling.top_k < 0) o.fail("top_k", "must be >= 0");

@@ -236,7 +236,7 @@ function recipe.run(t, file, bench)
   local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
     without(r.plugin, "name"))
   local caps = plugin and plugin:capabilities()
-      or { owns_precision = false, supports_no_sync = true, clips_by_value = true }
+      or { owns_precision = false, supports_no_sync = true, clips_by_value = true, generates = true }
   if caps.owns_precision and r.precision ~= "fp32" then
     usage_error(file, "precision", string.format("%s takes its precision from plugin.precision "
       .. "(as in Colossal-AI); set that instead", caps.name))
@@ -249,9 +249,9 @@ function recipe.run(t, file, bench)
   local main = env.rank == 0
   local say = function(...) if main then print(string.format(...)) end end
   local precision = caps.owns_precision and caps.precision or r.precision
-  if caps.pipeline and sm then
-    say("colossal: no sample at the end: generating through pipeline stages is not built yet "
-      .. "(plugin.pp_size > 1)")
+  if not caps.generates and sm then
+    say("colossal: no sample at the end: generating through pipeline stages or sequence-parallel "
+      .. "slices is not built yet (plugin.pp_size > 1 or enable_sequence_parallelism)")
     sm = nil
   end
   if precision ~= "fp32" and env.device == "cpu" then

@@ -23,6 +23,7 @@ class HybridParallelSpec : public PluginSpec {
     c.supports_no_sync = options_.zero_stage < 2;
     c.clips_by_value = false;  // the step takes the norm over every rank itself
     c.pipeline = options_.pp_size > 1;
+    c.generates = options_.pp_size == 1 && !options_.sequence_parallel;
     return c;
   }
   std::string precision() const override { return precision_; }

@@ -67,6 +67,9 @@ struct PluginCapabilities {
   // A step's micro-batches run through pipeline stages
   // (booster:execute_pipeline), not one forward and backward at a time.
   bool pipeline = false;
+  // model:generate works on the boosted model (not through pipeline stages
+  // or sequence-parallel slices yet).
+  bool generates = true;
 };
 
 // The environment a plugin is built in, beyond its process group.

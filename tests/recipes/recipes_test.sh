@@ -142,16 +142,19 @@ two_procs() {
   (cd "$tmp/work_$name" && timeout 300 "$bin" run --nproc_per_node 2 --master_port "$port" \
     "recipes/$name.lua" "${sets[@]}" >"$tmp/two.out" 2>"$tmp/two.err")
 }
-# llama_hybrid twice: tensor parallelism (tp 2), then two pipeline stages (pp 2).
-for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel llama_hybrid:hybrid_parallel:pp; do
-  IFS=: read -r name plugin pp <<<"$name_plugin"
+# llama_hybrid three times: tensor parallelism (tp 2), two pipeline stages
+# (pp 2), and tp 2 with sequence parallelism.
+for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel llama_hybrid:hybrid_parallel:pp \
+    llama_hybrid:hybrid_parallel:sp; do
+  IFS=: read -r name plugin variant <<<"$name_plugin"
   sets=()
   for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
-  [[ -n "$pp" ]] && sets+=(--set plugin.tp_size=1 --set plugin.pp_size=2 --set model.num_hidden_layers=2)
+  [[ "$variant" == pp ]] && sets+=(--set plugin.tp_size=1 --set plugin.pp_size=2 --set model.num_hidden_layers=2)
+  [[ "$variant" == sp ]] && sets+=(--set plugin.enable_sequence_parallelism=true)
   two_procs || { grep -q "Address already in use" "$tmp/two.out" "$tmp/two.err" && two_procs; }
   if [[ $? -eq 0 ]]; then
     if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF "x2, fp32, plugin $plugin" "$tmp/two.out"; then
-      echo "ok: recipes/$name.lua trains 2 steps on 2 processes${pp:+ (two pipeline stages)}"
+      echo "ok: recipes/$name.lua trains 2 steps on 2 processes${variant:+ ($variant)}"
     else
       echo "FAIL: recipes/$name.lua on 2 processes: no '[rank 0] step 2/2' or 'x2 ... $plugin' line:"
       cat "$tmp/two.out"
