@@ -31,6 +31,10 @@
 //   scratch is ~1.6 MiB at C = 768.
 // * Scalar (1-element pack) instantiations of every kernel handle channels not
 //   divisible by the pack and unaligned pointers.
+// * Vocabulary shards run the same kernels with a row offset: a token's table
+//   row is id - vocab_start, and ids outside the table's rows are another
+//   shard's (zeros in the forward, skipped by the backward, no flag). The
+//   sort keys hold the row, so steps 3 and 4 are unchanged.
 //
 // Measured on an H100 (B=8, T=1024, C=768, V=50257, uniform ids), against
 // PyTorch 2.11 (tools/bench/torch_embedding.py): forward 24 us float32 / 13 us
@@ -120,8 +124,12 @@ __device__ __forceinline__ void atomic_add_pack(float* p, const float (&v)[N]) {
   }
 }
 
-__device__ __forceinline__ bool valid_token(int32_t token, int64_t vocab_size) {
-  return token >= 0 && static_cast<int64_t>(token) < vocab_size;
+// The table row of a token id, or -1 when the id is not one of the rows
+// [vocab_start, vocab_start + vocab_size) this table holds.
+__device__ __forceinline__ int64_t table_row(int32_t token, int64_t vocab_start,
+                                             int64_t vocab_size) {
+  const int64_t row = static_cast<int64_t>(token) - vocab_start;
+  return row >= 0 && row < vocab_size ? row : -1;
 }
 
 // ------------------------------------------------------------- forward ----
@@ -129,27 +137,30 @@ __device__ __forceinline__ bool valid_token(int32_t token, int64_t vocab_size) {
 constexpr int kFwdWarps = 8;
 constexpr int kFwdUnroll = 4;
 
+// Ids outside the table's rows give NaN rows (the whole table: an invalid id)
+// or, with zero_outside (a shard), zero rows.
 template <typename T, int N>
 __global__ void embedding_forward_kernel(T* __restrict__ out, int32_t* invalid_token_flag,
                                          const int32_t* __restrict__ tokens,
                                          const T* __restrict__ wte, const T* __restrict__ wpe,
                                          int64_t positions, int64_t seq_len, int64_t c_packs,
-                                         int64_t vocab_size) {
+                                         int64_t vocab_size, int64_t vocab_start,
+                                         bool zero_outside) {
   const int64_t p = static_cast<int64_t>(blockIdx.x) * kFwdWarps + threadIdx.x / 32;
   if (p >= positions) return;
   const int lane = threadIdx.x % 32;
   const int64_t channels = c_packs * N;
-  const int32_t token = tokens[p];
+  const int64_t row = table_row(tokens[p], vocab_start, vocab_size);
   T* o = out + p * channels;
-  if (!valid_token(token, vocab_size)) {
+  if (row < 0) {
     if (lane == 0 && invalid_token_flag != nullptr) *invalid_token_flag = 1;
-    Pack<T, N> nan;
+    Pack<T, N> fill;
 #pragma unroll
-    for (int k = 0; k < N; ++k) nan.v[k] = from_math<T>(__int_as_float(0x7fffffff));
-    for (int64_t cp = lane; cp < c_packs; cp += 32) store_pack<T, N>(o + cp * N, nan);
+    for (int k = 0; k < N; ++k) fill.v[k] = from_math<T>(zero_outside ? 0.0f : __int_as_float(0x7fffffff));
+    for (int64_t cp = lane; cp < c_packs; cp += 32) store_pack<T, N>(o + cp * N, fill);
     return;
   }
-  const T* e = wte + static_cast<int64_t>(token) * channels;
+  const T* e = wte + row * channels;
   // No position table (token-only embedding, e.g. Llama): the row is copied.
   const T* q = wpe == nullptr ? nullptr : wpe + (p % seq_len) * channels;
   for (int64_t base = lane; base < c_packs; base += 32 * kFwdUnroll) {
@@ -190,7 +201,7 @@ template <typename T, typename G, int N, bool kAtomic>
 __global__ void position_grad_kernel(float* dwte, G* __restrict__ dwpe, int32_t* invalid_token_flag,
                                      const T* __restrict__ dout, const int32_t* __restrict__ tokens,
                                      int64_t batch, int64_t seq_len, int64_t c_packs,
-                                     int64_t vocab_size) {
+                                     int64_t vocab_size, int64_t vocab_start) {
   const int64_t cp = static_cast<int64_t>(blockIdx.y) * kTileX + threadIdx.x;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kTileY + threadIdx.y;
   if (cp >= c_packs || t >= seq_len) return;
@@ -200,20 +211,20 @@ __global__ void position_grad_kernel(float* dwte, G* __restrict__ dwpe, int32_t*
   for (int k = 0; k < N; ++k) acc[k] = 0.0f;
   // Batches of kBatchUnroll rows: all their loads are issued before any math.
   for (int64_t b0 = 0; b0 < batch; b0 += kBatchUnroll) {
-    int32_t token[kBatchUnroll];
+    int64_t row[kBatchUnroll];
     Pack<T, N> d[kBatchUnroll];
 #pragma unroll
     for (int u = 0; u < kBatchUnroll; ++u) {
       const int64_t p = (b0 + u) * seq_len + t;
       if (b0 + u < batch) {
-        token[u] = tokens[p];
+        row[u] = table_row(tokens[p], vocab_start, vocab_size);
         d[u] = load_pack<T, N>(dout + p * channels + cp * N);
       }
     }
 #pragma unroll
     for (int u = 0; u < kBatchUnroll; ++u) {
       if (b0 + u >= batch) continue;
-      if (!valid_token(token[u], vocab_size)) {
+      if (row[u] < 0) {
         if (cp == 0 && invalid_token_flag != nullptr) *invalid_token_flag = 1;
         continue;
       }
@@ -224,7 +235,7 @@ __global__ void position_grad_kernel(float* dwte, G* __restrict__ dwpe, int32_t*
         acc[k] += v[k];
       }
       if constexpr (kAtomic) {
-        atomic_add_pack<N>(dwte + static_cast<int64_t>(token[u]) * channels + cp * N, v);
+        atomic_add_pack<N>(dwte + row[u] * channels + cp * N, v);
       }
     }
   }
@@ -235,16 +246,17 @@ __global__ void position_grad_kernel(float* dwte, G* __restrict__ dwpe, int32_t*
 
 // ------------------------------------------ dwte, deterministic mode ----
 
+// The key's high half is the table row (id - vocab_start), < 2^31.
 __global__ void build_keys_kernel(uint64_t* __restrict__ keys, int32_t* invalid_token_flag,
                                   const int32_t* __restrict__ tokens, int64_t positions,
-                                  int64_t padded, int64_t vocab_size) {
+                                  int64_t padded, int64_t vocab_size, int64_t vocab_start) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= padded) return;
   uint64_t key = kPadKey;
   if (i < positions) {
-    const int32_t token = tokens[i];
-    if (valid_token(token, vocab_size)) {
-      key = (static_cast<uint64_t>(token) << 32) | static_cast<uint64_t>(i);
+    const int64_t row = table_row(tokens[i], vocab_start, vocab_size);
+    if (row >= 0) {
+      key = (static_cast<uint64_t>(row) << 32) | static_cast<uint64_t>(i);
     } else if (invalid_token_flag != nullptr) {
       *invalid_token_flag = 1;
     }
@@ -453,14 +465,15 @@ int threads_for(int64_t c_packs) {
 template <typename T, typename G, int N>
 KernelStatus backward_typed(G* dwte, G* dwpe, int32_t* flag, const T* dout, const int32_t* tokens,
                             void* scratch, int64_t batch, int64_t seq_len, int64_t channels,
-                            int64_t vocab_size, GradMode mode, cudaStream_t stream) {
+                            int64_t vocab_size, int64_t vocab_start, GradMode mode,
+                            cudaStream_t stream) {
   const int64_t c_packs = channels / N;
   const dim3 pos_grid(static_cast<unsigned>((seq_len + kTileY - 1) / kTileY),
                       static_cast<unsigned>((c_packs + kTileX - 1) / kTileX));
   if (mode == GradMode::kAtomic) {
     if constexpr (std::is_same_v<G, float>) {
       position_grad_kernel<T, G, N, true><<<pos_grid, dim3(kTileX, kTileY), 0, stream>>>(
-          dwte, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size);
+          dwte, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size, vocab_start);
       return cuda::last_launch_status();
     } else {
       return KernelStatus::unsupported("embedding_backward_cuda: kAtomic needs float32 gradients");
@@ -468,7 +481,7 @@ KernelStatus backward_typed(G* dwte, G* dwpe, int32_t* flag, const T* dout, cons
   }
   if (dwpe != nullptr) {
     position_grad_kernel<T, G, N, false><<<pos_grid, dim3(kTileX, kTileY), 0, stream>>>(
-        nullptr, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size);
+        nullptr, dwpe, flag, dout, tokens, batch, seq_len, c_packs, vocab_size, vocab_start);
     KernelStatus s = cuda::last_launch_status();
     if (!s.ok()) return s;
   }
@@ -480,7 +493,7 @@ KernelStatus backward_typed(G* dwte, G* dwpe, int32_t* flag, const T* dout, cons
   float* head = reinterpret_cast<float*>(bytes + layout.head_offset);
   float* tail = reinterpret_cast<float*>(bytes + layout.tail_offset);
   build_keys_kernel<<<static_cast<unsigned>((layout.padded + 255) / 256), 256, 0, stream>>>(
-      keys, flag, tokens, layout.positions, layout.padded, vocab_size);
+      keys, flag, tokens, layout.positions, layout.padded, vocab_size, vocab_start);
   s = cuda::last_launch_status();
   if (!s.ok()) return s;
   s = sort_keys(keys, layout.padded, stream);
@@ -496,8 +509,9 @@ KernelStatus backward_typed(G* dwte, G* dwpe, int32_t* flag, const T* dout, cons
 }
 
 KernelStatus check_sizes(int64_t batch, int64_t seq_len, int64_t channels, int64_t vocab_size,
-                         int64_t max_seq_len) {
-  if (batch < 0 || seq_len < 0 || channels < 0 || vocab_size < 0 || max_seq_len < 0) {
+                         int64_t max_seq_len, int64_t vocab_start) {
+  if (batch < 0 || seq_len < 0 || channels < 0 || vocab_size < 0 || max_seq_len < 0 ||
+      vocab_start < 0) {
     return KernelStatus::invalid_argument("embedding: negative size");
   }
   if (seq_len > max_seq_len) return KernelStatus::invalid_argument("embedding: seq_len > max_seq_len");
@@ -511,13 +525,14 @@ KernelStatus check_sizes(int64_t batch, int64_t seq_len, int64_t channels, int64
   return KernelStatus();
 }
 
-}  // namespace
-
-KernelStatus embedding_forward_cuda(void* out, int32_t* invalid_token_flag, const int32_t* tokens,
-                                    const void* wte, const void* wpe, int64_t batch, int64_t seq_len,
-                                    int64_t channels, int64_t vocab_size, int64_t max_seq_len,
-                                    DType dtype, cudaStream_t stream) {
-  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len);
+// The whole table is rows [0, vocab_size) with NaN rows and the flag for
+// other ids; a shard (`shard`) its rows, zero rows for other ids, no flag, no
+// position table, batch 1.
+KernelStatus forward(void* out, int32_t* invalid_token_flag, const int32_t* tokens,
+                     const void* wte, const void* wpe, int64_t batch, int64_t seq_len,
+                     int64_t channels, int64_t vocab_size, int64_t max_seq_len,
+                     int64_t vocab_start, bool shard, DType dtype, cudaStream_t stream) {
+  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len, vocab_start);
   if (!s.ok()) return s;
   const int64_t positions = batch * seq_len;
   if (positions == 0 || channels == 0) return KernelStatus();
@@ -533,22 +548,23 @@ KernelStatus embedding_forward_cuda(void* out, int32_t* invalid_token_flag, cons
     const unsigned blocks = static_cast<unsigned>((positions + kFwdWarps - 1) / kFwdWarps);
     if (channels % kVec == 0 && aligned16(o) && aligned16(e) && aligned16(q)) {
       embedding_forward_kernel<T, kVec><<<blocks, kFwdWarps * 32, 0, stream>>>(
-          o, invalid_token_flag, tokens, e, q, positions, seq_len, channels / kVec, vocab_size);
+          o, invalid_token_flag, tokens, e, q, positions, seq_len, channels / kVec, vocab_size,
+          vocab_start, shard);
     } else {
       embedding_forward_kernel<T, 1><<<blocks, kFwdWarps * 32, 0, stream>>>(
-          o, invalid_token_flag, tokens, e, q, positions, seq_len, channels, vocab_size);
+          o, invalid_token_flag, tokens, e, q, positions, seq_len, channels, vocab_size,
+          vocab_start, shard);
     }
     return cuda::last_launch_status();
   });
 }
 
-KernelStatus embedding_backward_cuda(void* dwte, void* dwpe, int32_t* invalid_token_flag,
-                                     const void* dout, const int32_t* tokens, void* scratch,
-                                     size_t scratch_bytes, int64_t batch, int64_t seq_len,
-                                     int64_t channels, int64_t vocab_size, int64_t max_seq_len,
-                                     DType dtype, DType grad_dtype, GradMode mode,
-                                     cudaStream_t stream) {
-  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len);
+KernelStatus backward(void* dwte, void* dwpe, int32_t* invalid_token_flag, const void* dout,
+                      const int32_t* tokens, void* scratch, size_t scratch_bytes, int64_t batch,
+                      int64_t seq_len, int64_t channels, int64_t vocab_size, int64_t max_seq_len,
+                      int64_t vocab_start, DType dtype, DType grad_dtype, GradMode mode,
+                      cudaStream_t stream) {
+  KernelStatus s = check_sizes(batch, seq_len, channels, vocab_size, max_seq_len, vocab_start);
   if (!s.ok()) return s;
   if (mode != GradMode::kDeterministic && mode != GradMode::kAtomic) {
     return KernelStatus::invalid_argument("embedding_backward_cuda: unknown GradMode");
@@ -585,14 +601,51 @@ KernelStatus embedding_backward_cuda(void* dwte, void* dwpe, int32_t* invalid_to
       G* gpe = static_cast<G*>(dwpe);
       if (channels % kVec == 0 && aligned16(dy) && aligned16(gte) && aligned16(gpe)) {
         return backward_typed<T, G, kVec>(gte, gpe, invalid_token_flag, dy, tokens, scratch, batch,
-                                          seq_len, channels, vocab_size, mode, stream);
+                                          seq_len, channels, vocab_size, vocab_start, mode, stream);
       }
-      return backward_typed<T, G, 1>(gte, gpe, invalid_token_flag, dy, tokens, scratch, batch, seq_len,
-                                     channels, vocab_size, mode, stream);
+      return backward_typed<T, G, 1>(gte, gpe, invalid_token_flag, dy, tokens, scratch, batch,
+                                     seq_len, channels, vocab_size, vocab_start, mode, stream);
     };
     if (grad_dtype == DType::kF32) return run(float{});
     return run(T{});
   });
+}
+
+}  // namespace
+
+KernelStatus embedding_forward_cuda(void* out, int32_t* invalid_token_flag, const int32_t* tokens,
+                                    const void* wte, const void* wpe, int64_t batch, int64_t seq_len,
+                                    int64_t channels, int64_t vocab_size, int64_t max_seq_len,
+                                    DType dtype, cudaStream_t stream) {
+  return forward(out, invalid_token_flag, tokens, wte, wpe, batch, seq_len, channels, vocab_size,
+                 max_seq_len, /*vocab_start=*/0, /*shard=*/false, dtype, stream);
+}
+
+KernelStatus embedding_backward_cuda(void* dwte, void* dwpe, int32_t* invalid_token_flag,
+                                     const void* dout, const int32_t* tokens, void* scratch,
+                                     size_t scratch_bytes, int64_t batch, int64_t seq_len,
+                                     int64_t channels, int64_t vocab_size, int64_t max_seq_len,
+                                     DType dtype, DType grad_dtype, GradMode mode,
+                                     cudaStream_t stream) {
+  return backward(dwte, dwpe, invalid_token_flag, dout, tokens, scratch, scratch_bytes, batch,
+                  seq_len, channels, vocab_size, max_seq_len, /*vocab_start=*/0, dtype,
+                  grad_dtype, mode, stream);
+}
+
+KernelStatus embedding_shard_forward_cuda(void* out, const int32_t* tokens, const void* wte,
+                                          int64_t n, int64_t channels, int64_t vocab_size,
+                                          int64_t vocab_start, DType dtype, cudaStream_t stream) {
+  return forward(out, nullptr, tokens, wte, nullptr, 1, n, channels, vocab_size, n, vocab_start,
+                 /*shard=*/true, dtype, stream);
+}
+
+KernelStatus embedding_shard_backward_cuda(void* dwte, const void* dout, const int32_t* tokens,
+                                           void* scratch, size_t scratch_bytes, int64_t n,
+                                           int64_t channels, int64_t vocab_size,
+                                           int64_t vocab_start, DType dtype, DType grad_dtype,
+                                           GradMode mode, cudaStream_t stream) {
+  return backward(dwte, nullptr, nullptr, dout, tokens, scratch, scratch_bytes, 1, n, channels,
+                  vocab_size, n, vocab_start, dtype, grad_dtype, mode, stream);
 }
 
 }  // namespace colossal::kernels::embedding

@@ -98,6 +98,35 @@ KernelStatus embedding_backward_cpu(void* dwte, void* dwpe, const void* dout, co
 size_t embedding_backward_scratch_bytes(int64_t batch, int64_t seq_len, int64_t channels,
                                         GradMode mode);
 
+// ---- Vocabulary-parallel token embedding (Megatron's VocabParallelEmbedding) ----
+//
+// This process holds rows [vocab_start, vocab_start + vocab_size) of the token
+// table: wte [vocab_size, channels]. No position table. For n positions:
+//   forward:  out[p, :] = wte[tokens[p] - vocab_start, :] when the id is one of
+//             this table's rows (an exact copy), else zeros, so the sum of
+//             every shard's output (the caller's all-reduce) is the whole
+//             table's embedding_forward with wpe null;
+//   backward: dwte[tokens[p] - vocab_start, :] += dout[p, :] for this table's
+//             ids only (ACCUMULATED, like embedding_backward); the other
+//             positions are skipped.
+// The same code as the whole-table functions with the rows offset, so the same
+// rounding, determinism and GradModes. Ids are otherwise not checked against
+// any vocabulary (another shard's rows): the CPU functions return
+// invalid_argument for a negative id (writing nothing); the CUDA functions
+// treat it as another shard's (zeros, skipped): the caller validates ids.
+// vocab_start >= 0; other arguments as embedding_forward/backward_cpu with
+// batch 1, seq_len n.
+KernelStatus embedding_shard_forward_cpu(void* out, const int32_t* tokens, const void* wte,
+                                         int64_t n, int64_t channels, int64_t vocab_size,
+                                         int64_t vocab_start, DType dtype);
+
+KernelStatus embedding_shard_backward_cpu(void* dwte, const void* dout, const int32_t* tokens,
+                                          int64_t n, int64_t channels, int64_t vocab_size,
+                                          int64_t vocab_start, DType dtype, DType grad_dtype);
+
+// Scratch of embedding_shard_backward_cuda: embedding_backward_scratch_bytes(1, n, channels, mode).
+size_t embedding_shard_backward_scratch_bytes(int64_t n, int64_t channels, GradMode mode);
+
 #if COLOSSAL_WITH_CUDA
 // ---- CUDA: device pointers; dtype float32/float16/bfloat16; enqueued on
 // `stream`, not synchronised; returns the launch status. batch * seq_len must
@@ -118,6 +147,18 @@ KernelStatus embedding_backward_cuda(void* dwte, void* dwpe, int32_t* invalid_to
                                      int64_t channels, int64_t vocab_size, int64_t max_seq_len,
                                      DType dtype, DType grad_dtype, GradMode mode,
                                      cudaStream_t stream);
+
+// Vocabulary shards (see above) on CUDA; n below 2^31. `scratch`: at least
+// embedding_shard_backward_scratch_bytes(n, channels, mode) bytes, as above.
+KernelStatus embedding_shard_forward_cuda(void* out, const int32_t* tokens, const void* wte,
+                                          int64_t n, int64_t channels, int64_t vocab_size,
+                                          int64_t vocab_start, DType dtype, cudaStream_t stream);
+
+KernelStatus embedding_shard_backward_cuda(void* dwte, const void* dout, const int32_t* tokens,
+                                           void* scratch, size_t scratch_bytes, int64_t n,
+                                           int64_t channels, int64_t vocab_size,
+                                           int64_t vocab_start, DType dtype, DType grad_dtype,
+                                           GradMode mode, cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::embedding

@@ -39,6 +39,12 @@
 //     scratch buffer and a second launch.
 //   * Out-of-range targets (not ignore_index) never index memory: the row's
 //     loss is NaN and its dlogits row is filled with NaN.
+//   * Vocabulary shards run the same kernel: a row's columns are global ids
+//     v_start.., its real columns the shard's part of [0, v_real). Pass 1
+//     writes the shard's max and target logit (vocab_shard_max), or its sum
+//     of exponentials s * exp(m - M) from its own (m, s) pair and the global
+//     max M (vocab_shard_sum_exp); pass 2 takes the softmax as
+//     exp(x - M) * (scale / S) from the global max and sum.
 //
 // Measured on one H100 80GB HBM3 (device copy ~3.0 TB/s), kMean, fused, GB/s
 // over 1 read + 1 write of the logits: bf16 8192x50257 0.656 ms (2510), fp32
@@ -191,21 +197,46 @@ __device__ __forceinline__ RawOf<T, kVec> pack(const float (&g)[kVec]) {
 enum class Mode { kForward, kBackward, kFused };
 
 struct KernelArgs {
-  float* row_losses;     // forward, fused
+  float* row_losses;     // forward, fused (null for shards)
   float* lse_out;        // forward, fused; may be null
   const float* lse_in;   // backward
   void* dlogits;         // backward, fused
   const void* logits;
-  const int32_t* targets;
+  const int32_t* targets;  // null for vocab_shard_sum_exp
   float dloss;
   int64_t n;
   int64_t v;             // row stride
-  int v_real;
+  int v_real;            // real columns of a row (a shard's part of [0, target_limit))
   int len;               // elements of a row the kernel visits: v_real (forward) or v
   int cache_vectors;     // fused: body vectors of a row kept in shared memory
   int32_t ignore_index;
   bool mean;
+  int64_t v_start;       // global id of column 0 (0 but for shards)
+  int64_t target_limit;  // targets outside [0, target_limit) are invalid: the global v_real
+  float* shard_max;      // vocab_shard_max: per-row outputs instead of the loss
+  float* target_logit;
+  float* shard_sum;      // vocab_shard_sum_exp: per-row output instead of the loss
+  const float* global_max;  // vocab_shard_sum_exp and vocab_shard_backward
+  const float* global_sum;  // vocab_shard_backward
 };
+
+// Pass 1's per-row outputs: the loss and lse, or (kShards) a shard's max and
+// target logit, or a shard's sum of exp(x - M): its own (m, s) rescaled to the
+// global max M (s * exp(m - M) is the same sum; 0 when the shard has no real
+// column, m = -inf).
+template <bool kShards>
+__device__ __forceinline__ void store_row(const KernelArgs& a, int64_t row, Stats st, float lse,
+                                          float target_logit, bool ignored, bool invalid) {
+  if (kShards && a.shard_max != nullptr) {
+    a.shard_max[row] = st.m;
+    a.target_logit[row] = invalid ? NAN : target_logit;
+  } else if (kShards && a.shard_sum != nullptr) {
+    a.shard_sum[row] = st.s * exp_sub(st.m, shift_of(a.global_max[row]));
+  } else {
+    if (a.lse_out != nullptr) a.lse_out[row] = lse;
+    a.row_losses[row] = ignored ? 0.0f : invalid ? NAN : lse - target_logit;
+  }
+}
 
 // A row of `len` elements split into a scalar head [0, head), an aligned
 // vector body of `nvec` vectors, and a scalar tail [tail, len).
@@ -256,23 +287,39 @@ __global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(KernelArgs a
     scale = count > 0 ? a.dloss / static_cast<float>(count) : 0.0f;
   }
 
+  // Shards run the forward and backward modes only: the fused kernel (the
+  // training path, at its register limit) compiles without their fields.
+  constexpr bool kShards = kMode != Mode::kFused;
+  const int64_t v_start = kShards ? a.v_start : 0;
+  const int64_t target_limit = kShards ? a.target_limit : a.v_real;
+
   for (int64_t row = blockIdx.x; row < a.n; row += gridDim.x) {
-    const int32_t t = a.targets[row];
+    // Without targets (vocab_shard_sum_exp) a row counts as ignored, which
+    // only its target logit depends on.
+    const int32_t t = (kShards && a.targets == nullptr) ? a.ignore_index : a.targets[row];
     const bool ignored = t == a.ignore_index;
-    const bool invalid = !ignored && (t < 0 || t >= a.v_real);
+    const bool invalid = !ignored && (t < 0 || t >= target_limit);
+    // The target's column among this row's real columns, or -1 (another shard's).
+    int tl = t;
+    if constexpr (kShards) {
+      const int64_t t_col = static_cast<int64_t>(t) - v_start;
+      tl = !ignored && !invalid && t_col >= 0 && t_col < a.v_real ? static_cast<int>(t_col) : -1;
+    }
     const T* x = logits + row * a.v;
     // Split by the dlogits row when writing (it agrees with x mod 16, so the
     // x body is 16-byte aligned either way).
     const RowSplit sp = split_row<T, kVec>(kGrad ? dlogits + row * a.v : x, a.len);
     const Raw* xv = reinterpret_cast<const Raw*>(x + sp.head);
 
-    float lse = 0.0f;
+    // Pass 2's gradient: w * exp(x - shift), minus scale at the target column.
+    float shift = 0.0f;
+    float w = scale;
     if constexpr (kStats) {
       const bool need_stats = !(kMode == Mode::kFused && ignored && a.lse_out == nullptr);
       if (need_stats) {
         Stats st{-INFINITY, 0.0f};
         float target_logit = 0.0f;
-        if (tid == 0 && !ignored && !invalid) target_logit = to_math(x[t]);
+        if (tid == 0 && !ignored && !invalid && tl >= 0) target_logit = to_math(x[tl]);
         // Scalar head (< 128 bytes) and tail (< kVec elements).
         for (int j = tid; j < sp.head && j < a.v_real; j += threads) {
           st = merge(st, Stats{to_math(x[j]), 1.0f});
@@ -313,16 +360,18 @@ __global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(KernelArgs a
           st = {m, s};
         }
         st = block_merge(st, stats_shm);
-        lse = st.m + logf(st.s);
-        if (tid == 0) {
-          if (a.lse_out != nullptr) a.lse_out[row] = lse;
-          a.row_losses[row] = ignored ? 0.0f : invalid ? NAN : lse - target_logit;
-        }
+        shift = st.m + logf(st.s);  // the row's lse
+        if (tid == 0) store_row<kShards>(a, row, st, shift, target_logit, ignored, invalid);
       } else if (tid == 0) {
         a.row_losses[row] = 0.0f;
       }
-    } else {
-      if (!ignored && !invalid) lse = a.lse_in[row];
+    } else if (!ignored && !invalid) {
+      if (kShards && a.global_sum != nullptr) {  // a shard: softmax = exp(x - M) / S
+        shift = shift_of(a.global_max[row]);
+        w = scale / a.global_sum[row];
+      } else {
+        shift = a.lse_in[row];
+      }
     }
 
     if constexpr (kGrad) {
@@ -341,8 +390,8 @@ __global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(KernelArgs a
       }
       auto grad = [&](float xj, int j) -> float {
         if (j >= a.v_real) return 0.0f;  // padding columns
-        const float g = scale * exp_sub(xj, lse);
-        return j == t ? g - scale : g;
+        const float g = w * exp_sub(xj, shift);
+        return j == tl ? g - scale : g;
       };
       for (int j = tid; j < sp.head; j += threads) d[j] = from_math<T>(grad(to_math(x[j]), j));
       if (sp.tail + tid < a.len) {
@@ -362,10 +411,10 @@ __global__ void __launch_bounds__(kMaxThreads) cross_entropy_kernel(KernelArgs a
           if (k < sp.nvec) {
             const int j0 = sp.head + k * kVec;
             float g[kVec];
-            if (a.v_real - j0 >= kVec && static_cast<unsigned>(t - j0) >= kVec) {
+            if (a.v_real - j0 >= kVec && static_cast<unsigned>(tl - j0) >= kVec) {
               // Common case: no padding and not the target column.
 #pragma unroll
-              for (int q = 0; q < kVec; ++q) g[q] = scale * exp_sub(element<T, kVec>(r[u], q), lse);
+              for (int q = 0; q < kVec; ++q) g[q] = w * exp_sub(element<T, kVec>(r[u], q), shift);
             } else {
 #pragma unroll
               for (int q = 0; q < kVec; ++q) g[q] = grad(element<T, kVec>(r[u], q), j0 + q);
@@ -491,6 +540,7 @@ KernelStatus run(Entry entry, const Args& a, float dloss, cudaStream_t stream) {
   if (a.v > (int64_t{1} << 30)) {
     return KernelStatus::invalid_argument("cross_entropy_cuda: v > 2^30");
   }
+  // Zero-initialised: the shard fields stay null/0 for the whole-vocabulary entries.
   KernelArgs ka{};
   ka.row_losses = a.row_losses;
   ka.lse_out = a.lse_out;
@@ -501,18 +551,22 @@ KernelStatus run(Entry entry, const Args& a, float dloss, cudaStream_t stream) {
   ka.dloss = dloss;
   ka.n = a.n;
   ka.v = a.v;
-  ka.v_real = static_cast<int>(a.v_real);
-  ka.len = static_cast<int>(entry == Entry::kForward ? a.v_real : a.v);
+  ka.v_real = static_cast<int>(a.local_real());
+  ka.len = static_cast<int>(internal::row_stats_only(entry) ? a.local_real() : a.v);
   ka.ignore_index = a.options.ignore_index;
   ka.mean = a.options.reduction == Reduction::kMean;
+  ka.v_start = a.v_start;
+  ka.target_limit = a.v_real;
+  ka.shard_max = a.shard_max;
+  ka.target_logit = a.target_logit;
+  ka.shard_sum = a.shard_sum;
+  ka.global_max = a.global_max;
+  ka.global_sum = a.global_sum;
   s = cuda::dispatch_float_types(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    switch (entry) {
-      case Entry::kForward: return launch_typed<T, Mode::kForward>(ka, stream);
-      case Entry::kBackward: return launch_typed<T, Mode::kBackward>(ka, stream);
-      case Entry::kFused: return launch_typed<T, Mode::kFused>(ka, stream);
-    }
-    return KernelStatus::invalid_argument("cross_entropy_cuda: unknown entry");
+    if (entry == Entry::kFused) return launch_typed<T, Mode::kFused>(ka, stream);
+    if (internal::row_stats_only(entry)) return launch_typed<T, Mode::kForward>(ka, stream);
+    return launch_typed<T, Mode::kBackward>(ka, stream);
   });
   if (!s.ok() || !total) return s;
   total_kernel<<<1, kTotalThreads, 0, stream>>>(a.loss, a.row_losses, a.targets, a.n,
@@ -545,6 +599,34 @@ KernelStatus cross_entropy_fused_cuda(float* loss, float* row_losses, float* lse
   const Args a =
       internal::fused_args(loss, row_losses, lse, dlogits, logits, targets, n, v, v_real, dtype, options);
   return run(Entry::kFused, a, dloss, stream);
+}
+
+KernelStatus vocab_shard_max_cuda(float* row_max, float* target_logit, const void* logits,
+                                  const int32_t* targets, int64_t n, int64_t v, int64_t v_start,
+                                  int64_t v_real, int32_t ignore_index, DType dtype,
+                                  cudaStream_t stream) {
+  return run(Entry::kShardMax,
+             internal::shard_max_args(row_max, target_logit, logits, targets, n, v, v_start,
+                                      v_real, ignore_index, dtype),
+             0.0f, stream);
+}
+
+KernelStatus vocab_shard_sum_exp_cuda(float* row_sum, const void* logits, const float* row_max,
+                                      int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                      DType dtype, cudaStream_t stream) {
+  return run(Entry::kShardSumExp,
+             internal::shard_sum_exp_args(row_sum, logits, row_max, n, v, v_start, v_real, dtype),
+             0.0f, stream);
+}
+
+KernelStatus vocab_shard_backward_cuda(void* dlogits, const void* logits, const float* row_max,
+                                       const float* row_sum, const int32_t* targets, float scale,
+                                       int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                       int32_t ignore_index, DType dtype, cudaStream_t stream) {
+  return run(Entry::kShardBackward,
+             internal::shard_backward_args(dlogits, logits, row_max, row_sum, targets, n, v,
+                                           v_start, v_real, ignore_index, dtype),
+             scale, stream);
 }
 
 }  // namespace colossal::kernels::loss

@@ -111,6 +111,62 @@ KernelStatus cross_entropy_fused_cpu(float* loss, float* row_losses, float* lse,
                                      int64_t n, int64_t v, int64_t v_real, DType dtype,
                                      const CrossEntropyOptions& options);
 
+// ---- Vocabulary-parallel cross-entropy (Megatron's VocabParallelLMHead + DistCrossEntropy) ----
+//
+// Each tensor-parallel rank holds a shard of the logits, [n, v] (row stride v),
+// whose column j is global vocabulary id v_start + j. v_real is the GLOBAL real
+// vocabulary size: a column with global id >= v_real is padding (never read,
+// may hold NaN, gradient 0). The shard's real columns are j < local =
+// clamp(v_real - v_start, 0, v). targets are global ids. The caller chains, with
+// all-reduces over the tensor-parallel group in between:
+//
+//   vocab_shard_max      -> row_max, target_logit;  all-reduce max(row_max), sum(target_logit)
+//   vocab_shard_sum_exp  -> row_sum from the global row_max;  all-reduce sum(row_sum)
+//   row loss = row_max + log(row_sum) - target_logit   (0 for ignored rows)
+//   vocab_shard_backward -> dlogits from the global row_max and row_sum
+//
+// which equals cross_entropy_* over the whole vocabulary up to rounding:
+//   * row_max[i]: the largest real logit of the row in this shard, as float32
+//     (-inf when the shard has no real column). NaN logits are passed over by
+//     the max and make row_sum NaN, hence the loss (as in cross_entropy_*).
+//   * target_logit[i]: logits[i, targets[i] - v_start] as float32 when
+//     v_start <= targets[i] < min(v_start + v, v_real), else 0 (ignored rows: 0).
+//   * row_sum[i] = sum over the shard's real columns of exp(logits[i, j] - M),
+//     M = the GLOBAL row_max[i] (a shift of 0 when M = -inf, so a row of -inf
+//     sums to 0); 0 for a shard with no real column.
+//   * dlogits[i, j] = scale * (exp(logits[i, j] - M) / S - [v_start + j == targets[i]])
+//     for real columns, S the global row_sum; 0 for padding; the whole row 0
+//     when targets[i] == ignore_index. scale is the row's whole gradient weight
+//     (dloss, or dloss / count for a mean: count the non-ignored rows yourself).
+//     Overwritten, never accumulated; may alias logits exactly (in place).
+//   * A target outside [0, v_real) that is not ignore_index: the CPU functions
+//     (max and backward) return invalid_argument before writing anything; the
+//     CUDA functions write NaN into that row's target_logit on EVERY shard (so
+//     the all-reduced loss is NaN) and fill its dlogits row with NaN.
+//   * Precision: CUDA computes in float32 (ex2.approx); its row_sum is the
+//     shard's own (max, sum of exp) pair rescaled by exp(max - M), equal to the
+//     formula within float32 rounding. The CPU takes exp as cross_entropy_*_cpu
+//     does (float32 logits: exp of x - M in float32, each term within
+//     (4 + M - x) * 2^-24 relative; other types float64), sums in float64 and
+//     rounds row_sum once to float32; the gradient is scale / S times those
+//     exponentials in float64, rounded once. float64 logits thus get float32
+//     accuracy (row_max, target_logit and row_sum are float32).
+// Same dtypes, pointer rules and error codes as cross_entropy_*: float32,
+// float16, bfloat16 (and float64 on the CPU); n >= 0, v >= 1, v_start >= 0,
+// v_real >= 1 when n > 0; row_max, target_logit and row_sum are float32 [n].
+KernelStatus vocab_shard_max_cpu(float* row_max, float* target_logit, const void* logits,
+                                 const int32_t* targets, int64_t n, int64_t v, int64_t v_start,
+                                 int64_t v_real, int32_t ignore_index, DType dtype);
+
+KernelStatus vocab_shard_sum_exp_cpu(float* row_sum, const void* logits, const float* row_max,
+                                     int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                     DType dtype);
+
+KernelStatus vocab_shard_backward_cpu(void* dlogits, const void* logits, const float* row_max,
+                                      const float* row_sum, const int32_t* targets, float scale,
+                                      int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                      int32_t ignore_index, DType dtype);
+
 #if COLOSSAL_WITH_CUDA
 // CUDA versions of the three functions above: every pointer is a device
 // pointer; float32/float16/bfloat16; v <= 2^30. Enqueued on `stream`, not
@@ -133,6 +189,23 @@ KernelStatus cross_entropy_fused_cuda(float* loss, float* row_losses, float* lse
                                       const void* logits, const int32_t* targets, float dloss,
                                       int64_t n, int64_t v, int64_t v_real, DType dtype,
                                       const CrossEntropyOptions& options, cudaStream_t stream);
+
+// CUDA versions of the vocabulary-shard functions (device pointers; float32,
+// float16, bfloat16; v <= 2^30; asynchronous as above). Each reads the shard's
+// logits once (backward: once, and writes dlogits once).
+KernelStatus vocab_shard_max_cuda(float* row_max, float* target_logit, const void* logits,
+                                  const int32_t* targets, int64_t n, int64_t v, int64_t v_start,
+                                  int64_t v_real, int32_t ignore_index, DType dtype,
+                                  cudaStream_t stream);
+
+KernelStatus vocab_shard_sum_exp_cuda(float* row_sum, const void* logits, const float* row_max,
+                                      int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                      DType dtype, cudaStream_t stream);
+
+KernelStatus vocab_shard_backward_cuda(void* dlogits, const void* logits, const float* row_max,
+                                       const float* row_sum, const int32_t* targets, float scale,
+                                       int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                       int32_t ignore_index, DType dtype, cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::loss

@@ -8,8 +8,12 @@
 //             "ideal_GB/s" counts 1 read + 1 write, the convention of
 //             tools/bench/torch_loss.py (F.cross_entropy forward + backward).
 //   forward:  one read of the logits.   backward: one read + one write.
+//   vocab_shard_* (one shard of tensor parallelism: columns [v_start, v_start
+//   + v) of a v_real vocabulary): max and sum_exp one read of the shard's
+//   real columns, backward one read + one write of the shard.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -87,7 +91,7 @@ BENCHMARK(BM_CrossEntropyFusedCpu)
     ->Args({0, 1024, 50304, 50257});
 
 #if COLOSSAL_WITH_CUDA
-enum class Which { kFused, kForward, kBackward };
+enum class Which { kFused, kForward, kBackward, kShardMax, kShardSumExp, kShardBackward };
 
 // Bytes of logits read again by the fused kernel: the part of each row beyond
 // what shared memory holds (0 when a row fits). The kernel's static shared
@@ -104,16 +108,20 @@ double reread_bytes(DType dtype, int64_t n, int64_t v) {
   return static_cast<double>(n) * static_cast<double>(body - cached) * 16.0;
 }
 
+// Args: dtype index, n, v, v_real (and v_start for the shard cases).
 void run_cuda(benchmark::State& state, Which which) {
   const DType dtype = kTypes[state.range(0)];
   const int64_t n = state.range(1), v = state.range(2), v_real = state.range(3);
+  const bool shard = which >= Which::kShardMax;
+  const int64_t v_start = shard ? state.range(4) : 0;
   const size_t bytes = n * v * dtype_size(dtype);
   void *logits = nullptr, *dlogits = nullptr;
-  float *rows = nullptr, *lse = nullptr, *loss = nullptr;
+  float *rows = nullptr, *lse = nullptr, *loss = nullptr, *sums = nullptr;
   int32_t* targets = nullptr;
   if (cudaMalloc(&logits, bytes) != cudaSuccess || cudaMalloc(&dlogits, bytes) != cudaSuccess ||
       cudaMalloc(&rows, n * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&lse, n * sizeof(float)) != cudaSuccess ||
+      cudaMalloc(&sums, n * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&loss, sizeof(float)) != cudaSuccess ||
       cudaMalloc(&targets, n * sizeof(int32_t)) != cudaSuccess) {
     state.SkipWithError("no CUDA device or out of memory");
@@ -124,11 +132,19 @@ void run_cuda(benchmark::State& state, Which which) {
   cudaMemcpy(logits, host_logits.data(), bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(targets, host_targets.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice);
   const CrossEntropyOptions opts;  // kMean
-  // Backward reads the lse of a forward run.
-  if (!cross_entropy_forward_cuda(loss, rows, lse, logits, targets, n, v, v_real, dtype, opts,
-                                  nullptr)
-           .ok()) {
-    state.SkipWithError("cross_entropy_forward_cuda failed");
+  // Backward reads the lse of a forward run; a shard's backward its max
+  // (in lse) and sum (in sums), here the shard's own.
+  const bool ready =
+      shard ? vocab_shard_max_cuda(lse, rows, logits, targets, n, v, v_start, v_real, -100, dtype,
+                                   nullptr)
+                      .ok() &&
+                  vocab_shard_sum_exp_cuda(sums, logits, lse, n, v, v_start, v_real, dtype, nullptr)
+                      .ok()
+            : cross_entropy_forward_cuda(loss, rows, lse, logits, targets, n, v, v_real, dtype,
+                                         opts, nullptr)
+                  .ok();
+  if (!ready) {
+    state.SkipWithError("forward failed");
     return;
   }
   cudaEvent_t start, stop;
@@ -150,6 +166,17 @@ void run_cuda(benchmark::State& state, Which which) {
         s = cross_entropy_backward_cuda(dlogits, logits, lse, targets, 1.0f, n, v, v_real, dtype,
                                         opts, nullptr);
         break;
+      case Which::kShardMax:
+        s = vocab_shard_max_cuda(lse, rows, logits, targets, n, v, v_start, v_real, -100, dtype,
+                                 nullptr);
+        break;
+      case Which::kShardSumExp:
+        s = vocab_shard_sum_exp_cuda(sums, logits, lse, n, v, v_start, v_real, dtype, nullptr);
+        break;
+      case Which::kShardBackward:
+        s = vocab_shard_backward_cuda(dlogits, logits, lse, sums, targets, 1.0f, n, v, v_start,
+                                      v_real, -100, dtype, nullptr);
+        break;
     }
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
@@ -170,11 +197,16 @@ void run_cuda(benchmark::State& state, Which which) {
           2e-9 * logit_bytes, benchmark::Counter::kIsIterationInvariantRate);
       break;
     case Which::kForward: moved = logit_bytes * v_real / v; break;
-    case Which::kBackward: moved = 2 * logit_bytes; break;
+    case Which::kBackward:
+    case Which::kShardBackward: moved = 2 * logit_bytes; break;
+    case Which::kShardMax:
+    case Which::kShardSumExp:
+      moved = logit_bytes * std::clamp<int64_t>(v_real - v_start, 0, v) / v;
+      break;
   }
   state.counters["GB/s"] =
       benchmark::Counter(1e-9 * moved, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(label(dtype, n, v, v_real));
+  state.SetLabel(label(dtype, n, v, v_real) + (shard ? " v_start=" + std::to_string(v_start) : ""));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaFree(logits);
@@ -182,6 +214,7 @@ void run_cuda(benchmark::State& state, Which which) {
   cudaFree(rows);
   cudaFree(lse);
   cudaFree(loss);
+  cudaFree(sums);
   cudaFree(targets);
 }
 
@@ -199,6 +232,15 @@ BENCHMARK(BM_CrossEntropyFusedCuda)
     ->UseManualTime();
 BENCHMARK(BM_CrossEntropyForwardCuda)->Args({1, 8 * 1024, 50257, 50257})->UseManualTime();
 BENCHMARK(BM_CrossEntropyBackwardCuda)->Args({1, 8 * 1024, 50257, 50257})->UseManualTime();
+
+void BM_VocabShardMaxCuda(benchmark::State& state) { run_cuda(state, Which::kShardMax); }
+void BM_VocabShardSumExpCuda(benchmark::State& state) { run_cuda(state, Which::kShardSumExp); }
+void BM_VocabShardBackwardCuda(benchmark::State& state) { run_cuda(state, Which::kShardBackward); }
+
+// The last of 2 tensor-parallel shards of GPT-2's padded vocabulary (50304).
+BENCHMARK(BM_VocabShardMaxCuda)->Args({1, 8 * 1024, 25152, 50257, 25152})->UseManualTime();
+BENCHMARK(BM_VocabShardSumExpCuda)->Args({1, 8 * 1024, 25152, 50257, 25152})->UseManualTime();
+BENCHMARK(BM_VocabShardBackwardCuda)->Args({1, 8 * 1024, 25152, 50257, 25152})->UseManualTime();
 #endif
 
 }  // namespace

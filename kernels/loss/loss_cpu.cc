@@ -6,7 +6,9 @@
 // float64 exp (within 4 ulp), and round once to the output type: float64
 // logits keep full float64 gradients for the finite-difference tests. Rows are
 // independent; the kSum/kMean total is a float64 sum of the float32 row
-// losses in index order.
+// losses in index order. The vocabulary-shard functions take the same
+// exponentials, shifted by the caller's global max, and round each row's sum
+// once to float32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -67,33 +69,55 @@ double sum_exp(const T* x, int64_t v_real, double m, double* e) {
 template <typename T>
 using ExpT = std::conditional_t<std::is_same_v<T, float>, float, double>;
 
+// The largest of x[0, len) (-inf for len == 0); *nan is set when any is NaN,
+// which the max passes over (as max_f32 and CUDA's fmaxf do).
+template <typename T>
+double row_max(const T* x, int64_t len, bool* nan) {
+  if constexpr (std::is_same_v<T, float>) return max_f32(x, len, nan);
+  double m = -std::numeric_limits<double>::infinity();
+  bool any = false;
+#pragma omp simd reduction(max : m) reduction(|| : any)
+  for (int64_t j = 0; j < len; ++j) {
+    const double xj = load(x, j);
+    any = any || std::isnan(xj);
+    m = xj > m ? xj : m;
+  }
+  *nan = any;
+  return m;
+}
+
+// e[j] = exp(x_j - shift) for j < len and their float64 sum: float32 exp for
+// float32 logits (the shift rounded to float32), float64 for the others.
+template <typename T>
+double exp_sum(const T* x, int64_t len, double shift, ExpT<T>* e) {
+  if constexpr (std::is_same_v<T, float>) {
+    return exp_shifted_sum_f32f(x, len, static_cast<float>(shift), e);
+  } else {
+    return sum_exp(x, len, shift, e);
+  }
+}
+
+// A row's exponentials, kept between the sum and the gradient: one exp per
+// element. One buffer per thread, grown to the longest row seen.
+template <typename T>
+ExpT<T>* row_buffer(int64_t len) {
+  thread_local std::vector<ExpT<T>> e;
+  if (static_cast<int64_t>(e.size()) < len) e.resize(len);
+  return e.data();
+}
+
 // log(sum_j exp(x_j)) over j < v_real, max-shifted; NaN or +inf anywhere gives
 // NaN (as on CUDA, where +inf - +inf appears), a row of -inf gives -inf. A
 // finite result leaves e[j] = exp(x_j - max) for j < v_real and *sum their sum.
 template <typename T>
 double row_logsumexp(const T* x, int64_t v_real, ExpT<T>* e, double* sum) {
-  double m = -std::numeric_limits<double>::infinity();
   bool nan = false;
-  if constexpr (std::is_same_v<T, float>) {
-    m = max_f32(x, v_real, &nan);
-  } else {
-#pragma omp simd reduction(max : m) reduction(|| : nan)
-    for (int64_t j = 0; j < v_real; ++j) {
-      const double xj = load(x, j);
-      nan = nan || std::isnan(xj);
-      m = xj > m ? xj : m;
-    }
-  }
+  const double m = row_max(x, v_real, &nan);
   if (nan || m == std::numeric_limits<double>::infinity()) {
     return std::numeric_limits<double>::quiet_NaN();
   }
   if (std::isinf(m)) return m;
-  double s = 0.0;
-  if constexpr (std::is_same_v<T, float>) {
-    s = exp_shifted_sum_f32f(x, v_real, static_cast<float>(m), e);
-  } else {
-    s = sum_exp(x, v_real, m, e);
-  }
+  const double s = exp_sum(x, v_real, m, e);
   *sum = s;
   return m + std::log(s);
 }
@@ -118,9 +142,10 @@ void write_grad_row(T* d, const T* x, double lse, int32_t t, double scale, int64
 }
 
 // The same from the exponentials e[j] = exp(x_j - m) the forward kept and
-// their sum s: softmax_j = e[j] / s (no second exp).
+// their sum s: softmax_j = e[j] / s (no second exp). t < 0: the target is not
+// among these columns (another vocabulary shard's).
 template <typename T, typename E>
-void write_grad_row_from_exp(T* d, const E* e, double s, int32_t t, double scale, int64_t v,
+void write_grad_row_from_exp(T* d, const E* e, double s, int64_t t, double scale, int64_t v,
                              int64_t v_real) {
   const double w = scale / s;
   if constexpr (std::is_same_v<T, float>) {
@@ -129,7 +154,7 @@ void write_grad_row_from_exp(T* d, const E* e, double s, int32_t t, double scale
 #pragma omp simd
     for (int64_t j = 0; j < v_real; ++j) d[j] = store<T>(w * e[j]);
   }
-  d[t] = store<T>(scale * (static_cast<double>(e[t]) / s - 1.0));
+  if (t >= 0) d[t] = store<T>(scale * (static_cast<double>(e[t]) / s - 1.0));
   for (int64_t j = v_real; j < v; ++j) d[j] = store<T>(0.0);
 }
 
@@ -187,11 +212,9 @@ void forward_rows(const Args& a, bool grad, float dloss) {
   for (int64_t i = 0; i < a.n; ++i) {
     const T* x = logits + i * a.v;
     const int32_t t = a.targets[i];
-    // The row's exponentials, kept for its gradient: one exp per element.
-    thread_local std::vector<ExpT<T>> e;
-    if (static_cast<int64_t>(e.size()) < a.v_real) e.resize(a.v_real);
+    ExpT<T>* e = row_buffer<T>(a.v_real);
     double s = 0.0;
-    const double lse = row_logsumexp(x, a.v_real, e.data(), &s);
+    const double lse = row_logsumexp(x, a.v_real, e, &s);
     if (a.lse_out != nullptr) a.lse_out[i] = static_cast<float>(lse);
     if (t == a.options.ignore_index) {
       a.row_losses[i] = 0.0f;
@@ -205,7 +228,7 @@ void forward_rows(const Args& a, bool grad, float dloss) {
       // float32's 2^-24. Beyond (logits near float32's range, where log(s)
       // vanishes in lse), NaN, or a row of -inf: exp(x_j - lse) itself.
       if (std::fabs(lse) < 0x1p20) {
-        write_grad_row_from_exp(dlogits + i * a.v, e.data(), s, t, scale, a.v, a.v_real);
+        write_grad_row_from_exp(dlogits + i * a.v, e, s, t, scale, a.v, a.v_real);
       } else {
         write_grad_row(dlogits + i * a.v, x, lse, t, scale, a.v, a.v_real);
       }
@@ -231,6 +254,64 @@ void backward_rows(const Args& a, float dloss) {
   }
 }
 
+// ---- vocabulary shards ----
+
+// The shift of a row's exponentials: the global max, or 0 when it is -inf.
+double shift_of(float m) { return m == -std::numeric_limits<float>::infinity() ? 0.0 : m; }
+
+// Column of row i's target among the shard's real columns, or -1 (ignored row,
+// or a target in another shard).
+int64_t local_target(const Args& a, int64_t i) {
+  const int32_t t = a.targets[i];
+  if (t == a.options.ignore_index) return -1;
+  const int64_t j = t - a.v_start;
+  return j >= 0 && j < a.local_real() ? j : -1;
+}
+
+// f(i, x) for every row i of logits x, rows in parallel as the other entries.
+template <typename T, typename F>
+void for_each_row(const Args& a, F&& f) {
+  const T* logits = static_cast<const T*>(a.logits);
+#pragma omp parallel for schedule(static) if (a.n * a.v >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < a.n; ++i) f(i, logits + i * a.v);
+}
+
+template <typename T>
+void shard_max_rows(const Args& a) {
+  for_each_row<T>(a, [&](int64_t i, const T* x) {
+    bool nan = false;
+    a.shard_max[i] = static_cast<float>(row_max(x, a.local_real(), &nan));
+    const int64_t t = local_target(a, i);
+    a.target_logit[i] = t >= 0 ? static_cast<float>(load(x, t)) : 0.0f;
+  });
+}
+
+template <typename T>
+void shard_sum_exp_rows(const Args& a) {
+  const int64_t local = a.local_real();
+  for_each_row<T>(a, [&](int64_t i, const T* x) {
+    const double sum = exp_sum(x, local, shift_of(a.global_max[i]), row_buffer<T>(local));
+    a.shard_sum[i] = static_cast<float>(sum);
+  });
+}
+
+// Each row's exponentials are all taken before its first store, so dlogits
+// may be the logits.
+template <typename T>
+void shard_backward_rows(const Args& a, float scale) {
+  const int64_t local = a.local_real();
+  for_each_row<T>(a, [&](int64_t i, const T* x) {
+    T* d = static_cast<T*>(a.dlogits) + i * a.v;
+    if (a.targets[i] == a.options.ignore_index) {
+      zero_row(d, a.v);
+      return;
+    }
+    ExpT<T>* e = row_buffer<T>(local);
+    (void)exp_sum(x, local, shift_of(a.global_max[i]), e);
+    write_grad_row_from_exp(d, e, a.global_sum[i], local_target(a, i), scale, a.v, local);
+  });
+}
+
 template <typename F>
 KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
   if (dtype == DType::kF64) return f(double{});
@@ -244,14 +325,19 @@ KernelStatus run(Entry entry, const Args& a, float dloss) {
     if (entry != Entry::kBackward && internal::needs_total(a.options.reduction)) a.loss[0] = 0.0f;
     return KernelStatus();
   }
-  s = check_targets(a);
-  if (!s.ok()) return s;
+  if (entry != Entry::kShardSumExp) {
+    s = check_targets(a);
+    if (!s.ok()) return s;
+  }
   return dispatch_cpu_types(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     switch (entry) {
       case Entry::kForward: forward_rows<T>(a, /*grad=*/false, 0.0f); break;
       case Entry::kFused: forward_rows<T>(a, /*grad=*/true, dloss); break;
       case Entry::kBackward: backward_rows<T>(a, dloss); break;
+      case Entry::kShardMax: shard_max_rows<T>(a); break;
+      case Entry::kShardSumExp: shard_sum_exp_rows<T>(a); break;
+      case Entry::kShardBackward: shard_backward_rows<T>(a, dloss); break;
     }
     return KernelStatus();
   });
@@ -291,6 +377,33 @@ KernelStatus cross_entropy_fused_cpu(float* loss, float* row_losses, float* lse,
   const Args a =
       internal::fused_args(loss, row_losses, lse, dlogits, logits, targets, n, v, v_real, dtype, options);
   return run(Entry::kFused, a, dloss);
+}
+
+KernelStatus vocab_shard_max_cpu(float* row_max, float* target_logit, const void* logits,
+                                 const int32_t* targets, int64_t n, int64_t v, int64_t v_start,
+                                 int64_t v_real, int32_t ignore_index, DType dtype) {
+  return run(Entry::kShardMax,
+             internal::shard_max_args(row_max, target_logit, logits, targets, n, v, v_start,
+                                      v_real, ignore_index, dtype),
+             0.0f);
+}
+
+KernelStatus vocab_shard_sum_exp_cpu(float* row_sum, const void* logits, const float* row_max,
+                                     int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                     DType dtype) {
+  return run(Entry::kShardSumExp,
+             internal::shard_sum_exp_args(row_sum, logits, row_max, n, v, v_start, v_real, dtype),
+             0.0f);
+}
+
+KernelStatus vocab_shard_backward_cpu(void* dlogits, const void* logits, const float* row_max,
+                                      const float* row_sum, const int32_t* targets, float scale,
+                                      int64_t n, int64_t v, int64_t v_start, int64_t v_real,
+                                      int32_t ignore_index, DType dtype) {
+  return run(Entry::kShardBackward,
+             internal::shard_backward_args(dlogits, logits, row_max, row_sum, targets, n, v,
+                                           v_start, v_real, ignore_index, dtype),
+             scale);
 }
 
 }  // namespace colossal::kernels::loss
