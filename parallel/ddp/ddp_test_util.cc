@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <istream>
 #include <optional>
+#include <ostream>
 #include <thread>
 #include <utility>
 
@@ -131,6 +133,21 @@ std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model) {
 
 std::vector<float> floats_of(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+void write_floats(std::ostream& out, const std::vector<float>& v) {
+  const uint64_t n = v.size();
+  out.write(reinterpret_cast<const char*>(&n), sizeof n);
+  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
+}
+
+std::vector<float> read_floats(std::istream& in) {
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), sizeof n);
+  if (!in || n > (uint64_t{1} << 24)) return {};
+  std::vector<float> v(n);
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
+  return in ? v : std::vector<float>{};
 }
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -78,6 +78,11 @@ std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model);
 // AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms.
 std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model);
 std::vector<float> floats_of(const core::Tensor& t);
+// A float vector to a binary stream (its length, then the values) and back
+// (empty on a short or oversized read): how spawned ranks hand results to the
+// parent test.
+void write_floats(std::ostream& out, const std::vector<float>& v);
+std::vector<float> read_floats(std::istream& in);
 // max |a - b| / max |b|.
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b);
 // Booster::forward, cross entropy with `dloss` over the model's vocabulary,

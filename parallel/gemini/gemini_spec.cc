@@ -13,23 +13,17 @@ namespace {
 
 constexpr double kMi = 1024.0 * 1024.0;
 
-class GeminiSpec : public PluginSpec {
+class GeminiSpec : public PrecisionOwningSpec {
  public:
   GeminiSpec(GeminiOptions options, std::string precision, float max_norm,
              nn::DynamicLossScalerOptions scaler)
-      : options_(std::move(options)), precision_(std::move(precision)), max_norm_(max_norm),
-        scaler_(scaler) {}
+      : PrecisionOwningSpec(std::move(precision), max_norm, scaler), options_(std::move(options)) {}
   const char* name() const override { return "gemini"; }
   PluginCapabilities capabilities() const override {
-    PluginCapabilities c;
-    c.owns_precision = true;
+    PluginCapabilities c = owned_precision();
     c.supports_no_sync = true;  // accepted; every micro-batch is reduced anyway
-    c.clips_by_value = false;
     return c;
   }
-  std::string precision() const override { return precision_; }
-  float max_norm() const override { return max_norm_; }
-  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
   absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
                                                const PluginEnv& env) const override {
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GeminiPlugin> p, GeminiPlugin::create(std::move(pg), options_));
@@ -38,9 +32,6 @@ class GeminiSpec : public PluginSpec {
 
  private:
   GeminiOptions options_;
-  std::string precision_;
-  float max_norm_;
-  nn::DynamicLossScalerOptions scaler_;
 };
 
 // The value of `newer` or of its older name, never both.

@@ -28,21 +28,6 @@ std::string result_path(const std::string& dir, const std::string& name, int ran
   return absl::StrCat(dir, "/hybrid_", name, "_rank", rank, ".bin");
 }
 
-void write_floats(std::ofstream& out, const std::vector<float>& v) {
-  const uint64_t n = v.size();
-  out.write(reinterpret_cast<const char*>(&n), sizeof n);
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
-}
-
-std::vector<float> read_floats(std::ifstream& in) {
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), sizeof n);
-  if (!in || n > (uint64_t{1} << 24)) return {};
-  std::vector<float> v(n);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
-  return in ? v : std::vector<float>{};
-}
-
 // One rank (only when spawned by the parent below; the scenario names the case).
 TEST(HybridChild, Run) {
   const std::optional<comm::testing::ChildRank> me = comm::testing::child_rank();

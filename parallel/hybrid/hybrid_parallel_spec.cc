@@ -11,24 +11,19 @@
 namespace colossal::parallel {
 namespace {
 
-class HybridParallelSpec : public PluginSpec {
+class HybridParallelSpec : public PrecisionOwningSpec {
  public:
   HybridParallelSpec(HybridParallelOptions options, std::string precision, float max_norm,
                      nn::DynamicLossScalerOptions scaler)
-      : options_(options), precision_(std::move(precision)), max_norm_(max_norm), scaler_(scaler) {}
+      : PrecisionOwningSpec(std::move(precision), max_norm, scaler), options_(options) {}
   const char* name() const override { return "hybrid_parallel"; }
   PluginCapabilities capabilities() const override {
-    PluginCapabilities c;
-    c.owns_precision = true;
+    PluginCapabilities c = owned_precision();
     c.supports_no_sync = options_.zero_stage < 2;
-    c.clips_by_value = false;  // the step takes the norm over every rank itself
     c.pipeline = options_.pp_size > 1;
     c.generates = options_.pp_size == 1 && !options_.sequence_parallel;
     return c;
   }
-  std::string precision() const override { return precision_; }
-  float max_norm() const override { return max_norm_; }
-  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
   absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
                                                const PluginEnv& env) const override {
     HybridParallelOptions o = options_;
@@ -46,9 +41,6 @@ class HybridParallelSpec : public PluginSpec {
 
  private:
   HybridParallelOptions options_;
-  std::string precision_;
-  float max_norm_;
-  nn::DynamicLossScalerOptions scaler_;
 };
 
 }  // namespace

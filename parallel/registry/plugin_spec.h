@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -94,6 +95,32 @@ class PluginSpec {
   // Builds the plugin over `pg`. Errors: the plugin's create().
   virtual absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
                                                        const PluginEnv& env) const = 0;
+};
+
+// A plugin that takes the precision, clipping and loss scaling into its own
+// step (Colossal-AI's ZeRO, Gemini and hybrid plugins): it keeps the three
+// from its options. capabilities() starts from owned_precision().
+class PrecisionOwningSpec : public PluginSpec {
+ public:
+  PrecisionOwningSpec(std::string precision, float max_norm, nn::DynamicLossScalerOptions scaler)
+      : precision_(std::move(precision)), max_norm_(max_norm), scaler_(scaler) {}
+  std::string precision() const override { return precision_; }
+  float max_norm() const override { return max_norm_; }
+  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
+
+ protected:
+  // owns_precision, and clipping by norm only (the step reduces the gradients).
+  static PluginCapabilities owned_precision() {
+    PluginCapabilities c;
+    c.owns_precision = true;
+    c.clips_by_value = false;
+    return c;
+  }
+
+ private:
+  std::string precision_;
+  float max_norm_;
+  nn::DynamicLossScalerOptions scaler_;
 };
 
 }  // namespace colossal::parallel

@@ -11,22 +11,17 @@
 namespace colossal::parallel {
 namespace {
 
-class LowLevelZeroSpec : public PluginSpec {
+class LowLevelZeroSpec : public PrecisionOwningSpec {
  public:
   LowLevelZeroSpec(LowLevelZeroOptions options, std::string precision, float max_norm,
                    nn::DynamicLossScalerOptions scaler)
-      : options_(options), precision_(std::move(precision)), max_norm_(max_norm), scaler_(scaler) {}
+      : PrecisionOwningSpec(std::move(precision), max_norm, scaler), options_(options) {}
   const char* name() const override { return "low_level_zero"; }
   PluginCapabilities capabilities() const override {
-    PluginCapabilities c;
-    c.owns_precision = true;
+    PluginCapabilities c = owned_precision();
     c.supports_no_sync = options_.stage == 1;  // stage 2 partitions the gradients
-    c.clips_by_value = false;                  // the step reduces (and shards) them itself
     return c;
   }
-  std::string precision() const override { return precision_; }
-  float max_norm() const override { return max_norm_; }
-  nn::DynamicLossScalerOptions loss_scaler() const override { return scaler_; }
   absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
                                                const PluginEnv& env) const override {
     LowLevelZeroOptions o = options_;
@@ -40,9 +35,6 @@ class LowLevelZeroSpec : public PluginSpec {
 
  private:
   LowLevelZeroOptions options_;
-  std::string precision_;
-  float max_norm_;
-  nn::DynamicLossScalerOptions scaler_;
 };
 
 bool valid_precision(const std::string& p) { return p == "fp32" || p == "bf16" || p == "fp16"; }

@@ -39,20 +39,6 @@ using comm::testing::child_env;
 std::string result_path(const std::string& dir, const std::string& kind, int world, int rank) {
   return absl::StrCat(dir, "/", kind, "_w", world, "_rank", rank, ".bin");
 }
-void write_floats(std::ofstream& out, const std::vector<float>& v) {
-  const uint64_t n = v.size();
-  out.write(reinterpret_cast<const char*>(&n), sizeof n);
-  out.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(n * 4));
-}
-
-std::vector<float> read_floats(std::ifstream& in) {
-  uint64_t n = 0;
-  in.read(reinterpret_cast<char*>(&n), sizeof n);
-  if (!in || n > (uint64_t{1} << 24)) return {};
-  std::vector<float> v(n);
-  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
-  return in ? v : std::vector<float>{};
-}
 
 // The plugin named `kind`: "ddp", "zero1", "zero2" or "zero2_cpu_offload",
 // all with several buckets.
