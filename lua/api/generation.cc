@@ -6,10 +6,12 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "comm/process_group/process_group.h"
 #include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 #include "kernels/random/philox.h"
+#include "nn/layers/tensor_parallel.h"
 
 namespace colossal::lua {
 
@@ -82,9 +84,22 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor input, host.to(ctx.device(), stream));
     COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out,
                               forward ? forward(input) : model.forward(ctx, input));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({T, padded}));
+    // A tensor-parallel head gives this rank's vocabulary columns: the last
+    // position's are gathered (rank-major, so in vocabulary order).
+    const nn::TensorParallel& tp = model.tensor_parallel();
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({T, padded / tp.size()}));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last, flat.narrow(0, T - 1, 1));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last_f32, core::ops::cast(ctx, last, core::DType::kF32));
+    if (tp.enabled()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all,
+                                core::Tensor::empty({padded}, core::DType::kF32, stream));
+      comm::CollectiveOptions o;
+      if (stream.is_cuda()) o.stream = stream;
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, last_f32.reshape({padded / tp.size()}));
+      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, tp.group->all_gather(all, mine, o));
+      COLOSSAL_RETURN_IF_ERROR(w->wait());
+      last_f32 = all;
+    }
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, last_f32.to(core::Device::cpu(), stream));
     stream.synchronize();
     const int32_t next =

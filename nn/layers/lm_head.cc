@@ -18,17 +18,19 @@ struct LmHeadSaved : Saved {
 }  // namespace
 
 LmHead::LmHead(std::string name, std::string weight_name, int64_t vocab, int64_t channels,
-               core::DType dtype, bool declare_weight)
+               core::DType dtype, bool declare_weight, const TensorParallel& tp)
     : Module(std::move(name)),
       weight_name_(std::move(weight_name)),
       vocab_(vocab),
       channels_(channels),
       dtype_(dtype),
-      declare_weight_(declare_weight) {}
+      declare_weight_(declare_weight),
+      tp_(tp) {}
 
 absl::Status LmHead::declare_own(ParameterTable& table) {
   if (!declare_weight_) return absl::OkStatus();
-  return table.add(weight_name_, {vocab_, channels_}, dtype_, InitRule::normal(kDefaultInitStd));
+  return table.add(weight_name_, {vocab_, channels_}, dtype_, InitRule::normal(kDefaultInitStd),
+                   tp_.split(0));
 }
 
 absl::Status LmHead::bind_own(const ParameterStore& store) {
@@ -43,6 +45,15 @@ absl::StatusOr<ForwardResult> LmHead::forward_impl(core::Context& ctx, const cor
     return absl::InvalidArgumentError(
         absl::StrCat("input is ", input.to_string(), "; expected [B, T, ", channels_, "]"));
   }
+  if (tp_.enabled()) {
+    // A region of its own: this rank's vocabulary rows of every position.
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
+    return project(ctx, x);
+  }
+  return project(ctx, input);
+}
+
+absl::StatusOr<ForwardResult> LmHead::project(core::Context& ctx, const core::Tensor& input) {
   const int64_t B = input.dim(0), T = input.dim(1);
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, input.reshape({B * T, channels_}));
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
@@ -70,7 +81,8 @@ absl::StatusOr<core::Tensor> LmHead::backward_impl(core::Context& ctx, Saved& sa
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, weight_.grad());
   COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, dlogits, x2, dw, {.trans_a = true, .beta = 1.0}));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, w));
-  return dx.reshape({B, T, channels_});
+  COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, channels_}));
+  return region_input_grad(ctx, tp_, dx);
 }
 
 }  // namespace colossal::nn

@@ -11,6 +11,13 @@
 // Input [B, T, C] -> logits [B, T, vocab]. Backward: dW += dlogits^T x,
 // dx = dlogits W (GEMMs, core/gemm).
 //
+// Vocabulary parallelism (Megatron's VocabParallelLMHead, with a
+// TensorParallel group): the weight's vocab rows split over the group, each
+// rank computes the logits of its rows [B, T, vocab / size] (never gathered:
+// the loss is computed across ranks, CausalLM::loss), and its input gradient,
+// a partial sum, is summed over the group; with sequence parallelism the
+// input is this rank's positions, gathered first (a parallel region).
+//
 //   LmHead head("lm_head", "lm_head.weight", 128256, 2048, DType::kBF16, /*declare_weight=*/true);
 #ifndef COLOSSAL_NN_LAYERS_LM_HEAD_H_
 #define COLOSSAL_NN_LAYERS_LM_HEAD_H_
@@ -18,6 +25,7 @@
 #include <cstdint>
 #include <string>
 
+#include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
@@ -25,7 +33,7 @@ namespace colossal::nn {
 class LmHead : public Module {
  public:
   LmHead(std::string name, std::string weight_name, int64_t vocab, int64_t channels,
-         core::DType dtype, bool declare_weight);
+         core::DType dtype, bool declare_weight, const TensorParallel& tp = {});
   const char* type() const override { return "LmHead"; }
   const ParameterHandle& weight() const { return weight_; }
 
@@ -37,10 +45,13 @@ class LmHead : public Module {
                                              const core::Tensor& grad_output) override;
 
  private:
+  // logits = x W^T of the whole input x [B, T, C] (saved for the backward).
+  absl::StatusOr<ForwardResult> project(core::Context& ctx, const core::Tensor& x);
   std::string weight_name_;
   int64_t vocab_, channels_;
   core::DType dtype_;
   bool declare_weight_;
+  TensorParallel tp_;
   ParameterHandle weight_;
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
+#include "nn/layers/vocab_parallel_loss.h"
 
 namespace colossal::nn {
 
@@ -44,25 +45,9 @@ absl::StatusOr<CrossEntropyResult> CausalLM::loss(core::Context& ctx, const core
                                                   const core::Tensor& targets,
                                                   const CrossEntropyOptions& options) const {
   const TensorParallel& tp = tensor_parallel();
-  if (!tp.splits_sequence()) return cross_entropy(ctx, logits, targets, vocab_size(), options);
-  // This rank's positions; how many count here and over the group.
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, sequence_chunk(ctx, tp, targets));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, mine.to(core::Device::cpu(), ctx.compute_stream()));
-  ctx.compute_stream().synchronize();
-  double counts[2] = {0, 0};  // [counted positions, their loss sum]
-  for (int64_t i = 0; i < host.numel(); ++i) counts[0] += host.data<int32_t>()[i] != options.ignore_index;
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n, core::Tensor::empty({1}, core::DType::kF64,
-                                                                core::Stream::cpu()));
-  n.data<double>()[0] = counts[0];
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor total, sum_on_host(ctx, tp, n));
-  const double all = total.data<double>()[0];
-  CrossEntropyOptions o = options;
-  if (all > 0) o.dloss = static_cast<float>(options.dloss * counts[0] / all);
-  COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult r, cross_entropy(ctx, logits, mine, vocab_size(), o));
-  n.data<double>()[0] = static_cast<double>(r.loss) * counts[0];
-  COLOSSAL_ASSIGN_OR_RETURN(total, sum_on_host(ctx, tp, n));
-  r.loss = all > 0 ? static_cast<float>(total.data<double>()[0] / all) : 0.0f;
-  return r;
+  // Split models' heads give this rank's vocabulary columns of every position.
+  if (tp.enabled()) return vocab_parallel_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);
+  return cross_entropy(ctx, logits, targets, vocab_size(), options);
 }
 
 }  // namespace colossal::nn

@@ -129,9 +129,10 @@ class CausalLM : public Module {
   // int32 `targets` [B, T]: mean cross-entropy over the real vocabulary
   // (nn/layers/cross_entropy.h) and, with options.gradient, dlogits for the
   // backward. Every caller computes the loss here, so a split model can
-  // reduce across ranks: with sequence parallelism the logits are this rank's
-  // positions [B, T / tp, V] and the loss is the mean over every rank's
-  // counted positions (dlogits scaled to match), on every rank.
+  // reduce across ranks: under tensor parallelism the logits are this rank's
+  // vocabulary columns [B, T, padded_vocab / tp] (the head is vocabulary-
+  // parallel) and the loss is nn::vocab_parallel_cross_entropy's, the same on
+  // every rank.
   absl::StatusOr<CrossEntropyResult> loss(core::Context& ctx, const core::Tensor& logits,
                                           const core::Tensor& targets,
                                           const CrossEntropyOptions& options) const;

@@ -115,7 +115,7 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split)
   const PipelineStage& stage = split.stage;
   if (stage.first()) {
     embedding_ = std::make_unique<Embedding>("transformer", config.padded_vocab_size(),
-                                             config.max_seq_len, config.n_embd, dtype);
+                                             config.max_seq_len, config.n_embd, dtype, split.tp);
     if (config.embd_pdrop != 0.0) {
       drop_ = std::make_unique<Dropout>("transformer.drop", config.embd_pdrop);
     }
@@ -134,7 +134,7 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split)
     // stage without the embedding.
     head_ = std::make_unique<LmHead>("transformer.lm_head", "transformer.wte.weight",
                                      config.padded_vocab_size(), config.n_embd, dtype,
-                                     /*declare_weight=*/!stage.first());
+                                     /*declare_weight=*/!stage.first(), split.tp);
   }
   if (embedding_ != nullptr) register_child(embedding_.get());
   if (drop_ != nullptr) register_child(drop_.get());
@@ -177,6 +177,12 @@ core::Shape GPT2::hugging_face_shape(const GPT2Config& config, const ParameterEn
 absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, core::DType dtype,
                                                     const ModelSplit& split) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
+  if (config.padded_vocab_size() % split.tp.size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT-2 config: the padded vocabulary ", config.padded_vocab_size(),
+        " does not split over ", split.tp.size(),
+        " tensor-parallel ranks (make padded_vocab_multiple a multiple of tp_size)"));
+  }
   if (config.n_head % split.tp.size() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),

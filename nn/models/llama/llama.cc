@@ -176,7 +176,7 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
   const PipelineStage& stage = split.stage;
   if (stage.first()) {
     embed_tokens_ = Embedding::tokens_only("model.embed_tokens", config.padded_vocab_size(),
-                                           config.hidden_size, dtype);
+                                           config.hidden_size, dtype, split.tp);
   }
   const LlamaBlockShape shape{
       .attention = {.hidden = config.hidden_size,
@@ -203,7 +203,7 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
     lm_head_ = std::make_unique<LmHead>(
         "lm_head", tied ? "model.embed_tokens.weight" : "lm_head.weight",
         config.padded_vocab_size(), config.hidden_size, dtype,
-        /*declare_weight=*/!tied || !stage.first());
+        /*declare_weight=*/!tied || !stage.first(), split.tp);
   }
   if (embed_tokens_ != nullptr) register_child(embed_tokens_.get());
   register_child(&blocks_);
@@ -239,7 +239,8 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
   const std::pair<const char*, int64_t> widths[] = {
       {"num_attention_heads", config.num_attention_heads},
       {"num_key_value_heads", config.kv_heads()},
-      {"intermediate_size", config.intermediate_size}};
+      {"intermediate_size", config.intermediate_size},
+      {"the padded vocabulary (padded_vocab_multiple)", config.padded_vocab_size()}};
   for (const auto& [field, value] : widths) {
     if (value % tp.size() != 0) {
       return absl::InvalidArgumentError(
