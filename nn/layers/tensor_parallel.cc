@@ -88,25 +88,6 @@ std::vector<int64_t> with_dim1(const core::Tensor& x, int64_t t) {
 
 }  // namespace
 
-absl::StatusOr<core::Tensor> sum_on_host(core::Context& ctx, const TensorParallel& tp,
-                                         const core::Tensor& host) {
-  if (!tp.enabled()) return host;
-  const bool cuda = ctx.device().is_cuda();
-  core::Tensor t = host;
-  if (cuda) {
-    COLOSSAL_ASSIGN_OR_RETURN(t, host.to(ctx.device(), ctx.compute_stream()));
-  } else {
-    COLOSSAL_ASSIGN_OR_RETURN(t, core::Tensor::empty(host.shape(), host.dtype(), core::Stream::cpu()));
-    COLOSSAL_RETURN_IF_ERROR(t.copy_from(host, core::Stream::cpu()));
-  }
-  COLOSSAL_RETURN_IF_ERROR(finish(ctx, tp.group->all_reduce(t, comm::ReduceOp::kSum,
-                                                            on_compute(ctx, cuda)),
-                                  cuda, "tensor parallel: summing a count"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, t.to(core::Device::cpu(), ctx.compute_stream()));
-  ctx.compute_stream().synchronize();
-  return out;
-}
-
 absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorParallel& tp,
                                             const core::Tensor& x) {
   COLOSSAL_ASSIGN_OR_RETURN(SeqShape s, seq_shape(tp, x, x.rank() >= 2 ? x.dim(1) : 0));

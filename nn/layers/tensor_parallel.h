@@ -65,11 +65,6 @@ struct TensorParallel {
 absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
                             const char* what);
 
-// A small host tensor summed over tp's group, returned on the host (staged
-// through ctx's device when that is a GPU: NCCL reduces device memory).
-absl::StatusOr<core::Tensor> sum_on_host(core::Context& ctx, const TensorParallel& tp,
-                                         const core::Tensor& host);
-
 // Sequence pieces of [B, T, C] activations (T divisible by the group's size,
 // else InvalidArgument naming T): this rank's positions [r T/size, (r+1) T/size)
 // of x; every rank's chunk gathered back into [B, T, C]; the sum over the
