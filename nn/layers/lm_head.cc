@@ -72,8 +72,8 @@ absl::StatusOr<core::Tensor> LmHead::backward_impl(core::Context& ctx, Saved& sa
   const int64_t B = s->x.dim(0), T = s->x.dim(1);
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
   if (grad_output.shape() != core::Shape{B, T, w.dim(0)}) {
-    return absl::InvalidArgumentError(absl::StrCat("dlogits are ", grad_output.to_string(),
-                                                   "; expected [", B, ", ", T, ", ", w.dim(0), "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dlogits are ", grad_output.to_string(), "; expected [", B, ", ", T, ", ", w.dim(0), "]"));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, w.dim(0)}));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, channels_}));

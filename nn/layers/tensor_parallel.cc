@@ -72,9 +72,9 @@ absl::StatusOr<SeqShape> seq_shape(const TensorParallel& tp, const core::Tensor&
         absl::StrCat("sequence parallelism: ", x.to_string(), " is not [B, ", T, ", ...]"));
   }
   if (T % tp.size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "sequence parallelism: the sequence length ", T, " does not split over ", tp.size(),
-        " tensor-parallel ranks (make seq_len a multiple of tp_size)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence parallelism: the sequence length ", T, " does not split over ",
+                     tp.size(), " tensor-parallel ranks (make seq_len a multiple of tp_size)"));
   }
   return SeqShape{x.dim(0), T, T / tp.size(),
                   static_cast<size_t>(x.numel() / (x.dim(0) * T)) * core::dtype_size(x.dtype())};
@@ -94,8 +94,8 @@ absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorPara
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(x, s.Tc)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, x.dtype()));
   const char* src = static_cast<const char*>(x.raw_data()) + tp.rank() * s.Tc * s.row;
-  COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, out.raw_data(), s.Tc * s.row, src, s.T * s.row,
-                                   s.Tc * s.row, s.B));
+  COLOSSAL_RETURN_IF_ERROR(
+      copy_2d(ctx, out.raw_data(), s.Tc * s.row, src, s.T * s.row, s.Tc * s.row, s.B));
   return out;
 }
 
@@ -114,9 +114,9 @@ absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorPar
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, chunk.dtype()));
   const size_t block = static_cast<size_t>(s.B) * Tc * s.row;
   for (int q = 0; q < tp.size(); ++q) {
-    COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(out.raw_data()) + q * Tc * s.row,
-                                     s.T * s.row, static_cast<const char*>(all.raw_data()) + q * block,
-                                     Tc * s.row, Tc * s.row, s.B));
+    COLOSSAL_RETURN_IF_ERROR(
+        copy_2d(ctx, static_cast<char*>(out.raw_data()) + q * Tc * s.row, s.T * s.row,
+                static_cast<const char*>(all.raw_data()) + q * block, Tc * s.row, Tc * s.row, s.B));
   }
   return out;
 }
@@ -128,16 +128,15 @@ absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const T
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor packed, empty(ctx, {x.numel()}, x.dtype()));
   const size_t block = static_cast<size_t>(s.B) * s.Tc * s.row;
   for (int q = 0; q < tp.size(); ++q) {
-    COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(packed.raw_data()) + q * block,
-                                     s.Tc * s.row,
-                                     static_cast<const char*>(x.raw_data()) + q * s.Tc * s.row,
-                                     s.T * s.row, s.Tc * s.row, s.B));
+    COLOSSAL_RETURN_IF_ERROR(copy_2d(
+        ctx, static_cast<char*>(packed.raw_data()) + q * block, s.Tc * s.row,
+        static_cast<const char*>(x.raw_data()) + q * s.Tc * s.row, s.T * s.row, s.Tc * s.row, s.B));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(x, s.Tc)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, x.dtype()));
-  COLOSSAL_RETURN_IF_ERROR(
-      finish(ctx, tp.group->reduce_scatter(out, packed, comm::ReduceOp::kSum, on_compute(ctx, cuda)),
-             cuda, "sequence parallelism: reduce-scattering the sequence"));
+  COLOSSAL_RETURN_IF_ERROR(finish(
+      ctx, tp.group->reduce_scatter(out, packed, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda,
+      "sequence parallelism: reduce-scattering the sequence"));
   return out;
 }
 

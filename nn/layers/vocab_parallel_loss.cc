@@ -27,18 +27,16 @@ absl::Status reduce(core::Context& ctx, const TensorParallel& tp, const core::Te
 
 }  // namespace
 
-absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(core::Context& ctx,
-                                                                const TensorParallel& tp,
-                                                                const core::Tensor& logits,
-                                                                const core::Tensor& targets,
-                                                                int64_t v_real,
-                                                                const CrossEntropyOptions& options) {
+absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(
+    core::Context& ctx, const TensorParallel& tp, const core::Tensor& logits,
+    const core::Tensor& targets, int64_t v_real, const CrossEntropyOptions& options) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, logits, "logits"));
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, targets, "targets"));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(targets, core::DType::kI32, "targets"));
-  if (logits.rank() < 1 || logits.numel() / std::max<int64_t>(1, logits.dim(-1)) != targets.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("logits ", logits.to_string(),
-                                                   " do not fit targets ", targets.to_string()));
+  if (logits.rank() < 1 ||
+      logits.numel() / std::max<int64_t>(1, logits.dim(-1)) != targets.numel()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logits ", logits.to_string(), " do not fit targets ", targets.to_string()));
   }
   const int64_t v = logits.dim(-1), n = targets.numel(), v_start = tp.rank() * v;
   if (v_real < 1 || v_real > v * tp.size()) {
@@ -63,14 +61,13 @@ absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(core::Context& c
   COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, row_max, comm::ReduceOp::kMax, "the rows' maximum"));
   COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, target, comm::ReduceOp::kSum, "the target logits"));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      COLOSSAL_NN_ON_DEVICE(
-          ctx,
-          kernels::loss::vocab_shard_sum_exp_cpu(row_sum.data<float>(), logits.raw_data(),
-                                                 row_max.data<float>(), n, v, v_start, v_real,
-                                                 dtype),
-          kernels::loss::vocab_shard_sum_exp_cuda(row_sum.data<float>(), logits.raw_data(),
-                                                  row_max.data<float>(), n, v, v_start, v_real,
-                                                  dtype, cuda_stream(ctx))),
+      COLOSSAL_NN_ON_DEVICE(ctx,
+                            kernels::loss::vocab_shard_sum_exp_cpu(
+                                row_sum.data<float>(), logits.raw_data(), row_max.data<float>(), n,
+                                v, v_start, v_real, dtype),
+                            kernels::loss::vocab_shard_sum_exp_cuda(
+                                row_sum.data<float>(), logits.raw_data(), row_max.data<float>(), n,
+                                v, v_start, v_real, dtype, cuda_stream(ctx))),
       "vocabulary-parallel cross-entropy"));
   COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, row_sum, comm::ReduceOp::kSum, "the rows' exp sums"));
   // The loss on the host, in double (one copy of three floats and a target per row).
@@ -84,7 +81,8 @@ absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(core::Context& c
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (h_ids.data<int32_t>()[i] == options.ignore_index) continue;
-    total += static_cast<double>(h_max.data<float>()[i]) + std::log(static_cast<double>(h_sum.data<float>()[i])) -
+    total += static_cast<double>(h_max.data<float>()[i]) +
+             std::log(static_cast<double>(h_sum.data<float>()[i])) -
              static_cast<double>(h_target.data<float>()[i]);
     ++count;
   }
@@ -96,19 +94,18 @@ absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(core::Context& c
   } else {
     COLOSSAL_ASSIGN_OR_RETURN(result.dlogits, empty(ctx, logits.shape(), dtype));
   }
-  const float scale = count > 0 ? static_cast<float>(options.dloss / static_cast<double>(count)) : 0.0f;
+  const float scale =
+      count > 0 ? static_cast<float>(options.dloss / static_cast<double>(count)) : 0.0f;
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      COLOSSAL_NN_ON_DEVICE(
-          ctx,
-          kernels::loss::vocab_shard_backward_cpu(result.dlogits.raw_data(), logits.raw_data(),
-                                                  row_max.data<float>(), row_sum.data<float>(),
-                                                  targets.data<int32_t>(), scale, n, v, v_start,
-                                                  v_real, options.ignore_index, dtype),
-          kernels::loss::vocab_shard_backward_cuda(result.dlogits.raw_data(), logits.raw_data(),
-                                                   row_max.data<float>(), row_sum.data<float>(),
-                                                   targets.data<int32_t>(), scale, n, v, v_start,
-                                                   v_real, options.ignore_index, dtype,
-                                                   cuda_stream(ctx))),
+      COLOSSAL_NN_ON_DEVICE(ctx,
+                            kernels::loss::vocab_shard_backward_cpu(
+                                result.dlogits.raw_data(), logits.raw_data(), row_max.data<float>(),
+                                row_sum.data<float>(), targets.data<int32_t>(), scale, n, v,
+                                v_start, v_real, options.ignore_index, dtype),
+                            kernels::loss::vocab_shard_backward_cuda(
+                                result.dlogits.raw_data(), logits.raw_data(), row_max.data<float>(),
+                                row_sum.data<float>(), targets.data<int32_t>(), scale, n, v,
+                                v_start, v_real, options.ignore_index, dtype, cuda_stream(ctx))),
       "vocabulary-parallel cross-entropy backward"));
   return result;
 }

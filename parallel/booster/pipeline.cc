@@ -110,7 +110,8 @@ class Stage {
     nn::CrossEntropyOptions ce;
     ce.ignore_index = options_.ignore_index;
     ce.gradient = false;
-    absl::StatusOr<nn::CrossEntropyResult> loss = model_.loss(ctx_, out->output, mbs_[i].targets, ce);
+    absl::StatusOr<nn::CrossEntropyResult> loss =
+        model_.loss(ctx_, out->output, mbs_[i].targets, ce);
     if (!loss.ok()) return core::annotate(loss.status(), where);
     return loss->loss;
   }
@@ -137,8 +138,8 @@ class Stage {
 // `loss` (the last stage's; 0 elsewhere) summed over the stages: every
 // stage gets the last stage's value.
 absl::StatusOr<float> share_loss(core::Context& ctx, const Plugin::Pipeline& pipe, double loss) {
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({1}, core::DType::kF32,
-                                                                core::Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                            core::Tensor::empty({1}, core::DType::kF32, core::Stream::cpu()));
   t.data<float>()[0] = static_cast<float>(loss);
   comm::CollectiveOptions o;
   if (ctx.device().is_cuda()) {
@@ -163,7 +164,8 @@ absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster&
     return absl::FailedPreconditionError(absl::StrCat(
         "execute_pipeline: plugin ", booster.plugin().name(), " has no pipeline stages"));
   }
-  if (micro_batches.empty()) return absl::InvalidArgumentError("execute_pipeline: no micro-batches");
+  if (micro_batches.empty())
+    return absl::InvalidArgumentError("execute_pipeline: no micro-batches");
   Stage st(ctx, booster, model, *pipe, micro_batches, options);
   const size_t M = micro_batches.size();
   const size_t warmup = std::min<size_t>(pipe->stages - pipe->stage - 1, M);
@@ -238,14 +240,16 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
     return absl::FailedPreconditionError(absl::StrCat(
         "evaluate_pipeline: plugin ", booster.plugin().name(), " has no pipeline stages"));
   }
-  if (micro_batches.empty()) return absl::InvalidArgumentError("evaluate_pipeline: no micro-batches");
+  if (micro_batches.empty())
+    return absl::InvalidArgumentError("evaluate_pipeline: no micro-batches");
   Stage st(ctx, booster, model, *pipe, micro_batches, options);
   double sum = 0.0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     core::Tensor x = micro_batches[i].tokens;
     if (!st.first()) {
       COLOSSAL_ASSIGN_OR_RETURN(x, st.hidden(i));
-      COLOSSAL_RETURN_IF_ERROR(st.exchange(nullptr, 0, &x, pipe->stage - 1, "receiving activations"));
+      COLOSSAL_RETURN_IF_ERROR(
+          st.exchange(nullptr, 0, &x, pipe->stage - 1, "receiving activations"));
     }
     COLOSSAL_ASSIGN_OR_RETURN(float loss, st.forward_only(i, x));
     if (st.last()) {

@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   }
   if (sp_mode != "split_gather") {
     return option_error("sequence_parallelism_mode",
-                        absl::StrCat("= \"", sp_mode, "\": only \"split_gather\" is built yet "
+                        absl::StrCat("= \"", sp_mode,
+                                     "\": only \"split_gather\" is built yet "
                                      "(\"all_to_all\", \"ring\" and \"ring_attn\" are not)"));
   }
   if (sp_size != 1) {
@@ -86,18 +87,21 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   }
   if (o.zero_stage < 0 || o.zero_stage > 2) return option_error("zero_stage", "must be 0, 1 or 2");
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {
-    return option_error("precision",
-                        absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", precision, "\""));
+    return option_error("precision", absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"",
+                                                  precision, "\""));
   }
   if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
-  if (!(o.zero_bucket_size_in_m > 0)) return option_error("zero_bucket_size_in_m", "must be positive");
+  if (!(o.zero_bucket_size_in_m > 0))
+    return option_error("zero_bucket_size_in_m", "must be positive");
   if (!(o.ddp_bucket_cap_mb > 0)) return option_error("ddp_bucket_cap_mb", "must be positive");
   if (o.cpu_offload && o.zero_stage == 0) {
-    return option_error("cpu_offload", "needs zero_stage 1 or 2 (the optimizer state it offloads is ZeRO's)");
+    return option_error("cpu_offload",
+                        "needs zero_stage 1 or 2 (the optimizer state it offloads is ZeRO's)");
   }
   if (!overlap) {
-    return option_error("overlap_communication",
-                        "= false is not available: gradients are always reduced while backward runs");
+    return option_error(
+        "overlap_communication",
+        "= false is not available: gradients are always reduced while backward runs");
   }
   return std::unique_ptr<PluginSpec>(
       std::make_unique<HybridParallelSpec>(o, precision, max_norm, s));

@@ -30,13 +30,13 @@ absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2
     manifest["tensors"].push_back({key, core::dtype_name(t.dtype()), t.shape().dims()});
   }
   const std::string text = manifest.dump();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n, core::Tensor::empty({1}, core::DType::kI64,
-                                                                core::Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n,
+                            core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
   n.data<int64_t>()[0] = static_cast<int64_t>(text.size());
   COLOSSAL_RETURN_IF_ERROR(p2p(n, peer, true));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor bytes,
-                            core::Tensor::empty({static_cast<int64_t>(text.size())},
-                                                core::DType::kU8, core::Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(
+      core::Tensor bytes, core::Tensor::empty({static_cast<int64_t>(text.size())}, core::DType::kU8,
+                                              core::Stream::cpu()));
   std::memcpy(bytes.raw_data(), text.data(), text.size());
   COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, true));
   for (const auto& [key, t] : sd.tensors) COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, true));
@@ -44,12 +44,12 @@ absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2
 }
 
 absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) {
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n, core::Tensor::empty({1}, core::DType::kI64,
-                                                                core::Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n,
+                            core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(p2p(n, peer, false));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor bytes, core::Tensor::empty({n.data<int64_t>()[0]},
-                                                                    core::DType::kU8,
-                                                                    core::Stream::cpu()));
+  COLOSSAL_ASSIGN_OR_RETURN(
+      core::Tensor bytes,
+      core::Tensor::empty({n.data<int64_t>()[0]}, core::DType::kU8, core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, false));
   const std::string text(static_cast<const char*>(bytes.raw_data()), bytes.numel());
   const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -63,7 +63,8 @@ absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) 
     COLOSSAL_ASSIGN_OR_RETURN(core::DType dtype, core::parse_dtype(e[1].get<std::string>()));
     COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape,
                               core::Shape::make(e[2].get<std::vector<int64_t>>()));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty(shape, dtype, core::Stream::cpu()));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                              core::Tensor::empty(shape, dtype, core::Stream::cpu()));
     COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, false));
     sd.tensors.emplace(e[0].get<std::string>(), std::move(t));
   }
@@ -84,9 +85,9 @@ absl::StatusOr<nn::OptimizerStateDict> gather_stage_states(nn::OptimizerStateDic
   for (int s = 1; s < stages; ++s) {
     COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict theirs, recv_state(s, p2p));
     if (theirs.meta.groups.size() != mine.meta.groups.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "pipeline stage ", s, "'s optimizer has ", theirs.meta.groups.size(),
-          " parameter groups; stage 0's has ", mine.meta.groups.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("pipeline stage ", s, "'s optimizer has ", theirs.meta.groups.size(),
+                       " parameter groups; stage 0's has ", mine.meta.groups.size()));
     }
     for (size_t g = 0; g < theirs.meta.groups.size(); ++g) {
       for (const std::string& p : theirs.meta.groups[g].params) {

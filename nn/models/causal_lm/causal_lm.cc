@@ -14,9 +14,8 @@ absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int inde
         absl::StrCat("pipeline stage ", index, " of ", count, " does not exist"));
   }
   if (layers < count) {
-    return absl::InvalidArgumentError(absl::StrCat("the model's ", layers,
-                                                   " layers do not fill ", count,
-                                                   " pipeline stages (pp_size)"));
+    return absl::InvalidArgumentError(absl::StrCat("the model's ", layers, " layers do not fill ",
+                                                   count, " pipeline stages (pp_size)"));
   }
   std::vector<int64_t> per(count, layers / count);
   const int64_t remainder = layers % count;
@@ -32,11 +31,11 @@ absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int inde
 
 absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::string_view what) {
   const int64_t end = stage.end_layer < 0 ? layers : stage.end_layer;
-  if (stage.count < 1 || stage.index < 0 || stage.index >= stage.count ||
-      stage.first_layer < 0 || end > layers || stage.first_layer >= end) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " is ", layers, "; pipeline stage ", stage.index, " of ", stage.count,
-        " asks for layers [", stage.first_layer, ", ", end, ")"));
+  if (stage.count < 1 || stage.index < 0 || stage.index >= stage.count || stage.first_layer < 0 ||
+      end > layers || stage.first_layer >= end) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", layers, "; pipeline stage ", stage.index, " of ", stage.count,
+                     " asks for layers [", stage.first_layer, ", ", end, ")"));
   }
   return absl::OkStatus();
 }
@@ -46,7 +45,8 @@ absl::StatusOr<CrossEntropyResult> CausalLM::loss(core::Context& ctx, const core
                                                   const CrossEntropyOptions& options) const {
   const TensorParallel& tp = tensor_parallel();
   // Split models' heads give this rank's vocabulary columns of every position.
-  if (tp.enabled()) return vocab_parallel_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);
+  if (tp.enabled())
+    return vocab_parallel_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);
   return cross_entropy(ctx, logits, targets, vocab_size(), options);
 }
 
