@@ -8,22 +8,6 @@
 
 namespace colossal::nn {
 
-absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
-                            const char* what) {
-  if (!tp.enabled()) return absl::OkStatus();
-  comm::CollectiveOptions o;
-  const bool cuda = t.device().is_cuda();
-  if (cuda) o.stream = ctx.compute_stream();
-  absl::StatusOr<comm::WorkPtr> w = tp.group->all_reduce(t, comm::ReduceOp::kSum, o);
-  const std::string context = absl::StrCat("tensor parallel: summing ", what);
-  if (!w.ok()) return core::annotate(w.status(), context);
-  if (cuda) {
-    (*w)->wait_stream(ctx.compute_stream());
-    return absl::OkStatus();
-  }
-  return core::annotate((*w)->wait(), context);
-}
-
 namespace {
 struct NothingSaved : Saved {
   SavedStats stats() const override { return {}; }
@@ -87,6 +71,19 @@ std::vector<int64_t> with_dim1(const core::Tensor& x, int64_t t) {
 }
 
 }  // namespace
+
+absl::Status all_reduce(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
+                        comm::ReduceOp op, const char* what) {
+  if (!tp.enabled()) return absl::OkStatus();
+  const bool cuda = t.device().is_cuda();
+  return finish(ctx, tp.group->all_reduce(t, op, on_compute(ctx, cuda)), cuda,
+                absl::StrCat("tensor parallel: reducing ", what).c_str());
+}
+
+absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
+                            const char* what) {
+  return all_reduce(ctx, tp, t, comm::ReduceOp::kSum, what);
+}
 
 absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorParallel& tp,
                                             const core::Tensor& x) {

@@ -58,10 +58,12 @@ struct TensorParallel {
   }
 };
 
-// Sums `t` over tp's group in place (nothing without tensor parallelism).
-// CUDA tensors: issued after the work on ctx's compute stream, which then
-// waits for it (no host wait); CPU tensors: returns once done. `what` names
-// the tensor in errors.
+// Reduces `t` over tp's group in place with `op` (nothing without tensor
+// parallelism). CUDA tensors: issued after the work on ctx's compute stream,
+// which then waits for it (no host wait); CPU tensors: returns once done.
+// `what` names the tensor in errors. all_reduce_sum: op kSum.
+absl::Status all_reduce(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
+                        comm::ReduceOp op, const char* what);
 absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
                             const char* what);
 

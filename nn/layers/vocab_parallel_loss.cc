@@ -8,25 +8,6 @@
 #include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
-namespace {
-
-// `t` reduced over tp's group in place with `op`.
-absl::Status reduce(core::Context& ctx, const TensorParallel& tp, const core::Tensor& t,
-                    comm::ReduceOp op, const char* what) {
-  comm::CollectiveOptions o;
-  const bool cuda = t.device().is_cuda();
-  if (cuda) o.stream = ctx.compute_stream();
-  absl::StatusOr<comm::WorkPtr> w = tp.group->all_reduce(t, op, o);
-  if (!w.ok()) return core::annotate(w.status(), what);
-  if (cuda) {
-    (*w)->wait_stream(ctx.compute_stream());
-    return absl::OkStatus();
-  }
-  return core::annotate((*w)->wait(), what);
-}
-
-}  // namespace
-
 absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(
     core::Context& ctx, const TensorParallel& tp, const core::Tensor& logits,
     const core::Tensor& targets, int64_t v_real, const CrossEntropyOptions& options) {
@@ -58,8 +39,8 @@ absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(
                                               v_start, v_real, options.ignore_index, dtype,
                                               cuda_stream(ctx))),
       "vocabulary-parallel cross-entropy"));
-  COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, row_max, comm::ReduceOp::kMax, "the rows' maximum"));
-  COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, target, comm::ReduceOp::kSum, "the target logits"));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce(ctx, tp, row_max, comm::ReduceOp::kMax, "the rows' maximum"));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce(ctx, tp, target, comm::ReduceOp::kSum, "the target logits"));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(ctx,
                             kernels::loss::vocab_shard_sum_exp_cpu(
@@ -69,7 +50,7 @@ absl::StatusOr<CrossEntropyResult> vocab_parallel_cross_entropy(
                                 row_sum.data<float>(), logits.raw_data(), row_max.data<float>(), n,
                                 v, v_start, v_real, dtype, cuda_stream(ctx))),
       "vocabulary-parallel cross-entropy"));
-  COLOSSAL_RETURN_IF_ERROR(reduce(ctx, tp, row_sum, comm::ReduceOp::kSum, "the rows' exp sums"));
+  COLOSSAL_RETURN_IF_ERROR(all_reduce(ctx, tp, row_sum, comm::ReduceOp::kSum, "the rows' exp sums"));
   // The loss on the host, in double (one copy of three floats and a target per row).
   const core::Stream& st = ctx.compute_stream();
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h_max, row_max.to(core::Device::cpu(), st));

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status/suggest.h"
 #include "nlohmann/json.hpp"
@@ -44,6 +45,12 @@ absl::Status get(const Json& obj, const char* key, const std::string& where, T* 
 
 std::string state_key(absl::string_view param, absl::string_view state) {
   return absl::StrCat("state.", param, ".", state);
+}
+
+std::string param_of_state_key(absl::string_view key) {
+  const size_t dot = key.rfind('.');
+  if (!absl::StartsWith(key, "state.") || dot == absl::string_view::npos || dot <= 6) return "";
+  return std::string(key.substr(6, dot - 6));
 }
 
 bool is_adam_type(absl::string_view type) {

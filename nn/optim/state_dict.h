@@ -60,6 +60,8 @@ struct OptimizerStateDict {
 
 // "state.<param>.<state>".
 std::string state_key(absl::string_view param, absl::string_view state);
+// The <param> of such a key ("" for a key of another form).
+std::string param_of_state_key(absl::string_view key);
 
 // Whether `type` names an Adam-family optimizer (their states load into each other).
 bool is_adam_type(absl::string_view type);

@@ -102,10 +102,7 @@ absl::StatusOr<core::Tensor> HybridParallelPlugin::State::piece_of(nn::Parameter
 const nn::ParameterEntry* HybridParallelPlugin::State::split_entry_of(const std::string& key,
                                                                       const core::Tensor& t,
                                                                       bool want_whole) const {
-  if (!absl::StartsWith(key, "state.")) return nullptr;
-  const size_t dot = key.rfind('.');
-  if (dot == std::string::npos || dot <= 6) return nullptr;
-  const nn::ParameterEntry* e = store.table().find(key.substr(6, dot - 6));
+  const nn::ParameterEntry* e = store.table().find(nn::param_of_state_key(key));
   if (e == nullptr || !e->split.active()) return nullptr;
   return t.shape() == (want_whole ? e->global_shape : e->shape) ? e : nullptr;
 }

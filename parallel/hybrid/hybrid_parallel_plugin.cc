@@ -186,30 +186,26 @@ absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
   COLOSSAL_RETURN_IF_ERROR(s.inner->before_step(stream));
   comm::CollectiveOptions o;
   if (stream.is_cuda()) o.stream = stream;
+  // Sums a gradient over `group`, ordered before `stream`'s next work.
+  const auto sum = [&](comm::ProcessGroup& group, const nn::Parameter& p) -> absl::Status {
+    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, group.all_reduce(p.grad, comm::ReduceOp::kSum, o));
+    if (!stream.is_cuda()) return core::annotate(w->wait(), absl::StrCat("summing ", p.name));
+    w->wait_stream(stream);
+    return absl::OkStatus();
+  };
   if (s.options.sequence_parallel) {
     // Every tp rank saw its own positions: the whole-parameter gradients are
     // partial sums over the group.
     for (size_t i = 0; i < s.store.parameters().size(); ++i) {
       if (s.store.table().entries()[i].split.active()) continue;
-      const nn::Parameter& p = s.store.parameters()[i];
-      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tp->all_reduce(p.grad, comm::ReduceOp::kSum, o));
-      if (stream.is_cuda()) {
-        w->wait_stream(stream);
-      } else {
-        COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), absl::StrCat("summing ", p.name)));
-      }
+      COLOSSAL_RETURN_IF_ERROR(sum(*s.tp, s.store.parameters()[i]));
     }
   }
-  if (s.tied == nullptr || s.tied_names.empty()) return absl::OkStatus();
+  if (s.tied == nullptr) return absl::OkStatus();
   // The tied weight's two copies take the sum of both stages' gradients.
   for (const std::string& name : s.tied_names) {
     COLOSSAL_ASSIGN_OR_RETURN(nn::Parameter p, s.store.find(name));
-    COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, s.tied->all_reduce(p.grad, comm::ReduceOp::kSum, o));
-    if (stream.is_cuda()) {
-      w->wait_stream(stream);
-    } else {
-      COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), absl::StrCat("summing tied ", name)));
-    }
+    COLOSSAL_RETURN_IF_ERROR(sum(*s.tied, p));
   }
   return absl::OkStatus();
 }

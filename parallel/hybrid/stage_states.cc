@@ -12,12 +12,6 @@
 namespace colossal::parallel {
 namespace {
 
-// "state.<param>.<state>" -> <param>.
-std::string param_of(const std::string& key) {
-  const size_t dot = key.rfind('.');
-  return key.size() > 6 && dot > 6 ? key.substr(6, dot - 6) : std::string();
-}
-
 bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -95,7 +89,7 @@ absl::StatusOr<nn::OptimizerStateDict> gather_stage_states(nn::OptimizerStateDic
       }
     }
     for (auto& [key, t] : theirs.tensors) {
-      if (!contains(tied, param_of(key))) mine.tensors.emplace(key, std::move(t));
+      if (!contains(tied, nn::param_of_state_key(key))) mine.tensors.emplace(key, std::move(t));
     }
   }
   if (to_all) {
@@ -120,7 +114,7 @@ nn::OptimizerStateDict stage_part(const nn::OptimizerStateDict& whole,
     for (auto& [e, p] : kept) g.params.push_back(std::move(p));
   }
   for (const auto& [key, t] : whole.tensors) {
-    if (local.find(param_of(key)) != nullptr) part.tensors.emplace(key, t);
+    if (local.find(nn::param_of_state_key(key)) != nullptr) part.tensors.emplace(key, t);
   }
   return part;
 }
