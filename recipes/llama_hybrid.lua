@@ -8,13 +8,19 @@
 --
 --   colossal run --nproc_per_node 4 recipes/llama_hybrid.lua --set plugin.pp_size=2
 --                                                                tp 2 x pp 2: two pipeline stages
+--   ... --set plugin.pp_size=2 --set plugin.pp_style=interleaved --set plugin.num_model_chunks=2
+--                                                                the same, two model chunks a stage
 --
 -- tp_size is 2 wherever the job has two or more processes (it must divide
 -- them, and the heads, key/value heads and intermediate size). Every rank of
 -- one tensor-parallel group reads the same batches; the data splits over the
 -- data-parallel copies. With pp_size > 1 each step's accumulation_steps
 -- micro-batches run through the stages on the 1F1B schedule (at least
--- pp_size of them keep every stage busy), and no sample is generated.
+-- pp_size of them keep every stage busy), and no sample is generated. The
+-- interleaved schedule gives each stage num_model_chunks slices of the
+-- layers (a micro-batch goes round the stages once per chunk: a bubble
+-- num_model_chunks times smaller) and takes a multiple of pp_size
+-- micro-batches.
 -- --set plugin.enable_sequence_parallelism=true splits the sequence over the
 -- tensor-parallel ranks between the attention and MLP regions (Megatron's
 -- sequence parallelism, Colossal-AI's split_gather; no sample then either).
@@ -44,6 +50,8 @@ return {
     name = "hybrid_parallel",
     tp_size = env.world_size >= 2 and 2 or 1,
     pp_size = 1,
+    pp_style = "1f1b",                -- or "interleaved", with num_model_chunks > 1
+    num_model_chunks = 1,
     enable_sequence_parallelism = false,  -- true: norms and residuals on T / tp_size positions (split_gather)
     zero_stage = 1,                   -- ZeRO-1 over the data-parallel copies
     max_norm = 1.0,                   -- the whole model's norm, over every rank

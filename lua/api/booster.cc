@@ -116,6 +116,8 @@ int PluginCapabilities(lua_State* L) {
   lua_setfield(L, -2, "clips_by_value");
   lua_pushboolean(L, c.pipeline);
   lua_setfield(L, -2, "pipeline");
+  lua_pushinteger(L, c.pipeline_micro_batch_multiple);
+  lua_setfield(L, -2, "pipeline_micro_batch_multiple");
   lua_pushboolean(L, c.generates);
   lua_setfield(L, -2, "generates");
   if (c.owns_precision) {
@@ -326,7 +328,7 @@ int Backward(lua_State* L) {
 }
 
 // booster:execute_pipeline(model, {batch, ...}) -> the mean loss: one step's
-// micro-batches through the plugin's pipeline stages (1F1B,
+// micro-batches through the plugin's pipeline stages (1F1B or interleaved,
 // parallel/booster/pipeline.h), forward and backward; every stage gets the loss.
 int ExecutePipeline(lua_State* L) {
   std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);

@@ -241,6 +241,12 @@ function recipe.run(t, file, bench)
     usage_error(file, "precision", string.format("%s takes its precision from plugin.precision "
       .. "(as in Colossal-AI); set that instead", caps.name))
   end
+  local multiple = caps.pipeline_micro_batch_multiple or 1
+  if caps.pipeline and r.accumulation_steps % multiple ~= 0 then
+    usage_error(file, "accumulation_steps", string.format("%d micro-batches a step do not fill the "
+      .. "interleaved pipeline schedule, which takes a multiple of plugin.pp_size (%d)",
+      r.accumulation_steps, multiple))
+  end
   if not caps.clips_by_value and r.clip_value > 0 then
     usage_error(file, "clip_value", string.format("%s clips by norm only (plugin.max_norm)", caps.name))
   end

@@ -31,6 +31,7 @@ class SequentialSaved : public Saved {
     return s;
   }
   std::vector<std::unique_ptr<Saved>> children;
+  size_t begin = 0;  // the first child's index (forward_range)
 };
 
 // The context of a checkpointed module's forward: only its input, and the
@@ -157,9 +158,29 @@ Module* Sequential::append(std::unique_ptr<Module> child) {
 
 absl::StatusOr<ForwardResult> Sequential::forward_impl(core::Context& ctx,
                                                        const core::Tensor& input) {
+  return forward_range(ctx, 0, modules_.size(), input);
+}
+
+absl::StatusOr<core::Tensor> Sequential::backward_impl(core::Context& ctx, Saved& saved,
+                                                       const core::Tensor& grad_output) {
+  COLOSSAL_ASSIGN_OR_RETURN(SequentialSaved * s, saved_as<SequentialSaved>(saved));
+  if (s->begin != 0 || s->children.size() != modules_.size()) {
+    return absl::InvalidArgumentError("saved activations are from a Sequential of another size");
+  }
+  return backward_range(ctx, saved, grad_output);
+}
+
+absl::StatusOr<ForwardResult> Sequential::forward_range(core::Context& ctx, size_t begin,
+                                                        size_t end, const core::Tensor& input) {
+  if (begin > end || end > modules_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("children [", begin, ", ", end, ") of ",
+                                                   description(), ", which has ",
+                                                   modules_.size()));
+  }
   auto saved = std::make_unique<SequentialSaved>();
+  saved->begin = begin;
   core::Tensor x = input;
-  for (size_t i = 0; i < modules_.size(); ++i) {
+  for (size_t i = begin; i < end; ++i) {
     absl::StatusOr<ForwardResult> r = modules_[i]->forward(ctx, x);
     if (!r.ok()) {
       return core::annotate(r.status(), absl::StrCat("child ", i, " (", modules_[i]->type(), ")"));
@@ -170,15 +191,16 @@ absl::StatusOr<ForwardResult> Sequential::forward_impl(core::Context& ctx,
   return ForwardResult{x, std::move(saved)};
 }
 
-absl::StatusOr<core::Tensor> Sequential::backward_impl(core::Context& ctx, Saved& saved,
-                                                       const core::Tensor& grad_output) {
+absl::StatusOr<core::Tensor> Sequential::backward_range(core::Context& ctx, Saved& saved,
+                                                        const core::Tensor& grad_output) {
   COLOSSAL_ASSIGN_OR_RETURN(SequentialSaved * s, saved_as<SequentialSaved>(saved));
-  if (s->children.size() != modules_.size()) {
+  if (s->begin + s->children.size() > modules_.size()) {
     return absl::InvalidArgumentError("saved activations are from a Sequential of another size");
   }
   core::Tensor g = grad_output;
-  for (size_t i = modules_.size(); i-- > 0;) {
-    absl::StatusOr<core::Tensor> r = modules_[i]->backward(ctx, *s->children[i], g);
+  for (size_t k = s->children.size(); k-- > 0;) {
+    const size_t i = s->begin + k;
+    absl::StatusOr<core::Tensor> r = modules_[i]->backward(ctx, *s->children[k], g);
     if (!r.ok()) {
       return core::annotate(r.status(), absl::StrCat("child ", i, " (", modules_[i]->type(), ")"));
     }

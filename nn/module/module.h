@@ -209,6 +209,15 @@ class Sequential : public Module {
   size_t size() const { return modules_.size(); }
   Module& at(size_t i) const { return *modules_[i]; }
 
+  // Children [begin, end) alone, as forward() runs them all (this module's
+  // own hooks do not run): a pipeline stage's model chunk of its blocks.
+  // InvalidArgument for a range outside [0, size()].
+  absl::StatusOr<ForwardResult> forward_range(core::Context& ctx, size_t begin, size_t end,
+                                              const core::Tensor& input);
+  // The backward of a forward_range (its saved state knows the range).
+  absl::StatusOr<core::Tensor> backward_range(core::Context& ctx, Saved& saved,
+                                              const core::Tensor& grad_output);
+
  protected:
   absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
   absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,

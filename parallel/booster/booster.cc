@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/check.h"
 #include "core/status/status.h"
+#include "nn/models/causal_lm/causal_lm.h"
 
 namespace colossal::parallel {
 
@@ -17,7 +18,9 @@ absl::Status Booster::check_model(const nn::Module& model, const char* what) con
   if (model_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat("Booster::", what, " before Booster::boost"));
   }
-  if (&model != model_) {
+  // A pipeline stage's model chunks run as modules of their own.
+  const auto* lm = dynamic_cast<const nn::CausalLM*>(model_);
+  if (&model != model_ && (lm == nullptr || !lm->is_chunk(model))) {
     return absl::InvalidArgumentError(absl::StrCat("Booster::", what, ": ", model.description(),
                                                    " is not the boosted model ",
                                                    model_->description()));

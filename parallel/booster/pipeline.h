@@ -1,6 +1,11 @@
 // colossal::parallel — a step's micro-batches through pipeline stages:
 // Colossal-AI's booster.execute_pipeline with the 1F1B schedule
-// (OneForwardOneBackwardSchedule; Megatron-LM's non-interleaved schedule).
+// (OneForwardOneBackwardSchedule; Megatron-LM's non-interleaved schedule) or,
+// when the plugin's stages hold several model chunks (Plugin::Pipeline::
+// chunks), the interleaved one (InterleavedSchedule; described in
+// pipeline_interleaved.cc): a micro-batch goes round the stages once per
+// chunk, which shrinks the pipeline bubble by the chunk count. It takes a
+// multiple of the stage count of micro-batches.
 //
 // Every rank of a pipeline group calls it with the same micro-batches (each
 // stage reads the batch: the first its tokens, the last its targets, every
@@ -43,9 +48,11 @@ struct PipelineStepResult {
   int64_t micro_batches = 0;
 };
 
-// Errors: a plugin without pipeline stages, no micro-batches
-// (FailedPrecondition / InvalidArgument); the model's, the loss's, the
-// plugin's and the sends' (annotated with the micro-batch and stage).
+// Errors: a plugin without pipeline stages, no micro-batches, a model not
+// split as the plugin's stages (FailedPrecondition / InvalidArgument); for
+// the interleaved schedule a number of micro-batches not a multiple of the
+// stages (InvalidArgument); the model's, the loss's, the plugin's and the
+// sends' (annotated with the micro-batch, stage and chunk).
 absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster& booster,
                                                     nn::CausalLM& model,
                                                     absl::Span<const nn::MicroBatch> micro_batches,

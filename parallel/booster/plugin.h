@@ -82,6 +82,9 @@ class Plugin {
     std::shared_ptr<comm::ProcessGroup> group, p2p;
     int stage = 0;
     int stages = 1;
+    // Model chunks per stage (nn::PipelineStage::chunks): > 1 runs the
+    // interleaved schedule.
+    int chunks = 1;
   };
   virtual const Pipeline* pipeline() const { return nullptr; }
 

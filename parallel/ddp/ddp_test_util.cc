@@ -215,13 +215,14 @@ void run_ranks(int world,
   for (std::thread& t : threads) t.join();
 }
 
-EquivalenceRun reference_run(nn::CausalLM& model, nn::Optimizer& optimizer, int world, int steps) {
+EquivalenceRun reference_run(nn::CausalLM& model, nn::Optimizer& optimizer, int world, int steps,
+                             int micro) {
   EquivalenceRun run;
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
   for (int step = 0; step < steps; ++step) {
     std::vector<nn::MicroBatch> mbs;
     for (int r = 0; r < world; ++r) {
-      for (int i = 0; i < kMicro; ++i) mbs.push_back(micro_batch(step, r, i));
+      for (int i = 0; i < micro; ++i) mbs.push_back(micro_batch(step, r, i));
     }
     nn::TrainStepOptions o;
     o.max_norm = kMaxNorm;

@@ -114,10 +114,10 @@ void run_ranks(int world,
                const std::function<void(int, std::shared_ptr<comm::ProcessGroup>)>& fn);
 
 // One process, `steps` train_steps (clipping at kMaxNorm) of `model` with
-// `optimizer` over the world * kMicro micro-batches of every step: the result
+// `optimizer` over the world * micro micro-batches of every step: the result
 // every plugin's ranks must match.
 EquivalenceRun reference_run(nn::CausalLM& model, nn::Optimizer& optimizer, int world,
-                             int steps = kSteps);
+                             int steps = kSteps, int micro = kMicro);
 
 // What the ddp ranks train, and their one-process reference.
 struct DdpRunSpec {

@@ -153,7 +153,8 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
   for (int stage = 1; stage < s.pipeline.stages; ++stage) {
     if (!gatherer && s.pipeline.stage != stage) continue;
     COLOSSAL_ASSIGN_OR_RETURN(nn::PipelineStage st,
-                              nn::pipeline_stage(s.whole->num_layers(), s.pipeline.stages, stage));
+                              nn::pipeline_stage(s.whole->num_layers(), s.pipeline.stages, stage,
+                                                 s.pipeline.chunks));
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> names,
                               s.whole->redeclare(s.whole->dtype(), nn::ModelSplit{{}, st}));
     const std::vector<std::string> tied = s.whole->tied_parameters();
@@ -221,6 +222,9 @@ absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dic
                 std::move(sd), s.pipeline.stage, s.pipeline.stages, s.whole->tied_parameters(),
                 /*to_all=*/to_rank < 0,
                 [&s](const core::Tensor& t, int peer, bool send) { return s.p2p(t, peer, send); }));
+    // Joined in stage order; listed as one process's optimizer lists them
+    // (with model chunks, stages hold layers out of order).
+    sd = stage_part(sd, s.whole->table());
   }
   if (to_rank >= 0 && s.world->rank() != to_rank) sd.tensors.clear();
   return sd;

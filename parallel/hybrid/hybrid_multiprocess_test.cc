@@ -4,7 +4,8 @@
 // train a hybrid case (hybrid_test_util.h) and write their losses, norms and
 // whole weights; the parent checks them against one process on the union of
 // the data-parallel ranks' data. Cases: tp2; tp2 x dp2 with ZeRO-1; pp2;
-// tp2 x pp2 x dp2 with ZeRO-1 (eight processes); tp2 with sequence parallelism.
+// tp2 x pp2 x dp2 with ZeRO-1 (eight processes); tp2 with sequence parallelism;
+// pp2 with the interleaved schedule (two chunks per stage).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -76,7 +77,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HybridMultiprocess,
                                            HybridCase{Family::kLlama, 4, 2, 1},
                                            HybridCase{Family::kLlamaTied, 2, 1, 0, 2},
                                            HybridCase{Family::kGpt2, 8, 2, 1, 2},
-                                           HybridCase{Family::kLlama, 2, 2, 0, 1, 2, 2, true}),
+                                           HybridCase{Family::kLlama, 2, 2, 0, 1, 2, 2, true},
+                                           HybridCase{Family::kLlamaTied, 2, 1, 0, 2, 4, 2,
+                                                      false, 2, 4}),
                          [](const ::testing::TestParamInfo<HybridCase>& info) {
                            return case_name(info.param);
                          });

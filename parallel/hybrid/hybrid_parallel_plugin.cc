@@ -31,6 +31,12 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
         "hybrid_parallel: zero_stage ", options.zero_stage, " with pp_size ", options.pp_size,
         ": pipeline parallelism takes zero_stage 0 or 1 (as Colossal-AI's)"));
   }
+  if (options.num_model_chunks < 1 || (options.num_model_chunks > 1 && options.pp_size < 2)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid_parallel: num_model_chunks ", options.num_model_chunks,
+        " must be 1, or more with pp_size > 1 (the interleaved schedule); pp_size is ",
+        options.pp_size));
+  }
   if (options.sequence_parallel &&
       (options.tp_size < 2 || options.pp_size > 1 || options.zero_stage > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -62,6 +68,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
     COLOSSAL_ASSIGN_OR_RETURN(s->pipeline.p2p, world->new_group(s->pp->world_ranks()));
     s->pipeline.stage = s->pp->rank();
     s->pipeline.stages = s->pp->size();
+    s->pipeline.chunks = options.num_model_chunks;
     // The end stages of this rank's pipeline share the tied head's weight.
     const std::vector<int>& ends = s->pp->world_ranks();
     if (s->pipeline.stage == 0 || s->pipeline.stage == s->pipeline.stages - 1) {
@@ -103,7 +110,8 @@ absl::StatusOr<nn::ModelSplit> HybridParallelPlugin::model_split(const nn::Causa
   if (s.tp->size() > 1) split.tp = nn::TensorParallel{s.tp, s.options.sequence_parallel};
   if (s.pipeline.stages > 1) {
     COLOSSAL_ASSIGN_OR_RETURN(
-        split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages, s.pipeline.stage));
+        split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages, s.pipeline.stage,
+                                        s.pipeline.chunks));
   }
   return split;
 }

@@ -13,9 +13,10 @@
 //     (zero_stage 0) or low_level_zero (1 or 2). Every rank of one tp group
 //     reads the same data (dp_rank()).
 //   * pp: each rank runs one pipeline stage (nn::PipelineStage: a range of
-//     blocks, the embedding on the first, the head on the last); a step's
-//     micro-batches run through the 1F1B schedule (parallel/booster/
-//     pipeline.h) over point-to-point sends on the pp group. A tied head's
+//     blocks, or num_model_chunks ranges, the embedding on the first, the
+//     head on the last); a step's micro-batches run through the 1F1B or the
+//     interleaved schedule (parallel/booster/pipeline.h) over
+//     point-to-point sends on the pp group. A tied head's
 //     weight lives on both end stages: its gradients are summed between them
 //     before every step, so the copies stay equal. With pp_size > 1:
 //     zero_stage <= 1 (as Colossal-AI).
@@ -51,6 +52,9 @@ namespace colossal::parallel {
 struct HybridParallelOptions {
   int tp_size = 1;
   int pp_size = 1;
+  // Model chunks per pipeline stage: 1 runs the 1F1B schedule, more the
+  // interleaved one (Colossal-AI's pp_style "interleaved").
+  int num_model_chunks = 1;
   // Colossal-AI's enable_sequence_parallelism with sequence_parallelism_mode
   // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1, pp_size 1 and
   // zero_stage <= 1.

@@ -21,6 +21,7 @@ class HybridParallelSpec : public PrecisionOwningSpec {
     PluginCapabilities c = owned_precision();
     c.supports_no_sync = options_.zero_stage < 2;
     c.pipeline = options_.pp_size > 1;
+    if (options_.num_model_chunks > 1) c.pipeline_micro_batch_multiple = options_.pp_size;
     c.generates = options_.pp_size == 1 && !options_.sequence_parallel;
     return c;
   }
@@ -49,6 +50,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   HybridParallelOptions o;
   o.tp_size = static_cast<int>(options.integer("tp_size", 1));
   o.pp_size = static_cast<int>(options.integer("pp_size", 1));
+  const std::string pp_style = options.string("pp_style", "1f1b");
+  const int64_t num_model_chunks = options.integer("num_model_chunks", 1);
   const int64_t sp_size = options.integer("sp_size", 1);
   o.sequence_parallel = options.boolean("enable_sequence_parallelism", false);
   const std::string sp_mode = options.string("sequence_parallelism_mode", "split_gather");
@@ -63,6 +66,24 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
 
   if (o.tp_size < 1) return option_error("tp_size", "must be at least 1");
   if (o.pp_size < 1) return option_error("pp_size", "must be at least 1");
+  if (pp_style != "1f1b" && pp_style != "interleaved") {
+    return option_error("pp_style", absl::StrCat("must be \"1f1b\" or \"interleaved\", got \"",
+                                                 pp_style, "\""));
+  }
+  if (pp_style == "interleaved" && o.pp_size < 2) {
+    return option_error("pp_style", "= \"interleaved\" needs pp_size > 1");
+  }
+  if (pp_style == "interleaved" && num_model_chunks < 2) {
+    return option_error("num_model_chunks",
+                        absl::StrCat("= ", num_model_chunks,
+                                     ": pp_style \"interleaved\" needs 2 or more model chunks"));
+  }
+  if (pp_style == "1f1b" && num_model_chunks != 1) {
+    return option_error("num_model_chunks", absl::StrCat("= ", num_model_chunks,
+                                                         ": more than 1 needs pp_style = "
+                                                         "\"interleaved\" (1f1b runs one)"));
+  }
+  o.num_model_chunks = static_cast<int>(num_model_chunks);
   if (o.pp_size > 1 && o.zero_stage > 1) {
     return option_error("zero_stage", absl::StrCat("= ", o.zero_stage, " with pp_size ", o.pp_size,
                                                    ": pipelines take zero_stage 0 or 1"));

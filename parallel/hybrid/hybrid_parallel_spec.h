@@ -1,7 +1,8 @@
 // colossal::parallel — the `hybrid_parallel` plugin as recipes write it
 // (Colossal-AI's HybridParallelPlugin), with its option names:
 //   tp_size (1), pp_size (1; > 1: pipeline stages, the 1F1B schedule,
-//   parallel/booster/pipeline.h; zero_stage <= 1 then),
+//   parallel/booster/pipeline.h; zero_stage <= 1 then), pp_style "1f1b" |
+//   "interleaved" ("1f1b") with num_model_chunks (1; > 1 with interleaved),
 //   enable_sequence_parallelism (false) with sequence_parallelism_mode
 //   "split_gather" (the only mode built; needs tp_size > 1, pp_size 1,
 //   zero_stage <= 1), sp_size (1: split_gather uses the tp ranks),

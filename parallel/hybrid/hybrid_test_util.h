@@ -41,12 +41,15 @@ struct HybridCase {
   int layers = 2;  // the tiny models' (pp4 takes four)
   int heads = 2;   // GPT-2's n_head (tp4 takes four)
   bool sp = false;  // sequence parallelism (split_gather)
+  int chunks = 1;   // model chunks per pipeline stage (> 1: the interleaved schedule)
+  int micro = kMicro;  // micro-batches per step and data-parallel rank
 };
 
 // The case's tiny model, declared: the shared test model, or one with more
 // layers or heads.
 std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c);
-// "gpt2_world4_tp2_pp1_zero1", with "_layers4" / "_heads4" where they differ.
+// "gpt2_world4_tp2_pp1_zero1", with "_layers4" / "_heads4" / "_sp" /
+// "_chunks2" / "_micro4" where they differ.
 std::string case_name(const HybridCase& c);
 // The case a case_name() names (NotFound otherwise).
 absl::StatusOr<HybridCase> case_of(const std::string& name);
@@ -61,10 +64,14 @@ struct RankRun {
 RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
                         int first_step = 0,
                         const std::function<void(Booster&, nn::Optimizer&)>& after_boost = {});
-// The uninterrupted one-process run of `c`'s model over `dp` data ranks.
+// The uninterrupted one-process run of `c`'s model over `dp` data ranks
+// (c.micro micro-batches each).
 EquivalenceRun one_process(const HybridCase& c, int dp, int steps);
-// Every rank's losses (averaged), clipping, norms and weights against `ref`.
-void expect_equal_to_reference(const std::vector<EquivalenceRun>& runs, const EquivalenceRun& ref);
+// Every rank's losses (averaged) and clipping against `ref` at kRelTol, norms at
+// kRelTol on the run's first step and kWeightTol after, weights at
+// kWeightTol. `first_step`: the step runs[*] and ref start at (a resumed run).
+void expect_equal_to_reference(const std::vector<EquivalenceRun>& runs, const EquivalenceRun& ref,
+                               int first_step = 0);
 
 }  // namespace colossal::parallel::testing
 

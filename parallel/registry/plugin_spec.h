@@ -68,6 +68,9 @@ struct PluginCapabilities {
   // A step's micro-batches run through pipeline stages
   // (booster:execute_pipeline), not one forward and backward at a time.
   bool pipeline = false;
+  // The pipeline schedule takes a multiple of this many micro-batches a step
+  // (the interleaved schedule: the stage count).
+  int pipeline_micro_batch_multiple = 1;
   // model:generate works on the boosted model (not through pipeline stages
   // or sequence-parallel slices yet).
   bool generates = true;

@@ -1,5 +1,6 @@
 #include "nn/models/causal_lm/causal_lm.h"
 
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -8,36 +9,127 @@
 
 namespace colossal::nn {
 
-absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index) {
+absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index, int chunks) {
   if (count < 1 || index < 0 || index >= count) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline stage ", index, " of ", count, " does not exist"));
   }
-  if (layers < count) {
-    return absl::InvalidArgumentError(absl::StrCat("the model's ", layers, " layers do not fill ",
-                                                   count, " pipeline stages (pp_size)"));
+  if (chunks < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a pipeline stage has at least one model chunk (num_model_chunks), not ",
+                     chunks));
   }
-  std::vector<int64_t> per(count, layers / count);
-  const int64_t remainder = layers % count;
-  const int64_t start = count / 2 - remainder / 2;
+  const int64_t virtual_stages = int64_t{count} * chunks;
+  if (layers < virtual_stages) {
+    return absl::InvalidArgumentError(
+        chunks == 1 ? absl::StrCat("the model's ", layers, " layers do not fill ", count,
+                                   " pipeline stages (pp_size)")
+                    : absl::StrCat("the model's ", layers, " layers do not fill ", count,
+                                   " pipeline stages (pp_size) x ", chunks,
+                                   " model chunks (num_model_chunks)"));
+  }
+  std::vector<int64_t> per(virtual_stages, layers / virtual_stages);
+  const int64_t remainder = layers % virtual_stages;
+  const int64_t start = virtual_stages / 2 - remainder / 2;
   for (int64_t i = start; i < start + remainder; ++i) ++per[i];
   PipelineStage s;
   s.index = index;
   s.count = count;
-  for (int i = 0; i < index; ++i) s.first_layer += per[i];
-  s.end_layer = s.first_layer + per[index];
+  s.chunks.clear();
+  int64_t first = 0;
+  for (int64_t v = 0; v < virtual_stages; ++v) {
+    if (v % count == index) s.chunks.push_back({first, first + per[v]});
+    first += per[v];
+  }
   return s;
 }
 
 absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::string_view what) {
-  const int64_t end = stage.end_layer < 0 ? layers : stage.end_layer;
-  if (stage.count < 1 || stage.index < 0 || stage.index >= stage.count || stage.first_layer < 0 ||
-      end > layers || stage.first_layer >= end) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", layers, "; pipeline stage ", stage.index, " of ", stage.count,
-                     " asks for layers [", stage.first_layer, ", ", end, ")"));
+  if (stage.count < 1 || stage.index < 0 || stage.index >= stage.count || stage.chunks.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline stage ", stage.index, " of ",
+                                                   stage.count, " with ", stage.chunks.size(),
+                                                   " model chunks does not exist"));
+  }
+  int64_t previous_end = 0;
+  for (const LayerRange& r : stage.chunks) {
+    const int64_t end = r.end < 0 ? layers : r.end;
+    if (r.first < previous_end || end > layers || r.first >= end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " is ", layers, "; pipeline stage ", stage.index, " of ",
+                       stage.count, " asks for layers [", r.first, ", ", end, ")"));
+    }
+    previous_end = end;
   }
   return absl::OkStatus();
+}
+
+absl::Status check_chunk(const PipelineStage& stage, int c) {
+  if (c >= 0 && c < stage.num_chunks()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("model chunk ", c, " of pipeline stage ",
+                                                 stage.index, ", which has ", stage.num_chunks()));
+}
+
+absl::Status check_saved_chunk(int saved_chunk, int c) {
+  if (saved_chunk == c) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("the backward of model chunk ", c,
+                                                 " got the saved activations of chunk ",
+                                                 saved_chunk));
+}
+
+// One model chunk of a CausalLM as a Module: forward and backward are the
+// model's forward_chunk / backward_chunk.
+class CausalLM::Chunk : public Module {
+ public:
+  Chunk(CausalLM& model, int c)
+      : Module(absl::StrCat(model.name(), ".chunk", c)), model_(model), c_(c) {}
+  const char* type() const override { return "CausalLMChunk"; }
+  const CausalLM& model() const { return model_; }
+
+ protected:
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx,
+                                             const core::Tensor& input) override {
+    return model_.forward_chunk(ctx, c_, input);
+  }
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override {
+    return model_.backward_chunk(ctx, c_, saved, grad_output);
+  }
+
+ private:
+  CausalLM& model_;
+  const int c_;
+};
+
+Module& CausalLM::chunk(int c) {
+  // Out-of-range views exist too, so that their forward says what is wrong.
+  std::unique_ptr<Module>& view = chunks_[c];
+  if (view == nullptr) view = std::make_unique<Chunk>(*this, c);
+  return *view;
+}
+
+bool CausalLM::is_chunk(const Module& module) const {
+  const auto* c = dynamic_cast<const Chunk*>(&module);
+  return c != nullptr && &c->model() == this;
+}
+
+absl::StatusOr<ForwardResult> CausalLM::forward_impl(core::Context& ctx,
+                                                     const core::Tensor& input) {
+  if (pipeline_stage().num_chunks() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this pipeline stage has ", pipeline_stage().num_chunks(),
+        " model chunks (the interleaved schedule): run each through chunk(c), not the model"));
+  }
+  return forward_chunk(ctx, 0, input);
+}
+
+absl::StatusOr<core::Tensor> CausalLM::backward_impl(core::Context& ctx, Saved& saved,
+                                                     const core::Tensor& grad_output) {
+  if (pipeline_stage().num_chunks() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this pipeline stage has ", pipeline_stage().num_chunks(),
+        " model chunks (the interleaved schedule): run each through chunk(c), not the model"));
+  }
+  return backward_chunk(ctx, 0, saved, grad_output);
 }
 
 absl::StatusOr<CrossEntropyResult> CausalLM::loss(core::Context& ctx, const core::Tensor& logits,

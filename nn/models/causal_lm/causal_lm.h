@@ -17,6 +17,7 @@
 #define COLOSSAL_NN_MODELS_CAUSAL_LM_CAUSAL_LM_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,28 +37,51 @@
 
 namespace colossal::nn {
 
+// Blocks [first, end) of the whole model: one model chunk of a pipeline
+// stage.
+struct LayerRange {
+  int64_t first = 0;
+  int64_t end = -1;  // -1: through the last layer
+};
+
 // Pipeline parallelism: the part of the model one stage runs. Stage `index`
-// of `count` holds blocks [first_layer, end_layer) and, when first(), the
-// embedding (tokens in), when last(), the final norm and the head (logits
-// out); other stages take and give hidden states [B, T, C]. A tied head's
-// weight is declared on both end stages (the plugin keeps the copies equal).
+// of `count` holds the blocks of its `chunks` and, when first(), the
+// embedding (its chunk 0 takes tokens), when last(), the final norm and the
+// head (its last chunk gives logits); other chunks take and give hidden
+// states [B, T, C]. With one chunk (the 1F1B schedule) a stage is one range
+// of blocks; with C chunks (the interleaved schedule, Megatron's virtual
+// stages) chunk c is virtual stage index + c * count of count * C, so the
+// activations go round the stages C times. A tied head's weight is declared
+// on both end stages (the plugin keeps the copies equal).
 struct PipelineStage {
   int index = 0;
   int count = 1;
-  int64_t first_layer = 0;
-  int64_t end_layer = -1;  // -1: through the last layer
+  std::vector<LayerRange> chunks = {LayerRange{}};  // in layer order
+  int num_chunks() const { return static_cast<int>(chunks.size()); }
   bool first() const { return index == 0; }
   bool last() const { return index == count - 1; }
+  bool takes_tokens(int chunk) const { return first() && chunk == 0; }
+  bool gives_logits(int chunk) const { return last() && chunk == num_chunks() - 1; }
 };
 
-// Stage `index` of `count` over `layers` blocks, split as Colossal-AI's
-// PipelineStageManager does: layers / count each, the remainder one each to
-// the middle stages. InvalidArgument when there are fewer layers than stages.
-absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index);
+// Stage `index` of `count` with `chunks` model chunks over `layers` blocks,
+// split as Colossal-AI's PipelineStageManager does: the blocks over count *
+// chunks virtual stages, layers / (count * chunks) each, the remainder one
+// each to the middle ones. InvalidArgument when there are fewer layers than
+// virtual stages.
+absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index,
+                                             int chunks = 1);
 
-// OK when `stage` lies within `layers` blocks; else InvalidArgument starting
-// with `what` (a family's field name).
+// OK when `stage`'s chunks are ordered, disjoint, non-empty ranges within
+// `layers` blocks; else InvalidArgument starting with `what` (a family's
+// field name).
 absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::string_view what);
+
+// For families' forward_chunk / backward_chunk: OK when `c` is one of
+// `stage`'s chunks; when a backward's saved state came from chunk `c`'s
+// forward (`saved_chunk`). Else InvalidArgument saying so.
+absl::Status check_chunk(const PipelineStage& stage, int c);
+absl::Status check_saved_chunk(int saved_chunk, int c);
 
 // How a model is split over ranks: its tensor-parallel group and its
 // pipeline stage (the whole model: neither).
@@ -119,6 +143,17 @@ class CausalLM : public Module {
   // One line for logs: family, sizes, dtype.
   virtual std::string describe() const = 0;
 
+  // Model chunk `c` of this rank's pipeline stage as a Module of its own (the
+  // interleaved schedule runs each chunk's forward and backward): its
+  // forward takes tokens where pipeline_stage().takes_tokens(c), else hidden
+  // states, and gives logits where gives_logits(c), else hidden states. It
+  // declares nothing (its parameters are this model's). With one chunk the
+  // model's own forward runs chunk 0; with several it is FailedPrecondition
+  // (run the chunks). Errors: c out of range (InvalidArgument, from forward).
+  Module& chunk(int c);
+  // Whether `module` is one of chunk()'s views of this model.
+  bool is_chunk(const Module& module) const;
+
   // The family's initialisation of every parameter, enqueued on `stream`:
   // store().initialize(seed, stream) (the table carries the init rules).
   absl::Status init(uint64_t seed, const core::Stream& stream = core::Stream::cpu()) {
@@ -136,6 +171,22 @@ class CausalLM : public Module {
   absl::StatusOr<CrossEntropyResult> loss(core::Context& ctx, const core::Tensor& logits,
                                           const core::Tensor& targets,
                                           const CrossEntropyOptions& options) const;
+
+ protected:
+  // Runs forward_chunk(ctx, 0, input), or fails with several chunks.
+  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
+                                             const core::Tensor& grad_output) override;
+  // The family's forward of chunk `c` (see chunk()); its backward takes the
+  // saved state of that forward (InvalidArgument for another chunk's).
+  virtual absl::StatusOr<ForwardResult> forward_chunk(core::Context& ctx, int c,
+                                                      const core::Tensor& input) = 0;
+  virtual absl::StatusOr<core::Tensor> backward_chunk(core::Context& ctx, int c, Saved& saved,
+                                                      const core::Tensor& grad_output) = 0;
+
+ private:
+  class Chunk;
+  std::map<int, std::unique_ptr<Module>> chunks_;  // chunk()'s views, made on first use
 };
 
 }  // namespace colossal::nn

@@ -32,8 +32,9 @@ struct GPT2Saved : Saved {
   SavedStats stats() const override {
     return saved_stats({}, {embedding.get(), drop.get(), blocks.get(), ln_f.get(), head.get()});
   }
-  // Null where the stage has no such module (drop: also without embd_pdrop).
+  // Null where the chunk has no such module (drop: also without embd_pdrop).
   std::unique_ptr<Saved> embedding, drop, blocks, ln_f, head;
+  int chunk = 0;  // the pipeline stage's model chunk that ran
 };
 
 }  // namespace
@@ -120,12 +121,16 @@ GPT2::GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split)
       drop_ = std::make_unique<Dropout>("transformer.drop", config.embd_pdrop);
     }
   }
-  const int64_t end = stage.end_layer < 0 ? config.n_layer : stage.end_layer;
-  for (int64_t i = stage.first_layer; i < end; ++i) {
-    Module* block = blocks_.append(std::make_unique<TransformerBlock>(
-        absl::StrCat("transformer.h.", i), config.n_embd, config.n_head, dtype,
-        config.resid_pdrop, split.tp));
-    block->set_checkpoint(i < config.checkpointed_layers());
+  chunk_blocks_.push_back(0);
+  for (const LayerRange& chunk : stage.chunks) {
+    const int64_t end = chunk.end < 0 ? config.n_layer : chunk.end;
+    for (int64_t i = chunk.first; i < end; ++i) {
+      Module* block = blocks_.append(std::make_unique<TransformerBlock>(
+          absl::StrCat("transformer.h.", i), config.n_embd, config.n_head, dtype,
+          config.resid_pdrop, split.tp));
+      block->set_checkpoint(i < config.checkpointed_layers());
+    }
+    chunk_blocks_.push_back(blocks_.size());
   }
   if (stage.last()) {
     ln_f_ = std::make_unique<LayerNorm>("transformer.ln_f", config.n_embd,
@@ -224,11 +229,15 @@ std::string GPT2::describe() const {
                          core::dtype_name(dtype_));
 }
 
-absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, embedding_ ? "tokens" : "hidden states"));
+absl::StatusOr<ForwardResult> GPT2::forward_chunk(core::Context& ctx, int c,
+                                                  const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
+  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, tokens ? "tokens" : "hidden states"));
   auto saved = std::make_unique<GPT2Saved>();
+  saved->chunk = c;
   core::Tensor x = input;
-  if (embedding_ != nullptr) {
+  if (tokens) {
     COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_->forward(ctx, x));
     saved->embedding = std::move(e.saved);
     x = e.output;
@@ -242,28 +251,32 @@ absl::StatusOr<ForwardResult> GPT2::forward_impl(core::Context& ctx, const core:
       COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
     }
   }
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h,
+                            blocks_.forward_range(ctx, chunk_blocks_[c], chunk_blocks_[c + 1], x));
   saved->blocks = std::move(h.saved);
-  if (head_ == nullptr) return ForwardResult{h.output, std::move(saved)};
+  if (!logits) return ForwardResult{h.output, std::move(saved)};
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_->forward(ctx, h.output));
   saved->ln_f = std::move(f.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, head_->forward(ctx, f.output));
-  saved->head = std::move(logits.saved);
-  return ForwardResult{logits.output, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, head_->forward(ctx, f.output));
+  saved->head = std::move(out.saved);
+  return ForwardResult{out.output, std::move(saved)};
 }
 
-absl::StatusOr<core::Tensor> GPT2::backward_impl(core::Context& ctx, Saved& saved,
-                                                 const core::Tensor& grad_output) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, head_ ? "dlogits" : "the output gradient"));
+absl::StatusOr<core::Tensor> GPT2::backward_chunk(core::Context& ctx, int c, Saved& saved,
+                                                  const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
+  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
+  COLOSSAL_RETURN_IF_ERROR(
+      require_device(ctx, grad_output, logits ? "dlogits" : "the output gradient"));
   COLOSSAL_ASSIGN_OR_RETURN(GPT2Saved * s, saved_as<GPT2Saved>(saved));
+  COLOSSAL_RETURN_IF_ERROR(check_saved_chunk(s->chunk, c));
   core::Tensor dx = grad_output;
-  if (head_ != nullptr) {
-    if (s->head == nullptr) return absl::InvalidArgumentError("saved activations are from another stage");
+  if (logits) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, head_->backward(ctx, *s->head, dx));
     COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_->backward(ctx, *s->ln_f, dx));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
-  if (embedding_ == nullptr) return dx;
+  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
+  if (!tokens) return dx;
   if (split_.tp.splits_sequence()) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
   }

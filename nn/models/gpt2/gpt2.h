@@ -184,14 +184,16 @@ class GPT2 : public CausalLM {
   std::string describe() const override;
 
  protected:
-  // tokens int32 [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size];
-  // a pipeline stage takes hidden states [B, T, n_embd] unless it is the
-  // first and gives them unless it is the last.
-  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
-  // dlogits [B, T, padded_vocab_size] (or the next stage's input gradient)
-  // -> undefined (tokens have no gradient), or this stage's input gradient.
-  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
-                                             const core::Tensor& grad_output) override;
+  // Chunk c (CausalLM::chunk; the whole model by default): tokens int32
+  // [B, T] (T <= max_seq_len) -> logits [B, T, padded_vocab_size]; a chunk
+  // takes hidden states [B, T, n_embd] unless it is the first stage's first
+  // and gives them unless it is the last stage's last.
+  absl::StatusOr<ForwardResult> forward_chunk(core::Context& ctx, int c,
+                                              const core::Tensor& input) override;
+  // dlogits [B, T, padded_vocab_size] (or the next chunk's input gradient)
+  // -> undefined (tokens have no gradient), or this chunk's input gradient.
+  absl::StatusOr<core::Tensor> backward_chunk(core::Context& ctx, int c, Saved& saved,
+                                              const core::Tensor& grad_output) override;
 
  private:
   GPT2(const GPT2Config& config, core::DType dtype, const ModelSplit& split);
@@ -203,7 +205,9 @@ class GPT2 : public CausalLM {
   ModelSplit split_;
   std::unique_ptr<Embedding> embedding_;  // the first pipeline stage's
   std::unique_ptr<Dropout> drop_;  // "transformer.drop"; null when embd_pdrop == 0
-  Sequential blocks_;
+  Sequential blocks_;  // every chunk's, in layer order
+  // Chunk c's blocks: blocks_ [chunk_blocks_[c], chunk_blocks_[c + 1]).
+  std::vector<size_t> chunk_blocks_;
   std::unique_ptr<LayerNorm> ln_f_;  // the last stage's, with the head
   std::unique_ptr<LmHead> head_;     // logits = x wte^T
   ParameterStore store_;

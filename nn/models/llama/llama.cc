@@ -63,8 +63,9 @@ struct LlamaSaved : Saved {
   SavedStats stats() const override {
     return saved_stats({}, {embed_tokens.get(), blocks.get(), norm.get(), lm_head.get()});
   }
-  // Null where the pipeline stage has no such module.
+  // Null where the model chunk has no such module.
   std::unique_ptr<Saved> embed_tokens, blocks, norm, lm_head;
+  int chunk = 0;  // the pipeline stage's model chunk that ran
 };
 
 absl::Status field_error(absl::string_view field, absl::string_view why) {
@@ -187,11 +188,15 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
       .intermediate = config.intermediate_size,
       .mlp_bias = config.mlp_bias,
       .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};
-  const int64_t end = stage.end_layer < 0 ? config.num_hidden_layers : stage.end_layer;
-  for (int64_t i = stage.first_layer; i < end; ++i) {
-    Module* block = blocks_.append(std::make_unique<LlamaBlock>(
-        absl::StrCat("model.layers.", i), shape, rope_, dtype, split.tp));
-    block->set_checkpoint(i < config.checkpointed_layers());
+  chunk_blocks_.push_back(0);
+  for (const LayerRange& chunk : stage.chunks) {
+    const int64_t end = chunk.end < 0 ? config.num_hidden_layers : chunk.end;
+    for (int64_t i = chunk.first; i < end; ++i) {
+      Module* block = blocks_.append(std::make_unique<LlamaBlock>(
+          absl::StrCat("model.layers.", i), shape, rope_, dtype, split.tp));
+      block->set_checkpoint(i < config.checkpointed_layers());
+    }
+    chunk_blocks_.push_back(blocks_.size());
   }
   if (stage.last()) {
     norm_ = std::make_unique<RMSNorm>(
@@ -298,16 +303,20 @@ std::string Llama::describe() const {
       config_.tie_word_embeddings ? "tied" : "untied", core::dtype_name(dtype_));
 }
 
-absl::StatusOr<ForwardResult> Llama::forward_impl(core::Context& ctx, const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, embed_tokens_ ? "tokens" : "hidden states"));
+absl::StatusOr<ForwardResult> Llama::forward_chunk(core::Context& ctx, int c,
+                                                   const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
+  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, tokens ? "tokens" : "hidden states"));
   if (input.rank() >= 2 && input.dim(1) > config_.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("the input is ", input.to_string(), "; the model takes at most ",
                      config_.max_position_embeddings, " positions (max_position_embeddings)"));
   }
   auto saved = std::make_unique<LlamaSaved>();
+  saved->chunk = c;
   core::Tensor x = input;
-  if (embed_tokens_ != nullptr) {
+  if (tokens) {
     COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_->forward(ctx, x));
     saved->embed_tokens = std::move(e.saved);
     x = e.output;
@@ -316,29 +325,32 @@ absl::StatusOr<ForwardResult> Llama::forward_impl(core::Context& ctx, const core
       COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
     }
   }
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, blocks_.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h,
+                            blocks_.forward_range(ctx, chunk_blocks_[c], chunk_blocks_[c + 1], x));
   saved->blocks = std::move(h.saved);
-  if (lm_head_ == nullptr) return ForwardResult{h.output, std::move(saved)};
+  if (!logits) return ForwardResult{h.output, std::move(saved)};
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, norm_->forward(ctx, h.output));
   saved->norm = std::move(f.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult logits, lm_head_->forward(ctx, f.output));
-  saved->lm_head = std::move(logits.saved);
-  return ForwardResult{logits.output, std::move(saved)};
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, lm_head_->forward(ctx, f.output));
+  saved->lm_head = std::move(out.saved);
+  return ForwardResult{out.output, std::move(saved)};
 }
 
-absl::StatusOr<core::Tensor> Llama::backward_impl(core::Context& ctx, Saved& saved,
-                                                  const core::Tensor& grad_output) {
+absl::StatusOr<core::Tensor> Llama::backward_chunk(core::Context& ctx, int c, Saved& saved,
+                                                   const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
+  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
   COLOSSAL_RETURN_IF_ERROR(
-      require_device(ctx, grad_output, lm_head_ ? "dlogits" : "the output gradient"));
+      require_device(ctx, grad_output, logits ? "dlogits" : "the output gradient"));
   COLOSSAL_ASSIGN_OR_RETURN(LlamaSaved * s, saved_as<LlamaSaved>(saved));
+  COLOSSAL_RETURN_IF_ERROR(check_saved_chunk(s->chunk, c));
   core::Tensor dx = grad_output;
-  if (lm_head_ != nullptr) {
-    if (s->lm_head == nullptr) return absl::InvalidArgumentError("saved activations are from another stage");
+  if (logits) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, lm_head_->backward(ctx, *s->lm_head, dx));
     COLOSSAL_ASSIGN_OR_RETURN(dx, norm_->backward(ctx, *s->norm, dx));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward(ctx, *s->blocks, dx));
-  if (embed_tokens_ == nullptr) return dx;
+  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
+  if (!tokens) return dx;
   if (split_.tp.splits_sequence()) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
   }

@@ -149,10 +149,14 @@ class Llama : public CausalLM {
   std::string describe() const override;
 
  protected:
-  // tokens int32 [B, T] -> logits [B, T, padded_vocab_size].
-  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
-  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
-                                             const core::Tensor& grad_output) override;
+  // Chunk c (CausalLM::chunk; the whole model by default): tokens int32
+  // [B, T] -> logits [B, T, padded_vocab_size]; a chunk takes hidden states
+  // [B, T, hidden_size] unless it is the first stage's first and gives them
+  // unless it is the last stage's last.
+  absl::StatusOr<ForwardResult> forward_chunk(core::Context& ctx, int c,
+                                              const core::Tensor& input) override;
+  absl::StatusOr<core::Tensor> backward_chunk(core::Context& ctx, int c, Saved& saved,
+                                              const core::Tensor& grad_output) override;
 
  private:
   Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<RotaryTable> rope,
@@ -164,7 +168,9 @@ class Llama : public CausalLM {
   ModelSplit split_;
   std::shared_ptr<RotaryTable> rope_;
   std::unique_ptr<Embedding> embed_tokens_;  // the first pipeline stage's
-  Sequential blocks_;
+  Sequential blocks_;  // every chunk's, in layer order
+  // Chunk c's blocks: blocks_ [chunk_blocks_[c], chunk_blocks_[c + 1]).
+  std::vector<size_t> chunk_blocks_;
   std::unique_ptr<RMSNorm> norm_;   // the last stage's, with the head
   std::unique_ptr<LmHead> lm_head_;  // lm_head.weight, or embed_tokens' when tied
   ParameterStore store_;
