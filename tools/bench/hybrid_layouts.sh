@@ -70,7 +70,7 @@ for layout in $LAYOUTS; do
   tps=$(grep -oE '"tokens_per_s": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
   mfu=$(grep -oE '"mfu": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
   peaks=$(grep -h '"bench_rank"' "$log" | grep -oE '"peak_memory_bytes": [0-9]+' | grep -oE '[0-9]+$' |
-    awk '{printf "%s%.1f", NR > 1 ? " / " : "", $1 / 1e9}')
+    awk '{printf "%s%.1f", (NR > 1 ? " / " : ""), $1 / 1e9}')
   rows+=("| $layout | tp $tp, pp $pp ($style), dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
 done
 echo "=== $PRESET on $N GPUs, $GLOBAL_SEQS x 2048 tokens a step"
