@@ -24,6 +24,11 @@
 -- --set plugin.enable_sequence_parallelism=true splits the sequence over the
 -- tensor-parallel ranks between the attention and MLP regions (Megatron's
 -- sequence parallelism, Colossal-AI's split_gather; no sample then either).
+-- --set plugin.tp_size=1 --set plugin.enable_sequence_parallelism=true
+-- --set plugin.sequence_parallelism_mode=all_to_all --set plugin.sp_size=2
+-- splits every sequence over two ranks through the whole model instead
+-- (DeepSpeed-Ulysses: attention trades positions for heads), for long
+-- sequences.
 local colossal = require("colossal")
 local env = colossal.env()
 local gpu = env.device ~= "cpu"
@@ -53,6 +58,8 @@ return {
     pp_style = "1f1b",                -- or "interleaved", with num_model_chunks > 1
     num_model_chunks = 1,
     enable_sequence_parallelism = false,  -- true: norms and residuals on T / tp_size positions (split_gather)
+    sequence_parallelism_mode = "split_gather",  -- or "all_to_all" (Ulysses) over sp_size ranks
+    sp_size = 1,
     zero_stage = 1,                   -- ZeRO-1 over the data-parallel copies
     max_norm = 1.0,                   -- the whole model's norm, over every rank
     precision = gpu and "bf16" or "fp32",

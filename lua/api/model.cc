@@ -252,7 +252,7 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
-  if (model->net->pipeline_stage().count > 1 || model->net->tensor_parallel().splits_sequence()) {
+  if (model->net->pipeline_stage().count > 1 || model->net->tensor_parallel().chunks_sequence()) {
     RaiseError(L, "model:generate: generating through pipeline stages or sequence-parallel slices "
                "is not built yet (the plugin has pp_size > 1 or enable_sequence_parallelism)",
                kErrorUsage);

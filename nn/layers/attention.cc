@@ -44,9 +44,10 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
     return absl::InvalidArgumentError(
         absl::StrCat("channels ", channels_, " is not a multiple of heads ", heads_));
   }
-  if (heads_ % tp_.size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("heads ", heads_, " do not split over ",
-                                                   tp_.size(), " tensor-parallel ranks"));
+  if (heads_ % (tp_.size() * tp_.sequence_size()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heads ", heads_, " do not split over ", tp_.size(), " tensor-parallel x ",
+        tp_.sequence_size(), " sequence-parallel ranks"));
   }
   if (input.rank() != 3 || input.dim(2) != channels_) {
     return absl::InvalidArgumentError(
@@ -58,11 +59,14 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult qkv, c_attn_.forward(ctx, x));
   saved->c_attn = std::move(qkv.saved);
   // c_attn's [B, T, 3C] (this rank's heads of q, k and v) is the core's
-  // packed layout with KV = H.
-  const int64_t local_heads = heads_ / tp_.size();
+  // packed layout with KV = H. Under all_to_all it holds this rank's
+  // positions: trade them for every position of this rank's heads.
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor packed, seq_to_heads(ctx, tp_, qkv.output, 3));
+  const int64_t local_heads = tp_.local_heads(heads_);
   const AttentionHeads shape{local_heads, local_heads, channels_ / heads_};
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y,
-                            attention_core_forward(ctx, qkv.output, shape, impl_, saved->core));
+                            attention_core_forward(ctx, packed, shape, impl_, saved->core));
+  COLOSSAL_ASSIGN_OR_RETURN(y, heads_to_seq(ctx, tp_, y, 1));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, c_proj_.forward(ctx, y));
   saved->c_proj = std::move(out.saved);
   return ForwardResult{out.output, std::move(saved)};
@@ -73,7 +77,9 @@ absl::StatusOr<core::Tensor> CausalSelfAttention::backward_impl(core::Context& c
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "grad_output"));
   COLOSSAL_ASSIGN_OR_RETURN(AttentionSaved * s, saved_as<AttentionSaved>(saved));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, c_proj_.backward(ctx, *s->c_proj, grad_output));
+  COLOSSAL_ASSIGN_OR_RETURN(dy, seq_to_heads(ctx, tp_, dy, 1));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
+  COLOSSAL_ASSIGN_OR_RETURN(dqkv, heads_to_seq(ctx, tp_, dqkv, 3));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, c_attn_.backward(ctx, *s->c_attn, dqkv));
   return region_input_grad(ctx, tp_, dx);
 }

@@ -61,16 +61,15 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
     return absl::FailedPreconditionError(
         absl::StrCat(name(), ": no rotary table for head_dim ", shape_.head_dim));
   }
-  if (shape_.heads % tp_.size() != 0 || shape_.kv_heads % tp_.size() != 0) {
+  const int split = tp_.size() * tp_.sequence_size();
+  if (shape_.heads % split != 0 || shape_.kv_heads % split != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         name(), ": ", shape_.heads, " query and ", shape_.kv_heads,
-        " key/value heads do not split over ", tp_.size(), " tensor-parallel ranks"));
+        " key/value heads do not split over ", tp_.size(), " tensor-parallel x ",
+        tp_.sequence_size(), " sequence-parallel ranks"));
   }
   // With sequence parallelism the input holds this rank's positions: gather them.
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
-  // This rank's heads (all of them without tensor parallelism).
-  const int64_t B = x.dim(0), T = x.dim(1), H = shape_.heads / tp_.size(),
-                KV = shape_.kv_heads / tp_.size(), D = shape_.head_dim;
   auto saved = std::make_unique<LlamaAttentionSaved>();
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, x));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult k, k_proj_.forward(ctx, x));
@@ -78,21 +77,30 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
   saved->q_proj = std::move(q.saved);
   saved->k_proj = std::move(k.saved);
   saved->v_proj = std::move(v.saved);
+  // Under all_to_all the projections hold this rank's positions: trade them
+  // for every position of this rank's heads (rope then sees each position's
+  // own index).
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor qh, seq_to_heads(ctx, tp_, q.output, 1));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor kh, seq_to_heads(ctx, tp_, k.output, 1));
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor vh, seq_to_heads(ctx, tp_, v.output, 1));
+  // This rank's heads (all of them without tensor or sequence parallelism).
+  const int64_t B = qh.dim(0), T = qh.dim(1), H = tp_.local_heads(shape_.heads),
+                KV = tp_.local_heads(shape_.kv_heads), D = shape_.head_dim;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor qkv, empty(ctx, {B, T, (H + 2 * KV) * D}, dtype_));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(
           ctx,
-          kernels::rope::rope_pack_forward_cpu(qkv.raw_data(), q.output.raw_data(),
-                                               k.output.raw_data(), v.output.raw_data(),
-                                               inv_freq.data<float>(), B, T, H, KV, D, dtype_),
-          kernels::rope::rope_pack_forward_cuda(qkv.raw_data(), q.output.raw_data(),
-                                                k.output.raw_data(), v.output.raw_data(),
-                                                inv_freq.data<float>(), B, T, H, KV, D, dtype_,
-                                                cuda_stream(ctx))),
+          kernels::rope::rope_pack_forward_cpu(qkv.raw_data(), qh.raw_data(), kh.raw_data(),
+                                               vh.raw_data(), inv_freq.data<float>(), B, T, H, KV,
+                                               D, dtype_),
+          kernels::rope::rope_pack_forward_cuda(qkv.raw_data(), qh.raw_data(), kh.raw_data(),
+                                                vh.raw_data(), inv_freq.data<float>(), B, T, H,
+                                                KV, D, dtype_, cuda_stream(ctx))),
       "rotary embedding forward"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y,
                             attention_core_forward(ctx, qkv, {H, KV, D}, impl_, saved->core));
+  COLOSSAL_ASSIGN_OR_RETURN(y, heads_to_seq(ctx, tp_, y, 1));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, o_proj_.forward(ctx, y));
   saved->o_proj = std::move(out.saved);
   return ForwardResult{out.output, std::move(saved)};
@@ -103,9 +111,10 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, grad_output, "grad_output"));
   COLOSSAL_ASSIGN_OR_RETURN(LlamaAttentionSaved * s, saved_as<LlamaAttentionSaved>(saved));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dy, o_proj_.backward(ctx, *s->o_proj, grad_output));
+  COLOSSAL_ASSIGN_OR_RETURN(dy, seq_to_heads(ctx, tp_, dy, 1));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
-  const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = shape_.heads / tp_.size(),
-                KV = shape_.kv_heads / tp_.size(), D = shape_.head_dim;
+  const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = tp_.local_heads(shape_.heads),
+                KV = tp_.local_heads(shape_.kv_heads), D = shape_.head_dim;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dq, empty(ctx, {B, T, H * D}, dtype_));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dk, empty(ctx, {B, T, KV * D}, dtype_));
@@ -121,6 +130,9 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
                                                  H, KV, D, dtype_, cuda_stream(ctx))),
       "rotary embedding backward"));
   dqkv = core::Tensor();  // free it before the projections' backward
+  COLOSSAL_ASSIGN_OR_RETURN(dq, heads_to_seq(ctx, tp_, dq, 1));
+  COLOSSAL_ASSIGN_OR_RETURN(dk, heads_to_seq(ctx, tp_, dk, 1));
+  COLOSSAL_ASSIGN_OR_RETURN(dv, heads_to_seq(ctx, tp_, dv, 1));
   // v_proj, k_proj, q_proj: the reverse of the forward, so hooks see the
   // children in reverse order as everywhere else.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, v_proj_.backward(ctx, *s->v_proj, dv));

@@ -45,23 +45,53 @@ comm::CollectiveOptions on_compute(core::Context& ctx, bool cuda) {
   return o;
 }
 
+// The group a [B, T, ...] activation's positions split over: the sequence
+// group under all_to_all, else the tp group (split_gather).
+struct SeqGroup {
+  comm::ProcessGroup* group;
+  int size, rank;
+  const char* ranks;  // for messages
+};
+SeqGroup chunk_group(const TensorParallel& tp) {
+  if (tp.all_to_all()) {
+    return {tp.sequence_group.get(), tp.sequence_size(), tp.sequence_rank(),
+            "sequence-parallel ranks (make seq_len a multiple of sp_size)"};
+  }
+  return {tp.group.get(), tp.size(), tp.rank(),
+          "tensor-parallel ranks (make seq_len a multiple of tp_size)"};
+}
+
 // [B, T, C] -> (B, T, row bytes); InvalidArgument unless T splits over the group.
 struct SeqShape {
   int64_t B, T, Tc;
   size_t row;  // bytes of one position
 };
-absl::StatusOr<SeqShape> seq_shape(const TensorParallel& tp, const core::Tensor& x, int64_t T) {
+absl::StatusOr<SeqShape> seq_shape(const SeqGroup& g, const core::Tensor& x, int64_t T) {
   if (x.rank() < 2 || x.dim(1) != T) {
     return absl::InvalidArgumentError(
         absl::StrCat("sequence parallelism: ", x.to_string(), " is not [B, ", T, ", ...]"));
   }
-  if (T % tp.size() != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sequence parallelism: the sequence length ", T, " does not split over ",
-                     tp.size(), " tensor-parallel ranks (make seq_len a multiple of tp_size)"));
+  if (T % g.size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sequence parallelism: the sequence length ",
+                                                   T, " does not split over ", g.size, " ",
+                                                   g.ranks));
   }
-  return SeqShape{x.dim(0), T, T / tp.size(),
+  return SeqShape{x.dim(0), T, T / g.size,
                   static_cast<size_t>(x.numel() / (x.dim(0) * T)) * core::dtype_size(x.dtype())};
+}
+absl::StatusOr<SeqShape> seq_shape(const TensorParallel& tp, const core::Tensor& x, int64_t T) {
+  return seq_shape(chunk_group(tp), x, T);
+}
+// A chunk [B, Tc, ...] of a sequence of Tc * size positions.
+absl::StatusOr<SeqShape> chunk_shape(const SeqGroup& g, const core::Tensor& chunk) {
+  if (chunk.rank() < 2 || chunk.dim(1) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sequence parallelism: ", chunk.to_string(), " is not [B, T, ...]"));
+  }
+  const int64_t Tc = chunk.dim(1);
+  return SeqShape{chunk.dim(0), Tc * g.size, Tc,
+                  static_cast<size_t>(chunk.numel() / (chunk.dim(0) * Tc)) *
+                      core::dtype_size(chunk.dtype())};
 }
 
 std::vector<int64_t> with_dim1(const core::Tensor& x, int64_t t) {
@@ -90,7 +120,8 @@ absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorPara
   COLOSSAL_ASSIGN_OR_RETURN(SeqShape s, seq_shape(tp, x, x.rank() >= 2 ? x.dim(1) : 0));
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(x, s.Tc)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, x.dtype()));
-  const char* src = static_cast<const char*>(x.raw_data()) + tp.rank() * s.Tc * s.row;
+  const char* src =
+      static_cast<const char*>(x.raw_data()) + chunk_group(tp).rank * s.Tc * s.row;
   COLOSSAL_RETURN_IF_ERROR(
       copy_2d(ctx, out.raw_data(), s.Tc * s.row, src, s.T * s.row, s.Tc * s.row, s.B));
   return out;
@@ -98,9 +129,10 @@ absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorPara
 
 absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorParallel& tp,
                                              const core::Tensor& chunk) {
-  const int64_t Tc = chunk.rank() >= 2 ? chunk.dim(1) : 0;
-  COLOSSAL_ASSIGN_OR_RETURN(SeqShape s, seq_shape(tp, chunk, Tc));
-  s.T = Tc * tp.size();
+  // split_gather only: over the tp group.
+  COLOSSAL_ASSIGN_OR_RETURN(const SeqShape s,
+                            chunk_shape(SeqGroup{tp.group.get(), tp.size(), tp.rank(), ""}, chunk));
+  const int64_t Tc = s.Tc;
   const bool cuda = chunk.device().is_cuda();
   // Rank-major [size, B, Tc, ...], then each rank's block into its positions.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all,
@@ -139,15 +171,133 @@ absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const T
 
 absl::StatusOr<core::Tensor> pad_sequence(core::Context& ctx, const TensorParallel& tp,
                                           const core::Tensor& chunk) {
-  const int64_t Tc = chunk.rank() >= 2 ? chunk.dim(1) : 0;
-  COLOSSAL_ASSIGN_OR_RETURN(SeqShape s, seq_shape(tp, chunk, Tc));
-  s.T = Tc * tp.size();
+  const SeqGroup g = chunk_group(tp);
+  COLOSSAL_ASSIGN_OR_RETURN(const SeqShape s, chunk_shape(g, chunk));
+  const int64_t Tc = s.Tc;
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(chunk, s.T)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, chunk.dtype()));
   COLOSSAL_RETURN_IF_ERROR(fill(ctx, out, 0.0));
-  COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(out.raw_data()) + tp.rank() * Tc * s.row,
+  COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(out.raw_data()) + g.rank * Tc * s.row,
                                    s.T * s.row, chunk.raw_data(), Tc * s.row, Tc * s.row, s.B));
   return out;
+}
+
+namespace {
+
+// The last dimension's split for seq_to_heads / heads_to_seq: `groups` groups
+// of `cols` elements, each cut into n blocks of `block`.
+struct HeadSplit {
+  int64_t B, Tc, cols, block;
+  size_t es;  // element bytes
+};
+absl::StatusOr<HeadSplit> head_split(const TensorParallel& tp, const core::Tensor& x, int groups,
+                                     int64_t T_per_rank, int64_t cols) {
+  const int n = tp.sequence_size();
+  if (x.rank() != 3 || groups < 1 || cols % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all_to_all sequence parallelism: ", x.to_string(), " is not [B, T, ", groups,
+                     " x columns] with columns (heads) divisible by ", n, " ranks"));
+  }
+  return HeadSplit{x.dim(0), T_per_rank, cols, cols / n, core::dtype_size(x.dtype())};
+}
+
+absl::Status exchange(core::Context& ctx, const TensorParallel& tp, const core::Tensor& out,
+                      const core::Tensor& in, const char* what) {
+  const bool cuda = in.device().is_cuda();
+  return finish(ctx, tp.sequence_group->all_to_all(out, in, on_compute(ctx, cuda)), cuda, what);
+}
+
+}  // namespace
+
+absl::StatusOr<core::Tensor> seq_to_heads(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& x, int groups) {
+  if (!tp.all_to_all()) return x;
+  const int n = tp.sequence_size();
+  if (x.rank() != 3 || x.dim(2) % groups != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("seq_to_heads: ", x.to_string(),
+                                                   " is not [B, T, ", groups, " x columns]"));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(HeadSplit h, head_split(tp, x, groups, x.dim(1), x.dim(2) / groups));
+  // Send block j of every group to rank j: [n, B, Tc, groups, block].
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, empty(ctx, {x.numel()}, x.dtype()));
+  const size_t rows = static_cast<size_t>(h.B * h.Tc), part = groups * h.block * h.es;
+  for (int j = 0; j < n; ++j) {
+    for (int g = 0; g < groups; ++g) {
+      COLOSSAL_RETURN_IF_ERROR(copy_2d(
+          ctx, static_cast<char*>(send.raw_data()) + j * rows * part + g * h.block * h.es, part,
+          static_cast<const char*>(x.raw_data()) + (g * h.cols + j * h.block) * h.es,
+          groups * h.cols * h.es, h.block * h.es, rows));
+    }
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, empty(ctx, {x.numel()}, x.dtype()));
+  COLOSSAL_RETURN_IF_ERROR(
+      exchange(ctx, tp, recv, send, "all_to_all sequence parallelism: positions to heads"));
+  // Rank s's block holds positions [s Tc, (s+1) Tc): [B, T, groups * block].
+  const int64_t T = h.Tc * n;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, {h.B, T, groups * h.block}, x.dtype()));
+  for (int src = 0; src < n; ++src) {
+    COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(out.raw_data()) + src * h.Tc * part,
+                                     T * part,
+                                     static_cast<const char*>(recv.raw_data()) + src * rows * part,
+                                     h.Tc * part, h.Tc * part, h.B));
+  }
+  return out;
+}
+
+absl::StatusOr<core::Tensor> heads_to_seq(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& y, int groups) {
+  if (!tp.all_to_all()) return y;
+  const int n = tp.sequence_size();
+  if (y.rank() != 3 || y.dim(2) % groups != 0 || y.dim(1) % n != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heads_to_seq: ", y.to_string(), " is not [B, T, ", groups,
+                     " x columns] with T divisible by ", n, " ranks"));
+  }
+  const int64_t block = y.dim(2) / groups, Tc = y.dim(1) / n;
+  COLOSSAL_ASSIGN_OR_RETURN(HeadSplit h, head_split(tp, y, groups, Tc, block * n));
+  const size_t rows = static_cast<size_t>(h.B * h.Tc), part = groups * h.block * h.es;
+  // Positions [s Tc, (s+1) Tc) to rank s: [n, B, Tc, groups * block].
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, empty(ctx, {y.numel()}, y.dtype()));
+  for (int s = 0; s < n; ++s) {
+    COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(send.raw_data()) + s * rows * part,
+                                     h.Tc * part,
+                                     static_cast<const char*>(y.raw_data()) + s * h.Tc * part,
+                                     y.dim(1) * part, h.Tc * part, h.B));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, empty(ctx, {y.numel()}, y.dtype()));
+  COLOSSAL_RETURN_IF_ERROR(
+      exchange(ctx, tp, recv, send, "all_to_all sequence parallelism: heads to positions"));
+  // Rank j's block is its heads of every group: columns j * block of each.
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out,
+                            empty(ctx, {h.B, h.Tc, groups * h.cols}, y.dtype()));
+  for (int j = 0; j < n; ++j) {
+    for (int g = 0; g < groups; ++g) {
+      COLOSSAL_RETURN_IF_ERROR(copy_2d(
+          ctx, static_cast<char*>(out.raw_data()) + (g * h.cols + j * h.block) * h.es,
+          groups * h.cols * h.es,
+          static_cast<const char*>(recv.raw_data()) + j * rows * part + g * h.block * h.es, part,
+          h.block * h.es, rows));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
+                                         double value) {
+  if (!tp.all_to_all()) return value;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                            core::Tensor::empty({1}, core::DType::kF64, core::Stream::cpu()));
+  t.data<double>()[0] = value;
+  const bool cuda = ctx.device().is_cuda();
+  if (cuda) {
+    COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
+  }
+  COLOSSAL_RETURN_IF_ERROR(finish(
+      ctx, tp.sequence_group->all_reduce(t, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda,
+      "all_to_all sequence parallelism: summing the loss"));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
+  ctx.compute_stream().synchronize();
+  return host.data<double>()[0];
 }
 
 absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParallel& tp,

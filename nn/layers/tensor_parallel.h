@@ -33,9 +33,11 @@
 #ifndef COLOSSAL_NN_LAYERS_TENSOR_PARALLEL_H_
 #define COLOSSAL_NN_LAYERS_TENSOR_PARALLEL_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/process_group/process_group.h"
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
@@ -47,11 +49,28 @@ namespace colossal::nn {
 struct TensorParallel {
   std::shared_ptr<comm::ProcessGroup> group;  // null: no tensor parallelism
   bool sequence_parallel = false;             // split_gather between regions
+  // Ulysses sequence parallelism (Colossal-AI's sequence_parallelism_mode
+  // "all_to_all"; null: none): the ranks of this group each hold T / n
+  // positions of every sequence through the whole model, with whole weights;
+  // around attention an all-to-all trades positions for heads
+  // (seq_to_heads), so each rank attends over every position with heads / n
+  // heads, and back (heads_to_seq). Every parameter's gradient is then a
+  // partial sum over the group, which the plugin reduces with the data-
+  // parallel ones.
+  std::shared_ptr<comm::ProcessGroup> sequence_group;
 
   int size() const { return group != nullptr ? group->size() : 1; }
   int rank() const { return group != nullptr ? group->rank() : 0; }
   bool enabled() const { return size() > 1; }
   bool splits_sequence() const { return enabled() && sequence_parallel; }
+  int sequence_size() const { return sequence_group != nullptr ? sequence_group->size() : 1; }
+  int sequence_rank() const { return sequence_group != nullptr ? sequence_group->rank() : 0; }
+  bool all_to_all() const { return sequence_size() > 1; }
+  // Activations between layers hold this rank's positions only (either
+  // mode): the model chunks the embedding's output and pads its gradient.
+  bool chunks_sequence() const { return splits_sequence() || all_to_all(); }
+  // The attention heads one rank computes.
+  int64_t local_heads(int64_t heads) const { return heads / size() / sequence_size(); }
   // This rank's split of dimension `dim` (blocks: see TensorSplit).
   TensorSplit split(int dim, int blocks = 1) const {
     return enabled() ? TensorSplit{dim, blocks, size(), rank()} : TensorSplit{};
@@ -71,7 +90,9 @@ absl::Status all_reduce_sum(core::Context& ctx, const TensorParallel& tp, const 
 // else InvalidArgument naming T): this rank's positions [r T/size, (r+1) T/size)
 // of x; every rank's chunk gathered back into [B, T, C]; the sum over the
 // group of x's chunk for this rank (reduce-scatter); and a chunk's gradient
-// as [B, T, C] zero outside this rank's positions.
+// as [B, T, C] zero outside this rank's positions. sequence_chunk and
+// pad_sequence split over the sequence group under all_to_all (x may be any
+// [B, T, ...] tensor, int32 targets too), else over tp's group.
 absl::StatusOr<core::Tensor> sequence_chunk(core::Context& ctx, const TensorParallel& tp,
                                             const core::Tensor& x);
 absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorParallel& tp,
@@ -80,6 +101,22 @@ absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const T
                                                      const core::Tensor& x);
 absl::StatusOr<core::Tensor> pad_sequence(core::Context& ctx, const TensorParallel& tp,
                                           const core::Tensor& chunk);
+
+// all_to_all sequence parallelism (no-ops without it): x [B, T/n, G * c] of
+// this rank's positions, whose last dimension is G groups (GPT-2's q | k | v:
+// 3; one projection: 1) of c columns each, n blocks of c / n (heads) per
+// group -> [B, T, G * c / n]: every position, this rank's block of each
+// group. heads_to_seq is its inverse (and each is the other's backward).
+// InvalidArgument when the columns do not split over the group.
+absl::StatusOr<core::Tensor> seq_to_heads(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& x, int groups);
+absl::StatusOr<core::Tensor> heads_to_seq(core::Context& ctx, const TensorParallel& tp,
+                                          const core::Tensor& y, int groups);
+
+// `value` summed over the sequence group under all_to_all (on the host; a
+// collective over the group), else `value`.
+absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
+                                         double value);
 
 // A region's input (all-gathered along the sequence with sequence
 // parallelism) and its input gradient (reduce-scattered back, or summed over

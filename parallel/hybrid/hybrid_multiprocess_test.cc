@@ -5,7 +5,8 @@
 // whole weights; the parent checks them against one process on the union of
 // the data-parallel ranks' data. Cases: tp2; tp2 x dp2 with ZeRO-1; pp2;
 // tp2 x pp2 x dp2 with ZeRO-1 (eight processes); tp2 with sequence parallelism;
-// pp2 with the interleaved schedule (two chunks per stage).
+// pp2 with the interleaved schedule (two chunks per stage); all_to_all
+// sequence parallelism (sp2 x dp2, ZeRO-1).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -69,7 +70,7 @@ TEST_P(HybridMultiprocess, MatchesOneProcess) {
     runs[r].weights = read_floats(in);
     for (float f : read_floats(in)) runs[r].clipped.push_back(f != 0.0f);
   }
-  expect_equal_to_reference(runs, one_process(c, c.world / (c.tp * c.pp), kHybridSteps));
+  expect_equal_to_reference(runs, one_process(c, c.world / (c.tp * c.pp * c.a2a), kHybridSteps));
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, HybridMultiprocess,
@@ -79,7 +80,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HybridMultiprocess,
                                            HybridCase{Family::kGpt2, 8, 2, 1, 2},
                                            HybridCase{Family::kLlama, 2, 2, 0, 1, 2, 2, true},
                                            HybridCase{Family::kLlamaTied, 2, 1, 0, 2, 4, 2,
-                                                      false, 2, 4}),
+                                                      false, 2, 4},
+                                           HybridCase{Family::kLlama, 4, 1, 1, 1, 2, 2, false, 1,
+                                                      kMicro, 2}),
                          [](const ::testing::TestParamInfo<HybridCase>& info) {
                            return case_name(info.param);
                          });

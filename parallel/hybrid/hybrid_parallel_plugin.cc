@@ -44,10 +44,18 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
         "zero_stage 0 or 1; got tp_size ",
         options.tp_size, ", pp_size ", options.pp_size, ", zero_stage ", options.zero_stage));
   }
-  if (world->size() % (options.tp_size * options.pp_size) != 0) {
+  if (options.sp_size < 1 ||
+      (options.sp_size > 1 &&
+       (options.tp_size > 1 || options.pp_size > 1 || options.sequence_parallel))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hybrid_parallel: sp_size ", options.sp_size,
+        " (all_to_all sequence parallelism) takes tp_size 1 and pp_size 1 yet; got tp_size ",
+        options.tp_size, ", pp_size ", options.pp_size));
+  }
+  if (world->size() % (options.tp_size * options.pp_size * options.sp_size) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hybrid_parallel: the world's ", world->size(), " ranks do not divide into tp_size ",
-        options.tp_size, " x pp_size ", options.pp_size));
+        options.tp_size, " x pp_size ", options.pp_size, " x sp_size ", options.sp_size));
   }
   if (options.zero_stage < 0 || options.zero_stage > 2) {
     return absl::InvalidArgumentError(
@@ -56,13 +64,31 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
   auto s = std::make_unique<State>();
   s->options = options;
   s->world = world;
-  COLOSSAL_ASSIGN_OR_RETURN(comm::DeviceMesh mesh,
-                            comm::DeviceMesh::hybrid_parallel(world->size(), world->rank(),
-                                                              options.pp_size, options.tp_size));
+  const int dp = world->size() / (options.tp_size * options.pp_size * options.sp_size);
+  COLOSSAL_ASSIGN_OR_RETURN(
+      comm::DeviceMesh mesh,
+      comm::DeviceMesh::create(world->size(), world->rank(),
+                               {dp, options.pp_size, options.sp_size, options.tp_size},
+                               {"dp", "pp", "sp", "tp"}));
   COLOSSAL_RETURN_IF_ERROR(core::annotate(mesh.create_groups(*world), "hybrid_parallel: mesh"));
   COLOSSAL_ASSIGN_OR_RETURN(s->tp, mesh.group("tp"));
   COLOSSAL_ASSIGN_OR_RETURN(s->dp, mesh.group("dp"));
   COLOSSAL_ASSIGN_OR_RETURN(s->pp, mesh.group("pp"));
+  std::shared_ptr<comm::ProcessGroup> reduce_over = s->dp;
+  if (options.sp_size > 1) {
+    COLOSSAL_ASSIGN_OR_RETURN(s->sp, mesh.group("sp"));
+    // Every rank of one pipeline stage and tp index: the copies and the
+    // sequence pieces, whose gradients are all partial.
+    std::vector<int> members;
+    for (int d = 0; d < dp; ++d) {
+      for (int q = 0; q < options.sp_size; ++q) {
+        members.push_back(
+            mesh.rank_of({d, mesh.coordinate(1), q, mesh.coordinate(3)}));
+      }
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(s->dp_sp, world->new_group(members));
+    reduce_over = s->dp_sp;
+  }
   if (options.pp_size > 1) {
     s->pipeline.group = s->pp;
     COLOSSAL_ASSIGN_OR_RETURN(s->pipeline.p2p, world->new_group(s->pp->world_ranks()));
@@ -79,7 +105,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
   if (options.zero_stage == 0) {
     DdpOptions o;
     o.bucket_cap_mb = options.ddp_bucket_cap_mb;
-    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<DdpPlugin> ddp, DdpPlugin::create(s->dp, o));
+    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<DdpPlugin> ddp, DdpPlugin::create(reduce_over, o));
     s->inner = std::move(ddp);
   } else {
     LowLevelZeroOptions o;
@@ -91,7 +117,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
     State* raw = s.get();  // the inner plugin is the state's: it never outlives it
     o.in_norm = [raw](const nn::ParameterEntry& e) { return raw->counts_in_norm(e); };
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<LowLevelZeroPlugin> zero,
-                              LowLevelZeroPlugin::create(s->dp, o));
+                              LowLevelZeroPlugin::create(reduce_over, o));
     s->inner = std::move(zero);
   }
   return std::unique_ptr<HybridParallelPlugin>(new HybridParallelPlugin(std::move(s)));
@@ -108,6 +134,7 @@ absl::StatusOr<nn::ModelSplit> HybridParallelPlugin::model_split(const nn::Causa
   const State& s = *state_;
   nn::ModelSplit split;
   if (s.tp->size() > 1) split.tp = nn::TensorParallel{s.tp, s.options.sequence_parallel};
+  if (s.sp != nullptr) split.tp.sequence_group = s.sp;
   if (s.pipeline.stages > 1) {
     COLOSSAL_ASSIGN_OR_RETURN(
         split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages, s.pipeline.stage,

@@ -3,7 +3,7 @@
 // parallelism (ddp, or ZeRO stage 1 / 2) across copies of it, on one device
 // mesh.
 //
-// The world's ranks form the mesh (dp, pp, tp), tp varying fastest
+// The world's ranks form the mesh (dp, pp, sp, tp), tp varying fastest
 // (comm/mesh: neighbouring ranks split one layer, the fastest links):
 //   * tp: the model's attention and MLP weights split over the tp group
 //     (Megatron's 1D scheme, nn/layers/tensor_parallel.h). The model must
@@ -59,6 +59,12 @@ struct HybridParallelOptions {
   // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1, pp_size 1 and
   // zero_stage <= 1.
   bool sequence_parallel = false;
+  // Colossal-AI's sequence_parallelism_mode "all_to_all" (Ulysses,
+  // nn/layers/tensor_parallel.h) over sp_size ranks (> 1): each holds
+  // seq_len / sp_size positions through the whole model, heads are exchanged
+  // for positions around attention, and the inner plugin reduces gradients
+  // over dp x sp. tp_size 1 and pp_size 1 yet; any zero_stage.
+  int sp_size = 1;
   // 0: ddp over the dp group; 1 or 2: low_level_zero at that stage.
   int zero_stage = 0;
   double ddp_bucket_cap_mb = 25.0;      // zero_stage 0

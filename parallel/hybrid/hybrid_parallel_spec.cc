@@ -22,18 +22,19 @@ class HybridParallelSpec : public PrecisionOwningSpec {
     c.supports_no_sync = options_.zero_stage < 2;
     c.pipeline = options_.pp_size > 1;
     if (options_.num_model_chunks > 1) c.pipeline_micro_batch_multiple = options_.pp_size;
-    c.generates = options_.pp_size == 1 && !options_.sequence_parallel;
+    c.generates = options_.pp_size == 1 && !options_.sequence_parallel && options_.sp_size == 1;
     return c;
   }
   absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,
                                                const PluginEnv& env) const override {
     HybridParallelOptions o = options_;
     o.cpu_offload_threads = std::max(1, env.host_cores / std::max(1, env.local_world_size));
-    if (pg->size() % (o.tp_size * o.pp_size) != 0) {
+    if (pg->size() % (o.tp_size * o.pp_size * o.sp_size) != 0) {
       // Known only now (the job's size): the message names the option itself.
       return absl::InvalidArgumentError(absl::StrCat(
-          "tp_size = ", o.tp_size, " (x pp_size ", o.pp_size, ") does not divide the job's ",
-          pg->size(), " process(es); launch a multiple of it (colossal run --nproc_per_node N)"));
+          "tp_size = ", o.tp_size, " (x pp_size ", o.pp_size, " x sp_size ", o.sp_size,
+          ") does not divide the job's ", pg->size(),
+          " process(es); launch a multiple of it (colossal run --nproc_per_node N)"));
     }
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<HybridParallelPlugin> p,
                               HybridParallelPlugin::create(std::move(pg), o));
@@ -88,16 +89,35 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
     return option_error("zero_stage", absl::StrCat("= ", o.zero_stage, " with pp_size ", o.pp_size,
                                                    ": pipelines take zero_stage 0 or 1"));
   }
-  if (sp_mode != "split_gather") {
+  if (sp_mode != "split_gather" && sp_mode != "all_to_all") {
     return option_error("sequence_parallelism_mode",
                         absl::StrCat("= \"", sp_mode,
-                                     "\": only \"split_gather\" is built yet "
-                                     "(\"all_to_all\", \"ring\" and \"ring_attn\" are not)"));
+                                     "\": \"split_gather\" and \"all_to_all\" are built "
+                                     "(\"ring\" and \"ring_attn\" are not)"));
   }
-  if (sp_size != 1) {
+  const bool all_to_all = o.sequence_parallel && sp_mode == "all_to_all";
+  if (!all_to_all && sp_size != 1) {
     return option_error("sp_size", absl::StrCat("= ", sp_size,
-                                                ": split_gather splits the sequence over the "
-                                                "tensor-parallel ranks; leave sp_size at 1"));
+                                                ": only sequence_parallelism_mode "
+                                                "\"all_to_all\" (with enable_sequence_"
+                                                "parallelism) takes sp_size > 1; split_gather "
+                                                "splits the sequence over the tensor-parallel "
+                                                "ranks"));
+  }
+  if (all_to_all) {
+    if (sp_size < 2) {
+      return option_error("sp_size", absl::StrCat("= ", sp_size,
+                                                  ": all_to_all splits the sequence over "
+                                                  "sp_size ranks: set it to 2 or more"));
+    }
+    if (o.tp_size > 1 || o.pp_size > 1) {
+      return option_error("sequence_parallelism_mode",
+                          absl::StrCat("= \"all_to_all\" works with tp_size 1 and pp_size 1 yet "
+                                       "(got tp_size ", o.tp_size, ", pp_size ", o.pp_size,
+                                       "); split_gather composes with tensor parallelism"));
+    }
+    o.sp_size = static_cast<int>(sp_size);
+    o.sequence_parallel = false;  // the split_gather flag
   }
   if (o.sequence_parallel && o.tp_size < 2) {
     return option_error("enable_sequence_parallelism", "needs tp_size > 1 (split_gather)");

@@ -53,7 +53,7 @@ class HybridEquivalence : public ::testing::TestWithParam<HybridCase> {};
 
 TEST_P(HybridEquivalence, EqualsOneProcess) {
   const HybridCase& c = GetParam();
-  const int dp = c.world / (c.tp * c.pp);
+  const int dp = c.world / (c.tp * c.pp * c.a2a);
   auto ref_model = testing::materialized(declare_case_model(c), kSeed);
   auto ref_adam = testing::make_adam(*ref_model);
   const EquivalenceRun ref = testing::reference_run(*ref_model, *ref_adam, dp, kSteps, c.micro);
@@ -88,6 +88,13 @@ std::vector<HybridCase> cases() {
     // Llama: eight tied layers grow its gradient norm five-fold in ten steps
     // at this learning rate, and rounding alone (its 1F1B run as much) then
     // moves the norm past fp32 tolerances.
+    // all_to_all (Ulysses) sequence parallelism: sp2, with dp2 under ZeRO-1
+    // and ZeRO-2, and sp4 (GPT-2 with four heads; the tiny Llama has two
+    // key/value heads).
+    out.push_back({f, 2, 1, 0, 1, 2, 2, false, 1, kMicro, 2});
+    out.push_back({f, 4, 1, 1, 1, 2, 2, false, 1, kMicro, 2});
+    out.push_back({f, 4, 1, 2, 1, 2, 2, false, 1, kMicro, 2});
+    if (f == Family::kGpt2) out.push_back({f, 4, 1, 0, 1, 2, 4, false, 1, kMicro, 4});
     if (f != Family::kLlamaTied) {
       out.push_back({f, 2, 1, 1, 2, 8, 2, false, 3, 4});
       out.push_back({f, 4, 1, 0, 4, 8, 2, false, 2, 8});

@@ -23,6 +23,9 @@ struct HybridParallelPlugin::State {
   std::shared_ptr<comm::ProcessGroup> world;
   std::optional<comm::DeviceMesh> mesh;
   std::shared_ptr<comm::ProcessGroup> tp, dp, pp;
+  // all_to_all sequence parallelism: the sp group, and dp x sp, over which
+  // the inner plugin reduces (null without it).
+  std::shared_ptr<comm::ProcessGroup> sp, dp_sp;
   Pipeline pipeline;                         // pp_size > 1
   std::shared_ptr<comm::ProcessGroup> tied;  // the first and last stage (pp_size > 1, those stages)
   std::vector<std::string> tied_names;       // after boost: tied parameters this stage holds

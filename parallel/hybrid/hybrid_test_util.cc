@@ -36,7 +36,8 @@ std::string case_name(const HybridCase& c) {
                       c.zero_stage, c.layers == 2 ? "" : absl::StrCat("_layers", c.layers),
                       c.heads == 2 ? "" : absl::StrCat("_heads", c.heads), c.sp ? "_sp" : "",
                       c.chunks == 1 ? "" : absl::StrCat("_chunks", c.chunks),
-                      c.micro == kMicro ? "" : absl::StrCat("_micro", c.micro));
+                      c.micro == kMicro ? "" : absl::StrCat("_micro", c.micro),
+                      c.a2a == 1 ? "" : absl::StrCat("_a2a", c.a2a));
 }
 
 absl::StatusOr<HybridCase> case_of(const std::string& name) {
@@ -50,8 +51,11 @@ absl::StatusOr<HybridCase> case_of(const std::string& name) {
                 for (bool sp : {false, true}) {
                   for (int chunks : {1, 2, 3}) {
                     for (int micro : {2, 4, 8}) {
-                      const HybridCase c{f, world, tp, zero, pp, layers, heads, sp, chunks, micro};
-                      if (case_name(c) == name) return c;
+                      for (int a2a : {1, 2, 4}) {
+                        const HybridCase c{f,  world, tp,     zero,  pp, layers,
+                                           heads, sp, chunks, micro, a2a};
+                        if (case_name(c) == name) return c;
+                      }
                     }
                   }
                 }
@@ -74,6 +78,7 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   o.tp_size = c.tp;
   o.pp_size = c.pp;
   o.num_model_chunks = c.chunks;
+  o.sp_size = c.a2a;
   o.zero_stage = c.zero_stage;
   o.sequence_parallel = c.sp;
   auto plugin = HybridParallelPlugin::create(world, o);

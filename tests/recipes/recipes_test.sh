@@ -142,11 +142,12 @@ two_procs() {
   (cd "$tmp/work_$name" && timeout 300 "$bin" run --nproc_per_node 2 --master_port "$port" \
     "recipes/$name.lua" "${sets[@]}" >"$tmp/two.out" 2>"$tmp/two.err")
 }
-# llama_hybrid four times: tensor parallelism (tp 2), two pipeline stages
-# (pp 2; and interleaved, two model chunks per stage), and tp 2 with sequence
-# parallelism.
+# llama_hybrid five times: tensor parallelism (tp 2), two pipeline stages
+# (pp 2; and interleaved, two model chunks per stage), tp 2 with sequence
+# parallelism (split_gather), and all_to_all sequence parallelism (sp 2).
 for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel llama_hybrid:hybrid_parallel:pp \
-    llama_hybrid:hybrid_parallel:interleaved llama_hybrid:hybrid_parallel:sp; do
+    llama_hybrid:hybrid_parallel:interleaved llama_hybrid:hybrid_parallel:sp \
+    llama_hybrid:hybrid_parallel:a2a; do
   IFS=: read -r name plugin variant <<<"$name_plugin"
   sets=()
   for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
@@ -154,6 +155,8 @@ for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel llama_h
   [[ "$variant" == interleaved ]] && sets+=(--set plugin.tp_size=1 --set plugin.pp_size=2
     --set plugin.pp_style=interleaved --set plugin.num_model_chunks=2 --set model.num_hidden_layers=4)
   [[ "$variant" == sp ]] && sets+=(--set plugin.enable_sequence_parallelism=true)
+  [[ "$variant" == a2a ]] && sets+=(--set plugin.tp_size=1 --set plugin.enable_sequence_parallelism=true
+    --set plugin.sequence_parallelism_mode=all_to_all --set plugin.sp_size=2)
   two_procs || { grep -q "Address already in use" "$tmp/two.out" "$tmp/two.err" && two_procs; }
   if [[ $? -eq 0 ]]; then
     if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF "x2, fp32, plugin $plugin" "$tmp/two.out"; then

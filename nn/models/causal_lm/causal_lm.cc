@@ -132,10 +132,64 @@ absl::StatusOr<core::Tensor> CausalLM::backward_impl(core::Context& ctx, Saved& 
   return backward_chunk(ctx, 0, saved, grad_output);
 }
 
+namespace {
+
+// all_to_all sequence parallelism: `logits` are this rank's positions, every
+// rank holds the whole `targets`. Each rank's mean over its counted positions
+// is weighted by its share of the sequence group's (so the group's sum is the
+// mean over every counted position), its gradient by that share times the
+// group's size (the plugin averages gradients over it).
+absl::StatusOr<CrossEntropyResult> sequence_chunk_cross_entropy(
+    core::Context& ctx, const TensorParallel& tp, const core::Tensor& logits,
+    const core::Tensor& targets, int64_t vocab, const CrossEntropyOptions& options) {
+  if (targets.rank() != 2 || targets.dtype() != core::DType::kI32 ||
+      targets.dim(1) % tp.sequence_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence-parallel loss: targets ", targets.to_string(), " are not int32 [B, T] with T ",
+        "divisible by sp_size ", tp.sequence_size()));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, targets.to(core::Device::cpu(), ctx.compute_stream()));
+  ctx.compute_stream().synchronize();
+  const int64_t B = targets.dim(0), T = targets.dim(1), Tc = T / tp.sequence_size();
+  const int64_t first = tp.sequence_rank() * Tc;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine,
+                            core::Tensor::empty({B, Tc}, core::DType::kI32, core::Stream::cpu()));
+  int64_t counted = 0, counted_here = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t y = host.data<int32_t>()[b * T + t];
+      const bool here = t >= first && t < first + Tc;
+      if (here) mine.data<int32_t>()[b * Tc + t - first] = y;
+      if (y == options.ignore_index) continue;
+      ++counted;
+      if (here) ++counted_here;
+    }
+  }
+  const double share = counted > 0 ? static_cast<double>(counted_here) / counted : 0.0;
+  if (ctx.device().is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(mine, mine.to(ctx.device(), ctx.compute_stream()));
+  }
+  CrossEntropyOptions o = options;
+  o.dloss = static_cast<float>(options.dloss * share * tp.sequence_size());
+  COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult r, cross_entropy(ctx, logits, mine, vocab, o));
+  COLOSSAL_ASSIGN_OR_RETURN(const double total, sum_over_sequence(ctx, tp, r.loss * share));
+  r.loss = static_cast<float>(total);
+  return r;
+}
+
+}  // namespace
+
 absl::StatusOr<CrossEntropyResult> CausalLM::loss(core::Context& ctx, const core::Tensor& logits,
                                                   const core::Tensor& targets,
                                                   const CrossEntropyOptions& options) const {
   const TensorParallel& tp = tensor_parallel();
+  if (tp.all_to_all()) {
+    if (tp.enabled()) {
+      return absl::UnimplementedError(
+          "the loss of all_to_all sequence parallelism with tensor parallelism is not built");
+    }
+    return sequence_chunk_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);
+  }
   // Split models' heads give this rank's vocabulary columns of every position.
   if (tp.enabled())
     return vocab_parallel_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);

@@ -193,6 +193,12 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, co
         "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),
         " tensor-parallel ranks (tp_size must divide it)"));
   }
+  if (config.n_head % (split.tp.size() * split.tp.sequence_size()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),
+        " tensor-parallel x ", split.tp.sequence_size(),
+        " sequence-parallel ranks (all_to_all: tp_size x sp_size must divide it)"));
+  }
   COLOSSAL_RETURN_IF_ERROR(check_stage(split.stage, config.n_layer, "GPT-2 config: n_layer"));
   std::unique_ptr<GPT2> model(new GPT2(config, dtype, split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
@@ -247,7 +253,7 @@ absl::StatusOr<ForwardResult> GPT2::forward_chunk(core::Context& ctx, int c,
       x = d.output;
     }
     // Sequence parallelism: the blocks see this rank's positions.
-    if (split_.tp.splits_sequence()) {
+    if (split_.tp.chunks_sequence()) {
       COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
     }
   }
@@ -277,7 +283,7 @@ absl::StatusOr<core::Tensor> GPT2::backward_chunk(core::Context& ctx, int c, Sav
   }
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
   if (!tokens) return dx;
-  if (split_.tp.splits_sequence()) {
+  if (split_.tp.chunks_sequence()) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
   }
   if (drop_ != nullptr) {

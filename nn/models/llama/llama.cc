@@ -253,6 +253,15 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
                        " tensor-parallel ranks (tp_size must divide it)"));
     }
   }
+  // all_to_all sequence parallelism gives each rank heads / sp_size whole heads.
+  for (const auto& [field, value] : {widths[0], widths[1]}) {
+    if (value % (tp.size() * tp.sequence_size()) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Llama config: ", field, " ", value, " does not split over ", tp.size(),
+          " tensor-parallel x ", tp.sequence_size(),
+          " sequence-parallel ranks (all_to_all: tp_size x sp_size must divide it)"));
+    }
+  }
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<RotaryTable> rope,
                             RotaryTable::create(config.head_size(), config.rope_theta,
                                                 config.rope_scaling));
@@ -321,7 +330,7 @@ absl::StatusOr<ForwardResult> Llama::forward_chunk(core::Context& ctx, int c,
     saved->embed_tokens = std::move(e.saved);
     x = e.output;
     // Sequence parallelism: the blocks see this rank's positions.
-    if (split_.tp.splits_sequence()) {
+    if (split_.tp.chunks_sequence()) {
       COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
     }
   }
@@ -351,7 +360,7 @@ absl::StatusOr<core::Tensor> Llama::backward_chunk(core::Context& ctx, int c, Sa
   }
   COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
   if (!tokens) return dx;
-  if (split_.tp.splits_sequence()) {
+  if (split_.tp.chunks_sequence()) {
     COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
   }
   return embed_tokens_->backward(ctx, *s->embed_tokens, dx);
