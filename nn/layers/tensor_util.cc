@@ -1,17 +1,10 @@
 #include "nn/layers/tensor_util.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "core/gemm/gemm.h"
 #include "core/status/status.h"
+#include "kernels/copy/copy.h"
 #include "kernels/elementwise/elementwise.h"
-
-#if COLOSSAL_WITH_CUDA
-#include <cuda_runtime.h>
-
-#include "core/status/cuda_check.h"
-#endif
 
 namespace colossal::nn {
 
@@ -86,20 +79,12 @@ absl::Status accumulate_column_sums(core::Context& ctx, const core::Tensor& dy,
 
 absl::Status copy_2d(core::Context& ctx, void* dst, size_t dst_pitch, const void* src,
                      size_t src_pitch, size_t width, size_t height) {
-  if (ctx.device().is_cpu()) {
-    for (size_t r = 0; r < height; ++r) {
-      std::memcpy(static_cast<char*>(dst) + r * dst_pitch,
-                  static_cast<const char*>(src) + r * src_pitch, width);
-    }
-    return absl::OkStatus();
-  }
-#if COLOSSAL_WITH_CUDA
-  CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
-                               cudaMemcpyDeviceToDevice, cuda_stream(ctx)));
-  return absl::OkStatus();
-#else
-  return absl::InternalError("copy_2d: a non-CPU context in a CPU-only build");
-#endif
+  return core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx, kernels::copy::copy_2d_cpu(dst, dst_pitch, src, src_pitch, width, height),
+          kernels::copy::copy_2d_cuda(dst, dst_pitch, src, src_pitch, width, height,
+                                      cuda_stream(ctx))),
+      "copy_2d");
 }
 
 }  // namespace colossal::nn

@@ -70,7 +70,8 @@ absl::Status accumulate_column_sums(core::Context& ctx, const core::Tensor& dy, 
 
 // Copies `height` rows of `width` bytes from src (rows `src_pitch` bytes
 // apart) to dst (rows `dst_pitch` apart), both in ctx's device memory
-// (cudaMemcpy2DAsync on CUDA). Used for splitting and merging attention heads.
+// (kernels/copy: cudaMemcpy2DAsync's contract as a kernel, which moves narrow rows at
+// memory bandwidth). Used for splitting and merging attention heads.
 absl::Status copy_2d(core::Context& ctx, void* dst, size_t dst_pitch, const void* src,
                      size_t src_pitch, size_t width, size_t height);
 

@@ -9,6 +9,11 @@
 //     (Megatron's 1D scheme, nn/layers/tensor_parallel.h). The model must
 //     be declared as model_split() says before materialize; its table then
 //     holds this rank's pieces, which initialise to one process's values.
+//   * sp (sp_size > 1: all_to_all sequence parallelism, tp and pp 1): each
+//     rank of the sp group holds 1/sp of every sequence through the whole
+//     model (nn/layers/tensor_parallel.h, seq_to_heads); its ranks read the
+//     same data, and the inner plugin runs over dp x sp, whose gradients are
+//     all partial.
 //   * dp: an inner plugin over the dp group trains the local model: ddp
 //     (zero_stage 0) or low_level_zero (1 or 2). Every rank of one tp group
 //     reads the same data (dp_rank()).

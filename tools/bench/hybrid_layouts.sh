@@ -4,12 +4,13 @@
 # width 4096, activation checkpointing on every block), bf16, sequence 2048, the same
 # GLOBAL_SEQS sequences a step in every layout, `colossal bench` (STEPS timed after WARMUP):
 #   tp N; tp 2 x dp N/2 (ZeRO-1); pp N and pp 2 x dp N/2 (1F1B, ZeRO-1); pp N interleaved
-#   (two model chunks a stage); tp 2 x pp N/2, 1F1B and interleaved; dp N (ZeRO-1, tp = pp = 1).
+#   (two model chunks a stage); tp 2 x pp N/2, 1F1B and interleaved; dp N (ZeRO-1, tp = pp = 1);
+#   sp N (all_to_all sequence parallelism over every GPU; not in the default list).
 # Prints one row per layout: ms/step, tokens/s, MFU (the recipe's: 6·params + attention FLOPs
 # per token over the GPUs' dense bf16 peak; the recomputation of checkpointing not counted), and
 # every rank's peak memory; a failed layout prints its log's tail.
 # Usage: tools/bench/hybrid_layouts.sh BUNDLE   (BUNDLE: tools/gpu/bundle.sh //lua:colossal, data/)
-#   LAYOUTS="tp4 pp4i" GLOBAL_SEQS=16 STEPS=6 WARMUP=2 RUN_TIMEOUT=240 PRESET=llama2-7b
+#   LAYOUTS="tp4 pp4i" GLOBAL_SEQS=16 STEPS=6 WARMUP=2 RUN_TIMEOUT=240 PRESET=llama2-7b SEQ=2048
 set -uo pipefail
 B="$(cd "$1" && pwd)"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -23,19 +24,21 @@ STEPS="${STEPS:-6}"
 WARMUP="${WARMUP:-2}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-240}"
 PRESET="${PRESET:-llama2-7b}"
+SEQ="${SEQ:-2048}"
 LAYOUTS="${LAYOUTS:-dp$N tp$N tp2dp$H pp$N pp${N}i pp2dp$H tp2pp$H tp2pp${H}i}"
 
-# layout -> "tp pp chunks zero micro_batch_size" (accumulation follows from GLOBAL_SEQS).
+# layout -> "tp pp chunks zero micro_batch_size sp" (accumulation follows from GLOBAL_SEQS).
 spec() {
   case "$1" in
-    dp$N) echo "1 1 1 1 4" ;;
-    tp$N) echo "$N 1 1 1 4" ;;
-    tp2dp$H) echo "2 1 1 1 4" ;;
-    pp$N) echo "1 $N 1 1 1" ;;
-    pp${N}i) echo "1 $N 2 1 1" ;;
-    pp2dp$H) echo "1 2 1 1 2" ;;
-    tp2pp$H) echo "2 $H 1 1 2" ;;
-    tp2pp${H}i) echo "2 $H 2 1 2" ;;
+    dp$N) echo "1 1 1 1 4 1" ;;
+    tp$N) echo "$N 1 1 1 4 1" ;;
+    sp$N) echo "1 1 1 1 4 $N" ;;
+    tp2dp$H) echo "2 1 1 1 4 1" ;;
+    pp$N) echo "1 $N 1 1 1 1" ;;
+    pp${N}i) echo "1 $N 2 1 1 1" ;;
+    pp2dp$H) echo "1 2 1 1 2 1" ;;
+    tp2pp$H) echo "2 $H 1 1 2 1" ;;
+    tp2pp${H}i) echo "2 $H 2 1 2 1" ;;
     *) return 1 ;;
   esac
 }
@@ -43,8 +46,9 @@ spec() {
 rows=()
 port=29700
 for layout in $LAYOUTS; do
-  read -r tp pp chunks zero mb <<<"$(spec "$layout")" || { rows+=("| $layout | unknown layout |"); continue; }
-  dp=$((N / (tp * pp)))
+  read -r tp pp chunks zero mb sp <<<"$(spec "$layout")" || { rows+=("| $layout | unknown layout |"); continue; }
+  dp=$((N / (tp * pp * sp)))
+  ((mb > GLOBAL_SEQS / dp)) && mb=$((GLOBAL_SEQS / dp))
   accum=$((GLOBAL_SEQS / (dp * mb)))
   style=1f1b
   ((chunks > 1)) && style=interleaved
@@ -53,17 +57,22 @@ for layout in $LAYOUTS; do
   port=$((port + 1))
   log="/tmp/hl_$layout.log"
   cmd=("$bin" run --nproc_per_node "$N" --master_port "$port" bench recipes/llama_hybrid.lua
-    --steps "$STEPS" --warmup "$WARMUP" --set "model.preset=$PRESET" --set data.seq_len=2048
+    --steps "$STEPS" --warmup "$WARMUP" --set "model.preset=$PRESET" --set "data.seq_len=$SEQ"
+    --set "model.max_position_embeddings=$((SEQ > 2048 ? SEQ : 2048))"
     --set "data.micro_batch_size=$mb" --set "accumulation_steps=$accum" --set "plugin.tp_size=$tp"
     --set "plugin.pp_size=$pp" --set "plugin.pp_style=$style" --set "plugin.num_model_chunks=$chunks"
     --set "plugin.zero_stage=$zero")
+  if ((sp > 1)); then
+    cmd+=(--set plugin.enable_sequence_parallelism=true --set plugin.sequence_parallelism_mode=all_to_all
+      --set "plugin.sp_size=$sp")
+  fi
   echo "=== $layout: ${cmd[*]}"
   (cd "$dir" && timeout "$RUN_TIMEOUT" "${cmd[@]}" >"$log" 2>&1)
   rc=$?
   json=$(grep -h '"bench": true' "$log" | head -1)
   if [[ $rc -ne 0 || -z "$json" ]]; then
     echo "--- $layout failed (exit $rc):"; tail -n 15 "$log"
-    rows+=("| $layout | tp $tp, pp $pp ($style), dp $dp, B$mb x$accum | failed (exit $rc) | | | |")
+    rows+=("| $layout | tp $tp, pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | failed (exit $rc) | | | |")
     continue
   fi
   ms=$(grep -oE '"ms_per_step": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
@@ -71,9 +80,9 @@ for layout in $LAYOUTS; do
   mfu=$(grep -oE '"mfu": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
   peaks=$(grep -h '"bench_rank"' "$log" | grep -oE '"peak_memory_bytes": [0-9]+' | grep -oE '[0-9]+$' |
     awk '{printf "%s%.1f", (NR > 1 ? " / " : ""), $1 / 1e9}')
-  rows+=("| $layout | tp $tp, pp $pp ($style), dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
+  rows+=("| $layout | tp $tp, pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
 done
-echo "=== $PRESET on $N GPUs, $GLOBAL_SEQS x 2048 tokens a step"
+echo "=== $PRESET on $N GPUs, $GLOBAL_SEQS x $SEQ tokens a step"
 echo "| layout | split, micro-batch x count per copy | ms/step | tokens/s | MFU | peak GB per rank |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
