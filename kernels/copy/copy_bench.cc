@@ -3,7 +3,7 @@
 // Llama-3.2-1B's q projection at B4 x T1024 per rank split into two head
 // blocks (4096 rows of 2 KB from 4 KB-pitched rows), its k/v (512 B of 1 KB),
 // GPT-2's 64-channel heads (128 B of 1536 B), and wide rows (2 MB, 4 rows).
-// Run: bazel run -c opt //kernels/copy:copy_bench
+// Run: bazel run -c opt //kernels/copy:copy_bench -- --benchmark_min_time=0.2
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
