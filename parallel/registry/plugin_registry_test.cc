@@ -109,6 +109,20 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
   EXPECT_TRUE(make_plugin_spec("hybrid_parallel", sp).ok());
   MapOptions pp2({{"pp_size", "2"}, {"zero_stage", "1"}});
   EXPECT_TRUE((*make_plugin_spec("hybrid_parallel", pp2))->capabilities().pipeline);
+  EXPECT_EQ((*make_plugin_spec("hybrid_parallel", pp2))->capabilities().pipeline_micro_batch_multiple,
+            1);
+  MapOptions interleaved(
+      {{"pp_size", "2"}, {"pp_style", "interleaved"}, {"num_model_chunks", "2"}});
+  EXPECT_EQ(
+      (*make_plugin_spec("hybrid_parallel", interleaved))->capabilities().pipeline_micro_batch_multiple,
+      2);
+  MapOptions ulysses({{"enable_sequence_parallelism", "true"},
+                      {"sequence_parallelism_mode", "all_to_all"},
+                      {"sp_size", "2"},
+                      {"zero_stage", "2"}});
+  absl::StatusOr<std::unique_ptr<PluginSpec>> u = make_plugin_spec("hybrid_parallel", ulysses);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_FALSE((*u)->capabilities().generates);
   // What is not built yet, or makes no sense, names its key.
   const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
       {{{"pp_size", "2"}, {"zero_stage", "2"}}, "zero_stage"},
@@ -117,7 +131,18 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
       {{{"enable_sequence_parallelism", "true"}}, "enable_sequence_parallelism"},  // tp_size 1
       {{{"enable_sequence_parallelism", "true"}, {"tp_size", "2"}, {"zero_stage", "2"}},
        "enable_sequence_parallelism"},
-      {{{"sequence_parallelism_mode", "all_to_all"}}, "sequence_parallelism_mode"},
+      {{{"sequence_parallelism_mode", "ring"}}, "sequence_parallelism_mode"},
+      {{{"enable_sequence_parallelism", "true"}, {"sequence_parallelism_mode", "all_to_all"}},
+       "sp_size"},  // sp_size 1
+      {{{"enable_sequence_parallelism", "true"},
+        {"sequence_parallelism_mode", "all_to_all"},
+        {"sp_size", "2"},
+        {"tp_size", "2"}},
+       "sequence_parallelism_mode"},
+      {{{"pp_style", "zigzag"}}, "pp_style"},
+      {{{"pp_style", "interleaved"}, {"num_model_chunks", "2"}}, "pp_style"},  // pp_size 1
+      {{{"pp_size", "2"}, {"pp_style", "interleaved"}}, "num_model_chunks"},
+      {{{"pp_size", "2"}, {"num_model_chunks", "2"}}, "num_model_chunks"},  // 1f1b
       {{{"tp_size", "0"}}, "tp_size"},
       {{{"zero_stage", "3"}}, "zero_stage"},
       {{{"cpu_offload", "true"}}, "cpu_offload"},
