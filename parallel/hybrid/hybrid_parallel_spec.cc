@@ -32,8 +32,9 @@ class HybridParallelSpec : public PrecisionOwningSpec {
     if (pg->size() % (o.tp_size * o.pp_size * o.sp_size) != 0) {
       // Known only now (the job's size): the message names the option itself.
       return absl::InvalidArgumentError(absl::StrCat(
-          "tp_size = ", o.tp_size, " (x pp_size ", o.pp_size, " x sp_size ", o.sp_size,
-          ") does not divide the job's ", pg->size(),
+          "tp_size = ", o.tp_size, o.pp_size > 1 ? absl::StrCat(" x pp_size ", o.pp_size) : "",
+          o.sp_size > 1 ? absl::StrCat(" x sp_size ", o.sp_size) : "",
+          " does not divide the job's ", pg->size(),
           " process(es); launch a multiple of it (colossal run --nproc_per_node N)"));
     }
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<HybridParallelPlugin> p,

@@ -1,4 +1,4 @@
--- expect: line 7: plugin: booster:boost: hybrid_parallel: tp_size = 2 (x pp_size 1) does not divide the job's 1 process(es)
+-- expect: line 7: plugin: booster:boost: hybrid_parallel: tp_size = 2 does not divide the job's 1 process(es)
 -- Tensor parallelism over more ranks than the job has.
 return {
   model = { n_layer = 1, n_head = 2, n_embd = 16, max_seq_len = 16 },
