@@ -84,6 +84,10 @@ absl::StatusOr<core::Tensor> StageRunner::forward(int c, size_t i, const core::T
 
 absl::StatusOr<core::Tensor> StageRunner::backward(int c, size_t i, const core::Tensor& grad,
                                                    bool sync) {
+  if (in_flight_[c].empty()) {
+    return absl::InternalError(
+        absl::StrCat("pipeline schedule: a backward with no forward in flight (", where(c, i), ")"));
+  }
   InFlight f = std::move(in_flight_[c].front());
   in_flight_[c].pop_front();
   std::optional<Booster::NoSync> no_sync;
