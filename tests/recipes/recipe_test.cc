@@ -126,7 +126,8 @@ TEST_F(RecipeTest, Overrides) {
 TEST_F(RecipeTest, ShippedRecipesLoad) {
   for (const char* name : {"recipes/gpt2_zero.lua", "recipes/gpt2_single.lua", "recipes/gpt2_ddp.lua",
                            "recipes/gpt2_fp16.lua", "recipes/gpt2_gemini.lua",
-                           "recipes/llama_finetune.lua", "recipes/llama_hybrid.lua"}) {
+                           "recipes/gpt2_hybrid.lua", "recipes/llama_finetune.lua",
+                           "recipes/llama_hybrid.lua"}) {
     absl::Status s = LoadRecipe(L, name);
     ASSERT_TRUE(s.ok()) << name << ": " << s;
     EXPECT_NE(Field(L, "steps"), "nil") << name;

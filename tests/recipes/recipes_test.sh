@@ -26,6 +26,7 @@ declare -A OVERRIDES=(
   [gpt2_ddp]="$tiny eval.every_steps=1 eval.batches=1"
   [gpt2_fp16]="$tiny"
   [gpt2_gemini]="$tiny eval.batches=1 checkpoint.every_steps=1 sample.max_new_tokens=4"
+  [gpt2_hybrid]="$tiny eval.batches=1 checkpoint.every_steps=1 sample.max_new_tokens=4"
   [custom_loop]="steps=2 n_layer=1 n_head=2 n_embd=16 micro_batch_size=2 seq_len=8"
   [llama_finetune]="steps=2 model.num_hidden_layers=1 model.num_attention_heads=2
     model.num_key_value_heads=1 model.hidden_size=16 model.intermediate_size=32
@@ -46,6 +47,7 @@ declare -A NEEDS_GPU=(
   [gpt2_gemini]="plugin.precision=bf16|bf16 needs a CUDA device"
   [llama_finetune]="plugin.precision=bf16|bf16 needs a CUDA device"
   [llama_hybrid]="plugin.precision=bf16|bf16 needs a CUDA device"
+  [gpt2_hybrid]="plugin.precision=bf16|bf16 needs a CUDA device"
 )
 
 root="$PWD"
@@ -142,16 +144,21 @@ two_procs() {
   (cd "$tmp/work_$name" && timeout 300 "$bin" run --nproc_per_node 2 --master_port "$port" \
     "recipes/$name.lua" "${sets[@]}" >"$tmp/two.out" 2>"$tmp/two.err")
 }
-# llama_hybrid five times: tensor parallelism (tp 2), two pipeline stages
+# gpt2_hybrid over two pipeline stages (interleaved); llama_hybrid five times:
+# tensor parallelism (tp 2), two pipeline stages
 # (pp 2; and interleaved, two model chunks per stage), tp 2 with sequence
 # parallelism (split_gather), and all_to_all sequence parallelism (sp 2).
-for name_plugin in gpt2_zero:low_level_zero llama_hybrid:hybrid_parallel llama_hybrid:hybrid_parallel:pp \
+for name_plugin in gpt2_zero:low_level_zero gpt2_hybrid:hybrid_parallel:gpt2pp \
+    llama_hybrid:hybrid_parallel llama_hybrid:hybrid_parallel:pp \
     llama_hybrid:hybrid_parallel:interleaved llama_hybrid:hybrid_parallel:sp \
     llama_hybrid:hybrid_parallel:a2a; do
   IFS=: read -r name plugin variant <<<"$name_plugin"
   sets=()
   for kv in ${OVERRIDES[$name]}; do sets+=(--set "$kv"); done
   [[ "$variant" == pp ]] && sets+=(--set plugin.tp_size=1 --set plugin.pp_size=2 --set model.num_hidden_layers=2)
+  # GPT-2 over two stages, each with two model chunks: four layers.
+  [[ "$variant" == gpt2pp ]] && sets+=(--set model.n_layer=4 --set plugin.pp_style=interleaved
+    --set plugin.num_model_chunks=2)
   [[ "$variant" == interleaved ]] && sets+=(--set plugin.tp_size=1 --set plugin.pp_size=2
     --set plugin.pp_style=interleaved --set plugin.num_model_chunks=2 --set model.num_hidden_layers=4)
   [[ "$variant" == sp ]] && sets+=(--set plugin.enable_sequence_parallelism=true)
