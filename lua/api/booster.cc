@@ -173,8 +173,8 @@ absl::Status ConvertModel(Model& model, Optim& optim, core::DType dtype) {
   return absl::OkStatus();
 }
 
-// Declares the model anew over the plugin's tensor-parallel group (its table
-// then holds this rank's pieces); the optimizer is rebuilt at boost's end.
+// Declares the model anew as the plugin splits it (tensor-parallel pieces,
+// pipeline stages, sequence pieces); the optimizer is rebuilt at boost's end.
 // A model with memory (used before boost) cannot be split: an error says so.
 absl::Status SplitModel(Model& model, Optim& optim, const nn::ModelSplit& split) {
   if (model.net->store().materialized()) {
@@ -244,8 +244,7 @@ int Boost(lua_State* L) {
     b->booster = std::make_unique<parallel::Booster>(*std::move(plugin));
     absl::StatusOr<nn::ModelSplit> split = b->booster->plugin().model_split(*model->net);
     ThrowIfError(L, what, split.status());
-    const bool splits = split->tp.enabled() || split->stage.count > 1;
-    if (splits) ThrowIfError(L, what, SplitModel(*model, *optim, *split));
+    if (split->splits()) ThrowIfError(L, what, SplitModel(*model, *optim, *split));
     // A declared model gets its memory where the plugin puts it.
     if (!model->net->store().materialized()) {
       ThrowIfError(L, what,
@@ -258,7 +257,7 @@ int Boost(lua_State* L) {
     // keeping its own memory (gemini) takes them after boost, below.
     // A split model takes its pieces through the plugin.
     if (!model->plugin_memory && model->net->store().materialized()) {
-      LoadPretrainedWeights(L, *model, splits ? b->booster.get() : nullptr);
+      LoadPretrainedWeights(L, *model, split->splits() ? b->booster.get() : nullptr);
     }
   }
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared

@@ -182,6 +182,17 @@ absl::Status HybridParallelPlugin::boost(nn::Module& model, const nn::ParameterS
   s.optimizer = &optimizer;
   s.stream = optimizer.stream();
   s.tied_names.clear();
+  if (s.sp != nullptr) {
+    // Ulysses splits no weights, so the store cannot show a model declared
+    // without it: ask the model (a whole model here would compute every
+    // position on every rank, correctly but at sp_size times the cost).
+    const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
+    if (causal == nullptr || causal->tensor_parallel().sequence_group != s.sp) {
+      return absl::FailedPreconditionError(
+          "hybrid_parallel: all_to_all sequence parallelism needs the model declared as "
+          "model_split() says (its sequence group); redeclare it with that split before boost");
+    }
+  }
   if (s.pipeline.stages > 1) {
     const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
     if (causal == nullptr) {

@@ -236,6 +236,23 @@ TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
   });
 }
 
+// all_to_all splits no weights, so boost asks the model: a whole model (which
+// would compute every position on every rank) is refused.
+TEST(Hybrid, AllToAllRefusesAModelNotDeclaredForIt) {
+  testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    HybridParallelOptions o;
+    o.sp_size = 2;
+    auto p = HybridParallelPlugin::create(pg, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    auto model = testing::declare_model(Family::kLlama);
+    Booster booster(std::move(*p));
+    ASSERT_TRUE(booster.materialize(model->store(), kSeed, Stream::cpu()).ok());
+    auto adam = testing::make_adam(*model);
+    const absl::Status st = booster.boost(*model, model->store(), *adam);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  });
+}
+
 TEST(Hybrid, RefusesWhatIsNotBuilt) {
   testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
     HybridParallelOptions o;

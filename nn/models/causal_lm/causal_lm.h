@@ -88,6 +88,8 @@ absl::Status check_saved_chunk(int saved_chunk, int c);
 struct ModelSplit {
   TensorParallel tp;
   PipelineStage stage;
+  // Whether a model declared so differs from the whole model on one rank.
+  bool splits() const { return tp.enabled() || tp.all_to_all() || stage.count > 1; }
 };
 
 class CausalLM : public Module {
