@@ -282,9 +282,8 @@ absl::StatusOr<core::Tensor> heads_to_seq(core::Context& ctx, const TensorParall
   return out;
 }
 
-absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
-                                         double value) {
-  if (!tp.all_to_all()) return value;
+absl::StatusOr<double> sum_over(core::Context& ctx, comm::ProcessGroup& group, double value,
+                                const char* what) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
                             core::Tensor::empty({1}, core::DType::kF64, core::Stream::cpu()));
   t.data<double>()[0] = value;
@@ -292,12 +291,18 @@ absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParalle
   if (cuda) {
     COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
   }
-  COLOSSAL_RETURN_IF_ERROR(finish(
-      ctx, tp.sequence_group->all_reduce(t, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda,
-      "all_to_all sequence parallelism: summing the loss"));
+  COLOSSAL_RETURN_IF_ERROR(
+      finish(ctx, group.all_reduce(t, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda, what));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
   ctx.compute_stream().synchronize();
   return host.data<double>()[0];
+}
+
+absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
+                                         double value) {
+  if (!tp.all_to_all()) return value;
+  return sum_over(ctx, *tp.sequence_group, value,
+                  "all_to_all sequence parallelism: summing the loss");
 }
 
 absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParallel& tp,

@@ -113,8 +113,12 @@ absl::StatusOr<core::Tensor> seq_to_heads(core::Context& ctx, const TensorParall
 absl::StatusOr<core::Tensor> heads_to_seq(core::Context& ctx, const TensorParallel& tp,
                                           const core::Tensor& y, int groups);
 
-// `value` summed over the sequence group under all_to_all (on the host; a
-// collective over the group), else `value`.
+// A host value summed over `group` (a collective over it; staged through
+// ctx's device where that is a GPU, so NCCL groups take it too). `what`
+// names it in errors.
+absl::StatusOr<double> sum_over(core::Context& ctx, comm::ProcessGroup& group, double value,
+                                const char* what);
+// `value` summed over the sequence group under all_to_all, else `value`.
 absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
                                          double value);
 

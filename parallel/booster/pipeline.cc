@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
+#include "nn/layers/tensor_parallel.h"
 #include "parallel/booster/pipeline_runner.h"
 
 namespace colossal::parallel {
@@ -115,19 +116,9 @@ absl::StatusOr<float> StageRunner::forward_only(int c, size_t i, const core::Ten
 }
 
 absl::StatusOr<float> share_loss(core::Context& ctx, const Plugin::Pipeline& pipe, double loss) {
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                            core::Tensor::empty({1}, core::DType::kF32, core::Stream::cpu()));
-  t.data<float>()[0] = static_cast<float>(loss);
-  comm::CollectiveOptions o;
-  if (ctx.device().is_cuda()) {
-    COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
-    o.stream = ctx.compute_stream();
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe.group->all_reduce(t, comm::ReduceOp::kSum, o));
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: the loss"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
-  ctx.compute_stream().synchronize();
-  return host.data<float>()[0];
+  COLOSSAL_ASSIGN_OR_RETURN(const double sum,
+                            nn::sum_over(ctx, *pipe.group, loss, "pipeline: the loss"));
+  return static_cast<float>(sum);
 }
 
 }  // namespace pipeline_internal

@@ -148,16 +148,16 @@ TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoOneProcessAndContinues) {
             kWeightTol);
 }
 
-// ... and loaded into tp4 x dp2 through the plugin, it continues the same way.
-TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoTp4) {
-  const HybridCase first{Family::kGpt2, 8, 2, 1, 2, 2, 4};
-  const HybridCase then{Family::kGpt2, 8, 4, 1, 1, 2, 4};
-  std::vector<RankRun> saved(8), cont(8);
-  testing::run_ranks(8, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+// Case `first` trains 5 steps; its checkpoint (the whole model and optimizer
+// state) loaded through the plugin into case `then` trains steps 5-9 as the
+// uninterrupted one-process run does. Both cases have the same dp.
+void expect_checkpoint_continues(const HybridCase& first, const HybridCase& then) {
+  std::vector<RankRun> saved(first.world), cont(then.world);
+  testing::run_ranks(first.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
     saved[rank] = hybrid_rank_run(pg, first, /*steps=*/5);
   });
   ASSERT_TRUE(saved[0].whole.materialized());
-  testing::run_ranks(8, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+  testing::run_ranks(then.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
     cont[rank] = hybrid_rank_run(pg, then, /*steps=*/5, /*first_step=*/5,
                                  [&](Booster& booster, nn::Optimizer& optimizer) {
                                    ASSERT_TRUE(booster.load_model_state_dict(saved[0].whole,
@@ -167,7 +167,8 @@ TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoTp4) {
                                    ASSERT_TRUE(st.ok()) << st;
                                  });
   });
-  const EquivalenceRun ref = one_process(first, 2, 10);
+  const EquivalenceRun ref =
+      one_process(first, first.world / (first.tp * first.pp * first.a2a), 10);
   EquivalenceRun tail = ref;
   tail.loss.assign(ref.loss.begin() + 5, ref.loss.end());
   tail.clipped.assign(ref.clipped.begin() + 5, ref.clipped.end());
@@ -175,33 +176,17 @@ TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoTp4) {
   testing::expect_equal_to_reference(runs_of(cont), tail, /*first_step=*/5);
 }
 
+// ... and loaded into tp4 x dp2 through the plugin, it continues the same way.
+TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoTp4) {
+  expect_checkpoint_continues({Family::kGpt2, 8, 2, 1, 2, 2, 4}, {Family::kGpt2, 8, 4, 1, 1, 2, 4});
+}
+
 // A checkpoint of the interleaved schedule (tp2 x pp2 x dp2, two chunks per
 // stage, so each stage holds layers out of order) loaded into pp2 x dp2 with
 // 1F1B continues as the uninterrupted one-process run.
 TEST(Hybrid, CheckpointOfInterleavedLoadsInto1F1B) {
-  const HybridCase first{Family::kLlama, 8, 2, 1, 2, 4, 2, false, 2, 4};
-  const HybridCase then{Family::kLlama, 4, 1, 1, 2, 4, 2, false, 1, 4};
-  std::vector<RankRun> saved(8), cont(4);
-  testing::run_ranks(8, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
-    saved[rank] = hybrid_rank_run(pg, first, /*steps=*/5);
-  });
-  ASSERT_TRUE(saved[0].whole.materialized());
-  testing::run_ranks(4, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
-    cont[rank] = hybrid_rank_run(pg, then, /*steps=*/5, /*first_step=*/5,
-                                 [&](Booster& booster, nn::Optimizer& optimizer) {
-                                   ASSERT_TRUE(booster.load_model_state_dict(saved[0].whole,
-                                                                             Stream::cpu()).ok());
-                                   const absl::Status st =
-                                       booster.load_optimizer_state_dict(saved[0].optimizer);
-                                   ASSERT_TRUE(st.ok()) << st;
-                                 });
-  });
-  const EquivalenceRun ref = one_process(first, 2, 10);
-  EquivalenceRun tail = ref;
-  tail.loss.assign(ref.loss.begin() + 5, ref.loss.end());
-  tail.clipped.assign(ref.clipped.begin() + 5, ref.clipped.end());
-  tail.grad_norm.assign(ref.grad_norm.begin() + 5, ref.grad_norm.end());
-  testing::expect_equal_to_reference(runs_of(cont), tail, /*first_step=*/5);
+  expect_checkpoint_continues({Family::kLlama, 8, 2, 1, 2, 4, 2, false, 2, 4},
+                              {Family::kLlama, 4, 1, 1, 2, 4, 2, false, 1, 4});
 }
 
 // The interleaved schedule takes a multiple of the stage count of
