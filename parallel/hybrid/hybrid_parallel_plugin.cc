@@ -182,11 +182,11 @@ absl::Status HybridParallelPlugin::boost(nn::Module& model, const nn::ParameterS
   s.optimizer = &optimizer;
   s.stream = optimizer.stream();
   s.tied_names.clear();
+  const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
   if (s.sp != nullptr) {
     // Ulysses splits no weights, so the store cannot show a model declared
     // without it: ask the model (a whole model here would compute every
     // position on every rank, correctly but at sp_size times the cost).
-    const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
     if (causal == nullptr || causal->tensor_parallel().sequence_group != s.sp) {
       return absl::FailedPreconditionError(
           "hybrid_parallel: all_to_all sequence parallelism needs the model declared as "
@@ -194,7 +194,6 @@ absl::Status HybridParallelPlugin::boost(nn::Module& model, const nn::ParameterS
     }
   }
   if (s.pipeline.stages > 1) {
-    const auto* causal = dynamic_cast<const nn::CausalLM*>(&model);
     if (causal == nullptr) {
       return absl::InvalidArgumentError(
           "hybrid_parallel: pipeline stages need a language model (nn::CausalLM)");
