@@ -29,8 +29,13 @@ CausalSelfAttention::CausalSelfAttention(std::string name, int64_t channels, int
       heads_(heads),
       dtype_(dtype),
       tp_(tp),
+      region_grad_(std::make_shared<RegionGrad>(tp, 1)),
       c_attn_(name + ".c_attn", channels, 3 * channels,
-              {.dtype = dtype, .parallel = Parallel::kColumn, .tp = tp, .blocks = 3}),
+              {.dtype = dtype,
+               .parallel = Parallel::kColumn,
+               .tp = tp,
+               .blocks = 3,
+               .region_grad = region_grad_}),
       c_proj_(name + ".c_proj", channels, channels,
               {.dtype = dtype, .parallel = Parallel::kRow, .tp = tp}) {
   register_child(&c_attn_);
@@ -54,6 +59,7 @@ absl::StatusOr<ForwardResult> CausalSelfAttention::forward_impl(core::Context& c
         absl::StrCat("input is ", input.to_string(), "; expected [B, T, ", channels_, "]"));
   }
   auto saved = std::make_unique<AttentionSaved>();
+  region_grad_->reset();
   // With sequence parallelism the input holds this rank's positions: gather them.
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult qkv, c_attn_.forward(ctx, x));
@@ -80,8 +86,9 @@ absl::StatusOr<core::Tensor> CausalSelfAttention::backward_impl(core::Context& c
   COLOSSAL_ASSIGN_OR_RETURN(dy, seq_to_heads(ctx, tp_, dy, 1));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, attention_core_backward(ctx, s->core, dy));
   COLOSSAL_ASSIGN_OR_RETURN(dqkv, heads_to_seq(ctx, tp_, dqkv, 3));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, c_attn_.backward(ctx, *s->c_attn, dqkv));
-  return region_input_grad(ctx, tp_, dx);
+  // c_attn's backward starts the input gradient's reduction before its weight GEMM.
+  COLOSSAL_RETURN_IF_ERROR(c_attn_.backward(ctx, *s->c_attn, dqkv).status());
+  return region_grad_->finish(ctx);
 }
 
 }  // namespace colossal::nn

@@ -59,6 +59,7 @@ class CausalSelfAttention : public Module {
   core::DType dtype_;
   TensorParallel tp_;
   AttentionImpl impl_ = AttentionImpl::kAuto;
+  std::shared_ptr<RegionGrad> region_grad_;  // c_attn's input gradient
   Linear c_attn_, c_proj_;
 };
 

@@ -86,6 +86,38 @@ TEST_F(LayersTest, LinearRejectsWrongInput) {
   EXPECT_EQ(y.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Two Linears reading one input share a RegionGrad: each adds its input
+// gradient into one sum, which finish() returns once both have (here without
+// tensor parallelism, so nothing is reduced); anything else is an error.
+TEST_F(LayersTest, RegionGradSumsItsContributorsAndChecksTheirCount) {
+  auto region = std::make_shared<RegionGrad>(TensorParallel{}, 2);
+  const LinearOptions with_region{.dtype = DType::kF64, .region_grad = region};
+  Linear a("a", 5, 3, with_region), b("b", 5, 4, with_region);
+  Linear a_alone("a", 5, 3, {.dtype = DType::kF64}), b_alone("b", 5, 4, {.dtype = DType::kF64});
+  ParameterStore sa = make_store(a, 1), sb = make_store(b, 2);
+  ParameterStore sa_alone = make_store(a_alone, 1), sb_alone = make_store(b_alone, 2);
+  const Tensor x = random({2, 3, 5}, 3), dya = random({2, 3, 3}, 4), dyb = random({2, 3, 4}, 5);
+  auto fa = *a.forward(*ctx_, x), fb = *b.forward(*ctx_, x);
+  auto fa_alone = *a_alone.forward(*ctx_, x), fb_alone = *b_alone.forward(*ctx_, x);
+  // One contributor is not the whole sum.
+  ASSERT_TRUE(a.backward(*ctx_, *fa.saved, dya).ok());
+  EXPECT_EQ(region->finish(*ctx_).status().code(), absl::StatusCode::kInternal);
+  ASSERT_TRUE(a.backward(*ctx_, *fa.saved, dya).ok());
+  ASSERT_TRUE(b.backward(*ctx_, *fb.saved, dyb).ok());
+  EXPECT_EQ(a.backward(*ctx_, *fa.saved, dya).status().code(), absl::StatusCode::kInternal);
+  region->reset();
+  ASSERT_TRUE(a.backward(*ctx_, *fa.saved, dya).ok());
+  ASSERT_TRUE(b.backward(*ctx_, *fb.saved, dyb).ok());
+  absl::StatusOr<Tensor> dx = region->finish(*ctx_);
+  ASSERT_TRUE(dx.ok()) << dx.status();
+  const Tensor dxa = *a_alone.backward(*ctx_, *fa_alone.saved, dya);
+  const Tensor dxb = *b_alone.backward(*ctx_, *fb_alone.saved, dyb);
+  ASSERT_EQ(dx->shape(), x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    EXPECT_NEAR(dx->data<double>()[i], dxa.data<double>()[i] + dxb.data<double>()[i], 1e-12) << i;
+  }
+}
+
 TEST_F(LayersTest, LayerNormGradients) {
   LayerNorm ln("ln", 6, {.dtype = DType::kF64});
   expect_gradcheck(ln, random({2, 3, 6}, 3), 1e-5);  // saved stats are float32

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/gemm/gemm.h"
 #include "core/status/status.h"
 #include "nn/layers/tensor_util.h"
@@ -38,6 +39,10 @@ absl::Status Linear::declare_own(ParameterTable& table) {
     b_split = options_.tp.split(0, options_.blocks);
   } else if (options_.parallel == Parallel::kRow) {
     w_split = options_.tp.split(in_out ? 0 : 1);
+    if (options_.region_grad != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name(), ": a row-parallel Linear cannot start a parallel region"));
+    }
   }
   COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".weight", w, options_.dtype,
                                      InitRule::normal(kDefaultInitStd), w_split));
@@ -112,6 +117,27 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
   }
   const bool in_out = options_.layout == WeightLayout::kInOut;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor w, weight_.value());
+  RegionGrad* region = options_.region_grad.get();
+  core::Tensor dx;
+  if (region != nullptr) {
+    // The input gradient first, added into the region's sum, so that its
+    // reduction runs during the weight-gradient GEMM below.
+    dx = region->sum();
+    if (!dx.defined()) {
+      COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+      COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape(s->input.shape().dims()));
+    } else {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, as_rows(dx, local_in(), "the region's sum"));
+      if (rows.dim(0) != dy.dim(0)) {
+        return absl::InternalError(absl::StrCat(name(), ": the region's input-gradient sum is ",
+                                                dx.to_string(), "; this layer's input is ",
+                                                s->input.to_string()));
+      }
+      COLOSSAL_RETURN_IF_ERROR(
+          core::gemm::gemm(ctx, dy, w, rows, {.trans_b = in_out, .beta = 1.0}));
+    }
+    COLOSSAL_RETURN_IF_ERROR(region->contributed(ctx, dx));
+  }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, weight_.grad());
   // Weight gradient, accumulated: [in, out] += x^T dy, or [out, in] += dy^T x.
   if (in_out) {
@@ -125,7 +151,8 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, bias_.grad());
     COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, dy, db));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+  if (region != nullptr) return dx;
+  COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
   return dx.reshape(s->input.shape().dims());
 }
 

@@ -29,6 +29,7 @@
 #define COLOSSAL_NN_LAYERS_LINEAR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "nn/layers/tensor_parallel.h"
@@ -47,6 +48,11 @@ struct LinearOptions {
   Parallel parallel = Parallel::kNone;
   TensorParallel tp;  // with kColumn / kRow
   int blocks = 1;     // kColumn: equal output blocks split separately
+  // A column (or unsplit) layer that starts a parallel region: its backward
+  // adds the input gradient into the region's sum and lets the reduction run
+  // during its weight-gradient GEMM (see RegionGrad); it returns the
+  // unreduced sum, which the region's owner replaces by region_grad->finish().
+  std::shared_ptr<RegionGrad> region_grad;
 };
 
 class Linear : public Module {

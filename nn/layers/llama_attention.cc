@@ -21,9 +21,14 @@ struct LlamaAttentionSaved : Saved {
 };
 
 LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
-                         const TensorParallel& tp) {
-  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype, .parallel = parallel,
-          .tp = tp};
+                         const TensorParallel& tp,
+                         std::shared_ptr<RegionGrad> region_grad = nullptr) {
+  return {.bias = bias,
+          .layout = WeightLayout::kOutIn,
+          .dtype = dtype,
+          .parallel = parallel,
+          .tp = tp,
+          .region_grad = std::move(region_grad)};
 }
 
 }  // namespace
@@ -36,12 +41,13 @@ LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
       rope_(std::move(rope)),
       dtype_(dtype),
       tp_(tp),
+      region_grad_(std::make_shared<RegionGrad>(tp, 3)),
       q_proj_(name + ".q_proj", shape.hidden, shape.heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       k_proj_(name + ".k_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       v_proj_(name + ".v_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp)),
+              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       o_proj_(name + ".o_proj", shape.heads * shape.head_dim, shape.hidden,
               projection(shape.bias, dtype, Parallel::kRow, tp)) {
   register_child(&q_proj_);
@@ -69,6 +75,7 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
         tp_.sequence_size(), " sequence-parallel ranks"));
   }
   // With sequence parallelism the input holds this rank's positions: gather them.
+  region_grad_->reset();
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
   auto saved = std::make_unique<LlamaAttentionSaved>();
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult q, q_proj_.forward(ctx, x));
@@ -134,13 +141,13 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   COLOSSAL_ASSIGN_OR_RETURN(dk, heads_to_seq(ctx, tp_, dk, 1));
   COLOSSAL_ASSIGN_OR_RETURN(dv, heads_to_seq(ctx, tp_, dv, 1));
   // v_proj, k_proj, q_proj: the reverse of the forward, so hooks see the
-  // children in reverse order as everywhere else.
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, v_proj_.backward(ctx, *s->v_proj, dv));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxk, k_proj_.backward(ctx, *s->k_proj, dk));
-  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxk));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxq, q_proj_.backward(ctx, *s->q_proj, dq));
-  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxq));
-  return region_input_grad(ctx, tp_, dx);
+  // children in reverse order as everywhere else. Each adds its input
+  // gradient into one sum; q_proj (the largest) starts the sum's reduction
+  // before its weight GEMM.
+  COLOSSAL_RETURN_IF_ERROR(v_proj_.backward(ctx, *s->v_proj, dv).status());
+  COLOSSAL_RETURN_IF_ERROR(k_proj_.backward(ctx, *s->k_proj, dk).status());
+  COLOSSAL_RETURN_IF_ERROR(q_proj_.backward(ctx, *s->q_proj, dq).status());
+  return region_grad_->finish(ctx);
 }
 
 }  // namespace colossal::nn

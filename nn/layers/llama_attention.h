@@ -63,6 +63,7 @@ class LlamaAttention : public Module {
   core::DType dtype_;
   TensorParallel tp_;
   AttentionImpl impl_ = AttentionImpl::kAuto;
+  std::shared_ptr<RegionGrad> region_grad_;  // q, k and v's input gradient
   Linear q_proj_, k_proj_, v_proj_, o_proj_;
 };
 

@@ -21,9 +21,14 @@ struct LlamaMlpSaved : Saved {
 
 namespace {
 LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
-                         const TensorParallel& tp) {
-  return {.bias = bias, .layout = WeightLayout::kOutIn, .dtype = dtype, .parallel = parallel,
-          .tp = tp};
+                         const TensorParallel& tp,
+                         std::shared_ptr<RegionGrad> region_grad = nullptr) {
+  return {.bias = bias,
+          .layout = WeightLayout::kOutIn,
+          .dtype = dtype,
+          .parallel = parallel,
+          .tp = tp,
+          .region_grad = std::move(region_grad)};
 }
 }  // namespace
 
@@ -32,10 +37,11 @@ LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool 
     : Module(name),
       dtype_(dtype),
       tp_(tp),
+      region_grad_(std::make_shared<RegionGrad>(tp, 2)),
       gate_proj_(name + ".gate_proj", hidden, intermediate,
-                 projection(bias, dtype, Parallel::kColumn, tp)),
+                 projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
       up_proj_(name + ".up_proj", hidden, intermediate,
-               projection(bias, dtype, Parallel::kColumn, tp)),
+               projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
       down_proj_(name + ".down_proj", intermediate, hidden,
                  projection(bias, dtype, Parallel::kRow, tp)) {
   register_child(&gate_proj_);
@@ -46,6 +52,7 @@ LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool 
 absl::StatusOr<ForwardResult> LlamaMlp::forward_impl(core::Context& ctx, const core::Tensor& input) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   auto saved = std::make_unique<LlamaMlpSaved>();
+  region_grad_->reset();
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor x, region_input(ctx, tp_, input));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult g, gate_proj_.forward(ctx, x));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult u, up_proj_.forward(ctx, x));
@@ -85,10 +92,11 @@ absl::StatusOr<core::Tensor> LlamaMlp::backward_impl(core::Context& ctx, Saved& 
                                 dh.raw_data(), dup.raw_data(), dh.raw_data(), s->gate.raw_data(),
                                 s->up.raw_data(), n, dtype_, cuda_stream(ctx))),
       "swiglu backward"));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, up_proj_.backward(ctx, *s->up_proj, dup));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dxg, gate_proj_.backward(ctx, *s->gate_proj, dh));
-  COLOSSAL_ASSIGN_OR_RETURN(dx, add(ctx, dx, dxg));
-  return region_input_grad(ctx, tp_, dx);
+  // Both add their input gradient into one sum; gate_proj starts its
+  // reduction before its weight GEMM.
+  COLOSSAL_RETURN_IF_ERROR(up_proj_.backward(ctx, *s->up_proj, dup).status());
+  COLOSSAL_RETURN_IF_ERROR(gate_proj_.backward(ctx, *s->gate_proj, dh).status());
+  return region_grad_->finish(ctx);
 }
 
 }  // namespace colossal::nn

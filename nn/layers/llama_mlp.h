@@ -39,6 +39,7 @@ class LlamaMlp : public Module {
  private:
   core::DType dtype_;
   TensorParallel tp_;
+  std::shared_ptr<RegionGrad> region_grad_;  // gate and up's input gradient
   Linear gate_proj_, up_proj_, down_proj_;
 };
 

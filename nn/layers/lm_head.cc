@@ -77,12 +77,15 @@ absl::StatusOr<core::Tensor> LmHead::backward_impl(core::Context& ctx, Saved& sa
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dlogits, grad_output.reshape({B * T, w.dim(0)}));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x2, s->x.reshape({B * T, channels_}));
-  // logits = x W^T: dW += dlogits^T x, dx = dlogits W.
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, weight_.grad());
-  COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, dlogits, x2, dw, {.trans_a = true, .beta = 1.0}));
+  // logits = x W^T: dx = dlogits W, then dW += dlogits^T x while dx's
+  // reduction over the group runs.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dx, core::gemm::matmul(ctx, dlogits, w));
   COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape({B, T, channels_}));
-  return region_input_grad(ctx, tp_, dx);
+  RegionGrad reduction(tp_, 1);
+  COLOSSAL_RETURN_IF_ERROR(reduction.contributed(ctx, dx));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dw, weight_.grad());
+  COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, dlogits, x2, dw, {.trans_a = true, .beta = 1.0}));
+  return reduction.finish(ctx);
 }
 
 }  // namespace colossal::nn

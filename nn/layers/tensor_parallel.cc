@@ -16,12 +16,15 @@ struct NothingSaved : Saved {
 
 absl::StatusOr<ForwardResult> TensorParallelRegion::forward_impl(core::Context& ctx,
                                                                  const core::Tensor& input) {
+  if (region_grad_ != nullptr) region_grad_->reset();
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, region_input(ctx, tp_, input));
   return ForwardResult{x, std::make_unique<NothingSaved>()};
 }
 
 absl::StatusOr<core::Tensor> TensorParallelRegion::backward_impl(core::Context& ctx, Saved& saved,
                                                                  const core::Tensor& grad_output) {
+  // With region_grad_, grad_output is its unreduced sum, already on its way.
+  if (region_grad_ != nullptr) return region_grad_->finish(ctx);
   return region_input_grad(ctx, tp_, grad_output);
 }
 
@@ -29,7 +32,7 @@ namespace {
 
 // Issues `w` after ctx's compute-stream work and orders that stream after it
 // (CUDA), or waits for it (CPU).
-absl::Status finish(core::Context& ctx, absl::StatusOr<comm::WorkPtr> w, bool cuda,
+absl::Status finish_work(core::Context& ctx, absl::StatusOr<comm::WorkPtr> w, bool cuda,
                     const char* what) {
   if (!w.ok()) return core::annotate(w.status(), what);
   if (cuda) {
@@ -106,7 +109,7 @@ absl::Status all_reduce(core::Context& ctx, const TensorParallel& tp, const core
                         comm::ReduceOp op, const char* what) {
   if (!tp.enabled()) return absl::OkStatus();
   const bool cuda = t.device().is_cuda();
-  return finish(ctx, tp.group->all_reduce(t, op, on_compute(ctx, cuda)), cuda,
+  return finish_work(ctx, tp.group->all_reduce(t, op, on_compute(ctx, cuda)), cuda,
                 absl::StrCat("tensor parallel: reducing ", what).c_str());
 }
 
@@ -137,7 +140,7 @@ absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorPar
   // Rank-major [size, B, Tc, ...], then each rank's block into its positions.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all,
                             empty(ctx, {tp.size() * chunk.numel()}, chunk.dtype()));
-  COLOSSAL_RETURN_IF_ERROR(finish(ctx, tp.group->all_gather(all, chunk, on_compute(ctx, cuda)),
+  COLOSSAL_RETURN_IF_ERROR(finish_work(ctx, tp.group->all_gather(all, chunk, on_compute(ctx, cuda)),
                                   cuda, "sequence parallelism: gathering the sequence"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(chunk, s.T)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, chunk.dtype()));
@@ -150,10 +153,21 @@ absl::StatusOr<core::Tensor> gather_sequence(core::Context& ctx, const TensorPar
   return out;
 }
 
-absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const TensorParallel& tp,
-                                                     const core::Tensor& x) {
+namespace {
+
+// A reduce-scatter along the sequence, issued: `out` is ready once `work` is
+// done; `packed` (its input) must live until then.
+struct ScatterIssued {
+  core::Tensor out, packed;
+  absl::StatusOr<comm::WorkPtr> work;
+};
+
+absl::StatusOr<ScatterIssued> issue_reduce_scatter_sequence(core::Context& ctx,
+                                                            const TensorParallel& tp,
+                                                            const core::Tensor& x) {
   COLOSSAL_ASSIGN_OR_RETURN(SeqShape s, seq_shape(tp, x, x.rank() >= 2 ? x.dim(1) : 0));
   const bool cuda = x.device().is_cuda();
+  // Rank-major [size, B, Tc, ...]: block q holds the positions rank q keeps.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor packed, empty(ctx, {x.numel()}, x.dtype()));
   const size_t block = static_cast<size_t>(s.B) * s.Tc * s.row;
   for (int q = 0; q < tp.size(); ++q) {
@@ -163,10 +177,21 @@ absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const T
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(x, s.Tc)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, x.dtype()));
-  COLOSSAL_RETURN_IF_ERROR(finish(
-      ctx, tp.group->reduce_scatter(out, packed, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda,
-      "sequence parallelism: reduce-scattering the sequence"));
-  return out;
+  auto work = tp.group->reduce_scatter(out, packed, comm::ReduceOp::kSum, on_compute(ctx, cuda));
+  return ScatterIssued{out, packed, std::move(work)};
+}
+
+constexpr char kScatterWhat[] = "sequence parallelism: reduce-scattering the sequence";
+constexpr char kRegionWhat[] = "tensor parallel: reducing a region's input gradient";
+
+}  // namespace
+
+absl::StatusOr<core::Tensor> reduce_scatter_sequence(core::Context& ctx, const TensorParallel& tp,
+                                                     const core::Tensor& x) {
+  COLOSSAL_ASSIGN_OR_RETURN(ScatterIssued issued, issue_reduce_scatter_sequence(ctx, tp, x));
+  COLOSSAL_RETURN_IF_ERROR(
+      finish_work(ctx, std::move(issued.work), x.device().is_cuda(), kScatterWhat));
+  return issued.out;
 }
 
 absl::StatusOr<core::Tensor> pad_sequence(core::Context& ctx, const TensorParallel& tp,
@@ -204,7 +229,7 @@ absl::StatusOr<HeadSplit> head_split(const TensorParallel& tp, const core::Tenso
 absl::Status exchange(core::Context& ctx, const TensorParallel& tp, const core::Tensor& out,
                       const core::Tensor& in, const char* what) {
   const bool cuda = in.device().is_cuda();
-  return finish(ctx, tp.sequence_group->all_to_all(out, in, on_compute(ctx, cuda)), cuda, what);
+  return finish_work(ctx, tp.sequence_group->all_to_all(out, in, on_compute(ctx, cuda)), cuda, what);
 }
 
 }  // namespace
@@ -292,7 +317,7 @@ absl::StatusOr<double> sum_over(core::Context& ctx, comm::ProcessGroup& group, d
     COLOSSAL_ASSIGN_OR_RETURN(t, t.to(ctx.device(), ctx.compute_stream()));
   }
   COLOSSAL_RETURN_IF_ERROR(
-      finish(ctx, group.all_reduce(t, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda, what));
+      finish_work(ctx, group.all_reduce(t, comm::ReduceOp::kSum, on_compute(ctx, cuda)), cuda, what));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor host, t.to(core::Device::cpu(), ctx.compute_stream()));
   ctx.compute_stream().synchronize();
   return host.data<double>()[0];
@@ -313,10 +338,70 @@ absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParall
 
 absl::StatusOr<core::Tensor> region_input_grad(core::Context& ctx, const TensorParallel& tp,
                                                const core::Tensor& dx) {
-  if (tp.splits_sequence()) return reduce_scatter_sequence(ctx, tp, dx);
-  // Summed in place: the region's own input gradient, read by nothing else.
-  COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, tp, dx, "a region's input gradient"));
-  return dx;
+  RegionGrad reduction(tp, 1);
+  COLOSSAL_RETURN_IF_ERROR(reduction.contributed(ctx, dx));
+  return reduction.finish(ctx);
+}
+
+RegionGrad::~RegionGrad() { reset(); }
+
+void RegionGrad::reset() {
+  // An unfinished collective still reads (and writes) our buffers: let it end.
+  if (work_ != nullptr) work_->wait().IgnoreError();
+  work_ = nullptr;
+  arrived_ = 0;
+  sum_ = packed_ = result_ = core::Tensor();
+}
+
+absl::Status RegionGrad::contributed(core::Context& ctx, core::Tensor sum) {
+  if (arrived_ >= contributors_) {
+    return absl::InternalError(absl::StrCat("a parallel region's input gradient has ",
+                                            contributors_,
+                                            " contributors; one more arrived before finish()"));
+  }
+  sum_ = std::move(sum);
+  if (++arrived_ == contributors_) return start(ctx);
+  return absl::OkStatus();
+}
+
+absl::Status RegionGrad::start(core::Context& ctx) {
+  if (tp_.splits_sequence()) {
+    COLOSSAL_ASSIGN_OR_RETURN(ScatterIssued issued, issue_reduce_scatter_sequence(ctx, tp_, sum_));
+    if (!issued.work.ok()) return core::annotate(issued.work.status(), kScatterWhat);
+    work_ = *std::move(issued.work);
+    packed_ = std::move(issued.packed);
+    result_ = std::move(issued.out);
+  } else {
+    // Summed in place: the region's own input gradient, read by nothing else.
+    result_ = sum_;
+    if (!tp_.enabled()) return absl::OkStatus();
+    const bool cuda = sum_.device().is_cuda();
+    auto work = tp_.group->all_reduce(sum_, comm::ReduceOp::kSum, on_compute(ctx, cuda));
+    if (!work.ok()) return core::annotate(work.status(), kRegionWhat);
+    work_ = *std::move(work);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<core::Tensor> RegionGrad::finish(core::Context& ctx) {
+  if (arrived_ != contributors_) {
+    const int arrived = arrived_;
+    reset();
+    return absl::InternalError(absl::StrCat("a parallel region's input gradient is finished with ",
+                                            arrived, " of its ", contributors_,
+                                            " contributors' parts"));
+  }
+  absl::Status status;
+  if (work_ != nullptr) {
+    const bool cuda = result_.device().is_cuda();
+    status = finish_work(ctx, std::move(work_), cuda,
+                         tp_.splits_sequence() ? kScatterWhat : kRegionWhat);
+    work_ = nullptr;
+  }
+  core::Tensor result = std::move(result_);
+  reset();
+  COLOSSAL_RETURN_IF_ERROR(status);
+  return result;
 }
 
 }  // namespace colossal::nn

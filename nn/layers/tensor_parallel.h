@@ -130,14 +130,56 @@ absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParall
 absl::StatusOr<core::Tensor> region_input_grad(core::Context& ctx, const TensorParallel& tp,
                                                const core::Tensor& dx);
 
+// The input gradient of a parallel region whose first layers are column
+// Linears reading one input (GPT-2's c_attn, or c_fc; Llama's q, k, v, or
+// gate, up), reduced as region_input_grad does while the last of them
+// computes its weight gradient (Megatron-LM's asynchronous gradient
+// all-reduce): each Linear's backward computes its input gradient first and
+// adds it into sum() (accumulating GEMMs, no separate add), contributed()
+// starts the reduction once all `contributors` have added theirs, then the
+// Linear runs its weight- and bias-gradient GEMMs while the collective runs
+// (CUDA: on the group's stream, after the compute stream's work so far; CPU:
+// on the group's worker thread). The region's owner calls finish() for the
+// reduced gradient. reset() (the owner's forward) forgets a backward that
+// failed midway. Without tensor parallelism nothing is communicated and
+// finish() returns the sum.
+class RegionGrad {
+ public:
+  RegionGrad(TensorParallel tp, int contributors) : tp_(std::move(tp)), contributors_(contributors) {}
+  RegionGrad(const RegionGrad&) = delete;
+  RegionGrad& operator=(const RegionGrad&) = delete;
+  ~RegionGrad();
+
+  // The running sum (in the region input's shape), empty before the first contributor.
+  const core::Tensor& sum() const { return sum_; }
+  // `sum` is the running sum with one more contributor's gradient added; the
+  // last contributor's call starts the reduction. Internal error past
+  // `contributors` in one backward.
+  absl::Status contributed(core::Context& ctx, core::Tensor sum);
+  // The reduced input gradient; Internal error unless every contributor has
+  // added its part. Ready for the next backward after.
+  absl::StatusOr<core::Tensor> finish(core::Context& ctx);
+  void reset();
+
+ private:
+  absl::Status start(core::Context& ctx);
+  TensorParallel tp_;
+  int contributors_;
+  int arrived_ = 0;
+  core::Tensor sum_, packed_, result_;  // packed_: the reduce-scatter's input, kept until done
+  comm::WorkPtr work_;
+};
+
 // Where a parallel region begins (Megatron's copy_to_tensor_model_parallel_region):
 // the forward passes its input on (region_input), the backward its gradient
-// (region_input_grad). Has no parameters; a Sequential region (GPT-2's MLP)
-// puts one first.
+// (region_input_grad, or the reduction its first Linear started through
+// `region_grad`). Has no parameters; a Sequential region (GPT-2's MLP) puts
+// one first.
 class TensorParallelRegion : public Module {
  public:
-  TensorParallelRegion(std::string name, TensorParallel tp)
-      : Module(std::move(name)), tp_(std::move(tp)) {}
+  TensorParallelRegion(std::string name, TensorParallel tp,
+                       std::shared_ptr<RegionGrad> region_grad = nullptr)
+      : Module(std::move(name)), tp_(std::move(tp)), region_grad_(std::move(region_grad)) {}
   const char* type() const override { return "TensorParallelRegion"; }
 
  protected:
@@ -147,6 +189,7 @@ class TensorParallelRegion : public Module {
 
  private:
   TensorParallel tp_;
+  std::shared_ptr<RegionGrad> region_grad_;
 };
 
 }  // namespace colossal::nn
