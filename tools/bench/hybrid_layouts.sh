@@ -9,6 +9,8 @@
 # Prints one row per layout: ms/step, tokens/s, MFU (the recipe's: 6·params + attention FLOPs
 # per token over the GPUs' dense bf16 peak; the recomputation of checkpointing not counted), and
 # every rank's peak memory; a failed layout prints its log's tail.
+# GPT-2: RECIPE=recipes/gpt2_hybrid.lua PRESET=gpt2-xl SEQ=1024 (its presets' own context).
+# BIN: another build of the binary (e.g. an older commit's, for a before/after pair).
 # Usage: tools/bench/hybrid_layouts.sh BUNDLE   (BUNDLE: tools/gpu/bundle.sh //lua:colossal, data/)
 #   LAYOUTS="tp4 pp4i" GLOBAL_SEQS=16 STEPS=6 WARMUP=2 RUN_TIMEOUT=240 PRESET=llama2-7b SEQ=2048
 set -uo pipefail
@@ -16,7 +18,8 @@ B="$(cd "$1" && pwd)"
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 export LD_LIBRARY_PATH="$B/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
 export COLOSSAL_DATA="$B/data" NCCL_NVLS_ENABLE=0
-bin="$B/bin/lua_colossal"
+bin="${BIN:-$B/bin/lua_colossal}"
+RECIPE="${RECIPE:-recipes/llama_hybrid.lua}"
 N="${NGPU:-$(nvidia-smi -L | wc -l)}"
 H=$((N / 2))
 GLOBAL_SEQS="${GLOBAL_SEQS:-16}"
@@ -56,10 +59,10 @@ for layout in $LAYOUTS; do
   rm -rf "$dir" && mkdir -p "$dir" && ln -s "$repo/recipes" "$dir/recipes"
   port=$((port + 1))
   log="/tmp/hl_$layout.log"
-  cmd=("$bin" run --nproc_per_node "$N" --master_port "$port" bench recipes/llama_hybrid.lua
-    --steps "$STEPS" --warmup "$WARMUP" --set "model.preset=$PRESET" --set "data.seq_len=$SEQ"
-    --set "model.max_position_embeddings=$((SEQ > 2048 ? SEQ : 2048))"
-    --set "data.micro_batch_size=$mb" --set "accumulation_steps=$accum" --set "plugin.tp_size=$tp"
+  cmd=("$bin" run --nproc_per_node "$N" --master_port "$port" bench "$RECIPE"
+    --steps "$STEPS" --warmup "$WARMUP" --set "model.preset=$PRESET" --set "data.seq_len=$SEQ")
+  [[ "$RECIPE" == *llama* ]] && cmd+=(--set "model.max_position_embeddings=$((SEQ > 2048 ? SEQ : 2048))")
+  cmd+=(--set "data.micro_batch_size=$mb" --set "accumulation_steps=$accum" --set "plugin.tp_size=$tp"
     --set "plugin.pp_size=$pp" --set "plugin.pp_style=$style" --set "plugin.num_model_chunks=$chunks"
     --set "plugin.zero_stage=$zero")
   if ((sp > 1)); then
