@@ -76,6 +76,9 @@ class LuaOptions : public parallel::OptionSource {
   std::string string(absl::string_view key, absl::string_view fallback) override {
     return o_.string(std::string(key).c_str(), std::string(fallback));
   }
+  std::optional<std::vector<int64_t>> integers(absl::string_view key) override {
+    return o_.integers(std::string(key).c_str());
+  }
 
  private:
   OptionTable& o_;
@@ -118,6 +121,10 @@ int PluginCapabilities(lua_State* L) {
   lua_setfield(L, -2, "pipeline");
   lua_pushinteger(L, c.pipeline_micro_batch_multiple);
   lua_setfield(L, -2, "pipeline_micro_batch_multiple");
+  lua_pushinteger(L, c.pipeline_num_micro_batches);
+  lua_setfield(L, -2, "pipeline_num_micro_batches");
+  lua_pushinteger(L, c.pipeline_micro_batch_size);
+  lua_setfield(L, -2, "pipeline_micro_batch_size");
   lua_pushboolean(L, c.generates);
   lua_setfield(L, -2, "generates");
   if (c.owns_precision) {

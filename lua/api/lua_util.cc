@@ -179,6 +179,26 @@ std::optional<std::vector<double>> OptionTable::numbers(const char* key, size_t 
   return values;
 }
 
+std::optional<std::vector<int64_t>> OptionTable::integers(const char* key) {
+  const int type = fetch(key);
+  if (type == LUA_TNIL) {
+    lua_pop(L_, 1);
+    return std::nullopt;
+  }
+  std::vector<int64_t> values;
+  bool ok = type == LUA_TTABLE;
+  const lua_Integer n = ok ? luaL_len(L_, -1) : 0;
+  for (lua_Integer i = 1; ok && i <= n; ++i) {
+    lua_geti(L_, -1, i);
+    ok = lua_isinteger(L_, -1);
+    if (ok) values.push_back(lua_tointeger(L_, -1));
+    lua_pop(L_, 1);
+  }
+  lua_pop(L_, 1);
+  if (!ok) fail(key, "must be a list of integers, e.g. {4, 6, 6, 8}");
+  return values;
+}
+
 int OptionTable::push(const char* key) { return fetch(key); }
 
 void OptionTable::allow(std::initializer_list<const char*> keys) {

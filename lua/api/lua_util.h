@@ -164,6 +164,9 @@ class OptionTable {
   // A list of numbers (e.g. betas); nullopt when absent. Raises when the
   // length is not `n`.
   std::optional<std::vector<double>> numbers(const char* key, size_t n);
+  // A list of integers of any length; nullopt when absent. Raises when it is
+  // not a list of integers.
+  std::optional<std::vector<int64_t>> integers(const char* key);
   // Pushes the value of `key` (nil when absent) and marks it known.
   int push(const char* key);
   // Marks keys as known without reading them (read elsewhere).

@@ -247,6 +247,20 @@ function recipe.run(t, file, bench)
       .. "interleaved pipeline schedule, which takes a multiple of plugin.pp_size (%d)",
       r.accumulation_steps, multiple))
   end
+  -- Colossal-AI's num_microbatches / microbatch_size split the batch handed
+  -- to the pipeline; here the recipe's micro-batches feed it, so they agree.
+  local n_micro = caps.pipeline_num_micro_batches or 0
+  if n_micro > 0 and n_micro ~= r.accumulation_steps then
+    usage_error(file, "accumulation_steps", string.format("%d micro-batches a step, but "
+      .. "plugin.num_microbatches = %d: the pipeline runs accumulation_steps micro-batches a step; "
+      .. "set them equal", r.accumulation_steps, n_micro))
+  end
+  local micro_size = caps.pipeline_micro_batch_size or 0
+  if micro_size > 0 and micro_size ~= d.micro_batch_size then
+    usage_error(file, "data.micro_batch_size", string.format("%d, but plugin.microbatch_size = %d: "
+      .. "the pipeline's micro-batches are data.micro_batch_size sequences; set them equal",
+      d.micro_batch_size, micro_size))
+  end
   if not caps.clips_by_value and r.clip_value > 0 then
     usage_error(file, "clip_value", string.format("%s clips by norm only (plugin.max_norm)", caps.name))
   end

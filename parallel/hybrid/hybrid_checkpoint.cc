@@ -154,7 +154,7 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
     if (!gatherer && s.pipeline.stage != stage) continue;
     COLOSSAL_ASSIGN_OR_RETURN(nn::PipelineStage st,
                               nn::pipeline_stage(s.whole->num_layers(), s.pipeline.stages, stage,
-                                                 s.pipeline.chunks));
+                                                 s.pipeline.chunks, s.options.layers_per_stage));
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> names,
                               s.whole->redeclare(s.whole->dtype(), nn::ModelSplit{{}, st}));
     const std::vector<std::string> tied = s.whole->tied_parameters();

@@ -138,7 +138,7 @@ absl::StatusOr<nn::ModelSplit> HybridParallelPlugin::model_split(const nn::Causa
   if (s.pipeline.stages > 1) {
     COLOSSAL_ASSIGN_OR_RETURN(
         split.stage, nn::pipeline_stage(model.num_layers(), s.pipeline.stages, s.pipeline.stage,
-                                        s.pipeline.chunks));
+                                        s.pipeline.chunks, s.options.layers_per_stage));
   }
   return split;
 }

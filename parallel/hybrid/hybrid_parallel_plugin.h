@@ -45,6 +45,7 @@
 #define COLOSSAL_PARALLEL_HYBRID_HYBRID_PARALLEL_PLUGIN_H_
 
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -60,6 +61,10 @@ struct HybridParallelOptions {
   // Model chunks per pipeline stage: 1 runs the 1F1B schedule, more the
   // interleaved one (Colossal-AI's pp_style "interleaved").
   int num_model_chunks = 1;
+  // Colossal-AI's num_layers_per_stage: blocks per virtual stage
+  // (nn::pipeline_stage), pp_size * num_model_chunks entries; empty: the
+  // even split.
+  std::vector<int64_t> layers_per_stage;
   // Colossal-AI's enable_sequence_parallelism with sequence_parallelism_mode
   // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1, pp_size 1 and
   // zero_stage <= 1.

@@ -14,14 +14,20 @@ namespace {
 class HybridParallelSpec : public PrecisionOwningSpec {
  public:
   HybridParallelSpec(HybridParallelOptions options, std::string precision, float max_norm,
-                     nn::DynamicLossScalerOptions scaler)
-      : PrecisionOwningSpec(std::move(precision), max_norm, scaler), options_(options) {}
+                     nn::DynamicLossScalerOptions scaler, int64_t num_microbatches,
+                     int64_t microbatch_size)
+      : PrecisionOwningSpec(std::move(precision), max_norm, scaler),
+        options_(std::move(options)),
+        num_microbatches_(num_microbatches),
+        microbatch_size_(microbatch_size) {}
   const char* name() const override { return "hybrid_parallel"; }
   PluginCapabilities capabilities() const override {
     PluginCapabilities c = owned_precision();
     c.supports_no_sync = options_.zero_stage < 2;
     c.pipeline = options_.pp_size > 1;
     if (options_.num_model_chunks > 1) c.pipeline_micro_batch_multiple = options_.pp_size;
+    c.pipeline_num_micro_batches = num_microbatches_;
+    c.pipeline_micro_batch_size = microbatch_size_;
     c.generates = options_.pp_size == 1 && !options_.sequence_parallel && options_.sp_size == 1;
     return c;
   }
@@ -44,6 +50,7 @@ class HybridParallelSpec : public PrecisionOwningSpec {
 
  private:
   HybridParallelOptions options_;
+  int64_t num_microbatches_, microbatch_size_;  // 0: not set
 };
 
 }  // namespace
@@ -64,6 +71,9 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   o.ddp_bucket_cap_mb = options.number("ddp_bucket_cap_mb", 25.0);
   o.cpu_offload = options.boolean("cpu_offload", false);
   const bool overlap = options.boolean("overlap_communication", true);
+  const int64_t num_microbatches = options.integer("num_microbatches", 0);
+  const int64_t microbatch_size = options.integer("microbatch_size", 0);
+  o.layers_per_stage = options.integers("num_layers_per_stage").value_or(std::vector<int64_t>{});
   const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);  // Colossal-AI: 2^16
 
   if (o.tp_size < 1) return option_error("tp_size", "must be at least 1");
@@ -86,6 +96,37 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
                                                          "\"interleaved\" (1f1b runs one)"));
   }
   o.num_model_chunks = static_cast<int>(num_model_chunks);
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"num_microbatches", num_microbatches},
+                                   {"microbatch_size", microbatch_size}}) {
+    if (value < 0) return option_error(key, absl::StrCat("= ", value, ": must be positive"));
+    if (value > 0 && o.pp_size < 2) {
+      return option_error(key, absl::StrCat("= ", value, " applies to pipelines (pp_size > 1)"));
+    }
+  }
+  if (!o.layers_per_stage.empty()) {
+    const int64_t virtual_stages = int64_t{o.pp_size} * o.num_model_chunks;
+    if (o.pp_size < 2) {
+      return option_error("num_layers_per_stage", "applies to pipelines (pp_size > 1)");
+    }
+    if (static_cast<int64_t>(o.layers_per_stage.size()) != virtual_stages) {
+      return option_error(
+          "num_layers_per_stage",
+          absl::StrCat("has ", o.layers_per_stage.size(), " entries; pp_size ", o.pp_size, " x ",
+                       o.num_model_chunks, " model chunks take ", virtual_stages,
+                       " (one per virtual stage: stage s's chunk c is entry c * pp_size + s)"));
+    }
+    for (int64_t n : o.layers_per_stage) {
+      if (n < 1) {
+        return option_error("num_layers_per_stage",
+                            absl::StrCat("every stage takes at least one layer, got ", n));
+      }
+    }
+  }
+  if (options.has("make_vocab_size_divisible_by")) {
+    return option_error("make_vocab_size_divisible_by",
+                        "is not available: the model pads its vocabulary itself "
+                        "(model.padded_vocab_multiple, which tp_size must divide)");
+  }
   if (o.pp_size > 1 && o.zero_stage > 1) {
     return option_error("zero_stage", absl::StrCat("= ", o.zero_stage, " with pp_size ", o.pp_size,
                                                    ": pipelines take zero_stage 0 or 1"));
@@ -146,7 +187,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
         "= false is not available: gradients are always reduced while backward runs");
   }
   return std::unique_ptr<PluginSpec>(
-      std::make_unique<HybridParallelSpec>(o, precision, max_norm, s));
+      std::make_unique<HybridParallelSpec>(o, precision, max_norm, s, num_microbatches,
+                                           microbatch_size));
 }
 
 }  // namespace colossal::parallel

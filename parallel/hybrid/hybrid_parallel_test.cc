@@ -84,10 +84,6 @@ std::vector<HybridCase> cases() {
     out.push_back({f, 2, 1, 0, 2, 4, 2, false, 2, 4});
     out.push_back({f, 2, 1, 0, 2, 4, 2, false, 2, 2});
     out.push_back({f, 8, 2, 1, 2, 4, 2, false, 2, 4});
-    // Three uneven chunks, and pp4, over eight layers. Not for the tied
-    // Llama: eight tied layers grow its gradient norm five-fold in ten steps
-    // at this learning rate, and rounding alone (its 1F1B run as much) then
-    // moves the norm past fp32 tolerances.
     // all_to_all (Ulysses) sequence parallelism: sp2, with dp2 under ZeRO-1
     // and ZeRO-2, and sp4 (GPT-2 with four heads; the tiny Llama has two
     // key/value heads).
@@ -95,7 +91,16 @@ std::vector<HybridCase> cases() {
     out.push_back({f, 4, 1, 1, 1, 2, 2, false, 1, kMicro, 2});
     out.push_back({f, 4, 1, 2, 1, 2, 2, false, 1, kMicro, 2});
     if (f == Family::kGpt2) out.push_back({f, 4, 1, 0, 1, 2, 4, false, 1, kMicro, 4});
+    // num_layers_per_stage: pp2 over four layers as 1 + 3 (the even split
+    // is 2 + 2), 1F1B and interleaved (1 + 1 + 1 + 1 would be even: the
+    // interleaved case uses six layers, 1 + 1 + 1 + 3).
+    out.push_back({f, 2, 1, 0, 2, 4, 2, false, 1, kMicro, 1, true});
+    // Three uneven chunks, and pp4, over eight layers. Not for the tied
+    // Llama: eight tied layers grow its gradient norm five-fold in ten steps
+    // at this learning rate, and rounding alone (its 1F1B run as much) then
+    // moves the norm past fp32 tolerances.
     if (f != Family::kLlamaTied) {
+      out.push_back({f, 2, 1, 0, 2, 6, 2, false, 2, 4, 1, true});
       out.push_back({f, 2, 1, 1, 2, 8, 2, false, 3, 4});
       out.push_back({f, 4, 1, 0, 4, 8, 2, false, 2, 8});
     }
@@ -191,6 +196,28 @@ TEST(Hybrid, CheckpointOfInterleavedLoadsInto1F1B) {
 
 // The interleaved schedule takes a multiple of the stage count of
 // micro-batches, and model chunks need pipeline stages.
+// num_layers_per_stage gives each virtual stage (chunk c of stage s is
+// virtual stage c * count + s) its count of layers, and is checked whole.
+TEST(Hybrid, LayersPerStageSplitsAsListed) {
+  const std::vector<int64_t> per = {1, 1, 1, 3};
+  absl::StatusOr<nn::PipelineStage> s1 = nn::pipeline_stage(6, 2, 1, 2, per);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  ASSERT_EQ(s1->chunks.size(), 2u);
+  EXPECT_EQ(s1->chunks[0].first, 1);
+  EXPECT_EQ(s1->chunks[0].end, 2);
+  EXPECT_EQ(s1->chunks[1].first, 3);
+  EXPECT_EQ(s1->chunks[1].end, 6);
+  absl::StatusOr<nn::PipelineStage> even = nn::pipeline_stage(6, 2, 1, 2);
+  ASSERT_TRUE(even.ok());
+  EXPECT_NE(even->chunks[1].first, 3);  // the even split differs
+  for (const std::vector<int64_t>& bad :
+       {std::vector<int64_t>{1, 1, 1, 2}, std::vector<int64_t>{1, 1, 4}, std::vector<int64_t>{0, 2, 1, 3}}) {
+    absl::StatusOr<nn::PipelineStage> s = nn::pipeline_stage(6, 2, 0, 2, bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("num_layers_per_stage"), std::string::npos) << s.status();
+  }
+}
+
 TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
   testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
     HybridParallelOptions o;

@@ -37,7 +37,14 @@ std::string case_name(const HybridCase& c) {
                       c.heads == 2 ? "" : absl::StrCat("_heads", c.heads), c.sp ? "_sp" : "",
                       c.chunks == 1 ? "" : absl::StrCat("_chunks", c.chunks),
                       c.micro == kMicro ? "" : absl::StrCat("_micro", c.micro),
-                      c.a2a == 1 ? "" : absl::StrCat("_a2a", c.a2a));
+                      c.a2a == 1 ? "" : absl::StrCat("_a2a", c.a2a), c.uneven ? "_uneven" : "");
+}
+
+std::vector<int64_t> layers_per_stage(const HybridCase& c) {
+  if (!c.uneven) return {};
+  std::vector<int64_t> per(int64_t{c.pp} * c.chunks, 1);
+  per.back() = c.layers - static_cast<int64_t>(per.size()) + 1;
+  return per;
 }
 
 absl::StatusOr<HybridCase> case_of(const std::string& name) {
@@ -52,9 +59,11 @@ absl::StatusOr<HybridCase> case_of(const std::string& name) {
                   for (int chunks : {1, 2, 3}) {
                     for (int micro : {2, 4, 8}) {
                       for (int a2a : {1, 2, 4}) {
-                        const HybridCase c{f,  world, tp,     zero,  pp, layers,
-                                           heads, sp, chunks, micro, a2a};
-                        if (case_name(c) == name) return c;
+                        for (bool uneven : {false, true}) {
+                          const HybridCase c{f,     world,  tp,    zero, pp,    layers,
+                                             heads, sp,     chunks, micro, a2a, uneven};
+                          if (case_name(c) == name) return c;
+                        }
                       }
                     }
                   }
@@ -78,6 +87,7 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   o.tp_size = c.tp;
   o.pp_size = c.pp;
   o.num_model_chunks = c.chunks;
+  o.layers_per_stage = layers_per_stage(c);
   o.sp_size = c.a2a;
   o.zero_stage = c.zero_stage;
   o.sequence_parallel = c.sp;

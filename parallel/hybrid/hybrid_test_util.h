@@ -44,13 +44,18 @@ struct HybridCase {
   int chunks = 1;   // model chunks per pipeline stage (> 1: the interleaved schedule)
   int micro = kMicro;  // micro-batches per step and data-parallel rank
   int a2a = 1;  // all_to_all (Ulysses) sequence-parallel ranks (sp_size)
+  // num_layers_per_stage: one layer in each virtual stage but the last, which
+  // takes the rest (not the even split).
+  bool uneven = false;
 };
+// The case's num_layers_per_stage (empty unless c.uneven).
+std::vector<int64_t> layers_per_stage(const HybridCase& c);
 
 // The case's tiny model, declared: the shared test model, or one with more
 // layers or heads.
 std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c);
 // "gpt2_world4_tp2_pp1_zero1", with "_layers4" / "_heads4" / "_sp" /
-// "_chunks2" / "_micro4" / "_a2a2" where they differ.
+// "_chunks2" / "_micro4" / "_a2a2" / "_uneven" where they differ.
 std::string case_name(const HybridCase& c);
 // The case a case_name() names (NotFound otherwise).
 absl::StatusOr<HybridCase> case_of(const std::string& name);

@@ -4,8 +4,10 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace colossal::parallel {
@@ -27,6 +29,15 @@ class MapOptions : public OptionSource {
   }
   std::string string(absl::string_view key, absl::string_view fallback) override {
     return has(key) ? values_.at(std::string(key)) : std::string(fallback);
+  }
+  // "4,6,6,8".
+  std::optional<std::vector<int64_t>> integers(absl::string_view key) override {
+    if (!has(key)) return std::nullopt;
+    std::vector<int64_t> out;
+    for (absl::string_view v : absl::StrSplit(values_.at(std::string(key)), ',')) {
+      out.push_back(std::stoll(std::string(v)));
+    }
+    return out;
   }
 
  private:
@@ -123,6 +134,20 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
   absl::StatusOr<std::unique_ptr<PluginSpec>> u = make_plugin_spec("hybrid_parallel", ulysses);
   ASSERT_TRUE(u.ok()) << u.status();
   EXPECT_FALSE((*u)->capabilities().generates);
+  // num_microbatches and microbatch_size reach the front end, which checks
+  // them against the recipe; num_layers_per_stage sizes each virtual stage.
+  MapOptions sized({{"pp_size", "2"},
+                    {"pp_style", "interleaved"},
+                    {"num_model_chunks", "2"},
+                    {"num_microbatches", "8"},
+                    {"microbatch_size", "2"},
+                    {"num_layers_per_stage", "1,3,3,1"}});
+  absl::StatusOr<std::unique_ptr<PluginSpec>> z = make_plugin_spec("hybrid_parallel", sized);
+  ASSERT_TRUE(z.ok()) << z.status();
+  EXPECT_EQ((*z)->capabilities().pipeline_num_micro_batches, 8);
+  EXPECT_EQ((*z)->capabilities().pipeline_micro_batch_size, 2);
+  EXPECT_EQ((*make_plugin_spec("hybrid_parallel", pp2))->capabilities().pipeline_num_micro_batches,
+            0);
   // What is not built yet, or makes no sense, names its key.
   const std::pair<std::map<std::string, std::string>, const char*> cases[] = {
       {{{"pp_size", "2"}, {"zero_stage", "2"}}, "zero_stage"},
@@ -147,6 +172,12 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
       {{{"zero_stage", "3"}}, "zero_stage"},
       {{{"cpu_offload", "true"}}, "cpu_offload"},
       {{{"overlap_communication", "false"}}, "overlap_communication"},
+      {{{"num_microbatches", "4"}}, "num_microbatches"},  // pp_size 1
+      {{{"pp_size", "2"}, {"microbatch_size", "-1"}}, "microbatch_size"},
+      {{{"pp_size", "2"}, {"num_layers_per_stage", "1,1,2"}}, "num_layers_per_stage"},
+      {{{"pp_size", "2"}, {"num_layers_per_stage", "0,4"}}, "num_layers_per_stage"},
+      {{{"num_layers_per_stage", "2,2"}}, "num_layers_per_stage"},  // pp_size 1
+      {{{"make_vocab_size_divisible_by", "64"}}, "make_vocab_size_divisible_by"},
   };
   for (const auto& [values, key] : cases) {
     MapOptions o(values);

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -41,6 +42,8 @@ class OptionSource {
   virtual int64_t integer(absl::string_view key, int64_t fallback) = 0;
   virtual bool boolean(absl::string_view key, bool fallback) = 0;
   virtual std::string string(absl::string_view key, absl::string_view fallback) = 0;
+  // A list of integers ({4, 6, 6, 8} in a recipe); nullopt when absent.
+  virtual std::optional<std::vector<int64_t>> integers(absl::string_view key) = 0;
 };
 
 // An InvalidArgumentError about option `key` (the payload option_key() reads
@@ -71,6 +74,11 @@ struct PluginCapabilities {
   // The pipeline schedule takes a multiple of this many micro-batches a step
   // (the interleaved schedule: the stage count).
   int pipeline_micro_batch_multiple = 1;
+  // Colossal-AI's num_microbatches and microbatch_size when the recipe's
+  // plugin set them (0: not set): they must equal the recipe's
+  // accumulation_steps and data.micro_batch_size, which feed the pipeline.
+  int64_t pipeline_num_micro_batches = 0;
+  int64_t pipeline_micro_batch_size = 0;
   // model:generate works on the boosted model (not through pipeline stages
   // or sequence-parallel slices yet).
   bool generates = true;

@@ -9,7 +9,8 @@
 
 namespace colossal::nn {
 
-absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index, int chunks) {
+absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index, int chunks,
+                                             absl::Span<const int64_t> layers_per_stage) {
   if (count < 1 || index < 0 || index >= count) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline stage ", index, " of ", count, " does not exist"));
@@ -29,9 +30,30 @@ absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int inde
                                    " model chunks (num_model_chunks)"));
   }
   std::vector<int64_t> per(virtual_stages, layers / virtual_stages);
-  const int64_t remainder = layers % virtual_stages;
-  const int64_t start = virtual_stages / 2 - remainder / 2;
-  for (int64_t i = start; i < start + remainder; ++i) ++per[i];
+  if (!layers_per_stage.empty()) {
+    if (static_cast<int64_t>(layers_per_stage.size()) != virtual_stages) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "num_layers_per_stage has ", layers_per_stage.size(), " entries; ", count,
+          " pipeline stages x ", chunks, " model chunks take ", virtual_stages));
+    }
+    int64_t sum = 0;
+    for (int64_t n : layers_per_stage) {
+      if (n < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "num_layers_per_stage: every virtual stage takes at least one layer, got ", n));
+      }
+      sum += n;
+    }
+    if (sum != layers) {
+      return absl::InvalidArgumentError(absl::StrCat("num_layers_per_stage sums to ", sum,
+                                                     "; the model has ", layers, " layers"));
+    }
+    per.assign(layers_per_stage.begin(), layers_per_stage.end());
+  } else {
+    const int64_t remainder = layers % virtual_stages;
+    const int64_t start = virtual_stages / 2 - remainder / 2;
+    for (int64_t i = start; i < start + remainder; ++i) ++per[i];
+  }
   PipelineStage s;
   s.index = index;
   s.count = count;

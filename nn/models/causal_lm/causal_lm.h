@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/shape.h"
@@ -68,9 +69,14 @@ struct PipelineStage {
 // split as Colossal-AI's PipelineStageManager does: the blocks over count *
 // chunks virtual stages, layers / (count * chunks) each, the remainder one
 // each to the middle ones. InvalidArgument when there are fewer layers than
-// virtual stages.
+// virtual stages. `layers_per_stage` (Colossal-AI's num_layers_per_stage),
+// when not empty, gives each virtual stage's count instead, in virtual stage
+// order (stage s's chunk c is virtual stage c * count + s): count * chunks
+// entries, each at least 1, summing to `layers` (else InvalidArgument naming
+// num_layers_per_stage).
 absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int index,
-                                             int chunks = 1);
+                                             int chunks = 1,
+                                             absl::Span<const int64_t> layers_per_stage = {});
 
 // OK when `stage`'s chunks are ordered, disjoint, non-empty ranges within
 // `layers` blocks; else InvalidArgument starting with `what` (a family's
