@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "kernels/rope/rope.h"
+#include "nn/layers/llama_projection.h"
 #include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
@@ -20,16 +21,7 @@ struct LlamaAttentionSaved : Saved {
   AttentionCoreSaved core;
 };
 
-LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
-                         const TensorParallel& tp,
-                         std::shared_ptr<RegionGrad> region_grad = nullptr) {
-  return {.bias = bias,
-          .layout = WeightLayout::kOutIn,
-          .dtype = dtype,
-          .parallel = parallel,
-          .tp = tp,
-          .region_grad = std::move(region_grad)};
-}
+using internal::llama_projection;
 
 }  // namespace
 
@@ -43,13 +35,13 @@ LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 3)),
       q_proj_(name + ".q_proj", shape.hidden, shape.heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       k_proj_(name + ".k_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       v_proj_(name + ".v_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
       o_proj_(name + ".o_proj", shape.heads * shape.head_dim, shape.hidden,
-              projection(shape.bias, dtype, Parallel::kRow, tp)) {
+              llama_projection(shape.bias, dtype, Parallel::kRow, tp)) {
   register_child(&q_proj_);
   register_child(&k_proj_);
   register_child(&v_proj_);

@@ -4,6 +4,7 @@
 
 #include "core/status/status.h"
 #include "kernels/activation/activation.h"
+#include "nn/layers/llama_projection.h"
 #include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
@@ -17,19 +18,8 @@ struct LlamaMlpSaved : Saved {
   core::Tensor gate, up;  // the projections' outputs
 };
 
-}  // namespace
+using internal::llama_projection;
 
-namespace {
-LinearOptions projection(bool bias, core::DType dtype, Parallel parallel,
-                         const TensorParallel& tp,
-                         std::shared_ptr<RegionGrad> region_grad = nullptr) {
-  return {.bias = bias,
-          .layout = WeightLayout::kOutIn,
-          .dtype = dtype,
-          .parallel = parallel,
-          .tp = tp,
-          .region_grad = std::move(region_grad)};
-}
 }  // namespace
 
 LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias,
@@ -39,11 +29,11 @@ LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool 
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 2)),
       gate_proj_(name + ".gate_proj", hidden, intermediate,
-                 projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
+                 llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
       up_proj_(name + ".up_proj", hidden, intermediate,
-               projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
+               llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
       down_proj_(name + ".down_proj", intermediate, hidden,
-                 projection(bias, dtype, Parallel::kRow, tp)) {
+                 llama_projection(bias, dtype, Parallel::kRow, tp)) {
   register_child(&gate_proj_);
   register_child(&up_proj_);
   register_child(&down_proj_);
