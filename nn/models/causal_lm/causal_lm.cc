@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
+#include "nn/layers/tensor_util.h"
 #include "nn/layers/vocab_parallel_loss.h"
 
 namespace colossal::nn {
@@ -85,17 +86,109 @@ absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::strin
   return absl::OkStatus();
 }
 
+namespace {
+
 absl::Status check_chunk(const PipelineStage& stage, int c) {
   if (c >= 0 && c < stage.num_chunks()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("model chunk ", c, " of pipeline stage ",
                                                  stage.index, ", which has ", stage.num_chunks()));
 }
 
-absl::Status check_saved_chunk(int saved_chunk, int c) {
-  if (saved_chunk == c) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("the backward of model chunk ", c,
-                                                 " got the saved activations of chunk ",
-                                                 saved_chunk));
+struct ChunkSaved : Saved {
+  SavedStats stats() const override {
+    SavedStats total = saved_stats({}, {blocks.get()});
+    for (const auto* part : {&stem, &top}) {
+      for (const auto& s : *part) {
+        const SavedStats one = saved_stats({}, {s.get()});
+        total.tensors += one.tensors;
+        total.bytes += one.bytes;
+      }
+    }
+    return total;
+  }
+  int chunk = 0;  // the pipeline stage's model chunk that ran
+  std::vector<std::unique_ptr<Saved>> stem, top;  // one per module run (null entries skipped)
+  std::unique_ptr<Saved> blocks;
+};
+
+// Runs `modules` (skipping null ones) forward from x, keeping their saved states.
+absl::Status forward_each(core::Context& ctx, const std::vector<Module*>& modules, core::Tensor& x,
+                          std::vector<std::unique_ptr<Saved>>& saved) {
+  for (Module* m : modules) {
+    if (m == nullptr) continue;
+    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult r, m->forward(ctx, x));
+    saved.push_back(std::move(r.saved));
+    x = r.output;
+  }
+  return absl::OkStatus();
+}
+
+// Their backward, in reverse order.
+absl::Status backward_each(core::Context& ctx, const std::vector<Module*>& modules,
+                           std::vector<std::unique_ptr<Saved>>& saved, core::Tensor& dx) {
+  std::vector<Module*> ran;
+  for (Module* m : modules) {
+    if (m != nullptr) ran.push_back(m);
+  }
+  if (ran.size() != saved.size()) {
+    return absl::InvalidArgumentError("the saved activations are from another model");
+  }
+  for (size_t i = ran.size(); i-- > 0;) {
+    COLOSSAL_ASSIGN_OR_RETURN(dx, ran[i]->backward(ctx, *saved[i], dx));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ForwardResult> forward_chunk_through(core::Context& ctx, const ModelSplit& split,
+                                                    int c, const ChunkModules& m,
+                                                    const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split.stage, c));
+  const bool tokens = split.stage.takes_tokens(c), logits = split.stage.gives_logits(c);
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, tokens ? "tokens" : "hidden states"));
+  auto saved = std::make_unique<ChunkSaved>();
+  saved->chunk = c;
+  core::Tensor x = input;
+  if (tokens) {
+    COLOSSAL_RETURN_IF_ERROR(forward_each(ctx, m.stem, x, saved->stem));
+    // Sequence parallelism: the blocks see this rank's positions.
+    if (split.tp.chunks_sequence()) {
+      COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split.tp, x));
+    }
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, m.blocks->forward_range(ctx, m.first, m.end, x));
+  saved->blocks = std::move(h.saved);
+  x = h.output;
+  if (logits) COLOSSAL_RETURN_IF_ERROR(forward_each(ctx, m.top, x, saved->top));
+  return ForwardResult{x, std::move(saved)};
+}
+
+absl::StatusOr<core::Tensor> backward_chunk_through(core::Context& ctx, const ModelSplit& split,
+                                                    int c, const ChunkModules& m, Saved& saved,
+                                                    const core::Tensor& grad_output) {
+  COLOSSAL_RETURN_IF_ERROR(check_chunk(split.stage, c));
+  const bool tokens = split.stage.takes_tokens(c), logits = split.stage.gives_logits(c);
+  COLOSSAL_RETURN_IF_ERROR(
+      require_device(ctx, grad_output, logits ? "dlogits" : "the output gradient"));
+  auto* s = dynamic_cast<ChunkSaved*>(&saved);
+  if (s == nullptr) {
+    return absl::InvalidArgumentError("the saved activations are not a model chunk's");
+  }
+  if (s->chunk != c) {
+    return absl::InvalidArgumentError(absl::StrCat("the backward of model chunk ", c,
+                                                   " got the saved activations of chunk ",
+                                                   s->chunk));
+  }
+  core::Tensor dx = grad_output;
+  if (logits) COLOSSAL_RETURN_IF_ERROR(backward_each(ctx, m.top, s->top, dx));
+  COLOSSAL_ASSIGN_OR_RETURN(dx, m.blocks->backward_range(ctx, *s->blocks, dx));
+  if (!tokens) return dx;
+  if (split.tp.chunks_sequence()) {
+    COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split.tp, dx));
+  }
+  COLOSSAL_RETURN_IF_ERROR(backward_each(ctx, m.stem, s->stem, dx));
+  return dx;
 }
 
 // One model chunk of a CausalLM as a Module: forward and backward are the

@@ -83,12 +83,6 @@ absl::StatusOr<PipelineStage> pipeline_stage(int64_t layers, int count, int inde
 // field name).
 absl::Status check_stage(const PipelineStage& stage, int64_t layers, absl::string_view what);
 
-// For families' forward_chunk / backward_chunk: OK when `c` is one of
-// `stage`'s chunks; when a backward's saved state came from chunk `c`'s
-// forward (`saved_chunk`). Else InvalidArgument saying so.
-absl::Status check_chunk(const PipelineStage& stage, int c);
-absl::Status check_saved_chunk(int saved_chunk, int c);
-
 // How a model is split over ranks: its tensor-parallel group and its
 // pipeline stage (the whole model: neither).
 struct ModelSplit {
@@ -97,6 +91,28 @@ struct ModelSplit {
   // Whether a model declared so differs from the whole model on one rank.
   bool splits() const { return tp.enabled() || tp.all_to_all() || stage.count > 1; }
 };
+
+// What a family's model chunk runs through, in order: the stem where the
+// chunk takes tokens (the token embedding and what follows it; null entries
+// are skipped), children [first, end) of `blocks`, and the top where it gives
+// logits (the final norm, the head). With the sequence split
+// (TensorParallel::chunks_sequence) the blocks see this rank's positions:
+// the stem's output is cut to them and their gradient padded back.
+struct ChunkModules {
+  std::vector<Module*> stem;
+  Sequential* blocks = nullptr;
+  size_t first = 0, end = 0;
+  std::vector<Module*> top;
+};
+// Chunk `c` of `split`'s stage through `m` (families' forward_chunk and
+// backward_chunk). InvalidArgument for a chunk the stage lacks, or a backward
+// given another chunk's saved state.
+absl::StatusOr<ForwardResult> forward_chunk_through(core::Context& ctx, const ModelSplit& split,
+                                                    int c, const ChunkModules& m,
+                                                    const core::Tensor& input);
+absl::StatusOr<core::Tensor> backward_chunk_through(core::Context& ctx, const ModelSplit& split,
+                                                    int c, const ChunkModules& m, Saved& saved,
+                                                    const core::Tensor& grad_output);
 
 class CausalLM : public Module {
  public:

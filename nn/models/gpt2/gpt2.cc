@@ -28,14 +28,6 @@ constexpr Preset kPresets[] = {
     {"gpt2-xl", 48, 25, 1600},
 };
 
-struct GPT2Saved : Saved {
-  SavedStats stats() const override {
-    return saved_stats({}, {embedding.get(), drop.get(), blocks.get(), ln_f.get(), head.get()});
-  }
-  // Null where the chunk has no such module (drop: also without embd_pdrop).
-  std::unique_ptr<Saved> embedding, drop, blocks, ln_f, head;
-  int chunk = 0;  // the pipeline stage's model chunk that ran
-};
 
 }  // namespace
 
@@ -235,64 +227,23 @@ std::string GPT2::describe() const {
                          core::dtype_name(dtype_));
 }
 
+ChunkModules GPT2::chunk_modules(int c) {
+  ChunkModules m{{embedding_.get(), drop_.get()}, &blocks_, 0, 0, {ln_f_.get(), head_.get()}};
+  if (c >= 0 && static_cast<size_t>(c) + 1 < chunk_blocks_.size()) {
+    m.first = chunk_blocks_[c];
+    m.end = chunk_blocks_[c + 1];
+  }
+  return m;
+}
+
 absl::StatusOr<ForwardResult> GPT2::forward_chunk(core::Context& ctx, int c,
                                                   const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
-  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, tokens ? "tokens" : "hidden states"));
-  auto saved = std::make_unique<GPT2Saved>();
-  saved->chunk = c;
-  core::Tensor x = input;
-  if (tokens) {
-    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embedding_->forward(ctx, x));
-    saved->embedding = std::move(e.saved);
-    x = e.output;
-    if (drop_ != nullptr) {
-      COLOSSAL_ASSIGN_OR_RETURN(ForwardResult d, drop_->forward(ctx, x));
-      saved->drop = std::move(d.saved);
-      x = d.output;
-    }
-    // Sequence parallelism: the blocks see this rank's positions.
-    if (split_.tp.chunks_sequence()) {
-      COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
-    }
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h,
-                            blocks_.forward_range(ctx, chunk_blocks_[c], chunk_blocks_[c + 1], x));
-  saved->blocks = std::move(h.saved);
-  if (!logits) return ForwardResult{h.output, std::move(saved)};
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, ln_f_->forward(ctx, h.output));
-  saved->ln_f = std::move(f.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, head_->forward(ctx, f.output));
-  saved->head = std::move(out.saved);
-  return ForwardResult{out.output, std::move(saved)};
+  return forward_chunk_through(ctx, split_, c, chunk_modules(c), input);
 }
 
 absl::StatusOr<core::Tensor> GPT2::backward_chunk(core::Context& ctx, int c, Saved& saved,
                                                   const core::Tensor& grad_output) {
-  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
-  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
-  COLOSSAL_RETURN_IF_ERROR(
-      require_device(ctx, grad_output, logits ? "dlogits" : "the output gradient"));
-  COLOSSAL_ASSIGN_OR_RETURN(GPT2Saved * s, saved_as<GPT2Saved>(saved));
-  COLOSSAL_RETURN_IF_ERROR(check_saved_chunk(s->chunk, c));
-  core::Tensor dx = grad_output;
-  if (logits) {
-    COLOSSAL_ASSIGN_OR_RETURN(dx, head_->backward(ctx, *s->head, dx));
-    COLOSSAL_ASSIGN_OR_RETURN(dx, ln_f_->backward(ctx, *s->ln_f, dx));
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
-  if (!tokens) return dx;
-  if (split_.tp.chunks_sequence()) {
-    COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
-  }
-  if (drop_ != nullptr) {
-    if (s->drop == nullptr) {
-      return absl::InvalidArgumentError("saved activations are from a model without dropout");
-    }
-    COLOSSAL_ASSIGN_OR_RETURN(dx, drop_->backward(ctx, *s->drop, dx));
-  }
-  return embedding_->backward(ctx, *s->embedding, dx);
+  return backward_chunk_through(ctx, split_, c, chunk_modules(c), saved, grad_output);
 }
 
 }  // namespace colossal::nn

@@ -208,6 +208,9 @@ class GPT2 : public CausalLM {
   Sequential blocks_;  // every chunk's, in layer order
   // Chunk c's blocks: blocks_ [chunk_blocks_[c], chunk_blocks_[c + 1]).
   std::vector<size_t> chunk_blocks_;
+  // Chunk c's modules (forward_chunk_through): embedding and dropout, its
+  // blocks, ln_f and the head.
+  ChunkModules chunk_modules(int c);
   std::unique_ptr<LayerNorm> ln_f_;  // the last stage's, with the head
   std::unique_ptr<LmHead> head_;     // logits = x wte^T
   ParameterStore store_;

@@ -59,14 +59,6 @@ std::vector<Preset> presets() {
   return p;
 }
 
-struct LlamaSaved : Saved {
-  SavedStats stats() const override {
-    return saved_stats({}, {embed_tokens.get(), blocks.get(), norm.get(), lm_head.get()});
-  }
-  // Null where the model chunk has no such module.
-  std::unique_ptr<Saved> embed_tokens, blocks, norm, lm_head;
-  int chunk = 0;  // the pipeline stage's model chunk that ran
-};
 
 absl::Status field_error(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("Llama config: ", field, " ", why));
@@ -312,58 +304,28 @@ std::string Llama::describe() const {
       config_.tie_word_embeddings ? "tied" : "untied", core::dtype_name(dtype_));
 }
 
+ChunkModules Llama::chunk_modules(int c) {
+  ChunkModules m{{embed_tokens_.get()}, &blocks_, 0, 0, {norm_.get(), lm_head_.get()}};
+  if (c >= 0 && static_cast<size_t>(c) + 1 < chunk_blocks_.size()) {
+    m.first = chunk_blocks_[c];
+    m.end = chunk_blocks_[c + 1];
+  }
+  return m;
+}
+
 absl::StatusOr<ForwardResult> Llama::forward_chunk(core::Context& ctx, int c,
                                                    const core::Tensor& input) {
-  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
-  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
-  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, tokens ? "tokens" : "hidden states"));
   if (input.rank() >= 2 && input.dim(1) > config_.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("the input is ", input.to_string(), "; the model takes at most ",
                      config_.max_position_embeddings, " positions (max_position_embeddings)"));
   }
-  auto saved = std::make_unique<LlamaSaved>();
-  saved->chunk = c;
-  core::Tensor x = input;
-  if (tokens) {
-    COLOSSAL_ASSIGN_OR_RETURN(ForwardResult e, embed_tokens_->forward(ctx, x));
-    saved->embed_tokens = std::move(e.saved);
-    x = e.output;
-    // Sequence parallelism: the blocks see this rank's positions.
-    if (split_.tp.chunks_sequence()) {
-      COLOSSAL_ASSIGN_OR_RETURN(x, sequence_chunk(ctx, split_.tp, x));
-    }
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h,
-                            blocks_.forward_range(ctx, chunk_blocks_[c], chunk_blocks_[c + 1], x));
-  saved->blocks = std::move(h.saved);
-  if (!logits) return ForwardResult{h.output, std::move(saved)};
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult f, norm_->forward(ctx, h.output));
-  saved->norm = std::move(f.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, lm_head_->forward(ctx, f.output));
-  saved->lm_head = std::move(out.saved);
-  return ForwardResult{out.output, std::move(saved)};
+  return forward_chunk_through(ctx, split_, c, chunk_modules(c), input);
 }
 
 absl::StatusOr<core::Tensor> Llama::backward_chunk(core::Context& ctx, int c, Saved& saved,
                                                    const core::Tensor& grad_output) {
-  COLOSSAL_RETURN_IF_ERROR(check_chunk(split_.stage, c));
-  const bool tokens = split_.stage.takes_tokens(c), logits = split_.stage.gives_logits(c);
-  COLOSSAL_RETURN_IF_ERROR(
-      require_device(ctx, grad_output, logits ? "dlogits" : "the output gradient"));
-  COLOSSAL_ASSIGN_OR_RETURN(LlamaSaved * s, saved_as<LlamaSaved>(saved));
-  COLOSSAL_RETURN_IF_ERROR(check_saved_chunk(s->chunk, c));
-  core::Tensor dx = grad_output;
-  if (logits) {
-    COLOSSAL_ASSIGN_OR_RETURN(dx, lm_head_->backward(ctx, *s->lm_head, dx));
-    COLOSSAL_ASSIGN_OR_RETURN(dx, norm_->backward(ctx, *s->norm, dx));
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(dx, blocks_.backward_range(ctx, *s->blocks, dx));
-  if (!tokens) return dx;
-  if (split_.tp.chunks_sequence()) {
-    COLOSSAL_ASSIGN_OR_RETURN(dx, pad_sequence(ctx, split_.tp, dx));
-  }
-  return embed_tokens_->backward(ctx, *s->embed_tokens, dx);
+  return backward_chunk_through(ctx, split_, c, chunk_modules(c), saved, grad_output);
 }
 
 }  // namespace colossal::nn

@@ -171,6 +171,9 @@ class Llama : public CausalLM {
   Sequential blocks_;  // every chunk's, in layer order
   // Chunk c's blocks: blocks_ [chunk_blocks_[c], chunk_blocks_[c + 1]).
   std::vector<size_t> chunk_blocks_;
+  // Chunk c's modules (forward_chunk_through): embed_tokens, its blocks, the
+  // final norm and lm_head.
+  ChunkModules chunk_modules(int c);
   std::unique_ptr<RMSNorm> norm_;   // the last stage's, with the head
   std::unique_ptr<LmHead> lm_head_;  // lm_head.weight, or embed_tokens' when tied
   ParameterStore store_;
