@@ -85,10 +85,17 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
     COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out,
                               forward ? forward(input) : model.forward(ctx, input));
     // A tensor-parallel head gives this rank's vocabulary columns: the last
-    // position's are gathered (rank-major, so in vocabulary order).
+    // position's are gathered (rank-major, so in vocabulary order). `forward`
+    // may give the last position alone (a pipeline's last stage's).
     const nn::TensorParallel& tp = model.tensor_parallel();
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({T, padded / tp.size()}));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last, flat.narrow(0, T - 1, 1));
+    const int64_t columns = padded / tp.size();
+    const int64_t rows = out.output.numel() / columns;
+    if (rows < 1 || rows * columns != out.output.numel()) {
+      return absl::InternalError(absl::StrCat("generation: the logits are ",
+                                              out.output.to_string(), ", not rows of ", columns));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, out.output.reshape({rows, columns}));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last, flat.narrow(0, rows - 1, 1));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last_f32, core::ops::cast(ctx, last, core::DType::kF32));
     if (tp.enabled()) {
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all,

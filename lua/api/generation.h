@@ -39,7 +39,8 @@ int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& opt
 // `emit` with each; stops early at `stop_token`. Returns how many were added.
 // Errors: the model's; a token outside the vocabulary; emit's. `forward`,
 // when set, runs the model instead of model.forward (a boosted model runs
-// through its Booster, with the plugin's hooks).
+// through its Booster, with the plugin's hooks); its output may hold every
+// position's logits or the last position's alone.
 using ForwardFn = std::function<absl::StatusOr<nn::ForwardResult>(const core::Tensor& tokens)>;
 absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
                                    std::vector<int32_t>& tokens, int max_new_tokens,

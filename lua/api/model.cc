@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/ops/elementwise.h"
+#include "core/status/status.h"
 #include "io/tokenizer/load_tokenizer.h"
 #include "io/tokenizer/text_tokenizer.h"
 #include "lua/api/generation.h"
@@ -252,10 +253,17 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
-  if (model->net->pipeline_stage().count > 1 || model->net->tensor_parallel().chunks_sequence()) {
-    RaiseError(L, "model:generate: generating through pipeline stages or sequence-parallel slices "
-               "is not built yet (the plugin has pp_size > 1 or enable_sequence_parallelism)",
+  if (model->net->tensor_parallel().chunks_sequence()) {
+    RaiseError(L, "model:generate: generating through sequence-parallel slices is not built yet "
+               "(the plugin has enable_sequence_parallelism)",
                kErrorUsage);
+  }
+  // A pipeline stage's model generates through its booster's stages.
+  std::shared_ptr<BoosterObject> booster = model->booster.lock();
+  const bool pipeline = model->net->pipeline_stage().count > 1;
+  if (pipeline && (booster == nullptr || booster->booster == nullptr)) {
+    RaiseError(L, "model:generate: a pipeline stage's model generates through its booster "
+               "(booster:boost it first)", kErrorUsage);
   }
   if (sampling.temperature < 0) o.fail("temperature", "must be >= 0");
   if (sampling.top_k < 0) o.fail("top_k", "must be >= 0");
@@ -275,8 +283,15 @@ int Generate(lua_State* L) {
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
                                          static_cast<int>(max_new), sampling, eos,
                                          [](int32_t) { return absl::OkStatus(); },
-                                         [&](const core::Tensor& input) {
-                                           return Forward(*model, input);
+                                         [&](const core::Tensor& input)
+                                             -> absl::StatusOr<nn::ForwardResult> {
+                                           if (!pipeline) return Forward(*model, input);
+                                           COLOSSAL_ASSIGN_OR_RETURN(
+                                               core::Tensor last,
+                                               parallel::pipeline_last_logits(
+                                                   *model->rt->ctx, *booster->booster,
+                                                   *model->net, input));
+                                           return nn::ForwardResult{last, nullptr};
                                          });
   ThrowIfError(L, "model:generate", n.status());
   // The prompt as given, then the new tokens' text (a BOS the tokenizer added

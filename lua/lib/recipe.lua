@@ -270,8 +270,8 @@ function recipe.run(t, file, bench)
   local say = function(...) if main then print(string.format(...)) end end
   local precision = caps.owns_precision and caps.precision or r.precision
   if not caps.generates and sm then
-    say("colossal: no sample at the end: generating through pipeline stages or sequence-parallel "
-      .. "slices is not built yet (plugin.pp_size > 1 or enable_sequence_parallelism)")
+    say("colossal: no sample at the end: generating through sequence-parallel slices is not "
+      .. "built yet (plugin.enable_sequence_parallelism)")
     sm = nil
   end
   if precision ~= "fp32" and env.device == "cpu" then

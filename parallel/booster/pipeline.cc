@@ -115,6 +115,13 @@ absl::StatusOr<float> StageRunner::forward_only(int c, size_t i, const core::Ten
   return loss->loss;
 }
 
+absl::StatusOr<core::Tensor> StageRunner::forward_output(int c, size_t i,
+                                                         const core::Tensor& input) {
+  absl::StatusOr<nn::ForwardResult> out = booster_.forward(ctx_, runner(c), input);
+  if (!out.ok()) return core::annotate(out.status(), where(c, i));
+  return out->output;
+}
+
 absl::StatusOr<float> share_loss(core::Context& ctx, const Plugin::Pipeline& pipe, double loss) {
   COLOSSAL_ASSIGN_OR_RETURN(const double sum,
                             nn::sum_over(ctx, *pipe.group, loss, "pipeline: the loss"));
@@ -258,6 +265,53 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
   }
   return pipeline_internal::share_loss(
       ctx, *pipe, st.gives_logits(st.chunks() - 1) ? sum / micro_batches.size() : 0.0);
+}
+
+absl::StatusOr<core::Tensor> pipeline_last_logits(core::Context& ctx, Booster& booster,
+                                                  nn::CausalLM& model, const core::Tensor& tokens) {
+  if (tokens.rank() != 2 || tokens.dim(1) < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline_last_logits: tokens are ", tokens.to_string(), ", not [B, T]"));
+  }
+  const nn::MicroBatch mb{tokens, tokens};  // no loss: the targets are not read
+  const absl::Span<const nn::MicroBatch> mbs(&mb, 1);
+  COLOSSAL_ASSIGN_OR_RETURN(const Plugin::Pipeline* pipe,
+                            check_pipeline("pipeline_last_logits", booster, model, mbs));
+  StageRunner st(ctx, booster, model, *pipe, mbs, {});
+  const int64_t B = tokens.dim(0), T = tokens.dim(1);
+  const int64_t columns = model.padded_vocab_size() / model.tensor_parallel().size();
+  const core::Stream& stream = ctx.compute_stream();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last,
+                            core::Tensor::empty({B, columns}, model.dtype(), stream));
+  for (int c = 0; c < st.chunks(); ++c) {
+    core::Tensor x = tokens;
+    if (!st.takes_tokens(c)) {
+      COLOSSAL_ASSIGN_OR_RETURN(x, st.hidden(0));
+      COLOSSAL_RETURN_IF_ERROR(st.exchange({}, {{&x, st.prev()}}, "receiving activations"));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, st.forward_output(c, 0, x));
+    if (!st.gives_logits(c)) {
+      COLOSSAL_RETURN_IF_ERROR(st.exchange({{&out, st.next()}}, {}, "sending activations"));
+      continue;
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, out.reshape({B * T, columns}));
+    for (int64_t b = 0; b < B; ++b) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, rows.narrow(0, b * T + T - 1, 1));
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, last.narrow(0, b, 1));
+      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+    }
+  }
+  // The last stage's row to every stage (the group's rank i is stage i).
+  const bool cuda = stream.is_cuda();
+  comm::CollectiveOptions o;
+  if (cuda) o.stream = stream;
+  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe->group->broadcast(last, pipe->stages - 1, o));
+  if (cuda) {
+    w->wait_stream(stream);
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: sharing the last logits"));
+  }
+  return last;
 }
 
 }  // namespace colossal::parallel

@@ -65,6 +65,14 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
                                         absl::Span<const nn::MicroBatch> micro_batches,
                                         const PipelineStepOptions& options = {});
 
+// Generation through the stages (every stage calls it): `tokens` (int32
+// [B, T] on ctx's device) forward through every stage and model chunk, no
+// saved state kept; returns the last stage's logits at the last position,
+// [B, padded_vocab / tp] in the model's dtype (this tensor-parallel rank's
+// vocabulary columns), on every stage. Same errors as evaluate_pipeline.
+absl::StatusOr<core::Tensor> pipeline_last_logits(core::Context& ctx, Booster& booster,
+                                                  nn::CausalLM& model, const core::Tensor& tokens);
+
 }  // namespace colossal::parallel
 
 #endif  // COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_

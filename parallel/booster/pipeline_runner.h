@@ -68,6 +68,9 @@ class StageRunner {
   // chunk gives logits, else 0 with the output kept for last_output().
   absl::StatusOr<float> forward_only(int c, size_t i, const core::Tensor& input);
   const core::Tensor& last_output() const { return output_; }
+  // Micro-batch i's forward of chunk c alone, its output (logits where the
+  // chunk gives them) returned as it is (generation).
+  absl::StatusOr<core::Tensor> forward_output(int c, size_t i, const core::Tensor& input);
 
   double loss_sum() const { return loss_sum_; }
 

@@ -248,6 +248,51 @@ TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
   });
 }
 
+// Generation through the stages: every stage gets the last stage's logits at
+// the last position, equal to one process's (1F1B, interleaved, and with tp2
+// each tensor-parallel rank's columns of them).
+TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
+  for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 1, 0, 2},
+                              HybridCase{Family::kLlama, 2, 1, 0, 2, 4, 2, false, 2, 4},
+                              HybridCase{Family::kLlamaTied, 4, 2, 0, 2}}) {
+    SCOPED_TRACE(case_name(c));
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    auto ref = testing::materialized(declare_case_model(c), kSeed);
+    const nn::MicroBatch mb = testing::micro_batch(0, 0, 0);
+    auto tokens = *mb.tokens.narrow(0, 0, 1);  // [1, T]
+    const int64_t T = tokens.dim(1), V = ref->padded_vocab_size();
+    auto whole = ref->forward(*ctx, tokens);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const float* expected = whole->output.data<float>() + (T - 1) * V;
+    testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+      HybridParallelOptions o;
+      o.tp_size = c.tp;
+      o.pp_size = c.pp;
+      o.num_model_chunks = c.chunks;
+      auto p = HybridParallelPlugin::create(pg, o);
+      ASSERT_TRUE(p.ok()) << p.status();
+      auto declared = declare_case_model(c);
+      auto split = (*p)->model_split(*declared);
+      ASSERT_TRUE(split.ok()) << split.status();
+      auto model = *declared->redeclare(DType::kF32, *split);
+      Booster booster(std::move(*p));
+      ASSERT_TRUE(booster.materialize(model->store(), kSeed, Stream::cpu()).ok());
+      auto adam = testing::make_adam(*model);
+      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
+      absl::StatusOr<core::Tensor> last = pipeline_last_logits(*rank_ctx, booster, *model, tokens);
+      ASSERT_TRUE(last.ok()) << last.status();
+      const int64_t columns = V / c.tp, first = model->tensor_parallel().rank() * columns;
+      ASSERT_EQ(last->shape(), core::Shape({1, columns}));
+      for (int64_t j = 0; j < columns; ++j) {
+        ASSERT_NEAR(last->data<float>()[j], expected[first + j],
+                    kRelTol * (1.0 + std::fabs(expected[first + j])))
+            << "rank " << rank << " column " << first + j;
+      }
+    });
+  }
+}
+
 // all_to_all splits no weights, so boost asks the model: a whole model (which
 // would compute every position on every rank) is refused.
 TEST(Hybrid, AllToAllRefusesAModelNotDeclaredForIt) {
