@@ -16,6 +16,12 @@ host compiler (-ccbin), compiles for the architectures in //bazel:cuda_archs,
 adds -lineinfo, follows -c opt / -c dbg, and runs with a private TMPDIR so
 parallel sandboxed actions never share nvcc's temporary files.
 
+`archs` (optional) replaces //bazel:cuda_archs for one target: code that exists
+for one architecture only, e.g. archs = "sm_90a" for Hopper's wgmma and
+setmaxnreg, which no other architecture (and not plain sm_90) accepts. Such a
+target's kernels must not be launched on another device; the caller checks
+the compute capability first.
+
 With //bazel:cuda off (--config=cpu, or no toolkit found) the target compiles
 nothing and provides only its headers and deps: wrap whatever calls into it
 in select() on //bazel:cuda_enabled or #if COLOSSAL_WITH_CUDA.
@@ -71,7 +77,7 @@ def _cuda_library_impl(ctx):
     cc = header_info.compilation_context
     common = ["-x", "cu", "-std=c++20", "-ccbin", cc_toolchain.compiler_executable,
               "-Xcompiler", "-fPIC"]
-    common += _gencode_flags(ctx.attr._archs[FlagInfo].value)
+    common += _gencode_flags(ctx.attr.archs or ctx.attr._archs[FlagInfo].value)
     common += _mode_flags(ctx.var["COMPILATION_MODE"])
     common += COLOSSAL_NVCC_FLAGS
     for d in cc.defines.to_list() + ctx.attr.local_defines:
@@ -140,6 +146,8 @@ _cuda_library = rule(
         "hdrs": attr.label_list(allow_files = [".h", ".cuh"]),
         "deps": attr.label_list(providers = [CcInfo]),
         "copts": attr.string_list(doc = "Extra nvcc flags for this target."),
+        "archs": attr.string(doc = "When set, replaces //bazel:cuda_archs for this target " +
+                                   "(same syntax, e.g. \"sm_90a\")."),
         "defines": attr.string_list(doc = "Defines for this target and its dependents."),
         "local_defines": attr.string_list(doc = "Defines for this target only."),
         "alwayslink": attr.bool(default = False),

@@ -40,10 +40,15 @@
 // The kernels themselves live in attention_kernels.h, included below after
 // the PTX wrappers they call; attention_emulation_test.cc includes the same
 // file after host emulations of those wrappers and runs it on CPU threads.
+//
+// On compute capability 9.0 (H100, H200) the forward runs the Hopper kernel of
+// attention_hopper.cu instead (wgmma + TMA, built for sm_90a only), which
+// writes the same o and lse; internal::ForwardPath chooses explicitly.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -51,6 +56,7 @@
 #include <type_traits>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_hopper.h"
 #include "kernels/attention/attention_internal.h"
 #include "kernels/common/cuda_utils.cuh"
 
@@ -247,14 +253,45 @@ KernelStatus check_cuda(const internal::Geometry& g, DType dtype,
 
 }  // namespace
 
-KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
-                                           const void* v, int64_t batch, int64_t heads,
-                                           int64_t kv_heads, int64_t seq, int64_t head_dim,
-                                           int64_t qkv_row_stride, int64_t o_row_stride,
-                                           DType dtype, float scale, cudaStream_t stream) {
-  const internal::Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+namespace internal {
+
+bool hopper_device() {
+  // Per device: 0 not asked yet, 1 no, 2 yes. Devices past the table ask every time.
+  static std::atomic<signed char> known[64];
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (device >= 0 && device < 64) {
+    const signed char k = known[device].load(std::memory_order_relaxed);
+    if (k != 0) return k == 2;
+  }
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const bool hopper = major == 9 && minor == 0;
+  if (device >= 0 && device < 64) known[device].store(hopper ? 2 : 1, std::memory_order_relaxed);
+  return hopper;
+}
+
+KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
+                                                const void* q, const void* k, const void* v,
+                                                int64_t batch, int64_t heads, int64_t kv_heads,
+                                                int64_t seq, int64_t head_dim,
+                                                int64_t qkv_row_stride, int64_t o_row_stride,
+                                                DType dtype, float scale, cudaStream_t stream) {
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = check_cuda(g, dtype, {o, lse, q, k, v});
-  if (!s.ok() || g.empty()) return s;
+  if (!s.ok()) return s;
+  if (path == ForwardPath::kHopper && !hopper_device()) {
+    return KernelStatus::unsupported(
+        "attention forward: the Hopper kernel needs a compute capability 9.0 device");
+  }
+  if (g.empty()) return s;
   const size_t elem = dtype_size(dtype);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   const auto oe = internal::extent(o, g, o_row_stride, heads, elem);
@@ -262,12 +299,36 @@ KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, c
   if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
   }
+  if (path == ForwardPath::kHopper) {
+    if (!hopper_forward_supports(g, dtype)) {
+      return KernelStatus::unsupported("attention forward: problem outside the Hopper kernel");
+    }
+    return hopper_forward(o, lse, q, k, v, g, dtype, scale, stream);
+  }
+  if (path == ForwardPath::kAuto && hopper_device() && hopper_forward_supports(g, dtype)) {
+    s = hopper_forward(o, lse, q, k, v, g, dtype, scale, stream);
+    // kUnsupported: the driver refused the tensor maps; the portable kernel runs.
+    if (s.code() != KernelStatus::Code::kUnsupported) return s;
+  }
   Params p = common_params(g, q, k, v, scale);
   p.out = o;
   p.lse_out = lse;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
     return forward_typed<decltype(tag), decltype(dim)::value>(p, stream);
   });
+}
+
+}  // namespace internal
+
+KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                           const void* v, int64_t batch, int64_t heads,
+                                           int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                           int64_t qkv_row_stride, int64_t o_row_stride,
+                                           DType dtype, float scale, cudaStream_t stream) {
+  return internal::causal_attention_forward_cuda_path(internal::ForwardPath::kAuto, o, lse, q, k,
+                                                      v, batch, heads, kv_heads, seq, head_dim,
+                                                      qkv_row_stride, o_row_stride, dtype, scale,
+                                                      stream);
 }
 
 size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq) {

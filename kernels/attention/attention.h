@@ -34,6 +34,14 @@
 //            interleave with each other (one packed buffer) but must not
 //            overlap any input.
 //
+// Kernels: on a compute capability 9.0 device (H100, H200) the CUDA forward
+// runs a Hopper kernel (warpgroup MMA from shared memory filled by the tensor
+// memory accelerator, sm_90a machine code built whatever the build's
+// architecture list); on any other device the portable FlashAttention-2 kernel
+// (mma.sync, sm_80+). The device is asked once (per device) and remembered.
+// Both write o and lse to this contract and accept the same arguments, so
+// either forward feeds the backward; the backward is one kernel family.
+//
 // Numerics: the CUDA path reads bf16/fp16, multiplies on tensor cores with fp32
 // accumulation, keeps softmax statistics in fp32 and rounds P (and dS) to the
 // input type before the P.V (dS.K, dS^T.Q, P^T.dO) products, as FlashAttention

@@ -6,7 +6,10 @@
 // Inputs are read straight from a packed qkv [B, T, (H + 2 KV) D] (GPT-2's
 // c_attn output [B, T, 3C] when KV = H; Llama's fused q|k|v with grouped-query
 // heads when KV < H) and O / dO are [B, T, H D]; times are CUDA events around
-// each call.
+// each call. The forward runs through each kernel explicitly (path=portable:
+// mma.sync, sm_80+; path=hopper: wgmma + TMA, compute capability 9.0 only, an
+// error elsewhere) and through the automatic choice (path=auto, what callers
+// get); forward + backward through auto and portable.
 // Run: bazel run -c opt //kernels/attention:attention_bench
 #include <benchmark/benchmark.h>
 
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_internal.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 
@@ -34,12 +38,13 @@ struct Shape {
 
 // GPT-2 124M at 1k context (issue #6), a 2k context, head_dim 128; grouped-query
 // heads: Llama-3.2-1B's attention (32 query heads, 8 kv heads, D 64) at 2k, and
-// the same heads at D 128.
-constexpr Shape kShapes[] = {{16, 12, 12, 1024, 64},
-                             {8, 12, 12, 2048, 64},
-                             {4, 16, 16, 2048, 128},
-                             {4, 32, 8, 2048, 64},
-                             {4, 32, 8, 2048, 128}};
+// the same heads at D 128; then D 128 with those heads at long contexts (issue
+// #20's FlashAttention-3 range), 16k tokens a batch.
+constexpr Shape kShapes[] = {{16, 12, 12, 1024, 64}, {8, 12, 12, 2048, 64},
+                             {4, 16, 16, 2048, 128}, {4, 32, 8, 2048, 64},
+                             {4, 32, 8, 2048, 128},  {4, 32, 8, 4096, 128},
+                             {2, 32, 8, 8192, 128},  {1, 32, 8, 16384, 128}};
+constexpr int kNumShapes = sizeof(kShapes) / sizeof(kShapes[0]);
 constexpr DType kTypes[] = {DType::kBF16, DType::kF16};
 
 double forward_flops(const Shape& s) {
@@ -77,6 +82,10 @@ void BM_AttentionCpu(benchmark::State& state) {
 BENCHMARK(BM_AttentionCpu)->Unit(benchmark::kMillisecond);
 
 #if COLOSSAL_WITH_CUDA
+using internal::ForwardPath;
+constexpr ForwardPath kPaths[] = {ForwardPath::kAuto, ForwardPath::kPortable, ForwardPath::kHopper};
+constexpr const char* kPathNames[] = {"auto", "portable", "hopper"};
+
 // Fills a device buffer of n elements with values uniform in [-1, 1): one random
 // host chunk copied over and over.
 bool fill_device(void* dst, DType dtype, int64_t n, uint32_t seed) {
@@ -101,6 +110,7 @@ bool fill_device(void* dst, DType dtype, int64_t n, uint32_t seed) {
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const DType dtype = kTypes[state.range(0)];
   const Shape s = kShapes[state.range(1)];
+  const ForwardPath path = kPaths[state.range(2)];
   const int64_t C = s.H * s.D, CKV = s.KV * s.D, W = s.qkv_width();
   const size_t es = 2;
   const int64_t qkv_n = s.B * s.T * W, o_n = s.B * s.T * C;
@@ -116,15 +126,19 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
       cudaMalloc(&ws, ws_bytes) == cudaSuccess && fill_device(qkv, dtype, qkv_n, 1) &&
       fill_device(d_o, dtype, o_n, 2);
   auto forward = [&]() {
-    return causal_attention_forward_cuda(o, lse, qkv, qkv + C * es, qkv + (C + CKV) * es, s.B,
-                                         s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
+    return internal::causal_attention_forward_cuda_path(path, o, lse, qkv, qkv + C * es,
+                                                        qkv + (C + CKV) * es, s.B, s.H, s.KV,
+                                                        s.T, s.D, W, C, dtype, scale, nullptr);
   };
   auto backward_call = [&]() {
     return causal_attention_backward_cuda(dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv,
                                           qkv + C * es, qkv + (C + CKV) * es, o, lse, ws, s.B,
                                           s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
-  if (!ok || !forward().ok() || cudaDeviceSynchronize() != cudaSuccess) {
+  const KernelStatus first = ok ? forward() : KernelStatus();
+  if (!first.ok()) {
+    state.SkipWithError(first.message());  // e.g. the Hopper kernel off compute capability 9.0
+  } else if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
     state.SkipWithError("no CUDA device, out of memory, or setup failed");
   } else {
     cudaEvent_t start, stop;
@@ -148,7 +162,8 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
     const double flops = forward_flops(s) * (backward ? 3.5 : 1.0);
     state.counters["TFLOP/s"] =
         benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
-    state.SetLabel(label(backward ? "fwd+bwd" : "fwd", dtype, s));
+    state.SetLabel(label(backward ? "fwd+bwd" : "fwd", dtype, s) + " path=" +
+                   kPathNames[state.range(2)]);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
   }
@@ -159,20 +174,30 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   cudaFree(lse);
   cudaFree(ws);
 }
-#define ATTENTION_CUDA_BENCH(name, bwd)            \
-  BENCHMARK_CAPTURE(BM_AttentionCuda, name, bwd)   \
-      ->Args({0, 0})                               \
-      ->Args({1, 0})                               \
-      ->Args({0, 1})                               \
-      ->Args({0, 2})                               \
-      ->Args({0, 3})                               \
-      ->Args({0, 4})                               \
-      ->ArgNames({"dtype", "shape"})               \
-      ->UseManualTime()                            \
-      ->Unit(benchmark::kMillisecond)
-ATTENTION_CUDA_BENCH(forward, false);
-ATTENTION_CUDA_BENCH(forward_backward, true);
-#undef ATTENTION_CUDA_BENCH
+// Forward: every shape in bf16 and the first in fp16, through each path (2 =
+// hopper, 1 = portable, 0 = auto); forward + backward: the 2k shapes through
+// auto and portable.
+void forward_args(benchmark::internal::Benchmark* b) {
+  for (int path : {2, 1, 0}) {
+    b->Args({1, 0, path});
+    for (int shape = 0; shape < kNumShapes; ++shape) b->Args({0, shape, path});
+  }
+}
+void forward_backward_args(benchmark::internal::Benchmark* b) {
+  for (int path : {0, 1}) {
+    for (int shape = 0; shape < 5; ++shape) b->Args({0, shape, path});
+  }
+}
+BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)
+    ->Apply(forward_args)
+    ->ArgNames({"dtype", "shape", "path"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionCuda, forward_backward, true)
+    ->Apply(forward_backward_args)
+    ->ArgNames({"dtype", "shape", "path"})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 #endif
 
 }  // namespace

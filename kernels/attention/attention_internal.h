@@ -1,5 +1,7 @@
 // Private to kernels/attention: argument checks shared by the CPU and CUDA
-// paths, so both accept exactly the same geometry.
+// paths, so both accept exactly the same geometry; and the choice between the
+// CUDA forward kernels (ForwardPath), which the tests and the benchmark make
+// explicitly.
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 
@@ -9,6 +11,10 @@
 
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
+
+#if COLOSSAL_WITH_CUDA
+typedef struct CUstream_st* cudaStream_t;
+#endif
 
 namespace colossal::kernels::attention::internal {
 
@@ -102,6 +108,34 @@ inline bool any_null(std::initializer_list<const void*> ptrs) {
   }
   return false;
 }
+
+#if COLOSSAL_WITH_CUDA
+// Which kernel runs causal_attention_forward_cuda's work:
+//   kAuto      the Hopper kernel (attention_hopper.cu: wgmma + TMA) when the
+//              current device has compute capability 9.0 and
+//              hopper_forward_supports() the problem, else the portable one;
+//              what causal_attention_forward_cuda does.
+//   kPortable  the portable FlashAttention-2 kernel (mma.sync, sm_80+).
+//   kHopper    the Hopper kernel, or kUnsupported where it cannot run (another
+//              device, or a problem it does not take).
+// Both kernels write o and lse to the same contract (attention.h), so either
+// forward feeds the one backward.
+enum class ForwardPath { kAuto, kPortable, kHopper };
+
+// Whether the current device has compute capability 9.0 (H100, H200): the
+// only devices the sm_90a Hopper kernel runs on. Asked of the driver once per
+// device, then cached.
+bool hopper_device();
+
+// causal_attention_forward_cuda through `path`: the same arguments, checks and
+// results.
+KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
+                                                const void* q, const void* k, const void* v,
+                                                int64_t batch, int64_t heads, int64_t kv_heads,
+                                                int64_t seq, int64_t head_dim,
+                                                int64_t qkv_row_stride, int64_t o_row_stride,
+                                                DType dtype, float scale, cudaStream_t stream);
+#endif
 
 }  // namespace colossal::kernels::attention::internal
 

@@ -6,6 +6,9 @@
 // grouped-query heads (kv heads shared by 2, 3, 4 query heads, and multi-query),
 // packed [B, T, (H + 2 KV) D] inputs (and padded row strides). Outputs are
 // NaN-poisoned before every run; gaps between strided rows must stay untouched.
+// Every CUDA case runs the forward through both kernels explicitly (the
+// portable one and, on compute capability 9.0, the Hopper one), each feeding
+// the one backward.
 #include "kernels/attention/attention.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention/attention_internal.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 #include "tests/util/gpu_test.h"
@@ -447,11 +451,15 @@ std::vector<bool> qkv_columns(const Problem& p) {
   return columns(p, p.qkv_stride(), 0, p.qkv_width());
 }
 
-// The CUDA forward and backward of problem p over packed device buffers.
+using internal::ForwardPath;
+
+// The CUDA forward (through `path`) and backward of problem p over packed
+// device buffers.
 KernelStatus forward_cuda(const Problem& p, const DeviceBuffer& o, const DeviceBuffer& lse,
-                          const DeviceBuffer& qkv, DType dtype, float scale, cudaStream_t stream) {
-  return causal_attention_forward_cuda(
-      o.p, static_cast<float*>(lse.p), qkv.p, at_col(qkv.p, p.k_col(), dtype),
+                          const DeviceBuffer& qkv, DType dtype, float scale, cudaStream_t stream,
+                          ForwardPath path) {
+  return internal::causal_attention_forward_cuda_path(
+      path, o.p, static_cast<float*>(lse.p), qkv.p, at_col(qkv.p, p.k_col(), dtype),
       at_col(qkv.p, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(),
       dtype, scale, stream);
 }
@@ -479,9 +487,10 @@ struct CudaRun {
 };
 
 // Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
-// forward then the backward on `stream` and waits for them.
+// forward (through `path`) then the backward on `stream` and waits for them.
 void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector<uint8_t>& qkv_h,
-              const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream) {
+              const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
+              ForwardPath path) {
   ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p) << "cudaMalloc failed";
   ASSERT_EQ(qkv_h.size(), r.qkv.bytes);
   ASSERT_EQ(do_h.size(), r.d_o.bytes);
@@ -491,7 +500,7 @@ void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector
   poison_nan(r.lse);
   poison_nan(r.dqkv);
   poison_nan(r.ws);
-  KernelStatus s = forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, stream);
+  KernelStatus s = forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, stream, path);
   ASSERT_TRUE(s.ok()) << s.message();
   s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -506,7 +515,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
                                  const std::vector<uint8_t>& o_got,
                                  const std::vector<uint8_t>& lse_got,
                                  const std::vector<uint8_t>& dqkv_got, float scale,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, ForwardPath path) {
   const Problem mha{p.B, p.H, p.H, p.T, p.D, p.pad};
   const size_t es = dtype_size(dtype);
   std::vector<uint8_t> rep_h(mha.qkv_elems() * es, 0);
@@ -521,7 +530,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
     }
   }
   const CudaRun r(mha, dtype);
-  run_cuda(mha, dtype, r, rep_h, do_h, scale, stream);
+  run_cuda(mha, dtype, r, rep_h, do_h, scale, stream, path);
   if (::testing::Test::HasFatalFailure()) return;
   const std::vector<uint8_t> o_rep = r.o.download(), lse_rep = r.lse.download();
   const std::vector<uint8_t> dqkv_rep = r.dqkv.download();
@@ -542,7 +551,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
   }
 }
 
-void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
+void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path) {
   SCOPED_TRACE(p.label(dtype));
   const std::string what = p.label(dtype);
   const size_t es = dtype_size(dtype);
@@ -563,7 +572,7 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
   const CudaRun r(p, dtype);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  run_cuda(p, dtype, r, qkv_h, do_h, scale, stream);
+  run_cuda(p, dtype, r, qkv_h, do_h, scale, stream, path);
   if (::testing::Test::HasFatalFailure()) return;
 
   const std::vector<uint8_t> o_got = r.o.download(), dqkv_got = r.dqkv.download();
@@ -616,62 +625,198 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed) {
     }
   }
   if (p.KV != p.H) {
-    check_cuda_against_repeated(dtype, p, qkv_h, do_h, o_got, lse_got, dqkv_got, scale, stream);
+    check_cuda_against_repeated(dtype, p, qkv_h, do_h, o_got, lse_got, dqkv_got, scale, stream,
+                                path);
   }
   CUDA_OK(cudaStreamDestroy(stream));
 }
 #endif
 
+// The forward kernel a CUDA case runs (there is one backward): each case
+// below runs once per kernel, explicitly, and skips the Hopper kernel where
+// the device is not compute capability 9.0.
+enum class Kernel { kPortable, kHopper };
+
+std::string kernel_name(const ::testing::TestParamInfo<Kernel>& info) {
+  return info.param == Kernel::kHopper ? "Hopper" : "Portable";
+}
+
+// Whether this build and device run the Hopper forward.
+bool hopper_available() {
 #if COLOSSAL_WITH_CUDA
+  return internal::hopper_device();
+#else
+  return false;
+#endif
+}
+
+#define COLOSSAL_REQUIRE_KERNEL(kernel)                                                     \
+  do {                                                                                      \
+    COLOSSAL_REQUIRE_GPU();                                                                 \
+    if ((kernel) == Kernel::kHopper && !hopper_available()) {                               \
+      GTEST_SKIP() << "the Hopper forward needs a compute capability 9.0 device (H100/H200)"; \
+    }                                                                                       \
+  } while (0)
+
+#if COLOSSAL_WITH_CUDA
+ForwardPath path_of(Kernel kernel) {
+  return kernel == Kernel::kHopper ? ForwardPath::kHopper : ForwardPath::kPortable;
+}
+
 // check_cuda for every problem in both 16-bit dtypes, fresh data for each.
 template <size_t N>
-void check_cuda_all(const Problem (&problems)[N], uint32_t seed) {
+void check_cuda_all(const Problem (&problems)[N], uint32_t seed, Kernel kernel) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Problem& p : problems) {
-      check_cuda(dtype, p, seed);
+      check_cuda(dtype, p, seed, path_of(kernel));
       seed += 2;
     }
   }
 }
+
+// The forward alone (o and lse) against the float64 CPU path on the same
+// rounded inputs, outputs NaN-poisoned first; stride gaps of o stay NaN.
+void check_forward(DType dtype, const Problem& p, uint32_t seed, Kernel kernel) {
+  SCOPED_TRACE(p.label(dtype));
+  const std::string what = p.label(dtype);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
+  const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed, -2.0f, 2.0f);
+  const std::vector<double> qkv_d = to_doubles(dtype, qkv_h.data(), p.qkv_elems());
+  std::vector<double> o_ref(p.o_elems(), 0.0);
+  std::vector<float> lse_ref(p.rows());
+  ASSERT_TRUE(
+      forward_cpu(p, o_ref.data(), lse_ref.data(), qkv_d.data(), DType::kF64, scale).ok());
+
+  DeviceBuffer qkv(p.qkv_elems() * dtype_size(dtype)), o(p.o_elems() * dtype_size(dtype)),
+      lse(p.rows() * sizeof(float));
+  ASSERT_TRUE(qkv.p && o.p && lse.p) << "cudaMalloc failed";
+  CUDA_OK(cudaMemcpy(qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
+  poison_nan(o);
+  poison_nan(lse);
+  const KernelStatus s = forward_cuda(p, o, lse, qkv, dtype, scale, nullptr, path_of(kernel));
+  ASSERT_TRUE(s.ok()) << s.message();
+  CUDA_OK(cudaDeviceSynchronize());
+
+  const std::vector<uint8_t> o_got = o.download(), lse_got = lse.download();
+  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
+  expect_close(to_doubles(dtype, o_got.data(), p.o_elems()), o_ref, o_mask,
+               cuda_tolerance(dtype, false), what + " o");
+  EXPECT_TRUE(all_nan_outside(dtype, o_got, o_mask)) << what << ": o written in a stride gap";
+  std::vector<double> lse_d(lse_ref.begin(), lse_ref.end());
+  expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
+               {1e-4, 1e-4}, what + " lse");
+}
 #endif
 
-TEST(AttentionCudaTest, HeadDim64MatchesFloat64Reference) {
-  COLOSSAL_REQUIRE_GPU();
+class AttentionCudaKernelTest : public ::testing::TestWithParam<Kernel> {};
+
+TEST_P(AttentionCudaKernelTest, HeadDim64MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
 #if COLOSSAL_WITH_CUDA
   const Problem problems[] = {{1, 1, 1, 1, 64},    {2, 3, 3, 17, 64},    {1, 2, 2, 129, 64},
                               {1, 1, 1, 1000, 64}, {3, 2, 2, 64, 64},    {2, 2, 2, 200, 64, 8},
                               {1, 12, 12, 128, 64}};
-  check_cuda_all(problems, 1000);
+  check_cuda_all(problems, 1000, GetParam());
 #endif
 }
 
-TEST(AttentionCudaTest, HeadDim128MatchesFloat64Reference) {
-  COLOSSAL_REQUIRE_GPU();
+TEST_P(AttentionCudaKernelTest, HeadDim128MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
 #if COLOSSAL_WITH_CUDA
   const Problem problems[] = {{1, 1, 1, 1, 128}, {2, 2, 2, 33, 128}, {1, 1, 1, 300, 128, 8},
                               {1, 2, 2, 129, 128}};
-  check_cuda_all(problems, 2000);
+  check_cuda_all(problems, 2000, GetParam());
 #endif
 }
 
 // Grouped-query heads (Llama): kv heads shared by 2, 3, 4 query heads and one
 // shared by all (multi-query), odd lengths, several key blocks so dK/dV's
 // pipeline crosses from one query head of the group to the next.
-TEST(AttentionCudaTest, GroupedQueryHeadDim64MatchesFloat64Reference) {
-  COLOSSAL_REQUIRE_GPU();
+TEST_P(AttentionCudaKernelTest, GroupedQueryHeadDim64MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
 #if COLOSSAL_WITH_CUDA
   const Problem problems[] = {{1, 8, 2, 129, 64}, {2, 4, 1, 200, 64, 8}, {1, 6, 2, 77, 64},
                               {1, 4, 2, 1, 64},   {1, 32, 8, 257, 64}};
-  check_cuda_all(problems, 3000);
+  check_cuda_all(problems, 3000, GetParam());
 #endif
 }
 
-TEST(AttentionCudaTest, GroupedQueryHeadDim128MatchesFloat64Reference) {
-  COLOSSAL_REQUIRE_GPU();
+TEST_P(AttentionCudaKernelTest, GroupedQueryHeadDim128MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
 #if COLOSSAL_WITH_CUDA
   const Problem problems[] = {{1, 8, 2, 100, 128}, {1, 4, 1, 300, 128, 8}, {2, 6, 3, 65, 128},
                               {1, 32, 8, 130, 128}};
-  check_cuda_all(problems, 4000);
+  check_cuda_all(problems, 4000, GetParam());
+#endif
+}
+
+// The forward alone over the shapes the Hopper kernel's tiles (128 queries x
+// 128 keys) make interesting: one row (T = 1), tails inside the first tile
+// (77), across tiles (200, 1000), exact multiples of the tile (256, 384);
+// multi-head, grouped 8/2 and 32/8, multi-query; padded row strides.
+TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 5000;
+  for (int64_t D : {int64_t{64}, int64_t{128}}) {
+    const Problem problems[] = {{2, 2, 2, 1, D},     {1, 2, 2, 77, D, 8},   {2, 8, 2, 200, D},
+                                {1, 2, 2, 1000, D},  {1, 8, 2, 256, D},     {1, 32, 8, 77, D},
+                                {1, 32, 8, 384, D},  {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D}};
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const Problem& p : problems) check_forward(dtype, p, seed++, GetParam());
+    }
+  }
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(ForwardKernels, AttentionCudaKernelTest,
+                         ::testing::Values(Kernel::kPortable, Kernel::kHopper), kernel_name);
+
+// The backward rebuilds P from the forward's o and lse: fed by the Hopper
+// forward it must give the portable forward's gradients, up to the two
+// forwards' roundings (both are checked against float64 above; here each
+// gradient against the other's at the gradient tolerance, and lse at the
+// forward's).
+TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
+  COLOSSAL_REQUIRE_KERNEL(Kernel::kHopper);
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{1, 8, 2, 300, 128}, {2, 4, 4, 200, 64, 8}, {1, 32, 8, 129, 64}};
+  uint32_t seed = 6000;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const Problem& p : problems) {
+      SCOPED_TRACE(p.label(dtype));
+      const std::string what = p.label(dtype);
+      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
+      const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed++, -2.0f, 2.0f);
+      const auto do_h = random_bytes(dtype, p.o_elems(), seed++, -1.0f, 1.0f);
+      const CudaRun portable(p, dtype), hopper(p, dtype);
+      run_cuda(p, dtype, portable, qkv_h, do_h, scale, stream, ForwardPath::kPortable);
+      if (::testing::Test::HasFatalFailure()) break;
+      run_cuda(p, dtype, hopper, qkv_h, do_h, scale, stream, ForwardPath::kHopper);
+      if (::testing::Test::HasFatalFailure()) break;
+      const std::vector<uint8_t> lse_p = portable.lse.download(), lse_h = hopper.lse.download();
+      expect_close(to_doubles(DType::kF32, lse_h.data(), p.rows()),
+                   to_doubles(DType::kF32, lse_p.data(), p.rows()), all_of(p.rows()),
+                   {1e-4, 1e-4}, what + " lse");
+      const std::vector<uint8_t> g_p = portable.dqkv.download(), g_h = hopper.dqkv.download();
+      const std::vector<double> gp = to_doubles(dtype, g_p.data(), p.qkv_elems());
+      const std::vector<double> gh = to_doubles(dtype, g_h.data(), p.qkv_elems());
+      const std::vector<bool> mask = qkv_columns(p);
+      double grad_scale = 0;
+      for (int64_t i = 0; i < p.qkv_elems(); ++i) {
+        if (mask[i]) grad_scale = std::max(grad_scale, std::fabs(gp[i]));
+      }
+      const char* names[3] = {" dq", " dk", " dv"};
+      const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
+      for (int part = 0; part < 3; ++part) {
+        expect_close(gh, gp, columns(p, p.qkv_stride(), col0[part], width[part]),
+                     cuda_tolerance(dtype, true), what + names[part], grad_scale);
+      }
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
 #endif
 }
 
@@ -694,6 +839,21 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
   EXPECT_EQ(fwd(o, b, 64, DType::kBF16, 68), Code::kInvalidArgument);      // stride % 8
   EXPECT_EQ(fwd(b, b, 64, DType::kBF16, 64), Code::kInvalidArgument);      // o overlaps q
   EXPECT_EQ(fwd(nullptr, b, 64, DType::kBF16, 64), Code::kInvalidArgument);
+  // Through the explicit paths: the same checks first; the Hopper kernel off
+  // compute capability 9.0 is kUnsupported, on it the call runs.
+  auto fwd_path = [&](ForwardPath path, const void* q, int64_t d, DType dtype) {
+    return internal::causal_attention_forward_cuda_path(path, o, lse, q, q, q, 1, 1, 1, 8, d, d,
+                                                        d, dtype, 0.1f, nullptr)
+        .code();
+  };
+  for (ForwardPath path : {ForwardPath::kPortable, ForwardPath::kHopper}) {
+    EXPECT_EQ(fwd_path(path, b + 2, 64, DType::kBF16), Code::kInvalidArgument);
+    EXPECT_EQ(fwd_path(path, b, 64, DType::kF32), Code::kUnsupported);
+  }
+  EXPECT_EQ(fwd_path(ForwardPath::kPortable, b, 64, DType::kBF16), Code::kOk);
+  EXPECT_EQ(fwd_path(ForwardPath::kHopper, b, 128, DType::kF16),
+            internal::hopper_device() ? Code::kOk : Code::kUnsupported);
+  CUDA_OK(cudaDeviceSynchronize());
   EXPECT_TRUE(causal_attention_forward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 1, 1,
                                             8, 64, 64, 64, DType::kBF16, 0.1f, nullptr)
                   .ok());

@@ -1,0 +1,702 @@
+// CUDA fused causal attention, forward, for Hopper (compute capability 9.0,
+// built for sm_90a only): the FlashAttention-2 algorithm of attention.cu on
+// Hopper's warpgroup tensor-core instructions (wgmma) fed by the tensor memory
+// accelerator (TMA), FlashAttention-3's structure without its ping-pong and
+// intra-warpgroup overlap yet (issue #20, first step).
+//
+// CTA: 384 threads = 3 warpgroups, one CTA per (batch, query head, block of
+// 128 query rows); heaviest (longest) query blocks first, consecutive CTAs on
+// consecutive heads of one block (a kv head's group shares K/V in L2).
+//   warpgroup 0: producer. Gives registers back (setmaxnreg.dec 24); one
+//     thread issues TMA copies: the Q tile once, then K and V tiles of 128
+//     keys into a 2-stage ring, each stage guarded by a "full" mbarrier (the
+//     TMA's transaction bytes complete it) and an "empty" one (the consumers'
+//     warps arrive when their wgmma reads of the stage are done).
+//   warpgroups 1, 2: consumers (setmaxnreg.inc 240), 64 query rows each. Per
+//     key tile, from the diagonal tile down to tile 0:
+//       S = Q K^T      wgmma m64n128k16, A = Q and B = K from shared memory
+//                      (both K-major: head_dim contiguous), D/16 steps;
+//       online softmax in fp32 registers (exp2 of log2e-prescaled scores, row
+//                      max / sum over the quad of lanes that shares a row);
+//                      the causal mask on the first (diagonal) tile only;
+//       P              rounded to the input type in registers, where the S
+//                      accumulator layout is already wgmma's register-A layout;
+//       O += P V       wgmma m64nDk16, A = P from registers, B = V from shared
+//                      memory, MN-major (V rows are keys with head_dim
+//                      contiguous: the transpose flag), 128/16 steps.
+//     Then O / l goes to global memory (rounded once) and lse = ln-sum-exp.
+//
+// Shared memory (dynamic, base aligned to 1024 bytes by hand): Q [128 x D],
+// K[2] and V[2] [128 x D], each stored as D/64 column chunks of [rows x 64]
+// elements: row r of a chunk is 128 bytes at r * 128, its eight 16-byte units
+// permuted by the 128-byte swizzle (unit u of row r lands at u ^ (r % 8)).
+// That is exactly what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B for a box of
+// {64 elements, rows} at a 1024-aligned address, and exactly what wgmma reads
+// through a descriptor with swizzle mode 1 (128B): both apply the XOR to the
+// address bits [4, 7) from bits [7, 10), so the chunk base must be 1024-aligned
+// and a descriptor may start 32, 64 or 96 bytes into a row (the k16 steps
+// inside one 64-element chunk) without a base offset. See desc_k_major /
+// desc_mn_major for the LBO / SBO fields.
+//
+// Tails: the tensor maps are 4-D {head_dim, seq, heads, batch} over the
+// strided rows, so a tile that runs past seq reads zeros (TMA's out-of-bounds
+// fill) and never the next batch's rows; rows past seq are never written.
+// Only the diagonal tile holds masked keys (a key past seq is after every
+// valid query), and every valid row sees its own key there, so the row max is
+// finite after the first tile.
+#include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/attention/attention_hopper.h"
+#include "kernels/common/cuda_utils.cuh"
+
+namespace colossal::kernels::attention::internal {
+namespace {
+
+constexpr int kBlockM = 128;   // query rows per CTA: 2 consumer warpgroups x 64
+constexpr int kBlockN = 128;   // keys per K / V tile
+constexpr int kStages = 2;     // K / V ring depth
+constexpr int kConsumers = 2;  // consumer warpgroups
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kRowBytes = 128;  // one swizzled row: 64 16-bit elements
+constexpr int kChunkElems = kRowBytes / 2;
+constexpr int kProducerRegs = 24;  // setmaxnreg targets (multiples of 8)
+constexpr int kConsumerRegs = 240;
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
+              "setmaxnreg: the warpgroups' registers must fit the register file");
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Byte sizes of the shared tiles for head_dim D.
+template <int D>
+struct Tiles {
+  static constexpr int kChunks = D / kChunkElems;       // 64-column chunks per row
+  static constexpr int kQChunk = kBlockM * kRowBytes;   // bytes of one Q chunk
+  static constexpr int kKvChunk = kBlockN * kRowBytes;  // ... of one K or V chunk
+  static constexpr int kQ = kChunks * kQChunk;
+  static constexpr int kKv = kChunks * kKvChunk;
+  static constexpr int kBytes = kQ + 2 * kStages * kKv;  // Q, K ring, V ring
+  static constexpr int kAlloc = kBytes + 1024;           // slack to align to 1024
+};
+
+// mbarriers, in one static shared array.
+constexpr int kBarQ = 0;                         // Q landed
+constexpr int kBarKFull = 1;                     // + stage: K tile landed
+constexpr int kBarVFull = kBarKFull + kStages;   // + stage: V tile landed
+constexpr int kBarKEmpty = kBarVFull + kStages;  // + stage: K tile read by every consumer warp
+constexpr int kBarVEmpty = kBarKEmpty + kStages;
+constexpr int kBars = kBarVEmpty + kStages;
+constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that empty a stage
+
+struct Params {
+  void* o;
+  float* lse;
+  int64_t o_stride;
+  int seq, heads, group;
+  int bh;        // batch * heads
+  int q_blocks;  // ceil(seq / kBlockM)
+  float scale_log2;
+};
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// ---------------------------------------------------------------------------
+// PTX wrappers (sm_90a).
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also raises the phase's expected transaction bytes.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (phase k has parity
+// k & 1; a barrier is at most one phase ahead of any waiter here).
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// TMA: the box at coordinates {c0 (head_dim), c1 (position), c2 (head), c3
+// (batch)} of `map` into shared memory at `dst`, completing `bar`'s
+// transaction bytes. Out-of-bounds elements arrive as zeros and still count.
+__device__ __forceinline__ void tma_load(const CUtensorMap* map, uint32_t dst, uint32_t bar, int c0,
+                                         int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+template <int kRegs>
+__device__ __forceinline__ void regs_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Pins an accumulator register between wgmma.wait_group and its first use
+// (and after its last use before the next wgmma): the compiler sees each
+// register redefined by a volatile statement that stays ordered after the
+// wait, so no read of the registers moves above it.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptors (PTX ISA, "Matrix Descriptor Format"):
+//   bits  0-13  start address >> 4
+//   bits 16-29  leading dimension byte offset (LBO) >> 4
+//   bits 32-45  stride dimension byte offset (SBO) >> 4
+//   bits 49-51  base offset: 0 (every chunk is 1024-aligned)
+//   bits 62-63  swizzle mode: 1 = 128-byte swizzle
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         (static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16) |
+         (static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32) | (uint64_t{1} << 62);
+}
+
+// K-major operand (rows = M or N, k = head_dim contiguous), 128B swizzle: the
+// canonical layout is 8-row x 128-byte atoms, rows 128 bytes apart inside an
+// atom and atoms SBO = 1024 bytes apart down the rows (our chunks store rows
+// back to back). One k16 step reads 32 bytes of each row, inside one atom
+// column, so LBO (the step to the next atom along k) is never used: 16 bytes
+// (field value 1), as CUTLASS encodes it. `addr` = chunk base + row0 * 128 +
+// (k0 % 64) * 2.
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) {
+  return make_desc(addr, 16, 8 * kRowBytes);
+}
+
+// MN-major operand (V as B of O = P V: k = keys are V's rows, n = head_dim is
+// contiguous), 128B swizzle: the canonical layout is atoms of 64 n-elements
+// (128 bytes) x 8 k-rows, rows 128 bytes apart; SBO = the step between 8-row
+// groups along k (1024 bytes), LBO = the step between 64-element groups along
+// n (one V chunk: kBlockN * 128 bytes). `addr` = V tile base + key0 * 128.
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) {
+  return make_desc(addr, kBlockN * kRowBytes, 8 * kRowBytes);
+}
+
+// wgmma operand lists: 64 or 32 fp32 accumulators "+f".
+#define COLOSSAL_F8(d, i)                                                                         \
+  "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define COLOSSAL_F32(d) COLOSSAL_F8(d, 0), COLOSSAL_F8(d, 8), COLOSSAL_F8(d, 16), COLOSSAL_F8(d, 24)
+#define COLOSSAL_F64(d) \
+  COLOSSAL_F32(d), COLOSSAL_F8(d, 32), COLOSSAL_F8(d, 40), COLOSSAL_F8(d, 48), COLOSSAL_F8(d, 56)
+#define COLOSSAL_ACC32                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define COLOSSAL_ACC64                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+  "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+  "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+  "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (64 x 128, fp32) = (scale_d ? d : 0) + A B: A = 64 x 16 and B = 16 x 128
+// from shared memory, both K-major (imm-trans-a = imm-trans-b = 0).
+#define COLOSSAL_WGMMA_SS_N128(ty)                                                \
+  asm volatile(                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " COLOSSAL_ACC64 \
+      ", %64, %65, p, 1, 1, 0, 0;\n}\n"                                           \
+      : COLOSSAL_F64(d)                                                           \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+// d (64 x N) += A B: A = 64 x 16 from registers (a[0..3], the m16n8k16 A
+// fragment of each warp's 16 rows), B = 16 x N from shared memory, MN-major
+// (imm-trans-b = 1).
+#define COLOSSAL_WGMMA_RS_N128(ty)                                                \
+  asm volatile(                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." ty "." ty " " COLOSSAL_ACC64 \
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                             \
+      : COLOSSAL_F64(d)                                                           \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
+#define COLOSSAL_WGMMA_RS_N64(ty)                                                \
+  asm volatile(                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                               \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " " COLOSSAL_ACC32 \
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"                            \
+      : COLOSSAL_F32(d)                                                          \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1))
+
+template <typename T>
+struct Wgmma {
+  static constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  static_assert(kBf16 || std::is_same_v<T, __half>, "Wgmma: bfloat16 or half");
+
+  // S tile: 64 query rows x 128 keys.
+  static __device__ __forceinline__ void qk(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                            int scale_d) {
+    if constexpr (kBf16) {
+      COLOSSAL_WGMMA_SS_N128("bf16");
+    } else {
+      COLOSSAL_WGMMA_SS_N128("f16");
+    }
+  }
+  // O tile: 64 query rows x D, D = 128 (64 accumulators a thread) or 64 (32).
+  static __device__ __forceinline__ void pv(float (&d)[64], const uint32_t (&a)[4],
+                                            uint64_t desc_b) {
+    if constexpr (kBf16) {
+      COLOSSAL_WGMMA_RS_N128("bf16");
+    } else {
+      COLOSSAL_WGMMA_RS_N128("f16");
+    }
+  }
+  static __device__ __forceinline__ void pv(float (&d)[32], const uint32_t (&a)[4],
+                                            uint64_t desc_b) {
+    if constexpr (kBf16) {
+      COLOSSAL_WGMMA_RS_N64("bf16");
+    } else {
+      COLOSSAL_WGMMA_RS_N64("f16");
+    }
+  }
+  // lo in the low half, hi in the high half (lower column first, as the A
+  // fragment wants).
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    uint32_t r;
+    if constexpr (kBf16) {
+      __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+      r = *reinterpret_cast<uint32_t*>(&v);
+    } else {
+      __half2 v = __floats2half2_rn(lo, hi);
+      r = *reinterpret_cast<uint32_t*>(&v);
+    }
+    return r;
+  }
+};
+#undef COLOSSAL_WGMMA_SS_N128
+#undef COLOSSAL_WGMMA_RS_N128
+#undef COLOSSAL_WGMMA_RS_N64
+#undef COLOSSAL_ACC32
+#undef COLOSSAL_ACC64
+#undef COLOSSAL_F64
+#undef COLOSSAL_F32
+#undef COLOSSAL_F8
+
+// 2^x; exact 0 for -inf.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Shared-memory addresses of one CTA's tiles and barriers.
+template <int D>
+struct Shared {
+  uint32_t q, k, v;  // tile bases (1024-aligned); K and V: stage s at + s * Tiles<D>::kKv
+  uint32_t bars;     // kBars consecutive 8-byte mbarriers
+  __device__ __forceinline__ uint32_t bar(int i) const { return bars + 8 * i; }
+};
+
+// ---------------------------------------------------------------------------
+// Producer: one thread. Q once, then for it = 0 .. n_kb - 1 the key tile
+// j = n_kb - 1 - it (the consumers' order) of K and of V into stage it % kStages,
+// after the consumers emptied that stage's previous use (it - kStages).
+template <int D>
+__device__ __forceinline__ void produce(const Shared<D>& sh, const CUtensorMap* q_map,
+                                        const CUtensorMap* k_map, const CUtensorMap* v_map, int q0,
+                                        int h, int kvh, int b, int n_kb) {
+  using L = Tiles<D>;
+  mbar_arrive_expect_tx(sh.bar(kBarQ), L::kQ);
+#pragma unroll
+  for (int c = 0; c < L::kChunks; ++c) {
+    tma_load(q_map, sh.q + c * L::kQChunk, sh.bar(kBarQ), c * kChunkElems, q0, h, b);
+  }
+  for (int it = 0; it < n_kb; ++it) {
+    const int j = n_kb - 1 - it;
+    const int s = it % kStages;
+    // The stage's previous use was iteration it - kStages: its empty barrier
+    // completes phase (it / kStages - 1) when all consumer warps released it.
+    const uint32_t parity = ((it / kStages) - 1) & 1;
+    if (it >= kStages) mbar_wait(sh.bar(kBarKEmpty + s), parity);
+    mbar_arrive_expect_tx(sh.bar(kBarKFull + s), L::kKv);
+#pragma unroll
+    for (int c = 0; c < L::kChunks; ++c) {
+      tma_load(k_map, sh.k + s * L::kKv + c * L::kKvChunk, sh.bar(kBarKFull + s), c * kChunkElems,
+               j * kBlockN, kvh, b);
+    }
+    if (it >= kStages) mbar_wait(sh.bar(kBarVEmpty + s), parity);
+    mbar_arrive_expect_tx(sh.bar(kBarVFull + s), L::kKv);
+#pragma unroll
+    for (int c = 0; c < L::kChunks; ++c) {
+      tma_load(v_map, sh.v + s * L::kKv + c * L::kKvChunk, sh.bar(kBarVFull + s), c * kChunkElems,
+               j * kBlockN, kvh, b);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Consumer warpgroup `wg` (0 or 1): query rows q0 + 64 wg .. + 63.
+//
+// Accumulator layout of wgmma m64nNk16 (fp32 D), thread = 32 * warp + lane of
+// the warpgroup, g = lane / 4, t = lane % 4: element 4c + i (c = 0 .. N/8 - 1)
+// is row 16 warp + g + 8 (i / 2), column 8c + 2t + (i % 2) -- per 8 columns the
+// mma.sync m16n8 accumulator layout. The register A fragment of m64nNk16
+// (16-bit) is per warp the m16n8k16 A fragment: a[0] = A[g][2t..2t+1],
+// a[1] = A[g+8][2t..], a[2] = A[g][2t+8..], a[3] = A[g+8][2t+8..]. So keys
+// 16kk .. 16kk + 15 of S (accumulators 8kk .. 8kk + 7) are k-step kk's A of
+// P V, packed pairwise in order: P register i = pack(s[2i], s[2i + 1]).
+template <typename T, int D>
+struct Consumer {
+  using L = Tiles<D>;
+  const Shared<D>& sh;
+  const Params& p;
+  uint32_t q_rows;  // this warpgroup's 64 rows of Q: 64 * 128 bytes into each chunk
+  int row_base;     // this thread's rows: row_base and row_base + 8
+  int lane, t;
+  float o[D / 2];  // O accumulators (unnormalised)
+  float m[2];      // running row max, log2 units
+  float l[2];      // this thread's part of the running row sum
+
+  __device__ __forceinline__ Consumer(const Shared<D>& shared, const Params& params, int wg, int q0)
+      : sh(shared), p(params) {
+    const int tid = threadIdx.x % 128, warp = tid / 32;
+    lane = tid % 32;
+    t = lane % 4;
+    row_base = q0 + 64 * wg + 16 * warp + lane / 4;
+    q_rows = sh.q + wg * 64 * kRowBytes;  // 1024-aligned: 8 whole swizzle atoms per chunk
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  // Key tile j, the it-th consumed (stage it % kStages). kDiag: the diagonal
+  // tile (always the first, it == 0), the only one with masked keys.
+  template <bool kDiag>
+  __device__ __forceinline__ void tile(int it, int j) {
+    const int s = it % kStages;
+    const uint32_t parity = (it / kStages) & 1;
+    const uint32_t k_tile = sh.k + s * L::kKv, v_tile = sh.v + s * L::kKv;
+
+    // S = Q K^T over head_dim in k16 steps: step kk reads columns 16kk.. of
+    // chunk kk / 4, 32 (kk % 4) bytes into its rows. The first step ignores
+    // the accumulators' old values (scale-d = 0).
+    float sc[64];
+    mbar_wait(sh.bar(kBarKFull + s), parity);
+    __syncwarp();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk % 4) * 32;
+      Wgmma<T>::qk(sc, desc_k_major(q_rows + (kk / 4) * L::kQChunk + off),
+                   desc_k_major(k_tile + (kk / 4) * L::kKvChunk + off), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sh.bar(kBarKEmpty + s));  // this warp is done reading K
+
+    // Scores into log2 units; on the diagonal tile mask keys after the query
+    // (which covers keys at or past seq for every valid row).
+    const int key0 = j * kBlockN + 2 * t;
+#pragma unroll
+    for (int c = 0; c < 16; ++c) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float x = sc[4 * c + i] * p.scale_log2;
+        if (kDiag && key0 + 8 * c + (i & 1) > row_base + 8 * (i >> 1)) x = -INFINITY;
+        sc[4 * c + i] = x;
+      }
+    }
+    // Online softmax per row half r; l stays this thread's partial sum (the
+    // quad's lanes share m, so their partial sums scale alike) until the end.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) mx = fmaxf(mx, fmaxf(sc[4 * c + 2 * r], sc[4 * c + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = fast_exp2(m[r] - m_use);
+      m[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 16; ++c) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(sc[4 * c + 2 * r + e] - m_use);
+          sc[4 * c + 2 * r + e] = pv;
+          sum += pv;
+        }
+      }
+      l[r] = l[r] * alpha + sum;
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) {
+        o[4 * c + 2 * r] *= alpha;
+        o[4 * c + 2 * r + 1] *= alpha;
+      }
+    }
+    uint32_t pr[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) pr[i] = Wgmma<T>::pack(sc[2 * i], sc[2 * i + 1]);
+
+    // O += P V over the tile's keys in k16 steps: step kk reads V rows 16kk..,
+    // 16 * 128 bytes further each (two 8-row swizzle atoms, SBO apart).
+    mbar_wait(sh.bar(kBarVFull + s), parity);
+    __syncwarp();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
+      Wgmma<T>::pv(o, a, desc_mn_major(v_tile + kk * 16 * kRowBytes));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sh.bar(kBarVEmpty + s));  // this warp is done reading V
+  }
+
+  // Full row sums over the quad, lse (natural log) and O / l rounded once,
+  // straight from the accumulators (a quad writes 16 contiguous bytes of a
+  // row per 8 columns); rows past seq are not written.
+  __device__ __forceinline__ void finish(int b, int h) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+      const int row = row_base + 8 * r;
+      if (t == 0 && row < p.seq) {
+        p.lse[(static_cast<int64_t>(b) * p.heads + h) * p.seq + row] =
+            (m[r] + __log2f(l[r])) * kLn2;
+      }
+    }
+    T* out = static_cast<T*>(p.o) + static_cast<int64_t>(b) * p.seq * p.o_stride +
+             static_cast<int64_t>(h) * D + 2 * t;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_base + 8 * r;
+      if (row >= p.seq) continue;
+      T* dst = out + static_cast<int64_t>(row) * p.o_stride;
+#pragma unroll
+      for (int c = 0; c < D / 8; ++c) {
+        *reinterpret_cast<uint32_t*>(dst + 8 * c) =
+            Wgmma<T>::pack(o[4 * c + 2 * r] * inv[r], o[4 * c + 2 * r + 1] * inv[r]);
+      }
+    }
+  }
+};
+
+// The consumers' order: the diagonal tile n_kb - 1 first (masked), then
+// n_kb - 2 .. 0 (the producer loads in the same order).
+template <typename T, int D>
+__device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, int wg, int q0, int b,
+                                        int h, int n_kb) {
+  Consumer<T, D> c(sh, p, wg, q0);
+  mbar_wait(sh.bar(kBarQ), 0);
+  c.template tile<true>(0, n_kb - 1);
+  for (int it = 1; it < n_kb; ++it) c.template tile<false>(it, n_kb - 1 - it);
+  c.finish(b, h);
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                             const CUtensorMap* v_map, const Params& p) {
+  __shared__ __align__(8) uint64_t bars[kBars];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  Shared<D> sh;
+  sh.q = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle needs 1024-aligned chunks
+  sh.k = sh.q + Tiles<D>::kQ;
+  sh.v = sh.k + kStages * Tiles<D>::kKv;
+  sh.bars = smem_u32(bars);
+
+  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.bh));
+  const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int q0 = qb * kBlockM;
+  const int n_kb = qb + 1;  // key tiles 0 .. qb (kBlockN == kBlockM: tile qb is the diagonal)
+  static_assert(kBlockN == kBlockM, "the diagonal must be exactly one key tile");
+
+  if (threadIdx.x == 0) {
+    mbar_init(sh.bar(kBarQ), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(sh.bar(kBarKFull + s), 1);
+      mbar_init(sh.bar(kBarVFull + s), 1);
+      mbar_init(sh.bar(kBarKEmpty + s), kConsumerWarps);
+      mbar_init(sh.bar(kBarVEmpty + s), kConsumerWarps);
+    }
+    // Make the initialised barriers visible to the other threads and to the
+    // async proxy (TMA's complete_tx) before anyone uses them.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();  // the last CTA-wide barrier: roles split below
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    regs_decrease<kProducerRegs>();
+    if (threadIdx.x == 0) produce<D>(sh, q_map, k_map, v_map, q0, h, h / p.group, b, n_kb);
+  } else {
+    regs_increase<kConsumerRegs>();
+    consume<T, D>(sh, p, warpgroup - 1, q0, b, h, n_kb);
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The maps are kernel parameters (__grid_constant__): TMA reads them from the
+// parameter space by address.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_forward_kernel(const __grid_constant__ CUtensorMap q_map,
+                          const __grid_constant__ CUtensorMap k_map,
+                          const __grid_constant__ CUtensorMap v_map, const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  forward_body<T, D>(&q_map, &k_map, &v_map, p);
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Host: tensor maps through the driver's cuTensorMapEncodeTiled, fetched at run
+// time (cudaGetDriverEntryPointByVersion) so nothing links libcuda.
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = []() -> EncodeTiled {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    // 12000: the ABI of cuTensorMapEncodeTiled as CUDA 12.0 introduced it.
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// The largest byte stride a tensor map takes (exclusive).
+constexpr int64_t kMaxMapStride = int64_t{1} << 40;
+
+// A 4-D map {head_dim, seq, heads_n, batch} over rows `row_stride` elements
+// apart (head n at n * head_dim), boxes of {64, 128, 1, 1} swizzled by 128
+// bytes; out-of-bounds elements read as zero.
+KernelStatus make_map(CUtensorMap* map, const void* base, DType dtype, const Geometry& g,
+                      int64_t heads_n) {
+  const EncodeTiled encode = encode_tiled();
+  if (encode == nullptr) {
+    return KernelStatus::unsupported("attention hopper: cuTensorMapEncodeTiled unavailable");
+  }
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(g.head_dim), static_cast<cuuint64_t>(g.seq),
+                              static_cast<cuuint64_t>(heads_n), static_cast<cuuint64_t>(g.batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(g.qkv_row_stride * 2),
+                                 static_cast<cuuint64_t>(g.head_dim * 2),
+                                 static_cast<cuuint64_t>(g.seq * g.qkv_row_stride * 2)};
+  const cuuint32_t box[4] = {kChunkElems, kBlockM, 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  const CUresult r = encode(
+      map,
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  // Unsupported rather than an error: the automatic dispatch then runs the
+  // portable kernel (hopper_forward_supports() should have excluded this).
+  if (r != CUDA_SUCCESS) {
+    return KernelStatus::unsupported("attention hopper: cuTensorMapEncodeTiled refused the tensor");
+  }
+  return KernelStatus();
+}
+
+template <typename T, int D>
+KernelStatus launch(void* o, float* lse, const void* q, const void* k, const void* v,
+                    const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+  static_assert(kBlockM == kBlockN, "make_map uses one box for Q, K and V");
+  CUtensorMap maps[3];
+  KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads);
+  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads);
+  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads);
+  if (!s.ok()) return s;
+  Params p{};
+  p.o = o;
+  p.lse = lse;
+  p.o_stride = g.o_row_stride;
+  p.seq = static_cast<int>(g.seq);
+  p.heads = static_cast<int>(g.heads);
+  p.group = static_cast<int>(g.group());
+  p.bh = static_cast<int>(g.batch * g.heads);
+  p.q_blocks = static_cast<int>((g.seq + kBlockM - 1) / kBlockM);
+  p.scale_log2 = scale * kLog2e;
+  constexpr int smem = Tiles<D>::kAlloc;
+  auto kernel = hopper_forward_kernel<T, D>;
+  s = cuda::to_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (!s.ok()) return s;
+  const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
+  kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], p);
+  return cuda::last_launch_status();
+}
+
+}  // namespace
+
+bool hopper_forward_supports(const Geometry& g, DType dtype) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
+  if (g.head_dim != 64 && g.head_dim != 128) return false;
+  if (g.empty() || g.seq > (int64_t{1} << 30)) return false;
+  const int64_t q_blocks = (g.seq + kBlockM - 1) / kBlockM;
+  if (g.batch * g.heads > INT_MAX || q_blocks * g.batch * g.heads > INT_MAX) return false;
+  if (g.seq * g.qkv_row_stride * 2 >= kMaxMapStride) return false;
+  return encode_tiled() != nullptr;
+}
+
+KernelStatus hopper_forward(void* o, float* lse, const void* q, const void* k, const void* v,
+                            const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+  if (!hopper_forward_supports(g, dtype)) {
+    return KernelStatus::unsupported("attention hopper: problem outside the Hopper kernel");
+  }
+  const bool bf16 = dtype == DType::kBF16;
+  if (g.head_dim == 64) {
+    return bf16 ? launch<__nv_bfloat16, 64>(o, lse, q, k, v, g, dtype, scale, stream)
+                : launch<__half, 64>(o, lse, q, k, v, g, dtype, scale, stream);
+  }
+  return bf16 ? launch<__nv_bfloat16, 128>(o, lse, q, k, v, g, dtype, scale, stream)
+              : launch<__half, 128>(o, lse, q, k, v, g, dtype, scale, stream);
+}
+
+}  // namespace colossal::kernels::attention::internal
