@@ -774,9 +774,9 @@ INSTANTIATE_TEST_SUITE_P(ForwardKernels, AttentionCudaKernelTest,
 
 // The backward rebuilds P from the forward's o and lse: fed by the Hopper
 // forward it must give the portable forward's gradients, up to the two
-// forwards' roundings (both are checked against float64 above; here each
-// gradient against the other's at the gradient tolerance, and lse at the
-// forward's).
+// forwards' roundings. Both runs are checked against float64 above, each
+// within one tolerance; here they meet each other, so within two (the
+// triangle inequality), for the gradients and for lse.
 TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
   COLOSSAL_REQUIRE_KERNEL(Kernel::kHopper);
 #if COLOSSAL_WITH_CUDA
@@ -799,7 +799,7 @@ TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
       const std::vector<uint8_t> lse_p = portable.lse.download(), lse_h = hopper.lse.download();
       expect_close(to_doubles(DType::kF32, lse_h.data(), p.rows()),
                    to_doubles(DType::kF32, lse_p.data(), p.rows()), all_of(p.rows()),
-                   {1e-4, 1e-4}, what + " lse");
+                   {2e-4, 2e-4}, what + " lse");
       const std::vector<uint8_t> g_p = portable.dqkv.download(), g_h = hopper.dqkv.download();
       const std::vector<double> gp = to_doubles(dtype, g_p.data(), p.qkv_elems());
       const std::vector<double> gh = to_doubles(dtype, g_h.data(), p.qkv_elems());
@@ -808,11 +808,12 @@ TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
       for (int64_t i = 0; i < p.qkv_elems(); ++i) {
         if (mask[i]) grad_scale = std::max(grad_scale, std::fabs(gp[i]));
       }
+      const Tolerance one = cuda_tolerance(dtype, true), two{2 * one.rtol, 2 * one.atol};
       const char* names[3] = {" dq", " dk", " dv"};
       const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
       for (int part = 0; part < 3; ++part) {
-        expect_close(gh, gp, columns(p, p.qkv_stride(), col0[part], width[part]),
-                     cuda_tolerance(dtype, true), what + names[part], grad_scale);
+        expect_close(gh, gp, columns(p, p.qkv_stride(), col0[part], width[part]), two,
+                     what + names[part], grad_scale);
       }
     }
   }
