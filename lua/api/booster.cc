@@ -125,8 +125,6 @@ int PluginCapabilities(lua_State* L) {
   lua_setfield(L, -2, "pipeline_num_micro_batches");
   lua_pushinteger(L, c.pipeline_micro_batch_size);
   lua_setfield(L, -2, "pipeline_micro_batch_size");
-  lua_pushboolean(L, c.generates);
-  lua_setfield(L, -2, "generates");
   if (c.owns_precision) {
     lua_pushstring(L, spec.precision().c_str());
     lua_setfield(L, -2, "precision");

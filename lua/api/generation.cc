@@ -12,6 +12,7 @@
 #include "core/tensor/tensor.h"
 #include "kernels/random/philox.h"
 #include "nn/layers/tensor_parallel.h"
+#include "nn/models/causal_lm/last_logits.h"
 
 namespace colossal::lua {
 
@@ -116,6 +117,22 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
     COLOSSAL_RETURN_IF_ERROR(emit(next));
   }
   return generated;
+}
+
+ForwardFn SequenceSplitForward(core::Context& ctx, const nn::CausalLM& model, ForwardFn inner) {
+  if (!model.tensor_parallel().chunks_sequence()) return inner;
+  return [&ctx, &model, inner](const core::Tensor& tokens) -> absl::StatusOr<nn::ForwardResult> {
+    COLOSSAL_ASSIGN_OR_RETURN(
+        core::Tensor last,
+        nn::last_position_logits(
+            ctx, model,
+            [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
+              COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, inner(t));
+              return out.output;
+            },
+            tokens));
+    return nn::ForwardResult{last, nullptr};
+  };
 }
 
 }  // namespace colossal::lua

@@ -48,6 +48,11 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
                                    const std::function<absl::Status(int32_t)>& emit,
                                    const ForwardFn& forward = {});
 
+// `inner` (a forward of `model`), for a model whose activations split the
+// sequence over ranks, as nn::last_position_logits runs it (padded, the last
+// real position's logits on every rank); otherwise `inner` itself.
+ForwardFn SequenceSplitForward(core::Context& ctx, const nn::CausalLM& model, ForwardFn inner);
+
 }  // namespace colossal::lua
 
 #endif  // COLOSSAL_LUA_API_GENERATION_H_

@@ -253,11 +253,6 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
-  if (model->net->tensor_parallel().chunks_sequence()) {
-    RaiseError(L, "model:generate: generating through sequence-parallel slices is not built yet "
-               "(the plugin has enable_sequence_parallelism)",
-               kErrorUsage);
-  }
   // A pipeline stage's model generates through its booster's stages.
   std::shared_ptr<BoosterObject> booster = model->booster.lock();
   const bool pipeline = model->net->pipeline_stage().count > 1;
@@ -280,19 +275,21 @@ int Generate(lua_State* L) {
   std::vector<int32_t> tokens = *std::move(encoded);
   const size_t prompt_tokens = tokens.size();
   const int32_t eos = (*tokenizer)->eos_id().value_or(-1);
+  // Each token's forward: through the pipeline's stages, or the model's own
+  // (its booster's), with sequence-split activations padded and the last
+  // position's logits shared.
+  const ForwardFn forward = SequenceSplitForward(
+      *model->rt->ctx, *model->net,
+      [&](const core::Tensor& input) -> absl::StatusOr<nn::ForwardResult> {
+        if (!pipeline) return Forward(*model, input);
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last,
+                                  parallel::pipeline_last_logits(*model->rt->ctx, *booster->booster,
+                                                                 *model->net, input));
+        return nn::ForwardResult{last, nullptr};
+      });
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
                                          static_cast<int>(max_new), sampling, eos,
-                                         [](int32_t) { return absl::OkStatus(); },
-                                         [&](const core::Tensor& input)
-                                             -> absl::StatusOr<nn::ForwardResult> {
-                                           if (!pipeline) return Forward(*model, input);
-                                           COLOSSAL_ASSIGN_OR_RETURN(
-                                               core::Tensor last,
-                                               parallel::pipeline_last_logits(
-                                                   *model->rt->ctx, *booster->booster,
-                                                   *model->net, input));
-                                           return nn::ForwardResult{last, nullptr};
-                                         });
+                                         [](int32_t) { return absl::OkStatus(); }, forward);
   ThrowIfError(L, "model:generate", n.status());
   // The prompt as given, then the new tokens' text (a BOS the tokenizer added
   // is not printed back).

@@ -236,7 +236,7 @@ function recipe.run(t, file, bench)
   local plugin = r.plugin and call(file, "plugin", r.plugin, colossal.plugin[r.plugin.name],
     without(r.plugin, "name"))
   local caps = plugin and plugin:capabilities()
-      or { owns_precision = false, supports_no_sync = true, clips_by_value = true, generates = true }
+      or { owns_precision = false, supports_no_sync = true, clips_by_value = true }
   if caps.owns_precision and r.precision ~= "fp32" then
     usage_error(file, "precision", string.format("%s takes its precision from plugin.precision "
       .. "(as in Colossal-AI); set that instead", caps.name))
@@ -269,11 +269,6 @@ function recipe.run(t, file, bench)
   local main = env.rank == 0
   local say = function(...) if main then print(string.format(...)) end end
   local precision = caps.owns_precision and caps.precision or r.precision
-  if not caps.generates and sm then
-    say("colossal: no sample at the end: generating through sequence-parallel slices is not "
-      .. "built yet (plugin.enable_sequence_parallelism)")
-    sm = nil
-  end
   if precision ~= "fp32" and env.device == "cpu" then
     usage_error(file, caps.owns_precision and "plugin.precision" or "precision", string.format(
       "%s needs a CUDA device; this process runs on the CPU (use fp32)", precision))

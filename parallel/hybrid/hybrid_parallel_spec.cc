@@ -28,7 +28,6 @@ class HybridParallelSpec : public PrecisionOwningSpec {
     if (options_.num_model_chunks > 1) c.pipeline_micro_batch_multiple = options_.pp_size;
     c.pipeline_num_micro_batches = num_microbatches_;
     c.pipeline_micro_batch_size = microbatch_size_;
-    c.generates = !options_.sequence_parallel && options_.sp_size == 1;
     return c;
   }
   absl::StatusOr<std::unique_ptr<Plugin>> make(std::shared_ptr<comm::ProcessGroup> pg,

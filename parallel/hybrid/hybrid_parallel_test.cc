@@ -14,6 +14,8 @@
 
 #include "gtest/gtest.h"
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
+#include "nn/models/causal_lm/last_logits.h"
 #include "nn/module/tensor_split.h"
 #include "nn/train/train_step.h"
 #include "parallel/booster/booster.h"
@@ -281,6 +283,58 @@ TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
       ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
       auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
       absl::StatusOr<core::Tensor> last = pipeline_last_logits(*rank_ctx, booster, *model, tokens);
+      ASSERT_TRUE(last.ok()) << last.status();
+      const int64_t columns = V / c.tp, first = model->tensor_parallel().rank() * columns;
+      ASSERT_EQ(last->shape(), core::Shape({1, columns}));
+      for (int64_t j = 0; j < columns; ++j) {
+        ASSERT_NEAR(last->data<float>()[j], expected[first + j],
+                    kRelTol * (1.0 + std::fabs(expected[first + j])))
+            << "rank " << rank << " column " << first + j;
+      }
+    });
+  }
+}
+
+// Generation with a split sequence: the tokens padded to a multiple of the
+// ranks (3 -> 4) give the last real position's logits of one process, on
+// every rank: split_gather (tp2, each rank its vocabulary columns) and
+// all_to_all (sp2, the owner's row broadcast).
+TEST(Hybrid, SplitSequenceLastLogitsEqualOneProcess) {
+  for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 2, 0, 1, 2, 2, true},
+                              HybridCase{Family::kLlama, 2, 1, 0, 1, 2, 2, false, 1, kMicro, 2}}) {
+    SCOPED_TRACE(case_name(c));
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    auto ref = testing::materialized(declare_case_model(c), kSeed);
+    const nn::MicroBatch mb = testing::micro_batch(0, 0, 0);
+    const int64_t T = 3, V = ref->padded_vocab_size();
+    ASSERT_GT(mb.tokens.dim(1), T);
+    auto tokens = *core::Tensor::empty({1, T}, DType::kI32, Stream::cpu());
+    std::copy(mb.tokens.data<int32_t>(), mb.tokens.data<int32_t>() + T, tokens.data<int32_t>());
+    auto whole = ref->forward(*ctx, tokens);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    const float* expected = whole->output.data<float>() + (T - 1) * V;
+    testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+      HybridParallelOptions o;
+      o.tp_size = c.tp;
+      o.sequence_parallel = c.sp;
+      o.sp_size = c.a2a;
+      auto p = HybridParallelPlugin::create(pg, o);
+      ASSERT_TRUE(p.ok()) << p.status();
+      auto declared = declare_case_model(c);
+      auto split = (*p)->model_split(*declared);
+      ASSERT_TRUE(split.ok()) << split.status();
+      auto model = *declared->redeclare(DType::kF32, *split);
+      Booster booster(std::move(*p));
+      ASSERT_TRUE(booster.materialize(model->store(), kSeed, Stream::cpu()).ok());
+      auto adam = testing::make_adam(*model);
+      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
+      const nn::LogitsFn forward = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
+        COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, booster.forward(*rank_ctx, *model, t));
+        return out.output;
+      };
+      absl::StatusOr<core::Tensor> last =
+          nn::last_position_logits(*rank_ctx, *model, forward, tokens);
       ASSERT_TRUE(last.ok()) << last.status();
       const int64_t columns = V / c.tp, first = model->tensor_parallel().rank() * columns;
       ASSERT_EQ(last->shape(), core::Shape({1, columns}));

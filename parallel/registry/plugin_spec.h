@@ -79,9 +79,6 @@ struct PluginCapabilities {
   // accumulation_steps and data.micro_batch_size, which feed the pipeline.
   int64_t pipeline_num_micro_batches = 0;
   int64_t pipeline_micro_batch_size = 0;
-  // model:generate works on the boosted model (through pipeline stages too;
-  // not through sequence-parallel slices yet).
-  bool generates = true;
 };
 
 // The environment a plugin is built in, beyond its process group.

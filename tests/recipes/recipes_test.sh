@@ -166,9 +166,11 @@ for name_plugin in gpt2_zero:low_level_zero gpt2_hybrid:hybrid_parallel:gpt2pp \
     --set plugin.sequence_parallelism_mode=all_to_all --set plugin.sp_size=2)
   two_procs || { grep -q "Address already in use" "$tmp/two.out" "$tmp/two.err" && two_procs; }
   if [[ $? -eq 0 ]]; then
-    # Pipeline stages generate the sample too (through the stages).
+    # Every layout generates the recipe's sample (through pipeline stages and
+    # sequence-parallel slices too).
     sampled=1
-    [[ "$variant" == gpt2pp || "$variant" == pp ]] && ! grep -qF -- "--- sample ---" "$tmp/two.out" && sampled=0
+    [[ "${OVERRIDES[$name]}" == *sample.max_new_tokens=4* ]] &&
+      ! grep -qF -- "--- sample ---" "$tmp/two.out" && sampled=0
     if grep -qE '^\[rank 0\] step +2/2 ' "$tmp/two.out" && grep -qF "x2, fp32, plugin $plugin" "$tmp/two.out" &&
         ((sampled)); then
       echo "ok: recipes/$name.lua trains 2 steps on 2 processes${variant:+ ($variant)}"
