@@ -16,14 +16,15 @@
 -- one tensor-parallel group reads the same batches; the data splits over the
 -- data-parallel copies. With pp_size > 1 each step's accumulation_steps
 -- micro-batches run through the stages on the 1F1B schedule (at least
--- pp_size of them keep every stage busy), and no sample is generated. The
+-- pp_size of them keep every stage busy), and the sample's tokens run
+-- through the stages too. The
 -- interleaved schedule gives each stage num_model_chunks slices of the
 -- layers (a micro-batch goes round the stages once per chunk: a bubble
 -- num_model_chunks times smaller) and takes a multiple of pp_size
 -- micro-batches.
 -- --set plugin.enable_sequence_parallelism=true splits the sequence over the
 -- tensor-parallel ranks between the attention and MLP regions (Megatron's
--- sequence parallelism, Colossal-AI's split_gather; no sample then either).
+-- sequence parallelism, Colossal-AI's split_gather).
 -- --set plugin.tp_size=1 --set plugin.enable_sequence_parallelism=true
 -- --set plugin.sequence_parallelism_mode=all_to_all --set plugin.sp_size=2
 -- splits every sequence over two ranks through the whole model instead

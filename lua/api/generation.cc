@@ -76,6 +76,9 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
   } restore{model, was_training};
   const core::Stream& stream = ctx.compute_stream();
   const int64_t padded = model.padded_vocab_size();
+  const int64_t vocab = options.vocab_limit > 0
+                            ? std::min<int64_t>(options.vocab_limit, model.vocab_size())
+                            : model.vocab_size();
   int generated = 0;
   for (; generated < max_new_tokens; ++generated) {
     const int64_t T = std::min<int64_t>(static_cast<int64_t>(tokens.size()), model.max_seq_len());
@@ -111,7 +114,7 @@ absl::StatusOr<int> GenerateTokens(core::Context& ctx, nn::CausalLM& model,
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits, last_f32.to(core::Device::cpu(), stream));
     stream.synchronize();
     const int32_t next =
-        PickToken(logits.data<float>(), model.vocab_size(), options, static_cast<uint64_t>(generated));
+        PickToken(logits.data<float>(), vocab, options, static_cast<uint64_t>(generated));
     if (next == stop_token) break;
     tokens.push_back(next);
     COLOSSAL_RETURN_IF_ERROR(emit(next));

@@ -25,6 +25,9 @@ struct SamplingOptions {
   double temperature = 1.0;  // 0: greedy
   int top_k = 50;            // 0: the whole vocabulary
   uint64_t seed = 1337;
+  // > 0: sample only ids below it (a tokenizer's vocabulary smaller than the
+  // model's, e.g. a Llama shape trained on GPT-2's tokens); 0: the model's.
+  int64_t vocab_limit = 0;
 };
 
 // $COLOSSAL_DATA/gpt2.tiktoken, default ~/.cache/colossal/data/gpt2.tiktoken.

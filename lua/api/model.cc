@@ -269,6 +269,9 @@ int Generate(lua_State* L) {
                             " (tools/data/fetch_gpt2_ranks.sh installs GPT-2's)"),
                kErrorRuntime);
   }
+  // The model may have more ids than the tokenizer (trained on its tokens):
+  // only the tokenizer's are sampled.
+  sampling.vocab_limit = (*tokenizer)->vocab_size();
   MaterializeModel(L, *model);
   absl::StatusOr<std::vector<int32_t>> encoded = (*tokenizer)->Encode(prompt, /*add_special_tokens=*/true);
   ThrowIfError(L, "model:generate: the prompt", encoded.status());
