@@ -285,10 +285,10 @@ int Generate(lua_State* L) {
       *model->rt->ctx, *model->net,
       [&](const core::Tensor& input) -> absl::StatusOr<nn::ForwardResult> {
         if (!pipeline) return Forward(*model, input);
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last,
-                                  parallel::pipeline_last_logits(*model->rt->ctx, *booster->booster,
-                                                                 *model->net, input));
-        return nn::ForwardResult{last, nullptr};
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
+                                  parallel::pipeline_logits(*model->rt->ctx, *booster->booster,
+                                                            *model->net, input));
+        return nn::ForwardResult{logits, nullptr};
       });
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,
                                          static_cast<int>(max_new), sampling, eos,

@@ -29,7 +29,11 @@ StageRunner::StageRunner(core::Context& ctx, Booster& booster, nn::CausalLM& mod
 
 absl::StatusOr<core::Tensor> StageRunner::hidden(size_t i) const {
   const core::Tensor& tokens = mbs_[i].tokens;
-  return core::Tensor::empty({tokens.dim(0), tokens.dim(1), model_.hidden_size()}, model_.dtype(),
+  // Sequence parallelism: the stages pass on this rank's positions.
+  const nn::TensorParallel& tp = model_.tensor_parallel();
+  int64_t positions = tokens.dim(1);
+  if (tp.chunks_sequence()) positions /= tp.all_to_all() ? tp.sequence_size() : tp.size();
+  return core::Tensor::empty({tokens.dim(0), positions, model_.hidden_size()}, model_.dtype(),
                              ctx_.compute_stream());
 }
 
@@ -267,22 +271,26 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
       ctx, *pipe, st.gives_logits(st.chunks() - 1) ? sum / micro_batches.size() : 0.0);
 }
 
-absl::StatusOr<core::Tensor> pipeline_last_logits(core::Context& ctx, Booster& booster,
-                                                  nn::CausalLM& model, const core::Tensor& tokens) {
+absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booster,
+                                             nn::CausalLM& model, const core::Tensor& tokens) {
   if (tokens.rank() != 2 || tokens.dim(1) < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("pipeline_last_logits: tokens are ", tokens.to_string(), ", not [B, T]"));
+        absl::StrCat("pipeline_logits: tokens are ", tokens.to_string(), ", not [B, T]"));
   }
   const nn::MicroBatch mb{tokens, tokens};  // no loss: the targets are not read
   const absl::Span<const nn::MicroBatch> mbs(&mb, 1);
   COLOSSAL_ASSIGN_OR_RETURN(const Plugin::Pipeline* pipe,
-                            check_pipeline("pipeline_last_logits", booster, model, mbs));
+                            check_pipeline("pipeline_logits", booster, model, mbs));
   StageRunner st(ctx, booster, model, *pipe, mbs, {});
-  const int64_t B = tokens.dim(0), T = tokens.dim(1);
   const int64_t columns = model.padded_vocab_size() / model.tensor_parallel().size();
   const core::Stream& stream = ctx.compute_stream();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor last,
-                            core::Tensor::empty({B, columns}, model.dtype(), stream));
+  // all_to_all leaves each rank its positions' logits; split_gather's head
+  // gathers every position.
+  const nn::TensorParallel& tp = model.tensor_parallel();
+  const int64_t positions = tp.all_to_all() ? tokens.dim(1) / tp.sequence_size() : tokens.dim(1);
+  COLOSSAL_ASSIGN_OR_RETURN(
+      core::Tensor logits,
+      core::Tensor::empty({tokens.dim(0), positions, columns}, model.dtype(), stream));
   for (int c = 0; c < st.chunks(); ++c) {
     core::Tensor x = tokens;
     if (!st.takes_tokens(c)) {
@@ -290,28 +298,28 @@ absl::StatusOr<core::Tensor> pipeline_last_logits(core::Context& ctx, Booster& b
       COLOSSAL_RETURN_IF_ERROR(st.exchange({}, {{&x, st.prev()}}, "receiving activations"));
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, st.forward_output(c, 0, x));
-    if (!st.gives_logits(c)) {
+    if (st.gives_logits(c)) {
+      if (out.shape() != logits.shape()) {
+        return absl::InternalError(absl::StrCat("pipeline_logits: the last stage gave ",
+                                                out.to_string(), ", expected ",
+                                                logits.to_string()));
+      }
+      COLOSSAL_RETURN_IF_ERROR(logits.copy_from(out, stream));
+    } else {
       COLOSSAL_RETURN_IF_ERROR(st.exchange({{&out, st.next()}}, {}, "sending activations"));
-      continue;
-    }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, out.reshape({B * T, columns}));
-    for (int64_t b = 0; b < B; ++b) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, rows.narrow(0, b * T + T - 1, 1));
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, last.narrow(0, b, 1));
-      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
     }
   }
-  // The last stage's row to every stage (the group's rank i is stage i).
+  // The last stage's logits to every stage (the group's rank i is stage i).
   const bool cuda = stream.is_cuda();
   comm::CollectiveOptions o;
   if (cuda) o.stream = stream;
-  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe->group->broadcast(last, pipe->stages - 1, o));
+  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe->group->broadcast(logits, pipe->stages - 1, o));
   if (cuda) {
     w->wait_stream(stream);
   } else {
-    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: sharing the last logits"));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: sharing the logits"));
   }
-  return last;
+  return logits;
 }
 
 }  // namespace colossal::parallel

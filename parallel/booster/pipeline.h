@@ -67,11 +67,12 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
 
 // Generation through the stages (every stage calls it): `tokens` (int32
 // [B, T] on ctx's device) forward through every stage and model chunk, no
-// saved state kept; returns the last stage's logits at the last position,
-// [B, padded_vocab / tp] in the model's dtype (this tensor-parallel rank's
-// vocabulary columns), on every stage. Same errors as evaluate_pipeline.
-absl::StatusOr<core::Tensor> pipeline_last_logits(core::Context& ctx, Booster& booster,
-                                                  nn::CausalLM& model, const core::Tensor& tokens);
+// saved state kept; returns the last stage's logits, as the whole model's
+// forward gives them on this rank ([B, T, padded_vocab / tp]; [B, T / n, ...]
+// under all_to_all over n ranks), on every stage. Same errors as
+// evaluate_pipeline.
+absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booster,
+                                             nn::CausalLM& model, const core::Tensor& tokens);
 
 }  // namespace colossal::parallel
 

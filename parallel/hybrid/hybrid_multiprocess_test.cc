@@ -82,6 +82,9 @@ INSTANTIATE_TEST_SUITE_P(Layouts, HybridMultiprocess,
                                            HybridCase{Family::kLlamaTied, 2, 1, 0, 2, 4, 2,
                                                       false, 2, 4},
                                            HybridCase{Family::kLlama, 4, 1, 1, 1, 2, 2, false, 1,
+                                                      kMicro, 2},
+                                           // tp2 x sp2 (all_to_all): every axis of the mesh but pp.
+                                           HybridCase{Family::kGpt2, 4, 2, 1, 1, 2, 4, false, 1,
                                                       kMicro, 2}),
                          [](const ::testing::TestParamInfo<HybridCase>& info) {
                            return case_name(info.param);

@@ -37,20 +37,17 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
         " must be 1, or more with pp_size > 1 (the interleaved schedule); pp_size is ",
         options.pp_size));
   }
-  if (options.sequence_parallel &&
-      (options.tp_size < 2 || options.pp_size > 1 || options.zero_stage > 1)) {
+  if (options.sequence_parallel && (options.tp_size < 2 || options.zero_stage > 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "hybrid_parallel: sequence parallelism (split_gather) needs tp_size > 1, pp_size 1 and "
-        "zero_stage 0 or 1; got tp_size ",
-        options.tp_size, ", pp_size ", options.pp_size, ", zero_stage ", options.zero_stage));
+        "hybrid_parallel: sequence parallelism (split_gather) needs tp_size > 1 and zero_stage 0 "
+        "or 1; got tp_size ",
+        options.tp_size, ", zero_stage ", options.zero_stage));
   }
-  if (options.sp_size < 1 ||
-      (options.sp_size > 1 &&
-       (options.tp_size > 1 || options.pp_size > 1 || options.sequence_parallel))) {
+  if (options.sp_size < 1 || (options.sp_size > 1 && options.sequence_parallel)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "hybrid_parallel: sp_size ", options.sp_size,
-        " (all_to_all sequence parallelism) takes tp_size 1 and pp_size 1 yet; got tp_size ",
-        options.tp_size, ", pp_size ", options.pp_size));
+        " must be at least 1, and all_to_all sequence parallelism (sp_size > 1) is not combined "
+        "with split_gather"));
   }
   if (world->size() % (options.tp_size * options.pp_size * options.sp_size) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -66,14 +66,15 @@ struct HybridParallelOptions {
   // even split.
   std::vector<int64_t> layers_per_stage;
   // Colossal-AI's enable_sequence_parallelism with sequence_parallelism_mode
-  // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1, pp_size 1 and
-  // zero_stage <= 1.
+  // "split_gather" (nn/layers/tensor_parallel.h): tp_size > 1 and
+  // zero_stage <= 1; pipeline stages pass on their ranks' positions.
   bool sequence_parallel = false;
   // Colossal-AI's sequence_parallelism_mode "all_to_all" (Ulysses,
   // nn/layers/tensor_parallel.h) over sp_size ranks (> 1): each holds
   // seq_len / sp_size positions through the whole model, heads are exchanged
   // for positions around attention, and the inner plugin reduces gradients
-  // over dp x sp. tp_size 1 and pp_size 1 yet; any zero_stage.
+  // over dp x sp. Composes with tensor parallelism (heads split over tp x sp)
+  // and pipeline stages; not with split_gather; any zero_stage.
   int sp_size = 1;
   // 0: ddp over the dp group; 1 or 2: low_level_zero at that stage.
   int zero_stage = 0;

@@ -151,21 +151,15 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
                                                   ": all_to_all splits the sequence over "
                                                   "sp_size ranks: set it to 2 or more"));
     }
-    if (o.tp_size > 1 || o.pp_size > 1) {
-      return option_error("sequence_parallelism_mode",
-                          absl::StrCat("= \"all_to_all\" works with tp_size 1 and pp_size 1 yet "
-                                       "(got tp_size ", o.tp_size, ", pp_size ", o.pp_size,
-                                       "); split_gather composes with tensor parallelism"));
-    }
     o.sp_size = static_cast<int>(sp_size);
     o.sequence_parallel = false;  // the split_gather flag
   }
   if (o.sequence_parallel && o.tp_size < 2) {
     return option_error("enable_sequence_parallelism", "needs tp_size > 1 (split_gather)");
   }
-  if (o.sequence_parallel && (o.pp_size > 1 || o.zero_stage > 1)) {
+  if (o.sequence_parallel && o.zero_stage > 1) {
     return option_error("enable_sequence_parallelism",
-                        "works with pp_size 1 and zero_stage 0 or 1 yet");
+                        "(split_gather) works with zero_stage 0 or 1 yet");
   }
   if (o.zero_stage < 0 || o.zero_stage > 2) return option_error("zero_stage", "must be 0, 1 or 2");
   if (precision != "fp32" && precision != "bf16" && precision != "fp16") {

@@ -108,6 +108,12 @@ std::vector<HybridCase> cases() {
     }
     out.push_back({f, 2, 2, 0, 1, 2, 2, true});  // tp2 with sequence parallelism (split_gather)
     out.push_back({f, 4, 2, 1, 1, 2, 2, true});  // ... x dp2, ZeRO-1
+    out.push_back({f, 4, 2, 1, 2, 2, 2, true});  // ... x pp2, ZeRO-1
+    // all_to_all with pipeline stages (pp2 x sp2), and with tensor
+    // parallelism (tp2 x sp2: GPT-2's four heads over four ranks; the tiny
+    // Llama's two key/value heads do not split so).
+    out.push_back({f, 4, 1, 1, 2, 2, 2, false, 1, kMicro, 2});
+    if (f == Family::kGpt2) out.push_back({f, 4, 2, 1, 1, 2, 4, false, 1, kMicro, 2});
   }
   return out;
 }
@@ -250,10 +256,10 @@ TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
   });
 }
 
-// Generation through the stages: every stage gets the last stage's logits at
-// the last position, equal to one process's (1F1B, interleaved, and with tp2
-// each tensor-parallel rank's columns of them).
-TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
+// Generation through the stages: every stage gets the last stage's logits,
+// equal to one process's (1F1B, interleaved, and with tp2 each
+// tensor-parallel rank's columns of them).
+TEST(Hybrid, PipelineLogitsEqualOneProcess) {
   for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 1, 0, 2},
                               HybridCase{Family::kLlama, 2, 1, 0, 2, 4, 2, false, 2, 4},
                               HybridCase{Family::kLlamaTied, 4, 2, 0, 2}}) {
@@ -265,7 +271,7 @@ TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
     const int64_t T = tokens.dim(1), V = ref->padded_vocab_size();
     auto whole = ref->forward(*ctx, tokens);
     ASSERT_TRUE(whole.ok()) << whole.status();
-    const float* expected = whole->output.data<float>() + (T - 1) * V;
+    const float* expected = whole->output.data<float>();
     testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
       HybridParallelOptions o;
       o.tp_size = c.tp;
@@ -282,14 +288,17 @@ TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
       auto adam = testing::make_adam(*model);
       ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
       auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
-      absl::StatusOr<core::Tensor> last = pipeline_last_logits(*rank_ctx, booster, *model, tokens);
-      ASSERT_TRUE(last.ok()) << last.status();
+      absl::StatusOr<core::Tensor> logits = pipeline_logits(*rank_ctx, booster, *model, tokens);
+      ASSERT_TRUE(logits.ok()) << logits.status();
       const int64_t columns = V / c.tp, first = model->tensor_parallel().rank() * columns;
-      ASSERT_EQ(last->shape(), core::Shape({1, columns}));
-      for (int64_t j = 0; j < columns; ++j) {
-        ASSERT_NEAR(last->data<float>()[j], expected[first + j],
-                    kRelTol * (1.0 + std::fabs(expected[first + j])))
-            << "rank " << rank << " column " << first + j;
+      ASSERT_EQ(logits->shape(), core::Shape({1, T, columns}));
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t j = 0; j < columns; ++j) {
+          const float want = expected[t * V + first + j];
+          ASSERT_NEAR(logits->data<float>()[t * columns + j], want,
+                      kRelTol * (1.0 + std::fabs(want)))
+              << "rank " << rank << " position " << t << " column " << first + j;
+        }
       }
     });
   }
@@ -298,10 +307,13 @@ TEST(Hybrid, PipelineLastLogitsEqualOneProcess) {
 // Generation with a split sequence: the tokens padded to a multiple of the
 // ranks (3 -> 4) give the last real position's logits of one process, on
 // every rank: split_gather (tp2, each rank its vocabulary columns) and
-// all_to_all (sp2, the owner's row broadcast).
+// all_to_all (sp2, the owner's row broadcast), alone and through pipeline
+// stages (pp2 x sp2, pp2 x tp2 split_gather).
 TEST(Hybrid, SplitSequenceLastLogitsEqualOneProcess) {
   for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 2, 0, 1, 2, 2, true},
-                              HybridCase{Family::kLlama, 2, 1, 0, 1, 2, 2, false, 1, kMicro, 2}}) {
+                              HybridCase{Family::kLlama, 2, 1, 0, 1, 2, 2, false, 1, kMicro, 2},
+                              HybridCase{Family::kLlama, 4, 1, 0, 2, 2, 2, false, 1, kMicro, 2},
+                              HybridCase{Family::kGpt2, 4, 2, 0, 2, 2, 2, true}}) {
     SCOPED_TRACE(case_name(c));
     auto ctx = std::move(*core::Context::create(core::Device::cpu()));
     auto ref = testing::materialized(declare_case_model(c), kSeed);
@@ -316,6 +328,7 @@ TEST(Hybrid, SplitSequenceLastLogitsEqualOneProcess) {
     testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
       HybridParallelOptions o;
       o.tp_size = c.tp;
+      o.pp_size = c.pp;
       o.sequence_parallel = c.sp;
       o.sp_size = c.a2a;
       auto p = HybridParallelPlugin::create(pg, o);
@@ -330,6 +343,7 @@ TEST(Hybrid, SplitSequenceLastLogitsEqualOneProcess) {
       ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
       auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
       const nn::LogitsFn forward = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
+        if (c.pp > 1) return pipeline_logits(*rank_ctx, booster, *model, t);
         COLOSSAL_ASSIGN_OR_RETURN(nn::ForwardResult out, booster.forward(*rank_ctx, *model, t));
         return out.output;
       };

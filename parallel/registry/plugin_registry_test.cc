@@ -133,6 +133,17 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
                       {"zero_stage", "2"}});
   absl::StatusOr<std::unique_ptr<PluginSpec>> u = make_plugin_spec("hybrid_parallel", ulysses);
   ASSERT_TRUE(u.ok()) << u.status();
+  // all_to_all composes with tensor and pipeline parallelism, split_gather
+  // with pipelines.
+  MapOptions ulysses_tp_pp({{"enable_sequence_parallelism", "true"},
+                            {"sequence_parallelism_mode", "all_to_all"},
+                            {"sp_size", "2"},
+                            {"tp_size", "2"},
+                            {"pp_size", "2"}});
+  EXPECT_TRUE(make_plugin_spec("hybrid_parallel", ulysses_tp_pp).ok());
+  MapOptions split_gather_pp(
+      {{"enable_sequence_parallelism", "true"}, {"tp_size", "2"}, {"pp_size", "2"}});
+  EXPECT_TRUE(make_plugin_spec("hybrid_parallel", split_gather_pp).ok());
   // num_microbatches and microbatch_size reach the front end, which checks
   // them against the recipe; num_layers_per_stage sizes each virtual stage.
   MapOptions sized({{"pp_size", "2"},
@@ -158,11 +169,6 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
       {{{"sequence_parallelism_mode", "ring"}}, "sequence_parallelism_mode"},
       {{{"enable_sequence_parallelism", "true"}, {"sequence_parallelism_mode", "all_to_all"}},
        "sp_size"},  // sp_size 1
-      {{{"enable_sequence_parallelism", "true"},
-        {"sequence_parallelism_mode", "all_to_all"},
-        {"sp_size", "2"},
-        {"tp_size", "2"}},
-       "sequence_parallelism_mode"},
       {{{"pp_style", "zigzag"}}, "pp_style"},
       {{{"pp_style", "interleaved"}, {"num_model_chunks", "2"}}, "pp_style"},  // pp_size 1
       {{{"pp_size", "2"}, {"pp_style", "interleaved"}}, "num_model_chunks"},

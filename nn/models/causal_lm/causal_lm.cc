@@ -249,8 +249,9 @@ absl::StatusOr<core::Tensor> CausalLM::backward_impl(core::Context& ctx, Saved& 
 
 namespace {
 
-// all_to_all sequence parallelism: `logits` are this rank's positions, every
-// rank holds the whole `targets`. Each rank's mean over its counted positions
+// all_to_all sequence parallelism: `logits` are this rank's positions (and
+// with tensor parallelism its vocabulary columns), every rank holds the whole
+// `targets`. Each rank's mean over its counted positions
 // is weighted by its share of the sequence group's (so the group's sum is the
 // mean over every counted position), its gradient by that share times the
 // group's size (the plugin averages gradients over it).
@@ -286,7 +287,12 @@ absl::StatusOr<CrossEntropyResult> sequence_chunk_cross_entropy(
   }
   CrossEntropyOptions o = options;
   o.dloss = static_cast<float>(options.dloss * share * tp.sequence_size());
-  COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult r, cross_entropy(ctx, logits, mine, vocab, o));
+  // With tensor parallelism the head gives this rank's vocabulary columns of
+  // its positions: the tp group's ranks share the positions and the loss.
+  COLOSSAL_ASSIGN_OR_RETURN(CrossEntropyResult r,
+                            tp.enabled()
+                                ? vocab_parallel_cross_entropy(ctx, tp, logits, mine, vocab, o)
+                                : cross_entropy(ctx, logits, mine, vocab, o));
   COLOSSAL_ASSIGN_OR_RETURN(const double total, sum_over_sequence(ctx, tp, r.loss * share));
   r.loss = static_cast<float>(total);
   return r;
@@ -299,10 +305,6 @@ absl::StatusOr<CrossEntropyResult> CausalLM::loss(core::Context& ctx, const core
                                                   const CrossEntropyOptions& options) const {
   const TensorParallel& tp = tensor_parallel();
   if (tp.all_to_all()) {
-    if (tp.enabled()) {
-      return absl::UnimplementedError(
-          "the loss of all_to_all sequence parallelism with tensor parallelism is not built");
-    }
     return sequence_chunk_cross_entropy(ctx, tp, logits, targets, vocab_size(), options);
   }
   // Split models' heads give this rank's vocabulary columns of every position.
