@@ -5,7 +5,9 @@
 # GLOBAL_SEQS sequences a step in every layout, `colossal bench` (STEPS timed after WARMUP):
 #   tp N; tp 2 x dp N/2 (ZeRO-1); pp N and pp 2 x dp N/2 (1F1B, ZeRO-1); pp N interleaved
 #   (two model chunks a stage); tp 2 x pp N/2, 1F1B and interleaved; dp N (ZeRO-1, tp = pp = 1);
-#   sp N (all_to_all sequence parallelism over every GPU; not in the default list).
+#   sp N (all_to_all sequence parallelism over every GPU), tp2sp2 and pp2sp2 (all_to_all with
+#   tensor or pipeline parallelism), tp2sgpp2 (split_gather with pipeline stages); not in the
+#   default list.
 # Prints one row per layout: ms/step, tokens/s, MFU (the recipe's: 6·params + attention FLOPs
 # per token over the GPUs' dense bf16 peak; the recomputation of checkpointing not counted), and
 # every rank's peak memory; a failed layout prints its log's tail.
@@ -30,18 +32,22 @@ PRESET="${PRESET:-llama2-7b}"
 SEQ="${SEQ:-2048}"
 LAYOUTS="${LAYOUTS:-dp$N tp$N tp2dp$H pp$N pp${N}i pp2dp$H tp2pp$H tp2pp${H}i}"
 
-# layout -> "tp pp chunks zero micro_batch_size sp" (accumulation follows from GLOBAL_SEQS).
+# layout -> "tp pp chunks zero micro_batch_size sp split_gather" (accumulation follows from
+# GLOBAL_SEQS).
 spec() {
   case "$1" in
-    dp$N) echo "1 1 1 1 4 1" ;;
-    tp$N) echo "$N 1 1 1 4 1" ;;
-    sp$N) echo "1 1 1 1 4 $N" ;;
-    tp2dp$H) echo "2 1 1 1 4 1" ;;
-    pp$N) echo "1 $N 1 1 1 1" ;;
-    pp${N}i) echo "1 $N 2 1 1 1" ;;
-    pp2dp$H) echo "1 2 1 1 2 1" ;;
-    tp2pp$H) echo "2 $H 1 1 2 1" ;;
-    tp2pp${H}i) echo "2 $H 2 1 2 1" ;;
+    dp$N) echo "1 1 1 1 4 1 0" ;;
+    tp$N) echo "$N 1 1 1 4 1 0" ;;
+    sp$N) echo "1 1 1 1 4 $N 0" ;;
+    tp2dp$H) echo "2 1 1 1 4 1 0" ;;
+    pp$N) echo "1 $N 1 1 1 1 0" ;;
+    pp${N}i) echo "1 $N 2 1 1 1 0" ;;
+    pp2dp$H) echo "1 2 1 1 2 1 0" ;;
+    tp2pp$H) echo "2 $H 1 1 2 1 0" ;;
+    tp2pp${H}i) echo "2 $H 2 1 2 1 0" ;;
+    tp2sp2) echo "2 1 1 1 4 2 0" ;;
+    pp2sp2) echo "1 2 1 1 2 2 0" ;;
+    tp2sgpp2) echo "2 2 1 1 2 1 1" ;;
     *) return 1 ;;
   esac
 }
@@ -49,7 +55,7 @@ spec() {
 rows=()
 port=29700
 for layout in $LAYOUTS; do
-  read -r tp pp chunks zero mb sp <<<"$(spec "$layout")" || { rows+=("| $layout | unknown layout |"); continue; }
+  read -r tp pp chunks zero mb sp sg <<<"$(spec "$layout")" || { rows+=("| $layout | unknown layout |"); continue; }
   dp=$((N / (tp * pp * sp)))
   ((mb > GLOBAL_SEQS / dp)) && mb=$((GLOBAL_SEQS / dp))
   accum=$((GLOBAL_SEQS / (dp * mb)))
@@ -69,13 +75,14 @@ for layout in $LAYOUTS; do
     cmd+=(--set plugin.enable_sequence_parallelism=true --set plugin.sequence_parallelism_mode=all_to_all
       --set "plugin.sp_size=$sp")
   fi
+  ((sg)) && cmd+=(--set plugin.enable_sequence_parallelism=true)
   echo "=== $layout: ${cmd[*]}"
   (cd "$dir" && timeout "$RUN_TIMEOUT" "${cmd[@]}" >"$log" 2>&1)
   rc=$?
   json=$(grep -h '"bench": true' "$log" | head -1)
   if [[ $rc -ne 0 || -z "$json" ]]; then
     echo "--- $layout failed (exit $rc):"; tail -n 15 "$log"
-    rows+=("| $layout | tp $tp, pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | failed (exit $rc) | | | |")
+    rows+=("| $layout | tp $tp$( ((sg)) && echo " split_gather"), pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | failed (exit $rc) | | | |")
     continue
   fi
   ms=$(grep -oE '"ms_per_step": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
@@ -83,7 +90,7 @@ for layout in $LAYOUTS; do
   mfu=$(grep -oE '"mfu": [0-9.]+' <<<"$json" | grep -oE '[0-9.]+$')
   peaks=$(grep -h '"bench_rank"' "$log" | grep -oE '"peak_memory_bytes": [0-9]+' | grep -oE '[0-9]+$' |
     awk '{printf "%s%.1f", (NR > 1 ? " / " : ""), $1 / 1e9}')
-  rows+=("| $layout | tp $tp, pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
+  rows+=("| $layout | tp $tp$( ((sg)) && echo " split_gather"), pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
 done
 echo "=== $PRESET on $N GPUs, $GLOBAL_SEQS x $SEQ tokens a step"
 echo "| layout | split, micro-batch x count per copy | ms/step | tokens/s | MFU | peak GB per rank |"
