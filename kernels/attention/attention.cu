@@ -43,7 +43,10 @@
 //
 // On compute capability 9.0 (H100, H200) the forward runs the Hopper kernel of
 // attention_hopper.cu instead (wgmma + TMA, built for sm_90a only), which
-// writes the same o and lse; internal::ForwardPath chooses explicitly.
+// writes the same o and lse; internal::ForwardPath chooses explicitly. The
+// backward there runs this file's delta kernel, then the Hopper dK/dV and dQ
+// kernels of attention_hopper_backward.cu (the same deterministic split);
+// internal::BackwardPath chooses explicitly.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -171,14 +174,23 @@ KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
   return launch(forward_kernel<T, D>, grid, kThreads, forward_smem_bytes<T, D>(), stream, p);
 }
 
+// `hopper`: the Hopper dK/dV and dQ kernels after the delta kernel (geometry
+// g); `fallback`: the portable ones where the driver refuses Hopper's tensor
+// maps (kUnsupported), else that status is returned.
 template <typename T, int D>
-KernelStatus backward_typed(const Params& p, cudaStream_t stream) {
+KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, bool fallback,
+                            const internal::Geometry& g, DType dtype) {
   const int64_t rows = p.batch * p.seq * p.heads;
   const int64_t delta_blocks = (rows + 255) / 256;
   if (delta_blocks > INT_MAX) return KernelStatus::invalid_argument("attention cuda: too large");
   KernelStatus s = launch(delta_kernel<T, D>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0,
                           stream, p);
   if (!s.ok()) return s;
+  if (hopper) {
+    s = internal::hopper_backward(p.dq, p.dk, p.dv, p.d_o, p.q, p.k, p.v, p.lse, p.delta, g, dtype,
+                                  p.scale, stream);
+    if (!fallback || s.code() != KernelStatus::Code::kUnsupported) return s;
+  }
   constexpr int BQ = dkdv_block_q<D>();
   const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
   const unsigned bkv = static_cast<unsigned>(p.batch * p.kv_heads);
@@ -336,16 +348,21 @@ size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
   return static_cast<size_t>(batch * heads * seq) * sizeof(float);
 }
 
-KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
-                                            const void* q, const void* k, const void* v,
-                                            const void* o, const float* lse, void* workspace,
-                                            int64_t batch, int64_t heads, int64_t kv_heads,
-                                            int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
-                                            int64_t o_row_stride, DType dtype, float scale,
-                                            cudaStream_t stream) {
-  const internal::Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+namespace internal {
+
+KernelStatus causal_attention_backward_cuda_path(
+    BackwardPath path, void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
+    const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,
+    int64_t kv_heads, int64_t seq, int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride,
+    DType dtype, float scale, cudaStream_t stream) {
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = check_cuda(g, dtype, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
-  if (!s.ok() || g.empty()) return s;
+  if (!s.ok()) return s;
+  if (path == BackwardPath::kHopper && !hopper_device()) {
+    return KernelStatus::unsupported(
+        "attention backward: the Hopper kernels need a compute capability 9.0 device");
+  }
+  if (g.empty()) return s;
   const size_t elem = dtype_size(dtype);
   const size_t rows_bytes = static_cast<size_t>(batch * heads * seq) * 4;
   const auto we = internal::plain_extent(workspace, rows_bytes);
@@ -368,9 +385,31 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
   p.dv = dv;
   p.lse = lse;
   p.delta = static_cast<float*>(workspace);
+  if (path == BackwardPath::kHopper && !hopper_backward_supports(g, dtype)) {
+    return KernelStatus::unsupported("attention backward: problem outside the Hopper kernels");
+  }
+  const bool hopper = path == BackwardPath::kHopper ||
+                      (path == BackwardPath::kAuto && hopper_device() &&
+                       hopper_backward_supports(g, dtype));
+  const bool fallback = path == BackwardPath::kAuto;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
-    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream);
+    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, hopper, fallback, g,
+                                                               dtype);
   });
+}
+
+}  // namespace internal
+
+KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
+                                            const void* q, const void* k, const void* v,
+                                            const void* o, const float* lse, void* workspace,
+                                            int64_t batch, int64_t heads, int64_t kv_heads,
+                                            int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                            int64_t o_row_stride, DType dtype, float scale,
+                                            cudaStream_t stream) {
+  return internal::causal_attention_backward_cuda_path(
+      internal::BackwardPath::kAuto, dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads,
+      kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
 }
 
 }  // namespace colossal::kernels::attention

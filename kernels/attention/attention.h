@@ -35,12 +35,15 @@
 //            overlap any input.
 //
 // Kernels: on a compute capability 9.0 device (H100, H200) the CUDA forward
-// runs a Hopper kernel (warpgroup MMA from shared memory filled by the tensor
-// memory accelerator, sm_90a machine code built whatever the build's
-// architecture list); on any other device the portable FlashAttention-2 kernel
-// (mma.sync, sm_80+). The device is asked once (per device) and remembered.
-// Both write o and lse to this contract and accept the same arguments, so
-// either forward feeds the backward; the backward is one kernel family.
+// and backward run Hopper kernels (warpgroup MMA from shared memory filled by
+// the tensor memory accelerator, sm_90a machine code built whatever the
+// build's architecture list); on any other device the portable
+// FlashAttention-2 kernels (mma.sync, sm_80+). The device is asked once (per
+// device) and remembered. Both forwards write o and lse to this contract, and
+// both backwards take the o and lse of either forward with the same arguments
+// and workspace. Both backwards are the same deterministic split: rowsum(dO *
+// O) into the workspace, a dK/dV kernel per (batch, kv head, key tile) and a
+// dQ kernel per (batch, query head, query tile).
 //
 // Numerics: the CUDA path reads bf16/fp16, multiplies on tensor cores with fp32
 // accumulation, keeps softmax statistics in fp32 and rounds P (and dS) to the
@@ -48,8 +51,9 @@
 // does; dk and dv sum the group's query heads in the same fp32 accumulators;
 // outputs are rounded once. The CPU path (float32, float64, float16, bfloat16)
 // computes everything in double and rounds once; it is the reference.
-// Determinism: both backwards are deterministic (no atomics): the same inputs
-// give the same bytes, run after run. The CUDA dq is computed per query tile
+// Determinism: the CPU and both CUDA backwards are deterministic (no
+// atomics): the same inputs give the same bytes, run after run (the portable
+// and the Hopper CUDA backwards differ from each other by rounding). The CUDA dq is computed per query tile
 // by one CTA looping over the key tiles (no atomic dQ accumulation), dk and dv
 // per (batch, kv head, key tile) by one CTA looping over the group's query
 // heads in order, summing in fp32 registers. With kv_heads == heads a group

@@ -9,7 +9,10 @@
 // each call. The forward runs through each kernel explicitly (path=portable:
 // mma.sync, sm_80+; path=hopper: wgmma + TMA, compute capability 9.0 only, an
 // error elsewhere) and through the automatic choice (path=auto, what callers
-// get); forward + backward through auto and portable.
+// get). Forward + backward, every shape: path=auto (both automatic),
+// path=portable (both portable), path=hopper (the Hopper forward and the
+// Hopper backward: wgmma dK/dV and dQ kernels) and path=hopper+portable_bwd
+// (the Hopper forward feeding the portable backward).
 // Run: bazel run -c opt //kernels/attention:attention_bench
 #include <benchmark/benchmark.h>
 
@@ -82,9 +85,13 @@ void BM_AttentionCpu(benchmark::State& state) {
 BENCHMARK(BM_AttentionCpu)->Unit(benchmark::kMillisecond);
 
 #if COLOSSAL_WITH_CUDA
+using internal::BackwardPath;
 using internal::ForwardPath;
-constexpr ForwardPath kPaths[] = {ForwardPath::kAuto, ForwardPath::kPortable, ForwardPath::kHopper};
-constexpr const char* kPathNames[] = {"auto", "portable", "hopper"};
+constexpr ForwardPath kPaths[] = {ForwardPath::kAuto, ForwardPath::kPortable, ForwardPath::kHopper,
+                                  ForwardPath::kHopper};
+constexpr BackwardPath kBackwardPaths[] = {BackwardPath::kAuto, BackwardPath::kPortable,
+                                           BackwardPath::kHopper, BackwardPath::kPortable};
+constexpr const char* kPathNames[] = {"auto", "portable", "hopper", "hopper+portable_bwd"};
 
 // Fills a device buffer of n elements with values uniform in [-1, 1): one random
 // host chunk copied over and over.
@@ -111,6 +118,7 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const DType dtype = kTypes[state.range(0)];
   const Shape s = kShapes[state.range(1)];
   const ForwardPath path = kPaths[state.range(2)];
+  const BackwardPath bwd_path = kBackwardPaths[state.range(2)];
   const int64_t C = s.H * s.D, CKV = s.KV * s.D, W = s.qkv_width();
   const size_t es = 2;
   const int64_t qkv_n = s.B * s.T * W, o_n = s.B * s.T * C;
@@ -131,11 +139,12 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
                                                         s.T, s.D, W, C, dtype, scale, nullptr);
   };
   auto backward_call = [&]() {
-    return causal_attention_backward_cuda(dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv,
-                                          qkv + C * es, qkv + (C + CKV) * es, o, lse, ws, s.B,
-                                          s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
+    return internal::causal_attention_backward_cuda_path(
+        bwd_path, dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv, qkv + C * es,
+        qkv + (C + CKV) * es, o, lse, ws, s.B, s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
-  const KernelStatus first = ok ? forward() : KernelStatus();
+  KernelStatus first = ok ? forward() : KernelStatus();
+  if (first.ok() && ok && backward) first = backward_call();
   if (!first.ok()) {
     state.SkipWithError(first.message());  // e.g. the Hopper kernel off compute capability 9.0
   } else if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
@@ -175,8 +184,8 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   cudaFree(ws);
 }
 // Forward: every shape in bf16 and the first in fp16, through each path (2 =
-// hopper, 1 = portable, 0 = auto); forward + backward: the 2k shapes through
-// auto and portable.
+// hopper, 1 = portable, 0 = auto); forward + backward: every shape in bf16
+// through hopper (2), hopper + portable backward (3), portable (1) and auto (0).
 void forward_args(benchmark::internal::Benchmark* b) {
   for (int path : {2, 1, 0}) {
     b->Args({1, 0, path});
@@ -184,8 +193,8 @@ void forward_args(benchmark::internal::Benchmark* b) {
   }
 }
 void forward_backward_args(benchmark::internal::Benchmark* b) {
-  for (int path : {0, 1}) {
-    for (int shape = 0; shape < 5; ++shape) b->Args({0, shape, path});
+  for (int path : {2, 3, 1, 0}) {
+    for (int shape = 0; shape < kNumShapes; ++shape) b->Args({0, shape, path});
   }
 }
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)

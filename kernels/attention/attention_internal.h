@@ -1,7 +1,7 @@
 // Private to kernels/attention: argument checks shared by the CPU and CUDA
 // paths, so both accept exactly the same geometry; and the choice between the
-// CUDA forward kernels (ForwardPath), which the tests and the benchmark make
-// explicitly.
+// CUDA forward kernels (ForwardPath) and backward kernels (BackwardPath),
+// which the tests and the benchmark make explicitly.
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 
@@ -135,6 +135,26 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
                                                 int64_t seq, int64_t head_dim,
                                                 int64_t qkv_row_stride, int64_t o_row_stride,
                                                 DType dtype, float scale, cudaStream_t stream);
+
+// Which kernels run causal_attention_backward_cuda's work (the delta kernel,
+// rowsum(dO * O), is the same for both):
+//   kAuto      the Hopper dK/dV and dQ kernels (attention_hopper_backward.cu:
+//              wgmma + TMA) when the current device has compute capability
+//              9.0 and hopper_backward_supports() the problem, else the
+//              portable ones; what causal_attention_backward_cuda does.
+//   kPortable  the portable dK/dV and dQ kernels (mma.sync, sm_80+).
+//   kHopper    the Hopper kernels, or kUnsupported where they cannot run.
+// Both are deterministic, overwrite dq, dk, dv and take the lse of either
+// forward path.
+enum class BackwardPath { kAuto, kPortable, kHopper };
+
+// causal_attention_backward_cuda through `path`: the same arguments, checks
+// and results.
+KernelStatus causal_attention_backward_cuda_path(
+    BackwardPath path, void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
+    const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,
+    int64_t kv_heads, int64_t seq, int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride,
+    DType dtype, float scale, cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::attention::internal

@@ -451,6 +451,7 @@ std::vector<bool> qkv_columns(const Problem& p) {
   return columns(p, p.qkv_stride(), 0, p.qkv_width());
 }
 
+using internal::BackwardPath;
 using internal::ForwardPath;
 
 // The CUDA forward (through `path`) and backward of problem p over packed
@@ -466,9 +467,10 @@ KernelStatus forward_cuda(const Problem& p, const DeviceBuffer& o, const DeviceB
 
 KernelStatus backward_cuda(const Problem& p, const DeviceBuffer& dqkv, const DeviceBuffer& d_o,
                            const DeviceBuffer& qkv, const DeviceBuffer& o, const DeviceBuffer& lse,
-                           const DeviceBuffer& ws, DType dtype, float scale, cudaStream_t stream) {
-  return causal_attention_backward_cuda(
-      dqkv.p, at_col(dqkv.p, p.k_col(), dtype), at_col(dqkv.p, p.v_col(), dtype), d_o.p, qkv.p,
+                           const DeviceBuffer& ws, DType dtype, float scale, cudaStream_t stream,
+                           BackwardPath path) {
+  return internal::causal_attention_backward_cuda_path(
+      path, dqkv.p, at_col(dqkv.p, p.k_col(), dtype), at_col(dqkv.p, p.v_col(), dtype), d_o.p, qkv.p,
       at_col(qkv.p, p.k_col(), dtype), at_col(qkv.p, p.v_col(), dtype), o.p,
       static_cast<const float*>(lse.p), ws.p, p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(),
       p.o_stride(), dtype, scale, stream);
@@ -487,10 +489,11 @@ struct CudaRun {
 };
 
 // Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
-// forward (through `path`) then the backward on `stream` and waits for them.
+// forward (through `path`) then the backward (through `bwd`) on `stream` and
+// waits for them.
 void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector<uint8_t>& qkv_h,
               const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
-              ForwardPath path) {
+              ForwardPath path, BackwardPath bwd) {
   ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p) << "cudaMalloc failed";
   ASSERT_EQ(qkv_h.size(), r.qkv.bytes);
   ASSERT_EQ(do_h.size(), r.d_o.bytes);
@@ -502,7 +505,7 @@ void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector
   poison_nan(r.ws);
   KernelStatus s = forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, stream, path);
   ASSERT_TRUE(s.ok()) << s.message();
-  s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream);
+  s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream, bwd);
   ASSERT_TRUE(s.ok()) << s.message();
   CUDA_OK(cudaStreamSynchronize(stream));
 }
@@ -515,7 +518,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
                                  const std::vector<uint8_t>& o_got,
                                  const std::vector<uint8_t>& lse_got,
                                  const std::vector<uint8_t>& dqkv_got, float scale,
-                                 cudaStream_t stream, ForwardPath path) {
+                                 cudaStream_t stream, ForwardPath path, BackwardPath bwd) {
   const Problem mha{p.B, p.H, p.H, p.T, p.D, p.pad};
   const size_t es = dtype_size(dtype);
   std::vector<uint8_t> rep_h(mha.qkv_elems() * es, 0);
@@ -530,7 +533,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
     }
   }
   const CudaRun r(mha, dtype);
-  run_cuda(mha, dtype, r, rep_h, do_h, scale, stream, path);
+  run_cuda(mha, dtype, r, rep_h, do_h, scale, stream, path, bwd);
   if (::testing::Test::HasFatalFailure()) return;
   const std::vector<uint8_t> o_rep = r.o.download(), lse_rep = r.lse.download();
   const std::vector<uint8_t> dqkv_rep = r.dqkv.download();
@@ -551,7 +554,8 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
   }
 }
 
-void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path) {
+void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path,
+                BackwardPath bwd) {
   SCOPED_TRACE(p.label(dtype));
   const std::string what = p.label(dtype);
   const size_t es = dtype_size(dtype);
@@ -572,7 +576,7 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path) 
   const CudaRun r(p, dtype);
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
-  run_cuda(p, dtype, r, qkv_h, do_h, scale, stream, path);
+  run_cuda(p, dtype, r, qkv_h, do_h, scale, stream, path, bwd);
   if (::testing::Test::HasFatalFailure()) return;
 
   const std::vector<uint8_t> o_got = r.o.download(), dqkv_got = r.dqkv.download();
@@ -613,7 +617,7 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path) 
   });
   CUDA_OK(cudaMemcpy(r.dqkv.p, ones.data(), ones.size(), cudaMemcpyHostToDevice));
   const KernelStatus s =
-      backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream);
+      backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream, bwd);
   ASSERT_TRUE(s.ok()) << s.message();
   CUDA_OK(cudaStreamSynchronize(stream));
   const std::vector<uint8_t> again = r.dqkv.download();
@@ -626,19 +630,30 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path) 
   }
   if (p.KV != p.H) {
     check_cuda_against_repeated(dtype, p, qkv_h, do_h, o_got, lse_got, dqkv_got, scale, stream,
-                                path);
+                                path, bwd);
   }
   CUDA_OK(cudaStreamDestroy(stream));
 }
 #endif
 
-// The forward kernel a CUDA case runs (there is one backward): each case
-// below runs once per kernel, explicitly, and skips the Hopper kernel where
-// the device is not compute capability 9.0.
-enum class Kernel { kPortable, kHopper };
+// The kernels a CUDA case runs: each case below runs once per choice,
+// explicitly, and skips the Hopper kernels where the device is not compute
+// capability 9.0.
+//   kPortable        portable forward, portable backward
+//   kHopper          Hopper forward, Hopper backward
+//   kHopperBackward  portable forward (its lse), Hopper backward
+// (The Hopper forward feeding the portable backward: HopperForwardDrivesBackwardLikePortable.)
+enum class Kernel { kPortable, kHopper, kHopperBackward };
 
 std::string kernel_name(const ::testing::TestParamInfo<Kernel>& info) {
-  return info.param == Kernel::kHopper ? "Hopper" : "Portable";
+  switch (info.param) {
+    case Kernel::kHopper:
+      return "Hopper";
+    case Kernel::kHopperBackward:
+      return "HopperBackward";
+    default:
+      return "Portable";
+  }
 }
 
 // Whether this build and device run the Hopper forward.
@@ -653,8 +668,8 @@ bool hopper_available() {
 #define COLOSSAL_REQUIRE_KERNEL(kernel)                                                     \
   do {                                                                                      \
     COLOSSAL_REQUIRE_GPU();                                                                 \
-    if ((kernel) == Kernel::kHopper && !hopper_available()) {                               \
-      GTEST_SKIP() << "the Hopper forward needs a compute capability 9.0 device (H100/H200)"; \
+    if ((kernel) != Kernel::kPortable && !hopper_available()) {                             \
+      GTEST_SKIP() << "the Hopper kernels need a compute capability 9.0 device (H100/H200)"; \
     }                                                                                       \
   } while (0)
 
@@ -662,13 +677,16 @@ bool hopper_available() {
 ForwardPath path_of(Kernel kernel) {
   return kernel == Kernel::kHopper ? ForwardPath::kHopper : ForwardPath::kPortable;
 }
+BackwardPath backward_of(Kernel kernel) {
+  return kernel == Kernel::kPortable ? BackwardPath::kPortable : BackwardPath::kHopper;
+}
 
 // check_cuda for every problem in both 16-bit dtypes, fresh data for each.
 template <size_t N>
 void check_cuda_all(const Problem (&problems)[N], uint32_t seed, Kernel kernel) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Problem& p : problems) {
-      check_cuda(dtype, p, seed, path_of(kernel));
+      check_cuda(dtype, p, seed, path_of(kernel), backward_of(kernel));
       seed += 2;
     }
   }
@@ -756,6 +774,7 @@ TEST_P(AttentionCudaKernelTest, GroupedQueryHeadDim128MatchesFloat64Reference) {
 // multi-head, grouped 8/2 and 32/8, multi-query; padded row strides.
 TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
   COLOSSAL_REQUIRE_KERNEL(GetParam());
+  if (GetParam() == Kernel::kHopperBackward) GTEST_SKIP() << "forward only: the Portable case";
 #if COLOSSAL_WITH_CUDA
   uint32_t seed = 5000;
   for (int64_t D : {int64_t{64}, int64_t{128}}) {
@@ -769,8 +788,60 @@ TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(ForwardKernels, AttentionCudaKernelTest,
-                         ::testing::Values(Kernel::kPortable, Kernel::kHopper), kernel_name);
+// The backward over the shapes the Hopper backward's tiles (dK/dV: 128 keys
+// per CTA, 64-query steps; dQ: 128 queries per CTA, 64-key steps) make
+// interesting: one row, tails inside the first tile (77), across tiles (200,
+// 1000), exact multiples (256); multi-head, grouped 8/2 and 32/8 (the dK/dV
+// ring crossing query heads), multi-query; padded row strides. check_cuda
+// also poisons the gradients, checks the stride gaps, runs the backward a
+// second time for identical bytes and, grouped, compares dq with repeated kv
+// heads bit for bit.
+TEST_P(AttentionCudaKernelTest, BackwardMatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 7000;
+  for (int64_t D : {int64_t{64}, int64_t{128}}) {
+    const Problem problems[] = {{2, 2, 2, 1, D},    {1, 2, 2, 77, D, 8},  {2, 8, 2, 200, D},
+                                {1, 2, 2, 1000, D}, {1, 8, 2, 256, D},    {1, 32, 8, 77, D},
+                                {1, 32, 8, 256, D}, {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D},
+                                {2, 4, 1, 129, D}};
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const Problem& p : problems) {
+        check_cuda(dtype, p, seed, path_of(GetParam()), backward_of(GetParam()));
+        seed += 2;
+      }
+    }
+  }
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionCudaKernelTest,
+                         ::testing::Values(Kernel::kPortable, Kernel::kHopper,
+                                           Kernel::kHopperBackward),
+                         kernel_name);
+
+#if COLOSSAL_WITH_CUDA
+// dq, dk, dv of two CUDA runs (packed dqkv bytes), each within one gradient
+// tolerance of float64, meet each other within two (the triangle inequality),
+// relative to the largest of `want`'s gradients.
+void expect_gradients_within_two(DType dtype, const Problem& p, const std::vector<uint8_t>& got,
+                                 const std::vector<uint8_t>& want, const std::string& what) {
+  const std::vector<double> g = to_doubles(dtype, got.data(), p.qkv_elems());
+  const std::vector<double> w = to_doubles(dtype, want.data(), p.qkv_elems());
+  const std::vector<bool> mask = qkv_columns(p);
+  double grad_scale = 0;
+  for (int64_t i = 0; i < p.qkv_elems(); ++i) {
+    if (mask[i]) grad_scale = std::max(grad_scale, std::fabs(w[i]));
+  }
+  const Tolerance one = cuda_tolerance(dtype, true), two{2 * one.rtol, 2 * one.atol};
+  const char* names[3] = {" dq", " dk", " dv"};
+  const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
+  for (int part = 0; part < 3; ++part) {
+    expect_close(g, w, columns(p, p.qkv_stride(), col0[part], width[part]), two,
+                 what + names[part], grad_scale);
+  }
+}
+#endif
 
 // The backward rebuilds P from the forward's o and lse: fed by the Hopper
 // forward it must give the portable forward's gradients, up to the two
@@ -792,28 +863,64 @@ TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
       const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed++, -2.0f, 2.0f);
       const auto do_h = random_bytes(dtype, p.o_elems(), seed++, -1.0f, 1.0f);
       const CudaRun portable(p, dtype), hopper(p, dtype);
-      run_cuda(p, dtype, portable, qkv_h, do_h, scale, stream, ForwardPath::kPortable);
+      run_cuda(p, dtype, portable, qkv_h, do_h, scale, stream, ForwardPath::kPortable,
+               BackwardPath::kPortable);
       if (::testing::Test::HasFatalFailure()) break;
-      run_cuda(p, dtype, hopper, qkv_h, do_h, scale, stream, ForwardPath::kHopper);
+      run_cuda(p, dtype, hopper, qkv_h, do_h, scale, stream, ForwardPath::kHopper,
+               BackwardPath::kPortable);
       if (::testing::Test::HasFatalFailure()) break;
       const std::vector<uint8_t> lse_p = portable.lse.download(), lse_h = hopper.lse.download();
       expect_close(to_doubles(DType::kF32, lse_h.data(), p.rows()),
                    to_doubles(DType::kF32, lse_p.data(), p.rows()), all_of(p.rows()),
                    {2e-4, 2e-4}, what + " lse");
-      const std::vector<uint8_t> g_p = portable.dqkv.download(), g_h = hopper.dqkv.download();
-      const std::vector<double> gp = to_doubles(dtype, g_p.data(), p.qkv_elems());
-      const std::vector<double> gh = to_doubles(dtype, g_h.data(), p.qkv_elems());
-      const std::vector<bool> mask = qkv_columns(p);
-      double grad_scale = 0;
-      for (int64_t i = 0; i < p.qkv_elems(); ++i) {
-        if (mask[i]) grad_scale = std::max(grad_scale, std::fabs(gp[i]));
-      }
-      const Tolerance one = cuda_tolerance(dtype, true), two{2 * one.rtol, 2 * one.atol};
-      const char* names[3] = {" dq", " dk", " dv"};
-      const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
-      for (int part = 0; part < 3; ++part) {
-        expect_close(gh, gp, columns(p, p.qkv_stride(), col0[part], width[part]), two,
-                     what + names[part], grad_scale);
+      expect_gradients_within_two(dtype, p, hopper.dqkv.download(), portable.dqkv.download(),
+                                  what);
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+#endif
+}
+
+// The two backwards on the same forward's o and lse (each forward in turn):
+// the Hopper backward's gradients meet the portable backward's within twice
+// the single-run tolerance (each is within one of float64); the Hopper
+// backward run twice over NaN-poisoned gradients gives the same bytes, and
+// the stride gaps stay NaN.
+TEST(AttentionCudaTest, HopperBackwardMatchesPortable) {
+  COLOSSAL_REQUIRE_KERNEL(Kernel::kHopper);
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{1, 8, 2, 300, 128},  {2, 4, 4, 200, 64, 8}, {1, 32, 8, 129, 64},
+                              {1, 4, 1, 1000, 128}, {2, 2, 2, 77, 64},     {1, 32, 8, 256, 128, 8}};
+  uint32_t seed = 8000;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  for (ForwardPath fwd : {ForwardPath::kPortable, ForwardPath::kHopper}) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const Problem& p : problems) {
+        SCOPED_TRACE(p.label(dtype) +
+                     (fwd == ForwardPath::kHopper ? " hopper forward" : " portable forward"));
+        const std::string what = p.label(dtype);
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
+        const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed++, -2.0f, 2.0f);
+        const auto do_h = random_bytes(dtype, p.o_elems(), seed++, -1.0f, 1.0f);
+        const CudaRun r(p, dtype);
+        run_cuda(p, dtype, r, qkv_h, do_h, scale, stream, fwd, BackwardPath::kPortable);
+        if (::testing::Test::HasFatalFailure()) break;
+        const std::vector<uint8_t> g_p = r.dqkv.download();
+        std::vector<uint8_t> g_h[2];
+        for (int run = 0; run < 2; ++run) {
+          poison_nan(r.dqkv);
+          poison_nan(r.ws);
+          const KernelStatus s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype,
+                                               scale, stream, BackwardPath::kHopper);
+          ASSERT_TRUE(s.ok()) << s.message();
+          CUDA_OK(cudaStreamSynchronize(stream));
+          g_h[run] = r.dqkv.download();
+        }
+        EXPECT_EQ(std::memcmp(g_h[0].data(), g_h[1].data(), g_h[0].size()), 0)
+            << what << ": two Hopper backwards differ";
+        EXPECT_TRUE(all_nan_outside(dtype, g_h[0], qkv_columns(p))) << what << ": dqkv gap written";
+        expect_gradients_within_two(dtype, p, g_h[0], g_p, what);
       }
     }
   }
@@ -862,6 +969,25 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
                                            DType::kBF16, 0.1f, nullptr)
                 .code(),
             Code::kInvalidArgument);  // dq overlaps the workspace
+  // The explicit backward paths: the same checks first; the Hopper kernels
+  // off compute capability 9.0 are kUnsupported, on it the call runs.
+  uint8_t* grads = b + (1 << 17);  // dq, dk, dv [8 x 64] apart from everything else
+  uint8_t* ws = b + (1 << 16);
+  auto bwd_path = [&](BackwardPath path, void* dq, int64_t d, DType dtype) {
+    return internal::causal_attention_backward_cuda_path(path, dq, grads + 2048, grads + 4096, o,
+                                                         b, b, b, o, lse, ws, 1, 1, 1, 8, d, d, d,
+                                                         dtype, 0.1f, nullptr)
+        .code();
+  };
+  for (BackwardPath path : {BackwardPath::kPortable, BackwardPath::kHopper}) {
+    EXPECT_EQ(bwd_path(path, grads + 2, 64, DType::kBF16), Code::kInvalidArgument);
+    EXPECT_EQ(bwd_path(path, grads, 64, DType::kF32), Code::kUnsupported);
+    EXPECT_EQ(bwd_path(path, b, 64, DType::kBF16), Code::kInvalidArgument);  // dq overlaps q
+  }
+  EXPECT_EQ(bwd_path(BackwardPath::kPortable, grads, 64, DType::kBF16), Code::kOk);
+  EXPECT_EQ(bwd_path(BackwardPath::kHopper, grads, 64, DType::kF16),
+            internal::hopper_device() ? Code::kOk : Code::kUnsupported);
+  CUDA_OK(cudaDeviceSynchronize());
   // heads (4) not a multiple of kv_heads.
   for (int64_t kv : {int64_t{3}, int64_t{0}, int64_t{8}}) {
     EXPECT_EQ(causal_attention_forward_cuda(o, lse, b, b, b, 1, 4, kv, 8, 64, 6 * 64, 4 * 64,

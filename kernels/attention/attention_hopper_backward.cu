@@ -1,0 +1,667 @@
+// CUDA fused causal attention, backward, for Hopper (compute capability 9.0,
+// built for sm_90a only): the portable backward's deterministic two-kernel
+// split (attention.cu: delta, dK/dV per key tile, dQ per query tile; no
+// atomics) on wgmma fed by TMA, warp-specialized like attention_hopper.cu's
+// forward, whose smem layout, descriptors and fragment layouts it reuses
+// (attention_hopper_common.cuh). The delta kernel (rowsum(dO * O) into the
+// workspace) is attention.cu's; it runs first on the same stream.
+//
+// Both kernels: 384 threads = 3 warpgroups. Warpgroup 0 is the producer
+// (setmaxnreg.dec), warpgroups 1 and 2 the consumers (setmaxnreg.inc), 64 rows
+// of the CTA's tile each. Tiles are 128-byte-swizzled column chunks of
+// [rows x 64] elements written by TMA (4-D maps {head_dim, seq, heads, batch},
+// zero fill past seq) and read by wgmma through descriptors; a 2-stage ring
+// of "full" (TMA transaction bytes) / "empty" (8 consumer warps) mbarriers.
+//
+// dkdv kernel: CTA = (batch, kv head, 128 keys); heaviest (lowest) key tiles
+// first. K and V of the tile land once (TMA). Then, for each query head of
+// the kv head's group in order and each 64-query step from the step holding
+// the tile's first key to the end, the producer's first warp loads the step's
+// Q and dO (TMA, one lane) and its lse * log2 e (+inf past seq, so P = 0
+// there) and delta (0 past seq) into the stage (all 32 lanes, plain loads and
+// stores; the full barrier counts the 32 lanes' arrivals). Consumer
+// warpgroup wg owns keys kv0 + 64 wg .. + 63 and per step runs
+//   S^T  = K Q^T     wgmma m64n64k16, A = K rows, B = Q rows, both K-major smem
+//   dP^T = V dO^T    wgmma m64n64k16, A = V rows, B = dO rows, both K-major
+//                    (one commit group with S^T)
+//   P^T  = exp2(S^T scale log2 e - lse log2 e), 0 where query < key (the steps
+//          that overlap the tile's keys) -- fp32 registers;
+//   dS^T = P^T (dP^T - delta)  (fp32 P, as the portable kernel);
+//   dV  += P^T dO    wgmma m64nDk16, A = P^T from registers (the accumulator
+//                    layout of S^T is the register-A layout, as the forward's
+//                    P), B = dO MN-major (rows are queries = k, head_dim = n
+//                    contiguous: the transpose flag, the forward's V case);
+//   dK  += dS^T Q    the same with A = dS^T, B = Q MN-major
+//                    (one commit group with dV).
+// dK, dV stay in fp32 registers across the group's query heads (a fixed
+// order: deterministic) and are written once: dK * scale, dV, rounded.
+//
+// dq kernel: CTA = (batch, query head, 128 queries); heaviest (latest) query
+// tiles first. Q and dO land once; K and V tiles of 64 keys stream through
+// the ring from the diagonal down to key tile 0. Consumer warpgroup wg owns
+// queries q0 + 64 wg .. + 63, with its rows' lse and delta in registers:
+//   S  = Q K^T, dP = dO V^T   wgmma m64n64k16, all operands K-major smem;
+//   P, dS = P (dP - delta)    fp32, causal mask on the two diagonal tiles;
+//   dQ += dS K                wgmma m64nDk16, A = dS from registers, B = K
+//                             MN-major (rows are keys = k: transpose flag).
+// Finally dQ * scale, rounded once.
+//
+// Tails: rows past seq arrive as zeros; queries past seq get P = 0 through
+// lse = +inf (dkdv) or their rows are never written (dq); keys past seq only
+// meet queries before them (masked) or affect their own dK/dV rows, which are
+// never written.
+#include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/attention_hopper.h"
+#include "kernels/attention/attention_hopper_common.cuh"
+#include "kernels/common/cuda_utils.cuh"
+
+namespace colossal::kernels::attention::internal {
+namespace {
+
+using namespace hopper;  // NOLINT: the shared Hopper pieces (attention_hopper_common.cuh)
+
+constexpr int kStages = 2;     // ring depth (Q / dO steps, or K / V tiles)
+constexpr int kConsumers = 2;  // consumer warpgroups, 64 rows each
+constexpr int kThreads = 128 * (1 + kConsumers);
+constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that empty a stage
+constexpr int kProducerRegs = 24;               // setmaxnreg targets (multiples of 8)
+constexpr int kConsumerRegs = 240;
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
+              "setmaxnreg: the warpgroups' registers must fit the register file");
+
+constexpr int kKvBlock = 128;  // dkdv: keys per CTA
+constexpr int kQStep = 64;     // dkdv: queries per step
+constexpr int kDqBlock = 128;  // dq: queries per CTA
+constexpr int kKStep = 64;     // dq: keys per step
+
+// Byte sizes of a tile of `rows` x D in column chunks of [rows x 64].
+template <int D, int kRows>
+struct Tile {
+  static constexpr int kChunks = D / kChunkElems;
+  static constexpr int kChunk = kRows * kRowBytes;  // 1024-aligned when kRows % 8 == 0
+  static constexpr int kBytes = kChunks * kChunk;
+};
+
+struct Params {
+  void* dq;
+  void* dk;
+  void* dv;
+  const float* lse;
+  const float* delta;
+  int64_t qkv_stride;
+  int seq, heads, kv_heads, group;
+  int bh;         // batch * heads
+  int bkv;        // batch * kv_heads
+  int q_steps;    // dkdv: ceil(seq / kQStep)
+  int q_blocks;   // dq: ceil(seq / kDqBlock)
+  int k_steps;    // dq: ceil(seq / kKStep)
+  float scale;       // softmax scale (dK and dQ are multiplied by it at the end)
+  float scale_log2;  // scale * log2(e)
+};
+
+// dkdv barriers.
+constexpr int kKvBarKV = 0;                                // K and V landed
+constexpr int kKvBarFull = 1;                              // + stage: Q, dO, lse, delta landed
+constexpr int kKvBarEmpty = kKvBarFull + kStages;          // + stage: consumed
+constexpr int kKvBars = kKvBarEmpty + kStages;
+// dq barriers.
+constexpr int kDqBarQ = 0;                         // Q and dO landed
+constexpr int kDqBarFull = 1;                      // + stage: K and V landed
+constexpr int kDqBarEmpty = kDqBarFull + kStages;  // + stage: consumed
+constexpr int kDqBars = kDqBarEmpty + kStages;
+
+template <int D>
+constexpr int dkdv_smem_bytes() {  // K, V, Q[stages], dO[stages] + alignment slack
+  return 2 * Tile<D, kKvBlock>::kBytes + 2 * kStages * Tile<D, kQStep>::kBytes + 1024;
+}
+template <int D>
+constexpr int dq_smem_bytes() {  // Q, dO, K[stages], V[stages] + alignment slack
+  return 2 * Tile<D, kDqBlock>::kBytes + 2 * kStages * Tile<D, kKStep>::kBytes + 1024;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ uint32_t bar_at(uint32_t bars, int i) { return bars + 8 * i; }
+
+// Stores a warpgroup's 64 x D fp32 accumulator (times mul), rounded, to rows
+// row_base and row_base + 8 of `base` (rows `stride` elements apart), columns
+// 8c + 2t: a quad writes 16 contiguous bytes of a row per 8 columns. Rows at
+// or past seq are skipped.
+template <typename T, int D>
+__device__ __forceinline__ void store_acc(const float (&acc)[D / 2], float mul, T* base,
+                                          int64_t stride, int row_base, int seq, int t) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_base + 8 * r;
+    if (row >= seq) continue;
+    T* dst = base + static_cast<int64_t>(row) * stride + 2 * t;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      *reinterpret_cast<uint32_t*>(dst + 8 * c) =
+          Wgmma<T>::pack(acc[4 * c + 2 * r] * mul, acc[4 * c + 2 * r + 1] * mul);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// dK / dV.
+
+template <int D>
+struct KvShared {
+  uint32_t k, v, q, d_o;  // tile bases; Q and dO: stage s at + s * Tile<D, kQStep>::kBytes
+  uint32_t bars;
+  float* stats;  // [kStages][2][kQStep]: lse * log2 e, delta of the step's queries
+  __device__ __forceinline__ uint32_t bar(int i) const { return bar_at(bars, i); }
+};
+
+// The producer's first warp: K and V once (lane 0), then per (query head r,
+// step i) the step's lse / delta (every lane) and Q / dO (lane 0) into stage
+// it % kStages once the consumers emptied its previous use.
+template <int D>
+__device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtensorMap* q_map,
+                                             const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                             const CUtensorMap* do_map, const Params& p, int b,
+                                             int kvh, int kv0, int i0) {
+  using KT = Tile<D, kKvBlock>;
+  using QT = Tile<D, kQStep>;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) {
+    mbar_arrive_expect_tx(sh.bar(kKvBarKV), 2 * KT::kBytes);
+#pragma unroll
+    for (int c = 0; c < KT::kChunks; ++c) {
+      tma_load(k_map, sh.k + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems, kv0, kvh, b);
+      tma_load(v_map, sh.v + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems, kv0, kvh, b);
+    }
+  }
+  int it = 0;
+  for (int r = 0; r < p.group; ++r) {
+    const int h = kvh * p.group + r;
+    const int64_t rows = (static_cast<int64_t>(b) * p.heads + h) * p.seq;
+    for (int i = i0; i < p.q_steps; ++i, ++it) {
+      const int s = it % kStages;
+      // The stage's previous use was it - kStages: its empty barrier completed
+      // phase it / kStages - 1 when every consumer warp released it.
+      if (it >= kStages) mbar_wait(sh.bar(kKvBarEmpty + s), ((it / kStages) - 1) & 1);
+      const int q0 = i * kQStep;
+      float* st = sh.stats + s * 2 * kQStep;
+#pragma unroll
+      for (int e = lane; e < kQStep; e += 32) {
+        const int row = q0 + e;
+        st[e] = row < p.seq ? p.lse[rows + row] * kLog2e : INFINITY;
+        st[kQStep + e] = row < p.seq ? p.delta[rows + row] : 0.0f;
+      }
+      if (lane == 0) {
+        // Its arrival (with the stage's bytes) after its own stores, like the
+        // other lanes' plain arrivals: release, so the stats are visible to
+        // the consumers' acquiring wait.
+        mbar_arrive_expect_tx(sh.bar(kKvBarFull + s), 2 * QT::kBytes);
+#pragma unroll
+        for (int c = 0; c < QT::kChunks; ++c) {
+          tma_load(q_map, sh.q + s * QT::kBytes + c * QT::kChunk, sh.bar(kKvBarFull + s),
+                   c * kChunkElems, q0, h, b);
+          tma_load(do_map, sh.d_o + s * QT::kBytes + c * QT::kChunk, sh.bar(kKvBarFull + s),
+                   c * kChunkElems, q0, h, b);
+        }
+      } else {
+        mbar_arrive(sh.bar(kKvBarFull + s));
+      }
+    }
+  }
+}
+
+// Consumer warpgroup `wg`: keys kv0 + 64 wg .. + 63. Accumulator layout (see
+// attention_hopper.cu): element 4c + i is row 16 warp + g + 8 (i / 2), column
+// 8c + 2t + (i % 2); rows are keys here, columns queries (S^T, dP^T) or
+// head_dim (dK, dV).
+template <typename T, int D>
+__device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params& p, int wg, int b,
+                                             int kvh, int kv0, int i0) {
+  using KT = Tile<D, kKvBlock>;
+  using QT = Tile<D, kQStep>;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
+  const int key_base = kv0 + 64 * wg + 16 * warp + lane / 4;  // keys key_base, key_base + 8
+  const uint32_t k_rows = sh.k + wg * 64 * kRowBytes;         // 1024-aligned: 8 whole atoms
+  const uint32_t v_rows = sh.v + wg * 64 * kRowBytes;
+  const int key_last = kv0 + 64 * wg + 63;  // the warpgroup's last key
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int e = 0; e < D / 2; ++e) dk[e] = dv[e] = 0.0f;
+
+  mbar_wait(sh.bar(kKvBarKV), 0);
+  int it = 0;
+  for (int r = 0; r < p.group; ++r) {
+    for (int i = i0; i < p.q_steps; ++i, ++it) {
+      const int s = it % kStages;
+      const uint32_t parity = (it / kStages) & 1;
+      const uint32_t q_t = sh.q + s * QT::kBytes, do_t = sh.d_o + s * QT::kBytes;
+      const float* st = sh.stats + s * 2 * kQStep;
+
+      // S^T = K Q^T and dP^T = V dO^T over head_dim in k16 steps (chunk kk / 4,
+      // 32 (kk % 4) bytes into the rows), one commit group.
+      float sc[32], dp[32];
+      mbar_wait(sh.bar(kKvBarFull + s), parity);
+      __syncwarp();
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (kk % 4) * 32;
+        Wgmma<T>::qk(sc, desc_k_major(k_rows + (kk / 4) * KT::kChunk + off),
+                     desc_k_major(q_t + (kk / 4) * QT::kChunk + off), kk > 0 ? 1 : 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const uint32_t off = (kk % 4) * 32;
+        Wgmma<T>::qk(dp, desc_k_major(v_rows + (kk / 4) * KT::kChunk + off),
+                     desc_k_major(do_t + (kk / 4) * QT::kChunk + off), kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(sc);
+      fence_regs(dp);
+
+      // P^T (0 where the query is before the key: only in steps that start
+      // before the warpgroup's last key) and dS^T = P^T (dP^T - delta), both
+      // packed into register-A fragments: register j = pack(x[2j], x[2j+1]).
+      const int q0 = i * kQStep;
+      const bool mask = q0 < key_last;
+      uint32_t pa[16], da[16];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float2 l2 = *reinterpret_cast<const float2*>(st + 8 * c + 2 * t);
+        const float2 d2 = *reinterpret_cast<const float2*>(st + kQStep + 8 * c + 2 * t);
+        const int query = q0 + 8 * c + 2 * t;
+#pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const int e = 4 * c + i2;
+          const float lse2 = (i2 & 1) ? l2.y : l2.x;
+          const float dl = (i2 & 1) ? d2.y : d2.x;
+          float pv = fast_exp2(sc[e] * p.scale_log2 - lse2);
+          if (mask && query + (i2 & 1) < key_base + 8 * (i2 >> 1)) pv = 0.0f;
+          sc[e] = pv;
+          dp[e] = pv * (dp[e] - dl);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        pa[j] = Wgmma<T>::pack(sc[2 * j], sc[2 * j + 1]);
+        da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
+      }
+
+      // dV += P^T dO and dK += dS^T Q over the step's queries in k16 steps:
+      // step kk reads rows 16kk.. of dO / Q (16 * 128 bytes further each).
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kQStep / 16; ++kk) {
+        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+        Wgmma<T>::pv(dv, a, desc_mn_major(do_t + kk * 16 * kRowBytes, QT::kChunk));
+      }
+#pragma unroll
+      for (int kk = 0; kk < kQStep / 16; ++kk) {
+        const uint32_t a[4] = {da[4 * kk], da[4 * kk + 1], da[4 * kk + 2], da[4 * kk + 3]};
+        Wgmma<T>::pv(dk, a, desc_mn_major(q_t + kk * 16 * kRowBytes, QT::kChunk));
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(sh.bar(kKvBarEmpty + s));  // this warp is done with the stage
+    }
+  }
+
+  const int64_t head = static_cast<int64_t>(b) * p.seq * p.qkv_stride +
+                       static_cast<int64_t>(kvh) * D;
+  store_acc<T, D>(dk, p.scale, static_cast<T*>(p.dk) + head, p.qkv_stride, key_base, p.seq, t);
+  store_acc<T, D>(dv, 1.0f, static_cast<T*>(p.dv) + head, p.qkv_stride, key_base, p.seq, t);
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                          const CUtensorMap* v_map, const CUtensorMap* do_map,
+                                          const Params& p) {
+  __shared__ __align__(8) uint64_t bars[kKvBars];
+  __shared__ __align__(16) float stats[kStages * 2 * kQStep];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  KvShared<D> sh;
+  sh.k = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle needs 1024-aligned chunks
+  sh.v = sh.k + Tile<D, kKvBlock>::kBytes;
+  sh.q = sh.v + Tile<D, kKvBlock>::kBytes;
+  sh.d_o = sh.q + kStages * Tile<D, kQStep>::kBytes;
+  sh.bars = smem_u32(bars);
+  sh.stats = stats;
+
+  const int bkv = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.bkv));
+  const int kb = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bkv));  // low tiles first
+  const int b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
+  const int kv0 = kb * kKvBlock;
+  const int i0 = kv0 / kQStep;  // the first step holding a query at or after kv0
+  static_assert(kKvBlock % kQStep == 0, "key tiles start on a query step");
+
+  if (threadIdx.x == 0) {
+    mbar_init(sh.bar(kKvBarKV), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(sh.bar(kKvBarFull + s), 32);  // the producer warp's lanes
+      mbar_init(sh.bar(kKvBarEmpty + s), kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();  // the last CTA-wide barrier: roles split below
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    regs_decrease<kProducerRegs>();
+    if (threadIdx.x < 32) dkdv_produce<D>(sh, q_map, k_map, v_map, do_map, p, b, kvh, kv0, i0);
+  } else {
+    regs_increase<kConsumerRegs>();
+    dkdv_consume<T, D>(sh, p, warpgroup - 1, b, kvh, kv0, i0);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// dQ.
+
+template <int D>
+struct QShared {
+  uint32_t q, d_o, k, v;  // K and V: stage s at + s * Tile<D, kKStep>::kBytes
+  uint32_t bars;
+  __device__ __forceinline__ uint32_t bar(int i) const { return bar_at(bars, i); }
+};
+
+// One thread: Q and dO once, then for it = 0 .. n_kt - 1 key tile
+// j = n_kt - 1 - it of K and V into stage it % kStages.
+template <int D>
+__device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorMap* q_map,
+                                           const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                           const CUtensorMap* do_map, int q0, int h, int kvh,
+                                           int b, int n_kt) {
+  using QT = Tile<D, kDqBlock>;
+  using KT = Tile<D, kKStep>;
+  mbar_arrive_expect_tx(sh.bar(kDqBarQ), 2 * QT::kBytes);
+#pragma unroll
+  for (int c = 0; c < QT::kChunks; ++c) {
+    tma_load(q_map, sh.q + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, q0, h, b);
+    tma_load(do_map, sh.d_o + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, q0, h, b);
+  }
+  for (int it = 0; it < n_kt; ++it) {
+    const int j = n_kt - 1 - it;
+    const int s = it % kStages;
+    if (it >= kStages) mbar_wait(sh.bar(kDqBarEmpty + s), ((it / kStages) - 1) & 1);
+    mbar_arrive_expect_tx(sh.bar(kDqBarFull + s), 2 * KT::kBytes);
+#pragma unroll
+    for (int c = 0; c < KT::kChunks; ++c) {
+      tma_load(k_map, sh.k + s * KT::kBytes + c * KT::kChunk, sh.bar(kDqBarFull + s),
+               c * kChunkElems, j * kKStep, kvh, b);
+      tma_load(v_map, sh.v + s * KT::kBytes + c * KT::kChunk, sh.bar(kDqBarFull + s),
+               c * kChunkElems, j * kKStep, kvh, b);
+    }
+  }
+}
+
+// Consumer warpgroup `wg`: queries q0 + 64 wg .. + 63 (rows of S, dP, dQ).
+template <typename T, int D>
+__device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p, int wg, int q0,
+                                           int b, int h, int n_kt) {
+  using QT = Tile<D, kDqBlock>;
+  using KT = Tile<D, kKStep>;
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
+  const int row_base = q0 + 64 * wg + 16 * warp + lane / 4;  // rows row_base, row_base + 8
+  const uint32_t q_rows = sh.q + wg * 64 * kRowBytes;         // 1024-aligned
+  const uint32_t do_rows = sh.d_o + wg * 64 * kRowBytes;
+  const int64_t head_rows = (static_cast<int64_t>(b) * p.heads + h) * p.seq;
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_base + 8 * r;
+    lse2[r] = row < p.seq ? p.lse[head_rows + row] * kLog2e : INFINITY;
+    dl[r] = row < p.seq ? p.delta[head_rows + row] : 0.0f;
+  }
+  float dq[D / 2];
+#pragma unroll
+  for (int e = 0; e < D / 2; ++e) dq[e] = 0.0f;
+  const int first_row = q0 + 64 * wg;
+
+  mbar_wait(sh.bar(kDqBarQ), 0);
+  for (int it = 0; it < n_kt; ++it) {
+    const int j = n_kt - 1 - it;
+    const int s = it % kStages;
+    const uint32_t parity = (it / kStages) & 1;
+    const uint32_t k_t = sh.k + s * KT::kBytes, v_t = sh.v + s * KT::kBytes;
+
+    float sc[32], dp[32];
+    mbar_wait(sh.bar(kDqBarFull + s), parity);
+    __syncwarp();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk % 4) * 32;
+      Wgmma<T>::qk(sc, desc_k_major(q_rows + (kk / 4) * QT::kChunk + off),
+                   desc_k_major(k_t + (kk / 4) * KT::kChunk + off), kk > 0 ? 1 : 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t off = (kk % 4) * 32;
+      Wgmma<T>::qk(dp, desc_k_major(do_rows + (kk / 4) * QT::kChunk + off),
+                   desc_k_major(v_t + (kk / 4) * KT::kChunk + off), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(sc);
+    fence_regs(dp);
+
+    // dS = P (dP - delta); P = 0 past the diagonal (tiles whose last key is
+    // after the warpgroup's first query), which also covers keys past seq.
+    const bool mask = (j + 1) * kKStep - 1 > first_row;
+    const int key0 = j * kKStep + 2 * t;
+    uint32_t da[16];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int e = 4 * c + i, r = i >> 1;
+        float pv = fast_exp2(sc[e] * p.scale_log2 - lse2[r]);
+        if (mask && key0 + 8 * c + (i & 1) > row_base + 8 * r) pv = 0.0f;
+        dp[e] = pv * (dp[e] - dl[r]);
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < 16; ++jj) da[jj] = Wgmma<T>::pack(dp[2 * jj], dp[2 * jj + 1]);
+
+    // dQ += dS K over the tile's keys: step kk reads K rows 16kk.. (MN-major).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKStep / 16; ++kk) {
+      const uint32_t a[4] = {da[4 * kk], da[4 * kk + 1], da[4 * kk + 2], da[4 * kk + 3]};
+      Wgmma<T>::pv(dq, a, desc_mn_major(k_t + kk * 16 * kRowBytes, KT::kChunk));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dq);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sh.bar(kDqBarEmpty + s));  // this warp is done with K and V
+  }
+
+  const int64_t head = static_cast<int64_t>(b) * p.seq * p.qkv_stride +
+                       static_cast<int64_t>(h) * D;
+  store_acc<T, D>(dq, p.scale, static_cast<T*>(p.dq) + head, p.qkv_stride, row_base, p.seq, t);
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void dq_body(const CUtensorMap* q_map, const CUtensorMap* k_map,
+                                        const CUtensorMap* v_map, const CUtensorMap* do_map,
+                                        const Params& p) {
+  __shared__ __align__(8) uint64_t bars[kDqBars];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  QShared<D> sh;
+  sh.q = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  sh.d_o = sh.q + Tile<D, kDqBlock>::kBytes;
+  sh.k = sh.d_o + Tile<D, kDqBlock>::kBytes;
+  sh.v = sh.k + kStages * Tile<D, kKStep>::kBytes;
+  sh.bars = smem_u32(bars);
+
+  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.bh));
+  const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
+  const int b = bh / p.heads, h = bh % p.heads;
+  const int q0 = qb * kDqBlock;
+  // Key tiles 0 .. the last one holding a key <= the CTA's last query, and
+  // none wholly past seq.
+  const int n_kt = min((q0 + kDqBlock) / kKStep, p.k_steps);
+  static_assert(kDqBlock % kKStep == 0, "query tiles end on a key tile");
+
+  if (threadIdx.x == 0) {
+    mbar_init(sh.bar(kDqBarQ), 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(sh.bar(kDqBarFull + s), 1);
+      mbar_init(sh.bar(kDqBarEmpty + s), kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  if (warpgroup == 0) {
+    regs_decrease<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      dq_produce<D>(sh, q_map, k_map, v_map, do_map, q0, h, h / p.group, b, n_kt);
+    }
+  } else {
+    regs_increase<kConsumerRegs>();
+    dq_consume<T, D>(sh, p, warpgroup - 1, q0, b, h, n_kt);
+  }
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_dkdv_kernel(const __grid_constant__ CUtensorMap q_map,
+                       const __grid_constant__ CUtensorMap k_map,
+                       const __grid_constant__ CUtensorMap v_map,
+                       const __grid_constant__ CUtensorMap do_map, const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  dkdv_body<T, D>(&q_map, &k_map, &v_map, &do_map, p);
+#endif
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    hopper_dq_kernel(const __grid_constant__ CUtensorMap q_map,
+                     const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map,
+                     const __grid_constant__ CUtensorMap do_map, const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  dq_body<T, D>(&q_map, &k_map, &v_map, &do_map, p);
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Host.
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename T, int D>
+KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
+                    const void* v, const float* lse, const float* delta, const Geometry& g,
+                    DType dtype, float scale, cudaStream_t stream) {
+  Params p{};
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.lse = lse;
+  p.delta = delta;
+  p.qkv_stride = g.qkv_row_stride;
+  p.seq = static_cast<int>(g.seq);
+  p.heads = static_cast<int>(g.heads);
+  p.kv_heads = static_cast<int>(g.kv_heads);
+  p.group = static_cast<int>(g.group());
+  p.bh = static_cast<int>(g.batch * g.heads);
+  p.bkv = static_cast<int>(g.batch * g.kv_heads);
+  p.q_steps = static_cast<int>(ceil_div(g.seq, kQStep));
+  p.q_blocks = static_cast<int>(ceil_div(g.seq, kDqBlock));
+  p.k_steps = static_cast<int>(ceil_div(g.seq, kKStep));
+  p.scale = scale;
+  p.scale_log2 = scale * kLog2e;
+
+  // dK / dV: Q and dO in 64-row boxes, K and V in 128-row boxes.
+  CUtensorMap maps[4];
+  KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kQStep);
+  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kKvBlock);
+  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kKvBlock);
+  if (s.ok()) s = make_map(&maps[3], d_o, dtype, g, g.heads, g.o_row_stride, kQStep);
+  if (!s.ok()) return s;
+  {
+    constexpr int smem = dkdv_smem_bytes<D>();
+    auto kernel = hopper_dkdv_kernel<T, D>;
+    s = cuda::to_status(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    if (!s.ok()) return s;
+    const unsigned grid =
+        static_cast<unsigned>(ceil_div(g.seq, kKvBlock)) * static_cast<unsigned>(p.bkv);
+    kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
+    s = cuda::last_launch_status();
+    if (!s.ok()) return s;
+  }
+
+  // dQ: Q and dO in 128-row boxes, K and V in 64-row boxes.
+  s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kDqBlock);
+  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kKStep);
+  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kKStep);
+  if (s.ok()) s = make_map(&maps[3], d_o, dtype, g, g.heads, g.o_row_stride, kDqBlock);
+  if (!s.ok()) return s;
+  constexpr int smem = dq_smem_bytes<D>();
+  auto kernel = hopper_dq_kernel<T, D>;
+  s = cuda::to_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (!s.ok()) return s;
+  const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
+  kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
+  return cuda::last_launch_status();
+}
+
+}  // namespace
+
+bool hopper_backward_supports(const Geometry& g, DType dtype) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
+  if (g.head_dim != 64 && g.head_dim != 128) return false;
+  if (g.empty() || g.seq > (int64_t{1} << 30)) return false;
+  if (g.batch * g.heads > INT_MAX) return false;
+  if (ceil_div(g.seq, kKvBlock) * g.batch * g.kv_heads > INT_MAX ||
+      ceil_div(g.seq, kDqBlock) * g.batch * g.heads > INT_MAX) {
+    return false;
+  }
+  if (g.seq * g.qkv_row_stride * 2 >= kMaxMapStride ||
+      g.seq * g.o_row_stride * 2 >= kMaxMapStride) {
+    return false;
+  }
+  return encode_tiled() != nullptr;
+}
+
+KernelStatus hopper_backward(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                             const void* k, const void* v, const float* lse, const float* delta,
+                             const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+  if (!hopper_backward_supports(g, dtype)) {
+    return KernelStatus::unsupported("attention hopper: problem outside the Hopper backward");
+  }
+  const bool bf16 = dtype == DType::kBF16;
+  if (g.head_dim == 64) {
+    return bf16 ? launch<__nv_bfloat16, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
+                                            stream)
+                : launch<__half, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
+                                     stream);
+  }
+  return bf16 ? launch<__nv_bfloat16, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
+                                           stream)
+              : launch<__half, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale, stream);
+}
+
+}  // namespace colossal::kernels::attention::internal
