@@ -273,20 +273,10 @@ TEST(Hybrid, PipelineLogitsEqualOneProcess) {
     ASSERT_TRUE(whole.ok()) << whole.status();
     const float* expected = whole->output.data<float>();
     testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
-      HybridParallelOptions o;
-      o.tp_size = c.tp;
-      o.pp_size = c.pp;
-      o.num_model_chunks = c.chunks;
-      auto p = HybridParallelPlugin::create(pg, o);
-      ASSERT_TRUE(p.ok()) << p.status();
-      auto declared = declare_case_model(c);
-      auto split = (*p)->model_split(*declared);
-      ASSERT_TRUE(split.ok()) << split.status();
-      auto model = *declared->redeclare(DType::kF32, *split);
-      Booster booster(std::move(*p));
-      ASSERT_TRUE(booster.materialize(model->store(), kSeed, Stream::cpu()).ok());
-      auto adam = testing::make_adam(*model);
-      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      testing::BoostedCase boosted = testing::boost_case(pg, c);
+      ASSERT_NE(boosted.model, nullptr);
+      nn::CausalLM* model = boosted.model.get();
+      Booster& booster = *boosted.booster;
       auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
       absl::StatusOr<core::Tensor> logits = pipeline_logits(*rank_ctx, booster, *model, tokens);
       ASSERT_TRUE(logits.ok()) << logits.status();
@@ -326,21 +316,10 @@ TEST(Hybrid, SplitSequenceLastLogitsEqualOneProcess) {
     ASSERT_TRUE(whole.ok()) << whole.status();
     const float* expected = whole->output.data<float>() + (T - 1) * V;
     testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
-      HybridParallelOptions o;
-      o.tp_size = c.tp;
-      o.pp_size = c.pp;
-      o.sequence_parallel = c.sp;
-      o.sp_size = c.a2a;
-      auto p = HybridParallelPlugin::create(pg, o);
-      ASSERT_TRUE(p.ok()) << p.status();
-      auto declared = declare_case_model(c);
-      auto split = (*p)->model_split(*declared);
-      ASSERT_TRUE(split.ok()) << split.status();
-      auto model = *declared->redeclare(DType::kF32, *split);
-      Booster booster(std::move(*p));
-      ASSERT_TRUE(booster.materialize(model->store(), kSeed, Stream::cpu()).ok());
-      auto adam = testing::make_adam(*model);
-      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      testing::BoostedCase boosted = testing::boost_case(pg, c);
+      ASSERT_NE(boosted.model, nullptr);
+      nn::CausalLM* model = boosted.model.get();
+      Booster& booster = *boosted.booster;
       auto rank_ctx = std::move(*core::Context::create(core::Device::cpu()));
       const nn::LogitsFn forward = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
         if (c.pp > 1) return pipeline_logits(*rank_ctx, booster, *model, t);

@@ -78,11 +78,7 @@ absl::StatusOr<HybridCase> case_of(const std::string& name) {
   return absl::NotFoundError(absl::StrCat("no hybrid case \"", name, "\""));
 }
 
-RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
-                        int first_step,
-                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost) {
-  RankRun out;
-  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+HybridParallelOptions options_of(const HybridCase& c) {
   HybridParallelOptions o;
   o.tp_size = c.tp;
   o.pp_size = c.pp;
@@ -91,7 +87,12 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   o.sp_size = c.a2a;
   o.zero_stage = c.zero_stage;
   o.sequence_parallel = c.sp;
-  auto plugin = HybridParallelPlugin::create(world, o);
+  return o;
+}
+
+BoostedCase boost_case(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c) {
+  BoostedCase out;
+  auto plugin = HybridParallelPlugin::create(world, options_of(c));
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return out;
   auto declared = declare_case_model(c);
@@ -99,14 +100,30 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   EXPECT_TRUE(split.ok()) << split.status();
   if (!split.ok()) return out;
   auto model = *declared->redeclare(DType::kF32, *split);
-  Booster booster(std::move(*plugin));
-  absl::Status st = booster.materialize(model->store(), kSeed, Stream::cpu());
+  auto booster = std::make_unique<Booster>(std::move(*plugin));
+  absl::Status st = booster->materialize(model->store(), kSeed, Stream::cpu());
   EXPECT_TRUE(st.ok()) << st;
   if (!st.ok()) return out;
-  auto optimizer = make_adam(*model);
-  st = booster.boost(*model, model->store(), *optimizer);
+  auto adam = make_adam(*model);
+  st = booster->boost(*model, model->store(), *adam);
   EXPECT_TRUE(st.ok()) << st;
   if (!st.ok()) return out;
+  out.model = std::move(model);
+  out.adam = std::move(adam);
+  out.booster = std::move(booster);
+  return out;
+}
+
+RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
+                        int first_step,
+                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost) {
+  RankRun out;
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  BoostedCase boosted = boost_case(world, c);
+  if (boosted.model == nullptr) return out;
+  nn::CausalLM* model = boosted.model.get();
+  Booster& booster = *boosted.booster;
+  nn::Adam* optimizer = boosted.adam.get();
   if (after_boost) after_boost(booster, *optimizer);
   const int data_rank = booster.plugin().dp_rank();
   for (int step = first_step; step < first_step + steps; ++step) {

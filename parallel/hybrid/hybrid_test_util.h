@@ -12,9 +12,11 @@
 
 #include "comm/process_group/process_group.h"
 #include "nn/models/causal_lm/causal_lm.h"
+#include "nn/optim/adam.h"
 #include "nn/optim/state_dict.h"
 #include "parallel/booster/booster.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/hybrid/hybrid_parallel_plugin.h"
 
 namespace colossal::parallel::testing {
 
@@ -59,6 +61,18 @@ std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c);
 std::string case_name(const HybridCase& c);
 // The case a case_name() names (NotFound otherwise).
 absl::StatusOr<HybridCase> case_of(const std::string& name);
+
+// The plugin options of case `c`.
+HybridParallelOptions options_of(const HybridCase& c);
+
+// One rank's model of case `c`, declared as the plugin splits it, materialized
+// (kSeed) and boosted with an Adam; GTest failures (and a null model) on errors.
+struct BoostedCase {
+  std::unique_ptr<nn::CausalLM> model;
+  std::unique_ptr<nn::Adam> adam;
+  std::unique_ptr<Booster> booster;
+};
+BoostedCase boost_case(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c);
 
 struct RankRun {
   EquivalenceRun run;
