@@ -26,6 +26,10 @@ import torch.nn.functional as F
 
 from bench_timing import cuda_ms
 
+# Full-mask (no causal mask) rows, FLOPs twice the causal count ("-full" ops), and a head dim
+# of 96: as the benchmark's.
+FULL_SHAPES = [(4, 16, 16, 2048, 128)]
+D96_SHAPES = [(4, 16, 16, 2048, 96)]
 SHAPES = [(16, 12, 12, 1024, 64), (8, 12, 12, 2048, 64), (4, 16, 16, 2048, 128),
           (4, 32, 8, 2048, 64), (4, 32, 8, 2048, 128),
           (4, 32, 8, 4096, 128), (2, 32, 8, 8192, 128), (1, 32, 8, 16384, 128)]
@@ -41,10 +45,14 @@ def split(qkv, b, t, h, kv, d):
     return [x.view(b, t, -1, d).transpose(1, 2) for x in (q, k, v)]  # [B, heads, T, D] views
 
 
-def sdpa(qkv, b, t, h, kv, d):
+def sdpa(qkv, b, t, h, kv, d, causal=True):
     q, k, v = split(qkv, b, t, h, kv, d)
-    y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=kv != h)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv != h)
     return y.transpose(1, 2).reshape(b, t, h * d)
+
+
+def sdpa_full(qkv, b, t, h, kv, d):
+    return sdpa(qkv, b, t, h, kv, d, causal=False)
 
 
 def explicit(qkv, b, t, h, kv, d):
@@ -75,15 +83,17 @@ def main():
     dtypes = DTYPES
     if "--bf16" in sys.argv:
         dtypes = [torch.bfloat16]
-    for shape in SHAPES:
+    runs = [(s, False) for s in SHAPES + D96_SHAPES] + [(s, True) for s in FULL_SHAPES]
+    for shape, full in runs:
         b, h, kv, t, d = shape
         for dtype in dtypes:
             qkv = torch.empty(b, t, (h + 2 * kv) * d, device="cuda", dtype=dtype).uniform_(-1, 1)
             dy = torch.empty(b, t, h * d, device="cuda", dtype=dtype).uniform_(-1, 1)
             qkv_g = qkv.clone().requires_grad_(True)
-            flops = fwd_flops(*shape)
-            impls = [(name, ctx, sdpa) for name, ctx in backends]
-            if t <= 1024:
+            flops = fwd_flops(*shape) * (2 if full else 1)
+            impls = [(name + ("-full" if full else ""), ctx, sdpa_full if full else sdpa)
+                     for name, ctx in backends]
+            if t <= 1024 and not full:
                 impls.append(("explicit", None, explicit))
             for name, ctx, fn in impls:
                 def fwd():
