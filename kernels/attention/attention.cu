@@ -1,5 +1,12 @@
-// CUDA fused causal attention (FlashAttention-2), bf16/fp16 on tensor cores
-// through mma.sync.m16n8k16 (inline PTX, sm_80+), fp32 accumulation.
+// CUDA fused attention (FlashAttention-2), causal or full mask, head_dim 64,
+// 96 or 128, bf16/fp16 on tensor cores through mma.sync.m16n8k16 (inline PTX,
+// sm_80+), fp32 accumulation.
+//
+// Masks: causal, a query block visits the key blocks 0 .. its diagonal and
+// masks keys after the query on the diagonal block; full (Params::full), every
+// query block visits every key block and the last one masks only keys at or
+// past seq (zero-filled rows that would otherwise enter the softmax); the
+// dK/dV kernel visits every query block from 0 instead of from the diagonal.
 //
 // Every kernel runs 4 warps (128 threads); a warp owns 16 rows of the tile it
 // produces, so softmax statistics and accumulators never leave the warp's
@@ -18,7 +25,8 @@
 // the backward is deterministic).
 //
 //   forward_kernel<T, D>      CTA = 64 queries of one (batch, head); loops over
-//                             the key blocks 0..diagonal with an online softmax
+//                             the key blocks 0..diagonal (full: 0..last) with
+//                             an online softmax
 //                             (exp2, scores pre-scaled by scale * log2 e);
 //                             writes O (normalised) and lse. Heaviest query
 //                             blocks are launched first.
@@ -41,7 +49,9 @@
 // the PTX wrappers they call; attention_emulation_test.cc includes the same
 // file after host emulations of those wrappers and runs it on CPU threads.
 //
-// On compute capability 9.0 (H100, H200) the forward runs the Hopper kernel of
+// On compute capability 9.0 (H100, H200) the forward (head_dim 64 or 128;
+// head_dim 96 stays here: the Hopper tiles are 64-column chunks) runs the
+// Hopper kernel of
 // attention_hopper.cu instead (wgmma + TMA, built for sm_90a only), which
 // writes the same o and lse; internal::ForwardPath chooses explicitly. The
 // backward there runs this file's delta kernel, then the Hopper dK/dV and dQ
@@ -171,7 +181,8 @@ KernelStatus launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_
 template <typename T, int D>
 KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
   const dim3 grid((p.seq + kBlock - 1) / kBlock, static_cast<unsigned>(p.batch * p.heads));
-  return launch(forward_kernel<T, D>, grid, kThreads, forward_smem_bytes<T, D>(), stream, p);
+  return launch(p.full ? forward_kernel<T, D, true> : forward_kernel<T, D, false>, grid, kThreads,
+                forward_smem_bytes<T, D>(), stream, p);
 }
 
 // `hopper`: the Hopper dK/dV and dQ kernels after the delta kernel (geometry
@@ -180,6 +191,7 @@ KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
 template <typename T, int D>
 KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, bool fallback,
                             const internal::Geometry& g, DType dtype) {
+  static_assert(D % 16 == 0, "the kernels tile head_dim by 16");
   const int64_t rows = p.batch * p.seq * p.heads;
   const int64_t delta_blocks = (rows + 255) / 256;
   if (delta_blocks > INT_MAX) return KernelStatus::invalid_argument("attention cuda: too large");
@@ -188,17 +200,18 @@ KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, b
   if (!s.ok()) return s;
   if (hopper) {
     s = internal::hopper_backward(p.dq, p.dk, p.dv, p.d_o, p.q, p.k, p.v, p.lse, p.delta, g, dtype,
-                                  p.scale, stream);
+                                  p.scale, p.full != 0, stream);
     if (!fallback || s.code() != KernelStatus::Code::kUnsupported) return s;
   }
   constexpr int BQ = dkdv_block_q<D>();
   const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
   const unsigned bkv = static_cast<unsigned>(p.batch * p.kv_heads);
   const unsigned blocks = static_cast<unsigned>((p.seq + kBlock - 1) / kBlock);
-  s = launch(dkdv_kernel<T, D, BQ>, dim3(blocks, bkv), kThreads, dkdv_smem_bytes<T, D, BQ>(),
-             stream, p);
+  s = launch(p.full ? dkdv_kernel<T, D, BQ, true> : dkdv_kernel<T, D, BQ, false>,
+             dim3(blocks, bkv), kThreads, dkdv_smem_bytes<T, D, BQ>(), stream, p);
   if (!s.ok()) return s;
-  return launch(dq_kernel<T, D>, dim3(blocks, bh), kThreads, dq_smem_bytes<T, D>(), stream, p);
+  return launch(p.full ? dq_kernel<T, D, true> : dq_kernel<T, D, false>, dim3(blocks, bh),
+                kThreads, dq_smem_bytes<T, D>(), stream, p);
 }
 
 template <typename F>
@@ -206,18 +219,20 @@ KernelStatus dispatch(DType dtype, int64_t head_dim, F&& f) {
   auto by_dim = [&](auto tag) -> KernelStatus {
     using T = decltype(tag);
     if (head_dim == 64) return f(T{}, std::integral_constant<int, 64>{});
+    if (head_dim == 96) return f(T{}, std::integral_constant<int, 96>{});
     if (head_dim == 128) return f(T{}, std::integral_constant<int, 128>{});
-    return KernelStatus::unsupported("attention cuda: head_dim must be 64 or 128");
+    return KernelStatus::unsupported("attention cuda: head_dim must be 64, 96 or 128");
   };
   if (dtype == DType::kBF16) return by_dim(__nv_bfloat16{});
   if (dtype == DType::kF16) return by_dim(__half{});
   return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
 }
 
-// The Params fields both directions share: q, k, v, geometry and scale.
+// The Params fields both directions share: q, k, v, geometry, scale and mask.
 Params common_params(const internal::Geometry& g, const void* q, const void* k, const void* v,
-                     float scale) {
+                     float scale, AttentionMask mask) {
   Params p{};
+  p.full = mask == AttentionMask::kFull ? 1 : 0;
   p.q = q;
   p.k = k;
   p.v = v;
@@ -235,15 +250,18 @@ Params common_params(const internal::Geometry& g, const void* q, const void* k, 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-KernelStatus check_cuda(const internal::Geometry& g, DType dtype,
+KernelStatus check_cuda(const internal::Geometry& g, DType dtype, AttentionMask mask,
                         std::initializer_list<const void*> ptrs) {
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
+  if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
+    return KernelStatus::invalid_argument("attention cuda: unknown mask");
+  }
   if (dtype != DType::kBF16 && dtype != DType::kF16) {
     return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
   }
-  if (g.head_dim != 64 && g.head_dim != 128 && !g.empty()) {
-    return KernelStatus::unsupported("attention cuda: head_dim must be 64 or 128");
+  if (g.head_dim != 64 && g.head_dim != 96 && g.head_dim != 128 && !g.empty()) {
+    return KernelStatus::unsupported("attention cuda: head_dim must be 64, 96 or 128");
   }
   if (g.empty()) return KernelStatus();
   if (g.seq > kMaxSeq) return KernelStatus::invalid_argument("attention cuda: seq above 2^30");
@@ -290,14 +308,14 @@ bool hopper_device() {
   return hopper;
 }
 
-KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
-                                                const void* q, const void* k, const void* v,
-                                                int64_t batch, int64_t heads, int64_t kv_heads,
-                                                int64_t seq, int64_t head_dim,
-                                                int64_t qkv_row_stride, int64_t o_row_stride,
-                                                DType dtype, float scale, cudaStream_t stream) {
+KernelStatus attention_forward_cuda_path(ForwardPath path, AttentionMask mask, void* o,
+                                         float* lse, const void* q, const void* k, const void* v,
+                                         int64_t batch, int64_t heads, int64_t kv_heads,
+                                         int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                         int64_t o_row_stride, DType dtype, float scale,
+                                         cudaStream_t stream) {
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
-  KernelStatus s = check_cuda(g, dtype, {o, lse, q, k, v});
+  KernelStatus s = check_cuda(g, dtype, mask, {o, lse, q, k, v});
   if (!s.ok()) return s;
   if (path == ForwardPath::kHopper && !hopper_device()) {
     return KernelStatus::unsupported(
@@ -311,18 +329,19 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
   if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
   }
+  const bool full = mask == AttentionMask::kFull;
   if (path == ForwardPath::kHopper) {
     if (!hopper_forward_supports(g, dtype)) {
       return KernelStatus::unsupported("attention forward: problem outside the Hopper kernel");
     }
-    return hopper_forward(o, lse, q, k, v, g, dtype, scale, stream);
+    return hopper_forward(o, lse, q, k, v, g, dtype, scale, full, stream);
   }
   if (path == ForwardPath::kAuto && hopper_device() && hopper_forward_supports(g, dtype)) {
-    s = hopper_forward(o, lse, q, k, v, g, dtype, scale, stream);
+    s = hopper_forward(o, lse, q, k, v, g, dtype, scale, full, stream);
     // kUnsupported: the driver refused the tensor maps; the portable kernel runs.
     if (s.code() != KernelStatus::Code::kUnsupported) return s;
   }
-  Params p = common_params(g, q, k, v, scale);
+  Params p = common_params(g, q, k, v, scale, mask);
   p.out = o;
   p.lse_out = lse;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
@@ -330,17 +349,37 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
   });
 }
 
+KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
+                                                const void* q, const void* k, const void* v,
+                                                int64_t batch, int64_t heads, int64_t kv_heads,
+                                                int64_t seq, int64_t head_dim,
+                                                int64_t qkv_row_stride, int64_t o_row_stride,
+                                                DType dtype, float scale, cudaStream_t stream) {
+  return attention_forward_cuda_path(path, AttentionMask::kCausal, o, lse, q, k, v, batch, heads,
+                                     kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype,
+                                     scale, stream);
+}
+
 }  // namespace internal
+
+KernelStatus attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                    const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
+                                    int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                    int64_t o_row_stride, DType dtype, float scale,
+                                    AttentionMask mask, cudaStream_t stream) {
+  return internal::attention_forward_cuda_path(internal::ForwardPath::kAuto, mask, o, lse, q, k,
+                                               v, batch, heads, kv_heads, seq, head_dim,
+                                               qkv_row_stride, o_row_stride, dtype, scale, stream);
+}
 
 KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
                                            const void* v, int64_t batch, int64_t heads,
                                            int64_t kv_heads, int64_t seq, int64_t head_dim,
                                            int64_t qkv_row_stride, int64_t o_row_stride,
                                            DType dtype, float scale, cudaStream_t stream) {
-  return internal::causal_attention_forward_cuda_path(internal::ForwardPath::kAuto, o, lse, q, k,
-                                                      v, batch, heads, kv_heads, seq, head_dim,
-                                                      qkv_row_stride, o_row_stride, dtype, scale,
-                                                      stream);
+  return attention_forward_cuda(o, lse, q, k, v, batch, heads, kv_heads, seq, head_dim,
+                                qkv_row_stride, o_row_stride, dtype, scale, AttentionMask::kCausal,
+                                stream);
 }
 
 size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq) {
@@ -350,13 +389,13 @@ size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, i
 
 namespace internal {
 
-KernelStatus causal_attention_backward_cuda_path(
-    BackwardPath path, void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
-    const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,
-    int64_t kv_heads, int64_t seq, int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride,
-    DType dtype, float scale, cudaStream_t stream) {
+KernelStatus attention_backward_cuda_path(
+    BackwardPath path, AttentionMask mask, void* dq, void* dk, void* dv, const void* d_o,
+    const void* q, const void* k, const void* v, const void* o, const float* lse, void* workspace,
+    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t head_dim,
+    int64_t qkv_row_stride, int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream) {
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
-  KernelStatus s = check_cuda(g, dtype, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
+  KernelStatus s = check_cuda(g, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
   if (!s.ok()) return s;
   if (path == BackwardPath::kHopper && !hopper_device()) {
     return KernelStatus::unsupported(
@@ -377,7 +416,7 @@ KernelStatus causal_attention_backward_cuda_path(
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }
-  Params p = common_params(g, q, k, v, scale);
+  Params p = common_params(g, q, k, v, scale, mask);
   p.o = o;
   p.d_o = d_o;
   p.dq = dq;
@@ -398,7 +437,28 @@ KernelStatus causal_attention_backward_cuda_path(
   });
 }
 
+KernelStatus causal_attention_backward_cuda_path(
+    BackwardPath path, void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
+    const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,
+    int64_t kv_heads, int64_t seq, int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride,
+    DType dtype, float scale, cudaStream_t stream) {
+  return attention_backward_cuda_path(path, AttentionMask::kCausal, dq, dk, dv, d_o, q, k, v, o,
+                                      lse, workspace, batch, heads, kv_heads, seq, head_dim,
+                                      qkv_row_stride, o_row_stride, dtype, scale, stream);
+}
+
 }  // namespace internal
+
+KernelStatus attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                                     const void* k, const void* v, const void* o, const float* lse,
+                                     void* workspace, int64_t batch, int64_t heads,
+                                     int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                     int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
+                                     float scale, AttentionMask mask, cudaStream_t stream) {
+  return internal::attention_backward_cuda_path(
+      internal::BackwardPath::kAuto, mask, dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch,
+      heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
+}
 
 KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
                                             const void* q, const void* k, const void* v,
@@ -407,9 +467,9 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
                                             int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
                                             cudaStream_t stream) {
-  return internal::causal_attention_backward_cuda_path(
-      internal::BackwardPath::kAuto, dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads,
-      kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
+  return attention_backward_cuda(dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads,
+                                 kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype,
+                                 scale, AttentionMask::kCausal, stream);
 }
 
 }  // namespace colossal::kernels::attention

@@ -1,6 +1,13 @@
-// colossal::kernels::attention — fused causal scaled-dot-product attention
-// ("FlashAttention-2": tiled online softmax, the T x T matrix never exists),
-// forward and backward, CPU reference + CUDA (tensor cores, bf16/fp16).
+// colossal::kernels::attention — fused scaled-dot-product attention with a
+// causal or a full (non-causal) mask ("FlashAttention-2": tiled online
+// softmax, the T x T matrix never exists), forward and backward, CPU reference
+// + CUDA (tensor cores, bf16/fp16).
+//
+// Masks (AttentionMask): kCausal, query t sees keys j <= t (decoders: GPT-2,
+// Llama); kFull, every query sees every key of the sequence (encoders, cross-
+// position mixing; seq_q == seq_k == seq still). The attention_* functions take
+// the mask; the causal_attention_* functions are the same calls with kCausal
+// (what existing callers use).
 //
 // Grouped-query attention (GQA): `heads` query heads share `kv_heads` key/value
 // heads (heads a multiple of kv_heads, else kInvalidArgument); query head h
@@ -24,9 +31,10 @@
 // lse is float32 [batch, heads, seq]: the natural-log logsumexp of each row of
 // scale * q k^T over its unmasked keys (what the backward uses to rebuild P).
 //
-// Forward:   o[t] = sum_{j <= t} softmax_j(scale * q[t] . k[j]) v[j]   (causal: key
-//            j is excluded for query t when j > t; seq_q == seq_k == seq; k, v
-//            of the query head's kv head)
+// Forward:   o[t] = sum_{j in keys(t)} softmax_j(scale * q[t] . k[j]) v[j], the
+//            softmax over keys(t): j <= t under kCausal (key j is excluded for
+//            query t when j > t), every 0 <= j < seq under kFull;
+//            seq_q == seq_k == seq; k, v of the query head's kv head
 // Backward:  given d_o (gradient of o), writes dq, dk, dv. dk and dv of a kv
 //            head are the sums over the heads / kv_heads query heads that share
 //            it. They are input gradients: OVERWRITTEN, never accumulated
@@ -34,16 +42,17 @@
 //            interleave with each other (one packed buffer) but must not
 //            overlap any input.
 //
-// Kernels: on a compute capability 9.0 device (H100, H200) the CUDA forward
-// and backward run Hopper kernels (warpgroup MMA from shared memory filled by
-// the tensor memory accelerator, sm_90a machine code built whatever the
-// build's architecture list); on any other device the portable
-// FlashAttention-2 kernels (mma.sync, sm_80+). The device is asked once (per
-// device) and remembered. Both forwards write o and lse to this contract, and
-// both backwards take the o and lse of either forward with the same arguments
-// and workspace. Both backwards are the same deterministic split: rowsum(dO *
-// O) into the workspace, a dK/dV kernel per (batch, kv head, key tile) and a
-// dQ kernel per (batch, query head, query tile).
+// Kernels: on a compute capability 9.0 device (H100, H200) the CUDA forward and
+// backward with head_dim 64 or 128 (either mask) run Hopper kernels (warpgroup
+// MMA from shared memory filled by the tensor memory accelerator, sm_90a
+// machine code built whatever the build's architecture list); on any other
+// device, and for head_dim 96 on every device, the portable FlashAttention-2
+// kernels (mma.sync, sm_80+). The device is asked once (per device) and
+// remembered. Both forwards write o and lse to this contract, and both
+// backwards take the o and lse of either forward with the same arguments and
+// workspace. Both backwards are the same deterministic split: rowsum(dO * O)
+// into the workspace, a dK/dV kernel per (batch, kv head, key tile) and a dQ
+// kernel per (batch, query head, query tile).
 //
 // Numerics: the CUDA path reads bf16/fp16, multiplies on tensor cores with fp32
 // accumulation, keeps softmax statistics in fp32 and rounds P (and dS) to the
@@ -71,6 +80,10 @@
 //   s = attention::causal_attention_backward_cuda(
 //       dqkv, dqkv + H * D, dqkv + (H + KV) * D, dy, qkv, qkv + H * D, qkv + (H + KV) * D,
 //       y, lse, workspace, B, H, KV, T, D, R * D, H * D, DType::kBF16, 0.125f, stream);
+//   // The same without a mask (every position attends to every position):
+//   s = attention::attention_forward_cuda(y, lse, qkv, qkv + H * D, qkv + (H + KV) * D, B, H,
+//       KV, T, D, R * D, H * D, DType::kBF16, 0.125f, attention::AttentionMask::kFull, stream);
+//   // ... and attention_backward_cuda(..., 0.125f, AttentionMask::kFull, stream) with its lse.
 // (pointer arithmetic above is in elements; the API takes void*.)
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
@@ -87,19 +100,40 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace colossal::kernels::attention {
 
+// Which keys each query attends to (see "Forward" above).
+enum class AttentionMask {
+  kCausal,  // key j for query t when j <= t
+  kFull,    // every key of the sequence (no mask but the sequence's end)
+};
+
 // ---- CPU reference and CPU backend: float32, float64, float16, bfloat16. ----
 // Any head_dim >= 1, any strides with row_stride >= heads * head_dim.
 // heads a multiple of kv_heads (kv_heads >= 1 unless heads == 0).
 
 // Writes o (and lse, unless lse is null).
+KernelStatus attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                   const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
+                                   int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                   int64_t o_row_stride, DType dtype, float scale,
+                                   AttentionMask mask);
+
+// Overwrites dq, dk, dv. The CPU path recomputes the softmax from q, k, v in
+// double: it reads neither o nor lse (they may be null).
+KernelStatus attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                                    const void* k, const void* v, const void* o, const float* lse,
+                                    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq,
+                                    int64_t head_dim, int64_t qkv_row_stride,
+                                    int64_t o_row_stride, DType dtype, float scale,
+                                    AttentionMask mask);
+
+// attention_forward_cpu with AttentionMask::kCausal.
 KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
                                           const void* v, int64_t batch, int64_t heads,
                                           int64_t kv_heads, int64_t seq, int64_t head_dim,
                                           int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
                                           float scale);
 
-// Overwrites dq, dk, dv. The CPU path recomputes the softmax from q, k, v in
-// double: it reads neither o nor lse (they may be null).
+// attention_backward_cpu with AttentionMask::kCausal.
 KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
                                            const void* q, const void* k, const void* v,
                                            const void* o, const float* lse, int64_t batch,
@@ -108,26 +142,43 @@ KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const v
                                            int64_t o_row_stride, DType dtype, float scale);
 
 #if COLOSSAL_WITH_CUDA
-// ---- CUDA: bfloat16 and float16 (others kUnsupported), head_dim 64 or 128
-// (others kUnsupported); sm_80 or newer. Every pointer 16-byte aligned and both
-// row strides multiples of 8 elements (else kInvalidArgument). seq up to 2^30.
-// Enqueued on `stream`, not synchronised; returns the launch status.
+// ---- CUDA: bfloat16 and float16 (others kUnsupported), head_dim 64, 96 or
+// 128 (others kUnsupported; 96 always runs the portable kernels); sm_80 or
+// newer. Every pointer 16-byte aligned and both row strides multiples of 8
+// elements (else kInvalidArgument). seq up to 2^30. Enqueued on `stream`, not
+// synchronised; returns the launch status.
 
 // Writes o and lse (lse is required: the backward needs it).
+KernelStatus attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                    const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
+                                    int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                    int64_t o_row_stride, DType dtype, float scale,
+                                    AttentionMask mask, cudaStream_t stream);
+
+// Bytes of device scratch the CUDA backward needs (float32 rowsum(dO * O), one
+// per query row: batch * heads * seq * 4; heads counts the query heads, so it
+// depends on neither kv_heads nor the mask).
+size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq);
+
+// Overwrites dq, dk, dv from d_o and the forward's q, k, v, o and lse (the
+// forward run with the same mask). `workspace`:
+// causal_attention_backward_workspace_bytes() of device memory, 16-byte
+// aligned, not overlapping anything else.
+KernelStatus attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                                     const void* k, const void* v, const void* o, const float* lse,
+                                     void* workspace, int64_t batch, int64_t heads,
+                                     int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                     int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
+                                     float scale, AttentionMask mask, cudaStream_t stream);
+
+// attention_forward_cuda with AttentionMask::kCausal.
 KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
                                            const void* v, int64_t batch, int64_t heads,
                                            int64_t kv_heads, int64_t seq, int64_t head_dim,
                                            int64_t qkv_row_stride, int64_t o_row_stride,
                                            DType dtype, float scale, cudaStream_t stream);
 
-// Bytes of device scratch causal_attention_backward_cuda needs (float32
-// rowsum(dO * O), one per query row: batch * heads * seq * 4; heads counts the
-// query heads, so it does not depend on kv_heads).
-size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq);
-
-// Overwrites dq, dk, dv from d_o and the forward's q, k, v, o and lse.
-// `workspace`: causal_attention_backward_workspace_bytes() of device memory,
-// 16-byte aligned, not overlapping anything else.
+// attention_backward_cuda with AttentionMask::kCausal.
 KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
                                             const void* q, const void* k, const void* v,
                                             const void* o, const float* lse, void* workspace,

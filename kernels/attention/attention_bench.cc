@@ -1,8 +1,12 @@
-// Throughput of the fused causal attention in TFLOP/s, counted as
-// FlashAttention's and tools/bench/torch_attention.py's benchmarks count it
-// (causal = half the dense matmul work):
+// Throughput of the fused attention in TFLOP/s, counted as FlashAttention's
+// and tools/bench/torch_attention.py's benchmarks count it (causal = half the
+// dense matmul work):
 //   forward:            4 * B * H * T^2 * D / 2    (Q K^T and P V; H query heads)
+//                       4 * B * H * T^2 * D        (full mask: 2x the causal FLOPs)
 //   forward + backward: 3.5 x the forward          (backward = 2.5 x: five matmuls)
+// Shapes are causal unless the label says mask=full (B4 H16 T2048 D128 under
+// the full mask); the D96 row runs the portable kernels on every device (the
+// Hopper kernels take head_dim 64 and 128: path=hopper reports an error there).
 // Inputs are read straight from a packed qkv [B, T, (H + 2 KV) D] (GPT-2's
 // c_attn output [B, T, 3C] when KV = H; Llama's fused q|k|v with grouped-query
 // heads when KV < H) and O / dO are [B, T, H D]; times are CUDA events around
@@ -36,28 +40,37 @@ namespace {
 
 struct Shape {
   int64_t B, H, KV, T, D;  // H query heads over KV key/value heads
+  AttentionMask mask = AttentionMask::kCausal;
   int64_t qkv_width() const { return (H + 2 * KV) * D; }
 };
 
 // GPT-2 124M at 1k context (issue #6), a 2k context, head_dim 128; grouped-query
 // heads: Llama-3.2-1B's attention (32 query heads, 8 kv heads, D 64) at 2k, and
 // the same heads at D 128; then D 128 with those heads at long contexts (issue
-// #20's FlashAttention-3 range), 16k tokens a batch.
-constexpr Shape kShapes[] = {{16, 12, 12, 1024, 64}, {8, 12, 12, 2048, 64},
-                             {4, 16, 16, 2048, 128}, {4, 32, 8, 2048, 64},
-                             {4, 32, 8, 2048, 128},  {4, 32, 8, 4096, 128},
-                             {2, 32, 8, 8192, 128},  {1, 32, 8, 16384, 128}};
+// #20's FlashAttention-3 range), 16k tokens a batch; then the full mask at
+// B4 H16 T2048 D128 and head_dim 96 (causal) at the same size.
+constexpr Shape kShapes[] = {{16, 12, 12, 1024, 64},
+                             {8, 12, 12, 2048, 64},
+                             {4, 16, 16, 2048, 128},
+                             {4, 32, 8, 2048, 64},
+                             {4, 32, 8, 2048, 128},
+                             {4, 32, 8, 4096, 128},
+                             {2, 32, 8, 8192, 128},
+                             {1, 32, 8, 16384, 128},
+                             {4, 16, 16, 2048, 128, AttentionMask::kFull},
+                             {4, 16, 16, 2048, 96}};
 constexpr int kNumShapes = sizeof(kShapes) / sizeof(kShapes[0]);
 constexpr DType kTypes[] = {DType::kBF16, DType::kF16};
 
 double forward_flops(const Shape& s) {
-  return 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2.0;
+  const double dense = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D;
+  return s.mask == AttentionMask::kFull ? dense : dense / 2.0;
 }
 
 std::string label(const char* op, DType dtype, const Shape& s) {
   return std::string(op) + " " + dtype_name(dtype) + " B=" + std::to_string(s.B) +
          " H=" + std::to_string(s.H) + " KV=" + std::to_string(s.KV) + " T=" + std::to_string(s.T) +
-         " D=" + std::to_string(s.D);
+         " D=" + std::to_string(s.D) + (s.mask == AttentionMask::kFull ? " mask=full" : "");
 }
 
 // CPU reference at a small size (it is the test oracle, not a fast path).
@@ -134,13 +147,13 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
       cudaMalloc(&ws, ws_bytes) == cudaSuccess && fill_device(qkv, dtype, qkv_n, 1) &&
       fill_device(d_o, dtype, o_n, 2);
   auto forward = [&]() {
-    return internal::causal_attention_forward_cuda_path(path, o, lse, qkv, qkv + C * es,
-                                                        qkv + (C + CKV) * es, s.B, s.H, s.KV,
-                                                        s.T, s.D, W, C, dtype, scale, nullptr);
+    return internal::attention_forward_cuda_path(path, s.mask, o, lse, qkv, qkv + C * es,
+                                                 qkv + (C + CKV) * es, s.B, s.H, s.KV, s.T, s.D,
+                                                 W, C, dtype, scale, nullptr);
   };
   auto backward_call = [&]() {
-    return internal::causal_attention_backward_cuda_path(
-        bwd_path, dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv, qkv + C * es,
+    return internal::attention_backward_cuda_path(
+        bwd_path, s.mask, dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv, qkv + C * es,
         qkv + (C + CKV) * es, o, lse, ws, s.B, s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
   KernelStatus first = ok ? forward() : KernelStatus();

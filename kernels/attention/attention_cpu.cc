@@ -1,4 +1,5 @@
-// CPU reference and backend for fused causal attention: one (batch, head) at a
+// CPU reference and backend for fused attention (causal or full mask): one
+// (batch, head) at a
 // time, every row of scores computed in double and never stored as a T x T
 // matrix; outputs rounded once to the tensor type. With grouped-query heads the
 // backward takes one (batch, kv head) at a time and sums dk, dv over the
@@ -58,28 +59,32 @@ void scatter(T* p, const std::vector<double>& in, const Geometry& g, int64_t row
   }
 }
 
-// Row t of the causal softmax: p[j] for j <= t, and its natural-log logsumexp.
+// The keys query t sees: 0 .. keys_of(t) - 1.
+int64_t keys_of(int64_t t, int64_t seq, bool causal) { return causal ? t + 1 : seq; }
+
+// Row t of the softmax: p[j] for j < n (n = keys_of(t)), and its natural-log
+// logsumexp.
 double softmax_row(std::vector<double>& p, const std::vector<double>& q,
-                   const std::vector<double>& k, int64_t t, int64_t d, double scale) {
+                   const std::vector<double>& k, int64_t t, int64_t n, int64_t d, double scale) {
   double m = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j <= t; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     double s = 0;
     for (int64_t c = 0; c < d; ++c) s += q[t * d + c] * k[j * d + c];
     p[j] = scale * s;
     m = std::max(m, p[j]);
   }
   double sum = 0;
-  for (int64_t j = 0; j <= t; ++j) {
+  for (int64_t j = 0; j < n; ++j) {
     p[j] = std::exp(p[j] - m);
     sum += p[j];
   }
-  for (int64_t j = 0; j <= t; ++j) p[j] /= sum;
+  for (int64_t j = 0; j < n; ++j) p[j] /= sum;
   return m + std::log(sum);
 }
 
 template <typename T>
 void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const Geometry& g,
-                   double scale) {
+                   double scale, bool causal) {
   const int64_t d = g.head_dim, T_ = g.seq;
   std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -90,11 +95,12 @@ void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const G
       }
       gather(qh, q, g, g.qkv_row_stride, b, h);
       for (int64_t t = 0; t < T_; ++t) {
-        const double l = softmax_row(p, qh, kh, t, d, scale);
+        const int64_t n = keys_of(t, T_, causal);
+        const double l = softmax_row(p, qh, kh, t, n, d, scale);
         if (lse != nullptr) lse[(b * g.heads + h) * T_ + t] = static_cast<float>(l);
         for (int64_t c = 0; c < d; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
+          for (int64_t j = 0; j < n; ++j) acc += p[j] * vh[j * d + c];
           oh[t * d + c] = acc;
         }
       }
@@ -108,28 +114,29 @@ void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const G
 void backward_head(std::vector<double>& dqh, std::vector<double>& dkh, std::vector<double>& dvh,
                    const std::vector<double>& qh, const std::vector<double>& kh,
                    const std::vector<double>& vh, const std::vector<double>& gh, int64_t seq,
-                   int64_t d, double scale) {
+                   int64_t d, double scale, bool causal) {
   std::vector<double> p(static_cast<size_t>(seq)), ds(static_cast<size_t>(seq));
   for (int64_t t = 0; t < seq; ++t) {
-    (void)softmax_row(p, qh, kh, t, d, scale);
+    const int64_t n = keys_of(t, seq, causal);
+    (void)softmax_row(p, qh, kh, t, n, d, scale);
     // D_t = dO_t . O_t with O_t recomputed in double.
     double delta = 0;
     for (int64_t c = 0; c < d; ++c) {
       double acc = 0;
-      for (int64_t j = 0; j <= t; ++j) acc += p[j] * vh[j * d + c];
+      for (int64_t j = 0; j < n; ++j) acc += p[j] * vh[j * d + c];
       delta += gh[t * d + c] * acc;
     }
-    for (int64_t j = 0; j <= t; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       double dp = 0;
       for (int64_t c = 0; c < d; ++c) dp += gh[t * d + c] * vh[j * d + c];
       ds[j] = p[j] * (dp - delta);
     }
     for (int64_t c = 0; c < d; ++c) {
       double acc = 0;
-      for (int64_t j = 0; j <= t; ++j) acc += ds[j] * kh[j * d + c];
+      for (int64_t j = 0; j < n; ++j) acc += ds[j] * kh[j * d + c];
       dqh[t * d + c] = scale * acc;
     }
-    for (int64_t j = 0; j <= t; ++j) {
+    for (int64_t j = 0; j < n; ++j) {
       for (int64_t c = 0; c < d; ++c) {
         dkh[j * d + c] += scale * ds[j] * qh[t * d + c];
         dvh[j * d + c] += p[j] * gh[t * d + c];
@@ -140,7 +147,7 @@ void backward_head(std::vector<double>& dqh, std::vector<double>& dkh, std::vect
 
 template <typename T>
 void backward_typed(T* dq, T* dk, T* dv, const T* d_o, const T* q, const T* k, const T* v,
-                    const Geometry& g, double scale) {
+                    const Geometry& g, double scale, bool causal) {
   const size_t n = static_cast<size_t>(g.seq * g.head_dim);
   std::vector<double> qh, kh, vh, gh, dqh(n), dkh(n), dvh(n);
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -153,7 +160,7 @@ void backward_typed(T* dq, T* dk, T* dv, const T* d_o, const T* q, const T* k, c
       for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
         gather(qh, q, g, g.qkv_row_stride, b, h);
         gather(gh, d_o, g, g.o_row_stride, b, h);
-        backward_head(dqh, dkh, dvh, qh, kh, vh, gh, g.seq, g.head_dim, scale);
+        backward_head(dqh, dkh, dvh, qh, kh, vh, gh, g.seq, g.head_dim, scale, causal);
         scatter(dq, dqh, g, g.qkv_row_stride, b, h);
       }
       scatter(dk, dkh, g, g.qkv_row_stride, b, kvh);
@@ -169,14 +176,17 @@ bool cpu_dtype(DType dtype) {
 
 }  // namespace
 
-KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
-                                          const void* v, int64_t batch, int64_t heads,
-                                          int64_t kv_heads, int64_t seq, int64_t head_dim,
-                                          int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
-                                          float scale) {
+KernelStatus attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                   const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
+                                   int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                   int64_t o_row_stride, DType dtype, float scale,
+                                   AttentionMask mask) {
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
+  if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
+    return KernelStatus::invalid_argument("attention cpu: unknown mask");
+  }
   if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
   if (g.empty()) return KernelStatus();
   if (internal::any_null({o, q, k, v})) {
@@ -194,22 +204,26 @@ KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, co
   return dispatch_cpu_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     forward_typed(static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
-                  static_cast<const T*>(v), g, static_cast<double>(scale));
+                  static_cast<const T*>(v), g, static_cast<double>(scale),
+                  mask == AttentionMask::kCausal);
     return KernelStatus();
   });
 }
 
-KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
-                                           const void* q, const void* k, const void* v,
-                                           const void* o, const float* lse, int64_t batch,
-                                           int64_t heads, int64_t kv_heads, int64_t seq,
-                                           int64_t head_dim, int64_t qkv_row_stride,
-                                           int64_t o_row_stride, DType dtype, float scale) {
+KernelStatus attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                                    const void* k, const void* v, const void* o, const float* lse,
+                                    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq,
+                                    int64_t head_dim, int64_t qkv_row_stride,
+                                    int64_t o_row_stride, DType dtype, float scale,
+                                    AttentionMask mask) {
   (void)o;
   (void)lse;
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
+  if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
+    return KernelStatus::invalid_argument("attention cpu: unknown mask");
+  }
   if (!cpu_dtype(dtype)) return KernelStatus::unsupported("attention cpu: dtype must be floating");
   if (g.empty()) return KernelStatus();
   if (internal::any_null({dq, dk, dv, d_o, q, k, v})) {
@@ -226,9 +240,30 @@ KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const v
     using T = decltype(tag);
     backward_typed(static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
                    static_cast<const T*>(d_o), static_cast<const T*>(q), static_cast<const T*>(k),
-                   static_cast<const T*>(v), g, static_cast<double>(scale));
+                   static_cast<const T*>(v), g, static_cast<double>(scale),
+                  mask == AttentionMask::kCausal);
     return KernelStatus();
   });
+}
+
+KernelStatus causal_attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                          const void* v, int64_t batch, int64_t heads,
+                                          int64_t kv_heads, int64_t seq, int64_t head_dim,
+                                          int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
+                                          float scale) {
+  return attention_forward_cpu(o, lse, q, k, v, batch, heads, kv_heads, seq, head_dim,
+                               qkv_row_stride, o_row_stride, dtype, scale, AttentionMask::kCausal);
+}
+
+KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
+                                           const void* q, const void* k, const void* v,
+                                           const void* o, const float* lse, int64_t batch,
+                                           int64_t heads, int64_t kv_heads, int64_t seq,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale) {
+  return attention_backward_cpu(dq, dk, dv, d_o, q, k, v, o, lse, batch, heads, kv_heads, seq,
+                                head_dim, qkv_row_stride, o_row_stride, dtype, scale,
+                                AttentionMask::kCausal);
 }
 
 }  // namespace colossal::kernels::attention

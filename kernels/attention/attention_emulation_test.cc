@@ -269,7 +269,8 @@ void run_grid(K kernel, unsigned gx, unsigned gy, const Params& p) {
 template <typename T, int D>
 void emulate_forward(const Params& p) {
   static_assert(forward_smem_bytes<T, D>() <= static_cast<int>(sizeof(smem_raw)));
-  run_grid(forward_kernel<T, D>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+  run_grid(p.full ? forward_kernel<T, D, true> : forward_kernel<T, D, false>,
+           (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
 }
 
 template <typename T, int D>
@@ -284,8 +285,10 @@ void emulate_backward(const Params& p) {
     threadIdx.x = static_cast<unsigned>(i % 256);
     delta_kernel<T, D>(p);
   }
-  run_grid(dkdv_kernel<T, D, BQ>, (p.seq + kBlock - 1) / kBlock, p.batch * p.kv_heads, p);
-  run_grid(dq_kernel<T, D>, (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+  run_grid(p.full ? dkdv_kernel<T, D, BQ, true> : dkdv_kernel<T, D, BQ, false>,
+           (p.seq + kBlock - 1) / kBlock, p.batch * p.kv_heads, p);
+  run_grid(p.full ? dq_kernel<T, D, true> : dq_kernel<T, D, false>, (p.seq + kBlock - 1) / kBlock,
+           p.batch * p.heads, p);
 }
 
 // |got - want| <= tol * (|want| + max |want|) over columns [col0, col0 + width)
@@ -312,13 +315,16 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
 
 // NH query heads over KV kv heads, packed [B, T, (NH + 2 KV) D + pad]: q at
 // column 0, k at C = NH * D, v at C + KV * D.
+// mask: causal (what the tests below default to) or full.
 template <typename T, typename H>
-void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, uint32_t seed) {
+void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, uint32_t seed,
+           AttentionMask mask = AttentionMask::kCausal) {
   constexpr DType dtype = std::is_same_v<H, BFloat16> ? DType::kBF16 : DType::kF16;
   const std::string what = std::string(dtype_name(dtype)) + " B=" + std::to_string(B) +
                            " H=" + std::to_string(NH) + " KV=" + std::to_string(KV) +
                            " T=" + std::to_string(seq) + " D=" + std::to_string(D) +
                            " pad=" + std::to_string(pad) +
+                           (mask == AttentionMask::kFull ? " full" : " causal") +
                            (g_defer_copies ? " deferred copies" : " eager copies");
   SCOPED_TRACE(what);
   const int64_t C = NH * D, CKV = KV * D, W = C + 2 * CKV, qs = W + pad, os = C + pad;
@@ -340,14 +346,14 @@ void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, u
   std::vector<float> lse(rows, NAN), delta(rows, NAN), lse_ref(rows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<double> o_ref(on), dqkv_ref(qn);
-  ASSERT_TRUE(causal_attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(),
-                                           qkv_d.data() + C, qkv_d.data() + C + CKV, B, NH, KV,
-                                           seq, D, qs, os, DType::kF64, scale)
+  ASSERT_TRUE(attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(), qkv_d.data() + C,
+                                    qkv_d.data() + C + CKV, B, NH, KV, seq, D, qs, os,
+                                    DType::kF64, scale, mask)
                   .ok());
-  ASSERT_TRUE(causal_attention_backward_cpu(dqkv_ref.data(), dqkv_ref.data() + C,
-                                            dqkv_ref.data() + C + CKV, do_d.data(), qkv_d.data(),
-                                            qkv_d.data() + C, qkv_d.data() + C + CKV, nullptr,
-                                            nullptr, B, NH, KV, seq, D, qs, os, DType::kF64, scale)
+  ASSERT_TRUE(attention_backward_cpu(dqkv_ref.data(), dqkv_ref.data() + C,
+                                     dqkv_ref.data() + C + CKV, do_d.data(), qkv_d.data(),
+                                     qkv_d.data() + C, qkv_d.data() + C + CKV, nullptr, nullptr, B,
+                                     NH, KV, seq, D, qs, os, DType::kF64, scale, mask)
                   .ok());
   Params p{};
   p.q = qkv.data();
@@ -371,9 +377,13 @@ void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, u
   p.group = static_cast<int>(NH / KV);
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
+  p.full = mask == AttentionMask::kFull ? 1 : 0;
   if (D == 64) {
     emulate_forward<T, 64>(p);
     emulate_backward<T, 64>(p);
+  } else if (D == 96) {
+    emulate_forward<T, 96>(p);
+    emulate_backward<T, 96>(p);
   } else {
     emulate_forward<T, 128>(p);
     emulate_backward<T, 128>(p);
@@ -420,6 +430,40 @@ TEST(AttentionEmulationTest, GroupedQueryKernelsMatchFloat64Reference) {
     check<__half, Half>(2, 3, 1, 70, 8, 64, 12);              // multi-query, group 3
     check<__nv_bfloat16, BFloat16>(1, 4, 1, 67, 8, 128, 13);  // group 4, BQ 32
     check<__half, Half>(1, 6, 3, 33, 0, 128, 14);             // one key block
+  }
+  g_defer_copies = false;
+}
+
+// The full (non-causal) mask: every query block visits every key block and the
+// last key block masks only keys at or past seq; the dK/dV kernel visits every
+// query block. Tails inside the first block (17, 33), across blocks (81, 129,
+// 100), whole blocks (128), one row; grouped heads (the dK/dV pipeline crossing
+// query heads from query block 0 each time).
+TEST(AttentionEmulationTest, FullMaskKernelsMatchFloat64Reference) {
+  constexpr AttentionMask kFull = AttentionMask::kFull;
+  for (bool defer : {false, true}) {
+    g_defer_copies = defer;
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 1, 0, 64, 21, kFull);
+    check<__nv_bfloat16, BFloat16>(2, 2, 2, 17, 0, 64, 22, kFull);
+    check<__half, Half>(1, 2, 2, 129, 8, 64, 23, kFull);
+    check<__nv_bfloat16, BFloat16>(1, 1, 1, 128, 0, 64, 24, kFull);
+    check<__half, Half>(1, 4, 2, 81, 8, 128, 25, kFull);
+    check<__nv_bfloat16, BFloat16>(1, 3, 1, 100, 0, 128, 26, kFull);
+  }
+  g_defer_copies = false;
+}
+
+// head_dim 96 (six k16 steps, a 104-element shared row pitch, 32-query dK/dV
+// steps), both masks, multi-head and grouped.
+TEST(AttentionEmulationTest, HeadDim96KernelsMatchFloat64Reference) {
+  for (bool defer : {false, true}) {
+    g_defer_copies = defer;
+    for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+      check<__nv_bfloat16, BFloat16>(1, 1, 1, 1, 0, 96, 31, mask);
+      check<__half, Half>(2, 2, 2, 33, 8, 96, 32, mask);
+      check<__nv_bfloat16, BFloat16>(1, 4, 2, 129, 0, 96, 33, mask);
+      check<__half, Half>(1, 3, 1, 64, 8, 96, 34, mask);
+    }
   }
   g_defer_copies = false;
 }

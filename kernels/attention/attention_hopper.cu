@@ -1,4 +1,4 @@
-// CUDA fused causal attention, forward, for Hopper (compute capability 9.0,
+// CUDA fused attention (causal or full mask), forward, for Hopper (compute capability 9.0,
 // built for sm_90a only): the FlashAttention-2 algorithm of attention.cu on
 // Hopper's warpgroup tensor-core instructions (wgmma) fed by the tensor memory
 // accelerator (TMA), FlashAttention-3's structure without its ping-pong and
@@ -41,9 +41,13 @@
 // Tails: the tensor maps are 4-D {head_dim, seq, heads, batch} over the
 // strided rows, so a tile that runs past seq reads zeros (TMA's out-of-bounds
 // fill) and never the next batch's rows; rows past seq are never written.
-// Only the diagonal tile holds masked keys (a key past seq is after every
-// valid query), and every valid row sees its own key there, so the row max is
-// finite after the first tile.
+// Causal: only the diagonal tile holds masked keys (a key past seq is after
+// every valid query), and every valid row sees its own key there, so the row
+// max is finite after the first tile.
+// Full mask (Params::full): the CTA visits every key tile, the sequence's last
+// one first; that tile is the only one with masked keys, those at or past seq
+// (zero-filled: their score 0 would otherwise enter the softmax), and its
+// first key is below seq, so again the row max is finite after the first tile.
 #include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -101,6 +105,7 @@ struct Params {
   int seq, heads, group;
   int bh;        // batch * heads
   int q_blocks;  // ceil(seq / kBlockM)
+  int full;      // 1: no causal mask (every key tile; keys past seq masked)
   float scale_log2;
 };
 
@@ -187,7 +192,8 @@ struct Consumer {
   }
 
   // Key tile j, the it-th consumed (stage it % kStages). kDiag: the diagonal
-  // tile (always the first, it == 0), the only one with masked keys.
+  // tile (causal) or the sequence's last tile (full), always the first
+  // (it == 0), the only one with masked keys.
   template <bool kDiag>
   __device__ __forceinline__ void tile(int it, int j) {
     const int s = it % kStages;
@@ -213,15 +219,18 @@ struct Consumer {
     __syncwarp();
     if (lane == 0) mbar_arrive(sh.bar(kBarKEmpty + s));  // this warp is done reading K
 
-    // Scores into log2 units; on the diagonal tile mask keys after the query
-    // (which covers keys at or past seq for every valid row).
+    // Scores into log2 units; on the first tile mask keys after the limit:
+    // the query (causal; covers keys at or past seq for every valid row) or
+    // seq - 1 (full).
     const int key0 = j * kBlockN + 2 * t;
+    int limit[2] = {row_base, row_base + 8};
+    if (kDiag && p.full) limit[0] = limit[1] = p.seq - 1;
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         float x = sc[4 * c + i] * p.scale_log2;
-        if (kDiag && key0 + 8 * c + (i & 1) > row_base + 8 * (i >> 1)) x = -INFINITY;
+        if (kDiag && key0 + 8 * c + (i & 1) > limit[i >> 1]) x = -INFINITY;
         sc[4 * c + i] = x;
       }
     }
@@ -308,8 +317,8 @@ struct Consumer {
   }
 };
 
-// The consumers' order: the diagonal tile n_kb - 1 first (masked), then
-// n_kb - 2 .. 0 (the producer loads in the same order).
+// The consumers' order: the diagonal (causal) or last (full) tile n_kb - 1
+// first (masked), then n_kb - 2 .. 0 (the producer loads in the same order).
 template <typename T, int D>
 __device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, int wg, int q0, int b,
                                         int h, int n_kb) {
@@ -335,7 +344,9 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUt
   const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
   const int b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kBlockM;
-  const int n_kb = qb + 1;  // key tiles 0 .. qb (kBlockN == kBlockM: tile qb is the diagonal)
+  // Causal: key tiles 0 .. qb (kBlockN == kBlockM: tile qb is the diagonal);
+  // full: every key tile.
+  const int n_kb = p.full ? p.q_blocks : qb + 1;
   static_assert(kBlockN == kBlockM, "the diagonal must be exactly one key tile");
 
   if (threadIdx.x == 0) {
@@ -379,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int D>
 KernelStatus launch(void* o, float* lse, const void* q, const void* k, const void* v,
-                    const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+                    const Geometry& g, DType dtype, float scale, bool full, cudaStream_t stream) {
   static_assert(kBlockM == kBlockN, "make_map uses one box for Q, K and V");
   CUtensorMap maps[3];
   KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kBlockM);
@@ -395,6 +406,7 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
   p.group = static_cast<int>(g.group());
   p.bh = static_cast<int>(g.batch * g.heads);
   p.q_blocks = static_cast<int>((g.seq + kBlockM - 1) / kBlockM);
+  p.full = full ? 1 : 0;
   p.scale_log2 = scale * kLog2e;
   constexpr int smem = Tiles<D>::kAlloc;
   auto kernel = hopper_forward_kernel<T, D>;
@@ -419,17 +431,18 @@ bool hopper_forward_supports(const Geometry& g, DType dtype) {
 }
 
 KernelStatus hopper_forward(void* o, float* lse, const void* q, const void* k, const void* v,
-                            const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+                            const Geometry& g, DType dtype, float scale, bool full,
+                            cudaStream_t stream) {
   if (!hopper_forward_supports(g, dtype)) {
     return KernelStatus::unsupported("attention hopper: problem outside the Hopper kernel");
   }
   const bool bf16 = dtype == DType::kBF16;
   if (g.head_dim == 64) {
-    return bf16 ? launch<__nv_bfloat16, 64>(o, lse, q, k, v, g, dtype, scale, stream)
-                : launch<__half, 64>(o, lse, q, k, v, g, dtype, scale, stream);
+    return bf16 ? launch<__nv_bfloat16, 64>(o, lse, q, k, v, g, dtype, scale, full, stream)
+                : launch<__half, 64>(o, lse, q, k, v, g, dtype, scale, full, stream);
   }
-  return bf16 ? launch<__nv_bfloat16, 128>(o, lse, q, k, v, g, dtype, scale, stream)
-              : launch<__half, 128>(o, lse, q, k, v, g, dtype, scale, stream);
+  return bf16 ? launch<__nv_bfloat16, 128>(o, lse, q, k, v, g, dtype, scale, full, stream)
+              : launch<__half, 128>(o, lse, q, k, v, g, dtype, scale, full, stream);
 }
 
 }  // namespace colossal::kernels::attention::internal

@@ -1,4 +1,4 @@
-// CUDA fused causal attention, backward, for Hopper (compute capability 9.0,
+// CUDA fused attention (causal or full mask), backward, for Hopper (compute capability 9.0,
 // built for sm_90a only): the portable backward's deterministic two-kernel
 // split (attention.cu: delta, dK/dV per key tile, dQ per query tile; no
 // atomics) on wgmma fed by TMA, warp-specialized like attention_hopper.cu's
@@ -50,6 +50,12 @@
 // lse = +inf (dkdv) or their rows are never written (dq); keys past seq only
 // meet queries before them (masked) or affect their own dK/dV rows, which are
 // never written.
+//
+// Full mask (Params::full): dkdv visits every query step from 0 and masks
+// nothing (queries past seq have P = 0 through lse = +inf; keys past seq only
+// reach their own, unwritten, dK/dV rows); dq visits every key tile holding a
+// key below seq and, on the last one, masks keys at or past seq (their K rows
+// are zeros, so dS K would add nothing, but P is kept exactly 0 there).
 #include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -104,6 +110,7 @@ struct Params {
   int q_steps;    // dkdv: ceil(seq / kQStep)
   int q_blocks;   // dq: ceil(seq / kDqBlock)
   int k_steps;    // dq: ceil(seq / kKStep)
+  int full;       // 1: no causal mask
   float scale;       // softmax scale (dK and dQ are multiplied by it at the end)
   float scale_log2;  // scale * log2(e)
 };
@@ -273,7 +280,7 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       // before the warpgroup's last key) and dS^T = P^T (dP^T - delta), both
       // packed into register-A fragments: register j = pack(x[2j], x[2j+1]).
       const int q0 = i * kQStep;
-      const bool mask = q0 < key_last;
+      const bool mask = !p.full && q0 < key_last;
       uint32_t pa[16], da[16];
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
@@ -344,7 +351,8 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   const int kb = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bkv));  // low tiles first
   const int b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
   const int kv0 = kb * kKvBlock;
-  const int i0 = kv0 / kQStep;  // the first step holding a query at or after kv0
+  // Causal: the first step holding a query at or after kv0; full: every step.
+  const int i0 = p.full ? 0 : kv0 / kQStep;
   static_assert(kKvBlock % kQStep == 0, "key tiles start on a query step");
 
   if (threadIdx.x == 0) {
@@ -430,6 +438,9 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
 #pragma unroll
   for (int e = 0; e < D / 2; ++e) dq[e] = 0.0f;
   const int first_row = q0 + 64 * wg;
+  // The last key each of this thread's rows sees: the row (causal) or seq - 1.
+  int limit[2] = {row_base, row_base + 8};
+  if (p.full) limit[0] = limit[1] = p.seq - 1;
 
   mbar_wait(sh.bar(kDqBarQ), 0);
   for (int it = 0; it < n_kt; ++it) {
@@ -459,9 +470,10 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
     fence_regs(sc);
     fence_regs(dp);
 
-    // dS = P (dP - delta); P = 0 past the diagonal (tiles whose last key is
-    // after the warpgroup's first query), which also covers keys past seq.
-    const bool mask = (j + 1) * kKStep - 1 > first_row;
+    // dS = P (dP - delta); P = 0 past the diagonal (causal: tiles whose last
+    // key is after the warpgroup's first query), which also covers keys past
+    // seq; full: past seq (only the last tile can hold such keys).
+    const bool mask = p.full ? (j + 1) * kKStep > p.seq : (j + 1) * kKStep - 1 > first_row;
     const int key0 = j * kKStep + 2 * t;
     uint32_t da[16];
 #pragma unroll
@@ -470,7 +482,7 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
       for (int i = 0; i < 4; ++i) {
         const int e = 4 * c + i, r = i >> 1;
         float pv = fast_exp2(sc[e] * p.scale_log2 - lse2[r]);
-        if (mask && key0 + 8 * c + (i & 1) > row_base + 8 * r) pv = 0.0f;
+        if (mask && key0 + 8 * c + (i & 1) > limit[r]) pv = 0.0f;
         dp[e] = pv * (dp[e] - dl[r]);
       }
     }
@@ -513,9 +525,9 @@ __device__ __forceinline__ void dq_body(const CUtensorMap* q_map, const CUtensor
   const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
   const int b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kDqBlock;
-  // Key tiles 0 .. the last one holding a key <= the CTA's last query, and
-  // none wholly past seq.
-  const int n_kt = min((q0 + kDqBlock) / kKStep, p.k_steps);
+  // Key tiles 0 .. the last one holding a key <= the CTA's last query (full:
+  // every one), and none wholly past seq.
+  const int n_kt = p.full ? p.k_steps : min((q0 + kDqBlock) / kKStep, p.k_steps);
   static_assert(kDqBlock % kKStep == 0, "query tiles end on a key tile");
 
   if (threadIdx.x == 0) {
@@ -572,7 +584,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 template <typename T, int D>
 KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
                     const void* v, const float* lse, const float* delta, const Geometry& g,
-                    DType dtype, float scale, cudaStream_t stream) {
+                    DType dtype, float scale, bool full, cudaStream_t stream) {
   Params p{};
   p.dq = dq;
   p.dk = dk;
@@ -589,6 +601,7 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   p.q_steps = static_cast<int>(ceil_div(g.seq, kQStep));
   p.q_blocks = static_cast<int>(ceil_div(g.seq, kDqBlock));
   p.k_steps = static_cast<int>(ceil_div(g.seq, kKStep));
+  p.full = full ? 1 : 0;
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
 
@@ -648,20 +661,22 @@ bool hopper_backward_supports(const Geometry& g, DType dtype) {
 
 KernelStatus hopper_backward(void* dq, void* dk, void* dv, const void* d_o, const void* q,
                              const void* k, const void* v, const float* lse, const float* delta,
-                             const Geometry& g, DType dtype, float scale, cudaStream_t stream) {
+                             const Geometry& g, DType dtype, float scale, bool full,
+                             cudaStream_t stream) {
   if (!hopper_backward_supports(g, dtype)) {
     return KernelStatus::unsupported("attention hopper: problem outside the Hopper backward");
   }
   const bool bf16 = dtype == DType::kBF16;
   if (g.head_dim == 64) {
     return bf16 ? launch<__nv_bfloat16, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                            stream)
+                                            full, stream)
                 : launch<__half, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                     stream);
+                                     full, stream);
   }
   return bf16 ? launch<__nv_bfloat16, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                           stream)
-              : launch<__half, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale, stream);
+                                           full, stream)
+              : launch<__half, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale, full,
+                                    stream);
 }
 
 }  // namespace colossal::kernels::attention::internal

@@ -16,6 +16,10 @@
 typedef struct CUstream_st* cudaStream_t;
 #endif
 
+namespace colossal::kernels::attention {
+enum class AttentionMask;  // attention.h
+}  // namespace colossal::kernels::attention
+
 namespace colossal::kernels::attention::internal {
 
 // heads query heads share kv_heads key/value heads: query head h reads kv head
@@ -110,14 +114,14 @@ inline bool any_null(std::initializer_list<const void*> ptrs) {
 }
 
 #if COLOSSAL_WITH_CUDA
-// Which kernel runs causal_attention_forward_cuda's work:
+// Which kernel runs attention_forward_cuda's work (either mask):
 //   kAuto      the Hopper kernel (attention_hopper.cu: wgmma + TMA) when the
 //              current device has compute capability 9.0 and
-//              hopper_forward_supports() the problem, else the portable one;
-//              what causal_attention_forward_cuda does.
+//              hopper_forward_supports() the problem (head_dim 64 or 128),
+//              else the portable one; what attention_forward_cuda does.
 //   kPortable  the portable FlashAttention-2 kernel (mma.sync, sm_80+).
 //   kHopper    the Hopper kernel, or kUnsupported where it cannot run (another
-//              device, or a problem it does not take).
+//              device, or a problem it does not take: head_dim 96).
 // Both kernels write o and lse to the same contract (attention.h), so either
 // forward feeds the one backward.
 enum class ForwardPath { kAuto, kPortable, kHopper };
@@ -127,8 +131,16 @@ enum class ForwardPath { kAuto, kPortable, kHopper };
 // device, then cached.
 bool hopper_device();
 
-// causal_attention_forward_cuda through `path`: the same arguments, checks and
+// attention_forward_cuda through `path`: the same arguments, checks and
 // results.
+KernelStatus attention_forward_cuda_path(ForwardPath path, AttentionMask mask, void* o,
+                                         float* lse, const void* q, const void* k, const void* v,
+                                         int64_t batch, int64_t heads, int64_t kv_heads,
+                                         int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                         int64_t o_row_stride, DType dtype, float scale,
+                                         cudaStream_t stream);
+
+// attention_forward_cuda_path with AttentionMask::kCausal.
 KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
                                                 const void* q, const void* k, const void* v,
                                                 int64_t batch, int64_t heads, int64_t kv_heads,
@@ -136,20 +148,27 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
                                                 int64_t qkv_row_stride, int64_t o_row_stride,
                                                 DType dtype, float scale, cudaStream_t stream);
 
-// Which kernels run causal_attention_backward_cuda's work (the delta kernel,
-// rowsum(dO * O), is the same for both):
+// Which kernels run attention_backward_cuda's work (the delta kernel,
+// rowsum(dO * O), is the same for both; either mask):
 //   kAuto      the Hopper dK/dV and dQ kernels (attention_hopper_backward.cu:
 //              wgmma + TMA) when the current device has compute capability
-//              9.0 and hopper_backward_supports() the problem, else the
-//              portable ones; what causal_attention_backward_cuda does.
+//              9.0 and hopper_backward_supports() the problem (head_dim 64 or
+//              128), else the portable ones; what attention_backward_cuda does.
 //   kPortable  the portable dK/dV and dQ kernels (mma.sync, sm_80+).
 //   kHopper    the Hopper kernels, or kUnsupported where they cannot run.
 // Both are deterministic, overwrite dq, dk, dv and take the lse of either
 // forward path.
 enum class BackwardPath { kAuto, kPortable, kHopper };
 
-// causal_attention_backward_cuda through `path`: the same arguments, checks
-// and results.
+// attention_backward_cuda through `path`: the same arguments, checks and
+// results.
+KernelStatus attention_backward_cuda_path(
+    BackwardPath path, AttentionMask mask, void* dq, void* dk, void* dv, const void* d_o,
+    const void* q, const void* k, const void* v, const void* o, const float* lse, void* workspace,
+    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t head_dim,
+    int64_t qkv_row_stride, int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream);
+
+// attention_backward_cuda_path with AttentionMask::kCausal.
 KernelStatus causal_attention_backward_cuda_path(
     BackwardPath path, void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
     const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,

@@ -1,4 +1,5 @@
-// Private to kernels/attention: the device code of the fused causal attention
+// Private to kernels/attention: the device code of the fused attention (causal
+// or full mask; head_dim D = 64, 96 or 128: every loop tiles D by 16 and 8)
 // (parameters, tile helpers and the four kernels), included textually inside
 // namespace colossal::kernels::attention::{anonymous} by
 //   * attention.cu, after the PTX wrappers it calls (cp_async_16,
@@ -38,7 +39,25 @@ struct Params {
   int group;     // heads / kv_heads: query head h reads kv head h / group
   float scale;       // softmax scale
   float scale_log2;  // scale * log2(e)
+  int full;          // 1: AttentionMask::kFull (every key); 0: causal (a zeroed Params).
+                     // The launcher picks the kernels' kFull from it.
 };
+
+// Key blocks of kBlock keys that query block qb (kBlock queries) visits:
+// 0 .. qb under the causal mask (block qb holds the diagonal), every block
+// holding a key below seq under the full one.
+template <bool kFull>
+__device__ __forceinline__ int key_blocks(const Params& p, int qb) {
+  return kFull ? (p.seq + kBlock - 1) / kBlock : qb + 1;
+}
+
+// The last key a query row may see in the last key block it visits (where
+// diag_masked applies): the row itself (causal) or the end of the sequence
+// (full: only keys at or past seq are masked there).
+template <bool kFull>
+__device__ __forceinline__ int mask_limit(const Params& p, int row) {
+  return kFull ? p.seq : row;
+}
 
 // ---------------------------------------------------------------------------
 // Tiles. A tile is kRows x D elements in shared memory, row pitch D + 8.
@@ -227,9 +246,11 @@ COLOSSAL_UNROLL
   }
 }
 
-// On the diagonal key block j (keys from j * kBlock): whether the score of
-// query `row` and the key of element i of this thread's n-tile nt is masked (the
-// key is after the query, or at or past seq).
+// On the last key block j a query block visits (keys from j * kBlock: the
+// diagonal block under the causal mask, the sequence's last block under the
+// full one): whether the score of query limit `row` (mask_limit) and the key of
+// element i of this thread's n-tile nt is masked (the key is after the query,
+// or at or past seq).
 __device__ __forceinline__ bool diag_masked(int j, int nt, int i, int t, int row, int seq) {
   const int col = j * kBlock + nt * 8 + 2 * t + (i & 1);
   return col > row || col >= seq;
@@ -257,7 +278,9 @@ constexpr int forward_smem_bytes() {
   return 5 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, 2 x K, 2 x V
 }
 
-template <typename T, int D>
+// kFull: the full mask (a template parameter, so the causal kernels compile
+// exactly as they would without it).
+template <typename T, int D, bool kFull>
 __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
   constexpr int kTile = kBlock * pitch<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -281,7 +304,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
   zero_acc(acc);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_base = q0 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
-  const int n_kb = qb + 1;
+  const int lim[2] = {mask_limit<kFull>(p, row_base), mask_limit<kFull>(p, row_base + 8)};
+  const int n_kb = key_blocks<kFull>(p, qb);
 
   for (int j = 0; j < n_kb; ++j) {
     cp_async_wait_all();
@@ -299,14 +323,15 @@ COLOSSAL_UNROLL
     zero_acc(s);
 COLOSSAL_UNROLL
     for (int kk = 0; kk < D / 16; ++kk) mma_a_rows<D>(s, qf[kk], kt, kk * 16, lane);
-    // Scale into log2 units; mask keys past the query (and past seq) on the diagonal block.
+    // Scale into log2 units; on the last block (the diagonal one, causal) mask
+    // keys past the query and keys past seq.
     const bool diag = j == n_kb - 1;
 COLOSSAL_UNROLL
     for (int nt = 0; nt < 8; ++nt) {
 COLOSSAL_UNROLL
       for (int i = 0; i < 4; ++i) {
         float x = s[nt][i] * p.scale_log2;
-        if (diag && diag_masked(j, nt, i, t, row_base + 8 * (i >> 1), seq)) x = -INFINITY;
+        if (diag && diag_masked(j, nt, i, t, lim[i >> 1], seq)) x = -INFINITY;
         s[nt][i] = x;
       }
     }
@@ -396,14 +421,14 @@ constexpr int dkdv_smem_bytes() {
          4 * BQ * static_cast<int>(sizeof(float));
 }
 
-// Query-block rows per dK/dV step: 64 for D = 64; 32 for D = 128 (keeps the
-// accumulators of two 16 x 128 tiles plus S^T and dP^T in registers).
+// Query-block rows per dK/dV step: 64 for D = 64; 32 for D = 96 and 128 (keeps
+// the accumulators of two 16 x D tiles plus S^T and dP^T in registers).
 template <int D>
 constexpr int dkdv_block_q() {
   return D <= 64 ? 64 : 32;
 }
 
-template <typename T, int D, int BQ>
+template <typename T, int D, int BQ, bool kFull>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   constexpr int kKV = kBlock * pitch<D>();
   constexpr int kQT = BQ * pitch<D>();
@@ -448,7 +473,8 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
     }
   };
 
-  const int i0 = kv0 / BQ;
+  // Causal: from the query block holding the tile's first key; full: all.
+  const int i0 = kFull ? 0 : kv0 / BQ;
   const int n_qb = (seq + BQ - 1) / BQ;
   load_tile<T, D, kBlock>(sK, K, p.qkv_stride, kv0, seq);
   load_tile<T, D, kBlock>(sV, V, p.qkv_stride, kv0, seq);
@@ -484,8 +510,9 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
       zero_acc(s);
       mma_rows_rows<D>(s, sK, warp * 16, qt, lane);
       // P^T = exp2(S^T * scale log2 e - lse log2 e); 0 where the key is after the
-      // query (or the query is past seq).
-      const bool need_mask = q0 < kv0 + kBlock || q0 + BQ > seq;
+      // query (causal) or the query is past seq. (Keys past seq only reach
+      // their own dK / dV rows, which are never written.)
+      const bool need_mask = (!kFull && q0 < kv0 + kBlock) || q0 + BQ > seq;
 COLOSSAL_UNROLL
       for (int nt = 0; nt < NT; ++nt) {
 COLOSSAL_UNROLL
@@ -494,7 +521,7 @@ COLOSSAL_UNROLL
           float pv = fast_exp2(s[nt][e] * p.scale_log2 - lt[ql]);
           if (need_mask) {
             const int qrow = q0 + ql, krow = kv_row_base + 8 * (e >> 1);
-            if (qrow < krow || qrow >= seq) pv = 0.0f;
+            if ((!kFull && qrow < krow) || qrow >= seq) pv = 0.0f;
           }
           s[nt][e] = pv;
         }
@@ -532,7 +559,7 @@ constexpr int dq_smem_bytes() {
   return 6 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, dO, 2 x K, 2 x V
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kFull>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   constexpr int kTile = kBlock * pitch<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -562,9 +589,10 @@ COLOSSAL_UNROLL
     lse2[r] = row < seq ? p.lse[static_cast<int64_t>(bh) * seq + row] * kLog2e : 0.0f;
     dl[r] = row < seq ? p.delta[static_cast<int64_t>(bh) * seq + row] : 0.0f;
   }
+  const int lim[2] = {mask_limit<kFull>(p, row_base), mask_limit<kFull>(p, row_base + 8)};
   float dq[D / 8][4];
   zero_acc(dq);
-  const int n_kb = qb + 1;
+  const int n_kb = key_blocks<kFull>(p, qb);
 
   for (int j = 0; j < n_kb; ++j) {
     cp_async_wait_all();
@@ -588,7 +616,8 @@ COLOSSAL_UNROLL
         mma_b_rows<D>(dp[2 * nb], dp[2 * nb + 1], of, vt, nb * 16, kk * 16, lane);
       }
     }
-    // dS = P (dP - delta), P = exp2(S * scale log2 e - lse log2 e), 0 past the diagonal.
+    // dS = P (dP - delta), P = exp2(S * scale log2 e - lse log2 e), 0 past the
+    // diagonal (causal) and past seq, on the last block.
     const bool diag = j == n_kb - 1;
 COLOSSAL_UNROLL
     for (int nt = 0; nt < 8; ++nt) {
@@ -596,7 +625,7 @@ COLOSSAL_UNROLL
       for (int i = 0; i < 4; ++i) {
         const int r = i >> 1;
         float pv = fast_exp2(s[nt][i] * p.scale_log2 - lse2[r]);
-        if (diag && diag_masked(j, nt, i, t, row_base + 8 * r, seq)) pv = 0.0f;
+        if (diag && diag_masked(j, nt, i, t, lim[r], seq)) pv = 0.0f;
         s[nt][i] = pv * (dp[nt][i] - dl[r]);
       }
     }

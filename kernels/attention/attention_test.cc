@@ -1,6 +1,7 @@
-// Fused causal attention: the CPU path against an explicit float64 definition
-// (the full score matrix) and against finite differences; the CUDA path
-// (bf16/fp16, head_dim 64/128) against the CPU path run in float64 on the
+// Fused attention, causal and full masks: the CPU path against an explicit
+// float64 definition (the full score matrix) and against finite differences;
+// the CUDA path (bf16/fp16, head_dim 64/96/128) against the CPU path run in
+// float64 on the
 // same rounded inputs, forward (o, lse) and backward (dq, dk, dv), on fresh
 // random data over odd sequence lengths, several batch x head combinations,
 // grouped-query heads (kv heads shared by 2, 3, 4 query heads, and multi-query),
@@ -42,6 +43,7 @@ using Code = KernelStatus::Code;
 struct Problem {
   int64_t B, H, KV, T, D;
   int64_t pad = 0;  // extra elements at the end of every row (strided layout)
+  AttentionMask mask = AttentionMask::kCausal;
   int64_t C() const { return H * D; }
   int64_t CKV() const { return KV * D; }
   int64_t group() const { return H / KV; }
@@ -56,7 +58,7 @@ struct Problem {
   std::string label(DType dtype) const {
     return std::string(dtype_name(dtype)) + " B=" + std::to_string(B) + " H=" + std::to_string(H) +
            " KV=" + std::to_string(KV) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
-           " pad=" + std::to_string(pad);
+           " pad=" + std::to_string(pad) + (mask == AttentionMask::kFull ? " full" : " causal");
   }
 };
 
@@ -96,8 +98,9 @@ int64_t at(const Problem& p, int64_t stride, int64_t b, int64_t t, int64_t h, in
 }
 
 // The definition, in float64, with the whole T x T matrix: o = softmax(scale q k^T,
-// causal) v with k, v of kv head h / group; lse per row. q, k, v are views into
-// `qkv` (columns 0, k_col, v_col).
+// masked) v with k, v of kv head h / group; lse per row. Query i sees keys
+// j <= i (causal) or every j < T (full). q, k, v are views into `qkv`
+// (columns 0, k_col, v_col).
 void explicit_forward(const Problem& p, const std::vector<double>& qkv, double scale,
                       std::vector<double>& o, std::vector<double>& lse) {
   o.assign(p.o_elems(), 0.0);
@@ -108,8 +111,9 @@ void explicit_forward(const Problem& p, const std::vector<double>& qkv, double s
     for (int64_t h = 0; h < p.H; ++h) {
       const int64_t kvh = h / p.group();
       for (int64_t i = 0; i < p.T; ++i) {
+        const int64_t n = p.mask == AttentionMask::kFull ? p.T : i + 1;  // keys j < n
         double m = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = 0; j < n; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < p.D; ++c) {
             dot += qkv[at(p, qs, b, i, h, c)] * qkv[p.k_col() + at(p, qs, b, j, kvh, c)];
@@ -118,11 +122,11 @@ void explicit_forward(const Problem& p, const std::vector<double>& qkv, double s
           m = std::max(m, s[i * p.T + j]);
         }
         double sum = 0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[i * p.T + j] - m);
+        for (int64_t j = 0; j < n; ++j) sum += std::exp(s[i * p.T + j] - m);
         lse[(b * p.H + h) * p.T + i] = m + std::log(sum);
         for (int64_t c = 0; c < p.D; ++c) {
           double acc = 0;
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = 0; j < n; ++j) {
             acc += std::exp(s[i * p.T + j] - m) / sum * qkv[p.v_col() + at(p, qs, b, j, kvh, c)];
           }
           o[at(p, p.o_stride(), b, i, h, c)] = acc;
@@ -181,27 +185,28 @@ uint8_t* at_col(void* base, int64_t col, DType dtype) {
 // The CPU forward and backward of problem p over packed qkv / dqkv buffers.
 KernelStatus forward_cpu(const Problem& p, void* o, float* lse, const void* qkv, DType dtype,
                          float scale) {
-  return causal_attention_forward_cpu(o, lse, qkv, at_col(qkv, p.k_col(), dtype),
-                                      at_col(qkv, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D,
-                                      p.qkv_stride(), p.o_stride(), dtype, scale);
+  return attention_forward_cpu(o, lse, qkv, at_col(qkv, p.k_col(), dtype),
+                               at_col(qkv, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D,
+                               p.qkv_stride(), p.o_stride(), dtype, scale, p.mask);
 }
 
 KernelStatus backward_cpu(const Problem& p, void* dqkv, const void* d_o, const void* qkv,
                           DType dtype, float scale) {
-  return causal_attention_backward_cpu(
+  return attention_backward_cpu(
       dqkv, at_col(dqkv, p.k_col(), dtype), at_col(dqkv, p.v_col(), dtype), d_o, qkv,
       at_col(qkv, p.k_col(), dtype), at_col(qkv, p.v_col(), dtype), nullptr, nullptr, p.B, p.H,
-      p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(), dtype, scale);
+      p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(), dtype, scale, p.mask);
 }
 
 // ---------------------------------------------------------------------------
 // CPU.
 
-TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
-  uint32_t seed = 1;
-  const Problem problems[] = {{1, 1, 1, 1, 3},      {2, 3, 3, 7, 4},   {1, 2, 2, 33, 8, 5},
-                              {2, 1, 1, 17, 64},    {2, 8, 2, 13, 4},  {1, 4, 1, 19, 8, 3},
-                              {1, 6, 3, 70, 16, 2}, {1, 4, 2, 1, 5}};
+// The CPU forward of every problem under `mask` against explicit_forward.
+void check_forward_explicit(AttentionMask mask, uint32_t seed) {
+  Problem problems[] = {{1, 1, 1, 1, 3},      {2, 3, 3, 7, 4},   {1, 2, 2, 33, 8, 5},
+                        {2, 1, 1, 17, 64},    {2, 8, 2, 13, 4},  {1, 4, 1, 19, 8, 3},
+                        {1, 6, 3, 70, 16, 2}, {1, 4, 2, 1, 5},   {1, 2, 1, 11, 96, 8}};
+  for (Problem& p : problems) p.mask = mask;
   for (DType dtype : {DType::kF64, DType::kF32, DType::kBF16}) {
     for (const Problem& p : problems) {
       const std::string what = p.label(dtype);
@@ -229,13 +234,61 @@ TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
   }
 }
 
+TEST(AttentionCpuTest, ForwardMatchesExplicitDefinition) {
+  check_forward_explicit(AttentionMask::kCausal, 1);
+}
+
+TEST(AttentionCpuTest, FullMaskForwardMatchesExplicitDefinition) {
+  check_forward_explicit(AttentionMask::kFull, 50);
+}
+
+// The two masks agree where they select the same keys: the last position of
+// every sequence sees every key under both, so its o and lse match exactly;
+// the causal_* entry points are the kCausal calls, bit for bit.
+TEST(AttentionCpuTest, FullMaskLastRowMatchesCausal) {
+  const Problem causal{2, 4, 2, 23, 8, 3};
+  Problem full = causal;
+  full.mask = AttentionMask::kFull;
+  const auto qkv = random_bytes(DType::kF64, causal.qkv_elems(), 77, -2.0f, 2.0f);
+  std::vector<double> o_c(causal.o_elems()), o_f(causal.o_elems()), o_w(causal.o_elems());
+  std::vector<float> lse_c(causal.rows()), lse_f(causal.rows()), lse_w(causal.rows());
+  ASSERT_TRUE(forward_cpu(causal, o_c.data(), lse_c.data(), qkv.data(), DType::kF64, 0.4f).ok());
+  ASSERT_TRUE(forward_cpu(full, o_f.data(), lse_f.data(), qkv.data(), DType::kF64, 0.4f).ok());
+  const double* q = reinterpret_cast<const double*>(qkv.data());
+  ASSERT_TRUE(causal_attention_forward_cpu(o_w.data(), lse_w.data(), q, q + causal.k_col(),
+                                           q + causal.v_col(), causal.B, causal.H, causal.KV,
+                                           causal.T, causal.D, causal.qkv_stride(),
+                                           causal.o_stride(), DType::kF64, 0.4f)
+                  .ok());
+  const std::vector<bool> o_mask = columns(causal, causal.o_stride(), 0, causal.C());
+  for (size_t i = 0; i < o_c.size(); ++i) {
+    if (o_mask[i]) {
+      ASSERT_EQ(o_c[i], o_w[i]) << "causal_* differs from kCausal at " << i;
+    }
+  }
+  EXPECT_EQ(std::memcmp(lse_c.data(), lse_w.data(), lse_c.size() * sizeof(float)), 0);
+  bool differs = false;
+  for (int64_t b = 0; b < causal.B; ++b) {
+    for (int64_t h = 0; h < causal.H; ++h) {
+      const int64_t last = causal.T - 1, row = (b * causal.H + h) * causal.T;
+      EXPECT_EQ(lse_c[row + last], lse_f[row + last]);
+      differs = differs || lse_c[row] != lse_f[row];
+      for (int64_t c = 0; c < causal.D; ++c) {
+        const int64_t i = at(causal, causal.o_stride(), b, last, h, c);
+        EXPECT_EQ(o_c[i], o_f[i]);
+      }
+    }
+  }
+  EXPECT_TRUE(differs) << "the first rows must differ between the masks";
+}
+
 // d/dx of L = sum(w * o) by central differences in float64, for every element
 // of q, k and v, against the backward with d_o = w. With grouped heads, the
 // difference through a k or v element moves every query head of its group:
 // the sum over the group comes from the definition, not from the kernel.
-TEST(AttentionCpuTest, BackwardMatchesFiniteDifferences) {
-  const Problem problems[] = {{2, 2, 2, 5, 3, 1}, {1, 4, 2, 5, 3, 1}, {2, 3, 1, 4, 2}};
-  uint32_t seed = 100;
+void check_backward_finite_differences(AttentionMask mask, uint32_t seed) {
+  Problem problems[] = {{2, 2, 2, 5, 3, 1}, {1, 4, 2, 5, 3, 1}, {2, 3, 1, 4, 2}};
+  for (Problem& p : problems) p.mask = mask;
   for (const Problem& p : problems) {
     SCOPED_TRACE(p.label(DType::kF64));
     const double h = 1e-6;
@@ -273,17 +326,29 @@ TEST(AttentionCpuTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
+TEST(AttentionCpuTest, BackwardMatchesFiniteDifferences) {
+  check_backward_finite_differences(AttentionMask::kCausal, 100);
+}
+
+TEST(AttentionCpuTest, FullMaskBackwardMatchesFiniteDifferences) {
+  check_backward_finite_differences(AttentionMask::kFull, 150);
+}
+
 // Grouped-query attention is multi-head attention with each kv head repeated
 // for its group's query heads: the grouped call against the kv_heads == heads
 // call on an explicitly repeated [B, T, 3C] buffer. o, lse and dq are the same
 // computation (exactly equal); dk, dv of a kv head are the sums of the
 // repeated heads' (summed in another order: float64 rounding apart).
 TEST(AttentionCpuTest, GroupedMatchesRepeatedKvHeads) {
-  const Problem problems[] = {{2, 8, 2, 23, 8, 3}, {1, 4, 1, 40, 16}, {1, 6, 3, 9, 5}};
+  const Problem problems[] = {{2, 8, 2, 23, 8, 3},
+                              {1, 4, 1, 40, 16},
+                              {1, 6, 3, 9, 5},
+                              {2, 8, 2, 23, 8, 3, AttentionMask::kFull},
+                              {1, 6, 3, 9, 5, 0, AttentionMask::kFull}};
   uint32_t seed = 300;
   for (const Problem& p : problems) {
     SCOPED_TRACE(p.label(DType::kF64));
-    const Problem mha{p.B, p.H, p.H, p.T, p.D, 0};
+    const Problem mha{p.B, p.H, p.H, p.T, p.D, 0, p.mask};
     const float scale = 0.3f;
     const auto qkv_b = random_bytes(DType::kF64, p.qkv_elems(), seed++, -2.0f, 2.0f);
     const auto do_b = random_bytes(DType::kF64, p.o_elems(), seed++, -1.0f, 1.0f);
@@ -369,6 +434,13 @@ TEST(AttentionCpuTest, RejectsBadArguments) {
                                           2, DType::kF32, 1.0f)
                 .code(),
             Code::kInvalidArgument);  // dq overlaps q
+  EXPECT_EQ(attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 1, 4, 2,
+                                  2, 2, DType::kF32, 1.0f, static_cast<AttentionMask>(7))
+                .code(),
+            Code::kInvalidArgument);  // no such mask
+  EXPECT_TRUE(attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 1, 1, 4, 2,
+                                    2, 2, DType::kF32, 1.0f, AttentionMask::kFull)
+                  .ok());
   // heads must be a multiple of kv_heads (and kv_heads >= 1), forward and backward.
   for (int64_t kv : {int64_t{3}, int64_t{0}, int64_t{8}, int64_t{-2}}) {
     EXPECT_EQ(causal_attention_forward_cpu(b.data(), nullptr, a.data(), a.data(), a.data(), 1, 4,
@@ -459,8 +531,8 @@ using internal::ForwardPath;
 KernelStatus forward_cuda(const Problem& p, const DeviceBuffer& o, const DeviceBuffer& lse,
                           const DeviceBuffer& qkv, DType dtype, float scale, cudaStream_t stream,
                           ForwardPath path) {
-  return internal::causal_attention_forward_cuda_path(
-      path, o.p, static_cast<float*>(lse.p), qkv.p, at_col(qkv.p, p.k_col(), dtype),
+  return internal::attention_forward_cuda_path(
+      path, p.mask, o.p, static_cast<float*>(lse.p), qkv.p, at_col(qkv.p, p.k_col(), dtype),
       at_col(qkv.p, p.v_col(), dtype), p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(), p.o_stride(),
       dtype, scale, stream);
 }
@@ -469,8 +541,9 @@ KernelStatus backward_cuda(const Problem& p, const DeviceBuffer& dqkv, const Dev
                            const DeviceBuffer& qkv, const DeviceBuffer& o, const DeviceBuffer& lse,
                            const DeviceBuffer& ws, DType dtype, float scale, cudaStream_t stream,
                            BackwardPath path) {
-  return internal::causal_attention_backward_cuda_path(
-      path, dqkv.p, at_col(dqkv.p, p.k_col(), dtype), at_col(dqkv.p, p.v_col(), dtype), d_o.p, qkv.p,
+  return internal::attention_backward_cuda_path(
+      path, p.mask, dqkv.p, at_col(dqkv.p, p.k_col(), dtype), at_col(dqkv.p, p.v_col(), dtype),
+      d_o.p, qkv.p,
       at_col(qkv.p, p.k_col(), dtype), at_col(qkv.p, p.v_col(), dtype), o.p,
       static_cast<const float*>(lse.p), ws.p, p.B, p.H, p.KV, p.T, p.D, p.qkv_stride(),
       p.o_stride(), dtype, scale, stream);
@@ -519,7 +592,7 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
                                  const std::vector<uint8_t>& lse_got,
                                  const std::vector<uint8_t>& dqkv_got, float scale,
                                  cudaStream_t stream, ForwardPath path, BackwardPath bwd) {
-  const Problem mha{p.B, p.H, p.H, p.T, p.D, p.pad};
+  const Problem mha{p.B, p.H, p.H, p.T, p.D, p.pad, p.mask};
   const size_t es = dtype_size(dtype);
   std::vector<uint8_t> rep_h(mha.qkv_elems() * es, 0);
   for (int64_t row = 0; row < p.B * p.T; ++row) {
@@ -724,6 +797,14 @@ void check_forward(DType dtype, const Problem& p, uint32_t seed, Kernel kernel) 
   expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
                {1e-4, 1e-4}, what + " lse");
 }
+
+// check_forward for every problem in both 16-bit dtypes, seeds from `seed` on.
+template <size_t N>
+void check_forward_all(const Problem (&problems)[N], uint32_t& seed, Kernel kernel) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const Problem& p : problems) check_forward(dtype, p, seed++, kernel);
+  }
+}
 #endif
 
 class AttentionCudaKernelTest : public ::testing::TestWithParam<Kernel> {};
@@ -781,9 +862,7 @@ TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
     const Problem problems[] = {{2, 2, 2, 1, D},     {1, 2, 2, 77, D, 8},   {2, 8, 2, 200, D},
                                 {1, 2, 2, 1000, D},  {1, 8, 2, 256, D},     {1, 32, 8, 77, D},
                                 {1, 32, 8, 384, D},  {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D}};
-    for (DType dtype : {DType::kBF16, DType::kF16}) {
-      for (const Problem& p : problems) check_forward(dtype, p, seed++, GetParam());
-    }
+    check_forward_all(problems, seed, GetParam());
   }
 #endif
 }
@@ -808,6 +887,85 @@ TEST_P(AttentionCudaKernelTest, BackwardMatchesFloat64Reference) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       for (const Problem& p : problems) {
         check_cuda(dtype, p, seed, path_of(GetParam()), backward_of(GetParam()));
+        seed += 2;
+      }
+    }
+  }
+#endif
+}
+
+// The full (non-causal) mask through each kernel pair: every query tile meets
+// every key tile, and the last key tile masks only keys at or past seq (the
+// tails the Hopper tiles make interesting: inside the first tile (77), across
+// tiles (200, 1000), exact multiples (128, 256), one row); multi-head, grouped
+// 8/2 and 32/8, multi-query, padded strides; head_dim 64 and 128 (96:
+// HeadDim96MatchesFloat64Reference). check_cuda poisons the outputs, checks
+// the stride gaps, the determinism of a second backward and, grouped, dq
+// against repeated kv heads bit for bit.
+TEST_P(AttentionCudaKernelTest, FullMaskMatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
+#if COLOSSAL_WITH_CUDA
+  constexpr AttentionMask kFull = AttentionMask::kFull;
+  for (int64_t D : {int64_t{64}, int64_t{128}}) {
+    const Problem problems[] = {{2, 2, 2, 1, D, 0, kFull},     {1, 2, 2, 77, D, 8, kFull},
+                                {2, 8, 2, 200, D, 0, kFull},   {1, 2, 2, 1000, D, 0, kFull},
+                                {1, 8, 2, 256, D, 0, kFull},   {1, 32, 8, 77, D, 0, kFull},
+                                {2, 4, 1, 129, D, 8, kFull},   {1, 3, 3, 128, D, 0, kFull},
+                                {1, 32, 8, 130, D, 0, kFull}};
+    check_cuda_all(problems, static_cast<uint32_t>(9000 + D), GetParam());
+  }
+#endif
+}
+
+// The forward alone under the full mask, over the Hopper forward's tile tails.
+TEST_P(AttentionCudaKernelTest, FullMaskForwardMatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
+  if (GetParam() == Kernel::kHopperBackward) GTEST_SKIP() << "forward only: the Portable case";
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 9500;
+  constexpr AttentionMask kFull = AttentionMask::kFull;
+  for (int64_t D : {int64_t{64}, int64_t{128}}) {
+    const Problem problems[] = {{2, 2, 2, 1, D, 0, kFull},   {1, 2, 2, 100, D, 8, kFull},
+                                {1, 8, 2, 384, D, 0, kFull}, {1, 4, 1, 1000, D, 8, kFull},
+                                {1, 32, 8, 1, D, 0, kFull},  {2, 6, 2, 129, D, 0, kFull}};
+    check_forward_all(problems, seed, GetParam());
+  }
+#endif
+}
+
+// head_dim 96, both masks: the portable kernels (Portable); the Hopper tiles
+// are 64-column chunks, so the Hopper paths refuse it (kUnsupported) and the
+// automatic choice runs the portable kernels on every device (Hopper,
+// HopperBackward: the kAuto paths, checked the same way).
+TEST_P(AttentionCudaKernelTest, HeadDim96MatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_KERNEL(GetParam());
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 9800;
+  const bool portable = GetParam() == Kernel::kPortable;
+  for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+    const Problem problems[] = {{1, 1, 1, 1, 96, 0, mask},    {2, 3, 3, 17, 96, 0, mask},
+                                {1, 2, 2, 129, 96, 8, mask},  {1, 8, 2, 200, 96, 0, mask},
+                                {2, 4, 1, 77, 96, 8, mask},   {1, 12, 12, 128, 96, 0, mask},
+                                {1, 32, 8, 257, 96, 0, mask}};
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (const Problem& p : problems) {
+        if (portable) {
+          check_cuda(dtype, p, seed, ForwardPath::kPortable, BackwardPath::kPortable);
+        } else {
+          check_cuda(dtype, p, seed, ForwardPath::kAuto, BackwardPath::kAuto);
+          const CudaRun r(p, dtype);
+          ASSERT_TRUE(r.qkv.p && r.o.p && r.lse.p && r.dqkv.p && r.ws.p);
+          const float scale = 0.1f;
+          EXPECT_EQ(forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, nullptr, ForwardPath::kHopper)
+                        .code(),
+                    Code::kUnsupported)
+              << p.label(dtype);
+          EXPECT_EQ(backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale,
+                                  nullptr, BackwardPath::kHopper)
+                        .code(),
+                    Code::kUnsupported)
+              << p.label(dtype);
+        }
         seed += 2;
       }
     }
@@ -851,7 +1009,11 @@ void expect_gradients_within_two(DType dtype, const Problem& p, const std::vecto
 TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
   COLOSSAL_REQUIRE_KERNEL(Kernel::kHopper);
 #if COLOSSAL_WITH_CUDA
-  const Problem problems[] = {{1, 8, 2, 300, 128}, {2, 4, 4, 200, 64, 8}, {1, 32, 8, 129, 64}};
+  const Problem problems[] = {{1, 8, 2, 300, 128},
+                              {2, 4, 4, 200, 64, 8},
+                              {1, 32, 8, 129, 64},
+                              {1, 8, 2, 300, 128, 0, AttentionMask::kFull},
+                              {2, 4, 4, 200, 64, 8, AttentionMask::kFull}};
   uint32_t seed = 6000;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -889,8 +1051,12 @@ TEST(AttentionCudaTest, HopperForwardDrivesBackwardLikePortable) {
 TEST(AttentionCudaTest, HopperBackwardMatchesPortable) {
   COLOSSAL_REQUIRE_KERNEL(Kernel::kHopper);
 #if COLOSSAL_WITH_CUDA
-  const Problem problems[] = {{1, 8, 2, 300, 128},  {2, 4, 4, 200, 64, 8}, {1, 32, 8, 129, 64},
-                              {1, 4, 1, 1000, 128}, {2, 2, 2, 77, 64},     {1, 32, 8, 256, 128, 8}};
+  constexpr AttentionMask kFull = AttentionMask::kFull;
+  const Problem problems[] = {{1, 8, 2, 300, 128},         {2, 4, 4, 200, 64, 8},
+                              {1, 32, 8, 129, 64},         {1, 4, 1, 1000, 128},
+                              {2, 2, 2, 77, 64},           {1, 32, 8, 256, 128, 8},
+                              {1, 8, 2, 300, 128, 0, kFull}, {2, 2, 2, 77, 64, 8, kFull},
+                              {1, 32, 8, 256, 64, 0, kFull}};
   uint32_t seed = 8000;
   cudaStream_t stream;
   CUDA_OK(cudaStreamCreate(&stream));
@@ -959,6 +1125,24 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
     EXPECT_EQ(fwd_path(path, b, 64, DType::kF32), Code::kUnsupported);
   }
   EXPECT_EQ(fwd_path(ForwardPath::kPortable, b, 64, DType::kBF16), Code::kOk);
+  // head_dim 96: the portable kernels (and kAuto) only.
+  EXPECT_EQ(fwd_path(ForwardPath::kPortable, b, 96, DType::kBF16), Code::kOk);
+  EXPECT_EQ(fwd_path(ForwardPath::kAuto, b, 96, DType::kF16), Code::kOk);
+  EXPECT_EQ(fwd_path(ForwardPath::kHopper, b, 96, DType::kBF16), Code::kUnsupported);
+  // The mask: full through every path, an unknown value refused first.
+  for (ForwardPath path : {ForwardPath::kAuto, ForwardPath::kPortable, ForwardPath::kHopper}) {
+    EXPECT_EQ(internal::attention_forward_cuda_path(path, AttentionMask::kFull, o, lse, b, b, b, 1,
+                                                    1, 1, 8, 64, 64, 64, DType::kBF16, 0.1f,
+                                                    nullptr)
+                  .code(),
+              path != ForwardPath::kHopper || internal::hopper_device() ? Code::kOk
+                                                                         : Code::kUnsupported);
+    EXPECT_EQ(internal::attention_forward_cuda_path(path, static_cast<AttentionMask>(7), o, lse, b,
+                                                    b, b, 1, 1, 1, 8, 64, 64, 64, DType::kBF16,
+                                                    0.1f, nullptr)
+                  .code(),
+              Code::kInvalidArgument);
+  }
   EXPECT_EQ(fwd_path(ForwardPath::kHopper, b, 128, DType::kF16),
             internal::hopper_device() ? Code::kOk : Code::kUnsupported);
   CUDA_OK(cudaDeviceSynchronize());
@@ -985,6 +1169,10 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
     EXPECT_EQ(bwd_path(path, b, 64, DType::kBF16), Code::kInvalidArgument);  // dq overlaps q
   }
   EXPECT_EQ(bwd_path(BackwardPath::kPortable, grads, 64, DType::kBF16), Code::kOk);
+  EXPECT_EQ(bwd_path(BackwardPath::kPortable, grads, 96, DType::kBF16), Code::kOk);
+  EXPECT_EQ(bwd_path(BackwardPath::kAuto, grads, 96, DType::kF16), Code::kOk);
+  EXPECT_EQ(bwd_path(BackwardPath::kHopper, grads, 96, DType::kBF16),
+            Code::kUnsupported);  // off compute capability 9.0 and on it alike
   EXPECT_EQ(bwd_path(BackwardPath::kHopper, grads, 64, DType::kF16),
             internal::hopper_device() ? Code::kOk : Code::kUnsupported);
   CUDA_OK(cudaDeviceSynchronize());
