@@ -14,7 +14,7 @@
 -- (--set model.preset=gpt2-large --set plugin.tp_size=2 --set plugin.pp_size=1).
 -- Each step's accumulation_steps micro-batches run through the stages (at
 -- least pp_size of them keep every stage busy; the interleaved schedule takes
--- a multiple of pp_size). No sample is generated through pipeline stages.
+-- a multiple of pp_size). The sample at the end runs through the stages too.
 local colossal = require("colossal")
 local env = colossal.env()
 local gpu = env.device ~= "cpu"
