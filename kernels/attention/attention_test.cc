@@ -1094,6 +1094,83 @@ TEST(AttentionCudaTest, HopperBackwardMatchesPortable) {
 #endif
 }
 
+// Sequences of 32k positions (issue #20's longest): the forward's o and lse
+// on sampled query rows (the first, the last, tile edges and random ones)
+// against float64 computed for those rows alone (each row's softmax is its own),
+// through the portable and the Hopper forward; then the Hopper backward against
+// the portable one within twice the single-run tolerance. Causal and full.
+TEST(AttentionCudaTest, LongSequenceMatchesFloat64OnSampledRows) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const DType dtype = DType::kBF16;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  uint32_t seed = 9100;
+  for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+    const Problem p{1, 4, 1, 32768, 128, 0, mask};
+    SCOPED_TRACE(p.label(dtype));
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.D)));
+    const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed++, -2.0f, 2.0f);
+    const auto do_h = random_bytes(dtype, p.o_elems(), seed++, -1.0f, 1.0f);
+    const std::vector<double> qkv = to_doubles(dtype, qkv_h.data(), p.qkv_elems());
+    std::vector<int64_t> rows = {0, 1, 127, 128, 129, 16383, 16384, p.T - 129, p.T - 2, p.T - 1};
+    std::mt19937 rng(seed++);
+    for (int i = 0; i < 6; ++i) rows.push_back(std::uniform_int_distribution<int64_t>(0, p.T - 1)(rng));
+    const CudaRun r(p, dtype);
+    std::vector<uint8_t> grads[2];
+    const ForwardPath paths[2] = {ForwardPath::kPortable, ForwardPath::kHopper};
+    for (int k = 0; k < 2; ++k) {
+      const bool hopper = paths[k] == ForwardPath::kHopper;
+      if (hopper && !hopper_available()) continue;
+      run_cuda(p, dtype, r, qkv_h, do_h, scale, stream, paths[k],
+               hopper ? BackwardPath::kHopper : BackwardPath::kPortable);
+      if (::testing::Test::HasFatalFailure()) break;
+      grads[k] = r.dqkv.download();
+      const std::vector<uint8_t> o_bytes = r.o.download(), lse_bytes = r.lse.download();
+      const std::vector<double> o = to_doubles(dtype, o_bytes.data(), p.o_elems());
+      const float* lse = reinterpret_cast<const float*>(lse_bytes.data());
+      const Tolerance tol = cuda_tolerance(dtype, false);
+      const int64_t qs = p.qkv_stride();
+      std::vector<double> s(p.T);
+      for (int64_t h = 0; h < p.H; ++h) {
+        const int64_t kvh = h / p.group();
+        for (int64_t i : rows) {
+          const int64_t n = mask == AttentionMask::kFull ? p.T : i + 1;
+          double m = -std::numeric_limits<double>::infinity();
+          for (int64_t j = 0; j < n; ++j) {
+            double dot = 0;
+            for (int64_t c = 0; c < p.D; ++c) {
+              dot += qkv[at(p, qs, 0, i, h, c)] * qkv[p.k_col() + at(p, qs, 0, j, kvh, c)];
+            }
+            s[j] = scale * dot;
+            m = std::max(m, s[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < n; ++j) sum += std::exp(s[j] - m);
+          const std::string where = std::string(hopper ? "hopper" : "portable") + " head " +
+                                    std::to_string(h) + " row " + std::to_string(i);
+          EXPECT_NEAR(lse[h * p.T + i], m + std::log(sum), 1e-3 * (1.0 + std::fabs(m))) << where;
+          std::vector<double> want(p.D), got(p.D);
+          for (int64_t c = 0; c < p.D; ++c) {
+            double acc = 0;
+            for (int64_t j = 0; j < n; ++j) {
+              acc += std::exp(s[j] - m) / sum * qkv[p.v_col() + at(p, qs, 0, j, kvh, c)];
+            }
+            want[c] = acc;
+            got[c] = o[at(p, p.o_stride(), 0, i, h, c)];
+          }
+          expect_close(got, want, std::vector<bool>(p.D, true), tol, "o " + where);
+        }
+      }
+    }
+    if (!grads[0].empty() && !grads[1].empty()) {
+      expect_gradients_within_two(dtype, p, grads[1], grads[0], p.label(dtype) + " hopper vs portable");
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+#endif
+}
+
 TEST(AttentionCudaTest, RejectsBadArguments) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
