@@ -393,9 +393,7 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
                     const Geometry& g, DType dtype, float scale, bool full, cudaStream_t stream) {
   static_assert(kBlockM == kBlockN, "make_map uses one box for Q, K and V");
   CUtensorMap maps[3];
-  KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kBlockM);
-  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kBlockN);
-  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kBlockN);
+  const KernelStatus s = make_maps(maps, q, k, v, nullptr, dtype, g, kBlockM, kBlockN);
   if (!s.ok()) return s;
   Params p{};
   p.o = o;
@@ -408,14 +406,9 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
   p.q_blocks = static_cast<int>((g.seq + kBlockM - 1) / kBlockM);
   p.full = full ? 1 : 0;
   p.scale_log2 = scale * kLog2e;
-  constexpr int smem = Tiles<D>::kAlloc;
-  auto kernel = hopper_forward_kernel<T, D>;
-  s = cuda::to_status(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (!s.ok()) return s;
   const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
-  kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], p);
-  return cuda::last_launch_status();
+  return launch_kernel(hopper_forward_kernel<T, D>, grid, kThreads, Tiles<D>::kAlloc, stream,
+                       maps[0], maps[1], maps[2], p);
 }
 
 }  // namespace

@@ -607,38 +607,20 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
 
   // dK / dV: Q and dO in 64-row boxes, K and V in 128-row boxes.
   CUtensorMap maps[4];
-  KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kQStep);
-  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kKvBlock);
-  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kKvBlock);
-  if (s.ok()) s = make_map(&maps[3], d_o, dtype, g, g.heads, g.o_row_stride, kQStep);
+  KernelStatus s = make_maps(maps, q, k, v, d_o, dtype, g, kQStep, kKvBlock);
   if (!s.ok()) return s;
-  {
-    constexpr int smem = dkdv_smem_bytes<D>();
-    auto kernel = hopper_dkdv_kernel<T, D>;
-    s = cuda::to_status(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    if (!s.ok()) return s;
-    const unsigned grid =
-        static_cast<unsigned>(ceil_div(g.seq, kKvBlock)) * static_cast<unsigned>(p.bkv);
-    kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
-    s = cuda::last_launch_status();
-    if (!s.ok()) return s;
-  }
+  const unsigned dkdv_grid =
+      static_cast<unsigned>(ceil_div(g.seq, kKvBlock)) * static_cast<unsigned>(p.bkv);
+  s = launch_kernel(hopper_dkdv_kernel<T, D>, dkdv_grid, kThreads, dkdv_smem_bytes<D>(), stream,
+                    maps[0], maps[1], maps[2], maps[3], p);
+  if (!s.ok()) return s;
 
   // dQ: Q and dO in 128-row boxes, K and V in 64-row boxes.
-  s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, kDqBlock);
-  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kKStep);
-  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kKStep);
-  if (s.ok()) s = make_map(&maps[3], d_o, dtype, g, g.heads, g.o_row_stride, kDqBlock);
+  s = make_maps(maps, q, k, v, d_o, dtype, g, kDqBlock, kKStep);
   if (!s.ok()) return s;
-  constexpr int smem = dq_smem_bytes<D>();
-  auto kernel = hopper_dq_kernel<T, D>;
-  s = cuda::to_status(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (!s.ok()) return s;
-  const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
-  kernel<<<grid, kThreads, smem, stream>>>(maps[0], maps[1], maps[2], maps[3], p);
-  return cuda::last_launch_status();
+  const unsigned dq_grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
+  return launch_kernel(hopper_dq_kernel<T, D>, dq_grid, kThreads, dq_smem_bytes<D>(), stream,
+                       maps[0], maps[1], maps[2], maps[3], p);
 }
 
 }  // namespace

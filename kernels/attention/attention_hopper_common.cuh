@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/attention/attention_internal.h"
+#include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
 
@@ -315,6 +316,32 @@ inline KernelStatus make_map(CUtensorMap* map, const void* base, DType dtype, co
     return KernelStatus::unsupported("attention hopper: cuTensorMapEncodeTiled refused the tensor");
   }
   return KernelStatus();
+}
+
+// The maps of q, k, v and, when `d_o` is given, d_o (maps[0..3]): q and d_o in
+// boxes of `q_rows` rows, k and v in boxes of `kv_rows`.
+inline KernelStatus make_maps(CUtensorMap* maps, const void* q, const void* k, const void* v,
+                              const void* d_o, DType dtype, const Geometry& g, int q_rows,
+                              int kv_rows) {
+  KernelStatus s = make_map(&maps[0], q, dtype, g, g.heads, g.qkv_row_stride, q_rows);
+  if (s.ok()) s = make_map(&maps[1], k, dtype, g, g.kv_heads, g.qkv_row_stride, kv_rows);
+  if (s.ok()) s = make_map(&maps[2], v, dtype, g, g.kv_heads, g.qkv_row_stride, kv_rows);
+  if (s.ok() && d_o != nullptr) {
+    s = make_map(&maps[3], d_o, dtype, g, g.heads, g.o_row_stride, q_rows);
+  }
+  return s;
+}
+
+// `kernel` on `grid` CTAs of `threads` threads with `smem` bytes of
+// dynamic shared memory (its limit raised first), on `stream`.
+template <typename Kernel, typename... Args>
+KernelStatus launch_kernel(Kernel kernel, unsigned grid, int threads, int smem,
+                           cudaStream_t stream, const Args&... args) {
+  const KernelStatus s = cuda::to_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  if (!s.ok()) return s;
+  kernel<<<grid, threads, smem, stream>>>(args...);
+  return cuda::last_launch_status();
 }
 
 }  // namespace colossal::kernels::attention::internal::hopper
