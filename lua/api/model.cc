@@ -280,14 +280,17 @@ int Generate(lua_State* L) {
   const int32_t eos = (*tokenizer)->eos_id().value_or(-1);
   // Each token's forward: through the pipeline's stages, or the model's own
   // (its booster's), with sequence-split activations padded and the last
-  // position's logits shared.
+  // position's logits shared. The stages send on the last position's logits
+  // alone unless the sequence is split (then padding follows the last real
+  // position, which last_position_logits picks out).
+  const bool last_only = !model->net->tensor_parallel().chunks_sequence();
   const ForwardFn forward = SequenceSplitForward(
       *model->rt->ctx, *model->net,
       [&](const core::Tensor& input) -> absl::StatusOr<nn::ForwardResult> {
         if (!pipeline) return Forward(*model, input);
         COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
                                   parallel::pipeline_logits(*model->rt->ctx, *booster->booster,
-                                                            *model->net, input));
+                                                            *model->net, input, last_only));
         return nn::ForwardResult{logits, nullptr};
       });
   absl::StatusOr<int> n = GenerateTokens(*model->rt->ctx, *model->net, tokens,

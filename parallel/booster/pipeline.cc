@@ -272,7 +272,8 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
 }
 
 absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booster,
-                                             nn::CausalLM& model, const core::Tensor& tokens) {
+                                             nn::CausalLM& model, const core::Tensor& tokens,
+                                             bool last_position_only) {
   if (tokens.rank() != 2 || tokens.dim(1) < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline_logits: tokens are ", tokens.to_string(), ", not [B, T]"));
@@ -287,10 +288,11 @@ absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booste
   // all_to_all leaves each rank its positions' logits; split_gather's head
   // gathers every position.
   const nn::TensorParallel& tp = model.tensor_parallel();
+  const int64_t B = tokens.dim(0);
   const int64_t positions = tp.all_to_all() ? tokens.dim(1) / tp.sequence_size() : tokens.dim(1);
-  COLOSSAL_ASSIGN_OR_RETURN(
-      core::Tensor logits,
-      core::Tensor::empty({tokens.dim(0), positions, columns}, model.dtype(), stream));
+  const int64_t kept = last_position_only ? 1 : positions;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor logits,
+                            core::Tensor::empty({B, kept, columns}, model.dtype(), stream));
   for (int c = 0; c < st.chunks(); ++c) {
     core::Tensor x = tokens;
     if (!st.takes_tokens(c)) {
@@ -299,12 +301,22 @@ absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booste
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, st.forward_output(c, 0, x));
     if (st.gives_logits(c)) {
-      if (out.shape() != logits.shape()) {
+      if (out.shape() != core::Shape{B, positions, columns}) {
         return absl::InternalError(absl::StrCat("pipeline_logits: the last stage gave ",
-                                                out.to_string(), ", expected ",
-                                                logits.to_string()));
+                                                out.to_string(), ", expected [", B, ", ",
+                                                positions, ", ", columns, "]"));
       }
-      COLOSSAL_RETURN_IF_ERROR(logits.copy_from(out, stream));
+      if (!last_position_only) {
+        COLOSSAL_RETURN_IF_ERROR(logits.copy_from(out, stream));
+        continue;
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, out.reshape({B * positions, columns}));
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor lasts, logits.reshape({B, columns}));
+      for (int64_t b = 0; b < B; ++b) {
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, rows.narrow(0, b * positions + positions - 1, 1));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, lasts.narrow(0, b, 1));
+        COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+      }
     } else {
       COLOSSAL_RETURN_IF_ERROR(st.exchange({{&out, st.next()}}, {}, "sending activations"));
     }

@@ -69,10 +69,12 @@ absl::StatusOr<float> evaluate_pipeline(core::Context& ctx, Booster& booster, nn
 // [B, T] on ctx's device) forward through every stage and model chunk, no
 // saved state kept; returns the last stage's logits, as the whole model's
 // forward gives them on this rank ([B, T, padded_vocab / tp]; [B, T / n, ...]
-// under all_to_all over n ranks), on every stage. Same errors as
-// evaluate_pipeline.
+// under all_to_all over n ranks), on every stage; with `last_position_only`
+// only each sequence's last row of them ([B, 1, ...]: what sampling the next
+// token reads, without sending the rest). Same errors as evaluate_pipeline.
 absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booster,
-                                             nn::CausalLM& model, const core::Tensor& tokens);
+                                             nn::CausalLM& model, const core::Tensor& tokens,
+                                             bool last_position_only = false);
 
 }  // namespace colossal::parallel
 

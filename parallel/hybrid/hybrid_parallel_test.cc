@@ -290,6 +290,15 @@ TEST(Hybrid, PipelineLogitsEqualOneProcess) {
               << "rank " << rank << " position " << t << " column " << first + j;
         }
       }
+      // The last position alone: the same row, and nothing else sent.
+      absl::StatusOr<core::Tensor> last =
+          pipeline_logits(*rank_ctx, booster, *model, tokens, /*last_position_only=*/true);
+      ASSERT_TRUE(last.ok()) << last.status();
+      ASSERT_EQ(last->shape(), core::Shape({1, 1, columns}));
+      for (int64_t j = 0; j < columns; ++j) {
+        ASSERT_EQ(last->data<float>()[j], logits->data<float>()[(T - 1) * columns + j])
+            << "rank " << rank << " column " << first + j;
+      }
     });
   }
 }
