@@ -85,6 +85,23 @@
 //       KV, T, D, R * D, H * D, DType::kBF16, 0.125f, attention::AttentionMask::kFull, stream);
 //   // ... and attention_backward_cuda(..., 0.125f, AttentionMask::kFull, stream) with its lse.
 // (pointer arithmetic above is in elements; the API takes void*.)
+//
+// Varlen layout (packed sequences, FlashAttention's flash_attn_varlen_func;
+// the attention_varlen_* functions): num_seqs sequences of different lengths
+// packed back to back in total_tokens rows, described by cu_seqlens (int32,
+// num_seqs + 1 entries: cu_seqlens[0] = 0, non-decreasing,
+// cu_seqlens[num_seqs] = total_tokens). Sequence i holds rows
+// cu_seqlens[i] .. cu_seqlens[i + 1] - 1; empty sequences are allowed. Row r
+// (0 <= r < total_tokens) of q, k, v, dq, dk, dv is at r * qkv_row_stride and
+// of o, d_o at r * o_row_stride, heads within a row as above (the batch
+// layout with its batch * seq rows flattened). Attention never crosses a
+// sequence boundary: position t of sequence i (row cu_seqlens[i] + t) attends
+// to positions j <= t of sequence i under kCausal, every position of sequence
+// i under kFull. lse is float32 [heads, total_tokens] (FlashAttention's varlen
+// lse): lse[h * total_tokens + r] for row r, query head h. The batch layout
+// is the case of num_seqs = batch sequences of seq positions each (its lse
+// alone is laid out differently, [batch, heads, seq]). The layout has CPU
+// calls only so far.
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 
@@ -140,6 +157,29 @@ KernelStatus causal_attention_backward_cpu(void* dq, void* dk, void* dv, const v
                                            int64_t heads, int64_t kv_heads, int64_t seq,
                                            int64_t head_dim, int64_t qkv_row_stride,
                                            int64_t o_row_stride, DType dtype, float scale);
+
+// ---- CPU, varlen layout (see "Varlen layout" above): the batch CPU calls
+// run on each sequence in turn. cu_seqlens is host memory, num_seqs + 1
+// entries, checked in full: kInvalidArgument when null, when cu_seqlens[0] is
+// not 0, when it decreases, or when cu_seqlens[num_seqs] is not total_tokens
+// (also when total_tokens > 0 with num_seqs == 0, or total_tokens >= 2^31).
+// lse (may be null) is [heads, total_tokens].
+KernelStatus attention_varlen_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                          const void* v, const int32_t* cu_seqlens,
+                                          int64_t num_seqs, int64_t total_tokens, int64_t heads,
+                                          int64_t kv_heads, int64_t head_dim,
+                                          int64_t qkv_row_stride, int64_t o_row_stride,
+                                          DType dtype, float scale, AttentionMask mask);
+
+// Overwrites dq, dk, dv (every row of every sequence). Reads neither o nor lse.
+KernelStatus attention_varlen_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
+                                           const void* q, const void* k, const void* v,
+                                           const void* o, const float* lse,
+                                           const int32_t* cu_seqlens, int64_t num_seqs,
+                                           int64_t total_tokens, int64_t heads, int64_t kv_heads,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale,
+                                           AttentionMask mask);
 
 #if COLOSSAL_WITH_CUDA
 // ---- CUDA: bfloat16 and float16 (others kUnsupported), head_dim 64, 96 or

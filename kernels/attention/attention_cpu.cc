@@ -3,7 +3,9 @@
 // time, every row of scores computed in double and never stored as a T x T
 // matrix; outputs rounded once to the tensor type. With grouped-query heads the
 // backward takes one (batch, kv head) at a time and sums dk, dv over the
-// group's query heads in double before rounding.
+// group's query heads in double before rounding. The varlen layout runs the
+// same code on each sequence in turn (its rows, lse at row offset cu_seqlens[i]
+// of every head's total_tokens).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -82,9 +84,12 @@ double softmax_row(std::vector<double>& p, const std::vector<double>& q,
   return m + std::log(sum);
 }
 
+// lse of (b, h, t) at lse[b * heads * seq + h * lse_head_stride + t]: the
+// batch layout [batch, heads, seq] with lse_head_stride = seq; one sequence of
+// the varlen layout [heads, total_tokens] with lse_head_stride = total_tokens.
 template <typename T>
 void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const Geometry& g,
-                   double scale, bool causal) {
+                   double scale, bool causal, int64_t lse_head_stride) {
   const int64_t d = g.head_dim, T_ = g.seq;
   std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
   for (int64_t b = 0; b < g.batch; ++b) {
@@ -97,7 +102,9 @@ void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const G
       for (int64_t t = 0; t < T_; ++t) {
         const int64_t n = keys_of(t, T_, causal);
         const double l = softmax_row(p, qh, kh, t, n, d, scale);
-        if (lse != nullptr) lse[(b * g.heads + h) * T_ + t] = static_cast<float>(l);
+        if (lse != nullptr) {
+          lse[b * g.heads * T_ + h * lse_head_stride + t] = static_cast<float>(l);
+        }
         for (int64_t c = 0; c < d; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < n; ++j) acc += p[j] * vh[j * d + c];
@@ -174,14 +181,12 @@ bool cpu_dtype(DType dtype) {
          dtype == DType::kF64;
 }
 
-}  // namespace
 
-KernelStatus attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
-                                   const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
-                                   int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
-                                   int64_t o_row_stride, DType dtype, float scale,
-                                   AttentionMask mask) {
-  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+// The forward's argument checks on geometry g (the varlen layout's flat
+// geometry): OK with *work false when there is nothing to compute.
+KernelStatus check_forward(const Geometry& g, void* o, float* lse, const void* q, const void* k,
+                           const void* v, DType dtype, AttentionMask mask, bool* work) {
+  *work = false;
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
   if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
@@ -194,31 +199,22 @@ KernelStatus attention_forward_cpu(void* o, float* lse, const void* q, const voi
   }
   const size_t elem = dtype_size(dtype);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
-  const auto oe = internal::extent(o, g, o_row_stride, heads, elem);
-  const size_t lse_bytes = static_cast<size_t>(batch * heads * seq) * sizeof(float);
+  const auto oe = internal::extent(o, g, g.o_row_stride, g.heads, elem);
+  const size_t lse_bytes = static_cast<size_t>(g.batch * g.heads * g.seq) * sizeof(float);
   if (internal::outputs_overlap_inputs({oe}, {qe, ke, ve}) ||
       (lse != nullptr && internal::outputs_overlap_inputs({internal::plain_extent(lse, lse_bytes)},
                                                           {qe, ke, ve, oe}))) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
   }
-  return dispatch_cpu_types(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    forward_typed(static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
-                  static_cast<const T*>(v), g, static_cast<double>(scale),
-                  mask == AttentionMask::kCausal);
-    return KernelStatus();
-  });
+  *work = true;
+  return KernelStatus();
 }
 
-KernelStatus attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o, const void* q,
-                                    const void* k, const void* v, const void* o, const float* lse,
-                                    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq,
-                                    int64_t head_dim, int64_t qkv_row_stride,
-                                    int64_t o_row_stride, DType dtype, float scale,
-                                    AttentionMask mask) {
-  (void)o;
-  (void)lse;
-  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+// The backward's argument checks, as check_forward's.
+KernelStatus check_backward(const Geometry& g, void* dq, void* dk, void* dv, const void* d_o,
+                            const void* q, const void* k, const void* v, DType dtype,
+                            AttentionMask mask, bool* work) {
+  *work = false;
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
   if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
@@ -233,15 +229,145 @@ KernelStatus attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_
   const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   if (internal::outputs_overlap_inputs(
-          {dqe, dke, dve}, {qe, ke, ve, internal::extent(d_o, g, o_row_stride, heads, elem)})) {
+          {dqe, dke, dve}, {qe, ke, ve, internal::extent(d_o, g, g.o_row_stride, g.heads, elem)})) {
     return KernelStatus::invalid_argument("attention backward: dq, dk or dv overlaps an input");
   }
+  *work = true;
+  return KernelStatus();
+}
+
+// The varlen layout's own checks, on the host copy of cu_seqlens: its
+// geometry (internal::check_varlen_geometry), then cu_seqlens[0] = 0,
+// non-decreasing, cu_seqlens[num_seqs] = total_tokens.
+KernelStatus check_varlen(const Geometry& flat, const int32_t* cu_seqlens, int64_t num_seqs) {
+  KernelStatus s = internal::check_varlen_geometry(flat, num_seqs);
+  if (!s.ok()) return s;
+  if (cu_seqlens == nullptr) return KernelStatus::invalid_argument("attention varlen: null cu_seqlens");
+  if (cu_seqlens[0] != 0) {
+    return KernelStatus::invalid_argument("attention varlen: cu_seqlens[0] is not 0");
+  }
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    if (cu_seqlens[i + 1] < cu_seqlens[i]) {
+      return KernelStatus::invalid_argument("attention varlen: cu_seqlens decreases");
+    }
+  }
+  if (cu_seqlens[num_seqs] != flat.seq) {
+    return KernelStatus::invalid_argument(
+        "attention varlen: cu_seqlens[num_seqs] is not total_tokens");
+  }
+  return KernelStatus();
+}
+
+// Sequence i of the varlen layout as a batch of one: its geometry and the
+// row offset of its first position.
+struct Sequence {
+  Geometry g;
+  int64_t row0;
+};
+
+Sequence sequence(const Geometry& flat, const int32_t* cu_seqlens, int64_t i) {
+  Geometry g = flat;
+  g.seq = cu_seqlens[i + 1] - cu_seqlens[i];
+  return {g, cu_seqlens[i]};
+}
+
+}  // namespace
+
+KernelStatus attention_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                   const void* v, int64_t batch, int64_t heads, int64_t kv_heads,
+                                   int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
+                                   int64_t o_row_stride, DType dtype, float scale,
+                                   AttentionMask mask) {
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  bool work = false;
+  KernelStatus s = check_forward(g, o, lse, q, k, v, dtype, mask, &work);
+  if (!s.ok() || !work) return s;
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_typed(static_cast<T*>(o), lse, static_cast<const T*>(q), static_cast<const T*>(k),
+                  static_cast<const T*>(v), g, static_cast<double>(scale),
+                  mask == AttentionMask::kCausal, seq);
+    return KernelStatus();
+  });
+}
+
+KernelStatus attention_backward_cpu(void* dq, void* dk, void* dv, const void* d_o, const void* q,
+                                    const void* k, const void* v, const void* o, const float* lse,
+                                    int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq,
+                                    int64_t head_dim, int64_t qkv_row_stride,
+                                    int64_t o_row_stride, DType dtype, float scale,
+                                    AttentionMask mask) {
+  (void)o;
+  (void)lse;
+  const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
+  bool work = false;
+  KernelStatus s = check_backward(g, dq, dk, dv, d_o, q, k, v, dtype, mask, &work);
+  if (!s.ok() || !work) return s;
   return dispatch_cpu_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_typed(static_cast<T*>(dq), static_cast<T*>(dk), static_cast<T*>(dv),
                    static_cast<const T*>(d_o), static_cast<const T*>(q), static_cast<const T*>(k),
                    static_cast<const T*>(v), g, static_cast<double>(scale),
-                  mask == AttentionMask::kCausal);
+                   mask == AttentionMask::kCausal);
+    return KernelStatus();
+  });
+}
+
+KernelStatus attention_varlen_forward_cpu(void* o, float* lse, const void* q, const void* k,
+                                          const void* v, const int32_t* cu_seqlens,
+                                          int64_t num_seqs, int64_t total_tokens, int64_t heads,
+                                          int64_t kv_heads, int64_t head_dim,
+                                          int64_t qkv_row_stride, int64_t o_row_stride,
+                                          DType dtype, float scale, AttentionMask mask) {
+  const Geometry flat = internal::flat_geometry(total_tokens, heads, kv_heads, head_dim,
+                                                qkv_row_stride, o_row_stride);
+  KernelStatus s = check_varlen(flat, cu_seqlens, num_seqs);
+  if (!s.ok()) return s;
+  bool work = false;
+  s = check_forward(flat, o, lse, q, k, v, dtype, mask, &work);
+  if (!s.ok() || !work) return s;
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      const auto [g, r] = sequence(flat, cu_seqlens, i);
+      forward_typed(static_cast<T*>(o) + r * o_row_stride, lse == nullptr ? nullptr : lse + r,
+                    static_cast<const T*>(q) + r * qkv_row_stride,
+                    static_cast<const T*>(k) + r * qkv_row_stride,
+                    static_cast<const T*>(v) + r * qkv_row_stride, g, static_cast<double>(scale),
+                    mask == AttentionMask::kCausal, total_tokens);
+    }
+    return KernelStatus();
+  });
+}
+
+KernelStatus attention_varlen_backward_cpu(void* dq, void* dk, void* dv, const void* d_o,
+                                           const void* q, const void* k, const void* v,
+                                           const void* o, const float* lse,
+                                           const int32_t* cu_seqlens, int64_t num_seqs,
+                                           int64_t total_tokens, int64_t heads, int64_t kv_heads,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale,
+                                           AttentionMask mask) {
+  (void)o;
+  (void)lse;
+  const Geometry flat = internal::flat_geometry(total_tokens, heads, kv_heads, head_dim,
+                                                qkv_row_stride, o_row_stride);
+  KernelStatus s = check_varlen(flat, cu_seqlens, num_seqs);
+  if (!s.ok()) return s;
+  bool work = false;
+  s = check_backward(flat, dq, dk, dv, d_o, q, k, v, dtype, mask, &work);
+  if (!s.ok() || !work) return s;
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t qs = qkv_row_stride;
+    for (int64_t i = 0; i < num_seqs; ++i) {
+      const auto [g, r] = sequence(flat, cu_seqlens, i);
+      backward_typed(static_cast<T*>(dq) + r * qs, static_cast<T*>(dk) + r * qs,
+                     static_cast<T*>(dv) + r * qs, static_cast<const T*>(d_o) + r * o_row_stride,
+                     static_cast<const T*>(q) + r * qs, static_cast<const T*>(k) + r * qs,
+                     static_cast<const T*>(v) + r * qs, g, static_cast<double>(scale),
+                     mask == AttentionMask::kCausal);
+    }
     return KernelStatus();
   });
 }

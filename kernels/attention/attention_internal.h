@@ -5,6 +5,7 @@
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -58,6 +59,33 @@ inline KernelStatus check_geometry(const Geometry& g) {
   }
   if (__builtin_mul_overflow(rows, g.heads, &bytes)) {
     return KernelStatus::invalid_argument("attention: tensor too large");
+  }
+  return KernelStatus();
+}
+
+// The varlen layout (attention.h): num_seqs sequences packed back to back in
+// total_tokens rows. Its q, k, v and o are the rows of one sequence of
+// total_tokens positions (flat_geometry): what the size checks and the
+// extents below see. lse is [heads, total_tokens], as many floats as the flat
+// geometry's [1, heads, total_tokens].
+inline Geometry flat_geometry(int64_t total_tokens, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride) {
+  return {1, heads, kv_heads, total_tokens, head_dim, qkv_row_stride, o_row_stride};
+}
+
+// check_geometry of the flat geometry, num_seqs >= 0, total_tokens within
+// cu_seqlens' int32 and no tokens without a sequence. (The CPU path also reads
+// cu_seqlens itself; the CUDA path cannot without a sync.)
+inline KernelStatus check_varlen_geometry(const Geometry& flat, int64_t num_seqs) {
+  if (num_seqs < 0) return KernelStatus::invalid_argument("attention: negative size");
+  KernelStatus s = check_geometry(flat);
+  if (!s.ok()) return s;
+  if (flat.seq > INT32_MAX) {
+    return KernelStatus::invalid_argument(
+        "attention varlen: total_tokens above 2^31 - 1 (cu_seqlens is int32)");
+  }
+  if (num_seqs == 0 && flat.seq > 0) {
+    return KernelStatus::invalid_argument("attention varlen: total_tokens > 0 but no sequence");
   }
   return KernelStatus();
 }

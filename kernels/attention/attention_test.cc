@@ -472,6 +472,187 @@ TEST(AttentionCpuTest, RejectsBadArguments) {
 }
 
 // ---------------------------------------------------------------------------
+// Varlen layout.
+
+// cu_seqlens of sequences of `lens` positions.
+std::vector<int32_t> cu_seqlens_of(const std::vector<int32_t>& lens) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  for (size_t i = 0; i < lens.size(); ++i) cu[i + 1] = cu[i] + lens[i];
+  return cu;
+}
+
+// The varlen problem over `cu`: its rows are those of the flat Problem
+// {1, H, KV, total, D, pad, mask} (qkv_stride, o_stride, elems, columns), and
+// its lse [H, total] has that problem's rows() floats.
+Problem flat_problem(const std::vector<int32_t>& cu, int64_t H, int64_t KV, int64_t D,
+                     int64_t pad, AttentionMask mask) {
+  return {1, H, KV, cu.back(), D, pad, mask};
+}
+
+std::string varlen_label(const Problem& flat, const std::vector<int32_t>& cu, DType dtype) {
+  std::string lens;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) lens += (i ? "," : "") + std::to_string(cu[i + 1] - cu[i]);
+  return flat.label(dtype) + " varlen {" + lens + "}";
+}
+
+KernelStatus varlen_forward_cpu(const Problem& f, const std::vector<int32_t>& cu, void* o,
+                                float* lse, const void* qkv, DType dtype, float scale) {
+  return attention_varlen_forward_cpu(o, lse, qkv, at_col(qkv, f.k_col(), dtype),
+                                      at_col(qkv, f.v_col(), dtype), cu.data(),
+                                      static_cast<int64_t>(cu.size()) - 1, f.T, f.H, f.KV, f.D,
+                                      f.qkv_stride(), f.o_stride(), dtype, scale, f.mask);
+}
+
+KernelStatus varlen_backward_cpu(const Problem& f, const std::vector<int32_t>& cu, void* dqkv,
+                                 const void* d_o, const void* qkv, DType dtype, float scale) {
+  return attention_varlen_backward_cpu(
+      dqkv, at_col(dqkv, f.k_col(), dtype), at_col(dqkv, f.v_col(), dtype), d_o, qkv,
+      at_col(qkv, f.k_col(), dtype), at_col(qkv, f.v_col(), dtype), nullptr, nullptr, cu.data(),
+      static_cast<int64_t>(cu.size()) - 1, f.T, f.H, f.KV, f.D, f.qkv_stride(), f.o_stride(),
+      dtype, scale, f.mask);
+}
+
+// The varlen CPU calls are the batch CPU calls on each sequence alone (a batch
+// of one at the sequence's rows): o, lse (moved from [1, H, L] to the
+// sequence's columns of [H, total]), dq, dk and dv equal to the bit, stride
+// gaps untouched (both sides start from the same poison and are compared
+// whole). Empty sequences first, last and between; multi-head, grouped and
+// multi-query heads; padded rows.
+TEST(AttentionCpuTest, VarlenMatchesEachSequenceAlone) {
+  const std::vector<std::vector<int32_t>> lengths = {
+      {1, 77, 0, 200, 128}, {5, 70, 33}, {0, 0, 17, 0}, {64}, {0}, {2, 1, 3}};
+  struct Heads {
+    int64_t H, KV, D, pad;
+  };
+  const Heads heads[] = {{2, 2, 8, 0}, {4, 2, 5, 3}, {3, 1, 16, 0}};
+  uint32_t seed = 400;
+  for (DType dtype : {DType::kF64, DType::kBF16}) {
+    const size_t es = dtype_size(dtype);
+    for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+      for (const Heads& hd : heads) {
+        if (dtype != DType::kF64 && hd.KV == hd.H) continue;  // 16-bit: grouped heads only
+        for (const std::vector<int32_t>& lens : lengths) {
+          const std::vector<int32_t> cu = cu_seqlens_of(lens);
+          const Problem f = flat_problem(cu, hd.H, hd.KV, hd.D, hd.pad, mask);
+          SCOPED_TRACE(varlen_label(f, cu, dtype));
+          const float scale = 0.35f;
+          const auto qkv = random_bytes(dtype, f.qkv_elems(), seed++, -2.0f, 2.0f);
+          const auto d_o = random_bytes(dtype, f.o_elems(), seed++, -1.0f, 1.0f);
+          std::vector<uint8_t> o(f.o_elems() * es), o_seq(o.size());
+          std::vector<uint8_t> dqkv(f.qkv_elems() * es), dqkv_seq(dqkv.size());
+          std::vector<float> lse(f.rows()), lse_seq(f.rows());
+          for (auto* b : {&o, &o_seq, &dqkv, &dqkv_seq}) testing::poison(b->data(), b->size());
+          testing::poison(lse.data(), lse.size() * sizeof(float));
+          testing::poison(lse_seq.data(), lse_seq.size() * sizeof(float));
+          ASSERT_TRUE(varlen_forward_cpu(f, cu, o.data(), lse.data(), qkv.data(), dtype, scale).ok());
+          ASSERT_TRUE(varlen_backward_cpu(f, cu, dqkv.data(), d_o.data(), qkv.data(), dtype, scale).ok());
+          for (size_t i = 0; i + 1 < cu.size(); ++i) {
+            const int64_t r = cu[i], L = cu[i + 1] - cu[i];
+            if (L == 0) continue;
+            const Problem one{1, f.H, f.KV, L, f.D, f.pad, mask};
+            const size_t qoff = r * f.qkv_stride() * es, ooff = r * f.o_stride() * es;
+            std::vector<float> l(one.rows());
+            ASSERT_TRUE(forward_cpu(one, o_seq.data() + ooff, l.data(), qkv.data() + qoff, dtype, scale).ok());
+            for (int64_t h = 0; h < f.H; ++h) {
+              for (int64_t t = 0; t < L; ++t) lse_seq[h * f.T + r + t] = l[h * L + t];
+            }
+            ASSERT_TRUE(backward_cpu(one, dqkv_seq.data() + qoff, d_o.data() + ooff,
+                                     qkv.data() + qoff, dtype, scale)
+                            .ok());
+          }
+          EXPECT_EQ(o, o_seq) << "o";
+          EXPECT_EQ(std::memcmp(lse.data(), lse_seq.data(), lse.size() * sizeof(float)), 0) << "lse";
+          EXPECT_EQ(dqkv, dqkv_seq) << "dq, dk, dv";
+        }
+      }
+    }
+  }
+}
+
+// Equal lengths: the varlen calls are the batch calls (lse transposed from
+// [B, H, T] to [H, B * T]).
+TEST(AttentionCpuTest, VarlenOfEqualLengthsIsTheBatch) {
+  const Problem p{3, 4, 2, 21, 8, 2, AttentionMask::kCausal};
+  for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+    Problem b = p;
+    b.mask = mask;
+    const std::vector<int32_t> cu = cu_seqlens_of(std::vector<int32_t>(b.B, b.T));
+    const Problem f = flat_problem(cu, b.H, b.KV, b.D, b.pad, mask);
+    const auto qkv = random_bytes(DType::kF64, b.qkv_elems(), 500, -2.0f, 2.0f);
+    const auto d_o = random_bytes(DType::kF64, b.o_elems(), 501, -1.0f, 1.0f);
+    std::vector<double> o(b.o_elems(), 0.0), o_v(b.o_elems(), 0.0);
+    std::vector<double> g(b.qkv_elems(), 0.0), g_v(b.qkv_elems(), 0.0);
+    std::vector<float> lse(b.rows()), lse_v(b.rows());
+    ASSERT_TRUE(forward_cpu(b, o.data(), lse.data(), qkv.data(), DType::kF64, 0.5f).ok());
+    ASSERT_TRUE(backward_cpu(b, g.data(), d_o.data(), qkv.data(), DType::kF64, 0.5f).ok());
+    ASSERT_TRUE(varlen_forward_cpu(f, cu, o_v.data(), lse_v.data(), qkv.data(), DType::kF64, 0.5f).ok());
+    ASSERT_TRUE(varlen_backward_cpu(f, cu, g_v.data(), d_o.data(), qkv.data(), DType::kF64, 0.5f).ok());
+    EXPECT_EQ(o, o_v);
+    EXPECT_EQ(g, g_v);
+    for (int64_t s = 0; s < b.B; ++s) {
+      for (int64_t h = 0; h < b.H; ++h) {
+        for (int64_t t = 0; t < b.T; ++t) {
+          ASSERT_EQ(lse[(s * b.H + h) * b.T + t], lse_v[h * f.T + s * b.T + t]);
+        }
+      }
+    }
+  }
+}
+
+// cu_seqlens is checked in full on the CPU, forward and backward alike, with
+// a message naming what is wrong; sequences may be empty, and so may all of them.
+TEST(AttentionCpuTest, VarlenRejectsBadCuSeqlens) {
+  std::vector<float> qkv(64, 0.5f), o(64), d_o(64, 1.0f), dqkv(64);
+  std::vector<float> lse(64);
+  auto fwd = [&](const int32_t* cu, int64_t num_seqs, int64_t total) {
+    return attention_varlen_forward_cpu(o.data(), lse.data(), qkv.data(), qkv.data() + 1,
+                                        qkv.data() + 2, cu, num_seqs, total, 1, 1, 1, 3, 1,
+                                        DType::kF32, 1.0f, AttentionMask::kCausal);
+  };
+  auto bwd = [&](const int32_t* cu, int64_t num_seqs, int64_t total) {
+    return attention_varlen_backward_cpu(dqkv.data(), dqkv.data() + 1, dqkv.data() + 2,
+                                         d_o.data(), qkv.data(), qkv.data() + 1, qkv.data() + 2,
+                                         nullptr, nullptr, cu, num_seqs, total, 1, 1, 1, 3, 1,
+                                         DType::kF32, 1.0f, AttentionMask::kFull);
+  };
+  struct Bad {
+    std::vector<int32_t> cu;
+    int64_t num_seqs, total;
+    const char* message;
+  };
+  const Bad bad[] = {{{1, 3, 5}, 2, 5, "cu_seqlens[0] is not 0"},
+                     {{0, 3, 2, 5}, 3, 5, "cu_seqlens decreases"},
+                     {{0, 3, 4}, 2, 5, "cu_seqlens[num_seqs] is not total_tokens"},
+                     {{0, 3, 6}, 2, 5, "cu_seqlens[num_seqs] is not total_tokens"},
+                     {{0}, 0, 5, "total_tokens > 0 but no sequence"},
+                     {{0, 5}, -1, 5, "negative size"},
+                     {{0, 5}, 1, -5, "negative size"}};
+  for (const Bad& b : bad) {
+    for (const KernelStatus& s : {fwd(b.cu.data(), b.num_seqs, b.total),
+                                  bwd(b.cu.data(), b.num_seqs, b.total)}) {
+      EXPECT_EQ(s.code(), Code::kInvalidArgument) << b.message;
+      EXPECT_NE(std::string(s.message()).find(b.message), std::string::npos)
+          << "got \"" << s.message() << "\", want \"" << b.message << "\"";
+    }
+  }
+  for (const KernelStatus& s : {fwd(nullptr, 1, 5), bwd(nullptr, 1, 5)}) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(s.message()).find("null cu_seqlens"), std::string::npos) << s.message();
+  }
+  const std::vector<int32_t> good = {0, 2, 2, 5}, none = {0, 0, 0};
+  EXPECT_TRUE(fwd(good.data(), 3, 5).ok());
+  EXPECT_TRUE(bwd(good.data(), 3, 5).ok());
+  EXPECT_TRUE(fwd(none.data(), 2, 0).ok());
+  EXPECT_TRUE(bwd(none.data(), 2, 0).ok());
+  // o overlapping q is refused as in the batch layout.
+  EXPECT_EQ(attention_varlen_forward_cpu(qkv.data(), nullptr, qkv.data(), qkv.data() + 1,
+                                         qkv.data() + 2, good.data(), 3, 5, 1, 1, 1, 3, 1,
+                                         DType::kF32, 1.0f, AttentionMask::kCausal)
+                .code(),
+            Code::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
 // CUDA.
 
 #if COLOSSAL_WITH_CUDA
