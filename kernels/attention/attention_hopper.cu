@@ -191,20 +191,14 @@ struct Consumer {
     l[0] = l[1] = 0.0f;
   }
 
-  // Key tile j, the it-th consumed (stage it % kStages). kDiag: the diagonal
-  // tile (causal) or the sequence's last tile (full), always the first
-  // (it == 0), the only one with masked keys.
-  template <bool kDiag>
-  __device__ __forceinline__ void tile(int it, int j) {
+  // Issues S = Q K^T for the it-th tile (stage it % kStages) as one commit
+  // group, once its K landed: D/16 k16 steps, step kk reads columns 16kk.. of
+  // chunk kk / 4, 32 (kk % 4) bytes into its rows; the first step ignores the
+  // accumulators' old values (scale-d = 0).
+  __device__ __forceinline__ void issue_qk(float (&sc)[64], int it) {
     const int s = it % kStages;
-    const uint32_t parity = (it / kStages) & 1;
-    const uint32_t k_tile = sh.k + s * L::kKv, v_tile = sh.v + s * L::kKv;
-
-    // S = Q K^T over head_dim in k16 steps: step kk reads columns 16kk.. of
-    // chunk kk / 4, 32 (kk % 4) bytes into its rows. The first step ignores
-    // the accumulators' old values (scale-d = 0).
-    float sc[64];
-    mbar_wait(sh.bar(kBarKFull + s), parity);
+    const uint32_t k_tile = sh.k + s * L::kKv;
+    mbar_wait(sh.bar(kBarKFull + s), (it / kStages) & 1);
     __syncwarp();
     wgmma_fence();
 #pragma unroll
@@ -214,14 +208,41 @@ struct Consumer {
                    desc_k_major(k_tile + (kk / 4) * L::kKvChunk + off), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(sc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(sh.bar(kBarKEmpty + s));  // this warp is done reading K
+  }
 
-    // Scores into log2 units; on the first tile mask keys after the limit:
-    // the query (causal; covers keys at or past seq for every valid row) or
-    // seq - 1 (full).
+  // Issues O += P V for the it-th tile as one commit group, once its V
+  // landed: 128/16 k16 steps over the tile's keys, step kk reads V rows
+  // 16kk.. (16 * 128 bytes further each: two 8-row swizzle atoms, SBO apart).
+  __device__ __forceinline__ void issue_pv(const uint32_t (&pr)[32], int it) {
+    const int s = it % kStages;
+    const uint32_t v_tile = sh.v + s * L::kKv;
+    mbar_wait(sh.bar(kBarVFull + s), (it / kStages) & 1);
+    __syncwarp();
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
+      Wgmma<T>::pv(o, a, desc_mn_major(v_tile + kk * 16 * kRowBytes, L::kKvChunk));
+    }
+    wgmma_commit();
+  }
+
+  // This warp is done reading the it-th tile's K (or V): one arrival on the
+  // stage's empty barrier.
+  __device__ __forceinline__ void release(int bar, int it) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sh.bar(bar + it % kStages));
+  }
+
+  // Online softmax of key tile j's scores in place (sc becomes P in fp32),
+  // updating m and l; returns each row half's rescale factor alpha for O.
+  // kDiag: the diagonal tile (causal) or the sequence's last tile (full),
+  // always the first one, the only one with masked keys (after the query,
+  // which covers keys at or past seq for every valid row; full: after seq - 1).
+  // l stays this thread's partial sum (the quad's lanes share m, so their
+  // partial sums scale alike) until finish().
+  template <bool kDiag>
+  __device__ __forceinline__ void softmax(float (&sc)[64], int j, float (&alpha)[2]) {
     const int key0 = j * kBlockN + 2 * t;
     int limit[2] = {row_base, row_base + 8};
     if (kDiag && p.full) limit[0] = limit[1] = p.seq - 1;
@@ -234,8 +255,6 @@ struct Consumer {
         sc[4 * c + i] = x;
       }
     }
-    // Online softmax per row half r; l stays this thread's partial sum (the
-    // quad's lanes share m, so their partial sums scale alike) until the end.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -245,7 +264,7 @@ struct Consumer {
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[r], mx);
       const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-      const float alpha = fast_exp2(m[r] - m_use);
+      alpha[r] = fast_exp2(m[r] - m_use);
       m[r] = m_new;
       float sum = 0.0f;
 #pragma unroll
@@ -257,32 +276,25 @@ struct Consumer {
           sum += pv;
         }
       }
-      l[r] = l[r] * alpha + sum;
+      l[r] = l[r] * alpha[r] + sum;
+    }
+  }
+
+  __device__ __forceinline__ void rescale(const float (&alpha)[2]) {
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        o[4 * c + 2 * r] *= alpha;
-        o[4 * c + 2 * r + 1] *= alpha;
+    for (int c = 0; c < D / 8; ++c) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        o[4 * c + 2 * r] *= alpha[r];
+        o[4 * c + 2 * r + 1] *= alpha[r];
       }
     }
-    uint32_t pr[32];
+  }
+
+  // P rounded to the input type, packed as wgmma's register-A fragments.
+  static __device__ __forceinline__ void pack(const float (&sc)[64], uint32_t (&pr)[32]) {
 #pragma unroll
     for (int i = 0; i < 32; ++i) pr[i] = Wgmma<T>::pack(sc[2 * i], sc[2 * i + 1]);
-
-    // O += P V over the tile's keys in k16 steps: step kk reads V rows 16kk..,
-    // 16 * 128 bytes further each (two 8-row swizzle atoms, SBO apart).
-    mbar_wait(sh.bar(kBarVFull + s), parity);
-    __syncwarp();
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t a[4] = {pr[4 * kk], pr[4 * kk + 1], pr[4 * kk + 2], pr[4 * kk + 3]};
-      Wgmma<T>::pv(o, a, desc_mn_major(v_tile + kk * 16 * kRowBytes, L::kKvChunk));
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_regs(o);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(sh.bar(kBarVEmpty + s));  // this warp is done reading V
   }
 
   // Full row sums over the quad, lse (natural log) and O / l rounded once,
@@ -319,13 +331,73 @@ struct Consumer {
 
 // The consumers' order: the diagonal (causal) or last (full) tile n_kb - 1
 // first (masked), then n_kb - 2 .. 0 (the producer loads in the same order).
+//
+// Two overlaps keep the tensor cores busy through the softmax
+// (FlashAttention-3's):
+//   inside a warpgroup, iteration it issues S(it) = Q K^T and then
+//     O += P(it - 1) V(it - 1) before computing softmax(S(it)), which runs
+//     while the P V product is still in flight; O is rescaled by the new
+//     alpha once that product landed, and P(it) packed after it (the product
+//     reads the P registers asynchronously).
+//   between the two warpgroups ("ping-pong"), each issue block runs under a
+//     named barrier turn: warpgroup w waits for turn w, issues, and hands the
+//     turn to the other, so one warpgroup's products run while the other
+//     computes its softmax, instead of both multiplying at once and then
+//     both idling the tensor cores.
+// Each warpgroup has n_kb + 1 issue blocks (S(0); S(it) + P V(it - 1); the
+// last P V). Turns: barrier kTurnBar + w, 256 threads (the waiting
+// warpgroup's 128 syncing, the other's 128 arriving). Warpgroup 1 first hands
+// warpgroup 0 its first turn and skips its own last hand-over, so every
+// arrival meets a sync.
+constexpr int kTurnBar = 1;
+
 template <typename T, int D>
 __device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, int wg, int q0, int b,
                                         int h, int n_kb) {
   Consumer<T, D> c(sh, p, wg, q0);
+  const int other = 1 - wg;
+  auto my_turn = [&]() { named_bar_sync(kTurnBar + wg, 256); };
+  auto hand_over = [&](bool last) {
+    if (!(last && wg == 1)) named_bar_arrive(kTurnBar + other, 256);
+  };
+  if (wg == 1) named_bar_arrive(kTurnBar + 0, 256);
+
+  float sc[64];
+  uint32_t pr[32];
+  float alpha[2];
   mbar_wait(sh.bar(kBarQ), 0);
-  c.template tile<true>(0, n_kb - 1);
-  for (int it = 1; it < n_kb; ++it) c.template tile<false>(it, n_kb - 1 - it);
+
+  my_turn();
+  c.issue_qk(sc, 0);
+  hand_over(false);
+  wgmma_wait<0>();
+  fence_regs(sc);
+  c.release(kBarKEmpty, 0);
+  c.template softmax<true>(sc, n_kb - 1, alpha);  // O is still 0: no rescale
+  Consumer<T, D>::pack(sc, pr);
+
+  for (int it = 1; it < n_kb; ++it) {
+    my_turn();
+    c.issue_qk(sc, it);
+    c.issue_pv(pr, it - 1);
+    hand_over(false);
+    wgmma_wait<1>();  // S(it) landed; P V(it - 1) may still run
+    fence_regs(sc);
+    c.release(kBarKEmpty, it);
+    c.template softmax<false>(sc, n_kb - 1 - it, alpha);
+    wgmma_wait<0>();
+    fence_regs(c.o);
+    c.release(kBarVEmpty, it - 1);
+    c.rescale(alpha);
+    Consumer<T, D>::pack(sc, pr);
+  }
+
+  my_turn();
+  c.issue_pv(pr, n_kb - 1);
+  hand_over(true);
+  wgmma_wait<0>();
+  fence_regs(c.o);
+  c.release(kBarVEmpty, n_kb - 1);
   c.finish(b, h);
 }
 
