@@ -45,6 +45,13 @@
 //                             fp32 dQ buffer, ~40% more backward math.)
 // Outputs are staged through shared memory and written with 16-byte stores.
 //
+// The varlen layout (attention.h) runs the same kernels with kVarlen: a CTA
+// reads its sequence's first row and length from cu_seqlens[b] and
+// cu_seqlens[b + 1] (b: the grid's sequence index), the grids span
+// max_seqlen's blocks and CTAs past their sequence's end return at once; lse
+// and delta are [heads, total_tokens]. kVarlen is a template parameter, so
+// the batch layout's kernels are what they were.
+//
 // The kernels themselves live in attention_kernels.h, included below after
 // the PTX wrappers they call; attention_emulation_test.cc includes the same
 // file after host emulations of those wrappers and runs it on CPU threads.
@@ -178,11 +185,17 @@ KernelStatus launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_
   return cuda::last_launch_status();
 }
 
+// The launchers pick each kernel's kFull from p.full and kVarlen from
+// p.cu_seqlens; grids are (query or key blocks of p.seq, p.batch * heads or
+// kv_heads), where in the varlen layout batch = num_seqs and seq = max_seqlen.
 template <typename T, int D>
 KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
   const dim3 grid((p.seq + kBlock - 1) / kBlock, static_cast<unsigned>(p.batch * p.heads));
-  return launch(p.full ? forward_kernel<T, D, true> : forward_kernel<T, D, false>, grid, kThreads,
-                forward_smem_bytes<T, D>(), stream, p);
+  auto kernel = p.cu_seqlens != nullptr
+                    ? (p.full ? forward_kernel<T, D, true, true> : forward_kernel<T, D, false, true>)
+                    : (p.full ? forward_kernel<T, D, true, false>
+                              : forward_kernel<T, D, false, false>);
+  return launch(kernel, grid, kThreads, forward_smem_bytes<T, D>(), stream, p);
 }
 
 // `hopper`: the Hopper dK/dV and dQ kernels after the delta kernel (geometry
@@ -192,11 +205,12 @@ template <typename T, int D>
 KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, bool fallback,
                             const internal::Geometry& g, DType dtype) {
   static_assert(D % 16 == 0, "the kernels tile head_dim by 16");
-  const int64_t rows = p.batch * p.seq * p.heads;
+  const bool varlen = p.cu_seqlens != nullptr;
+  const int64_t rows = (varlen ? p.total : p.batch * p.seq) * p.heads;
   const int64_t delta_blocks = (rows + 255) / 256;
   if (delta_blocks > INT_MAX) return KernelStatus::invalid_argument("attention cuda: too large");
-  KernelStatus s = launch(delta_kernel<T, D>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0,
-                          stream, p);
+  KernelStatus s = launch(varlen ? delta_kernel<T, D, true> : delta_kernel<T, D, false>,
+                          dim3(static_cast<unsigned>(delta_blocks)), 256, 0, stream, p);
   if (!s.ok()) return s;
   if (hopper) {
     s = internal::hopper_backward(p.dq, p.dk, p.dv, p.d_o, p.q, p.k, p.v, p.lse, p.delta, g, dtype,
@@ -207,11 +221,15 @@ KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, b
   const unsigned bh = static_cast<unsigned>(p.batch * p.heads);
   const unsigned bkv = static_cast<unsigned>(p.batch * p.kv_heads);
   const unsigned blocks = static_cast<unsigned>((p.seq + kBlock - 1) / kBlock);
-  s = launch(p.full ? dkdv_kernel<T, D, BQ, true> : dkdv_kernel<T, D, BQ, false>,
-             dim3(blocks, bkv), kThreads, dkdv_smem_bytes<T, D, BQ>(), stream, p);
+  auto dkdv = varlen ? (p.full ? dkdv_kernel<T, D, BQ, true, true>
+                               : dkdv_kernel<T, D, BQ, false, true>)
+                     : (p.full ? dkdv_kernel<T, D, BQ, true, false>
+                               : dkdv_kernel<T, D, BQ, false, false>);
+  s = launch(dkdv, dim3(blocks, bkv), kThreads, dkdv_smem_bytes<T, D, BQ>(), stream, p);
   if (!s.ok()) return s;
-  return launch(p.full ? dq_kernel<T, D, true> : dq_kernel<T, D, false>, dim3(blocks, bh),
-                kThreads, dq_smem_bytes<T, D>(), stream, p);
+  auto dq = varlen ? (p.full ? dq_kernel<T, D, true, true> : dq_kernel<T, D, false, true>)
+                   : (p.full ? dq_kernel<T, D, true, false> : dq_kernel<T, D, false, false>);
+  return launch(dq, dim3(blocks, bh), kThreads, dq_smem_bytes<T, D>(), stream, p);
 }
 
 template <typename F>
@@ -228,7 +246,8 @@ KernelStatus dispatch(DType dtype, int64_t head_dim, F&& f) {
   return KernelStatus::unsupported("attention cuda: dtype must be bfloat16 or float16");
 }
 
-// The Params fields both directions share: q, k, v, geometry, scale and mask.
+// The Params fields both directions share: q, k, v, geometry, scale and mask
+// (the batch layout: cu_seqlens null).
 Params common_params(const internal::Geometry& g, const void* q, const void* k, const void* v,
                      float scale, AttentionMask mask) {
   Params p{};
@@ -248,10 +267,26 @@ Params common_params(const internal::Geometry& g, const void* q, const void* k, 
   return p;
 }
 
+// common_params of the varlen layout (flat: its flat geometry).
+Params varlen_params(const internal::Geometry& flat, const void* q, const void* k, const void* v,
+                     float scale, AttentionMask mask, const int32_t* cu_seqlens, int64_t num_seqs,
+                     int64_t max_seqlen) {
+  Params p = common_params(flat, q, k, v, scale, mask);
+  p.batch = num_seqs;
+  p.seq = static_cast<int>(max_seqlen);
+  p.cu_seqlens = cu_seqlens;
+  p.total = flat.seq;
+  return p;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The checks every CUDA call makes on geometry g (the varlen layout: its flat
+// geometry, after check_varlen): grid_seq positions (seq; max_seqlen) per
+// sequence and grid_seqs sequences (batch; num_seqs) size the grids.
 KernelStatus check_cuda(const internal::Geometry& g, DType dtype, AttentionMask mask,
-                        std::initializer_list<const void*> ptrs) {
+                        std::initializer_list<const void*> ptrs, int64_t grid_seq,
+                        int64_t grid_seqs) {
   KernelStatus s = internal::check_geometry(g);
   if (!s.ok()) return s;
   if (mask != AttentionMask::kCausal && mask != AttentionMask::kFull) {
@@ -264,9 +299,12 @@ KernelStatus check_cuda(const internal::Geometry& g, DType dtype, AttentionMask 
     return KernelStatus::unsupported("attention cuda: head_dim must be 64, 96 or 128");
   }
   if (g.empty()) return KernelStatus();
-  if (g.seq > kMaxSeq) return KernelStatus::invalid_argument("attention cuda: seq above 2^30");
-  if (g.batch * g.heads > 65535) {
-    return KernelStatus::invalid_argument("attention cuda: batch * heads above 65535");
+  if (grid_seq > kMaxSeq) {
+    return KernelStatus::invalid_argument("attention cuda: seq (varlen: max_seqlen) above 2^30");
+  }
+  if (grid_seqs > 65535 || grid_seqs * g.heads > 65535) {
+    return KernelStatus::invalid_argument(
+        "attention cuda: batch (varlen: num_seqs) * heads above 65535");
   }
   if (internal::any_null(ptrs)) return KernelStatus::invalid_argument("attention cuda: null pointer");
   for (const void* p : ptrs) {
@@ -279,6 +317,82 @@ KernelStatus check_cuda(const internal::Geometry& g, DType dtype, AttentionMask 
         "attention cuda: row strides must be multiples of 8 elements");
   }
   return KernelStatus();
+}
+
+// The varlen layout's own checks (the device's cu_seqlens cannot be read):
+// its geometry, max_seqlen, and cu_seqlens present and int32-aligned.
+KernelStatus check_varlen(const internal::Geometry& flat, const int32_t* cu_seqlens,
+                          int64_t num_seqs, int64_t max_seqlen) {
+  KernelStatus s = internal::check_varlen_geometry(flat, num_seqs);
+  if (!s.ok()) return s;
+  if (max_seqlen < 0) return KernelStatus::invalid_argument("attention: negative size");
+  if (max_seqlen == 0 && flat.seq > 0) {
+    return KernelStatus::invalid_argument("attention varlen: max_seqlen 0 with total_tokens > 0");
+  }
+  if (cu_seqlens == nullptr) return KernelStatus::invalid_argument("attention varlen: null cu_seqlens");
+  if (reinterpret_cast<uintptr_t>(cu_seqlens) % alignof(int32_t) != 0) {
+    return KernelStatus::invalid_argument("attention varlen: cu_seqlens is not 4-byte aligned");
+  }
+  return KernelStatus();
+}
+
+// The bytes of cu_seqlens (an input the outputs must not overlap); nothing
+// in the batch layout.
+internal::Extent cu_seqlens_extent(const int32_t* cu_seqlens, int64_t num_seqs) {
+  if (cu_seqlens == nullptr) return {0, 0};
+  return internal::plain_extent(cu_seqlens, static_cast<size_t>(num_seqs + 1) * sizeof(int32_t));
+}
+
+// Whether o or lse overlaps an input or each other (g: the batch geometry or
+// the varlen layout's flat one, whose lse is as large; cu: cu_seqlens_extent).
+bool forward_overlaps(const internal::Geometry& g, DType dtype, const void* o, const float* lse,
+                      const void* q, const void* k, const void* v, internal::Extent cu) {
+  const size_t elem = dtype_size(dtype);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
+  const auto oe = internal::extent(o, g, g.o_row_stride, g.heads, elem);
+  const auto le = internal::plain_extent(lse, static_cast<size_t>(g.batch * g.heads * g.seq) * 4);
+  return internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve, cu}) || internal::overlap(oe, le);
+}
+
+// Whether dq, dk, dv or the workspace overlaps an input, or the workspace
+// overlaps dq, dk or dv (g and cu as forward_overlaps').
+bool backward_overlaps(const internal::Geometry& g, DType dtype, const void* dq, const void* dk,
+                       const void* dv, const void* d_o, const void* q, const void* k,
+                       const void* v, const void* o, const float* lse, const void* workspace,
+                       internal::Extent cu) {
+  const size_t elem = dtype_size(dtype);
+  const size_t rows_bytes = static_cast<size_t>(g.batch * g.heads * g.seq) * 4;
+  const auto we = internal::plain_extent(workspace, rows_bytes);
+  const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
+  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
+  return internal::outputs_overlap_inputs(
+             {dqe, dke, dve, we},
+             {qe, ke, ve, internal::extent(d_o, g, g.o_row_stride, g.heads, elem),
+              internal::extent(o, g, g.o_row_stride, g.heads, elem),
+              internal::plain_extent(lse, rows_bytes), cu}) ||
+         internal::outputs_overlap_inputs({we}, {dqe, dke, dve});
+}
+
+// The portable forward of checked arguments.
+KernelStatus portable_forward(Params p, void* o, float* lse, DType dtype, int64_t head_dim,
+                              cudaStream_t stream) {
+  p.out = o;
+  p.lse_out = lse;
+  return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
+    return forward_typed<decltype(tag), decltype(dim)::value>(p, stream);
+  });
+}
+
+// The backward's Params past common_params / varlen_params.
+void set_backward(Params& p, void* dq, void* dk, void* dv, const void* d_o, const void* o,
+                  const float* lse, void* workspace) {
+  p.o = o;
+  p.d_o = d_o;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.lse = lse;
+  p.delta = static_cast<float*>(workspace);
 }
 
 }  // namespace
@@ -315,18 +429,14 @@ KernelStatus attention_forward_cuda_path(ForwardPath path, AttentionMask mask, v
                                          int64_t o_row_stride, DType dtype, float scale,
                                          cudaStream_t stream) {
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
-  KernelStatus s = check_cuda(g, dtype, mask, {o, lse, q, k, v});
+  KernelStatus s = check_cuda(g, dtype, mask, {o, lse, q, k, v}, seq, batch);
   if (!s.ok()) return s;
   if (path == ForwardPath::kHopper && !hopper_device()) {
     return KernelStatus::unsupported(
         "attention forward: the Hopper kernel needs a compute capability 9.0 device");
   }
   if (g.empty()) return s;
-  const size_t elem = dtype_size(dtype);
-  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
-  const auto oe = internal::extent(o, g, o_row_stride, heads, elem);
-  const auto le = internal::plain_extent(lse, static_cast<size_t>(batch * heads * seq) * 4);
-  if (internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve}) || internal::overlap(oe, le)) {
+  if (forward_overlaps(g, dtype, o, lse, q, k, v, cu_seqlens_extent(nullptr, 0))) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
   }
   const bool full = mask == AttentionMask::kFull;
@@ -341,12 +451,7 @@ KernelStatus attention_forward_cuda_path(ForwardPath path, AttentionMask mask, v
     // kUnsupported: the driver refused the tensor maps; the portable kernel runs.
     if (s.code() != KernelStatus::Code::kUnsupported) return s;
   }
-  Params p = common_params(g, q, k, v, scale, mask);
-  p.out = o;
-  p.lse_out = lse;
-  return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
-    return forward_typed<decltype(tag), decltype(dim)::value>(p, stream);
-  });
+  return portable_forward(common_params(g, q, k, v, scale, mask), o, lse, dtype, head_dim, stream);
 }
 
 KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float* lse,
@@ -358,6 +463,30 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
   return attention_forward_cuda_path(path, AttentionMask::kCausal, o, lse, q, k, v, batch, heads,
                                      kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype,
                                      scale, stream);
+}
+
+KernelStatus attention_varlen_forward_cuda_path(
+    ForwardPath path, AttentionMask mask, void* o, float* lse, const void* q, const void* k,
+    const void* v, const int32_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens,
+    int64_t max_seqlen, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t qkv_row_stride,
+    int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream) {
+  const Geometry flat =
+      flat_geometry(total_tokens, heads, kv_heads, head_dim, qkv_row_stride, o_row_stride);
+  KernelStatus s = check_varlen(flat, cu_seqlens, num_seqs, max_seqlen);
+  if (!s.ok()) return s;
+  s = check_cuda(flat, dtype, mask, {o, lse, q, k, v}, max_seqlen, num_seqs);
+  if (!s.ok()) return s;
+  if (path == ForwardPath::kHopper) {
+    return KernelStatus::unsupported(
+        "attention forward: the Hopper kernels do not take the varlen layout yet");
+  }
+  if (flat.empty()) return s;
+  if (forward_overlaps(flat, dtype, o, lse, q, k, v, cu_seqlens_extent(cu_seqlens, num_seqs))) {
+    return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
+  }
+  return portable_forward(
+      varlen_params(flat, q, k, v, scale, mask, cu_seqlens, num_seqs, max_seqlen), o, lse, dtype,
+      head_dim, stream);
 }
 
 }  // namespace internal
@@ -382,9 +511,25 @@ KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, c
                                 stream);
 }
 
+KernelStatus attention_varlen_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                           const void* v, const int32_t* cu_seqlens,
+                                           int64_t num_seqs, int64_t total_tokens,
+                                           int64_t max_seqlen, int64_t heads, int64_t kv_heads,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale,
+                                           AttentionMask mask, cudaStream_t stream) {
+  return internal::attention_varlen_forward_cuda_path(
+      internal::ForwardPath::kAuto, mask, o, lse, q, k, v, cu_seqlens, num_seqs, total_tokens,
+      max_seqlen, heads, kv_heads, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
+}
+
 size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq) {
   if (batch <= 0 || heads <= 0 || seq <= 0) return 0;
   return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+}
+
+size_t attention_varlen_backward_workspace_bytes(int64_t heads, int64_t total_tokens) {
+  return causal_attention_backward_workspace_bytes(1, heads, total_tokens);
 }
 
 namespace internal {
@@ -395,35 +540,21 @@ KernelStatus attention_backward_cuda_path(
     int64_t batch, int64_t heads, int64_t kv_heads, int64_t seq, int64_t head_dim,
     int64_t qkv_row_stride, int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream) {
   const Geometry g{batch, heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride};
-  KernelStatus s = check_cuda(g, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace});
+  KernelStatus s =
+      check_cuda(g, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace}, seq, batch);
   if (!s.ok()) return s;
   if (path == BackwardPath::kHopper && !hopper_device()) {
     return KernelStatus::unsupported(
         "attention backward: the Hopper kernels need a compute capability 9.0 device");
   }
   if (g.empty()) return s;
-  const size_t elem = dtype_size(dtype);
-  const size_t rows_bytes = static_cast<size_t>(batch * heads * seq) * 4;
-  const auto we = internal::plain_extent(workspace, rows_bytes);
-  const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
-  const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
-  if (internal::outputs_overlap_inputs(
-          {dqe, dke, dve, we},
-          {qe, ke, ve, internal::extent(d_o, g, o_row_stride, heads, elem),
-           internal::extent(o, g, o_row_stride, heads, elem),
-           internal::plain_extent(lse, rows_bytes)}) ||
-      internal::outputs_overlap_inputs({we}, {dqe, dke, dve})) {
+  if (backward_overlaps(g, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
+                        cu_seqlens_extent(nullptr, 0))) {
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }
   Params p = common_params(g, q, k, v, scale, mask);
-  p.o = o;
-  p.d_o = d_o;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  p.lse = lse;
-  p.delta = static_cast<float*>(workspace);
+  set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
   if (path == BackwardPath::kHopper && !hopper_backward_supports(g, dtype)) {
     return KernelStatus::unsupported("attention backward: problem outside the Hopper kernels");
   }
@@ -445,6 +576,37 @@ KernelStatus causal_attention_backward_cuda_path(
   return attention_backward_cuda_path(path, AttentionMask::kCausal, dq, dk, dv, d_o, q, k, v, o,
                                       lse, workspace, batch, heads, kv_heads, seq, head_dim,
                                       qkv_row_stride, o_row_stride, dtype, scale, stream);
+}
+
+KernelStatus attention_varlen_backward_cuda_path(
+    BackwardPath path, AttentionMask mask, void* dq, void* dk, void* dv, const void* d_o,
+    const void* q, const void* k, const void* v, const void* o, const float* lse, void* workspace,
+    const int32_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens, int64_t max_seqlen,
+    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t qkv_row_stride,
+    int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream) {
+  const Geometry flat =
+      flat_geometry(total_tokens, heads, kv_heads, head_dim, qkv_row_stride, o_row_stride);
+  KernelStatus s = check_varlen(flat, cu_seqlens, num_seqs, max_seqlen);
+  if (!s.ok()) return s;
+  s = check_cuda(flat, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace}, max_seqlen,
+                 num_seqs);
+  if (!s.ok()) return s;
+  if (path == BackwardPath::kHopper) {
+    return KernelStatus::unsupported(
+        "attention backward: the Hopper kernels do not take the varlen layout yet");
+  }
+  if (flat.empty()) return s;
+  if (backward_overlaps(flat, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
+                        cu_seqlens_extent(cu_seqlens, num_seqs))) {
+    return KernelStatus::invalid_argument(
+        "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
+  }
+  Params p = varlen_params(flat, q, k, v, scale, mask, cu_seqlens, num_seqs, max_seqlen);
+  set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
+  return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
+    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, false, false, flat,
+                                                               dtype);
+  });
 }
 
 }  // namespace internal
@@ -470,6 +632,21 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
   return attention_backward_cuda(dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads,
                                  kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype,
                                  scale, AttentionMask::kCausal, stream);
+}
+
+KernelStatus attention_varlen_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
+                                            const void* q, const void* k, const void* v,
+                                            const void* o, const float* lse, void* workspace,
+                                            const int32_t* cu_seqlens, int64_t num_seqs,
+                                            int64_t total_tokens, int64_t max_seqlen,
+                                            int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                            int64_t qkv_row_stride, int64_t o_row_stride,
+                                            DType dtype, float scale, AttentionMask mask,
+                                            cudaStream_t stream) {
+  return internal::attention_varlen_backward_cuda_path(
+      internal::BackwardPath::kAuto, mask, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
+      cu_seqlens, num_seqs, total_tokens, max_seqlen, heads, kv_heads, head_dim, qkv_row_stride,
+      o_row_stride, dtype, scale, stream);
 }
 
 }  // namespace colossal::kernels::attention

@@ -48,7 +48,8 @@
 // machine code built whatever the build's architecture list); on any other
 // device, and for head_dim 96 on every device, the portable FlashAttention-2
 // kernels (mma.sync, sm_80+). The device is asked once (per device) and
-// remembered. Both forwards write o and lse to this contract, and both
+// remembered (the varlen layout, below: the portable kernels on every device
+// for now). Both forwards write o and lse to this contract, and both
 // backwards take the o and lse of either forward with the same arguments and
 // workspace. Both backwards are the same deterministic split: rowsum(dO * O)
 // into the workspace, a dK/dV kernel per (batch, kv head, key tile) and a dQ
@@ -100,8 +101,22 @@
 // i under kFull. lse is float32 [heads, total_tokens] (FlashAttention's varlen
 // lse): lse[h * total_tokens + r] for row r, query head h. The batch layout
 // is the case of num_seqs = batch sequences of seq positions each (its lse
-// alone is laid out differently, [batch, heads, seq]). The layout has CPU
-// calls only so far.
+// alone is laid out differently, [batch, heads, seq]). The CUDA calls also take
+// max_seqlen, the longest sequence's length (it sizes the grid: the device's
+// cu_seqlens is not read on the host). max_seqlen >= every length is a
+// precondition the call cannot check: the rows of a longer sequence past
+// max_seqlen would be left unwritten (o, lse, dq, and dk, dv of their keys)
+// and that sequence's other gradients wrong; the other sequences are not
+// affected. A larger max_seqlen only costs CTAs that exit at once. The CUDA
+// varlen calls run the portable kernels on every device for now (the Hopper
+// kernels do not take the layout yet); numerics and overwrite semantics are
+// the batch calls', and the varlen backward is deterministic.
+//
+//   // Three sequences of 5, 70 and 33 tokens in qkv [108, R * 64] (R, H, KV, D as above):
+//   const int32_t cu_host[] = {0, 5, 75, 108};  // and cu_dev, the same on the device
+//   s = attention::attention_varlen_forward_cuda(y, lse, qkv, qkv + H * D, qkv + (H + KV) * D,
+//       cu_dev, 3, 108, 70, H, KV, D, R * D, H * D, DType::kBF16, 0.125f,
+//       attention::AttentionMask::kCausal, stream);  // lse [H, 108]
 #ifndef COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 #define COLOSSAL_KERNELS_ATTENTION_ATTENTION_H_
 
@@ -225,6 +240,42 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
                                             int64_t batch, int64_t heads, int64_t kv_heads,
                                             int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
+                                            cudaStream_t stream);
+
+// ---- CUDA, varlen layout (see "Varlen layout" above): the portable kernels
+// on every device (for now), with the batch CUDA calls' dtypes, head dims,
+// alignment and stride rules. cu_seqlens is device memory (num_seqs + 1 int32,
+// valid as documented: the call cannot read it to check); max_seqlen >= every
+// sequence's length (precondition), at most 2^30, and num_seqs * heads at most
+// 65535 (kInvalidArgument otherwise, as total_tokens > 0 with max_seqlen or
+// num_seqs 0). Grid: (tiles of 64 of max_seqlen, num_seqs * heads); a CTA
+// whose tile starts past its sequence's end exits at once.
+
+// Writes o and lse ([heads, total_tokens], required).
+KernelStatus attention_varlen_forward_cuda(void* o, float* lse, const void* q, const void* k,
+                                           const void* v, const int32_t* cu_seqlens,
+                                           int64_t num_seqs, int64_t total_tokens,
+                                           int64_t max_seqlen, int64_t heads, int64_t kv_heads,
+                                           int64_t head_dim, int64_t qkv_row_stride,
+                                           int64_t o_row_stride, DType dtype, float scale,
+                                           AttentionMask mask, cudaStream_t stream);
+
+// Bytes of device scratch the CUDA varlen backward needs (float32 rowsum(dO * O)
+// per query row and head: heads * total_tokens * 4).
+size_t attention_varlen_backward_workspace_bytes(int64_t heads, int64_t total_tokens);
+
+// Overwrites dq, dk, dv from d_o and the varlen forward's q, k, v, o and lse
+// (same mask, cu_seqlens and max_seqlen). `workspace`:
+// attention_varlen_backward_workspace_bytes() of device memory, 16-byte
+// aligned, not overlapping anything else.
+KernelStatus attention_varlen_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
+                                            const void* q, const void* k, const void* v,
+                                            const void* o, const float* lse, void* workspace,
+                                            const int32_t* cu_seqlens, int64_t num_seqs,
+                                            int64_t total_tokens, int64_t max_seqlen,
+                                            int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                            int64_t qkv_row_stride, int64_t o_row_stride,
+                                            DType dtype, float scale, AttentionMask mask,
                                             cudaStream_t stream);
 #endif
 

@@ -17,6 +17,8 @@
 // path=portable (both portable), path=hopper (the Hopper forward and the
 // Hopper backward: wgmma dK/dV and dQ kernels) and path=hopper+portable_bwd
 // (the Hopper forward feeding the portable backward).
+// The varlen layout (packed sequences of mixed lengths, cu_seqlens) has its own
+// case: BM_AttentionVarlenCuda, forward and forward + backward.
 // Run: bazel run -c opt //kernels/attention:attention_bench
 #include <benchmark/benchmark.h>
 
@@ -127,6 +129,47 @@ bool fill_device(void* dst, DType dtype, int64_t n, uint32_t seed) {
   return true;
 }
 
+// Runs forward() (then backward_call() when `backward`) once, then times them
+// with CUDA events around each iteration; `ok`: whether the buffers were set
+// up. Reports `flops` a call as TFLOP/s, labelled `text`.
+template <typename Forward, typename Backward>
+void time_calls(benchmark::State& state, bool ok, bool backward, Forward forward,
+                Backward backward_call, double flops, const std::string& text) {
+  KernelStatus first = ok ? forward() : KernelStatus();
+  if (first.ok() && ok && backward) first = backward_call();
+  if (!first.ok()) {
+    state.SkipWithError(first.message());  // e.g. the Hopper kernel off compute capability 9.0
+    return;
+  }
+  if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
+    state.SkipWithError("no CUDA device, out of memory, or setup failed");
+    return;
+  }
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (auto _ : state) {
+    cudaEventRecord(start);
+    KernelStatus st = forward();
+    if (st.ok() && backward) st = backward_call();
+    cudaEventRecord(stop);
+    if (!st.ok()) {
+      state.SkipWithError(st.message());
+      break;
+    }
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3);
+  }
+  if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
+  state.counters["TFLOP/s"] =
+      benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(text);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const DType dtype = kTypes[state.range(0)];
   const Shape s = kShapes[state.range(1)];
@@ -156,39 +199,10 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
         bwd_path, s.mask, dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv, qkv + C * es,
         qkv + (C + CKV) * es, o, lse, ws, s.B, s.H, s.KV, s.T, s.D, W, C, dtype, scale, nullptr);
   };
-  KernelStatus first = ok ? forward() : KernelStatus();
-  if (first.ok() && ok && backward) first = backward_call();
-  if (!first.ok()) {
-    state.SkipWithError(first.message());  // e.g. the Hopper kernel off compute capability 9.0
-  } else if (!ok || cudaDeviceSynchronize() != cudaSuccess) {
-    state.SkipWithError("no CUDA device, out of memory, or setup failed");
-  } else {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    for (auto _ : state) {
-      cudaEventRecord(start);
-      KernelStatus st = forward();
-      if (st.ok() && backward) st = backward_call();
-      cudaEventRecord(stop);
-      if (!st.ok()) {
-        state.SkipWithError(st.message());
-        break;
-      }
-      cudaEventSynchronize(stop);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      state.SetIterationTime(ms / 1e3);
-    }
-    if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
-    const double flops = forward_flops(s) * (backward ? 3.5 : 1.0);
-    state.counters["TFLOP/s"] =
-        benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
-    state.SetLabel(label(backward ? "fwd+bwd" : "fwd", dtype, s) + " path=" +
-                   kPathNames[state.range(2)]);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
+  time_calls(state, ok, backward, forward, backward_call,
+             forward_flops(s) * (backward ? 3.5 : 1.0),
+             label(backward ? "fwd+bwd" : "fwd", dtype, s) + " path=" +
+                 kPathNames[state.range(2)]);
   cudaFree(qkv);
   cudaFree(dqkv);
   cudaFree(o);
@@ -220,6 +234,76 @@ BENCHMARK_CAPTURE(BM_AttentionCuda, forward_backward, true)
     ->ArgNames({"dtype", "shape", "path"})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+
+// The varlen layout (packed sequences, cu_seqlens): 8 sequences of mixed
+// lengths, 16384 tokens in all, H32 KV8 D128 bf16, causal, read from one
+// packed qkv [16384, (32 + 2 * 8) * 128]; FLOPs summed over the sequences as
+// the batch rows count them. path=auto (what attention_varlen_*_cuda run) and
+// path=portable: the same kernels on every device for now.
+constexpr int32_t kVarlenLengths[] = {4096, 1024, 3072, 512, 2048, 1536, 2560, 1536};
+
+void BM_AttentionVarlenCuda(benchmark::State& state, bool backward) {
+  const bool automatic = state.range(0) == 0;
+  const ForwardPath path = automatic ? ForwardPath::kAuto : ForwardPath::kPortable;
+  const BackwardPath bwd_path = automatic ? BackwardPath::kAuto : BackwardPath::kPortable;
+  const DType dtype = DType::kBF16;
+  const int64_t H = 32, KV = 8, D = 128, C = H * D, CKV = KV * D, W = C + 2 * CKV;
+  std::vector<int32_t> cu_h = {0};
+  int64_t max_seqlen = 0;
+  double flops = 0;
+  std::string lengths;
+  for (int32_t n : kVarlenLengths) {
+    cu_h.push_back(cu_h.back() + n);
+    max_seqlen = std::max<int64_t>(max_seqlen, n);
+    flops += forward_flops({1, H, KV, n, D});
+    lengths += (lengths.empty() ? "" : ",") + std::to_string(n);
+  }
+  const int64_t num_seqs = static_cast<int64_t>(cu_h.size()) - 1, total = cu_h.back();
+  const size_t es = 2;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  uint8_t *qkv = nullptr, *dqkv = nullptr, *o = nullptr, *d_o = nullptr;
+  float* lse = nullptr;
+  int32_t* cu = nullptr;
+  void* ws = nullptr;
+  const bool ok =
+      cudaMalloc(&qkv, total * W * es) == cudaSuccess &&
+      cudaMalloc(&dqkv, total * W * es) == cudaSuccess &&
+      cudaMalloc(&o, total * C * es) == cudaSuccess &&
+      cudaMalloc(&d_o, total * C * es) == cudaSuccess &&
+      cudaMalloc(&lse, H * total * sizeof(float)) == cudaSuccess &&
+      cudaMalloc(&cu, cu_h.size() * sizeof(int32_t)) == cudaSuccess &&
+      cudaMalloc(&ws, attention_varlen_backward_workspace_bytes(H, total)) == cudaSuccess &&
+      cudaMemcpy(cu, cu_h.data(), cu_h.size() * sizeof(int32_t), cudaMemcpyHostToDevice) ==
+          cudaSuccess &&
+      fill_device(qkv, dtype, total * W, 1) && fill_device(d_o, dtype, total * C, 2);
+  auto forward = [&]() {
+    return internal::attention_varlen_forward_cuda_path(
+        path, AttentionMask::kCausal, o, lse, qkv, qkv + C * es, qkv + (C + CKV) * es, cu,
+        num_seqs, total, max_seqlen, H, KV, D, W, C, dtype, scale, nullptr);
+  };
+  auto backward_call = [&]() {
+    return internal::attention_varlen_backward_cuda_path(
+        bwd_path, AttentionMask::kCausal, dqkv, dqkv + C * es, dqkv + (C + CKV) * es, d_o, qkv,
+        qkv + C * es, qkv + (C + CKV) * es, o, lse, ws, cu, num_seqs, total, max_seqlen, H, KV, D,
+        W, C, dtype, scale, nullptr);
+  };
+  time_calls(state, ok, backward, forward, backward_call, flops * (backward ? 3.5 : 1.0),
+             std::string(backward ? "fwd+bwd" : "fwd") + " bf16 varlen {" + lengths +
+                 "} H=32 KV=8 D=128 path=" + (automatic ? "auto" : "portable"));
+  cudaFree(qkv);
+  cudaFree(dqkv);
+  cudaFree(o);
+  cudaFree(d_o);
+  cudaFree(lse);
+  cudaFree(cu);
+  cudaFree(ws);
+}
+// path: 1 = portable, 0 = auto.
+void varlen_args(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(0)->ArgNames({"path"})->UseManualTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_AttentionVarlenCuda, forward, false)->Apply(varlen_args);
+BENCHMARK_CAPTURE(BM_AttentionVarlenCuda, forward_backward, true)->Apply(varlen_args);
 #endif
 
 }  // namespace

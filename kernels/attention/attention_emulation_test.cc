@@ -12,6 +12,7 @@
 // test (attention_test) covers those.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <barrier>
 #include <cmath>
@@ -266,29 +267,42 @@ void run_grid(K kernel, unsigned gx, unsigned gy, const Params& p) {
   }
 }
 
-template <typename T, int D>
+// The launches of attention.cu, with its choice of each kernel's kFull (from
+// p.full) and kVarlen (from p.cu_seqlens).
+template <typename T, int D, bool kVarlen>
 void emulate_forward(const Params& p) {
   static_assert(forward_smem_bytes<T, D>() <= static_cast<int>(sizeof(smem_raw)));
-  run_grid(p.full ? forward_kernel<T, D, true> : forward_kernel<T, D, false>,
+  run_grid(p.full ? forward_kernel<T, D, true, kVarlen> : forward_kernel<T, D, false, kVarlen>,
            (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kVarlen>
 void emulate_backward(const Params& p) {
   constexpr int BQ = dkdv_block_q<D>();
   static_assert(dkdv_smem_bytes<T, D, BQ>() <= static_cast<int>(sizeof(smem_raw)));
   static_assert(dq_smem_bytes<T, D>() <= static_cast<int>(sizeof(smem_raw)));
-  const int64_t rows = p.batch * p.seq * p.heads;
+  const int64_t rows = (kVarlen ? p.total : p.batch * p.seq) * p.heads;
   blockDim.x = 256;
   for (int64_t i = 0; i < rows; ++i) {  // no collectives: one host thread suffices
     blockIdx.x = static_cast<unsigned>(i / 256);
     threadIdx.x = static_cast<unsigned>(i % 256);
-    delta_kernel<T, D>(p);
+    delta_kernel<T, D, kVarlen>(p);
   }
-  run_grid(p.full ? dkdv_kernel<T, D, BQ, true> : dkdv_kernel<T, D, BQ, false>,
+  run_grid(p.full ? dkdv_kernel<T, D, BQ, true, kVarlen> : dkdv_kernel<T, D, BQ, false, kVarlen>,
            (p.seq + kBlock - 1) / kBlock, p.batch * p.kv_heads, p);
-  run_grid(p.full ? dq_kernel<T, D, true> : dq_kernel<T, D, false>, (p.seq + kBlock - 1) / kBlock,
-           p.batch * p.heads, p);
+  run_grid(p.full ? dq_kernel<T, D, true, kVarlen> : dq_kernel<T, D, false, kVarlen>,
+           (p.seq + kBlock - 1) / kBlock, p.batch * p.heads, p);
+}
+
+template <typename T, int D>
+void emulate(const Params& p) {
+  if (p.cu_seqlens != nullptr) {
+    emulate_forward<T, D, true>(p);
+    emulate_backward<T, D, true>(p);
+  } else {
+    emulate_forward<T, D, false>(p);
+    emulate_backward<T, D, false>(p);
+  }
 }
 
 // |got - want| <= tol * (|want| + max |want|) over columns [col0, col0 + width)
@@ -313,22 +327,29 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
-// NH query heads over KV kv heads, packed [B, T, (NH + 2 KV) D + pad]: q at
-// column 0, k at C = NH * D, v at C + KV * D.
+// NH query heads over KV kv heads, packed [rows, (NH + 2 KV) D + pad]: q at
+// column 0, k at C = NH * D, v at C + KV * D. The batch layout (cu empty):
+// rows = B * seq; the varlen one: cu = cu_seqlens of B sequences, seq =
+// max_seqlen, rows = cu[B].
 // mask: causal (what the tests below default to) or full.
 template <typename T, typename H>
-void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, uint32_t seed,
-           AttentionMask mask = AttentionMask::kCausal) {
+void check_layout(int64_t B, int64_t NH, int64_t KV, int64_t seq, const std::vector<int32_t>& cu,
+                  int64_t pad, int D, uint32_t seed, AttentionMask mask) {
   constexpr DType dtype = std::is_same_v<H, BFloat16> ? DType::kBF16 : DType::kF16;
+  std::string lens;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) {
+    lens += (i ? "," : " varlen {") + std::to_string(cu[i + 1] - cu[i]);
+  }
   const std::string what = std::string(dtype_name(dtype)) + " B=" + std::to_string(B) +
                            " H=" + std::to_string(NH) + " KV=" + std::to_string(KV) +
                            " T=" + std::to_string(seq) + " D=" + std::to_string(D) +
-                           " pad=" + std::to_string(pad) +
+                           " pad=" + std::to_string(pad) + (cu.empty() ? "" : lens + "}") +
                            (mask == AttentionMask::kFull ? " full" : " causal") +
                            (g_defer_copies ? " deferred copies" : " eager copies");
   SCOPED_TRACE(what);
   const int64_t C = NH * D, CKV = KV * D, W = C + 2 * CKV, qs = W + pad, os = C + pad;
-  const int64_t qn = B * seq * qs, on = B * seq * os;
+  const int64_t n_rows = cu.empty() ? B * seq : cu.back();
+  const int64_t qn = n_rows * qs, on = n_rows * os;
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> wide(-2, 2), unit(-1, 1);
   const H nan{0xFFFF};
@@ -342,19 +363,30 @@ void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, u
     d_o[i] = from_float<H>(unit(rng));
     do_d[i] = to_float(d_o[i]);
   }
-  const int64_t rows = B * NH * seq;
+  const int64_t rows = n_rows * NH;
   std::vector<float> lse(rows, NAN), delta(rows, NAN), lse_ref(rows);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::vector<double> o_ref(on), dqkv_ref(qn);
-  ASSERT_TRUE(attention_forward_cpu(o_ref.data(), lse_ref.data(), qkv_d.data(), qkv_d.data() + C,
-                                    qkv_d.data() + C + CKV, B, NH, KV, seq, D, qs, os,
-                                    DType::kF64, scale, mask)
-                  .ok());
-  ASSERT_TRUE(attention_backward_cpu(dqkv_ref.data(), dqkv_ref.data() + C,
-                                     dqkv_ref.data() + C + CKV, do_d.data(), qkv_d.data(),
-                                     qkv_d.data() + C, qkv_d.data() + C + CKV, nullptr, nullptr, B,
-                                     NH, KV, seq, D, qs, os, DType::kF64, scale, mask)
-                  .ok());
+  const double *q_d = qkv_d.data(), *k_d = q_d + C, *v_d = k_d + CKV;
+  double *dq_r = dqkv_ref.data(), *dk_r = dq_r + C, *dv_r = dk_r + CKV;
+  if (cu.empty()) {
+    ASSERT_TRUE(attention_forward_cpu(o_ref.data(), lse_ref.data(), q_d, k_d, v_d, B, NH, KV, seq,
+                                      D, qs, os, DType::kF64, scale, mask)
+                    .ok());
+    ASSERT_TRUE(attention_backward_cpu(dq_r, dk_r, dv_r, do_d.data(), q_d, k_d, v_d, nullptr,
+                                       nullptr, B, NH, KV, seq, D, qs, os, DType::kF64, scale,
+                                       mask)
+                    .ok());
+  } else {
+    ASSERT_TRUE(attention_varlen_forward_cpu(o_ref.data(), lse_ref.data(), q_d, k_d, v_d,
+                                             cu.data(), B, n_rows, NH, KV, D, qs, os,
+                                             DType::kF64, scale, mask)
+                    .ok());
+    ASSERT_TRUE(attention_varlen_backward_cpu(dq_r, dk_r, dv_r, do_d.data(), q_d, k_d, v_d,
+                                              nullptr, nullptr, cu.data(), B, n_rows, NH, KV, D,
+                                              qs, os, DType::kF64, scale, mask)
+                    .ok());
+  }
   Params p{};
   p.q = qkv.data();
   p.k = qkv.data() + C;
@@ -378,15 +410,14 @@ void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, u
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
   p.full = mask == AttentionMask::kFull ? 1 : 0;
+  p.cu_seqlens = cu.empty() ? nullptr : cu.data();
+  p.total = n_rows;
   if (D == 64) {
-    emulate_forward<T, 64>(p);
-    emulate_backward<T, 64>(p);
+    emulate<T, 64>(p);
   } else if (D == 96) {
-    emulate_forward<T, 96>(p);
-    emulate_backward<T, 96>(p);
+    emulate<T, 96>(p);
   } else {
-    emulate_forward<T, 128>(p);
-    emulate_backward<T, 128>(p);
+    emulate<T, 128>(p);
   }
   auto doubles = [](const std::vector<H>& v) {
     std::vector<double> d(v.size());
@@ -404,6 +435,24 @@ void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, u
   expect_close(grads, dqkv_ref, qs, 0, C, W, tol_g, what + " dq");
   expect_close(grads, dqkv_ref, qs, C, CKV, W, tol_g, what + " dk");
   expect_close(grads, dqkv_ref, qs, C + CKV, CKV, W, tol_g, what + " dv");
+}
+
+// The batch layout: B sequences of seq positions.
+template <typename T, typename H>
+void check(int64_t B, int64_t NH, int64_t KV, int64_t seq, int64_t pad, int D, uint32_t seed,
+           AttentionMask mask = AttentionMask::kCausal) {
+  check_layout<T, H>(B, NH, KV, seq, {}, pad, D, seed, mask);
+}
+
+// The varlen layout: sequences of `lens` positions, max_seqlen their longest.
+template <typename T, typename H>
+void check_varlen(const std::vector<int32_t>& lens, int64_t NH, int64_t KV, int64_t pad, int D,
+                  uint32_t seed, AttentionMask mask) {
+  std::vector<int32_t> cu(lens.size() + 1, 0);
+  for (size_t i = 0; i < lens.size(); ++i) cu[i + 1] = cu[i] + lens[i];
+  const int32_t max_seqlen = *std::max_element(lens.begin(), lens.end());
+  check_layout<T, H>(static_cast<int64_t>(lens.size()), NH, KV, max_seqlen, cu, pad, D, seed,
+                     mask);
 }
 
 TEST(AttentionEmulationTest, KernelsMatchFloat64Reference) {
@@ -465,6 +514,19 @@ TEST(AttentionEmulationTest, HeadDim96KernelsMatchFloat64Reference) {
       check<__half, Half>(1, 3, 1, 64, 8, 96, 34, mask);
     }
   }
+  g_defer_copies = false;
+}
+
+// The varlen layout (the kernels' kVarlen): each CTA takes its sequence's
+// rows from cu_seqlens, CTAs past their sequence's end return at once, lse
+// and delta are [heads, total]. Sequences of 5 (inside one block), 0, 70
+// (across two) and 33 tokens, max_seqlen 70; grouped heads, padded rows; the
+// causal mask with eager copies, the full one with deferred copies (kept to
+// two runs: this test is the suite's slowest).
+TEST(AttentionEmulationTest, VarlenKernelsMatchFloat64Reference) {
+  check_varlen<__nv_bfloat16, BFloat16>({5, 0, 70, 33}, 2, 1, 8, 64, 41, AttentionMask::kCausal);
+  g_defer_copies = true;
+  check_varlen<__nv_bfloat16, BFloat16>({5, 0, 70, 33}, 2, 1, 8, 64, 42, AttentionMask::kFull);
   g_defer_copies = false;
 }
 

@@ -202,6 +202,24 @@ KernelStatus causal_attention_backward_cuda_path(
     const void* v, const void* o, const float* lse, void* workspace, int64_t batch, int64_t heads,
     int64_t kv_heads, int64_t seq, int64_t head_dim, int64_t qkv_row_stride, int64_t o_row_stride,
     DType dtype, float scale, cudaStream_t stream);
+
+// attention_varlen_forward_cuda / attention_varlen_backward_cuda through
+// `path`: the same arguments, checks and results. The varlen layout runs the
+// portable kernels under kAuto and kPortable alike (on every device, for
+// now); kHopper is kUnsupported ("the Hopper kernels do not take the varlen
+// layout yet") once the arguments pass the checks.
+KernelStatus attention_varlen_forward_cuda_path(
+    ForwardPath path, AttentionMask mask, void* o, float* lse, const void* q, const void* k,
+    const void* v, const int32_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens,
+    int64_t max_seqlen, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t qkv_row_stride,
+    int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream);
+
+KernelStatus attention_varlen_backward_cuda_path(
+    BackwardPath path, AttentionMask mask, void* dq, void* dk, void* dv, const void* d_o,
+    const void* q, const void* k, const void* v, const void* o, const float* lse, void* workspace,
+    const int32_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens, int64_t max_seqlen,
+    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t qkv_row_stride,
+    int64_t o_row_stride, DType dtype, float scale, cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::attention::internal

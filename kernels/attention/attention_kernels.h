@@ -41,22 +41,37 @@ struct Params {
   float scale_log2;  // scale * log2(e)
   int full;          // 1: AttentionMask::kFull (every key); 0: causal (a zeroed Params).
                      // The launcher picks the kernels' kFull from it.
+  // The varlen layout (the kernels' kVarlen; null in the batch layout): row
+  // offsets of the batch = num_seqs sequences (num_seqs + 1 entries, device
+  // memory), seq = max_seqlen (it sizes the grids), and total = total_tokens
+  // rows (lse and delta are [heads, total]).
+  const int32_t* cu_seqlens;
+  int64_t total;
 };
 
-// Key blocks of kBlock keys that query block qb (kBlock queries) visits:
-// 0 .. qb under the causal mask (block qb holds the diagonal), every block
-// holding a key below seq under the full one.
-template <bool kFull>
-__device__ __forceinline__ int key_blocks(const Params& p, int qb) {
-  return kFull ? (p.seq + kBlock - 1) / kBlock : qb + 1;
+// The CTA's sequence length where the mask needs it: its own (seq) in the
+// varlen layout; in the batch layout p.seq, read from the parameters there as
+// the batch kernels always did (with seq, the same value, ptxas compiles the
+// full-mask kernels differently).
+template <bool kVarlen>
+__device__ __forceinline__ int mask_seq(const Params& p, int seq) {
+  return kVarlen ? seq : p.seq;
+}
+
+// Key blocks of kBlock keys that query block qb (kBlock queries) of a
+// sequence of seq positions visits: 0 .. qb under the causal mask (block qb
+// holds the diagonal), every block holding a key below seq under the full one.
+template <bool kFull, bool kVarlen>
+__device__ __forceinline__ int key_blocks(const Params& p, int seq, int qb) {
+  return kFull ? (mask_seq<kVarlen>(p, seq) + kBlock - 1) / kBlock : qb + 1;
 }
 
 // The last key a query row may see in the last key block it visits (where
 // diag_masked applies): the row itself (causal) or the end of the sequence
 // (full: only keys at or past seq are masked there).
-template <bool kFull>
-__device__ __forceinline__ int mask_limit(const Params& p, int row) {
-  return kFull ? p.seq : row;
+template <bool kFull, bool kVarlen>
+__device__ __forceinline__ int mask_limit(const Params& p, int seq, int row) {
+  return kFull ? mask_seq<kVarlen>(p, seq) : row;
 }
 
 // ---------------------------------------------------------------------------
@@ -152,17 +167,20 @@ COLOSSAL_UNROLL
   }
 }
 
-// What the attention kernels (4 warps) know of their CTA: its query head's
-// bh = b * heads + h (the row block of lse and delta), the offsets of position
-// 0 of query head h in q (and dq), of its kv head h / (heads / kv_heads) in k
-// and v (and dk, dv), and of head h in o / d_o, the q/k/v pointers there; and
-// this thread's warp, lane and m16n8 fragment coordinates g = lane / 4,
-// t = lane % 4. Head(p): a CTA of a grid.y = batch * heads launch (forward,
-// dQ); Head(p, b, h): query head h of batch b named explicitly (dK/dV, whose
-// CTAs are per kv head).
-template <typename T, int D>
+// What the attention kernels (4 warps) know of their CTA: its sequence's
+// length seq and first row start (the batch layout: p.seq and b * p.seq,
+// start kept 0; kVarlen: from cu_seqlens[b], cu_seqlens[b + 1]), its query
+// head's row block bh of lse and delta (b * heads + h; kVarlen: h, lse and
+// delta being [heads, total]), the offsets of position 0 of query head h in q
+// (and dq), of its kv head h / (heads / kv_heads) in k and v (and dk, dv), and
+// of head h in o / d_o, the q/k/v pointers there; and this thread's warp, lane
+// and m16n8 fragment coordinates g = lane / 4, t = lane % 4. Head(p): a CTA of
+// a grid.y = batch * heads launch (forward, dQ); Head(p, b, h): query head h
+// of sequence b named explicitly (dK/dV, whose CTAs are per kv head).
+template <typename T, int D, bool kVarlen>
 struct Head {
   int bh, warp, lane, g, t;
+  int seq, start;
   int64_t q_head, kv_head, o_head;
   const T *Q, *K, *V;
 
@@ -170,18 +188,40 @@ struct Head {
       : Head(p, static_cast<int>(blockIdx.y) / p.heads, static_cast<int>(blockIdx.y) % p.heads) {}
 
   __device__ __forceinline__ Head(const Params& p, int b, int h) {
-    bh = b * p.heads + h;
+    if constexpr (kVarlen) {
+      start = p.cu_seqlens[b];
+      seq = p.cu_seqlens[b + 1] - start;
+      bh = h;
+    } else {
+      start = 0;
+      seq = p.seq;
+      bh = b * p.heads + h;
+    }
     warp = threadIdx.x / 32;
     lane = threadIdx.x % 32;
     g = lane >> 2;
     t = lane & 3;
-    const int64_t row0 = static_cast<int64_t>(b) * p.seq;
+    const int64_t row0 =
+        kVarlen ? static_cast<int64_t>(start) : static_cast<int64_t>(b) * p.seq;
     q_head = row0 * p.qkv_stride + static_cast<int64_t>(h) * D;
     kv_head = row0 * p.qkv_stride + static_cast<int64_t>(h / p.group) * D;
     o_head = row0 * p.o_stride + static_cast<int64_t>(h) * D;
     Q = static_cast<const T*>(p.q) + q_head;
     K = static_cast<const T*>(p.k) + kv_head;
     V = static_cast<const T*>(p.v) + kv_head;
+  }
+
+  // Where lse and delta hold position 0 of query head h + r (r: a later head
+  // of dK/dV's group); position t is t further. The batch layout's
+  // (bh + r) * n takes n = seq = p.seq in the form each kernel passes
+  // (hd.seq, or p.seq read again): the forms with which ptxas emits the
+  // batch kernels instruction for instruction as before the varlen layout.
+  __device__ __forceinline__ int64_t lse_row0(const Params& p, int n, int r) const {
+    if constexpr (kVarlen) {
+      return static_cast<int64_t>(bh + r) * p.total + start;
+    } else {
+      return static_cast<int64_t>(bh + r) * n;
+    }
   }
 };
 
@@ -278,20 +318,25 @@ constexpr int forward_smem_bytes() {
   return 5 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, 2 x K, 2 x V
 }
 
-// kFull: the full mask (a template parameter, so the causal kernels compile
-// exactly as they would without it).
-template <typename T, int D, bool kFull>
+// kFull: the full mask; kVarlen: the varlen layout (Params::cu_seqlens), the
+// grid over max_seqlen's query blocks, so a CTA past its sequence's end
+// returns at once. (Template parameters, so the batch-layout causal kernels
+// compile exactly as they would without either: sm_90 machine code checked
+// identical for every batch-layout kernel of this file.)
+template <typename T, int D, bool kFull, bool kVarlen>
 __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
   constexpr int kTile = kBlock * pitch<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + kTile;      // 2 tiles
   T* sV = sK + 2 * kTile;  // 2 tiles
-  const int seq = p.seq;
   const int qb = gridDim.x - 1 - blockIdx.x;  // heaviest (longest) query blocks first
   const int q0 = qb * kBlock;
-  const Head<T, D> hd(p);
-  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const Head<T, D, kVarlen> hd(p);
+  // (p.seq read again in the batch layout, hd.seq's value: see lse_row0.)
+  const int seq = kVarlen ? hd.seq : p.seq;
+  if (kVarlen && q0 >= seq) return;
+  const int warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
   const T *Q = hd.Q, *K = hd.K, *V = hd.V;
 
   load_tile<T, D, kBlock>(sQ, Q, p.qkv_stride, q0, seq);
@@ -304,8 +349,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(Params p) {
   zero_acc(acc);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   const int row_base = q0 + warp * 16 + g;  // this thread's rows: row_base, row_base + 8
-  const int lim[2] = {mask_limit<kFull>(p, row_base), mask_limit<kFull>(p, row_base + 8)};
-  const int n_kb = key_blocks<kFull>(p, qb);
+  const int lim[2] = {mask_limit<kFull, kVarlen>(p, seq, row_base),
+                      mask_limit<kFull, kVarlen>(p, seq, row_base + 8)};
+  const int n_kb = key_blocks<kFull, kVarlen>(p, seq, qb);
 
   for (int j = 0; j < n_kb; ++j) {
     cp_async_wait_all();
@@ -376,7 +422,7 @@ COLOSSAL_UNROLL
     inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     const int row = row_base + 8 * r;
     if (t == 0 && row < seq) {
-      p.lse_out[static_cast<int64_t>(bh) * seq + row] = (m[r] + __log2f(l[r])) * kLn2;
+      p.lse_out[hd.lse_row0(p, hd.seq, 0) + row] = (m[r] + __log2f(l[r])) * kLn2;
     }
   }
   __syncthreads();  // every warp is done with the shared tiles; each stages into its own Q rows
@@ -388,14 +434,16 @@ COLOSSAL_UNROLL
 // Backward.
 
 // delta[(b * heads + h) * seq + t] = sum_c dO[b, t, h, c] * O[b, t, h, c]; one
-// thread per (b, t, h), consecutive threads on consecutive heads.
-template <typename T, int D>
+// thread per (b, t, h), consecutive threads on consecutive heads. kVarlen:
+// delta[h * total + r] for row r (sequence boundaries play no part).
+template <typename T, int D, bool kVarlen>
 __global__ void __launch_bounds__(256) delta_kernel(Params p) {
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t total = p.batch * p.seq * p.heads;
+  const int64_t total = (kVarlen ? p.total : p.batch * p.seq) * p.heads;
   if (idx >= total) return;
   const int64_t h = idx % p.heads, bt = idx / p.heads;
-  const int64_t b = bt / p.seq, pos = bt % p.seq;
+  // kVarlen: row bt of one "batch" of total rows (delta is [heads, total]).
+  const int64_t b = kVarlen ? 0 : bt / p.seq, pos = kVarlen ? bt : bt % p.seq;
   const T* o = static_cast<const T*>(p.o) + bt * p.o_stride + h * D;
   const T* go = static_cast<const T*>(p.d_o) + bt * p.o_stride + h * D;
   uint4 ov[D / 8], gv[D / 8];
@@ -412,7 +460,7 @@ COLOSSAL_UNROLL
 COLOSSAL_UNROLL
     for (int e = 0; e < 8; ++e) sum += cuda::to_math(oe[e]) * cuda::to_math(ge[e]);
   }
-  p.delta[(b * p.heads + h) * p.seq + pos] = sum;
+  p.delta[(b * p.heads + h) * (kVarlen ? p.total : p.seq) + pos] = sum;
 }
 
 template <typename T, int D, int BQ>
@@ -428,7 +476,7 @@ constexpr int dkdv_block_q() {
   return D <= 64 ? 64 : 32;
 }
 
-template <typename T, int D, int BQ, bool kFull>
+template <typename T, int D, int BQ, bool kFull, bool kVarlen>
 __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   constexpr int kKV = kBlock * pitch<D>();
   constexpr int kQT = BQ * pitch<D>();
@@ -440,7 +488,6 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   T* sdO = sQ + 2 * kQT;  // 2 tiles
   float* sL = reinterpret_cast<float*>(sdO + 2 * kQT);  // 2 x BQ: lse * log2(e)
   float* sD = sL + 2 * BQ;                              // 2 x BQ: delta
-  const int seq = p.seq;
   const int kb = blockIdx.x;  // low key blocks see the most queries: launched first
   const int kv0 = kb * kBlock;
   // CTA = (batch, kv head, key block), grid.y = batch * kv_heads; it owns dK/dV
@@ -453,8 +500,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   const int group = p.heads / p.kv_heads;
   const int b = static_cast<int>(blockIdx.y) / p.kv_heads;
   const int kvh = static_cast<int>(blockIdx.y) % p.kv_heads;
-  const Head<T, D> hd(p, b, kvh * group);
-  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const Head<T, D, kVarlen> hd(p, b, kvh * group);
+  const int seq = hd.seq;
+  if (kVarlen && kv0 >= seq) return;
+  const int warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
   const T *Q = hd.Q, *K = hd.K, *V = hd.V;
   const T* dO = static_cast<const T*>(p.d_o) + hd.o_head;
 
@@ -462,7 +511,7 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Params p) {
   auto load_q_block = [&](int r, int i, int into) {
     load_tile<T, D, BQ>(sQ + into * kQT, Q + r * D, p.qkv_stride, i * BQ, seq);
     load_tile<T, D, BQ>(sdO + into * kQT, dO + r * D, p.o_stride, i * BQ, seq);
-    const int64_t head_rows = static_cast<int64_t>(bh + r) * seq;
+    const int64_t head_rows = hd.lse_row0(p, seq, r);
     const int tid = threadIdx.x;
     if (tid < BQ) {
       const int row = i * BQ + tid;
@@ -559,7 +608,7 @@ constexpr int dq_smem_bytes() {
   return 6 * kBlock * pitch<D>() * static_cast<int>(sizeof(T));  // Q, dO, 2 x K, 2 x V
 }
 
-template <typename T, int D, bool kFull>
+template <typename T, int D, bool kFull, bool kVarlen>
 __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   constexpr int kTile = kBlock * pitch<D>();
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -567,11 +616,12 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
   T* sdO = sQ + kTile;
   T* sK = sdO + kTile;     // 2 tiles
   T* sV = sK + 2 * kTile;  // 2 tiles
-  const int seq = p.seq;
   const int qb = gridDim.x - 1 - blockIdx.x;
   const int q0 = qb * kBlock;
-  const Head<T, D> hd(p);
-  const int bh = hd.bh, warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
+  const Head<T, D, kVarlen> hd(p);
+  const int seq = hd.seq;
+  if (kVarlen && q0 >= seq) return;
+  const int warp = hd.warp, lane = hd.lane, g = hd.g, t = hd.t;
   const T *Q = hd.Q, *K = hd.K, *V = hd.V;
   const T* dO = static_cast<const T*>(p.d_o) + hd.o_head;
 
@@ -586,13 +636,14 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Params p) {
 COLOSSAL_UNROLL
   for (int r = 0; r < 2; ++r) {
     const int row = row_base + 8 * r;
-    lse2[r] = row < seq ? p.lse[static_cast<int64_t>(bh) * seq + row] * kLog2e : 0.0f;
-    dl[r] = row < seq ? p.delta[static_cast<int64_t>(bh) * seq + row] : 0.0f;
+    lse2[r] = row < seq ? p.lse[hd.lse_row0(p, p.seq, 0) + row] * kLog2e : 0.0f;
+    dl[r] = row < seq ? p.delta[hd.lse_row0(p, p.seq, 0) + row] : 0.0f;
   }
-  const int lim[2] = {mask_limit<kFull>(p, row_base), mask_limit<kFull>(p, row_base + 8)};
+  const int lim[2] = {mask_limit<kFull, kVarlen>(p, seq, row_base),
+                      mask_limit<kFull, kVarlen>(p, seq, row_base + 8)};
   float dq[D / 8][4];
   zero_acc(dq);
-  const int n_kb = key_blocks<kFull>(p, qb);
+  const int n_kb = key_blocks<kFull, kVarlen>(p, seq, qb);
 
   for (int j = 0; j < n_kb; ++j) {
     cp_async_wait_all();

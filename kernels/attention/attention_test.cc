@@ -808,6 +808,48 @@ void check_cuda_against_repeated(DType dtype, const Problem& p, const std::vecto
   }
 }
 
+// o and lse of a CUDA forward (bytes) against the float64 reference at the
+// CUDA tolerances, and the stride gaps of o still NaN. p: the problem whose
+// strides and columns the buffers have (the varlen layout: its flat problem).
+void expect_forward_matches(DType dtype, const Problem& p, const std::vector<uint8_t>& o_got,
+                            const std::vector<uint8_t>& lse_got, const std::vector<double>& o_ref,
+                            const std::vector<float>& lse_ref, const std::string& what) {
+  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
+  expect_close(to_doubles(dtype, o_got.data(), p.o_elems()), o_ref, o_mask,
+               cuda_tolerance(dtype, false), what + " o");
+  EXPECT_TRUE(all_nan_outside(dtype, o_got, o_mask)) << what << ": o written in a stride gap";
+  std::vector<double> lse_d(lse_ref.begin(), lse_ref.end());
+  expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
+               {1e-4, 1e-4}, what + " lse");
+}
+
+// expect_forward_matches, then dq, dk, dv (bytes) against the float64
+// reference and the stride gaps of dqkv still NaN. Returns the gradients' scale, max |want| over dq, dk and dv:
+// dq and dk are measured against it, since at T = 1 they are exactly 0
+// (P = 1), and what the kernel returns there is the rounding of
+// D = rowsum(dO * O) with O rounded to the 16-bit output.
+double expect_cuda_matches(DType dtype, const Problem& p, const std::vector<uint8_t>& o_got,
+                           const std::vector<uint8_t>& lse_got,
+                           const std::vector<uint8_t>& dqkv_got, const std::vector<double>& o_ref,
+                           const std::vector<float>& lse_ref, const std::vector<double>& dqkv_ref,
+                           const std::string& what) {
+  expect_forward_matches(dtype, p, o_got, lse_got, o_ref, lse_ref, what);
+  const std::vector<double> dqkv_d = to_doubles(dtype, dqkv_got.data(), p.qkv_elems());
+  const std::vector<bool> dqkv_mask = qkv_columns(p);
+  double grad_scale = 0;
+  for (int64_t i = 0; i < p.qkv_elems(); ++i) {
+    if (dqkv_mask[i]) grad_scale = std::max(grad_scale, std::fabs(dqkv_ref[i]));
+  }
+  const char* names[3] = {" dq", " dk", " dv"};
+  const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
+  for (int part = 0; part < 3; ++part) {
+    expect_close(dqkv_d, dqkv_ref, columns(p, p.qkv_stride(), col0[part], width[part]),
+                 cuda_tolerance(dtype, true), what + names[part], grad_scale);
+  }
+  EXPECT_TRUE(all_nan_outside(dtype, dqkv_got, dqkv_mask)) << what << ": dqkv gap written";
+  return grad_scale;
+}
+
 void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path,
                 BackwardPath bwd) {
   SCOPED_TRACE(p.label(dtype));
@@ -835,29 +877,8 @@ void check_cuda(DType dtype, const Problem& p, uint32_t seed, ForwardPath path,
 
   const std::vector<uint8_t> o_got = r.o.download(), dqkv_got = r.dqkv.download();
   const std::vector<uint8_t> lse_got = r.lse.download();
-  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
-  expect_close(to_doubles(dtype, o_got.data(), p.o_elems()), o_ref, o_mask,
-               cuda_tolerance(dtype, false), what + " o");
-  EXPECT_TRUE(all_nan_outside(dtype, o_got, o_mask)) << what << ": o written in a stride gap";
-  std::vector<double> lse_d(lse_ref.begin(), lse_ref.end());
-  expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
-               {1e-4, 1e-4}, what + " lse");
-  const std::vector<double> dqkv_d = to_doubles(dtype, dqkv_got.data(), p.qkv_elems());
   const std::vector<bool> dqkv_mask = qkv_columns(p);
-  // dq and dk are measured against the scale of all three gradients: at T = 1
-  // they are exactly 0 (P = 1), and what the kernel returns there is the
-  // rounding of D = rowsum(dO * O) with O rounded to the 16-bit output.
-  double grad_scale = 0;
-  for (int64_t i = 0; i < p.qkv_elems(); ++i) {
-    if (dqkv_mask[i]) grad_scale = std::max(grad_scale, std::fabs(dqkv_ref[i]));
-  }
-  const char* names[3] = {" dq", " dk", " dv"};
-  const int64_t col0[3] = {0, p.k_col(), p.v_col()}, width[3] = {p.C(), p.CKV(), p.CKV()};
-  for (int part = 0; part < 3; ++part) {
-    expect_close(dqkv_d, dqkv_ref, columns(p, p.qkv_stride(), col0[part], width[part]),
-                 cuda_tolerance(dtype, true), what + names[part], grad_scale);
-  }
-  EXPECT_TRUE(all_nan_outside(dtype, dqkv_got, dqkv_mask)) << what << ": dqkv gap written";
+  expect_cuda_matches(dtype, p, o_got, lse_got, dqkv_got, o_ref, lse_ref, dqkv_ref, what);
 
   // Gradients are overwritten, never accumulated, and deterministic: a second
   // backward into buffers full of 1.0 gives the same bytes.
@@ -970,13 +991,7 @@ void check_forward(DType dtype, const Problem& p, uint32_t seed, Kernel kernel) 
   CUDA_OK(cudaDeviceSynchronize());
 
   const std::vector<uint8_t> o_got = o.download(), lse_got = lse.download();
-  const std::vector<bool> o_mask = columns(p, p.o_stride(), 0, p.C());
-  expect_close(to_doubles(dtype, o_got.data(), p.o_elems()), o_ref, o_mask,
-               cuda_tolerance(dtype, false), what + " o");
-  EXPECT_TRUE(all_nan_outside(dtype, o_got, o_mask)) << what << ": o written in a stride gap";
-  std::vector<double> lse_d(lse_ref.begin(), lse_ref.end());
-  expect_close(to_doubles(DType::kF32, lse_got.data(), p.rows()), lse_d, all_of(p.rows()),
-               {1e-4, 1e-4}, what + " lse");
+  expect_forward_matches(dtype, p, o_got, lse_got, o_ref, lse_ref, what);
 }
 
 // check_forward for every problem in both 16-bit dtypes, seeds from `seed` on.
@@ -1349,6 +1364,261 @@ TEST(AttentionCudaTest, LongSequenceMatchesFloat64OnSampledRows) {
     }
   }
   CUDA_OK(cudaStreamDestroy(stream));
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// CUDA, varlen layout: the portable kernels on every device.
+
+#if COLOSSAL_WITH_CUDA
+// Device buffers of one varlen problem (f: its flat problem) and cu_seqlens
+// uploaded.
+struct VarlenRun {
+  DeviceBuffer qkv, d_o, o, dqkv, lse, ws, cu;
+  VarlenRun(const Problem& f, const std::vector<int32_t>& cu_h, DType dtype)
+      : qkv(f.qkv_elems() * dtype_size(dtype)),
+        d_o(f.o_elems() * dtype_size(dtype)),
+        o(f.o_elems() * dtype_size(dtype)),
+        dqkv(f.qkv_elems() * dtype_size(dtype)),
+        lse(f.rows() * sizeof(float)),
+        ws(attention_varlen_backward_workspace_bytes(f.H, f.T)),
+        cu(cu_h.size() * sizeof(int32_t)) {
+    if (cu.p != nullptr) {
+      EXPECT_EQ(cudaMemcpy(cu.p, cu_h.data(), cu.bytes, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+  }
+  const int32_t* cu_seqlens() const { return static_cast<const int32_t*>(cu.p); }
+};
+
+int32_t max_seqlen_of(const std::vector<int32_t>& cu) {
+  int32_t m = 0;
+  for (size_t i = 0; i + 1 < cu.size(); ++i) m = std::max(m, cu[i + 1] - cu[i]);
+  return m;
+}
+
+KernelStatus varlen_forward_cuda(const Problem& f, const std::vector<int32_t>& cu,
+                                 const VarlenRun& r, DType dtype, float scale,
+                                 cudaStream_t stream, ForwardPath path) {
+  return internal::attention_varlen_forward_cuda_path(
+      path, f.mask, r.o.p, static_cast<float*>(r.lse.p), r.qkv.p,
+      at_col(r.qkv.p, f.k_col(), dtype), at_col(r.qkv.p, f.v_col(), dtype), r.cu_seqlens(),
+      static_cast<int64_t>(cu.size()) - 1, f.T, max_seqlen_of(cu), f.H, f.KV, f.D,
+      f.qkv_stride(), f.o_stride(), dtype, scale, stream);
+}
+
+KernelStatus varlen_backward_cuda(const Problem& f, const std::vector<int32_t>& cu,
+                                  const VarlenRun& r, DType dtype, float scale,
+                                  cudaStream_t stream, BackwardPath path) {
+  return internal::attention_varlen_backward_cuda_path(
+      path, f.mask, r.dqkv.p, at_col(r.dqkv.p, f.k_col(), dtype),
+      at_col(r.dqkv.p, f.v_col(), dtype), r.d_o.p, r.qkv.p, at_col(r.qkv.p, f.k_col(), dtype),
+      at_col(r.qkv.p, f.v_col(), dtype), r.o.p, static_cast<const float*>(r.lse.p), r.ws.p,
+      r.cu_seqlens(), static_cast<int64_t>(cu.size()) - 1, f.T, max_seqlen_of(cu), f.H, f.KV,
+      f.D, f.qkv_stride(), f.o_stride(), dtype, scale, stream);
+}
+
+// Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
+// varlen forward and backward through `fwd` and `bwd`, and waits.
+void run_varlen_cuda(const Problem& f, const std::vector<int32_t>& cu, DType dtype,
+                     const VarlenRun& r, const std::vector<uint8_t>& qkv_h,
+                     const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
+                     ForwardPath fwd, BackwardPath bwd) {
+  ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p && r.cu.p)
+      << "cudaMalloc failed";
+  CUDA_OK(cudaMemcpy(r.qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(r.d_o.p, do_h.data(), do_h.size(), cudaMemcpyHostToDevice));
+  poison_nan(r.o);
+  poison_nan(r.lse);
+  poison_nan(r.dqkv);
+  poison_nan(r.ws);
+  KernelStatus s = varlen_forward_cuda(f, cu, r, dtype, scale, stream, fwd);
+  ASSERT_TRUE(s.ok()) << s.message();
+  s = varlen_backward_cuda(f, cu, r, dtype, scale, stream, bwd);
+  ASSERT_TRUE(s.ok()) << s.message();
+  CUDA_OK(cudaStreamSynchronize(stream));
+}
+
+// The portable varlen kernels against the float64 CPU varlen path on the same
+// rounded inputs (o, lse, dq, dk, dv at check_cuda's tolerances; stride gaps
+// stay NaN); then the automatic path (kAuto), which must be the portable one
+// on every device: the same bytes.
+void check_varlen_cuda(DType dtype, const std::vector<int32_t>& lens, int64_t H, int64_t KV,
+                       int64_t D, int64_t pad, AttentionMask mask, uint32_t seed) {
+  const std::vector<int32_t> cu = cu_seqlens_of(lens);
+  const Problem f = flat_problem(cu, H, KV, D, pad, mask);
+  const std::string what = varlen_label(f, cu, dtype);
+  SCOPED_TRACE(what);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  const auto qkv_h = random_bytes(dtype, f.qkv_elems(), seed, -2.0f, 2.0f);
+  const auto do_h = random_bytes(dtype, f.o_elems(), seed + 1, -1.0f, 1.0f);
+  const std::vector<double> qkv_d = to_doubles(dtype, qkv_h.data(), f.qkv_elems());
+  const std::vector<double> do_d = to_doubles(dtype, do_h.data(), f.o_elems());
+  std::vector<double> o_ref(f.o_elems(), 0.0), dqkv_ref(f.qkv_elems(), 0.0);
+  std::vector<float> lse_ref(f.rows());
+  ASSERT_TRUE(varlen_forward_cpu(f, cu, o_ref.data(), lse_ref.data(), qkv_d.data(), DType::kF64,
+                                 scale)
+                  .ok());
+  ASSERT_TRUE(varlen_backward_cpu(f, cu, dqkv_ref.data(), do_d.data(), qkv_d.data(),
+                                  DType::kF64, scale)
+                  .ok());
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  const VarlenRun r(f, cu, dtype), a(f, cu, dtype);
+  run_varlen_cuda(f, cu, dtype, r, qkv_h, do_h, scale, stream, ForwardPath::kPortable,
+                  BackwardPath::kPortable);
+  if (::testing::Test::HasFatalFailure()) return;
+  const std::vector<uint8_t> o_got = r.o.download(), lse_got = r.lse.download();
+  const std::vector<uint8_t> dqkv_got = r.dqkv.download();
+  expect_cuda_matches(dtype, f, o_got, lse_got, dqkv_got, o_ref, lse_ref, dqkv_ref, what);
+  run_varlen_cuda(f, cu, dtype, a, qkv_h, do_h, scale, stream, ForwardPath::kAuto,
+                  BackwardPath::kAuto);
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(a.o.download(), o_got) << what << ": kAuto's o is not the portable kernels'";
+  EXPECT_EQ(a.lse.download(), lse_got) << what << ": kAuto's lse is not the portable kernels'";
+  EXPECT_EQ(a.dqkv.download(), dqkv_got) << what << ": kAuto's gradients are not the portable's";
+  CUDA_OK(cudaStreamDestroy(stream));
+}
+#endif
+
+// Odd lengths (inside one 64-row block, across blocks, whole blocks), empty
+// sequences first, between and last, both masks, multi-head, grouped and
+// multi-query heads, head_dim 64, 96 and 128, padded rows, both 16-bit types.
+TEST(AttentionCudaTest, VarlenMatchesFloat64Reference) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  struct Case {
+    std::vector<int32_t> lens;
+    int64_t H, KV, D, pad;
+  };
+  const Case cases[] = {{{1, 77, 0, 200, 128}, 4, 2, 64, 0},
+                        {{5, 70, 33}, 2, 1, 128, 8},
+                        {{129, 1, 64, 300}, 3, 3, 96, 0},
+                        {{0, 1000, 17}, 4, 1, 128, 0},
+                        {{65, 0, 63, 0}, 6, 2, 96, 8},
+                        {{64, 64, 64}, 8, 2, 64, 8}};
+  uint32_t seed = 9500;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
+      for (const Case& c : cases) {
+        check_varlen_cuda(dtype, c.lens, c.H, c.KV, c.D, c.pad, mask, seed);
+        seed += 2;
+      }
+    }
+  }
+#endif
+}
+
+// Equal lengths: the varlen kernels do the batch kernels' arithmetic in the
+// same order (the portable batch path), so o, lse (transposed from
+// [B, H, T] to [H, B * T]), dq, dk and dv are the same bytes.
+TEST(AttentionCudaTest, VarlenOfEqualLengthsIsThePortableBatch) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Problem problems[] = {{3, 4, 2, 77, 64, 8}, {2, 2, 2, 130, 128},
+                              {2, 6, 3, 65, 96, 0, AttentionMask::kFull}};
+  uint32_t seed = 9700;
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreate(&stream));
+  for (const Problem& p : problems) {
+    const DType dtype = DType::kBF16;
+    SCOPED_TRACE(p.label(dtype));
+    const std::vector<int32_t> cu = cu_seqlens_of(std::vector<int32_t>(p.B, p.T));
+    const Problem f = flat_problem(cu, p.H, p.KV, p.D, p.pad, p.mask);
+    const float scale = 0.1f;
+    const auto qkv_h = random_bytes(dtype, p.qkv_elems(), seed++, -2.0f, 2.0f);
+    const auto do_h = random_bytes(dtype, p.o_elems(), seed++, -1.0f, 1.0f);
+    const CudaRun b(p, dtype);
+    run_cuda(p, dtype, b, qkv_h, do_h, scale, stream, ForwardPath::kPortable,
+             BackwardPath::kPortable);
+    if (::testing::Test::HasFatalFailure()) break;
+    const VarlenRun v(f, cu, dtype);
+    run_varlen_cuda(f, cu, dtype, v, qkv_h, do_h, scale, stream, ForwardPath::kPortable,
+                    BackwardPath::kPortable);
+    if (::testing::Test::HasFatalFailure()) break;
+    EXPECT_EQ(v.o.download(), b.o.download()) << "o";
+    EXPECT_EQ(v.dqkv.download(), b.dqkv.download()) << "dq, dk, dv";
+    const std::vector<uint8_t> lb = b.lse.download(), lv = v.lse.download();
+    const float* lse_b = reinterpret_cast<const float*>(lb.data());
+    const float* lse_v = reinterpret_cast<const float*>(lv.data());
+    for (int64_t s = 0; s < p.B; ++s) {
+      for (int64_t h = 0; h < p.H; ++h) {
+        for (int64_t t = 0; t < p.T; ++t) {
+          ASSERT_EQ(std::memcmp(&lse_b[(s * p.H + h) * p.T + t], &lse_v[h * f.T + s * p.T + t],
+                                sizeof(float)),
+                    0)
+              << "lse of sequence " << s << " head " << h << " position " << t;
+        }
+      }
+    }
+  }
+  CUDA_OK(cudaStreamDestroy(stream));
+#endif
+}
+
+// The varlen calls' own checks (cu_seqlens itself stays on the device, unread)
+// and the Hopper path's refusal; an empty layout is a no-op.
+TEST(AttentionCudaTest, VarlenRejectsBadArguments) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const std::vector<int32_t> cu_h = {0, 5, 75, 108};
+  const Problem f = flat_problem(cu_h, 2, 1, 64, 0, AttentionMask::kCausal);
+  const DType dtype = DType::kBF16;
+  const VarlenRun r(f, cu_h, dtype);
+  ASSERT_TRUE(r.qkv.p && r.o.p && r.lse.p && r.dqkv.p && r.ws.p && r.cu.p);
+  auto fwd = [&](ForwardPath path, const int32_t* cu, int64_t num_seqs, int64_t total,
+                 int64_t max_seqlen, int64_t H, void* o) {
+    return internal::attention_varlen_forward_cuda_path(
+        path, AttentionMask::kCausal, o, static_cast<float*>(r.lse.p), r.qkv.p,
+        at_col(r.qkv.p, f.k_col(), dtype), at_col(r.qkv.p, f.v_col(), dtype), cu, num_seqs,
+        total, max_seqlen, H, 1, 64, f.qkv_stride(), f.o_stride(), dtype, 0.1f, nullptr);
+  };
+  auto bwd = [&](BackwardPath path, const int32_t* cu, int64_t max_seqlen) {
+    return internal::attention_varlen_backward_cuda_path(
+        path, AttentionMask::kFull, r.dqkv.p, at_col(r.dqkv.p, f.k_col(), dtype),
+        at_col(r.dqkv.p, f.v_col(), dtype), r.d_o.p, r.qkv.p, at_col(r.qkv.p, f.k_col(), dtype),
+        at_col(r.qkv.p, f.v_col(), dtype), r.o.p, static_cast<const float*>(r.lse.p), r.ws.p, cu,
+        3, f.T, max_seqlen, 2, 1, 64, f.qkv_stride(), f.o_stride(), dtype, 0.1f, nullptr);
+  };
+  const int32_t* cu = r.cu_seqlens();
+  EXPECT_TRUE(fwd(ForwardPath::kPortable, cu, 3, 108, 70, 2, r.o.p).ok());
+  EXPECT_TRUE(fwd(ForwardPath::kAuto, cu, 3, 108, 70, 2, r.o.p).ok());
+  EXPECT_TRUE(bwd(BackwardPath::kPortable, cu, 70).ok());
+  EXPECT_TRUE(bwd(BackwardPath::kAuto, cu, 70).ok());
+  const KernelStatus hf = fwd(ForwardPath::kHopper, cu, 3, 108, 70, 2, r.o.p);
+  EXPECT_EQ(hf.code(), Code::kUnsupported);
+  EXPECT_NE(std::string(hf.message()).find("do not take the varlen layout"), std::string::npos)
+      << hf.message();
+  const KernelStatus hb = bwd(BackwardPath::kHopper, cu, 70);
+  EXPECT_EQ(hb.code(), Code::kUnsupported);
+  EXPECT_NE(std::string(hb.message()).find("do not take the varlen layout"), std::string::npos)
+      << hb.message();
+  const int32_t* misaligned = reinterpret_cast<const int32_t*>(r.cu.u8() + 2);
+  EXPECT_EQ(fwd(ForwardPath::kPortable, nullptr, 3, 108, 70, 2, r.o.p).code(),
+            Code::kInvalidArgument);  // null cu_seqlens
+  EXPECT_EQ(fwd(ForwardPath::kPortable, misaligned, 3, 108, 70, 2, r.o.p).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 3, 108, 0, 2, r.o.p).code(),
+            Code::kInvalidArgument);  // max_seqlen 0 with tokens
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 3, 108, -1, 2, r.o.p).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 3, 108, (int64_t{1} << 30) + 1, 2, r.o.p).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 0, 108, 70, 2, r.o.p).code(),
+            Code::kInvalidArgument);  // tokens without a sequence
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 40000, 108, 70, 2, r.o.p).code(),
+            Code::kInvalidArgument);  // num_seqs * heads above 65535
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 3, 108, 70, 2, r.qkv.p).code(),
+            Code::kInvalidArgument);  // o overlaps q
+  EXPECT_EQ(fwd(ForwardPath::kPortable, cu, 3, 108, 70, 2, r.cu.p).code(),
+            Code::kInvalidArgument);  // o overlaps cu_seqlens
+  EXPECT_EQ(bwd(BackwardPath::kPortable, nullptr, 70).code(), Code::kInvalidArgument);
+  // No tokens (every sequence empty, or no heads): nothing to do.
+  const std::vector<int32_t> empty_h = {0, 0, 0};
+  const VarlenRun e(flat_problem(empty_h, 2, 1, 64, 0, AttentionMask::kCausal), empty_h, dtype);
+  EXPECT_TRUE(fwd(ForwardPath::kPortable, e.cu_seqlens(), 2, 0, 0, 2, r.o.p).ok());
+  EXPECT_TRUE(fwd(ForwardPath::kPortable, cu, 3, 108, 70, 0, r.o.p).ok());
+  EXPECT_EQ(attention_varlen_backward_workspace_bytes(2, 108), size_t{2 * 108 * 4});
+  EXPECT_EQ(attention_varlen_backward_workspace_bytes(2, 0), size_t{0});
+  CUDA_OK(cudaDeviceSynchronize());
 #endif
 }
 
