@@ -38,26 +38,48 @@ absl::StatusOr<GemmAutotune> parse_gemm_autotune(const char* value) {
                    "top candidates, the default) or log (1, and print the timings)"));
 }
 
+absl::StatusOr<bool> parse_deterministic(const char* value) {
+  if (value == nullptr) return false;
+  const absl::string_view v(value);
+  if (v.empty() || v == "0" || v == "off" || v == "false") return false;
+  if (v == "1" || v == "on" || v == "true") return true;
+  return absl::InvalidArgumentError(
+      absl::StrCat("environment variable COLOSSAL_DETERMINISTIC=\"", v,
+                   "\": expected 1 (results repeat bit for bit: deterministic kernels, no GEMM "
+                   "autotuning unless COLOSSAL_GEMM_AUTOTUNE says so) or 0 (the default)"));
+}
+
 Context::Context(Device device, OwnedStream compute, OwnedStream comm, Event event,
-                 std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune)
+                 std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune,
+                 bool deterministic)
     : device_(device),
       compute_(std::move(compute)),
       comm_(std::move(comm)),
       event_(std::move(event)),
       allocator_(std::move(allocator)),
       rng_{seed, 0},
-      gemm_autotune_(gemm_autotune) {}
+      gemm_autotune_(gemm_autotune),
+      deterministic_(deterministic) {}
 
 absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
                                                          const ContextOptions& options) {
   const std::string what = absl::StrCat("creating the context for ", device.to_string());
+  bool deterministic = false;
+  if (options.deterministic.has_value()) {
+    deterministic = *options.deterministic;
+  } else {
+    absl::StatusOr<bool> parsed = parse_deterministic(std::getenv("COLOSSAL_DETERMINISTIC"));
+    if (!parsed.ok()) return annotate(parsed.status(), what);
+    deterministic = *parsed;
+  }
   GemmAutotune gemm_autotune = GemmAutotune::kOn;
   if (options.gemm_autotune.has_value()) {
     gemm_autotune = *options.gemm_autotune;
   } else {
-    absl::StatusOr<GemmAutotune> parsed = parse_gemm_autotune(std::getenv("COLOSSAL_GEMM_AUTOTUNE"));
+    const char* env = std::getenv("COLOSSAL_GEMM_AUTOTUNE");
+    absl::StatusOr<GemmAutotune> parsed = parse_gemm_autotune(env);
     if (!parsed.ok()) return annotate(parsed.status(), what);
-    gemm_autotune = *parsed;
+    gemm_autotune = env == nullptr && deterministic ? GemmAutotune::kOff : *parsed;
   }
   COLOSSAL_RETURN_IF_ERROR(annotate(check_device_available(device), what));
   COLOSSAL_ASSIGN_OR_RETURN(OwnedStream compute, OwnedStream::create(device));
@@ -69,7 +91,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::create(Device device,
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<Allocator> allocator, device_allocator(device));
   std::unique_ptr<Context> ctx(new Context(device, std::move(compute), std::move(comm),
                                            std::move(event), std::move(allocator), options.seed,
-                                           gemm_autotune));
+                                           gemm_autotune, deterministic));
 #if COLOSSAL_WITH_CUDA
   if (device.is_cuda()) {
     DeviceGuard guard(device);

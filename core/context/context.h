@@ -54,14 +54,27 @@ enum class GemmAutotune { kOff, kOn, kLog };
 // "log" -> kLog. Anything else is an InvalidArgumentError naming the variable.
 absl::StatusOr<GemmAutotune> parse_gemm_autotune(const char* value);
 
+// The value of the environment variable COLOSSAL_DETERMINISTIC (null: unset):
+// unset, "", "0", "off", "false" -> false; "1", "on", "true" -> true.
+// Anything else is an InvalidArgumentError naming the variable.
+absl::StatusOr<bool> parse_deterministic(const char* value);
+
 struct ContextOptions {
   // Workspace for cuBLASLt and cuBLAS (CUDA only). 32 MiB lets Hopper pick its fastest
   // kernels (split-K and stream-K need scratch); it equals PyTorch's default
   // on Hopper (the workspace its cuBLAS and cuBLASLt calls get), so it is kept.
   size_t cublaslt_workspace_bytes = size_t{32} << 20;
   // GEMM algorithm autotuning. Unset: the environment variable
-  // COLOSSAL_GEMM_AUTOTUNE decides (parse_gemm_autotune; on by default).
+  // COLOSSAL_GEMM_AUTOTUNE decides (parse_gemm_autotune; on by default, off
+  // when the context is deterministic and the variable is unset).
   std::optional<GemmAutotune> gemm_autotune;
+  // Results that repeat bit for bit, run after run: kernels that have a
+  // faster variant whose floating-point adds happen in a varying order (the
+  // attention backward's fused dQ on Hopper) take their deterministic one,
+  // and GEMMs skip autotuning unless gemm_autotune says otherwise. Unset: the
+  // environment variable COLOSSAL_DETERMINISTIC decides (parse_deterministic;
+  // off by default).
+  std::optional<bool> deterministic;
   // The initial random seed.
   uint64_t seed = 0;
   // Give the communication stream CUDA's highest priority, so collectives
@@ -82,7 +95,8 @@ class Context {
   // A new context for `device`: creates its streams, event and (CUDA) the
   // cuBLASLt and cuBLAS handles and their workspace. Does not change the thread's current device.
   // Errors: the device is not available; the workspace does not fit;
-  // COLOSSAL_GEMM_AUTOTUNE is read and holds no valid value.
+  // COLOSSAL_GEMM_AUTOTUNE or COLOSSAL_DETERMINISTIC is read and holds no
+  // valid value.
   static absl::StatusOr<std::unique_ptr<Context>> create(Device device,
                                                          const ContextOptions& options = {});
 
@@ -142,10 +156,14 @@ class Context {
   MatmulAlgoCache& matmul_algo_cache() { return algo_cache_; }
   // How GEMMs choose their algorithms (ContextOptions::gemm_autotune, resolved).
   GemmAutotune gemm_autotune() const { return gemm_autotune_; }
+  // Whether kernels take their deterministic variants
+  // (ContextOptions::deterministic, resolved).
+  bool deterministic() const { return deterministic_; }
 
  private:
   Context(Device device, OwnedStream compute, OwnedStream comm, Event event,
-          std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune);
+          std::shared_ptr<Allocator> allocator, uint64_t seed, GemmAutotune gemm_autotune,
+          bool deterministic);
 
   const Device device_;
   OwnedStream compute_;
@@ -163,6 +181,7 @@ class Context {
   std::shared_ptr<Storage> workspace_;
   MatmulAlgoCache algo_cache_;
   const GemmAutotune gemm_autotune_;
+  const bool deterministic_;
 };
 
 }  // namespace colossal::core

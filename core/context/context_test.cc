@@ -160,6 +160,58 @@ TEST(ContextTest, GemmAutotuneFromOptionsOrEnvironment) {
   }
 }
 
+TEST(ContextTest, ParseDeterministic) {
+  EXPECT_FALSE(*parse_deterministic(nullptr));
+  for (const char* off : {"", "0", "off", "false"}) EXPECT_FALSE(*parse_deterministic(off));
+  for (const char* on : {"1", "on", "true"}) EXPECT_TRUE(*parse_deterministic(on));
+  const absl::Status s = parse_deterministic("always").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(s.message(), "environment variable COLOSSAL_DETERMINISTIC=\"always\": "
+                                    "expected 1"))
+      << s;
+}
+
+// deterministic: off by default; COLOSSAL_DETERMINISTIC=1 turns it on and,
+// unless COLOSSAL_GEMM_AUTOTUNE (or the option) says otherwise, GEMM
+// autotuning off; the option wins over the environment.
+TEST(ContextTest, DeterministicFromOptionsOrEnvironment) {
+  ScopedEnv tune("COLOSSAL_GEMM_AUTOTUNE", nullptr);
+  {
+    ScopedEnv env("COLOSSAL_DETERMINISTIC", nullptr);
+    absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cpu());
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_FALSE((*ctx)->deterministic());
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOn);
+  }
+  {
+    ScopedEnv env("COLOSSAL_DETERMINISTIC", "1");
+    absl::StatusOr<std::unique_ptr<Context>> ctx = Context::create(Device::cpu());
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_TRUE((*ctx)->deterministic());
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOff);
+    {
+      ScopedEnv on("COLOSSAL_GEMM_AUTOTUNE", "1");  // an explicit choice stays
+      ctx = Context::create(Device::cpu());
+      ASSERT_TRUE(ctx.ok()) << ctx.status();
+      EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOn);
+    }
+    ContextOptions options;
+    options.deterministic = false;
+    ctx = Context::create(Device::cpu(), options);
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    EXPECT_FALSE((*ctx)->deterministic());
+    EXPECT_EQ((*ctx)->gemm_autotune(), GemmAutotune::kOn);
+  }
+  {
+    ScopedEnv env("COLOSSAL_DETERMINISTIC", "yes");
+    const absl::Status s = Context::create(Device::cpu()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(contains(s.message(), "creating the context for cpu: environment variable "
+                                      "COLOSSAL_DETERMINISTIC=\"yes\""))
+        << s;
+  }
+}
+
 TEST(ContextTest, CudaContextNeedsCuda) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   const absl::Status s = Context::create(Device::cuda(0)).status();

@@ -56,14 +56,12 @@
 // the PTX wrappers they call; attention_emulation_test.cc includes the same
 // file after host emulations of those wrappers and runs it on CPU threads.
 //
-// On compute capability 9.0 (H100, H200) the forward (head_dim 64 or 128;
-// head_dim 96 stays here: the Hopper tiles are 64-column chunks) runs the
-// Hopper kernel of
-// attention_hopper.cu instead (wgmma + TMA, built for sm_90a only), which
+// On compute capability 9.0 (H100, H200) the forward runs the Hopper kernel
+// of attention_hopper.cu instead (wgmma + TMA, built for sm_90a only), which
 // writes the same o and lse; internal::ForwardPath chooses explicitly. The
-// backward there runs this file's delta kernel, then the Hopper dK/dV and dQ
-// kernels of attention_hopper_backward.cu (the same deterministic split);
-// internal::BackwardPath chooses explicitly.
+// backward there runs this file's delta kernel, then the Hopper kernels of
+// attention_hopper_backward.cu (the deterministic dK/dV and dQ split, or dK/dV
+// with the fused dQ); internal::BackwardPath chooses explicitly.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -198,12 +196,14 @@ KernelStatus forward_typed(const Params& p, cudaStream_t stream) {
   return launch(kernel, grid, kThreads, forward_smem_bytes<T, D>(), stream, p);
 }
 
-// `hopper`: the Hopper dK/dV and dQ kernels after the delta kernel (geometry
-// g); `fallback`: the portable ones where the driver refuses Hopper's tensor
-// maps (kUnsupported), else that status is returned.
+// `hopper`: the Hopper backward after the delta kernel (geometry g; fused dQ
+// into `dq_accum` unless it is null); `fallback`: the portable kernels where
+// the driver refuses Hopper's tensor maps (kUnsupported), else that status is
+// returned.
 template <typename T, int D>
 KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, bool fallback,
-                            const internal::Geometry& g, DType dtype) {
+                            const internal::Geometry& g, DType dtype, float* dq_accum = nullptr,
+                            const internal::Sequences& seqs = {}) {
   static_assert(D % 16 == 0, "the kernels tile head_dim by 16");
   const bool varlen = p.cu_seqlens != nullptr;
   const int64_t rows = (varlen ? p.total : p.batch * p.seq) * p.heads;
@@ -213,8 +213,8 @@ KernelStatus backward_typed(const Params& p, cudaStream_t stream, bool hopper, b
                           dim3(static_cast<unsigned>(delta_blocks)), 256, 0, stream, p);
   if (!s.ok()) return s;
   if (hopper) {
-    s = internal::hopper_backward(p.dq, p.dk, p.dv, p.d_o, p.q, p.k, p.v, p.lse, p.delta, g, dtype,
-                                  p.scale, p.full != 0, stream);
+    s = internal::hopper_backward(p.dq, p.dk, p.dv, p.d_o, p.q, p.k, p.v, p.lse, p.delta,
+                                  dq_accum, g, dtype, p.scale, p.full != 0, seqs, stream);
     if (!fallback || s.code() != KernelStatus::Code::kUnsupported) return s;
   }
   constexpr int BQ = dkdv_block_q<D>();
@@ -444,10 +444,10 @@ KernelStatus attention_forward_cuda_path(ForwardPath path, AttentionMask mask, v
     if (!hopper_forward_supports(g, dtype)) {
       return KernelStatus::unsupported("attention forward: problem outside the Hopper kernel");
     }
-    return hopper_forward(o, lse, q, k, v, g, dtype, scale, full, stream);
+    return hopper_forward(o, lse, q, k, v, g, dtype, scale, full, Sequences{}, stream);
   }
   if (path == ForwardPath::kAuto && hopper_device() && hopper_forward_supports(g, dtype)) {
-    s = hopper_forward(o, lse, q, k, v, g, dtype, scale, full, stream);
+    s = hopper_forward(o, lse, q, k, v, g, dtype, scale, full, Sequences{}, stream);
     // kUnsupported: the driver refused the tensor maps; the portable kernel runs.
     if (s.code() != KernelStatus::Code::kUnsupported) return s;
   }
@@ -476,13 +476,25 @@ KernelStatus attention_varlen_forward_cuda_path(
   if (!s.ok()) return s;
   s = check_cuda(flat, dtype, mask, {o, lse, q, k, v}, max_seqlen, num_seqs);
   if (!s.ok()) return s;
-  if (path == ForwardPath::kHopper) {
+  if (path == ForwardPath::kHopper && !hopper_device()) {
     return KernelStatus::unsupported(
-        "attention forward: the Hopper kernels do not take the varlen layout yet");
+        "attention forward: the Hopper kernel needs a compute capability 9.0 device");
   }
   if (flat.empty()) return s;
   if (forward_overlaps(flat, dtype, o, lse, q, k, v, cu_seqlens_extent(cu_seqlens, num_seqs))) {
     return KernelStatus::invalid_argument("attention forward: o or lse overlaps an input");
+  }
+  const bool full = mask == AttentionMask::kFull;
+  const Sequences seqs{cu_seqlens, num_seqs, max_seqlen};
+  if (path == ForwardPath::kHopper) {
+    if (!hopper_forward_supports(flat, dtype, seqs)) {
+      return KernelStatus::unsupported("attention forward: problem outside the Hopper kernel");
+    }
+    return hopper_forward(o, lse, q, k, v, flat, dtype, scale, full, seqs, stream);
+  }
+  if (path == ForwardPath::kAuto && hopper_device() && hopper_forward_supports(flat, dtype, seqs)) {
+    s = hopper_forward(o, lse, q, k, v, flat, dtype, scale, full, seqs, stream);
+    if (s.code() != KernelStatus::Code::kUnsupported) return s;
   }
   return portable_forward(
       varlen_params(flat, q, k, v, scale, mask, cu_seqlens, num_seqs, max_seqlen), o, lse, dtype,
@@ -523,13 +535,25 @@ KernelStatus attention_varlen_forward_cuda(void* o, float* lse, const void* q, c
       max_seqlen, heads, kv_heads, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
 }
 
-size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq) {
-  if (batch <= 0 || heads <= 0 || seq <= 0) return 0;
-  return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+
+namespace {
+// The fused-dQ scratch starts after delta's rows, rounded up to 256 bytes.
+size_t dq_accum_offset(const internal::Geometry& g) {
+  return (static_cast<size_t>(g.batch * g.heads * g.seq) * sizeof(float) + 255) & ~size_t{255};
+}
+}  // namespace
+
+size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq,
+                                          int64_t head_dim) {
+  if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0) return 0;
+  const internal::Geometry g{batch, heads, heads, seq, head_dim, heads * head_dim,
+                             heads * head_dim};
+  return dq_accum_offset(g) + internal::hopper_dq_accum_bytes(g);
 }
 
 size_t attention_varlen_backward_workspace_bytes(int64_t heads, int64_t total_tokens) {
-  return causal_attention_backward_workspace_bytes(1, heads, total_tokens);
+  if (heads <= 0 || total_tokens <= 0) return 0;
+  return static_cast<size_t>(heads * total_tokens) * sizeof(float);
 }
 
 namespace internal {
@@ -543,7 +567,8 @@ KernelStatus attention_backward_cuda_path(
   KernelStatus s =
       check_cuda(g, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace}, seq, batch);
   if (!s.ok()) return s;
-  if (path == BackwardPath::kHopper && !hopper_device()) {
+  if ((path == BackwardPath::kHopper || path == BackwardPath::kHopperFusedDq) &&
+      !hopper_device()) {
     return KernelStatus::unsupported(
         "attention backward: the Hopper kernels need a compute capability 9.0 device");
   }
@@ -555,16 +580,36 @@ KernelStatus attention_backward_cuda_path(
   }
   Params p = common_params(g, q, k, v, scale, mask);
   set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
-  if (path == BackwardPath::kHopper && !hopper_backward_supports(g, dtype)) {
+  const bool hopper_path = path == BackwardPath::kHopper || path == BackwardPath::kHopperFusedDq;
+  if (hopper_path && !hopper_backward_supports(g, dtype)) {
     return KernelStatus::unsupported("attention backward: problem outside the Hopper kernels");
   }
-  const bool hopper = path == BackwardPath::kHopper ||
-                      (path == BackwardPath::kAuto && hopper_device() &&
-                       hopper_backward_supports(g, dtype));
-  const bool fallback = path == BackwardPath::kAuto;
+  const bool automatic =
+      path == BackwardPath::kAuto || path == BackwardPath::kAutoDeterministic;
+  const bool hopper =
+      hopper_path || (automatic && hopper_device() && hopper_backward_supports(g, dtype));
+  // kAuto fuses dQ where that is the faster kernel: head_dim above 64.
+  const bool fused = path == BackwardPath::kHopperFusedDq ||
+                     (path == BackwardPath::kAuto && hopper && head_dim > 64);
+  float* dq_accum = nullptr;
+  if (fused) {
+    dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + dq_accum_offset(g));
+    const Extent ae = plain_extent(dq_accum, hopper_dq_accum_bytes(g));
+    const size_t elem = dtype_size(dtype);
+    const auto [dqe, dke, dve] = qkv_extents(dq, dk, dv, g, elem);
+    const auto [qe, ke, ve] = qkv_extents(q, k, v, g, elem);
+    if (outputs_overlap_inputs({ae}, {dqe, dke, dve, qe, ke, ve,
+                                      extent(d_o, g, g.o_row_stride, g.heads, elem),
+                                      extent(o, g, g.o_row_stride, g.heads, elem),
+                                      plain_extent(lse, dq_accum_offset(g))})) {
+      return KernelStatus::invalid_argument(
+          "attention backward: the workspace overlaps an input or an output");
+    }
+  }
+  const bool fallback = automatic;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
     return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, hopper, fallback, g,
-                                                               dtype);
+                                                               dtype, dq_accum);
   });
 }
 
@@ -591,9 +636,16 @@ KernelStatus attention_varlen_backward_cuda_path(
   s = check_cuda(flat, dtype, mask, {dq, dk, dv, d_o, q, k, v, o, lse, workspace}, max_seqlen,
                  num_seqs);
   if (!s.ok()) return s;
-  if (path == BackwardPath::kHopper) {
+  // The fused dQ's scratch is sized for the batch layout
+  // (attention_backward_workspace_bytes); varlen runs the deterministic
+  // Hopper backward.
+  if (path == BackwardPath::kHopperFusedDq) {
     return KernelStatus::unsupported(
-        "attention backward: the Hopper kernels do not take the varlen layout yet");
+        "attention backward: the fused dQ does not take the varlen layout");
+  }
+  if (path == BackwardPath::kHopper && !hopper_device()) {
+    return KernelStatus::unsupported(
+        "attention backward: the Hopper kernels need a compute capability 9.0 device");
   }
   if (flat.empty()) return s;
   if (backward_overlaps(flat, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
@@ -601,11 +653,20 @@ KernelStatus attention_varlen_backward_cuda_path(
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }
+  const Sequences seqs{cu_seqlens, num_seqs, max_seqlen};
+  const bool supported = hopper_backward_supports(flat, dtype, seqs);
+  if (path == BackwardPath::kHopper && !supported) {
+    return KernelStatus::unsupported("attention backward: problem outside the Hopper kernels");
+  }
+  const bool automatic =
+      path == BackwardPath::kAuto || path == BackwardPath::kAutoDeterministic;
+  const bool hopper =
+      path == BackwardPath::kHopper || (automatic && hopper_device() && supported);
   Params p = varlen_params(flat, q, k, v, scale, mask, cu_seqlens, num_seqs, max_seqlen);
   set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
-    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, false, false, flat,
-                                                               dtype);
+    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, hopper, automatic, flat,
+                                                               dtype, nullptr, seqs);
   });
 }
 
@@ -616,10 +677,12 @@ KernelStatus attention_backward_cuda(void* dq, void* dk, void* dv, const void* d
                                      void* workspace, int64_t batch, int64_t heads,
                                      int64_t kv_heads, int64_t seq, int64_t head_dim,
                                      int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
-                                     float scale, AttentionMask mask, cudaStream_t stream) {
+                                     float scale, AttentionMask mask, bool deterministic,
+                                     cudaStream_t stream) {
   return internal::attention_backward_cuda_path(
-      internal::BackwardPath::kAuto, mask, dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch,
-      heads, kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype, scale, stream);
+      deterministic ? internal::BackwardPath::kAutoDeterministic : internal::BackwardPath::kAuto,
+      mask, dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads, kv_heads, seq, head_dim,
+      qkv_row_stride, o_row_stride, dtype, scale, stream);
 }
 
 KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,
@@ -628,10 +691,10 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
                                             int64_t batch, int64_t heads, int64_t kv_heads,
                                             int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
-                                            cudaStream_t stream) {
+                                            bool deterministic, cudaStream_t stream) {
   return attention_backward_cuda(dq, dk, dv, d_o, q, k, v, o, lse, workspace, batch, heads,
                                  kv_heads, seq, head_dim, qkv_row_stride, o_row_stride, dtype,
-                                 scale, AttentionMask::kCausal, stream);
+                                 scale, AttentionMask::kCausal, deterministic, stream);
 }
 
 KernelStatus attention_varlen_backward_cuda(void* dq, void* dk, void* dv, const void* d_o,

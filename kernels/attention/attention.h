@@ -43,17 +43,25 @@
 //            overlap any input.
 //
 // Kernels: on a compute capability 9.0 device (H100, H200) the CUDA forward and
-// backward with head_dim 64 or 128 (either mask) run Hopper kernels (warpgroup
-// MMA from shared memory filled by the tensor memory accelerator, sm_90a
-// machine code built whatever the build's architecture list); on any other
-// device, and for head_dim 96 on every device, the portable FlashAttention-2
-// kernels (mma.sync, sm_80+). The device is asked once (per device) and
-// remembered (the varlen layout, below: the portable kernels on every device
-// for now). Both forwards write o and lse to this contract, and both
-// backwards take the o and lse of either forward with the same arguments and
-// workspace. Both backwards are the same deterministic split: rowsum(dO * O)
-// into the workspace, a dK/dV kernel per (batch, kv head, key tile) and a dQ
-// kernel per (batch, query head, query tile).
+// backward (either mask, every head_dim; 96 runs as 128 with zero columns) run
+// Hopper kernels (warpgroup MMA from shared memory filled by the tensor memory
+// accelerator, warp-specialized, the forward's softmax overlapped with the
+// tensor cores; sm_90a machine code built whatever the build's architecture
+// list); on any other device the portable FlashAttention-2 kernels (mma.sync,
+// sm_80+). The device is asked once (per device) and remembered. Both
+// forwards write o and lse to this contract, and both backwards take the o and
+// lse of either forward with the same arguments and workspace. Every backward
+// first writes rowsum(dO * O) into the workspace; then
+//   deterministic (the portable kernels, and Hopper at head_dim 64 or when
+//   asked): a dK/dV kernel per (batch, kv head, key tile) and a dQ kernel per
+//   (batch, query head, query tile), which recomputes S and dP;
+//   fused dQ (Hopper at head_dim 96 and 128 unless deterministic is asked):
+//   the dK/dV kernel also forms each key tile's share of dQ = dS K and adds it
+//   into float32 parts in the workspace (bulk asynchronous reductions), then a
+//   small kernel rounds dq. Five matrix products per tile instead of seven:
+//   1.1x faster at T >= 4096, but the adds' order varies, so dq's last bits
+//   may differ from run to run. (At head_dim 64 the two-kernel split is the
+//   faster one on an H100.)
 //
 // Numerics: the CUDA path reads bf16/fp16, multiplies on tensor cores with fp32
 // accumulation, keeps softmax statistics in fp32 and rounds P (and dS) to the
@@ -61,9 +69,11 @@
 // does; dk and dv sum the group's query heads in the same fp32 accumulators;
 // outputs are rounded once. The CPU path (float32, float64, float16, bfloat16)
 // computes everything in double and rounds once; it is the reference.
-// Determinism: the CPU and both CUDA backwards are deterministic (no
-// atomics): the same inputs give the same bytes, run after run (the portable
-// and the Hopper CUDA backwards differ from each other by rounding). The CUDA dq is computed per query tile
+// Determinism: the CPU backward and the CUDA backwards called with
+// deterministic = true are deterministic (no atomics): the same inputs give the
+// same bytes, run after run (the portable and the Hopper CUDA backwards differ
+// from each other by rounding); with false, only the fused dQ's dq can vary
+// (dk, dv and the forward never do). The deterministic CUDA dq is computed per query tile
 // by one CTA looping over the key tiles (no atomic dQ accumulation), dk and dv
 // per (batch, kv head, key tile) by one CTA looping over the group's query
 // heads in order, summing in fp32 registers. With kv_heads == heads a group
@@ -77,14 +87,15 @@
 //   KernelStatus s = attention::causal_attention_forward_cuda(
 //       y, lse, qkv, qkv + H * D, qkv + (H + KV) * D, B, H, KV, T, D, R * D, H * D,
 //       DType::kBF16, 0.125f, stream);
-//   // workspace: causal_attention_backward_workspace_bytes(B, H, T) bytes
+//   // workspace: attention_backward_workspace_bytes(B, H, T, D) bytes
 //   s = attention::causal_attention_backward_cuda(
 //       dqkv, dqkv + H * D, dqkv + (H + KV) * D, dy, qkv, qkv + H * D, qkv + (H + KV) * D,
-//       y, lse, workspace, B, H, KV, T, D, R * D, H * D, DType::kBF16, 0.125f, stream);
+//       y, lse, workspace, B, H, KV, T, D, R * D, H * D, DType::kBF16, 0.125f,
+//       /*deterministic=*/false, stream);
 //   // The same without a mask (every position attends to every position):
 //   s = attention::attention_forward_cuda(y, lse, qkv, qkv + H * D, qkv + (H + KV) * D, B, H,
 //       KV, T, D, R * D, H * D, DType::kBF16, 0.125f, attention::AttentionMask::kFull, stream);
-//   // ... and attention_backward_cuda(..., 0.125f, AttentionMask::kFull, stream) with its lse.
+//   // ... and attention_backward_cuda(..., 0.125f, AttentionMask::kFull, false, stream).
 // (pointer arithmetic above is in elements; the API takes void*.)
 //
 // Varlen layout (packed sequences, FlashAttention's flash_attn_varlen_func;
@@ -108,9 +119,11 @@
 // max_seqlen would be left unwritten (o, lse, dq, and dk, dv of their keys)
 // and that sequence's other gradients wrong; the other sequences are not
 // affected. A larger max_seqlen only costs CTAs that exit at once. The CUDA
-// varlen calls run the portable kernels on every device for now (the Hopper
-// kernels do not take the layout yet); numerics and overwrite semantics are
-// the batch calls', and the varlen backward is deterministic.
+// varlen calls pick their kernels as the batch calls do (Hopper on compute
+// capability 9.0, where tiles that run past a sequence's end read the next
+// sequence's rows and mask them); numerics and overwrite semantics are the
+// batch calls', and the varlen backward is always deterministic (no fused dQ:
+// its scratch is sized for the batch layout).
 //
 //   // Three sequences of 5, 70 and 33 tokens in qkv [108, R * 64] (R, H, KV, D as above):
 //   const int32_t cu_host[] = {0, 5, 75, 108};  // and cu_dev, the same on the device
@@ -198,7 +211,7 @@ KernelStatus attention_varlen_backward_cpu(void* dq, void* dk, void* dv, const v
 
 #if COLOSSAL_WITH_CUDA
 // ---- CUDA: bfloat16 and float16 (others kUnsupported), head_dim 64, 96 or
-// 128 (others kUnsupported; 96 always runs the portable kernels); sm_80 or
+// 128 (others kUnsupported); sm_80 or
 // newer. Every pointer 16-byte aligned and both row strides multiples of 8
 // elements (else kInvalidArgument). seq up to 2^30. Enqueued on `stream`, not
 // synchronised; returns the launch status.
@@ -210,21 +223,26 @@ KernelStatus attention_forward_cuda(void* o, float* lse, const void* q, const vo
                                     int64_t o_row_stride, DType dtype, float scale,
                                     AttentionMask mask, cudaStream_t stream);
 
-// Bytes of device scratch the CUDA backward needs (float32 rowsum(dO * O), one
-// per query row: batch * heads * seq * 4; heads counts the query heads, so it
-// depends on neither kv_heads nor the mask).
-size_t causal_attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq);
+// Bytes of device scratch the CUDA backward needs, on every device: float32
+// rowsum(dO * O), one per query row (batch * heads * seq * 4; heads counts the
+// query heads), then the float32 dQ parts of the fused Hopper backward (per
+// query head and 64-query step two 64 x 64 parts: dq's size in float32 at
+// head_dim 128). Independent of kv_heads and the mask.
+size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq,
+                                          int64_t head_dim);
 
 // Overwrites dq, dk, dv from d_o and the forward's q, k, v, o and lse (the
 // forward run with the same mask). `workspace`:
-// causal_attention_backward_workspace_bytes() of device memory, 16-byte
-// aligned, not overlapping anything else.
+// attention_backward_workspace_bytes() of device memory, 16-byte aligned, not
+// overlapping anything else. `deterministic`: see "Determinism" above (false:
+// the fused dQ where the Hopper kernels run head_dim 96 or 128).
 KernelStatus attention_backward_cuda(void* dq, void* dk, void* dv, const void* d_o, const void* q,
                                      const void* k, const void* v, const void* o, const float* lse,
                                      void* workspace, int64_t batch, int64_t heads,
                                      int64_t kv_heads, int64_t seq, int64_t head_dim,
                                      int64_t qkv_row_stride, int64_t o_row_stride, DType dtype,
-                                     float scale, AttentionMask mask, cudaStream_t stream);
+                                     float scale, AttentionMask mask, bool deterministic,
+                                     cudaStream_t stream);
 
 // attention_forward_cuda with AttentionMask::kCausal.
 KernelStatus causal_attention_forward_cuda(void* o, float* lse, const void* q, const void* k,
@@ -240,16 +258,16 @@ KernelStatus causal_attention_backward_cuda(void* dq, void* dk, void* dv, const 
                                             int64_t batch, int64_t heads, int64_t kv_heads,
                                             int64_t seq, int64_t head_dim, int64_t qkv_row_stride,
                                             int64_t o_row_stride, DType dtype, float scale,
-                                            cudaStream_t stream);
+                                            bool deterministic, cudaStream_t stream);
 
-// ---- CUDA, varlen layout (see "Varlen layout" above): the portable kernels
-// on every device (for now), with the batch CUDA calls' dtypes, head dims,
+// ---- CUDA, varlen layout (see "Varlen layout" above): the batch CUDA calls'
+// choice of kernels (the Hopper ones on compute capability 9.0), dtypes, head dims,
 // alignment and stride rules. cu_seqlens is device memory (num_seqs + 1 int32,
 // valid as documented: the call cannot read it to check); max_seqlen >= every
 // sequence's length (precondition), at most 2^30, and num_seqs * heads at most
 // 65535 (kInvalidArgument otherwise, as total_tokens > 0 with max_seqlen or
-// num_seqs 0). Grid: (tiles of 64 of max_seqlen, num_seqs * heads); a CTA
-// whose tile starts past its sequence's end exits at once.
+// num_seqs 0). Grid: (tiles of max_seqlen, num_seqs * heads); a CTA whose
+// tile starts past its sequence's end exits at once.
 
 // Writes o and lse ([heads, total_tokens], required).
 KernelStatus attention_varlen_forward_cuda(void* o, float* lse, const void* q, const void* k,

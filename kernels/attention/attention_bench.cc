@@ -5,18 +5,20 @@
 //                       4 * B * H * T^2 * D        (full mask: 2x the causal FLOPs)
 //   forward + backward: 3.5 x the forward          (backward = 2.5 x: five matmuls)
 // Shapes are causal unless the label says mask=full (B4 H16 T2048 D128 under
-// the full mask); the D96 row runs the portable kernels on every device (the
-// Hopper kernels take head_dim 64 and 128: path=hopper reports an error there).
+// the full mask); the Hopper kernels run the D96 row as head_dim 128 with zero
+// columns.
 // Inputs are read straight from a packed qkv [B, T, (H + 2 KV) D] (GPT-2's
 // c_attn output [B, T, 3C] when KV = H; Llama's fused q|k|v with grouped-query
 // heads when KV < H) and O / dO are [B, T, H D]; times are CUDA events around
 // each call. The forward runs through each kernel explicitly (path=portable:
 // mma.sync, sm_80+; path=hopper: wgmma + TMA, compute capability 9.0 only, an
 // error elsewhere) and through the automatic choice (path=auto, what callers
-// get). Forward + backward, every shape: path=auto (both automatic),
-// path=portable (both portable), path=hopper (the Hopper forward and the
-// Hopper backward: wgmma dK/dV and dQ kernels) and path=hopper+portable_bwd
-// (the Hopper forward feeding the portable backward).
+// get). Forward + backward, every shape: path=auto (both automatic: on
+// Hopper the fused dQ at head_dim 96 and 128), path=portable (both portable),
+// path=hopper (the Hopper forward and the deterministic Hopper backward: dK/dV
+// and dQ kernels), path=hopper_fused_dq (the Hopper forward and backward with
+// dQ fused into dK/dV) and path=hopper+portable_bwd (the Hopper forward
+// feeding the portable backward).
 // The varlen layout (packed sequences of mixed lengths, cu_seqlens) has its own
 // case: BM_AttentionVarlenCuda, forward and forward + backward.
 // Run: bazel run -c opt //kernels/attention:attention_bench
@@ -103,10 +105,12 @@ BENCHMARK(BM_AttentionCpu)->Unit(benchmark::kMillisecond);
 using internal::BackwardPath;
 using internal::ForwardPath;
 constexpr ForwardPath kPaths[] = {ForwardPath::kAuto, ForwardPath::kPortable, ForwardPath::kHopper,
-                                  ForwardPath::kHopper};
+                                  ForwardPath::kHopper, ForwardPath::kHopper};
 constexpr BackwardPath kBackwardPaths[] = {BackwardPath::kAuto, BackwardPath::kPortable,
-                                           BackwardPath::kHopper, BackwardPath::kPortable};
-constexpr const char* kPathNames[] = {"auto", "portable", "hopper", "hopper+portable_bwd"};
+                                           BackwardPath::kHopper, BackwardPath::kPortable,
+                                           BackwardPath::kHopperFusedDq};
+constexpr const char* kPathNames[] = {"auto", "portable", "hopper", "hopper+portable_bwd",
+                                      "hopper_fused_dq"};
 
 // Fills a device buffer of n elements with values uniform in [-1, 1): one random
 // host chunk copied over and over.
@@ -182,7 +186,7 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   uint8_t *qkv = nullptr, *dqkv = nullptr, *o = nullptr, *d_o = nullptr;
   float* lse = nullptr;
   void* ws = nullptr;
-  const size_t ws_bytes = causal_attention_backward_workspace_bytes(s.B, s.H, s.T);
+  const size_t ws_bytes = attention_backward_workspace_bytes(s.B, s.H, s.T, s.D);
   const bool ok =
       cudaMalloc(&qkv, qkv_n * es) == cudaSuccess && cudaMalloc(&dqkv, qkv_n * es) == cudaSuccess &&
       cudaMalloc(&o, o_n * es) == cudaSuccess && cudaMalloc(&d_o, o_n * es) == cudaSuccess &&
@@ -212,7 +216,8 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
 }
 // Forward: every shape in bf16 and the first in fp16, through each path (2 =
 // hopper, 1 = portable, 0 = auto); forward + backward: every shape in bf16
-// through hopper (2), hopper + portable backward (3), portable (1) and auto (0).
+// through hopper with the fused dQ (4), hopper (2), hopper + portable backward
+// (3), portable (1) and auto (0).
 void forward_args(benchmark::internal::Benchmark* b) {
   for (int path : {2, 1, 0}) {
     b->Args({1, 0, path});
@@ -220,7 +225,7 @@ void forward_args(benchmark::internal::Benchmark* b) {
   }
 }
 void forward_backward_args(benchmark::internal::Benchmark* b) {
-  for (int path : {2, 3, 1, 0}) {
+  for (int path : {4, 2, 3, 1, 0}) {
     for (int shape = 0; shape < kNumShapes; ++shape) b->Args({0, shape, path});
   }
 }
@@ -238,8 +243,9 @@ BENCHMARK_CAPTURE(BM_AttentionCuda, forward_backward, true)
 // The varlen layout (packed sequences, cu_seqlens): 8 sequences of mixed
 // lengths, 16384 tokens in all, H32 KV8 D128 bf16, causal, read from one
 // packed qkv [16384, (32 + 2 * 8) * 128]; FLOPs summed over the sequences as
-// the batch rows count them. path=auto (what attention_varlen_*_cuda run) and
-// path=portable: the same kernels on every device for now.
+// the batch rows count them. path=auto (what attention_varlen_*_cuda run: the
+// Hopper kernels on compute capability 9.0, the backward deterministic) and
+// path=portable.
 constexpr int32_t kVarlenLengths[] = {4096, 1024, 3072, 512, 2048, 1536, 2560, 1536};
 
 void BM_AttentionVarlenCuda(benchmark::State& state, bool backward) {

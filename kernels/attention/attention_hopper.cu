@@ -101,10 +101,12 @@ constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that empty a stage
 struct Params {
   void* o;
   float* lse;
+  const int* cu_seqlens;  // null: the batch layout; else varlen (seq = total_tokens)
   int64_t o_stride;
   int seq, heads, group;
-  int bh;        // batch * heads
-  int q_blocks;  // ceil(seq / kBlockM)
+  int head_dim;  // the tensors' (96 runs as 128: columns 96.. arrive as zeros, are not written)
+  int bh;        // sequences * heads
+  int q_blocks;  // ceil(longest sequence / kBlockM)
   int full;      // 1: no causal mask (every key tile; keys past seq masked)
   float scale_log2;
 };
@@ -125,12 +127,13 @@ struct Shared {
 template <int D>
 __device__ __forceinline__ void produce(const Shared<D>& sh, const CUtensorMap* q_map,
                                         const CUtensorMap* k_map, const CUtensorMap* v_map, int q0,
-                                        int h, int kvh, int b, int n_kb) {
+                                        int h, int kvh, const SeqView& sv, int n_kb) {
   using L = Tiles<D>;
+  const int b = sv.map_b, row0 = sv.map_row0;
   mbar_arrive_expect_tx(sh.bar(kBarQ), L::kQ);
 #pragma unroll
   for (int c = 0; c < L::kChunks; ++c) {
-    tma_load(q_map, sh.q + c * L::kQChunk, sh.bar(kBarQ), c * kChunkElems, q0, h, b);
+    tma_load(q_map, sh.q + c * L::kQChunk, sh.bar(kBarQ), c * kChunkElems, row0 + q0, h, b);
   }
   for (int it = 0; it < n_kb; ++it) {
     const int j = n_kb - 1 - it;
@@ -143,14 +146,14 @@ __device__ __forceinline__ void produce(const Shared<D>& sh, const CUtensorMap* 
 #pragma unroll
     for (int c = 0; c < L::kChunks; ++c) {
       tma_load(k_map, sh.k + s * L::kKv + c * L::kKvChunk, sh.bar(kBarKFull + s), c * kChunkElems,
-               j * kBlockN, kvh, b);
+               row0 + j * kBlockN, kvh, b);
     }
     if (it >= kStages) mbar_wait(sh.bar(kBarVEmpty + s), parity);
     mbar_arrive_expect_tx(sh.bar(kBarVFull + s), L::kKv);
 #pragma unroll
     for (int c = 0; c < L::kChunks; ++c) {
       tma_load(v_map, sh.v + s * L::kKv + c * L::kKvChunk, sh.bar(kBarVFull + s), c * kChunkElems,
-               j * kBlockN, kvh, b);
+               row0 + j * kBlockN, kvh, b);
     }
   }
 }
@@ -171,6 +174,7 @@ struct Consumer {
   using L = Tiles<D>;
   const Shared<D>& sh;
   const Params& p;
+  const SeqView& sv;  // the CTA's sequence
   uint32_t q_rows;  // this warpgroup's 64 rows of Q: 64 * 128 bytes into each chunk
   int row_base;     // this thread's rows: row_base and row_base + 8
   int lane, t;
@@ -178,8 +182,9 @@ struct Consumer {
   float m[2];      // running row max, log2 units
   float l[2];      // this thread's part of the running row sum
 
-  __device__ __forceinline__ Consumer(const Shared<D>& shared, const Params& params, int wg, int q0)
-      : sh(shared), p(params) {
+  __device__ __forceinline__ Consumer(const Shared<D>& shared, const Params& params,
+                                      const SeqView& seq, int wg, int q0)
+      : sh(shared), p(params), sv(seq) {
     const int tid = threadIdx.x % 128, warp = tid / 32;
     lane = tid % 32;
     t = lane % 4;
@@ -245,7 +250,7 @@ struct Consumer {
   __device__ __forceinline__ void softmax(float (&sc)[64], int j, float (&alpha)[2]) {
     const int key0 = j * kBlockN + 2 * t;
     int limit[2] = {row_base, row_base + 8};
-    if (kDiag && p.full) limit[0] = limit[1] = p.seq - 1;
+    if (kDiag && p.full) limit[0] = limit[1] = sv.len - 1;
 #pragma unroll
     for (int c = 0; c < 16; ++c) {
 #pragma unroll
@@ -300,7 +305,7 @@ struct Consumer {
   // Full row sums over the quad, lse (natural log) and O / l rounded once,
   // straight from the accumulators (a quad writes 16 contiguous bytes of a
   // row per 8 columns); rows past seq are not written.
-  __device__ __forceinline__ void finish(int b, int h) {
+  __device__ __forceinline__ void finish(int h) {
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -308,20 +313,20 @@ struct Consumer {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
       inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
       const int row = row_base + 8 * r;
-      if (t == 0 && row < p.seq) {
-        p.lse[(static_cast<int64_t>(b) * p.heads + h) * p.seq + row] =
-            (m[r] + __log2f(l[r])) * kLn2;
+      if (t == 0 && row < sv.len) {
+        p.lse[sv.stats0 + h * sv.stats_head + row] = (m[r] + __log2f(l[r])) * kLn2;
       }
     }
-    T* out = static_cast<T*>(p.o) + static_cast<int64_t>(b) * p.seq * p.o_stride +
-             static_cast<int64_t>(h) * D + 2 * t;
+    T* out = static_cast<T*>(p.o) + sv.row0 * p.o_stride +
+             static_cast<int64_t>(h) * p.head_dim + 2 * t;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row_base + 8 * r;
-      if (row >= p.seq) continue;
+      if (row >= sv.len) continue;
       T* dst = out + static_cast<int64_t>(row) * p.o_stride;
 #pragma unroll
       for (int c = 0; c < D / 8; ++c) {
+        if (8 * c >= p.head_dim) break;
         *reinterpret_cast<uint32_t*>(dst + 8 * c) =
             Wgmma<T>::pack(o[4 * c + 2 * r] * inv[r], o[4 * c + 2 * r + 1] * inv[r]);
       }
@@ -352,9 +357,9 @@ struct Consumer {
 constexpr int kTurnBar = 1;
 
 template <typename T, int D>
-__device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, int wg, int q0, int b,
-                                        int h, int n_kb) {
-  Consumer<T, D> c(sh, p, wg, q0);
+__device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, const SeqView& sv,
+                                        int wg, int q0, int h, int n_kb) {
+  Consumer<T, D> c(sh, p, sv, wg, q0);
   const int other = 1 - wg;
   auto my_turn = [&]() { named_bar_sync(kTurnBar + wg, 256); };
   auto hand_over = [&](bool last) {
@@ -398,7 +403,7 @@ __device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, in
   wgmma_wait<0>();
   fence_regs(c.o);
   c.release(kBarVEmpty, n_kb - 1);
-  c.finish(b, h);
+  c.finish(h);
 }
 
 template <typename T, int D>
@@ -416,9 +421,11 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUt
   const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
   const int b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kBlockM;
+  const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
+  if (q0 >= sv.len) return;  // varlen: past this sequence's end (the whole CTA)
   // Causal: key tiles 0 .. qb (kBlockN == kBlockM: tile qb is the diagonal);
-  // full: every key tile.
-  const int n_kb = p.full ? p.q_blocks : qb + 1;
+  // full: every key tile of the sequence.
+  const int n_kb = p.full ? (sv.len + kBlockN - 1) / kBlockN : qb + 1;
   static_assert(kBlockN == kBlockM, "the diagonal must be exactly one key tile");
 
   if (threadIdx.x == 0) {
@@ -439,10 +446,10 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUt
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x == 0) produce<D>(sh, q_map, k_map, v_map, q0, h, h / p.group, b, n_kb);
+    if (threadIdx.x == 0) produce<D>(sh, q_map, k_map, v_map, q0, h, h / p.group, sv, n_kb);
   } else {
     regs_increase<kConsumerRegs>();
-    consume<T, D>(sh, p, warpgroup - 1, q0, b, h, n_kb);
+    consume<T, D>(sh, p, sv, warpgroup - 1, q0, h, n_kb);
   }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -462,7 +469,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <typename T, int D>
 KernelStatus launch(void* o, float* lse, const void* q, const void* k, const void* v,
-                    const Geometry& g, DType dtype, float scale, bool full, cudaStream_t stream) {
+                    const Geometry& g, DType dtype, float scale, bool full, const Sequences& seqs,
+                    cudaStream_t stream) {
   static_assert(kBlockM == kBlockN, "make_map uses one box for Q, K and V");
   CUtensorMap maps[3];
   const KernelStatus s = make_maps(maps, q, k, v, nullptr, dtype, g, kBlockM, kBlockN);
@@ -470,12 +478,14 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
   Params p{};
   p.o = o;
   p.lse = lse;
+  p.cu_seqlens = seqs.cu_seqlens;
   p.o_stride = g.o_row_stride;
   p.seq = static_cast<int>(g.seq);
   p.heads = static_cast<int>(g.heads);
   p.group = static_cast<int>(g.group());
-  p.bh = static_cast<int>(g.batch * g.heads);
-  p.q_blocks = static_cast<int>((g.seq + kBlockM - 1) / kBlockM);
+  p.head_dim = static_cast<int>(g.head_dim);
+  p.bh = static_cast<int>(seqs.count(g) * g.heads);
+  p.q_blocks = static_cast<int>((seqs.longest(g) + kBlockM - 1) / kBlockM);
   p.full = full ? 1 : 0;
   p.scale_log2 = scale * kLog2e;
   const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
@@ -485,29 +495,31 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
 
 }  // namespace
 
-bool hopper_forward_supports(const Geometry& g, DType dtype) {
+bool hopper_forward_supports(const Geometry& g, DType dtype, const Sequences& seqs) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
-  if (g.head_dim != 64 && g.head_dim != 128) return false;
+  if (g.head_dim != 64 && g.head_dim != 96 && g.head_dim != 128) return false;
   if (g.empty() || g.seq > (int64_t{1} << 30)) return false;
-  const int64_t q_blocks = (g.seq + kBlockM - 1) / kBlockM;
-  if (g.batch * g.heads > INT_MAX || q_blocks * g.batch * g.heads > INT_MAX) return false;
+  const int64_t q_blocks = (seqs.longest(g) + kBlockM - 1) / kBlockM;
+  if (seqs.count(g) * g.heads > INT_MAX || q_blocks * seqs.count(g) * g.heads > INT_MAX) {
+    return false;
+  }
   if (g.seq * g.qkv_row_stride * 2 >= kMaxMapStride) return false;
   return encode_tiled() != nullptr;
 }
 
 KernelStatus hopper_forward(void* o, float* lse, const void* q, const void* k, const void* v,
                             const Geometry& g, DType dtype, float scale, bool full,
-                            cudaStream_t stream) {
-  if (!hopper_forward_supports(g, dtype)) {
+                            const Sequences& seqs, cudaStream_t stream) {
+  if (!hopper_forward_supports(g, dtype, seqs)) {
     return KernelStatus::unsupported("attention hopper: problem outside the Hopper kernel");
   }
   const bool bf16 = dtype == DType::kBF16;
   if (g.head_dim == 64) {
-    return bf16 ? launch<__nv_bfloat16, 64>(o, lse, q, k, v, g, dtype, scale, full, stream)
-                : launch<__half, 64>(o, lse, q, k, v, g, dtype, scale, full, stream);
+    return bf16 ? launch<__nv_bfloat16, 64>(o, lse, q, k, v, g, dtype, scale, full, seqs, stream)
+                : launch<__half, 64>(o, lse, q, k, v, g, dtype, scale, full, seqs, stream);
   }
-  return bf16 ? launch<__nv_bfloat16, 128>(o, lse, q, k, v, g, dtype, scale, full, stream)
-              : launch<__half, 128>(o, lse, q, k, v, g, dtype, scale, full, stream);
+  return bf16 ? launch<__nv_bfloat16, 128>(o, lse, q, k, v, g, dtype, scale, full, seqs, stream)
+              : launch<__half, 128>(o, lse, q, k, v, g, dtype, scale, full, seqs, stream);
 }
 
 }  // namespace colossal::kernels::attention::internal

@@ -103,13 +103,15 @@ struct Params {
   void* dv;
   const float* lse;
   const float* delta;
+  float* dq_accum;  // fused dQ: the fp32 parts (kDqPart floats per step and warpgroup), zeroed
+  const int* cu_seqlens;  // null: the batch layout; else varlen (seq = total_tokens)
   int64_t qkv_stride;
   int seq, heads, kv_heads, group;
-  int bh;         // batch * heads
-  int bkv;        // batch * kv_heads
-  int q_steps;    // dkdv: ceil(seq / kQStep)
-  int q_blocks;   // dq: ceil(seq / kDqBlock)
-  int k_steps;    // dq: ceil(seq / kKStep)
+  int head_dim;  // the tensors' (96 runs as 128: columns 96.. arrive as zeros, are not written)
+  int bh;         // sequences * heads
+  int bkv;        // sequences * kv_heads
+  int q_steps;    // ceil(longest sequence / kQStep): the dq_accum parts' steps
+  int q_blocks;   // dq: ceil(longest sequence / kDqBlock)
   int full;       // 1: no causal mask
   float scale;       // softmax scale (dK and dQ are multiplied by it at the end)
   float scale_log2;  // scale * log2(e)
@@ -130,6 +132,21 @@ template <int D>
 constexpr int dkdv_smem_bytes() {  // K, V, Q[stages], dO[stages] + alignment slack
   return 2 * Tile<D, kKvBlock>::kBytes + 2 * kStages * Tile<D, kQStep>::kBytes + 1024;
 }
+// Fused dQ (the dkdv kernel also adds dS K into dq_accum): the step's dS^T
+// tile [128 keys x 64 queries] in two buffers (steps alternate), and each
+// warpgroup's 64 x 64 fp32 dQ part staged for the bulk reduction.
+constexpr int kDsBytes = kKvBlock * kRowBytes;       // 16 KB: one chunk of 128 rows
+constexpr int kDqPart = 64 * 64;                      // floats of one warpgroup's part
+constexpr int kStageBytes = kDqPart * 4;              // 16 KB
+template <int D, bool kFusedDq>
+constexpr int dkdv_smem_bytes() {
+  return dkdv_smem_bytes<D>() + (kFusedDq ? 2 * kDsBytes + 2 * kStageBytes : 0);
+}
+// Named barriers of the fused dkdv kernel: both consumer warpgroups' dS rows
+// are in (256 threads); a warpgroup's staging buffer is free / full (128).
+constexpr int kDsBar = 1;
+constexpr int kStageBar = 2;  // + warpgroup
+
 template <int D>
 constexpr int dq_smem_bytes() {  // Q, dO, K[stages], V[stages] + alignment slack
   return 2 * Tile<D, kDqBlock>::kBytes + 2 * kStages * Tile<D, kKStep>::kBytes + 1024;
@@ -145,7 +162,7 @@ __device__ __forceinline__ uint32_t bar_at(uint32_t bars, int i) { return bars +
 // or past seq are skipped.
 template <typename T, int D>
 __device__ __forceinline__ void store_acc(const float (&acc)[D / 2], float mul, T* base,
-                                          int64_t stride, int row_base, int seq, int t) {
+                                          int64_t stride, int row_base, int seq, int cols, int t) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_base + 8 * r;
@@ -153,6 +170,7 @@ __device__ __forceinline__ void store_acc(const float (&acc)[D / 2], float mul, 
     T* dst = base + static_cast<int64_t>(row) * stride + 2 * t;
 #pragma unroll
     for (int c = 0; c < D / 8; ++c) {
+      if (8 * c >= cols) break;
       *reinterpret_cast<uint32_t*>(dst + 8 * c) =
           Wgmma<T>::pack(acc[4 * c + 2 * r] * mul, acc[4 * c + 2 * r + 1] * mul);
     }
@@ -165,6 +183,7 @@ __device__ __forceinline__ void store_acc(const float (&acc)[D / 2], float mul, 
 template <int D>
 struct KvShared {
   uint32_t k, v, q, d_o;  // tile bases; Q and dO: stage s at + s * Tile<D, kQStep>::kBytes
+  uint32_t ds, staging;   // fused dQ: dS^T buffers (+ kDsBytes), warpgroup staging (+ kStageBytes)
   uint32_t bars;
   float* stats;  // [kStages][2][kQStep]: lse * log2 e, delta of the step's queries
   __device__ __forceinline__ uint32_t bar(int i) const { return bar_at(bars, i); }
@@ -176,8 +195,9 @@ struct KvShared {
 template <int D>
 __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtensorMap* q_map,
                                              const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                             const CUtensorMap* do_map, const Params& p, int b,
-                                             int kvh, int kv0, int i0) {
+                                             const CUtensorMap* do_map, const Params& p,
+                                             const SeqView& sv, int kvh, int kv0, int i0,
+                                             int n_steps) {
   using KT = Tile<D, kKvBlock>;
   using QT = Tile<D, kQStep>;
   const int lane = threadIdx.x % 32;
@@ -185,15 +205,17 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
     mbar_arrive_expect_tx(sh.bar(kKvBarKV), 2 * KT::kBytes);
 #pragma unroll
     for (int c = 0; c < KT::kChunks; ++c) {
-      tma_load(k_map, sh.k + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems, kv0, kvh, b);
-      tma_load(v_map, sh.v + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems, kv0, kvh, b);
+      tma_load(k_map, sh.k + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems,
+               sv.map_row0 + kv0, kvh, sv.map_b);
+      tma_load(v_map, sh.v + c * KT::kChunk, sh.bar(kKvBarKV), c * kChunkElems,
+               sv.map_row0 + kv0, kvh, sv.map_b);
     }
   }
   int it = 0;
   for (int r = 0; r < p.group; ++r) {
     const int h = kvh * p.group + r;
-    const int64_t rows = (static_cast<int64_t>(b) * p.heads + h) * p.seq;
-    for (int i = i0; i < p.q_steps; ++i, ++it) {
+    const int64_t rows = sv.stats0 + h * sv.stats_head;
+    for (int i = i0; i < n_steps; ++i, ++it) {
       const int s = it % kStages;
       // The stage's previous use was it - kStages: its empty barrier completed
       // phase it / kStages - 1 when every consumer warp released it.
@@ -203,8 +225,8 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
 #pragma unroll
       for (int e = lane; e < kQStep; e += 32) {
         const int row = q0 + e;
-        st[e] = row < p.seq ? p.lse[rows + row] * kLog2e : INFINITY;
-        st[kQStep + e] = row < p.seq ? p.delta[rows + row] : 0.0f;
+        st[e] = row < sv.len ? p.lse[rows + row] * kLog2e : INFINITY;
+        st[kQStep + e] = row < sv.len ? p.delta[rows + row] : 0.0f;
       }
       if (lane == 0) {
         // Its arrival (with the stage's bytes) after its own stores, like the
@@ -214,9 +236,9 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
 #pragma unroll
         for (int c = 0; c < QT::kChunks; ++c) {
           tma_load(q_map, sh.q + s * QT::kBytes + c * QT::kChunk, sh.bar(kKvBarFull + s),
-                   c * kChunkElems, q0, h, b);
+                   c * kChunkElems, sv.map_row0 + q0, h, sv.map_b);
           tma_load(do_map, sh.d_o + s * QT::kBytes + c * QT::kChunk, sh.bar(kKvBarFull + s),
-                   c * kChunkElems, q0, h, b);
+                   c * kChunkElems, sv.map_row0 + q0, h, sv.map_b);
         }
       } else {
         mbar_arrive(sh.bar(kKvBarFull + s));
@@ -229,9 +251,10 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
 // attention_hopper.cu): element 4c + i is row 16 warp + g + 8 (i / 2), column
 // 8c + 2t + (i % 2); rows are keys here, columns queries (S^T, dP^T) or
 // head_dim (dK, dV).
-template <typename T, int D>
-__device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params& p, int wg, int b,
-                                             int kvh, int kv0, int i0) {
+template <typename T, int D, bool kFusedDq>
+__device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params& p, int wg,
+                                             const SeqView& sv, int b, int kvh, int kv0, int i0,
+                                             int n_steps) {
   using KT = Tile<D, kKvBlock>;
   using QT = Tile<D, kQStep>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
@@ -247,14 +270,16 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
   mbar_wait(sh.bar(kKvBarKV), 0);
   int it = 0;
   for (int r = 0; r < p.group; ++r) {
-    for (int i = i0; i < p.q_steps; ++i, ++it) {
+    for (int i = i0; i < n_steps; ++i, ++it) {
       const int s = it % kStages;
       const uint32_t parity = (it / kStages) & 1;
       const uint32_t q_t = sh.q + s * QT::kBytes, do_t = sh.d_o + s * QT::kBytes;
       const float* st = sh.stats + s * 2 * kQStep;
 
       // S^T = K Q^T and dP^T = V dO^T over head_dim in k16 steps (chunk kk / 4,
-      // 32 (kk % 4) bytes into the rows), one commit group.
+      // 32 (kk % 4) bytes into the rows), one commit group each, so P is
+      // computed while dP^T still runs, and dV's product (which needs P
+      // alone) runs while dS is computed.
       float sc[32], dp[32];
       mbar_wait(sh.bar(kKvBarFull + s), parity);
       __syncwarp();
@@ -265,6 +290,7 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
         Wgmma<T>::qk(sc, desc_k_major(k_rows + (kk / 4) * KT::kChunk + off),
                      desc_k_major(q_t + (kk / 4) * QT::kChunk + off), kk > 0 ? 1 : 0);
       }
+      wgmma_commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t off = (kk % 4) * 32;
@@ -272,67 +298,141 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
                      desc_k_major(do_t + (kk / 4) * QT::kChunk + off), kk > 0 ? 1 : 0);
       }
       wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();  // S^T landed
       fence_regs(sc);
-      fence_regs(dp);
 
       // P^T (0 where the query is before the key: only in steps that start
-      // before the warpgroup's last key) and dS^T = P^T (dP^T - delta), both
-      // packed into register-A fragments: register j = pack(x[2j], x[2j+1]).
+      // before the warpgroup's last key), packed into register-A fragments:
+      // register j = pack(x[2j], x[2j+1]).
       const int q0 = i * kQStep;
       const bool mask = !p.full && q0 < key_last;
       uint32_t pa[16], da[16];
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         const float2 l2 = *reinterpret_cast<const float2*>(st + 8 * c + 2 * t);
-        const float2 d2 = *reinterpret_cast<const float2*>(st + kQStep + 8 * c + 2 * t);
         const int query = q0 + 8 * c + 2 * t;
 #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
           const int e = 4 * c + i2;
           const float lse2 = (i2 & 1) ? l2.y : l2.x;
-          const float dl = (i2 & 1) ? d2.y : d2.x;
           float pv = fast_exp2(sc[e] * p.scale_log2 - lse2);
           if (mask && query + (i2 & 1) < key_base + 8 * (i2 >> 1)) pv = 0.0f;
           sc[e] = pv;
-          dp[e] = pv * (dp[e] - dl);
         }
       }
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        pa[j] = Wgmma<T>::pack(sc[2 * j], sc[2 * j + 1]);
-        da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
-      }
+      for (int j = 0; j < 16; ++j) pa[j] = Wgmma<T>::pack(sc[2 * j], sc[2 * j + 1]);
 
-      // dV += P^T dO and dK += dS^T Q over the step's queries in k16 steps:
-      // step kk reads rows 16kk.. of dO / Q (16 * 128 bytes further each).
+      // dV += P^T dO over the step's queries in k16 steps: step kk reads rows
+      // 16kk.. of dO (16 * 128 bytes further each).
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kQStep / 16; ++kk) {
         const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
         Wgmma<T>::pv(dv, a, desc_mn_major(do_t + kk * 16 * kRowBytes, QT::kChunk));
       }
+      wgmma_commit();
+      wgmma_wait<1>();  // dP^T landed (dV's product may still run)
+      fence_regs(dp);
+
+      // dS^T = P^T (dP^T - delta) (fp32 P, as the portable kernel), packed.
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const float2 d2 = *reinterpret_cast<const float2*>(st + kQStep + 8 * c + 2 * t);
+#pragma unroll
+        for (int i2 = 0; i2 < 4; ++i2) {
+          const int e = 4 * c + i2;
+          dp[e] = sc[e] * (dp[e] - ((i2 & 1) ? d2.y : d2.x));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 16; ++j) da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
+      const uint32_t ds = sh.ds + (it & 1) * kDsBytes;
+      if constexpr (kFusedDq) {
+        // dS^T rounded into the step's buffer, the layout TMA would write:
+        // row = key (this warpgroup's 64 from row 64 wg), 128-byte rows of
+        // the step's 64 queries, 16-byte unit c of row r at c ^ (r % 8).
+        // da[2c + h] holds row half h, columns 8c + 2t and + 1.
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = 64 * wg + 16 * warp + lane / 4 + 8 * h;
+            st_shared_u32(ds + row * kRowBytes + ((c ^ (row & 7)) << 4) + 4 * t, da[2 * c + h]);
+          }
+        }
+        fence_proxy_async();  // visible to the other warpgroup's wgmma after the barrier
+      }
+
+      // dK += dS^T Q: A = dS^T from registers, B = Q MN-major.
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kQStep / 16; ++kk) {
         const uint32_t a[4] = {da[4 * kk], da[4 * kk + 1], da[4 * kk + 2], da[4 * kk + 3]};
         Wgmma<T>::pv(dk, a, desc_mn_major(q_t + kk * 16 * kRowBytes, QT::kChunk));
       }
       wgmma_commit();
+      float dqa[32];
+      if constexpr (kFusedDq) {
+        // This warpgroup's part of dQ(step) += dS K: D 128, both warpgroups'
+        // 128 keys times head_dim columns 64 wg .. + 63 (K's column chunk
+        // wg); D 64, its own 64 keys times every column (the two parts sum
+        // in the convert kernel). A = dS^T rows (keys = k), queries = m
+        // contiguous; B = K rows, head_dim = n contiguous: both MN-major.
+        named_bar_sync(kDsBar, 256);
+        wgmma_fence();
+        constexpr int kSteps = D == 128 ? kKvBlock / 16 : 64 / 16;
+        const int key_row0 = D == 128 ? 0 : 64 * wg;
+        const uint32_t k_cols = sh.k + (D == 128 ? wg * KT::kChunk : 0);
+#pragma unroll
+        for (int kk = 0; kk < kSteps; ++kk) {
+          const uint32_t row_off = (key_row0 + 16 * kk) * kRowBytes;
+          Wgmma<T>::ss_tt(dqa, desc_mn_major(ds + row_off, kDsBytes),
+                          desc_mn_major(k_cols + row_off, KT::kChunk), kk > 0 ? 1 : 0);
+        }
+        wgmma_commit();
+      }
       wgmma_wait<0>();
       fence_regs(dv);
       fence_regs(dk);
       __syncwarp();
       if (lane == 0) mbar_arrive(sh.bar(kKvBarEmpty + s));  // this warp is done with the stage
+      if constexpr (kFusedDq) {
+        fence_regs(dqa);
+        // Stage the part (float pair j of thread tid at pair index j * 128 +
+        // tid: conflict-free 8-byte stores; the convert kernel undoes the
+        // order) once the previous reduction has read the buffer, then one
+        // thread adds it to dq_accum with a bulk reduction.
+        const uint32_t stage = sh.staging + wg * kStageBytes;
+        if (tid == 0) bulk_wait_read();
+        named_bar_sync(kStageBar + wg, 128);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) st_shared_f32x2(stage + (j * 128 + tid) * 8, dqa[2 * j], dqa[2 * j + 1]);
+        fence_proxy_async();
+        named_bar_sync(kStageBar + wg, 128);
+        if (tid == 0) {
+          const int h = kvh * p.group + r;
+          float* dst = p.dq_accum +
+                       ((static_cast<int64_t>(b) * p.heads + h) * p.q_steps + i) * (2 * kDqPart) +
+                       wg * kDqPart;
+          bulk_reduce_add_f32(dst, stage, kStageBytes);
+          bulk_commit();
+        }
+      }
     }
   }
+  if constexpr (kFusedDq) {
+    if (tid == 0) bulk_wait();
+  }
 
-  const int64_t head = static_cast<int64_t>(b) * p.seq * p.qkv_stride +
-                       static_cast<int64_t>(kvh) * D;
-  store_acc<T, D>(dk, p.scale, static_cast<T*>(p.dk) + head, p.qkv_stride, key_base, p.seq, t);
-  store_acc<T, D>(dv, 1.0f, static_cast<T*>(p.dv) + head, p.qkv_stride, key_base, p.seq, t);
+  const int64_t head = sv.row0 * p.qkv_stride + static_cast<int64_t>(kvh) * p.head_dim;
+  store_acc<T, D>(dk, p.scale, static_cast<T*>(p.dk) + head, p.qkv_stride, key_base, sv.len,
+                  p.head_dim, t);
+  store_acc<T, D>(dv, 1.0f, static_cast<T*>(p.dv) + head, p.qkv_stride, key_base, sv.len,
+                  p.head_dim, t);
 }
 
-template <typename T, int D>
+template <typename T, int D, bool kFusedDq>
 __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtensorMap* k_map,
                                           const CUtensorMap* v_map, const CUtensorMap* do_map,
                                           const Params& p) {
@@ -344,6 +444,8 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   sh.v = sh.k + Tile<D, kKvBlock>::kBytes;
   sh.q = sh.v + Tile<D, kKvBlock>::kBytes;
   sh.d_o = sh.q + kStages * Tile<D, kQStep>::kBytes;
+  sh.ds = sh.d_o + kStages * Tile<D, kQStep>::kBytes;  // 1024-aligned: whole tiles before
+  sh.staging = sh.ds + 2 * kDsBytes;
   sh.bars = smem_u32(bars);
   sh.stats = stats;
 
@@ -351,8 +453,11 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   const int kb = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bkv));  // low tiles first
   const int b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
   const int kv0 = kb * kKvBlock;
+  const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
+  if (kv0 >= sv.len) return;  // varlen: past this sequence's end (the whole CTA)
   // Causal: the first step holding a query at or after kv0; full: every step.
   const int i0 = p.full ? 0 : kv0 / kQStep;
+  const int n_steps = (sv.len + kQStep - 1) / kQStep;
   static_assert(kKvBlock % kQStep == 0, "key tiles start on a query step");
 
   if (threadIdx.x == 0) {
@@ -369,10 +474,12 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   const int warpgroup = threadIdx.x / 128;
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x < 32) dkdv_produce<D>(sh, q_map, k_map, v_map, do_map, p, b, kvh, kv0, i0);
+    if (threadIdx.x < 32) {
+      dkdv_produce<D>(sh, q_map, k_map, v_map, do_map, p, sv, kvh, kv0, i0, n_steps);
+    }
   } else {
     regs_increase<kConsumerRegs>();
-    dkdv_consume<T, D>(sh, p, warpgroup - 1, b, kvh, kv0, i0);
+    dkdv_consume<T, D, kFusedDq>(sh, p, warpgroup - 1, sv, b, kvh, kv0, i0, n_steps);
   }
 }
 
@@ -392,14 +499,15 @@ template <int D>
 __device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorMap* q_map,
                                            const CUtensorMap* k_map, const CUtensorMap* v_map,
                                            const CUtensorMap* do_map, int q0, int h, int kvh,
-                                           int b, int n_kt) {
+                                           const SeqView& sv, int n_kt) {
   using QT = Tile<D, kDqBlock>;
   using KT = Tile<D, kKStep>;
+  const int b = sv.map_b, row0 = sv.map_row0;
   mbar_arrive_expect_tx(sh.bar(kDqBarQ), 2 * QT::kBytes);
 #pragma unroll
   for (int c = 0; c < QT::kChunks; ++c) {
-    tma_load(q_map, sh.q + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, q0, h, b);
-    tma_load(do_map, sh.d_o + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, q0, h, b);
+    tma_load(q_map, sh.q + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, row0 + q0, h, b);
+    tma_load(do_map, sh.d_o + c * QT::kChunk, sh.bar(kDqBarQ), c * kChunkElems, row0 + q0, h, b);
   }
   for (int it = 0; it < n_kt; ++it) {
     const int j = n_kt - 1 - it;
@@ -409,9 +517,9 @@ __device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorM
 #pragma unroll
     for (int c = 0; c < KT::kChunks; ++c) {
       tma_load(k_map, sh.k + s * KT::kBytes + c * KT::kChunk, sh.bar(kDqBarFull + s),
-               c * kChunkElems, j * kKStep, kvh, b);
+               c * kChunkElems, row0 + j * kKStep, kvh, b);
       tma_load(v_map, sh.v + s * KT::kBytes + c * KT::kChunk, sh.bar(kDqBarFull + s),
-               c * kChunkElems, j * kKStep, kvh, b);
+               c * kChunkElems, row0 + j * kKStep, kvh, b);
     }
   }
 }
@@ -419,20 +527,20 @@ __device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorM
 // Consumer warpgroup `wg`: queries q0 + 64 wg .. + 63 (rows of S, dP, dQ).
 template <typename T, int D>
 __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p, int wg, int q0,
-                                           int b, int h, int n_kt) {
+                                           const SeqView& sv, int h, int n_kt) {
   using QT = Tile<D, kDqBlock>;
   using KT = Tile<D, kKStep>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
   const int row_base = q0 + 64 * wg + 16 * warp + lane / 4;  // rows row_base, row_base + 8
   const uint32_t q_rows = sh.q + wg * 64 * kRowBytes;         // 1024-aligned
   const uint32_t do_rows = sh.d_o + wg * 64 * kRowBytes;
-  const int64_t head_rows = (static_cast<int64_t>(b) * p.heads + h) * p.seq;
+  const int64_t head_rows = sv.stats0 + h * sv.stats_head;
   float lse2[2], dl[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_base + 8 * r;
-    lse2[r] = row < p.seq ? p.lse[head_rows + row] * kLog2e : INFINITY;
-    dl[r] = row < p.seq ? p.delta[head_rows + row] : 0.0f;
+    lse2[r] = row < sv.len ? p.lse[head_rows + row] * kLog2e : INFINITY;
+    dl[r] = row < sv.len ? p.delta[head_rows + row] : 0.0f;
   }
   float dq[D / 2];
 #pragma unroll
@@ -440,7 +548,7 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
   const int first_row = q0 + 64 * wg;
   // The last key each of this thread's rows sees: the row (causal) or seq - 1.
   int limit[2] = {row_base, row_base + 8};
-  if (p.full) limit[0] = limit[1] = p.seq - 1;
+  if (p.full) limit[0] = limit[1] = sv.len - 1;
 
   mbar_wait(sh.bar(kDqBarQ), 0);
   for (int it = 0; it < n_kt; ++it) {
@@ -473,7 +581,7 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
     // dS = P (dP - delta); P = 0 past the diagonal (causal: tiles whose last
     // key is after the warpgroup's first query), which also covers keys past
     // seq; full: past seq (only the last tile can hold such keys).
-    const bool mask = p.full ? (j + 1) * kKStep > p.seq : (j + 1) * kKStep - 1 > first_row;
+    const bool mask = p.full ? (j + 1) * kKStep > sv.len : (j + 1) * kKStep - 1 > first_row;
     const int key0 = j * kKStep + 2 * t;
     uint32_t da[16];
 #pragma unroll
@@ -503,9 +611,9 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
     if (lane == 0) mbar_arrive(sh.bar(kDqBarEmpty + s));  // this warp is done with K and V
   }
 
-  const int64_t head = static_cast<int64_t>(b) * p.seq * p.qkv_stride +
-                       static_cast<int64_t>(h) * D;
-  store_acc<T, D>(dq, p.scale, static_cast<T*>(p.dq) + head, p.qkv_stride, row_base, p.seq, t);
+  const int64_t head = sv.row0 * p.qkv_stride + static_cast<int64_t>(h) * p.head_dim;
+  store_acc<T, D>(dq, p.scale, static_cast<T*>(p.dq) + head, p.qkv_stride, row_base, sv.len,
+                  p.head_dim, t);
 }
 
 template <typename T, int D>
@@ -525,9 +633,12 @@ __device__ __forceinline__ void dq_body(const CUtensorMap* q_map, const CUtensor
   const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
   const int b = bh / p.heads, h = bh % p.heads;
   const int q0 = qb * kDqBlock;
+  const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
+  if (q0 >= sv.len) return;  // varlen: past this sequence's end (the whole CTA)
   // Key tiles 0 .. the last one holding a key <= the CTA's last query (full:
-  // every one), and none wholly past seq.
-  const int n_kt = p.full ? p.k_steps : min((q0 + kDqBlock) / kKStep, p.k_steps);
+  // every one), and none wholly past the sequence.
+  const int k_steps = (sv.len + kKStep - 1) / kKStep;
+  const int n_kt = p.full ? k_steps : min((q0 + kDqBlock) / kKStep, k_steps);
   static_assert(kDqBlock % kKStep == 0, "query tiles end on a key tile");
 
   if (threadIdx.x == 0) {
@@ -545,23 +656,62 @@ __device__ __forceinline__ void dq_body(const CUtensorMap* q_map, const CUtensor
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
     if (threadIdx.x == 0) {
-      dq_produce<D>(sh, q_map, k_map, v_map, do_map, q0, h, h / p.group, b, n_kt);
+      dq_produce<D>(sh, q_map, k_map, v_map, do_map, q0, h, h / p.group, sv, n_kt);
     }
   } else {
     regs_increase<kConsumerRegs>();
-    dq_consume<T, D>(sh, p, warpgroup - 1, q0, b, h, n_kt);
+    dq_consume<T, D>(sh, p, warpgroup - 1, q0, sv, h, n_kt);
   }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-template <typename T, int D>
+template <typename T, int D, bool kFusedDq>
 __global__ void __launch_bounds__(kThreads, 1)
     hopper_dkdv_kernel(const __grid_constant__ CUtensorMap q_map,
                        const __grid_constant__ CUtensorMap k_map,
                        const __grid_constant__ CUtensorMap v_map,
                        const __grid_constant__ CUtensorMap do_map, const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  dkdv_body<T, D>(&q_map, &k_map, &v_map, &do_map, p);
+  dkdv_body<T, D, kFusedDq>(&q_map, &k_map, &v_map, &do_map, p);
+#endif
+}
+
+// Fused dQ's last step: dq = scale * (the step parts of dq_accum), rounded.
+// One thread per float pair of a 64 x 64 part: pair j of thread tid (the
+// staging order) is accumulator elements 2j, 2j + 1 of consumer thread tid,
+// i.e. row 16 (tid / 32) + (tid % 32) / 4 + 8 ((2j % 4) / 2), columns
+// 8 (2j / 4) + 2 (tid % 4) and + 1 (the wgmma accumulator layout). D 128: part
+// w holds columns 64 w ..; D 64: both parts hold every column (sum them).
+template <typename T, int D>
+__global__ void __launch_bounds__(256) hopper_dq_convert_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  constexpr int kPairs = kDqPart / 2;
+  const int64_t steps = static_cast<int64_t>(p.bh) * p.q_steps;
+  if (idx >= steps * kPairs) return;
+  const int f2 = static_cast<int>(idx % kPairs);
+  const int64_t step = idx / kPairs;  // (b * heads + h) * q_steps + i
+  const int i = static_cast<int>(step % p.q_steps);
+  const int bh = static_cast<int>(step / p.q_steps);
+  const int j = f2 / 128, tid = f2 % 128, lane = tid % 32;
+  const int row = i * kQStep + 16 * (tid / 32) + lane / 4 + 8 * (j % 2);
+  const int b = bh / p.heads, h = bh % p.heads;
+  const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
+  if (row >= sv.len) return;
+  const int col = 8 * (j / 2) + 2 * (lane % 4);
+  const float2* part = reinterpret_cast<const float2*>(p.dq_accum + step * (2 * kDqPart)) + f2;
+  const float2 a = part[0], c = part[kPairs];
+  T* out = static_cast<T*>(p.dq) + (sv.row0 + row) * p.qkv_stride +
+           static_cast<int64_t>(h) * p.head_dim + col;
+  if constexpr (D == 128) {
+    *reinterpret_cast<uint32_t*>(out) = Wgmma<T>::pack(a.x * p.scale, a.y * p.scale);
+    if (col + 64 < p.head_dim) {
+      *reinterpret_cast<uint32_t*>(out + 64) = Wgmma<T>::pack(c.x * p.scale, c.y * p.scale);
+    }
+  } else {
+    *reinterpret_cast<uint32_t*>(out) =
+        Wgmma<T>::pack((a.x + c.x) * p.scale, (a.y + c.y) * p.scale);
+  }
 #endif
 }
 
@@ -583,10 +733,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename T, int D>
 KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q, const void* k,
-                    const void* v, const float* lse, const float* delta, const Geometry& g,
-                    DType dtype, float scale, bool full, cudaStream_t stream) {
+                    const void* v, const float* lse, const float* delta, float* dq_accum,
+                    const Geometry& g, DType dtype, float scale, bool full,
+                    const Sequences& seqs, cudaStream_t stream) {
   Params p{};
   p.dq = dq;
+  p.dq_accum = dq_accum;
+  p.cu_seqlens = seqs.cu_seqlens;
   p.dk = dk;
   p.dv = dv;
   p.lse = lse;
@@ -596,11 +749,12 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   p.heads = static_cast<int>(g.heads);
   p.kv_heads = static_cast<int>(g.kv_heads);
   p.group = static_cast<int>(g.group());
-  p.bh = static_cast<int>(g.batch * g.heads);
-  p.bkv = static_cast<int>(g.batch * g.kv_heads);
-  p.q_steps = static_cast<int>(ceil_div(g.seq, kQStep));
-  p.q_blocks = static_cast<int>(ceil_div(g.seq, kDqBlock));
-  p.k_steps = static_cast<int>(ceil_div(g.seq, kKStep));
+  p.head_dim = static_cast<int>(g.head_dim);
+  const int64_t count = seqs.count(g), longest = seqs.longest(g);
+  p.bh = static_cast<int>(count * g.heads);
+  p.bkv = static_cast<int>(count * g.kv_heads);
+  p.q_steps = static_cast<int>(ceil_div(longest, kQStep));
+  p.q_blocks = static_cast<int>(ceil_div(longest, kDqBlock));
   p.full = full ? 1 : 0;
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
@@ -610,9 +764,21 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   KernelStatus s = make_maps(maps, q, k, v, d_o, dtype, g, kQStep, kKvBlock);
   if (!s.ok()) return s;
   const unsigned dkdv_grid =
-      static_cast<unsigned>(ceil_div(g.seq, kKvBlock)) * static_cast<unsigned>(p.bkv);
-  s = launch_kernel(hopper_dkdv_kernel<T, D>, dkdv_grid, kThreads, dkdv_smem_bytes<D>(), stream,
-                    maps[0], maps[1], maps[2], maps[3], p);
+      static_cast<unsigned>(ceil_div(longest, kKvBlock)) * static_cast<unsigned>(p.bkv);
+  if (dq_accum != nullptr) {
+    // Fused dQ: zero the parts, dK / dV / dQ parts in one kernel, then dQ.
+    s = cuda::to_status(cudaMemsetAsync(dq_accum, 0, hopper_dq_accum_bytes(g, seqs), stream));
+    if (!s.ok()) return s;
+    s = launch_kernel(hopper_dkdv_kernel<T, D, true>, dkdv_grid, kThreads,
+                      dkdv_smem_bytes<D, true>(), stream, maps[0], maps[1], maps[2], maps[3], p);
+    if (!s.ok()) return s;
+    const int64_t pairs = static_cast<int64_t>(p.bh) * p.q_steps * (kDqPart / 2);
+    hopper_dq_convert_kernel<T, D>
+        <<<static_cast<unsigned>(ceil_div(pairs, 256)), 256, 0, stream>>>(p);
+    return cuda::last_launch_status();
+  }
+  s = launch_kernel(hopper_dkdv_kernel<T, D, false>, dkdv_grid, kThreads,
+                    dkdv_smem_bytes<D, false>(), stream, maps[0], maps[1], maps[2], maps[3], p);
   if (!s.ok()) return s;
 
   // dQ: Q and dO in 128-row boxes, K and V in 64-row boxes.
@@ -625,13 +791,21 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
 
 }  // namespace
 
-bool hopper_backward_supports(const Geometry& g, DType dtype) {
+size_t hopper_dq_accum_bytes(const Geometry& g, const Sequences& seqs) {
+  if (g.empty()) return 0;
+  return static_cast<size_t>(seqs.count(g) * g.heads * ceil_div(seqs.longest(g), kQStep)) * 2 *
+         kDqPart * sizeof(float);
+}
+
+bool hopper_backward_supports(const Geometry& g, DType dtype, const Sequences& seqs) {
   if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
-  if (g.head_dim != 64 && g.head_dim != 128) return false;
+  if (g.head_dim != 64 && g.head_dim != 96 && g.head_dim != 128) return false;
   if (g.empty() || g.seq > (int64_t{1} << 30)) return false;
-  if (g.batch * g.heads > INT_MAX) return false;
-  if (ceil_div(g.seq, kKvBlock) * g.batch * g.kv_heads > INT_MAX ||
-      ceil_div(g.seq, kDqBlock) * g.batch * g.heads > INT_MAX) {
+  const int64_t count = seqs.count(g), longest = seqs.longest(g);
+  if (count * g.heads > INT_MAX) return false;
+  if (ceil_div(longest, kKvBlock) * count * g.kv_heads > INT_MAX ||
+      ceil_div(longest, kDqBlock) * count * g.heads > INT_MAX ||
+      ceil_div(count * g.heads * ceil_div(longest, kQStep) * (kDqPart / 2), 256) > INT_MAX) {
     return false;
   }
   if (g.seq * g.qkv_row_stride * 2 >= kMaxMapStride ||
@@ -643,22 +817,22 @@ bool hopper_backward_supports(const Geometry& g, DType dtype) {
 
 KernelStatus hopper_backward(void* dq, void* dk, void* dv, const void* d_o, const void* q,
                              const void* k, const void* v, const float* lse, const float* delta,
-                             const Geometry& g, DType dtype, float scale, bool full,
-                             cudaStream_t stream) {
-  if (!hopper_backward_supports(g, dtype)) {
+                             float* dq_accum, const Geometry& g, DType dtype, float scale,
+                             bool full, const Sequences& seqs, cudaStream_t stream) {
+  if (!hopper_backward_supports(g, dtype, seqs)) {
     return KernelStatus::unsupported("attention hopper: problem outside the Hopper backward");
   }
   const bool bf16 = dtype == DType::kBF16;
   if (g.head_dim == 64) {
-    return bf16 ? launch<__nv_bfloat16, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                            full, stream)
-                : launch<__half, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                     full, stream);
+    return bf16 ? launch<__nv_bfloat16, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, dq_accum, g,
+                                            dtype, scale, full, seqs, stream)
+                : launch<__half, 64>(dq, dk, dv, d_o, q, k, v, lse, delta, dq_accum, g, dtype,
+                                     scale, full, seqs, stream);
   }
-  return bf16 ? launch<__nv_bfloat16, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale,
-                                           full, stream)
-              : launch<__half, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, g, dtype, scale, full,
-                                    stream);
+  return bf16 ? launch<__nv_bfloat16, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, dq_accum, g,
+                                           dtype, scale, full, seqs, stream)
+              : launch<__half, 128>(dq, dk, dv, d_o, q, k, v, lse, delta, dq_accum, g, dtype,
+                                    scale, full, seqs, stream);
 }
 
 }  // namespace colossal::kernels::attention::internal

@@ -113,6 +113,41 @@ __device__ __forceinline__ void fence_regs(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+// Bulk asynchronous reduction (sm_90): global[dst .. + bytes) += shared[src ..
+// + bytes) element-wise in fp32, as one bulk-group operation issued by one
+// thread. The source must have been made visible to the async proxy
+// (fence_proxy_async() by its writers, then a barrier) and must not be
+// overwritten before bulk_wait_read() returns. bytes: a multiple of 16, both
+// addresses 16-byte aligned.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+// This thread's bulk groups have finished reading their shared sources.
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// ... and have completed (their global writes done).
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// Orders this thread's earlier generic-proxy shared-memory writes before
+// later async-proxy accesses (wgmma operands, bulk copies) after a barrier.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void st_shared_u32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_f32x2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+
 // Shared-memory matrix descriptors (PTX ISA, "Matrix Descriptor Format"):
 //   bits  0-13  start address >> 4
 //   bits 16-29  leading dimension byte offset (LBO) >> 4
@@ -179,6 +214,15 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr, uint32_t chunk_
       ", %32, %33, p, 1, 1, 0, 0;\n}\n"                                          \
       : COLOSSAL_F32(d)                                                          \
       : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+// The same with both operands MN-major (imm-trans-a = imm-trans-b = 1): A's
+// 64 rows contiguous in shared memory, B's N columns contiguous.
+#define COLOSSAL_WGMMA_SS_N64_TT(ty)                                             \
+  asm volatile(                                                                  \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                               \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." ty "." ty " " COLOSSAL_ACC32 \
+      ", %32, %33, p, 1, 1, 1, 1;\n}\n"                                          \
+      : COLOSSAL_F32(d)                                                          \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d))
 // d (64 x N) += A B: A = 64 x 16 from registers (a[0..3], the m16n8k16 A
 // fragment of each warp's 16 rows), B = 16 x N from shared memory, MN-major
 // (imm-trans-b = 1).
@@ -221,6 +265,16 @@ struct Wgmma {
       COLOSSAL_WGMMA_SS_N64("f16");
     }
   }
+  // 64 x 64 tile, A and B both MN-major in shared memory (the backward's
+  // dQ = dS K from the transposed dS^T tile and K's rows).
+  static __device__ __forceinline__ void ss_tt(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                               int scale_d) {
+    if constexpr (kBf16) {
+      COLOSSAL_WGMMA_SS_N64_TT("bf16");
+    } else {
+      COLOSSAL_WGMMA_SS_N64_TT("f16");
+    }
+  }
   // O tile: 64 query rows x D, D = 128 (64 accumulators a thread) or 64 (32).
   static __device__ __forceinline__ void pv(float (&d)[64], const uint32_t (&a)[4],
                                             uint64_t desc_b) {
@@ -254,6 +308,7 @@ struct Wgmma {
 };
 #undef COLOSSAL_WGMMA_SS_N128
 #undef COLOSSAL_WGMMA_SS_N64
+#undef COLOSSAL_WGMMA_SS_N64_TT
 #undef COLOSSAL_WGMMA_RS_N128
 #undef COLOSSAL_WGMMA_RS_N64
 #undef COLOSSAL_ACC32
@@ -267,6 +322,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
+}
+
+// Where sequence b's rows are, in the batch layout (cu_seqlens null: batch b
+// of `seq` positions) or the varlen one (sequence b of the packed rows,
+// cu_seqlens[b] .. cu_seqlens[b + 1]; `seq` is then total_tokens, the flat
+// maps' row count). Positions t count from the sequence's start.
+struct SeqView {
+  int len;         // positions
+  int map_b;       // the tensor maps' batch coordinate
+  int map_row0;    // the maps' row coordinate of position 0
+  int64_t row0;    // the row of position 0 in o, dq, dk, dv ([rows, row_stride])
+  int64_t stats0;  // lse / delta of (query head h, position t): stats0 + h * stats_head + t
+  int64_t stats_head;
+};
+__device__ __forceinline__ SeqView seq_view(const int* cu_seqlens, int b, int seq, int heads) {
+  if (cu_seqlens == nullptr) {
+    return {seq, b, 0, static_cast<int64_t>(b) * seq, static_cast<int64_t>(b) * heads * seq, seq};
+  }
+  const int start = cu_seqlens[b];
+  return {cu_seqlens[b + 1] - start, 0, start, start, start, seq};
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 

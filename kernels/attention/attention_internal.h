@@ -145,11 +145,11 @@ inline bool any_null(std::initializer_list<const void*> ptrs) {
 // Which kernel runs attention_forward_cuda's work (either mask):
 //   kAuto      the Hopper kernel (attention_hopper.cu: wgmma + TMA) when the
 //              current device has compute capability 9.0 and
-//              hopper_forward_supports() the problem (head_dim 64 or 128),
-//              else the portable one; what attention_forward_cuda does.
+//              hopper_forward_supports() the problem (head_dim 64, 96 or
+//              128), else the portable one; what attention_forward_cuda does.
 //   kPortable  the portable FlashAttention-2 kernel (mma.sync, sm_80+).
 //   kHopper    the Hopper kernel, or kUnsupported where it cannot run (another
-//              device, or a problem it does not take: head_dim 96).
+//              device, or a problem it does not take).
 // Both kernels write o and lse to the same contract (attention.h), so either
 // forward feeds the one backward.
 enum class ForwardPath { kAuto, kPortable, kHopper };
@@ -177,16 +177,23 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
                                                 DType dtype, float scale, cudaStream_t stream);
 
 // Which kernels run attention_backward_cuda's work (the delta kernel,
-// rowsum(dO * O), is the same for both; either mask):
-//   kAuto      the Hopper dK/dV and dQ kernels (attention_hopper_backward.cu:
-//              wgmma + TMA) when the current device has compute capability
-//              9.0 and hopper_backward_supports() the problem (head_dim 64 or
-//              128), else the portable ones; what attention_backward_cuda does.
+// rowsum(dO * O), is the same for all; either mask):
+//   kAuto      on a compute capability 9.0 device where
+//              hopper_backward_supports() the problem, the Hopper backward:
+//              fused dQ at head_dim 96 and 128, the deterministic two-kernel
+//              one at 64 (the faster at each); else the portable kernels.
+//              What attention_backward_cuda(deterministic = false) does.
+//   kAutoDeterministic  the same with the deterministic Hopper backward at
+//              every head_dim (attention_backward_cuda(deterministic = true)).
 //   kPortable  the portable dK/dV and dQ kernels (mma.sync, sm_80+).
-//   kHopper    the Hopper kernels, or kUnsupported where they cannot run.
-// Both are deterministic, overwrite dq, dk, dv and take the lse of either
-// forward path.
-enum class BackwardPath { kAuto, kPortable, kHopper };
+//   kHopper    the deterministic Hopper kernels (dK/dV, then dQ), or
+//              kUnsupported where they cannot run.
+//   kHopperFusedDq  the Hopper backward with dQ fused into the dK/dV kernel
+//              (bulk fp32 reductions into the workspace's second part, so
+//              not deterministic in dq's last bits), or kUnsupported.
+// Every path overwrites dq, dk, dv, takes the lse of either forward path and
+// the workspace of attention_backward_workspace_bytes().
+enum class BackwardPath { kAuto, kAutoDeterministic, kPortable, kHopper, kHopperFusedDq };
 
 // attention_backward_cuda through `path`: the same arguments, checks and
 // results.
@@ -204,10 +211,10 @@ KernelStatus causal_attention_backward_cuda_path(
     DType dtype, float scale, cudaStream_t stream);
 
 // attention_varlen_forward_cuda / attention_varlen_backward_cuda through
-// `path`: the same arguments, checks and results. The varlen layout runs the
-// portable kernels under kAuto and kPortable alike (on every device, for
-// now); kHopper is kUnsupported ("the Hopper kernels do not take the varlen
-// layout yet") once the arguments pass the checks.
+// `path`: the same arguments, checks and results. The paths choose as for
+// the batch layout, except that the backward's kAuto runs the deterministic
+// Hopper kernels and kHopperFusedDq is kUnsupported (its scratch is sized for
+// the batch layout).
 KernelStatus attention_varlen_forward_cuda_path(
     ForwardPath path, AttentionMask mask, void* o, float* lse, const void* q, const void* k,
     const void* v, const int32_t* cu_seqlens, int64_t num_seqs, int64_t total_tokens,

@@ -166,14 +166,14 @@ absl::StatusOr<core::Tensor> attention_core_backward(core::Context& ctx,
 #if COLOSSAL_WITH_CUDA
     COLOSSAL_ASSIGN_OR_RETURN(
         core::Tensor workspace,
-        scratch(ctx, kernels::attention::causal_attention_backward_workspace_bytes(B, H, T)));
+        scratch(ctx, kernels::attention::attention_backward_workspace_bytes(B, H, T, D)));
     const char* x = static_cast<const char*>(saved.qkv.raw_data());
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
         kernels::attention::causal_attention_backward_cuda(
             d, d + H * head, d + (H + KV) * head, dy.raw_data(), x, x + H * head,
             x + (H + KV) * head, saved.y.raw_data(), saved.lse.data<float>(),
             workspace.raw_data(), B, H, KV, T, D, row_heads * D, H * D, dtype, scale,
-            cuda_stream(ctx)),
+            ctx.deterministic(), cuda_stream(ctx)),
         "fused causal attention backward"));
     return dqkv;
 #else
