@@ -48,14 +48,14 @@ def colossal_kernel_library(name, hdrs, cpu_srcs, cuda_srcs = [], private_hdrs =
     )
 
 def colossal_cc_test(name, srcs, deps = [], gpu = False, multi_gpu = False, size = "small",
-                     tags = [], **kwargs):
+                     tags = [], copts = [], **kwargs):
     """A GoogleTest binary. gpu/multi_gpu tag it for tools/gpu/bundle.sh; without a
-    device its GPU cases skip (tests/util:gpu_test)."""
+    device its GPU cases skip (tests/util:gpu_test). copts: added to the project's."""
     extra_tags = (["gpu"] if gpu else []) + (["multi_gpu"] if multi_gpu else [])
     native.cc_test(
         name = name,
         srcs = srcs,
-        copts = COLOSSAL_COPTS,
+        copts = COLOSSAL_COPTS + copts,
         deps = deps + ["@com_google_googletest//:gtest_main"],
         size = size,
         tags = tags + extra_tags,

@@ -596,12 +596,13 @@ KernelStatus attention_backward_cuda_path(
     dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + dq_accum_offset(g));
     const Extent ae = plain_extent(dq_accum, hopper_dq_accum_bytes(g));
     const size_t elem = dtype_size(dtype);
+    const size_t lse_bytes = static_cast<size_t>(g.batch * g.heads * g.seq) * sizeof(float);
     const auto [dqe, dke, dve] = qkv_extents(dq, dk, dv, g, elem);
     const auto [qe, ke, ve] = qkv_extents(q, k, v, g, elem);
     if (outputs_overlap_inputs({ae}, {dqe, dke, dve, qe, ke, ve,
                                       extent(d_o, g, g.o_row_stride, g.heads, elem),
                                       extent(o, g, g.o_row_stride, g.heads, elem),
-                                      plain_extent(lse, dq_accum_offset(g))})) {
+                                      plain_extent(lse, lse_bytes)})) {
       return KernelStatus::invalid_argument(
           "attention backward: the workspace overlaps an input or an output");
     }

@@ -347,7 +347,7 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       }
 #pragma unroll
       for (int j = 0; j < 16; ++j) da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
-      const uint32_t ds = sh.ds + (it & 1) * kDsBytes;
+      [[maybe_unused]] const uint32_t ds = sh.ds + (it & 1) * kDsBytes;
       if constexpr (kFusedDq) {
         // dS^T rounded into the step's buffer, the layout TMA would write:
         // row = key (this warpgroup's 64 from row 64 wg), 128-byte rows of
@@ -372,7 +372,7 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
         Wgmma<T>::pv(dk, a, desc_mn_major(q_t + kk * 16 * kRowBytes, QT::kChunk));
       }
       wgmma_commit();
-      float dqa[32];
+      [[maybe_unused]] float dqa[32];
       if constexpr (kFusedDq) {
         // This warpgroup's part of dQ(step) += dS K: D 128, both warpgroups'
         // 128 keys times head_dim columns 64 wg .. + 63 (K's column chunk
