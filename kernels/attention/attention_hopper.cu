@@ -1,8 +1,9 @@
 // CUDA fused attention (causal or full mask), forward, for Hopper (compute capability 9.0,
 // built for sm_90a only): the FlashAttention-2 algorithm of attention.cu on
 // Hopper's warpgroup tensor-core instructions (wgmma) fed by the tensor memory
-// accelerator (TMA), FlashAttention-3's structure without its ping-pong and
-// intra-warpgroup overlap yet (issue #20, first step).
+// accelerator (TMA) in FlashAttention-3's structure: warp specialization, the
+// softmax overlapped with the next products inside each consumer warpgroup,
+// and ping-pong turns between the two (see consume()).
 //
 // CTA: 384 threads = 3 warpgroups, one CTA per (batch, query head, block of
 // 128 query rows); heaviest (longest) query blocks first, consecutive CTAs on
@@ -48,6 +49,14 @@
 // one first; that tile is the only one with masked keys, those at or past seq
 // (zero-filled: their score 0 would otherwise enter the softmax), and its
 // first key is below seq, so again the row max is finite after the first tile.
+// Varlen (Params::cu_seqlens): the maps are flat (one "batch" of total_tokens
+// rows) and each CTA reads its sequence's start and length (SeqView); a tile
+// that runs past the sequence's end reads the next sequence's rows instead of
+// zeros, which the same masks exclude (keys after every valid query, or at or
+// past the length), and rows past the end are not written.
+// Head dim 96 runs as 128: the maps' rows are 96 wide, so TMA fills columns
+// 96..127 with zeros (adding nothing to Q K^T, giving zero O columns), and the
+// stores skip them.
 #include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

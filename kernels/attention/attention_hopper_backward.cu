@@ -56,6 +56,22 @@
 // reach their own, unwritten, dK/dV rows); dq visits every key tile holding a
 // key below seq and, on the last one, masks keys at or past seq (their K rows
 // are zeros, so dS K would add nothing, but P is kept exactly 0 there).
+//
+// Fused dQ (the dkdv kernel with kFusedDq, dq_accum given): instead of the dq
+// kernel, each dkdv step also writes dS^T (rounded) into shared memory in the
+// swizzled layout TMA would write, both consumer warpgroups meet at a named
+// barrier, and warpgroup w computes columns 64 w .. + 63 of the step's
+// dQ share dS K over the tile's 128 keys (head_dim 64: its own 64 keys, every
+// column), stages the 64 x 64 fp32 part in shared memory and adds it to
+// dq_accum with one cp.reduce.async.bulk (the adds' order varies between
+// runs); hopper_dq_convert_kernel rounds scale * dq_accum into dq. Keys past
+// seq join dS K with P != 0 under the full mask; their K rows are TMA's zeros,
+// so they add nothing -- which is why varlen (whose tiles read the next
+// sequence's rows there) runs the deterministic kernels only.
+//
+// Varlen (Params::cu_seqlens): flat maps, each CTA's sequence from cu_seqlens
+// (SeqView); the masks above exclude the next sequence's rows that a tile
+// reads past the end. Head dim 96 runs as 128 (zero columns, not stored).
 #include <cuda.h>  // CUtensorMap and the encoder's types only; libcuda is not linked
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
