@@ -545,11 +545,20 @@ size_t dq_accum_offset(const internal::Geometry& g) {
 
 size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq,
                                           int64_t head_dim) {
-  if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0) return 0;
-  const internal::Geometry g{batch, heads, heads, seq, head_dim, heads * head_dim,
-                             heads * head_dim};
-  return dq_accum_offset(g) + internal::hopper_dq_accum_bytes(g);
+  if (head_dim <= 64) {
+    if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0) return 0;
+    return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+  }
+  return internal::fused_dq_workspace_bytes(batch, heads, seq, head_dim);
 }
+
+namespace internal {
+size_t fused_dq_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim) {
+  if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0) return 0;
+  const Geometry g{batch, heads, heads, seq, head_dim, heads * head_dim, heads * head_dim};
+  return dq_accum_offset(g) + hopper_dq_accum_bytes(g);
+}
+}  // namespace internal
 
 size_t attention_varlen_backward_workspace_bytes(int64_t heads, int64_t total_tokens) {
   if (heads <= 0 || total_tokens <= 0) return 0;
@@ -588,7 +597,8 @@ KernelStatus attention_backward_cuda_path(
       path == BackwardPath::kAuto || path == BackwardPath::kAutoDeterministic;
   const bool hopper =
       hopper_path || (automatic && hopper_device() && hopper_backward_supports(g, dtype));
-  // kAuto fuses dQ where that is the faster kernel: head_dim above 64.
+  // kAuto fuses dQ where that is the faster kernel, head_dim above 64 (where
+  // attention_backward_workspace_bytes includes the parts).
   const bool fused = path == BackwardPath::kHopperFusedDq ||
                      (path == BackwardPath::kAuto && hopper && head_dim > 64);
   float* dq_accum = nullptr;

@@ -225,9 +225,10 @@ KernelStatus attention_forward_cuda(void* o, float* lse, const void* q, const vo
 
 // Bytes of device scratch the CUDA backward needs, on every device: float32
 // rowsum(dO * O), one per query row (batch * heads * seq * 4; heads counts the
-// query heads), then the float32 dQ parts of the fused Hopper backward (per
-// query head and 64-query step two 64 x 64 parts: dq's size in float32 at
-// head_dim 128). Independent of kv_heads and the mask.
+// query heads), then at head_dim 96 and 128 the float32 dQ parts of the fused
+// Hopper backward (per query head and 64-query step two 64 x 64 parts: dq's
+// size in float32 at head_dim 128; head_dim 64 never fuses, so needs none).
+// Independent of kv_heads, the mask and `deterministic`.
 size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t seq,
                                           int64_t head_dim);
 

@@ -190,10 +190,16 @@ KernelStatus causal_attention_forward_cuda_path(ForwardPath path, void* o, float
 //              kUnsupported where they cannot run.
 //   kHopperFusedDq  the Hopper backward with dQ fused into the dK/dV kernel
 //              (bulk fp32 reductions into the workspace's second part, so
-//              not deterministic in dq's last bits), or kUnsupported.
-// Every path overwrites dq, dk, dv, takes the lse of either forward path and
-// the workspace of attention_backward_workspace_bytes().
+//              not deterministic in dq's last bits), or kUnsupported; its
+//              workspace: fused_dq_workspace_bytes() (at head_dim 64 more
+//              than attention_backward_workspace_bytes()).
+// Every path overwrites dq, dk, dv and takes the lse of either forward path;
+// the others take the workspace of attention_backward_workspace_bytes().
 enum class BackwardPath { kAuto, kAutoDeterministic, kPortable, kHopper, kHopperFusedDq };
+
+// Bytes of workspace the fused-dQ backward needs at any head_dim: delta, then
+// the float32 dQ parts.
+size_t fused_dq_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim);
 
 // attention_backward_cuda through `path`: the same arguments, checks and
 // results.

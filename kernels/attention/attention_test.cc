@@ -739,7 +739,7 @@ struct CudaRun {
         o(p.o_elems() * dtype_size(dtype)),
         dqkv(p.qkv_elems() * dtype_size(dtype)),
         lse(p.rows() * sizeof(float)),
-        ws(attention_backward_workspace_bytes(p.B, p.H, p.T, p.D)) {}
+        ws(internal::fused_dq_workspace_bytes(p.B, p.H, p.T, p.D)) {}  // enough for every path
 };
 
 // Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
@@ -1640,6 +1640,15 @@ TEST(AttentionCudaTest, VarlenRejectsBadArguments) {
   EXPECT_TRUE(fwd(ForwardPath::kPortable, e.cu_seqlens(), 2, 0, 0, 2, r.o.p).ok());
   EXPECT_TRUE(fwd(ForwardPath::kPortable, cu, 3, 108, 70, 0, r.o.p).ok());
   EXPECT_EQ(attention_varlen_backward_workspace_bytes(2, 108), size_t{2 * 108 * 4});
+  // The batch backward's workspace: delta alone at head_dim 64 (never fused),
+  // delta (rounded up to 256 bytes) and two 64 x 64 float parts per query
+  // head and 64-query step at 96 and 128.
+  EXPECT_EQ(attention_backward_workspace_bytes(2, 3, 100, 64), size_t{2 * 3 * 100 * 4});
+  const size_t parts = size_t{2 * 3 * 2} * 2 * 64 * 64 * 4;
+  EXPECT_EQ(attention_backward_workspace_bytes(2, 3, 100, 128), size_t{2560} + parts);
+  EXPECT_EQ(attention_backward_workspace_bytes(2, 3, 100, 96), size_t{2560} + parts);
+  EXPECT_EQ(internal::fused_dq_workspace_bytes(2, 3, 100, 64), size_t{2560} + parts);
+  EXPECT_EQ(attention_backward_workspace_bytes(0, 3, 100, 128), size_t{0});
   EXPECT_EQ(attention_varlen_backward_workspace_bytes(2, 0), size_t{0});
   CUDA_OK(cudaDeviceSynchronize());
 #endif
