@@ -5,11 +5,14 @@
 // softmax overlapped with the next products inside each consumer warpgroup,
 // and ping-pong turns between the two (see consume()).
 //
-// CTA: 384 threads = 3 warpgroups, one CTA per (batch, query head, block of
-// 128 query rows); heaviest (longest) query blocks first, consecutive CTAs on
-// consecutive heads of one block (a kv head's group shares K/V in L2).
+// CTA: 384 threads = 3 warpgroups, persistent (one CTA per SM): each walks
+// its share of the tiles (batch, query head, block of 128 query rows),
+// heaviest (longest) query blocks first, consecutive tiles on consecutive
+// heads of one block (a kv head's group shares K/V in L2); see next_tile().
+// The producer loads the next tile's Q, K and V while the consumers finish
+// the current one (its last products and the output's stores).
 //   warpgroup 0: producer. Gives registers back (setmaxnreg.dec 24); one
-//     thread issues TMA copies: the Q tile once, then K and V tiles of 128
+//     thread issues TMA copies: per tile its Q tile, then K and V tiles of 128
 //     keys into a 2-stage ring, each stage guarded by a "full" mbarrier (the
 //     TMA's transaction bytes complete it) and an "empty" one (the consumers'
 //     warps arrive when their wgmma reads of the stage are done).
@@ -62,6 +65,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -100,7 +104,8 @@ struct Tiles {
 
 // mbarriers, in one static shared array.
 constexpr int kBarQ = 0;                         // Q landed
-constexpr int kBarKFull = 1;                     // + stage: K tile landed
+constexpr int kBarQEmpty = 1;                    // Q read by every consumer warp
+constexpr int kBarKFull = 2;                     // + stage: K tile landed
 constexpr int kBarVFull = kBarKFull + kStages;   // + stage: V tile landed
 constexpr int kBarKEmpty = kBarVFull + kStages;  // + stage: K tile read by every consumer warp
 constexpr int kBarVEmpty = kBarKEmpty + kStages;
@@ -116,6 +121,7 @@ struct Params {
   int head_dim;  // the tensors' (96 runs as 128: columns 96.. arrive as zeros, are not written)
   int bh;        // sequences * heads
   int q_blocks;  // ceil(longest sequence / kBlockM)
+  int tiles;     // q_blocks * bh
   int full;      // 1: no causal mask (every key tile; keys past seq masked)
   float scale_log2;
 };
@@ -130,34 +136,75 @@ struct Shared {
 };
 
 // ---------------------------------------------------------------------------
-// Producer: one thread. Q once, then for it = 0 .. n_kb - 1 the key tile
-// j = n_kb - 1 - it (the consumers' order) of K and of V into stage it % kStages,
-// after the consumers emptied that stage's previous use (it - kStages).
+// The persistent schedule. Tiles (a block of 128 query rows of one sequence
+// and query head) are numbered heaviest first: tile tau is query block
+// q_blocks - 1 - tau / bh of sequence-head tau % bh (consecutive tiles on
+// consecutive heads of one block: a kv head's group shares K/V in L2). The
+// grid has at most one CTA per SM, and round r deals tiles r G .. r G + G - 1
+// to the G CTAs in a snake order (CTA c takes r G + c in even rounds and
+// r G + G - 1 - c in odd ones), so the CTAs' total work differs by about a
+// tile. The producer and the consumers walk the same list.
+struct Tile {
+  int n;   // the CTA's count of tiles before this one (Q's barrier phase)
+  int q0;  // first query row
+  int b, h;
+  int n_kb;  // key tiles to visit
+  SeqView sv;
+};
+
+// The CTA's first tile at or after its round k with rows to compute; false
+// past the last (varlen skips query blocks past a sequence's end).
+__device__ __forceinline__ bool next_tile(const Params& p, int& k, Tile& w) {
+  const int g = static_cast<int>(gridDim.x), c = static_cast<int>(blockIdx.x);
+  for (;; ++k) {
+    const int64_t tau64 = static_cast<int64_t>(k) * g + ((k & 1) ? g - 1 - c : c);
+    if (tau64 >= p.tiles) return false;
+    const int tau = static_cast<int>(tau64);
+    const int bh = tau % p.bh;
+    w.b = bh / p.heads;
+    w.h = bh % p.heads;
+    w.q0 = (p.q_blocks - 1 - tau / p.bh) * kBlockM;
+    w.sv = seq_view(p.cu_seqlens, w.b, p.seq, p.heads);
+    if (w.q0 < w.sv.len) break;
+  }
+  // Causal: key tiles 0 .. the query block (kBlockN == kBlockM: its last one
+  // is the diagonal); full: every key tile of the sequence.
+  static_assert(kBlockN == kBlockM, "the diagonal must be exactly one key tile");
+  w.n_kb = p.full ? (w.sv.len + kBlockN - 1) / kBlockN : w.q0 / kBlockM + 1;
+  return true;
+}
+
+// Producer: one thread. Per tile, its Q once the consumers have read the
+// previous tile's (Q's empty barrier), then for it = 0 .. n_kb - 1 the key tile
+// j = n_kb - 1 - it (the consumers' order) of K and of V into the ring; `ring`
+// counts the CTA's K / V loads over all its tiles (stage ring % kStages),
+// each after the consumers emptied that stage's previous use (ring - kStages).
 template <int D>
 __device__ __forceinline__ void produce(const Shared<D>& sh, const CUtensorMap* q_map,
-                                        const CUtensorMap* k_map, const CUtensorMap* v_map, int q0,
-                                        int h, int kvh, const SeqView& sv, int n_kb) {
+                                        const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                        const Tile& w, int kvh, int& ring) {
   using L = Tiles<D>;
-  const int b = sv.map_b, row0 = sv.map_row0;
+  const int b = w.sv.map_b, row0 = w.sv.map_row0;
+  if (w.n > 0) mbar_wait(sh.bar(kBarQEmpty), (w.n - 1) & 1);
   mbar_arrive_expect_tx(sh.bar(kBarQ), L::kQ);
 #pragma unroll
   for (int c = 0; c < L::kChunks; ++c) {
-    tma_load(q_map, sh.q + c * L::kQChunk, sh.bar(kBarQ), c * kChunkElems, row0 + q0, h, b);
+    tma_load(q_map, sh.q + c * L::kQChunk, sh.bar(kBarQ), c * kChunkElems, row0 + w.q0, w.h, b);
   }
-  for (int it = 0; it < n_kb; ++it) {
-    const int j = n_kb - 1 - it;
-    const int s = it % kStages;
-    // The stage's previous use was iteration it - kStages: its empty barrier
-    // completes phase (it / kStages - 1) when all consumer warps released it.
-    const uint32_t parity = ((it / kStages) - 1) & 1;
-    if (it >= kStages) mbar_wait(sh.bar(kBarKEmpty + s), parity);
+  for (int it = 0; it < w.n_kb; ++it, ++ring) {
+    const int j = w.n_kb - 1 - it;
+    const int s = ring % kStages;
+    // The stage's previous use was load ring - kStages: its empty barrier
+    // completes phase (ring / kStages - 1) when all consumer warps released it.
+    const uint32_t parity = ((ring / kStages) - 1) & 1;
+    if (ring >= kStages) mbar_wait(sh.bar(kBarKEmpty + s), parity);
     mbar_arrive_expect_tx(sh.bar(kBarKFull + s), L::kKv);
 #pragma unroll
     for (int c = 0; c < L::kChunks; ++c) {
       tma_load(k_map, sh.k + s * L::kKv + c * L::kKvChunk, sh.bar(kBarKFull + s), c * kChunkElems,
                row0 + j * kBlockN, kvh, b);
     }
-    if (it >= kStages) mbar_wait(sh.bar(kBarVEmpty + s), parity);
+    if (ring >= kStages) mbar_wait(sh.bar(kBarVEmpty + s), parity);
     mbar_arrive_expect_tx(sh.bar(kBarVFull + s), L::kKv);
 #pragma unroll
     for (int c = 0; c < L::kChunks; ++c) {
@@ -205,14 +252,14 @@ struct Consumer {
     l[0] = l[1] = 0.0f;
   }
 
-  // Issues S = Q K^T for the it-th tile (stage it % kStages) as one commit
-  // group, once its K landed: D/16 k16 steps, step kk reads columns 16kk.. of
-  // chunk kk / 4, 32 (kk % 4) bytes into its rows; the first step ignores the
-  // accumulators' old values (scale-d = 0).
-  __device__ __forceinline__ void issue_qk(float (&sc)[64], int it) {
-    const int s = it % kStages;
+  // Issues S = Q K^T for the ring's n-th K tile (stage n % kStages) as one
+  // commit group, once it landed: D/16 k16 steps, step kk reads columns 16kk..
+  // of chunk kk / 4, 32 (kk % 4) bytes into its rows; the first step ignores
+  // the accumulators' old values (scale-d = 0).
+  __device__ __forceinline__ void issue_qk(float (&sc)[64], int n) {
+    const int s = n % kStages;
     const uint32_t k_tile = sh.k + s * L::kKv;
-    mbar_wait(sh.bar(kBarKFull + s), (it / kStages) & 1);
+    mbar_wait(sh.bar(kBarKFull + s), (n / kStages) & 1);
     __syncwarp();
     wgmma_fence();
 #pragma unroll
@@ -224,13 +271,13 @@ struct Consumer {
     wgmma_commit();
   }
 
-  // Issues O += P V for the it-th tile as one commit group, once its V
+  // Issues O += P V for the ring's n-th V tile as one commit group, once it
   // landed: 128/16 k16 steps over the tile's keys, step kk reads V rows
   // 16kk.. (16 * 128 bytes further each: two 8-row swizzle atoms, SBO apart).
-  __device__ __forceinline__ void issue_pv(const uint32_t (&pr)[32], int it) {
-    const int s = it % kStages;
+  __device__ __forceinline__ void issue_pv(const uint32_t (&pr)[32], int n) {
+    const int s = n % kStages;
     const uint32_t v_tile = sh.v + s * L::kKv;
-    mbar_wait(sh.bar(kBarVFull + s), (it / kStages) & 1);
+    mbar_wait(sh.bar(kBarVFull + s), (n / kStages) & 1);
     __syncwarp();
     wgmma_fence();
 #pragma unroll
@@ -241,11 +288,16 @@ struct Consumer {
     wgmma_commit();
   }
 
-  // This warp is done reading the it-th tile's K (or V): one arrival on the
-  // stage's empty barrier.
-  __device__ __forceinline__ void release(int bar, int it) {
+  // This warp is done reading the ring's n-th K (or V) tile: one arrival on
+  // the stage's empty barrier.
+  __device__ __forceinline__ void release(int bar, int n) {
     __syncwarp();
-    if (lane == 0) mbar_arrive(sh.bar(bar + it % kStages));
+    if (lane == 0) mbar_arrive(sh.bar(bar + n % kStages));
+  }
+  // ... done reading Q (the tile's last S landed).
+  __device__ __forceinline__ void release_q() {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(sh.bar(kBarQEmpty));
   }
 
   // Online softmax of key tile j's scores in place (sc becomes P in fp32),
@@ -358,61 +410,69 @@ struct Consumer {
 //     turn to the other, so one warpgroup's products run while the other
 //     computes its softmax, instead of both multiplying at once and then
 //     both idling the tensor cores.
-// Each warpgroup has n_kb + 1 issue blocks (S(0); S(it) + P V(it - 1); the
-// last P V). Turns: barrier kTurnBar + w, 256 threads (the waiting
+// Each warpgroup has n_kb + 1 issue blocks a tile (S(0); S(it) + P V(it - 1);
+// the last P V), the same count for both, so the turns alternate across the
+// CTA's tiles too. Turns: barrier kTurnBar + w, 256 threads (the waiting
 // warpgroup's 128 syncing, the other's 128 arriving). Warpgroup 1 first hands
-// warpgroup 0 its first turn and skips its own last hand-over, so every
-// arrival meets a sync.
+// warpgroup 0 its first turn; warpgroup 0 takes one more turn after its last
+// tile (warpgroup 1's last hand-over), so every arrival meets a sync.
 constexpr int kTurnBar = 1;
 
-template <typename T, int D>
-__device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, const SeqView& sv,
-                                        int wg, int q0, int h, int n_kb) {
-  Consumer<T, D> c(sh, p, sv, wg, q0);
-  const int other = 1 - wg;
-  auto my_turn = [&]() { named_bar_sync(kTurnBar + wg, 256); };
-  auto hand_over = [&](bool last) {
-    if (!(last && wg == 1)) named_bar_arrive(kTurnBar + other, 256);
-  };
-  if (wg == 1) named_bar_arrive(kTurnBar + 0, 256);
+struct Turns {
+  int wg;
+  __device__ __forceinline__ void mine() const { named_bar_sync(kTurnBar + wg, 256); }
+  __device__ __forceinline__ void hand_over() const {
+    named_bar_arrive(kTurnBar + 1 - wg, 256);
+  }
+};
 
+// One tile of consumer warpgroup `wg`; `ring` counts the CTA's K / V tiles
+// (the producer's order) and advances by the tile's n_kb.
+template <typename T, int D>
+__device__ __forceinline__ void consume(const Shared<D>& sh, const Params& p, const Tile& w,
+                                        const Turns& turns, int& ring) {
+  Consumer<T, D> c(sh, p, w.sv, turns.wg, w.q0);
+  const int n_kb = w.n_kb, r0 = ring;
   float sc[64];
   uint32_t pr[32];
   float alpha[2];
-  mbar_wait(sh.bar(kBarQ), 0);
+  mbar_wait(sh.bar(kBarQ), w.n & 1);
 
-  my_turn();
-  c.issue_qk(sc, 0);
-  hand_over(false);
+  turns.mine();
+  c.issue_qk(sc, r0);
+  turns.hand_over();
   wgmma_wait<0>();
   fence_regs(sc);
-  c.release(kBarKEmpty, 0);
+  c.release(kBarKEmpty, r0);
+  if (n_kb == 1) c.release_q();
   c.template softmax<true>(sc, n_kb - 1, alpha);  // O is still 0: no rescale
   Consumer<T, D>::pack(sc, pr);
 
   for (int it = 1; it < n_kb; ++it) {
-    my_turn();
-    c.issue_qk(sc, it);
-    c.issue_pv(pr, it - 1);
-    hand_over(false);
+    turns.mine();
+    c.issue_qk(sc, r0 + it);
+    c.issue_pv(pr, r0 + it - 1);
+    turns.hand_over();
     wgmma_wait<1>();  // S(it) landed; P V(it - 1) may still run
     fence_regs(sc);
-    c.release(kBarKEmpty, it);
+    c.release(kBarKEmpty, r0 + it);
+    if (it == n_kb - 1) c.release_q();  // the producer may load the next tile's Q
     c.template softmax<false>(sc, n_kb - 1 - it, alpha);
     wgmma_wait<0>();
     fence_regs(c.o);
-    c.release(kBarVEmpty, it - 1);
+    c.release(kBarVEmpty, r0 + it - 1);
     c.rescale(alpha);
     Consumer<T, D>::pack(sc, pr);
   }
 
-  my_turn();
-  c.issue_pv(pr, n_kb - 1);
-  hand_over(true);
+  turns.mine();
+  c.issue_pv(pr, r0 + n_kb - 1);
+  turns.hand_over();
   wgmma_wait<0>();
   fence_regs(c.o);
-  c.release(kBarVEmpty, n_kb - 1);
-  c.finish(h);
+  c.release(kBarVEmpty, r0 + n_kb - 1);
+  ring = r0 + n_kb;
+  c.finish(w.h);  // meanwhile the producer loads the next tile's Q, K and V
 }
 
 template <typename T, int D>
@@ -426,19 +486,9 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUt
   sh.v = sh.k + kStages * Tiles<D>::kKv;
   sh.bars = smem_u32(bars);
 
-  const int bh = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.bh));
-  const int qb = p.q_blocks - 1 - static_cast<int>(blockIdx.x / static_cast<unsigned>(p.bh));
-  const int b = bh / p.heads, h = bh % p.heads;
-  const int q0 = qb * kBlockM;
-  const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
-  if (q0 >= sv.len) return;  // varlen: past this sequence's end (the whole CTA)
-  // Causal: key tiles 0 .. qb (kBlockN == kBlockM: tile qb is the diagonal);
-  // full: every key tile of the sequence.
-  const int n_kb = p.full ? (sv.len + kBlockN - 1) / kBlockN : qb + 1;
-  static_assert(kBlockN == kBlockM, "the diagonal must be exactly one key tile");
-
   if (threadIdx.x == 0) {
     mbar_init(sh.bar(kBarQ), 1);
+    mbar_init(sh.bar(kBarQEmpty), kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(sh.bar(kBarKFull + s), 1);
       mbar_init(sh.bar(kBarVFull + s), 1);
@@ -453,12 +503,21 @@ __device__ __forceinline__ void forward_body(const CUtensorMap* q_map, const CUt
   __syncthreads();  // the last CTA-wide barrier: roles split below
 
   const int warpgroup = threadIdx.x / 128;
+  int ring = 0;
+  Tile w;
+  w.n = 0;
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
-    if (threadIdx.x == 0) produce<D>(sh, q_map, k_map, v_map, q0, h, h / p.group, sv, n_kb);
+    if (threadIdx.x != 0) return;
+    for (int k = 0; next_tile(p, k, w); ++k, ++w.n) {
+      produce<D>(sh, q_map, k_map, v_map, w, w.h / p.group, ring);
+    }
   } else {
     regs_increase<kConsumerRegs>();
-    consume<T, D>(sh, p, sv, warpgroup - 1, q0, h, n_kb);
+    const Turns turns{warpgroup - 1};
+    if (turns.wg == 1) named_bar_arrive(kTurnBar + 0, 256);
+    for (int k = 0; next_tile(p, k, w); ++k, ++w.n) consume<T, D>(sh, p, w, turns, ring);
+    if (turns.wg == 0) turns.mine();  // warpgroup 1's last hand-over
   }
 }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -495,9 +554,13 @@ KernelStatus launch(void* o, float* lse, const void* q, const void* k, const voi
   p.head_dim = static_cast<int>(g.head_dim);
   p.bh = static_cast<int>(seqs.count(g) * g.heads);
   p.q_blocks = static_cast<int>((seqs.longest(g) + kBlockM - 1) / kBlockM);
+  p.tiles = p.q_blocks * p.bh;
   p.full = full ? 1 : 0;
   p.scale_log2 = scale * kLog2e;
-  const unsigned grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
+  // Persistent: one CTA per SM (the shared memory allows no second), each
+  // walking its share of the tiles (next_tile).
+  const int sms = cuda::multiprocessor_count();
+  const unsigned grid = static_cast<unsigned>(sms > 0 ? std::min(p.tiles, sms) : p.tiles);
   return launch_kernel(hopper_forward_kernel<T, D>, grid, kThreads, Tiles<D>::kAlloc, stream,
                        maps[0], maps[1], maps[2], p);
 }

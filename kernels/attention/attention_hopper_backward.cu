@@ -15,7 +15,8 @@
 //
 // dkdv kernel: CTA = (batch, kv head, 128 keys); heaviest (lowest) key tiles
 // first. K and V of the tile land once (TMA). Then, for each query head of
-// the kv head's group in order and each 64-query step from the step holding
+// the kv head's group in order and each query step (64 queries; 128 at head
+// dim 64 without the fused dQ: kDkdvStep) from the step holding
 // the tile's first key to the end, the producer's first warp loads the step's
 // Q and dO (TMA, one lane) and its lse * log2 e (+inf past seq, so P = 0
 // there) and delta (0 past seq) into the stage (all 32 lanes, plain loads and
@@ -37,7 +38,8 @@
 // order: deterministic) and are written once: dK * scale, dV, rounded.
 //
 // dq kernel: CTA = (batch, query head, 128 queries); heaviest (latest) query
-// tiles first. Q and dO land once; K and V tiles of 64 keys stream through
+// tiles first. Q and dO land once; K and V tiles of 64 keys (128 at head dim
+// 64: kDqStep) stream through
 // the ring from the diagonal down to key tile 0. Consumer warpgroup wg owns
 // queries q0 + 64 wg .. + 63, with its rows' lse and delta in registers:
 //   S  = Q K^T, dP = dO V^T   wgmma m64n64k16, all operands K-major smem;
@@ -101,9 +103,21 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
               "setmaxnreg: the warpgroups' registers must fit the register file");
 
 constexpr int kKvBlock = 128;  // dkdv: keys per CTA
-constexpr int kQStep = 64;     // dkdv: queries per step
+constexpr int kQStep = 64;     // dkdv: queries per step (the fused dQ's parts are per kQStep)
 constexpr int kDqBlock = 128;  // dq: queries per CTA
-constexpr int kKStep = 64;     // dq: keys per step
+
+// Queries per dkdv step and keys per dq step: 64, or 128 in the deterministic
+// kernels at head dim 64. There every product is short (k = 64), and the
+// m64n64 ones that build S^T / dP^T (dkdv) and S / dP (dq) are bound by
+// shared memory (both operands come from it: 4 KB per 64 x 64 x 16 product,
+// as many bytes as the SM reads in the product's tensor-core cycles); m64n128
+// halves the bytes per flop, and 128-row steps also double the k of the
+// dV / dK / dQ products. At head dim 128 the accumulators of 128-wide steps
+// would not fit the registers; the fused dQ's dS^T buffer is 64 queries wide.
+template <int D, bool kFusedDq>
+constexpr int kDkdvStep = D == 64 && !kFusedDq ? 128 : kQStep;
+template <int D>
+constexpr int kDqStep = D == 64 ? 128 : 64;
 
 // Byte sizes of a tile of `rows` x D in column chunks of [rows x 64].
 template <int D, int kRows>
@@ -126,7 +140,7 @@ struct Params {
   int head_dim;  // the tensors' (96 runs as 128: columns 96.. arrive as zeros, are not written)
   int bh;         // sequences * heads
   int bkv;        // sequences * kv_heads
-  int q_steps;    // ceil(longest sequence / kQStep): the dq_accum parts' steps
+  int q_steps;    // ceil(longest sequence / kQStep): the fused dq_accum parts' steps
   int q_blocks;   // dq: ceil(longest sequence / kDqBlock)
   int full;       // 1: no causal mask
   float scale;       // softmax scale (dK and dQ are multiplied by it at the end)
@@ -144,9 +158,9 @@ constexpr int kDqBarFull = 1;                      // + stage: K and V landed
 constexpr int kDqBarEmpty = kDqBarFull + kStages;  // + stage: consumed
 constexpr int kDqBars = kDqBarEmpty + kStages;
 
-template <int D>
-constexpr int dkdv_smem_bytes() {  // K, V, Q[stages], dO[stages] + alignment slack
-  return 2 * Tile<D, kKvBlock>::kBytes + 2 * kStages * Tile<D, kQStep>::kBytes + 1024;
+template <int D, int kStep>
+constexpr int dkdv_tile_bytes() {  // K, V, Q[stages], dO[stages] + alignment slack
+  return 2 * Tile<D, kKvBlock>::kBytes + 2 * kStages * Tile<D, kStep>::kBytes + 1024;
 }
 // Fused dQ (the dkdv kernel also adds dS K into dq_accum): the step's dS^T
 // tile [128 keys x 64 queries] in two buffers (steps alternate), and each
@@ -156,7 +170,8 @@ constexpr int kDqPart = 64 * 64;                      // floats of one warpgroup
 constexpr int kStageBytes = kDqPart * 4;              // 16 KB
 template <int D, bool kFusedDq>
 constexpr int dkdv_smem_bytes() {
-  return dkdv_smem_bytes<D>() + (kFusedDq ? 2 * kDsBytes + 2 * kStageBytes : 0);
+  return dkdv_tile_bytes<D, kDkdvStep<D, kFusedDq>>() +
+         (kFusedDq ? 2 * kDsBytes + 2 * kStageBytes : 0);
 }
 // Named barriers of the fused dkdv kernel: both consumer warpgroups' dS rows
 // are in (256 threads); a warpgroup's staging buffer is free / full (128).
@@ -165,7 +180,7 @@ constexpr int kStageBar = 2;  // + warpgroup
 
 template <int D>
 constexpr int dq_smem_bytes() {  // Q, dO, K[stages], V[stages] + alignment slack
-  return 2 * Tile<D, kDqBlock>::kBytes + 2 * kStages * Tile<D, kKStep>::kBytes + 1024;
+  return 2 * Tile<D, kDqBlock>::kBytes + 2 * kStages * Tile<D, kDqStep<D>>::kBytes + 1024;
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -198,24 +213,24 @@ __device__ __forceinline__ void store_acc(const float (&acc)[D / 2], float mul, 
 
 template <int D>
 struct KvShared {
-  uint32_t k, v, q, d_o;  // tile bases; Q and dO: stage s at + s * Tile<D, kQStep>::kBytes
+  uint32_t k, v, q, d_o;  // tile bases; Q and dO: stage s at + s * Tile<D, step>::kBytes
   uint32_t ds, staging;   // fused dQ: dS^T buffers (+ kDsBytes), warpgroup staging (+ kStageBytes)
   uint32_t bars;
-  float* stats;  // [kStages][2][kQStep]: lse * log2 e, delta of the step's queries
+  float* stats;  // [kStages][2][step]: lse * log2 e, delta of the step's queries
   __device__ __forceinline__ uint32_t bar(int i) const { return bar_at(bars, i); }
 };
 
 // The producer's first warp: K and V once (lane 0), then per (query head r,
 // step i) the step's lse / delta (every lane) and Q / dO (lane 0) into stage
 // it % kStages once the consumers emptied its previous use.
-template <int D>
+template <int D, int kStep>
 __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtensorMap* q_map,
                                              const CUtensorMap* k_map, const CUtensorMap* v_map,
                                              const CUtensorMap* do_map, const Params& p,
                                              const SeqView& sv, int kvh, int kv0, int i0,
                                              int n_steps) {
   using KT = Tile<D, kKvBlock>;
-  using QT = Tile<D, kQStep>;
+  using QT = Tile<D, kStep>;
   const int lane = threadIdx.x % 32;
   if (lane == 0) {
     mbar_arrive_expect_tx(sh.bar(kKvBarKV), 2 * KT::kBytes);
@@ -236,13 +251,13 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
       // The stage's previous use was it - kStages: its empty barrier completed
       // phase it / kStages - 1 when every consumer warp released it.
       if (it >= kStages) mbar_wait(sh.bar(kKvBarEmpty + s), ((it / kStages) - 1) & 1);
-      const int q0 = i * kQStep;
-      float* st = sh.stats + s * 2 * kQStep;
-#pragma unroll
-      for (int e = lane; e < kQStep; e += 32) {
+      const int q0 = i * kStep;
+      float* st = sh.stats + s * 2 * kStep;
+#pragma unroll 2
+      for (int e = lane; e < kStep; e += 32) {
         const int row = q0 + e;
         st[e] = row < sv.len ? p.lse[rows + row] * kLog2e : INFINITY;
-        st[kQStep + e] = row < sv.len ? p.delta[rows + row] : 0.0f;
+        st[kStep + e] = row < sv.len ? p.delta[rows + row] : 0.0f;
       }
       if (lane == 0) {
         // Its arrival (with the stage's bytes) after its own stores, like the
@@ -271,8 +286,10 @@ template <typename T, int D, bool kFusedDq>
 __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params& p, int wg,
                                              const SeqView& sv, int b, int kvh, int kv0, int i0,
                                              int n_steps) {
+  constexpr int kStep = kDkdvStep<D, kFusedDq>;
+  static_assert(!kFusedDq || kStep == kQStep, "the fused dQ's buffers hold 64-query steps");
   using KT = Tile<D, kKvBlock>;
-  using QT = Tile<D, kQStep>;
+  using QT = Tile<D, kStep>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
   const int key_base = kv0 + 64 * wg + 16 * warp + lane / 4;  // keys key_base, key_base + 8
   const uint32_t k_rows = sh.k + wg * 64 * kRowBytes;         // 1024-aligned: 8 whole atoms
@@ -290,13 +307,15 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       const int s = it % kStages;
       const uint32_t parity = (it / kStages) & 1;
       const uint32_t q_t = sh.q + s * QT::kBytes, do_t = sh.d_o + s * QT::kBytes;
-      const float* st = sh.stats + s * 2 * kQStep;
+      const float* st = sh.stats + s * 2 * kStep;
 
       // S^T = K Q^T and dP^T = V dO^T over head_dim in k16 steps (chunk kk / 4,
       // 32 (kk % 4) bytes into the rows), one commit group each, so P is
       // computed while dP^T still runs, and dV's product (which needs P
-      // alone) runs while dS is computed.
-      float sc[32], dp[32];
+      // alone) runs while dS is computed. Steps of 128 queries do not
+      // overlap: P^T, its packed copy and dP^T all live at once would not fit
+      // the registers; they wait for both products and issue dV with dK.
+      float sc[kStep / 2], dp[kStep / 2];
       mbar_wait(sh.bar(kKvBarFull + s), parity);
       __syncwarp();
       wgmma_fence();
@@ -314,17 +333,19 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
                      desc_k_major(do_t + (kk / 4) * QT::kChunk + off), kk > 0 ? 1 : 0);
       }
       wgmma_commit();
-      wgmma_wait<1>();  // S^T landed
+      constexpr bool kOverlap = kStep == 64;
+      wgmma_wait<kOverlap ? 1 : 0>();  // S^T landed (and dP^T unless kOverlap)
       fence_regs(sc);
+      if constexpr (!kOverlap) fence_regs(dp);
 
       // P^T (0 where the query is before the key: only in steps that start
       // before the warpgroup's last key), packed into register-A fragments:
       // register j = pack(x[2j], x[2j+1]).
-      const int q0 = i * kQStep;
+      const int q0 = i * kStep;
       const bool mask = !p.full && q0 < key_last;
-      uint32_t pa[16], da[16];
+      uint32_t pa[kStep / 4], da[kStep / 4];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
+      for (int c = 0; c < kStep / 8; ++c) {
         const float2 l2 = *reinterpret_cast<const float2*>(st + 8 * c + 2 * t);
         const int query = q0 + 8 * c + 2 * t;
 #pragma unroll
@@ -336,33 +357,38 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
           sc[e] = pv;
         }
       }
-#pragma unroll
-      for (int j = 0; j < 16; ++j) pa[j] = Wgmma<T>::pack(sc[2 * j], sc[2 * j + 1]);
-
       // dV += P^T dO over the step's queries in k16 steps: step kk reads rows
       // 16kk.. of dO (16 * 128 bytes further each).
-      wgmma_fence();
+      auto issue_dv = [&]() {
 #pragma unroll
-      for (int kk = 0; kk < kQStep / 16; ++kk) {
-        const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-        Wgmma<T>::pv(dv, a, desc_mn_major(do_t + kk * 16 * kRowBytes, QT::kChunk));
+        for (int j = 0; j < kStep / 4; ++j) pa[j] = Wgmma<T>::pack(sc[2 * j], sc[2 * j + 1]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kStep / 16; ++kk) {
+          const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+          Wgmma<T>::pv(dv, a, desc_mn_major(do_t + kk * 16 * kRowBytes, QT::kChunk));
+        }
+        wgmma_commit();
+      };
+      if constexpr (kOverlap) {
+        issue_dv();
+        wgmma_wait<1>();  // dP^T landed (dV's product may still run)
+        fence_regs(dp);
       }
-      wgmma_commit();
-      wgmma_wait<1>();  // dP^T landed (dV's product may still run)
-      fence_regs(dp);
 
       // dS^T = P^T (dP^T - delta) (fp32 P, as the portable kernel), packed.
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const float2 d2 = *reinterpret_cast<const float2*>(st + kQStep + 8 * c + 2 * t);
+      for (int c = 0; c < kStep / 8; ++c) {
+        const float2 d2 = *reinterpret_cast<const float2*>(st + kStep + 8 * c + 2 * t);
 #pragma unroll
         for (int i2 = 0; i2 < 4; ++i2) {
           const int e = 4 * c + i2;
           dp[e] = sc[e] * (dp[e] - ((i2 & 1) ? d2.y : d2.x));
         }
       }
+      if constexpr (!kOverlap) issue_dv();
 #pragma unroll
-      for (int j = 0; j < 16; ++j) da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
+      for (int j = 0; j < kStep / 4; ++j) da[j] = Wgmma<T>::pack(dp[2 * j], dp[2 * j + 1]);
       [[maybe_unused]] const uint32_t ds = sh.ds + (it & 1) * kDsBytes;
       if constexpr (kFusedDq) {
         // dS^T rounded into the step's buffer, the layout TMA would write:
@@ -383,7 +409,7 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       // dK += dS^T Q: A = dS^T from registers, B = Q MN-major.
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kQStep / 16; ++kk) {
+      for (int kk = 0; kk < kStep / 16; ++kk) {
         const uint32_t a[4] = {da[4 * kk], da[4 * kk + 1], da[4 * kk + 2], da[4 * kk + 3]};
         Wgmma<T>::pv(dk, a, desc_mn_major(q_t + kk * 16 * kRowBytes, QT::kChunk));
       }
@@ -453,14 +479,15 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
                                           const CUtensorMap* v_map, const CUtensorMap* do_map,
                                           const Params& p) {
   __shared__ __align__(8) uint64_t bars[kKvBars];
-  __shared__ __align__(16) float stats[kStages * 2 * kQStep];
+  constexpr int kStep = kDkdvStep<D, kFusedDq>;
+  __shared__ __align__(16) float stats[kStages * 2 * kStep];
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   KvShared<D> sh;
   sh.k = (smem_u32(smem_raw) + 1023u) & ~1023u;  // the swizzle needs 1024-aligned chunks
   sh.v = sh.k + Tile<D, kKvBlock>::kBytes;
   sh.q = sh.v + Tile<D, kKvBlock>::kBytes;
-  sh.d_o = sh.q + kStages * Tile<D, kQStep>::kBytes;
-  sh.ds = sh.d_o + kStages * Tile<D, kQStep>::kBytes;  // 1024-aligned: whole tiles before
+  sh.d_o = sh.q + kStages * Tile<D, kStep>::kBytes;
+  sh.ds = sh.d_o + kStages * Tile<D, kStep>::kBytes;  // 1024-aligned: whole tiles before
   sh.staging = sh.ds + 2 * kDsBytes;
   sh.bars = smem_u32(bars);
   sh.stats = stats;
@@ -472,9 +499,9 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   const SeqView sv = seq_view(p.cu_seqlens, b, p.seq, p.heads);
   if (kv0 >= sv.len) return;  // varlen: past this sequence's end (the whole CTA)
   // Causal: the first step holding a query at or after kv0; full: every step.
-  const int i0 = p.full ? 0 : kv0 / kQStep;
-  const int n_steps = (sv.len + kQStep - 1) / kQStep;
-  static_assert(kKvBlock % kQStep == 0, "key tiles start on a query step");
+  const int i0 = p.full ? 0 : kv0 / kStep;
+  const int n_steps = (sv.len + kStep - 1) / kStep;
+  static_assert(kKvBlock % kStep == 0, "key tiles start on a query step");
 
   if (threadIdx.x == 0) {
     mbar_init(sh.bar(kKvBarKV), 1);
@@ -491,7 +518,7 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   if (warpgroup == 0) {
     regs_decrease<kProducerRegs>();
     if (threadIdx.x < 32) {
-      dkdv_produce<D>(sh, q_map, k_map, v_map, do_map, p, sv, kvh, kv0, i0, n_steps);
+      dkdv_produce<D, kStep>(sh, q_map, k_map, v_map, do_map, p, sv, kvh, kv0, i0, n_steps);
     }
   } else {
     regs_increase<kConsumerRegs>();
@@ -504,7 +531,7 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
 
 template <int D>
 struct QShared {
-  uint32_t q, d_o, k, v;  // K and V: stage s at + s * Tile<D, kKStep>::kBytes
+  uint32_t q, d_o, k, v;  // K and V: stage s at + s * Tile<D, kDqStep<D>>::kBytes
   uint32_t bars;
   __device__ __forceinline__ uint32_t bar(int i) const { return bar_at(bars, i); }
 };
@@ -516,6 +543,7 @@ __device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorM
                                            const CUtensorMap* k_map, const CUtensorMap* v_map,
                                            const CUtensorMap* do_map, int q0, int h, int kvh,
                                            const SeqView& sv, int n_kt) {
+  constexpr int kKStep = kDqStep<D>;
   using QT = Tile<D, kDqBlock>;
   using KT = Tile<D, kKStep>;
   const int b = sv.map_b, row0 = sv.map_row0;
@@ -544,6 +572,7 @@ __device__ __forceinline__ void dq_produce(const QShared<D>& sh, const CUtensorM
 template <typename T, int D>
 __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p, int wg, int q0,
                                            const SeqView& sv, int h, int n_kt) {
+  constexpr int kKStep = kDqStep<D>;
   using QT = Tile<D, kDqBlock>;
   using KT = Tile<D, kKStep>;
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32, t = lane % 4;
@@ -573,7 +602,7 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
     const uint32_t parity = (it / kStages) & 1;
     const uint32_t k_t = sh.k + s * KT::kBytes, v_t = sh.v + s * KT::kBytes;
 
-    float sc[32], dp[32];
+    float sc[kKStep / 2], dp[kKStep / 2];
     mbar_wait(sh.bar(kDqBarFull + s), parity);
     __syncwarp();
     wgmma_fence();
@@ -599,9 +628,9 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
     // seq; full: past seq (only the last tile can hold such keys).
     const bool mask = p.full ? (j + 1) * kKStep > sv.len : (j + 1) * kKStep - 1 > first_row;
     const int key0 = j * kKStep + 2 * t;
-    uint32_t da[16];
+    uint32_t da[kKStep / 4];
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
+    for (int c = 0; c < kKStep / 8; ++c) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int e = 4 * c + i, r = i >> 1;
@@ -611,7 +640,7 @@ __device__ __forceinline__ void dq_consume(const QShared<D>& sh, const Params& p
       }
     }
 #pragma unroll
-    for (int jj = 0; jj < 16; ++jj) da[jj] = Wgmma<T>::pack(dp[2 * jj], dp[2 * jj + 1]);
+    for (int jj = 0; jj < kKStep / 4; ++jj) da[jj] = Wgmma<T>::pack(dp[2 * jj], dp[2 * jj + 1]);
 
     // dQ += dS K over the tile's keys: step kk reads K rows 16kk.. (MN-major).
     wgmma_fence();
@@ -642,6 +671,7 @@ __device__ __forceinline__ void dq_body(const CUtensorMap* q_map, const CUtensor
   sh.q = (smem_u32(smem_raw) + 1023u) & ~1023u;
   sh.d_o = sh.q + Tile<D, kDqBlock>::kBytes;
   sh.k = sh.d_o + Tile<D, kDqBlock>::kBytes;
+  constexpr int kKStep = kDqStep<D>;
   sh.v = sh.k + kStages * Tile<D, kKStep>::kBytes;
   sh.bars = smem_u32(bars);
 
@@ -775,13 +805,15 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;
 
-  // dK / dV: Q and dO in 64-row boxes, K and V in 128-row boxes.
+  // dK / dV: Q and dO in boxes of a step's rows, K and V in 128-row boxes.
+  const bool fused = dq_accum != nullptr;
   CUtensorMap maps[4];
-  KernelStatus s = make_maps(maps, q, k, v, d_o, dtype, g, kQStep, kKvBlock);
+  KernelStatus s = make_maps(maps, q, k, v, d_o, dtype, g,
+                             fused ? kDkdvStep<D, true> : kDkdvStep<D, false>, kKvBlock);
   if (!s.ok()) return s;
   const unsigned dkdv_grid =
       static_cast<unsigned>(ceil_div(longest, kKvBlock)) * static_cast<unsigned>(p.bkv);
-  if (dq_accum != nullptr) {
+  if (fused) {
     // Fused dQ: zero the parts, dK / dV / dQ parts in one kernel, then dQ.
     s = cuda::to_status(cudaMemsetAsync(dq_accum, 0, hopper_dq_accum_bytes(g, seqs), stream));
     if (!s.ok()) return s;
@@ -797,8 +829,8 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
                     dkdv_smem_bytes<D, false>(), stream, maps[0], maps[1], maps[2], maps[3], p);
   if (!s.ok()) return s;
 
-  // dQ: Q and dO in 128-row boxes, K and V in 64-row boxes.
-  s = make_maps(maps, q, k, v, d_o, dtype, g, kDqBlock, kKStep);
+  // dQ: Q and dO in 128-row boxes, K and V in boxes of a step's rows.
+  s = make_maps(maps, q, k, v, d_o, dtype, g, kDqBlock, kDqStep<D>);
   if (!s.ok()) return s;
   const unsigned dq_grid = static_cast<unsigned>(p.q_blocks) * static_cast<unsigned>(p.bh);
   return launch_kernel(hopper_dq_kernel<T, D>, dq_grid, kThreads, dq_smem_bytes<D>(), stream,

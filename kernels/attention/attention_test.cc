@@ -1070,7 +1070,9 @@ TEST_P(AttentionCudaKernelTest, GroupedQueryHeadDim128MatchesFloat64Reference) {
 // The forward alone over the shapes the Hopper kernel's tiles (128 queries x
 // 128 keys) make interesting: one row (T = 1), tails inside the first tile
 // (77), across tiles (200, 1000), exact multiples of the tile (256, 384);
-// multi-head, grouped 8/2 and 32/8, multi-query; padded row strides.
+// multi-head, grouped 8/2 and 32/8, multi-query; padded row strides; more
+// tiles (192) than an H100 or H200 has SMs, so the persistent Hopper CTAs
+// take several each.
 TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
   COLOSSAL_REQUIRE_KERNEL(GetParam());
   if (GetParam() == Kernel::kHopperBackward || GetParam() == Kernel::kHopperFusedDq) {
@@ -1081,14 +1083,16 @@ TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
   for (int64_t D : {int64_t{64}, int64_t{128}}) {
     const Problem problems[] = {{2, 2, 2, 1, D},     {1, 2, 2, 77, D, 8},   {2, 8, 2, 200, D},
                                 {1, 2, 2, 1000, D},  {1, 8, 2, 256, D},     {1, 32, 8, 77, D},
-                                {1, 32, 8, 384, D},  {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D}};
+                                {1, 32, 8, 384, D},  {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D},
+                                {4, 24, 8, 130, D}};
     check_forward_all(problems, seed, GetParam());
   }
 #endif
 }
 
 // The backward over the shapes the Hopper backward's tiles (dK/dV: 128 keys
-// per CTA, 64-query steps; dQ: 128 queries per CTA, 64-key steps) make
+// per CTA, 64-query steps (128 at head dim 64); dQ: 128 queries per CTA,
+// 64-key steps (128 at head dim 64)) make
 // interesting: one row, tails inside the first tile (77), across tiles (200,
 // 1000), exact multiples (256); multi-head, grouped 8/2 and 32/8 (the dK/dV
 // ring crossing query heads), multi-query; padded row strides. check_cuda
@@ -1103,7 +1107,7 @@ TEST_P(AttentionCudaKernelTest, BackwardMatchesFloat64Reference) {
     const Problem problems[] = {{2, 2, 2, 1, D},    {1, 2, 2, 77, D, 8},  {2, 8, 2, 200, D},
                                 {1, 2, 2, 1000, D}, {1, 8, 2, 256, D},    {1, 32, 8, 77, D},
                                 {1, 32, 8, 256, D}, {1, 4, 1, 1000, D, 8}, {1, 32, 8, 1, D},
-                                {2, 4, 1, 129, D}};
+                                {2, 4, 1, 129, D},  {4, 24, 8, 130, D}};
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       for (const Problem& p : problems) {
         check_cuda(dtype, p, seed, path_of(GetParam()), backward_of(GetParam()));
@@ -1131,7 +1135,7 @@ TEST_P(AttentionCudaKernelTest, FullMaskMatchesFloat64Reference) {
                                 {2, 8, 2, 200, D, 0, kFull},   {1, 2, 2, 1000, D, 0, kFull},
                                 {1, 8, 2, 256, D, 0, kFull},   {1, 32, 8, 77, D, 0, kFull},
                                 {2, 4, 1, 129, D, 8, kFull},   {1, 3, 3, 128, D, 0, kFull},
-                                {1, 32, 8, 130, D, 0, kFull}};
+                                {1, 32, 8, 130, D, 0, kFull},  {4, 24, 8, 130, D, 0, kFull}};
     check_cuda_all(problems, static_cast<uint32_t>(9000 + D), GetParam());
   }
 #endif
@@ -1517,7 +1521,8 @@ TEST(AttentionCudaTest, VarlenMatchesFloat64Reference) {
                         {{129, 1, 64, 300}, 3, 3, 96, 0},
                         {{0, 1000, 17}, 4, 1, 128, 0},
                         {{65, 0, 63, 0}, 6, 2, 96, 8},
-                        {{64, 64, 64}, 8, 2, 64, 8}};
+                        {{64, 64, 64}, 8, 2, 64, 8},
+                        {{300, 0, 17, 129, 260}, 24, 8, 64, 0}};  // 360 tiles of 128 queries
   uint32_t seed = 9500;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (AttentionMask mask : {AttentionMask::kCausal, AttentionMask::kFull}) {
