@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "kernels/attention/attention_internal.h"
+#include "kernels/attention/tile_order.h"
 #include "kernels/common/cuda_utils.cuh"
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
@@ -343,7 +344,19 @@ __device__ __forceinline__ SeqView seq_view(const int* cu_seqlens, int b, int se
   const int start = cu_seqlens[b];
   return {cu_seqlens[b + 1] - start, 0, start, start, start, seq};
 }
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// section_heads() on the current device's L2 cache (tile_order.h).
+inline int l2_section(int64_t bytes_per_head, int64_t heads, int64_t group) {
+  int device = 0, l2 = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    l2 = 0;  // one group per section
+  }
+  return section_heads(l2, bytes_per_head, heads, group);
+}
 
 // ---------------------------------------------------------------------------
 // Host: tensor maps through the driver's cuTensorMapEncodeTiled, fetched at run

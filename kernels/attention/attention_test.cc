@@ -731,32 +731,41 @@ KernelStatus backward_cuda(const Problem& p, const DeviceBuffer& dqkv, const Dev
 }
 
 // Device buffers of one problem.
-struct CudaRun {
+// The device buffers of one forward + backward (batch or varlen layout).
+struct RunBuffers {
   DeviceBuffer qkv, d_o, o, dqkv, lse, ws;
-  CudaRun(const Problem& p, DType dtype)
+  RunBuffers(const Problem& p, DType dtype, size_t ws_bytes)
       : qkv(p.qkv_elems() * dtype_size(dtype)),
         d_o(p.o_elems() * dtype_size(dtype)),
         o(p.o_elems() * dtype_size(dtype)),
         dqkv(p.qkv_elems() * dtype_size(dtype)),
         lse(p.rows() * sizeof(float)),
-        ws(internal::fused_dq_workspace_bytes(p.B, p.H, p.T, p.D)) {}  // enough for every path
+        ws(ws_bytes) {}
 };
 
-// Uploads qkv_h and do_h, NaN-poisons every output and the workspace, runs the
-// forward (through `path`) then the backward (through `bwd`) on `stream` and
-// waits for them.
-void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector<uint8_t>& qkv_h,
-              const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
-              ForwardPath path, BackwardPath bwd) {
+// Uploads qkv_h and do_h and NaN-poisons every output and the workspace.
+void upload_and_poison(const RunBuffers& r, const std::vector<uint8_t>& qkv_h,
+                       const std::vector<uint8_t>& do_h) {
   ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p) << "cudaMalloc failed";
   ASSERT_EQ(qkv_h.size(), r.qkv.bytes);
   ASSERT_EQ(do_h.size(), r.d_o.bytes);
   CUDA_OK(cudaMemcpy(r.qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(r.d_o.p, do_h.data(), do_h.size(), cudaMemcpyHostToDevice));
-  poison_nan(r.o);
-  poison_nan(r.lse);
-  poison_nan(r.dqkv);
-  poison_nan(r.ws);
+  for (const DeviceBuffer* b : {&r.o, &r.lse, &r.dqkv, &r.ws}) poison_nan(*b);
+}
+
+struct CudaRun : RunBuffers {
+  CudaRun(const Problem& p, DType dtype)  // a workspace enough for every path
+      : RunBuffers(p, dtype, internal::fused_dq_workspace_bytes(p.B, p.H, p.T, p.D)) {}
+};
+
+// upload_and_poison, then the forward (through `path`) and the backward
+// (through `bwd`) on `stream`, waiting for them.
+void run_cuda(const Problem& p, DType dtype, const CudaRun& r, const std::vector<uint8_t>& qkv_h,
+              const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
+              ForwardPath path, BackwardPath bwd) {
+  upload_and_poison(r, qkv_h, do_h);
+  if (::testing::Test::HasFatalFailure()) return;
   KernelStatus s = forward_cuda(p, r.o, r.lse, r.qkv, dtype, scale, stream, path);
   ASSERT_TRUE(s.ok()) << s.message();
   s = backward_cuda(p, r.dqkv, r.d_o, r.qkv, r.o, r.lse, r.ws, dtype, scale, stream, bwd);
@@ -1385,15 +1394,10 @@ TEST(AttentionCudaTest, LongSequenceMatchesFloat64OnSampledRows) {
 #if COLOSSAL_WITH_CUDA
 // Device buffers of one varlen problem (f: its flat problem) and cu_seqlens
 // uploaded.
-struct VarlenRun {
-  DeviceBuffer qkv, d_o, o, dqkv, lse, ws, cu;
+struct VarlenRun : RunBuffers {
+  DeviceBuffer cu;
   VarlenRun(const Problem& f, const std::vector<int32_t>& cu_h, DType dtype)
-      : qkv(f.qkv_elems() * dtype_size(dtype)),
-        d_o(f.o_elems() * dtype_size(dtype)),
-        o(f.o_elems() * dtype_size(dtype)),
-        dqkv(f.qkv_elems() * dtype_size(dtype)),
-        lse(f.rows() * sizeof(float)),
-        ws(attention_varlen_backward_workspace_bytes(f.H, f.T)),
+      : RunBuffers(f, dtype, attention_varlen_backward_workspace_bytes(f.H, f.T)),
         cu(cu_h.size() * sizeof(int32_t)) {
     if (cu.p != nullptr) {
       EXPECT_EQ(cudaMemcpy(cu.p, cu_h.data(), cu.bytes, cudaMemcpyHostToDevice), cudaSuccess);
@@ -1435,14 +1439,9 @@ void run_varlen_cuda(const Problem& f, const std::vector<int32_t>& cu, DType dty
                      const VarlenRun& r, const std::vector<uint8_t>& qkv_h,
                      const std::vector<uint8_t>& do_h, float scale, cudaStream_t stream,
                      ForwardPath fwd, BackwardPath bwd) {
-  ASSERT_TRUE(r.qkv.p && r.d_o.p && r.o.p && r.dqkv.p && r.lse.p && r.ws.p && r.cu.p)
-      << "cudaMalloc failed";
-  CUDA_OK(cudaMemcpy(r.qkv.p, qkv_h.data(), qkv_h.size(), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(r.d_o.p, do_h.data(), do_h.size(), cudaMemcpyHostToDevice));
-  poison_nan(r.o);
-  poison_nan(r.lse);
-  poison_nan(r.dqkv);
-  poison_nan(r.ws);
+  ASSERT_TRUE(r.cu.p) << "cudaMalloc failed";
+  upload_and_poison(r, qkv_h, do_h);
+  if (::testing::Test::HasFatalFailure()) return;
   KernelStatus s = varlen_forward_cuda(f, cu, r, dtype, scale, stream, fwd);
   ASSERT_TRUE(s.ok()) << s.message();
   s = varlen_backward_cuda(f, cu, r, dtype, scale, stream, bwd);
