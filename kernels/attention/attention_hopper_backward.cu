@@ -22,8 +22,9 @@
 // there) and delta (0 past seq) into the stage (all 32 lanes, plain loads and
 // stores; the full barrier counts the 32 lanes' arrivals). Consumer
 // warpgroup wg owns keys kv0 + 64 wg .. + 63 and per step runs
-//   S^T  = K Q^T     wgmma m64n64k16, A = K rows, B = Q rows, both K-major smem
-//   dP^T = V dO^T    wgmma m64n64k16, A = V rows, B = dO rows, both K-major
+//   S^T  = K Q^T     wgmma m64n64k16 (m64n128k16 over 128-query steps), A = K
+//                    rows, B = Q rows, both K-major smem
+//   dP^T = V dO^T    the same with A = V rows, B = dO rows
 //                    (one commit group with S^T)
 //   P^T  = exp2(S^T scale log2 e - lse log2 e), 0 where query < key (the steps
 //          that overlap the tile's keys) -- fp32 registers;
@@ -42,8 +43,9 @@
 // 64: kDqStep) stream through
 // the ring from the diagonal down to key tile 0. Consumer warpgroup wg owns
 // queries q0 + 64 wg .. + 63, with its rows' lse and delta in registers:
-//   S  = Q K^T, dP = dO V^T   wgmma m64n64k16, all operands K-major smem;
-//   P, dS = P (dP - delta)    fp32, causal mask on the two diagonal tiles;
+//   S  = Q K^T, dP = dO V^T   wgmma m64n64k16 (m64n128k16 over 128-key steps),
+//                             all operands K-major smem;
+//   P, dS = P (dP - delta)    fp32, causal mask on the diagonal tiles;
 //   dQ += dS K                wgmma m64nDk16, A = dS from registers, B = K
 //                             MN-major (rows are keys = k: transpose flag).
 // Finally dQ * scale, rounded once.
