@@ -343,6 +343,11 @@ internal::Extent cu_seqlens_extent(const int32_t* cu_seqlens, int64_t num_seqs) 
   return internal::plain_extent(cu_seqlens, static_cast<size_t>(num_seqs + 1) * sizeof(int32_t));
 }
 
+// Bytes of one float per query row (lse, delta): batch * heads * seq of them.
+size_t row_floats_bytes(int64_t batch, int64_t heads, int64_t seq) {
+  return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+}
+
 // Whether o or lse overlaps an input or each other (g: the batch geometry or
 // the varlen layout's flat one, whose lse is as large; cu: cu_seqlens_extent).
 bool forward_overlaps(const internal::Geometry& g, DType dtype, const void* o, const float* lse,
@@ -350,7 +355,7 @@ bool forward_overlaps(const internal::Geometry& g, DType dtype, const void* o, c
   const size_t elem = dtype_size(dtype);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   const auto oe = internal::extent(o, g, g.o_row_stride, g.heads, elem);
-  const auto le = internal::plain_extent(lse, static_cast<size_t>(g.batch * g.heads * g.seq) * 4);
+  const auto le = internal::plain_extent(lse, row_floats_bytes(g.batch, g.heads, g.seq));
   return internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve, cu}) || internal::overlap(oe, le);
 }
 
@@ -361,7 +366,7 @@ bool backward_overlaps(const internal::Geometry& g, DType dtype, const void* dq,
                        const void* v, const void* o, const float* lse, const void* workspace,
                        internal::Extent cu) {
   const size_t elem = dtype_size(dtype);
-  const size_t rows_bytes = static_cast<size_t>(g.batch * g.heads * g.seq) * 4;
+  const size_t rows_bytes = row_floats_bytes(g.batch, g.heads, g.seq);
   const auto we = internal::plain_extent(workspace, rows_bytes);
   const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
@@ -539,7 +544,7 @@ KernelStatus attention_varlen_forward_cuda(void* o, float* lse, const void* q, c
 namespace {
 // The fused-dQ scratch starts after delta's rows, rounded up to 256 bytes.
 size_t dq_accum_offset(const internal::Geometry& g) {
-  return (static_cast<size_t>(g.batch * g.heads * g.seq) * sizeof(float) + 255) & ~size_t{255};
+  return (row_floats_bytes(g.batch, g.heads, g.seq) + 255) & ~size_t{255};
 }
 }  // namespace
 
@@ -547,7 +552,7 @@ size_t attention_backward_workspace_bytes(int64_t batch, int64_t heads, int64_t 
                                           int64_t head_dim) {
   if (head_dim <= 64) {
     if (batch <= 0 || heads <= 0 || seq <= 0 || head_dim <= 0) return 0;
-    return static_cast<size_t>(batch * heads * seq) * sizeof(float);
+    return row_floats_bytes(batch, heads, seq);
   }
   return internal::fused_dq_workspace_bytes(batch, heads, seq, head_dim);
 }
@@ -562,7 +567,7 @@ size_t fused_dq_workspace_bytes(int64_t batch, int64_t heads, int64_t seq, int64
 
 size_t attention_varlen_backward_workspace_bytes(int64_t heads, int64_t total_tokens) {
   if (heads <= 0 || total_tokens <= 0) return 0;
-  return static_cast<size_t>(heads * total_tokens) * sizeof(float);
+  return row_floats_bytes(1, heads, total_tokens);
 }
 
 namespace internal {
@@ -606,13 +611,13 @@ KernelStatus attention_backward_cuda_path(
     dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + dq_accum_offset(g));
     const Extent ae = plain_extent(dq_accum, hopper_dq_accum_bytes(g));
     const size_t elem = dtype_size(dtype);
-    const size_t lse_bytes = static_cast<size_t>(g.batch * g.heads * g.seq) * sizeof(float);
     const auto [dqe, dke, dve] = qkv_extents(dq, dk, dv, g, elem);
     const auto [qe, ke, ve] = qkv_extents(q, k, v, g, elem);
     if (outputs_overlap_inputs({ae}, {dqe, dke, dve, qe, ke, ve,
                                       extent(d_o, g, g.o_row_stride, g.heads, elem),
                                       extent(o, g, g.o_row_stride, g.heads, elem),
-                                      plain_extent(lse, lse_bytes)})) {
+                                      plain_extent(lse, row_floats_bytes(g.batch, g.heads,
+                                                                         g.seq))})) {
       return KernelStatus::invalid_argument(
           "attention backward: the workspace overlaps an input or an output");
     }

@@ -730,7 +730,6 @@ KernelStatus backward_cuda(const Problem& p, const DeviceBuffer& dqkv, const Dev
       p.o_stride(), dtype, scale, stream);
 }
 
-// Device buffers of one problem.
 // The device buffers of one forward + backward (batch or varlen layout).
 struct RunBuffers {
   DeviceBuffer qkv, d_o, o, dqkv, lse, ws;
@@ -754,8 +753,9 @@ void upload_and_poison(const RunBuffers& r, const std::vector<uint8_t>& qkv_h,
   for (const DeviceBuffer* b : {&r.o, &r.lse, &r.dqkv, &r.ws}) poison_nan(*b);
 }
 
+// ... of one batch-layout problem, with a workspace enough for every path.
 struct CudaRun : RunBuffers {
-  CudaRun(const Problem& p, DType dtype)  // a workspace enough for every path
+  CudaRun(const Problem& p, DType dtype)
       : RunBuffers(p, dtype, internal::fused_dq_workspace_bytes(p.B, p.H, p.T, p.D)) {}
 };
 
@@ -1101,9 +1101,9 @@ TEST_P(AttentionCudaKernelTest, ForwardMatchesFloat64Reference) {
 
 // The backward over the shapes the Hopper backward's tiles (dK/dV: 128 keys
 // per CTA, 64-query steps (128 at head dim 64); dQ: 128 queries per CTA,
-// 64-key steps (128 at head dim 64)) make
-// interesting: one row, tails inside the first tile (77), across tiles (200,
-// 1000), exact multiples (256); multi-head, grouped 8/2 and 32/8 (the dK/dV
+// 64-key steps (128 at head dim 64)) make interesting: one row, tails inside
+// the first tile (77), across tiles (200, 1000), exact multiples (256), more
+// tiles than SMs (B4 H24 KV8 T130); multi-head, grouped 8/2 and 32/8 (the dK/dV
 // ring crossing query heads), multi-query; padded row strides. check_cuda
 // also poisons the gradients, checks the stride gaps, runs the backward a
 // second time for identical bytes and, grouped, compares dq with repeated kv
