@@ -11,12 +11,13 @@ ChunkUpdater::~ChunkUpdater() {
     stop_ = true;
   }
   changed_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  for (std::thread& w : workers_) w.join();
 }
 
-absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jobs) {
+absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jobs, int lanes) {
   absl::Status earlier = wait_all();
   if (!earlier.ok()) return earlier;
+  if (lanes < 1) return absl::InvalidArgumentError(absl::StrCat("chunk updater: lanes must be >= 1, got ", lanes));
   std::unique_lock<std::mutex> lock(mu_);
   pending_.assign(static_cast<size_t>(chunks), 0);
   for (auto& [c, job] : jobs) {
@@ -30,23 +31,27 @@ absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jo
     queue_.emplace_back(c, std::move(job));
   }
   busy_ = static_cast<int>(queue_.size());
-  if (!worker_.joinable() && busy_ > 0) worker_ = std::thread([this] { run(); });
+  lanes_ = lanes;
+  while (busy_ > 0 && static_cast<int>(workers_.size()) < lanes) {
+    const int lane = static_cast<int>(workers_.size());
+    workers_.emplace_back([this, lane] { run(lane); });
+  }
   lock.unlock();
   changed_.notify_all();
   return absl::OkStatus();
 }
 
-void ChunkUpdater::run() {
+void ChunkUpdater::run(int lane) {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop_
+    changed_.wait(lock, [&] { return stop_ || (!queue_.empty() && lane < lanes_); });
+    if (stop_) return;  // stop_ is set only once nothing is queued or running
     auto [c, job] = std::move(queue_.front());
     queue_.pop_front();
     absl::Status s;
     if (error_.ok()) {  // after a failure the rest only count as finished
       lock.unlock();
-      s = job();
+      s = job(lane);
       lock.lock();
     }
     if (!s.ok() && error_.ok()) error_ = s;

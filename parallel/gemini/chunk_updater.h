@@ -1,25 +1,32 @@
-// colossal::parallel — a step's host-side chunk updates, run on one worker
-// thread in a chosen order so that the caller can go on and wait only for
+// colossal::parallel — a step's host-side chunk updates, run on worker
+// threads in a chosen order so that the caller can go on and wait only for
 // the chunk it needs next.
 //
 // Gemini's `cpu` and `auto` placements keep shards and their Adam state in
-// host memory, where CPU Adam updates them after the backward. Run inline,
-// the next forward starts only when every host chunk is updated. Queued here
-// in the order of the next forward's first uses, the forward's gather of
-// chunk c waits for c alone, so CPU Adam of later chunks overlaps the device
-// work and PCIe copies of earlier ones.
+// host memory, where Adam updates them after the backward. Run inline, the
+// next forward starts only when every host chunk is updated. Queued here in
+// the order of the next forward's first uses, the forward's gather of chunk c
+// waits for c alone, so the updates of later chunks overlap the device work
+// and PCIe copies of earlier ones. With two lanes, two workers take the
+// queue's jobs in turn as each finishes its last (gemini: lane 0 runs CPU
+// Adam, lane 1 has the GPU update the pinned host state), so the faster
+// worker simply takes more chunks.
 //
 //   ChunkUpdater updater;
-//   updater.start(chunks, {{3, [&] { return adam(3); }}, {0, [&] { return adam(0); }}});
+//   updater.start(chunks, {{3, [&](int lane) { return adam(3, lane); }},
+//                          {0, [&](int lane) { return adam(0, lane); }}}, /*lanes=*/2);
 //   COLOSSAL_RETURN_IF_ERROR(updater.wait(3));   // chunk 3 is updated (0 may still run)
 //   COLOSSAL_RETURN_IF_ERROR(updater.wait_all()); // before anything reads every chunk
 //
-// Contract: jobs of one start() run one after another, in the given order, on
-// one thread. A job that fails stops the rest (they count as finished); its
-// error is returned by every wait until wait_all() returns it and clears it.
-// start() requires the previous jobs finished (it waits for them). The
-// destructor waits for running jobs. Not for concurrent callers: one thread
-// calls start / wait / ready.
+// Contract: the jobs of one start() are taken in the given order by `lanes`
+// worker threads, each running one job at a time and passing the job its
+// lane index (0 .. lanes - 1); with one lane they run one after another on
+// one thread. A job that fails stops the rest (jobs not yet taken count as
+// finished; one running on another lane finishes); its error is returned by
+// every wait until wait_all() returns it and clears it. start() requires the
+// previous jobs finished (it waits for them). The destructor waits for
+// running jobs. Not for concurrent callers: one thread calls start / wait /
+// ready.
 #ifndef COLOSSAL_PARALLEL_GEMINI_CHUNK_UPDATER_H_
 #define COLOSSAL_PARALLEL_GEMINI_CHUNK_UPDATER_H_
 
@@ -37,7 +44,7 @@ namespace colossal::parallel {
 
 class ChunkUpdater {
  public:
-  using Job = std::function<absl::Status()>;
+  using Job = std::function<absl::Status(int lane)>;
 
   ChunkUpdater() = default;
   ChunkUpdater(const ChunkUpdater&) = delete;
@@ -45,9 +52,10 @@ class ChunkUpdater {
   ~ChunkUpdater();
 
   // Queues `jobs` (chunk index in [0, chunks), its update), each chunk at most
-  // once. Waits for earlier jobs first; returns their error, if any, without
-  // queueing (the state they left is not one to update further).
-  absl::Status start(int chunks, std::vector<std::pair<int, Job>> jobs);
+  // once, for `lanes` (>= 1) workers. Waits for earlier jobs first; returns
+  // their error, if any, without queueing (the state they left is not one to
+  // update further).
+  absl::Status start(int chunks, std::vector<std::pair<int, Job>> jobs, int lanes = 1);
   // Blocks until chunk c has no queued or running job. The error of a failed job.
   absl::Status wait(int c);
   // Blocks until no job is queued or running; returns and clears the error.
@@ -56,7 +64,7 @@ class ChunkUpdater {
   bool ready(int c);
 
  private:
-  void run();
+  void run(int lane);
 
   std::mutex mu_;
   std::condition_variable changed_;
@@ -65,7 +73,8 @@ class ChunkUpdater {
   int busy_ = 0;               // jobs queued or running
   absl::Status error_;
   bool stop_ = false;
-  std::thread worker_;  // started on the first start()
+  int lanes_ = 1;                     // the workers taking the current jobs
+  std::vector<std::thread> workers_;  // started as start() first asks for them
 };
 
 }  // namespace colossal::parallel

@@ -14,7 +14,7 @@ TEST(ChunkUpdaterTest, RunsJobsInTheGivenOrderOnOneThread) {
   std::vector<int> ran;  // written by the worker only, read after wait_all
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
   for (int c : {2, 0, 3, 1}) {
-    jobs.emplace_back(c, [&ran, c] {
+    jobs.emplace_back(c, [&ran, c](int) {
       ran.push_back(c);
       return absl::OkStatus();
     });
@@ -24,17 +24,51 @@ TEST(ChunkUpdaterTest, RunsJobsInTheGivenOrderOnOneThread) {
   EXPECT_EQ(ran, (std::vector<int>{2, 0, 3, 1}));
 }
 
+// Two lanes: while one lane holds the first job, the other takes every later
+// one in order; each job learns its lane.
+TEST(ChunkUpdaterTest, TwoLanesTakeTheQueueInTurn) {
+  ChunkUpdater updater;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::promise<int> first_lane;
+  std::vector<std::pair<int, int>> others;  // (chunk, lane): written by the free lane only
+  std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
+  jobs.emplace_back(4, [&, gate](int lane) {  // held until the others are done
+    first_lane.set_value(lane);
+    gate.wait();
+    return absl::OkStatus();
+  });
+  for (int c : {2, 0, 3, 1}) {
+    jobs.emplace_back(c, [&others, c](int lane) {
+      others.emplace_back(c, lane);
+      return absl::OkStatus();
+    });
+  }
+  ASSERT_TRUE(updater.start(5, std::move(jobs), /*lanes=*/2).ok());
+  const int held = first_lane.get_future().get();
+  ASSERT_TRUE(held == 0 || held == 1);
+  ASSERT_TRUE(updater.wait(1).ok());  // the last of the others, while the held lane waits
+  const int free_lane = 1 - held;
+  EXPECT_EQ(others, (std::vector<std::pair<int, int>>{
+                        {2, free_lane}, {0, free_lane}, {3, free_lane}, {1, free_lane}}));
+  EXPECT_FALSE(updater.ready(4));
+  release.set_value();
+  ASSERT_TRUE(updater.wait_all().ok());
+  EXPECT_TRUE(updater.ready(4));
+  EXPECT_EQ(updater.start(1, {}, /*lanes=*/0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChunkUpdaterTest, WaitReturnsWhenItsChunkIsDoneWhileLaterOnesRun) {
   ChunkUpdater updater;
   std::promise<void> release;
   std::shared_future<void> gate = release.get_future().share();
   std::atomic<bool> first_done{false};
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
-  jobs.emplace_back(1, [&] {
+  jobs.emplace_back(1, [&](int) {
     first_done = true;
     return absl::OkStatus();
   });
-  jobs.emplace_back(0, [gate] {  // held until the test releases it
+  jobs.emplace_back(0, [gate](int) {  // held until the test releases it
     gate.wait();
     return absl::OkStatus();
   });
@@ -53,8 +87,8 @@ TEST(ChunkUpdaterTest, AFailedJobStopsTheRestAndEveryWaitReportsIt) {
   ChunkUpdater updater;
   std::atomic<int> after{0};
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
-  jobs.emplace_back(0, [] { return absl::InternalError("chunk 0 broke"); });
-  jobs.emplace_back(1, [&] {
+  jobs.emplace_back(0, [](int) { return absl::InternalError("chunk 0 broke"); });
+  jobs.emplace_back(1, [&](int) {
     ++after;
     return absl::OkStatus();
   });
@@ -65,7 +99,7 @@ TEST(ChunkUpdaterTest, AFailedJobStopsTheRestAndEveryWaitReportsIt) {
   EXPECT_EQ(updater.wait_all().message(), "chunk 0 broke");
   EXPECT_TRUE(updater.wait_all().ok());  // cleared
   std::vector<std::pair<int, ChunkUpdater::Job>> again;
-  again.emplace_back(1, [&] {
+  again.emplace_back(1, [&](int) {
     ++after;
     return absl::OkStatus();
   });
@@ -77,11 +111,11 @@ TEST(ChunkUpdaterTest, AFailedJobStopsTheRestAndEveryWaitReportsIt) {
 TEST(ChunkUpdaterTest, StartReportsAnEarlierFailureAndQueuesNothing) {
   ChunkUpdater updater;
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
-  jobs.emplace_back(0, [] { return absl::InternalError("broke"); });
+  jobs.emplace_back(0, [](int) { return absl::InternalError("broke"); });
   ASSERT_TRUE(updater.start(1, std::move(jobs)).ok());
   bool ran = false;
   std::vector<std::pair<int, ChunkUpdater::Job>> next;
-  next.emplace_back(0, [&] {
+  next.emplace_back(0, [&](int) {
     ran = true;
     return absl::OkStatus();
   });
@@ -92,7 +126,7 @@ TEST(ChunkUpdaterTest, StartReportsAnEarlierFailureAndQueuesNothing) {
 
 TEST(ChunkUpdaterTest, RejectsAChunkOutOfRangeOrTwice) {
   ChunkUpdater updater;
-  auto ok = [] { return absl::OkStatus(); };
+  auto ok = [](int) { return absl::OkStatus(); };
   std::vector<std::pair<int, ChunkUpdater::Job>> twice = {{0, ok}, {0, ok}};
   EXPECT_EQ(updater.start(2, std::move(twice)).code(), absl::StatusCode::kInvalidArgument);
   std::vector<std::pair<int, ChunkUpdater::Job>> outside = {{2, ok}};
@@ -106,7 +140,7 @@ TEST(ChunkUpdaterTest, DestructionWaitsForRunningJobs) {
   {
     ChunkUpdater updater;
     std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
-    jobs.emplace_back(0, [&] {
+    jobs.emplace_back(0, [&](int) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       finished = true;
       return absl::OkStatus();

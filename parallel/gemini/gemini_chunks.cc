@@ -12,6 +12,7 @@
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/multi_tensor/multi_tensor.h"
 #include "parallel/gemini/gemini_state.h"
 
 namespace colossal::parallel {
@@ -414,6 +415,30 @@ absl::Status GeminiPlugin::State::fold(int c) {
   return absl::OkStatus();
 }
 
+absl::Status GeminiPlugin::State::norm_before_download(int c, const core::Tensor& part) {
+#if COLOSSAL_WITH_CUDA
+  GeminiChunk& k = chunks[c];
+  const kernels::multi_tensor::TensorRef ref{part.raw_data(), k.shard_size};
+  const int64_t bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(&ref, 1);
+  if (!chunk_norms.defined()) {
+    COLOSSAL_ASSIGN_OR_RETURN(chunk_norms, core::Tensor::empty({2 * static_cast<int64_t>(chunks.size())},
+                                                               core::DType::kF32, stream));
+  }
+  if (!norm_scratch.defined() || norm_scratch.numel() < bytes) {
+    COLOSSAL_ASSIGN_OR_RETURN(norm_scratch, core::Tensor::empty({bytes}, core::DType::kU8, stream));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor slot, chunk_norms.slice(2 * c, 2 * c + 2));
+  COLOSSAL_RETURN_IF_ERROR(slot.set_zero(stream));  // the flag is only ever set
+  float* out = slot.data<float>();
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      kernels::multi_tensor::l2_norm_cuda(out, nullptr, out + 1, nullptr, &ref, norm_scratch.raw_data(),
+                                          bytes, 1, dtype, 0.0f, stream.handle()),
+      absl::StrCat("gemini: the gradient norm of chunk ", c)));
+  k.norm_on_device = true;
+#endif
+  return absl::OkStatus();
+}
+
 void GeminiPlugin::State::retire_downloads(bool wait) {
   while (!downloads.empty() && (wait || downloads.front().done.query())) {
     downloads.front().done.synchronize();
@@ -479,11 +504,13 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     reduced_event.wait(grad_stream->get());
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
     if (k.grad_zero) {
+      COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
       COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
     } else {
       COLOSSAL_ASSIGN_OR_RETURN(k.staging, zeros(k.shard_size, dtype, /*on_device=*/false));
       COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
       k.staged = true;
+      k.norm_on_device = false;  // the host sums the parts: the step takes the norm there
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
     landed.record(grad_stream->get());

@@ -14,7 +14,10 @@
 //     into a `cuda` run and give back the same state bitwise, and a resumed
 //     run (same placement) equals an uninterrupted one bitwise.
 //   * max_prefetch (host chunks copied in ahead on a copy stream) changes
-//     nothing: the same losses and weights bitwise.
+//     nothing: the same losses and weights bitwise; nor does the GPU's share
+//     of the host chunks' Adam (gpu_shares_host_adam);
+//   * one micro-batch a step (cpu placement): the host chunks' gradient
+//     norms are taken on the device before the download.
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
@@ -86,6 +89,7 @@ struct GpuRun {
   std::vector<float> loss, norm;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
+  int64_t gpu_host_updates = 0;
   nn::OptimizerStateDict optimizer;
   std::optional<nn::ParameterStore> model;
 };
@@ -95,6 +99,7 @@ struct GpuSpec {
   GeminiOptions gemini;
   DType dtype = DType::kF32;
   int world = 1;
+  int micro = kGpuMicro;  // micro-batches a step (1: no host-side accumulation)
   int first_step = 0, steps = kGpuSteps;
   const nn::ParameterStore* load_model = nullptr;
   const nn::OptimizerStateDict* load_optimizer = nullptr;
@@ -171,14 +176,14 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
   for (int step = spec.first_step; step < spec.first_step + spec.steps; ++step) {
     ASSERT_TRUE(booster.zero_grad().ok());
     double sum = 0;
-    for (int i = 0; i < kGpuMicro; ++i) {
+    for (int i = 0; i < spec.micro; ++i) {
       const nn::MicroBatch mb = micro_batch(step, rank, i);
       auto tokens = *mb.tokens.to(dev, stream);
       auto targets = *mb.targets.to(dev, stream);
       auto fwd = booster.forward(*ctx, *model, tokens);
       ASSERT_TRUE(fwd.ok()) << fwd.status();
       nn::CrossEntropyOptions co;
-      co.dloss = 1.0f / kGpuMicro;
+      co.dloss = 1.0f / spec.micro;
       auto ce = nn::cross_entropy(*ctx, fwd->output, targets, gpu_config().vocab_size, co);
       ASSERT_TRUE(ce.ok()) << ce.status();
       auto dx = booster.backward(*ctx, *model, *fwd->saved, ce->dlogits);
@@ -188,7 +193,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     }
     auto r = booster.step({.max_norm = kGpuMaxNorm});
     ASSERT_TRUE(r.ok()) << r.status();
-    out->loss.push_back(static_cast<float>(sum / kGpuMicro));
+    out->loss.push_back(static_cast<float>(sum / spec.micro));
     out->norm.push_back(r->grad_norm);
   }
   auto weights = booster.model_state_dict(-1, stream);
@@ -201,6 +206,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
   if (gemini != nullptr) {
     out->on_device = gemini->chunks_on_device();
     out->chunks = static_cast<int>(gemini->layout().chunks.size());
+    out->gpu_host_updates = gemini->gpu_host_updates();
   }
   stream.synchronize();
   out->done = true;
@@ -223,6 +229,7 @@ struct GpuCase {
   std::string placement;
   DType dtype;
   int world;
+  int micro = kGpuMicro;
 };
 
 class GeminiCuda : public ::testing::TestWithParam<GpuCase> {};
@@ -234,6 +241,7 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
   ref_spec.plugin = "zero2";
   ref_spec.dtype = c.dtype;
   ref_spec.world = c.world;
+  ref_spec.micro = c.micro;
   const std::vector<GpuRun> ref = run_gpu(ref_spec);
   GpuSpec spec = ref_spec;
   spec.plugin = "gemini";
@@ -298,11 +306,33 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(GpuCase{"cuda", DType::kF32, 1}, GpuCase{"cuda", DType::kBF16, 1},
                       GpuCase{"cpu", DType::kF32, 1}, GpuCase{"cpu", DType::kBF16, 1},
                       GpuCase{"auto", DType::kBF16, 1}, GpuCase{"cuda", DType::kBF16, 2},
-                      GpuCase{"cpu", DType::kBF16, 2}, GpuCase{"auto", DType::kF32, 2}),
+                      GpuCase{"cpu", DType::kBF16, 2}, GpuCase{"auto", DType::kF32, 2},
+                      // One micro-batch: host chunks' norms are taken on the device.
+                      GpuCase{"cpu", DType::kF32, 1, 1}, GpuCase{"cpu", DType::kBF16, 1, 1}),
     [](const ::testing::TestParamInfo<GpuCase>& info) {
       return absl::StrCat(info.param.placement, "_", core::dtype_name(info.param.dtype), "_w",
-                          info.param.world);
+                          info.param.world, info.param.micro == 1 ? "_m1" : "");
     });
+
+// The GPU's share of the host chunks' Adam (the updater's second lane) gives
+// CPU Adam's results bitwise (the CUDA and CPU Adam are bit-identical), and
+// it does take chunks.
+TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
+  COLOSSAL_REQUIRE_GPU();
+  GpuSpec a;
+  a.dtype = DType::kBF16;
+  a.gemini = gpu_chunks("cpu");
+  a.gemini.gpu_shares_host_adam = false;
+  const std::vector<GpuRun> cpu_alone = run_gpu(a);
+  a.gemini.gpu_shares_host_adam = true;
+  const std::vector<GpuRun> shared = run_gpu(a);
+  ASSERT_TRUE(cpu_alone[0].done && shared[0].done);
+  EXPECT_EQ(cpu_alone[0].gpu_host_updates, 0);
+  EXPECT_GT(shared[0].gpu_host_updates, 0);
+  EXPECT_EQ(shared[0].loss, cpu_alone[0].loss);
+  EXPECT_EQ(shared[0].weights, cpu_alone[0].weights);
+  testing::expect_same_tensors(shared[0].optimizer, cpu_alone[0].optimizer);
+}
 
 TEST(GeminiCudaPrefetch, ChangesNothing) {
   COLOSSAL_REQUIRE_GPU();

@@ -73,6 +73,7 @@ int64_t GeminiPlugin::device_bytes() const { return state_->device_used; }
 int64_t GeminiPlugin::peak_device_bytes() const { return state_->device_peak; }
 int64_t GeminiPlugin::gathers() const { return state_->gathers; }
 int64_t GeminiPlugin::evictions() const { return state_->evictions; }
+int64_t GeminiPlugin::gpu_host_updates() const { return state_->gpu_host_updates.load(); }
 int GeminiPlugin::chunks_on_device() const {
   int n = 0;
   for (const GeminiChunk& k : state_->chunks) n += k.on_device;
@@ -328,6 +329,7 @@ absl::Status GeminiPlugin::zero_grad() {
       k.staged = false;
     }
     k.grad_zero = true;
+    k.norm_on_device = false;
   }
   return absl::OkStatus();
 }

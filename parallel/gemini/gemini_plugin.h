@@ -68,9 +68,11 @@
 // 16-bit shard crosses PCIe to be gathered (max_prefetch chunks ahead on a
 // copy stream), its reduced 16-bit gradients cross back on a stream of their
 // own, and CPU Adam (cpu_threads) updates it on a worker thread after step()
-// returns, chunk by chunk in the next forward's order (chunk_updater.h): a
+// returns, chunk by chunk in the next forward's order (chunk_updater.h), with
+// the GPU updating every chunk a second worker takes (gpu_shares_host_adam): a
 // gather waits for its own chunk only; checkpoints and the next step wait for
-// all. The step's one host sync reads the norm. Per parameter: 16 bytes for a
+// all. The step's one host sync reads the norm (a host chunk's gradient norm
+// is taken on the device before its download). Per parameter: 16 bytes for a
 // 16-bit model (value 2, master 4, moments 8, gradient 2) wherever the shard
 // lives, divided by the group, plus the gathered chunks and their gradients
 // while in use. One rank keeps each chunk whole: the gathered chunk is the
@@ -127,6 +129,12 @@ struct GeminiOptions {
   std::function<int64_t()> non_model_bytes;
   // CPU Adam's OpenMP threads for host-resident shards (0: OpenMP's default).
   int cpu_threads = 0;
+  // CUDA: the GPU takes a share of the host chunks' Adam (colossal's own
+  // setting): a second worker has the CUDA Adam kernel update a chunk's pinned
+  // host state in place over PCIe while CPU Adam updates another; each takes
+  // the next chunk of the queue as it finishes, so the split follows their
+  // speeds. Results are bitwise those of CPU Adam alone. false: CPU Adam alone.
+  bool gpu_shares_host_adam = true;
   // CUDA: host chunks of the recorded order copied to the device this many
   // chunks ahead, on a copy stream (Colossal-AI's max_prefetch; 0: at use).
   int max_prefetch = 0;
@@ -187,6 +195,8 @@ class GeminiPlugin : public Plugin {
   int64_t gathers() const;
   // Chunks moved from the device to the host to make room.
   int64_t evictions() const;
+  // Host chunks' Adam updates the GPU ran (gpu_shares_host_adam) since materialize.
+  int64_t gpu_host_updates() const;
 
   struct State;
 

@@ -5,6 +5,7 @@
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <cstdint>
 #include <memory>
@@ -51,6 +52,11 @@ struct GeminiChunk {
   // overwrites grad (zero_grad itself writes nothing, so it need not wait for
   // the host update that may still read grad).
   bool grad_zero = true;
+  // CUDA, host chunk reduced once since zero_grad: its gradient shard's norm
+  // was taken on the device before the download (State::chunk_norms), so the
+  // step need not read the shard on the host. Cleared when a later
+  // micro-batch's part is staged (the host adds it: the norm changes).
+  bool norm_on_device = false;
   // CUDA, host chunks: a later micro-batch's reduced gradients cross PCIe
   // into this pinned buffer (16 bits) and are added into grad on the host
   // (fold); the first one lands in grad directly.
@@ -108,7 +114,16 @@ struct GeminiPlugin::State {
   // Frees the sources of landed downloads; with wait, waits for all first
   // (before the host reads or drops what they wrote).
   void retire_downloads(bool wait);
+  // CUDA: per chunk, the device-taken norm of its gradient shard and an
+  // inf/NaN flag [2 * chunks] (norm_before_download), and the norm kernel's
+  // scratch (reused: every norm runs on `stream`).
+  core::Tensor chunk_norms, norm_scratch;
+  absl::Status norm_before_download(int c, const core::Tensor& part);
   std::optional<core::OwnedStream> copy_stream;  // CUDA: prefetches (max_prefetch > 0)
+  // CUDA: the GPU's share of the host chunks' Adam (gpu_shares_host_adam):
+  // its stream, and the chunk updates it ran (counted on the updater's lane).
+  std::optional<core::OwnedStream> host_adam_stream;
+  std::atomic<int64_t> gpu_host_updates{0};
   bool materialized = false, boosted = false;
   ChunkLayout layout;
   std::vector<GeminiChunk> chunks;

@@ -3,12 +3,16 @@
 // grad_scale, the device shards updated by the CUDA Adam kernel and the host
 // shards by CPU Adam, which writes the 16-bit values the next gather copies in.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
+#include "core/device/device.h"
+#include "core/device/stream.h"
 #include "core/status/status.h"
 #include "kernels/adam/adam.h"
 #include "kernels/elementwise/elementwise.h"
@@ -30,9 +34,15 @@ struct NormParts {
 absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
   NormParts out;
   std::vector<kernels::multi_tensor::TensorRef> device, host;
-  for (const GeminiChunk& k : s.chunks) {
+  std::vector<int> taken;  // host chunks whose norm the device took before the download
+  for (size_t c = 0; c < s.chunks.size(); ++c) {
+    const GeminiChunk& k = s.chunks[c];
     if (!k.sharded && s.rank() != 0) continue;
-    (s.cuda && k.on_device ? device : host).push_back({k.grad.raw_data(), k.shard_size});
+    if (k.norm_on_device) {
+      taken.push_back(static_cast<int>(c));
+    } else {
+      (s.cuda && k.on_device ? device : host).push_back({k.grad.raw_data(), k.shard_size});
+    }
   }
   if (!host.empty()) {
     float norm = 0.0f, found_inf = 0.0f;
@@ -63,6 +73,15 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
     const double norm = h.data<float>()[0];
     out.sum += norm * norm;
     out.non_finite = out.non_finite || h.data<float>()[1] != 0.0f || !std::isfinite(norm);
+  }
+  if (!taken.empty()) {  // the step synchronized the stream: the norms are in
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, s.chunk_norms.to(core::Device::cpu(), s.stream));
+    s.stream.synchronize();
+    for (int c : taken) {
+      const double norm = h.data<float>()[2 * c];
+      out.sum += norm * norm;
+      out.non_finite = out.non_finite || h.data<float>()[2 * c + 1] != 0.0f || !std::isfinite(norm);
+    }
   }
 #endif
   return out;
@@ -113,6 +132,27 @@ std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float g
   }
   return out;
 }
+
+#if COLOSSAL_WITH_CUDA
+// A host chunk's Adam on the GPU (the updater's lane 1): the kernel reads and
+// writes the pinned host state through its UVA address, so PCIe carries the
+// chunk's state both ways (no staging copies). Waits on the host by polling
+// (a blocking sync would spin a core CPU Adam uses).
+absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
+                           kernels::DType copy, const core::Stream& stream) {
+  core::DeviceGuard guard(stream.device());  // the worker thread's device
+  for (const AdamCall& a : calls) {
+    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+        kernels::adam::adam_step_cuda(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
+                                      a.count, dtype, copy, a.options, stream.handle()),
+        absl::StrCat("gemini: Adam step of chunk ", c, " on the GPU, group ", a.group)));
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
+  done.record(stream);
+  while (!done.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  return absl::OkStatus();
+}
+#endif
 
 // The host-updated chunks in the order of the next forward's first uses
 // (the recorded forward order), then any the forward does not use.
@@ -194,11 +234,31 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
     }
   }
 #endif
-  // The host shards: CPU Adam on the updater's thread, chunk by chunk in the
+  // The host shards: Adam on the updater's workers, chunk by chunk in the
   // next forward's order; the forward's gathers wait for their chunk only.
+  // Lane 0 runs CPU Adam; lane 1 (CUDA) has the Adam kernel read and write
+  // the chunk's pinned host state in place (UVA) and waits for it.
+  const int lanes = s.cuda && s.options.gpu_shares_host_adam ? 2 : 1;
+#if COLOSSAL_WITH_CUDA
+  if (lanes == 2 && !s.host_adam_stream.has_value()) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream hs, core::OwnedStream::create(s.stream.device()));
+    s.host_adam_stream.emplace(std::move(hs));
+  }
+  const core::Stream device_stream = lanes == 2 ? s.host_adam_stream->get() : s.stream;
+#endif
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
   for (int c : host_update_order(s)) {
-    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu] {
+    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu
+#if COLOSSAL_WITH_CUDA
+                          , device_stream, counter = &s.gpu_host_updates
+#endif
+    ](int lane) -> absl::Status {
+#if COLOSSAL_WITH_CUDA
+      if (lane == 1) {
+        ++*counter;
+        return device_update(c, calls, dtype, copy, device_stream);
+      }
+#endif
       for (const AdamCall& a : calls) {
         COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
             kernels::adam::adam_step_cpu(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
@@ -208,7 +268,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
       return absl::OkStatus();
     });
   }
-  COLOSSAL_RETURN_IF_ERROR(s.updater.start(static_cast<int>(s.chunks.size()), std::move(jobs)));
+  COLOSSAL_RETURN_IF_ERROR(s.updater.start(static_cast<int>(s.chunks.size()), std::move(jobs), lanes));
   if (s.options.placement_policy == "auto" && !s.auto_placed) {
     COLOSSAL_RETURN_IF_ERROR(s.settle());  // the warm-up step's placement moves updated chunks
     COLOSSAL_RETURN_IF_ERROR(s.place_auto());
