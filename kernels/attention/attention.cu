@@ -359,15 +359,16 @@ bool forward_overlaps(const internal::Geometry& g, DType dtype, const void* o, c
   return internal::outputs_overlap_inputs({oe, le}, {qe, ke, ve, cu}) || internal::overlap(oe, le);
 }
 
-// Whether dq, dk, dv or the workspace overlaps an input, or the workspace
-// overlaps dq, dk or dv (g and cu as forward_overlaps').
+// Whether dq, dk, dv or the workspace's first workspace_bytes overlap an
+// input, or the workspace overlaps dq, dk or dv (g and cu as
+// forward_overlaps').
 bool backward_overlaps(const internal::Geometry& g, DType dtype, const void* dq, const void* dk,
                        const void* dv, const void* d_o, const void* q, const void* k,
                        const void* v, const void* o, const float* lse, const void* workspace,
-                       internal::Extent cu) {
+                       size_t workspace_bytes, internal::Extent cu) {
   const size_t elem = dtype_size(dtype);
   const size_t rows_bytes = row_floats_bytes(g.batch, g.heads, g.seq);
-  const auto we = internal::plain_extent(workspace, rows_bytes);
+  const auto we = internal::plain_extent(workspace, workspace_bytes);
   const auto [dqe, dke, dve] = internal::qkv_extents(dq, dk, dv, g, elem);
   const auto [qe, ke, ve] = internal::qkv_extents(q, k, v, g, elem);
   return internal::outputs_overlap_inputs(
@@ -587,13 +588,6 @@ KernelStatus attention_backward_cuda_path(
         "attention backward: the Hopper kernels need a compute capability 9.0 device");
   }
   if (g.empty()) return s;
-  if (backward_overlaps(g, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
-                        cu_seqlens_extent(nullptr, 0))) {
-    return KernelStatus::invalid_argument(
-        "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
-  }
-  Params p = common_params(g, q, k, v, scale, mask);
-  set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
   const bool hopper_path = path == BackwardPath::kHopper || path == BackwardPath::kHopperFusedDq;
   if (hopper_path && !hopper_backward_supports(g, dtype)) {
     return KernelStatus::unsupported("attention backward: problem outside the Hopper kernels");
@@ -606,25 +600,21 @@ KernelStatus attention_backward_cuda_path(
   // attention_backward_workspace_bytes includes the parts).
   const bool fused = path == BackwardPath::kHopperFusedDq ||
                      (path == BackwardPath::kAuto && hopper && head_dim > 64);
-  float* dq_accum = nullptr;
-  if (fused) {
-    dq_accum = reinterpret_cast<float*>(static_cast<char*>(workspace) + dq_accum_offset(g));
-    const Extent ae = plain_extent(dq_accum, hopper_dq_accum_bytes(g));
-    const size_t elem = dtype_size(dtype);
-    const auto [dqe, dke, dve] = qkv_extents(dq, dk, dv, g, elem);
-    const auto [qe, ke, ve] = qkv_extents(q, k, v, g, elem);
-    if (outputs_overlap_inputs({ae}, {dqe, dke, dve, qe, ke, ve,
-                                      extent(d_o, g, g.o_row_stride, g.heads, elem),
-                                      extent(o, g, g.o_row_stride, g.heads, elem),
-                                      plain_extent(lse, row_floats_bytes(g.batch, g.heads,
-                                                                         g.seq))})) {
-      return KernelStatus::invalid_argument(
-          "attention backward: the workspace overlaps an input or an output");
-    }
+  // The workspace: delta's rows, and after them the fused dQ's parts.
+  const size_t workspace_bytes = fused ? dq_accum_offset(g) + hopper_dq_accum_bytes(g)
+                                       : row_floats_bytes(g.batch, g.heads, g.seq);
+  if (backward_overlaps(g, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace, workspace_bytes,
+                        cu_seqlens_extent(nullptr, 0))) {
+    return KernelStatus::invalid_argument(
+        "attention backward: dq, dk, dv or the workspace overlaps an input or each other");
   }
-  const bool fallback = automatic;
+  Params p = common_params(g, q, k, v, scale, mask);
+  set_backward(p, dq, dk, dv, d_o, o, lse, workspace);
+  float* dq_accum = fused ? reinterpret_cast<float*>(static_cast<char*>(workspace) +
+                                                     dq_accum_offset(g))
+                          : nullptr;
   return dispatch(dtype, head_dim, [&](auto tag, auto dim) {
-    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, hopper, fallback, g,
+    return backward_typed<decltype(tag), decltype(dim)::value>(p, stream, hopper, automatic, g,
                                                                dtype, dq_accum);
   });
 }
@@ -665,6 +655,7 @@ KernelStatus attention_varlen_backward_cuda_path(
   }
   if (flat.empty()) return s;
   if (backward_overlaps(flat, dtype, dq, dk, dv, d_o, q, k, v, o, lse, workspace,
+                        attention_varlen_backward_workspace_bytes(heads, total_tokens),
                         cu_seqlens_extent(cu_seqlens, num_seqs))) {
     return KernelStatus::invalid_argument(
         "attention backward: dq, dk, dv or the workspace overlaps an input or each other");

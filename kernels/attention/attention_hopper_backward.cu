@@ -258,7 +258,7 @@ __device__ __forceinline__ void dkdv_produce(const KvShared<D>& sh, const CUtens
       if (it >= kStages) mbar_wait(sh.bar(kKvBarEmpty + s), ((it / kStages) - 1) & 1);
       const int q0 = i * kStep;
       float* st = sh.stats + s * 2 * kStep;
-#pragma unroll 2
+#pragma unroll
       for (int e = lane; e < kStep; e += 32) {
         const int row = q0 + e;
         st[e] = row < sv.len ? p.lse[rows + row] * kLog2e : INFINITY;

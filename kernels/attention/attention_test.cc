@@ -1740,6 +1740,26 @@ TEST(AttentionCudaTest, RejectsBadArguments) {
             internal::hopper_device() ? Code::kOk : Code::kUnsupported);
   EXPECT_EQ(bwd_path(BackwardPath::kHopper, grads, 64, DType::kF16),
             internal::hopper_device() ? Code::kOk : Code::kUnsupported);
+  // The fused dQ's parts follow delta's rows in the workspace (at 256 bytes):
+  // a workspace whose rows are clear of the inputs but whose parts run into
+  // o and dO is refused where the parts are used (kHopperFusedDq, and kAuto
+  // at head_dim 128 on Hopper), and fine for the deterministic kernels.
+  auto bwd_ws = [&](BackwardPath path, uint8_t* workspace) {
+    return internal::causal_attention_backward_cuda_path(path, grads, grads + 2048, grads + 4096,
+                                                         o, b, b, b, o, lse, workspace, 1, 1, 1,
+                                                         8, 128, 128, 128, DType::kBF16, 0.1f,
+                                                         nullptr)
+        .code();
+  };
+  uint8_t* parts_into_o = o - 1024;
+  EXPECT_EQ(bwd_ws(BackwardPath::kHopperFusedDq, parts_into_o),
+            internal::hopper_device() ? Code::kInvalidArgument : Code::kUnsupported);
+  EXPECT_EQ(bwd_ws(BackwardPath::kAuto, parts_into_o),
+            internal::hopper_device() ? Code::kInvalidArgument : Code::kOk);
+  EXPECT_EQ(bwd_ws(BackwardPath::kHopper, parts_into_o),
+            internal::hopper_device() ? Code::kOk : Code::kUnsupported);
+  EXPECT_EQ(bwd_ws(BackwardPath::kHopperFusedDq, ws),
+            internal::hopper_device() ? Code::kOk : Code::kUnsupported);
   CUDA_OK(cudaDeviceSynchronize());
   // heads (4) not a multiple of kv_heads.
   for (int64_t kv : {int64_t{3}, int64_t{0}, int64_t{8}}) {
