@@ -1,7 +1,8 @@
 // The gemini plugin's optimizer step (see the header): the global norm over
 // every rank's gradient shards, clipping and loss scaling folded into Adam's
 // grad_scale, the device shards updated by the CUDA Adam kernel and the host
-// shards by CPU Adam, which writes the 16-bit values the next gather copies in.
+// shards by CPU Adam and (CUDA) the GPU's share of it on the updater's two
+// lanes, which write the 16-bit values the next gather copies in.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -239,20 +240,15 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   // Lane 0 runs CPU Adam; lane 1 (CUDA) has the Adam kernel read and write
   // the chunk's pinned host state in place (UVA) and waits for it.
   const int lanes = s.cuda && s.options.gpu_shares_host_adam ? 2 : 1;
-#if COLOSSAL_WITH_CUDA
   if (lanes == 2 && !s.host_adam_stream.has_value()) {
     COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream hs, core::OwnedStream::create(s.stream.device()));
     s.host_adam_stream.emplace(std::move(hs));
   }
   const core::Stream device_stream = lanes == 2 ? s.host_adam_stream->get() : s.stream;
-#endif
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
   for (int c : host_update_order(s)) {
-    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu
-#if COLOSSAL_WITH_CUDA
-                          , device_stream, counter = &s.gpu_host_updates
-#endif
-    ](int lane) -> absl::Status {
+    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu,
+                          device_stream, counter = &s.gpu_host_updates](int lane) -> absl::Status {
 #if COLOSSAL_WITH_CUDA
       if (lane == 1) {
         ++*counter;
