@@ -45,17 +45,11 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
       (s.cuda && k.on_device ? device : host).push_back({k.grad.raw_data(), k.shard_size});
     }
   }
-  if (!host.empty()) {
-    float norm = 0.0f, found_inf = 0.0f;
-    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-        kernels::multi_tensor::l2_norm_cpu(&norm, nullptr, &found_inf, nullptr, host.data(),
-                                           static_cast<int64_t>(host.size()), s.dtype, 0.0f,
-                                           s.options.cpu_threads),
-        "gemini: gradient norm"));
-    out.sum += double(norm) * norm;
-    out.non_finite = found_inf != 0.0f || !std::isfinite(norm);
-  }
 #if COLOSSAL_WITH_CUDA
+  // The device's share first (the device-resident shards' norm, and the norms
+  // taken before the downloads), copied back on the stream; the host's pass
+  // runs meanwhile; one sync reads both.
+  core::Tensor device_norm, taken_norms;
   if (!device.empty()) {
     const int64_t n = static_cast<int64_t>(device.size());
     const int64_t scratch_bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(device.data(), n);
@@ -69,21 +63,33 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
         kernels::multi_tensor::l2_norm_cuda(p, nullptr, p + 1, nullptr, device.data(), scratch.raw_data(),
                                             scratch_bytes, n, s.dtype, 0.0f, s.stream.handle()),
         "gemini: gradient norm"));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, d.to(core::Device::cpu(), s.stream));
-    s.stream.synchronize();
-    const double norm = h.data<float>()[0];
+    COLOSSAL_ASSIGN_OR_RETURN(device_norm, d.to(core::Device::cpu(), s.stream));
+  }
+  if (!taken.empty()) {
+    COLOSSAL_ASSIGN_OR_RETURN(taken_norms, s.chunk_norms.to(core::Device::cpu(), s.stream));
+  }
+#endif
+  if (!host.empty()) {
+    float norm = 0.0f, found_inf = 0.0f;
+    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+        kernels::multi_tensor::l2_norm_cpu(&norm, nullptr, &found_inf, nullptr, host.data(),
+                                           static_cast<int64_t>(host.size()), s.dtype, 0.0f,
+                                           s.options.cpu_threads),
+        "gemini: gradient norm"));
+    out.sum += double(norm) * norm;
+    out.non_finite = found_inf != 0.0f || !std::isfinite(norm);
+  }
+#if COLOSSAL_WITH_CUDA
+  if (device.empty() && taken.empty()) return out;
+  s.stream.synchronize();
+  // (norm, inf/NaN flag) pairs: the device-resident shards' one, then each taken chunk's.
+  auto add = [&out](const float* pair) {
+    const double norm = pair[0];
     out.sum += norm * norm;
-    out.non_finite = out.non_finite || h.data<float>()[1] != 0.0f || !std::isfinite(norm);
-  }
-  if (!taken.empty()) {  // the step synchronized the stream: the norms are in
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, s.chunk_norms.to(core::Device::cpu(), s.stream));
-    s.stream.synchronize();
-    for (int c : taken) {
-      const double norm = h.data<float>()[2 * c];
-      out.sum += norm * norm;
-      out.non_finite = out.non_finite || h.data<float>()[2 * c + 1] != 0.0f || !std::isfinite(norm);
-    }
-  }
+    out.non_finite = out.non_finite || pair[1] != 0.0f || !std::isfinite(norm);
+  };
+  if (device_norm.defined()) add(device_norm.data<float>());
+  for (int c : taken) add(taken_norms.data<float>() + 2 * c);
 #endif
   return out;
 }
