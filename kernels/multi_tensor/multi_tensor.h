@@ -19,6 +19,10 @@
 // sets found_inf when any input or output value is inf or NaN (e.g. a float32
 // gradient that overflows a float16 output).
 //
+// accumulate (CPU only): acc[i] += part[i] for every tensor, and the l2 norm of
+// the results in the same pass (gradient accumulation in host memory, which
+// then needs no second read of the sums for clipping).
+//
 // found_inf (nullable) is a float flag owned by the caller: these functions only
 // ever set it to 1.0f and never clear it, so one flag can collect several calls
 // (zero it at the start of a step). CPU functions take host pointers for every
@@ -81,6 +85,23 @@ KernelStatus l2_norm_cpu(float* global_norm, float* per_tensor_norms, float* fou
 KernelStatus scale_cpu(float* found_inf, const ScaleTensor* tensors, const float* scale_factor,
                        int64_t num_tensors, DType in_dtype, DType out_dtype, float scale,
                        int num_threads = 0);
+
+// One tensor of accumulate: acc[0..n) += part[0..n).
+struct AccumulateTensor {
+  void* acc;
+  const void* part;
+  int64_t n;
+};
+
+// CPU accumulate: acc[i] = acc[i] + part[i] for every tensor (math in float,
+// double for float64; one rounding to `dtype`, as elementwise's binary add),
+// and, in the same pass, global_norm (nullable): the l2 norm of every result,
+// summed as l2_norm_cpu sums (in double per piece, the pieces in order: the
+// same bits for any num_threads); found_inf (nullable) set to 1 when a result
+// is inf or NaN. acc and part must not overlap. A gradient-accumulation step
+// that also yields the sum's norm without reading the sum again.
+KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
+                            int64_t num_tensors, DType dtype, int num_threads = 0);
 
 // Device scratch l2_norm_cuda needs for this tensor list (chunk sums and a table).
 int64_t l2_norm_cuda_scratch_bytes(const TensorRef* tensors, int64_t num_tensors);

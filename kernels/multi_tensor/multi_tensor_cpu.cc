@@ -1,7 +1,9 @@
-// CPU multi-tensor L2 norm and scale: the reference and the CPU backend.
+// CPU multi-tensor L2 norm, scale and accumulate (+= with the sum's norm): the
+// reference and the CPU backend.
 //
 // Work is cut into pieces of kPiece elements (never spanning two tensors) that
-// OpenMP threads take in a static schedule. l2_norm sums each piece in double (an
+// OpenMP threads take in a static schedule. l2_norm (and accumulate, of its
+// results) sums each piece in double (an
 // `omp simd` reduction: its lane order is fixed when the binary is compiled), then
 // the piece sums of each tensor in order, then the tensor sums in order: the result
 // depends on neither the thread count nor the schedule. A piece whose double sum is not finite is
@@ -72,32 +74,46 @@ double sum_squares(const T* x, int64_t n, bool* bad) {
   return sum;
 }
 
-template <typename T>
-KernelStatus l2_norm_typed(float* global_norm, float* per_tensor_norms, float* found_inf,
-                           float* clip_coef, const TensorRef* tensors, int64_t num_tensors,
-                           float max_norm, int num_threads) {
+// tensors[0..num_tensors) (each with an element count n) cut into pieces of
+// at most kPiece elements, in tensor order.
+template <typename Tensor>
+std::vector<Piece> cut_pieces(const Tensor* tensors, int64_t num_tensors) {
   std::vector<Piece> pieces;
   for (int64_t t = 0; t < num_tensors; ++t) {
     for (int64_t b = 0; b < tensors[t].n; b += kPiece) {
       pieces.push_back({t, b, std::min(tensors[t].n, b + kPiece)});
     }
   }
+  return pieces;
+}
+
+// (*sums)[i] = sum_of(pieces[i], &flag), (*bad)[i] = flag, the pieces taken by
+// OpenMP threads in a static schedule.
+template <typename F>
+void sum_pieces(const std::vector<Piece>& pieces, int num_threads, std::vector<double>* sums,
+                std::vector<char>* bad, F&& sum_of) {
   const int64_t count = static_cast<int64_t>(pieces.size());
-  std::vector<double> sums(count);
-  std::vector<char> bad(count);
+  sums->assign(count, 0.0);
+  bad->assign(count, 0);
   const int threads = thread_count(num_threads, count);
 #pragma omp parallel for schedule(static) num_threads(threads) if (count > 1)
   for (int64_t i = 0; i < count; ++i) {
-    const Piece& w = pieces[i];
     bool b = false;
-    sums[i] = sum_squares(static_cast<const T*>(tensors[w.tensor].data) + w.begin,
-                          w.end - w.begin, &b);
-    bad[i] = b;
+    (*sums)[i] = sum_of(pieces[i], &b);
+    (*bad)[i] = b;
   }
-  // Pieces are in tensor order, so each tensor's pieces are consecutive.
+}
+
+// The piece sums (in tensor order, so each tensor's pieces are consecutive)
+// summed per tensor, then over the tensors, in order: the norm does not depend
+// on how threads took the pieces.
+inline void finish_norm(const std::vector<Piece>& pieces, const std::vector<double>& sums,
+                        const std::vector<char>& bad, int64_t num_tensors, float* global_norm,
+                        float* per_tensor_norms, float* found_inf, float* clip_coef,
+                        float max_norm) {
   std::vector<double> tensor_sq(num_tensors, 0.0);
   bool any_bad = false;
-  for (int64_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
     tensor_sq[pieces[i].tensor] += sums[i];
     any_bad = any_bad || bad[i];
   }
@@ -116,6 +132,67 @@ KernelStatus l2_norm_typed(float* global_norm, float* per_tensor_norms, float* f
     *clip_coef = static_cast<float>(coef);
   }
   if (any_bad && found_inf != nullptr) *found_inf = 1.0f;
+}
+
+template <typename T>
+KernelStatus l2_norm_typed(float* global_norm, float* per_tensor_norms, float* found_inf,
+                           float* clip_coef, const TensorRef* tensors, int64_t num_tensors,
+                           float max_norm, int num_threads) {
+  const std::vector<Piece> pieces = cut_pieces(tensors, num_tensors);
+  std::vector<double> sums;
+  std::vector<char> bad;
+  sum_pieces(pieces, num_threads, &sums, &bad, [&](const Piece& w, bool* b) {
+    return sum_squares(static_cast<const T*>(tensors[w.tensor].data) + w.begin, w.end - w.begin, b);
+  });
+  finish_norm(pieces, sums, bad, num_tensors, global_norm, per_tensor_norms, found_inf,
+              clip_coef, max_norm);
+  return KernelStatus();
+}
+
+// Accumulates part into acc over [0, n) and returns the results' sum of
+// squares in double (as sum_squares would on the results: the same `omp simd`
+// reduction shape); *bad when a result is inf/NaN.
+template <typename T>
+double accumulate_range(T* acc, const T* part, int64_t n, bool* bad) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    T r;
+    if constexpr (std::is_same_v<T, double>) {
+      r = acc[i] + part[i];
+    } else if constexpr (std::is_same_v<T, float>) {
+      r = acc[i] + part[i];
+    } else {
+      r = from_float<T>(to_math(acc[i]) + to_math(part[i]));
+    }
+    acc[i] = r;
+    const double v = as_double(r);
+    sum += v * v;
+  }
+  *bad = false;
+  if (!std::isfinite(sum)) {
+    for (int64_t k = 0; k < n && !*bad; ++k) *bad = !std::isfinite(as_double(acc[k]));
+  }
+  return sum;
+}
+
+template <typename T>
+KernelStatus accumulate_typed(float* global_norm, float* found_inf,
+                              const AccumulateTensor* tensors, int64_t num_tensors,
+                              int num_threads) {
+  const std::vector<Piece> pieces = cut_pieces(tensors, num_tensors);
+  std::vector<double> sums;
+  std::vector<char> bad;
+  sum_pieces(pieces, num_threads, &sums, &bad, [&](const Piece& w, bool* b) {
+    const AccumulateTensor& x = tensors[w.tensor];
+    return accumulate_range(static_cast<T*>(x.acc) + w.begin, static_cast<const T*>(x.part) + w.begin,
+                            w.end - w.begin, b);
+  });
+  if (global_norm != nullptr || found_inf != nullptr) {
+    float norm = 0.0f;
+    finish_norm(pieces, sums, bad, num_tensors, &norm, nullptr, found_inf, nullptr, 0.0f);
+    if (global_norm != nullptr) *global_norm = norm;
+  }
   return KernelStatus();
 }
 
@@ -165,12 +242,7 @@ KernelStatus scale_typed(float* found_inf, const ScaleTensor* tensors, const flo
   using M = ScaleMath<In, Out>;
   // s itself is always a float product, as on the device.
   const M s = static_cast<M>(scale_factor != nullptr ? scale * *scale_factor : scale);
-  std::vector<Piece> pieces;
-  for (int64_t t = 0; t < num_tensors; ++t) {
-    for (int64_t b = 0; b < tensors[t].n; b += kPiece) {
-      pieces.push_back({t, b, std::min(tensors[t].n, b + kPiece)});
-    }
-  }
+  const std::vector<Piece> pieces = cut_pieces(tensors, num_tensors);
   const int64_t count = static_cast<int64_t>(pieces.size());
   int any_bad = 0;
   const int threads = thread_count(num_threads, count);
@@ -242,6 +314,38 @@ KernelStatus scale_cpu(float* found_inf, const ScaleTensor* tensors, const float
                                   num_threads);
     });
   });
+}
+
+KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
+                            int64_t num_tensors, DType dtype, int num_threads) {
+  if (num_tensors < 0) return KernelStatus::invalid_argument("accumulate_cpu: num_tensors < 0");
+  if (num_tensors > 0 && tensors == nullptr) {
+    return KernelStatus::invalid_argument("accumulate_cpu: null tensor list with num_tensors > 0");
+  }
+  return dispatch_cpu_float(
+      dtype, "accumulate_cpu: dtype must be float32/16, bfloat16 or float64", [&](auto tag) {
+        using T = decltype(tag);
+        for (int64_t t = 0; t < num_tensors; ++t) {
+          const AccumulateTensor& x = tensors[t];
+          if (x.n < 0) return KernelStatus::invalid_argument("accumulate_cpu: a tensor has n < 0");
+          if (x.n == 0) continue;
+          if (x.acc == nullptr || x.part == nullptr) {
+            return KernelStatus::invalid_argument(
+                "accumulate_cpu: a tensor has a null buffer with n > 0");
+          }
+          if (!internal::aligned_to(x.acc, sizeof(T)) || !internal::aligned_to(x.part, sizeof(T))) {
+            return KernelStatus::invalid_argument(
+                "accumulate_cpu: a buffer is not aligned to its element size");
+          }
+          const auto* a = static_cast<const uint8_t*>(x.acc);
+          const auto* b = static_cast<const uint8_t*>(x.part);
+          const int64_t bytes = x.n * static_cast<int64_t>(sizeof(T));
+          if (a < b + bytes && b < a + bytes) {
+            return KernelStatus::invalid_argument("accumulate_cpu: acc and part overlap");
+          }
+        }
+        return accumulate_typed<T>(global_norm, found_inf, tensors, num_tensors, num_threads);
+      });
 }
 
 }  // namespace colossal::kernels::multi_tensor

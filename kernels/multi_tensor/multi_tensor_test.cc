@@ -322,6 +322,89 @@ TEST(MultiTensorCpuTest, RejectsBadArguments) {
   EXPECT_TRUE(scale_cpu(nullptr, nullptr, nullptr, 0, DType::kF32, DType::kF32, 1).ok());
 }
 
+// accumulate: every result is the dtype's rounding of acc + part (float math,
+// double for float64), the norm of the results matches the float64 reference
+// and l2_norm_cpu of the results, with the same bits for any thread count.
+TEST(AccumulateCpuTest, SumsAndNormMatchReferences) {
+  uint32_t seed = 40;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
+    for (const auto& sizes : {list_sizes(120), std::vector<int64_t>{100003, 1, 0, 3}}) {
+      const HostList acc0(t, sizes, seed++), part(t, sizes, seed++);
+      std::vector<uint8_t> expected = acc0.bytes;  // the same layout: tensor i at acc0.at[i]
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        for (int64_t k = 0; k < sizes[i]; ++k) {
+          const int64_t a = acc0.at[i] + k, b = part.at[i] + k;
+          const double sum = t == DType::kF64
+                                 ? get(t, acc0.bytes.data(), a) + get(t, part.bytes.data(), b)
+                                 : static_cast<double>(static_cast<float>(get(t, acc0.bytes.data(), a)) +
+                                                       static_cast<float>(get(t, part.bytes.data(), b)));
+          put(t, expected.data(), a, sum);
+        }
+      }
+      float first_norm = 0;
+      for (int threads : {1, 3, 8}) {
+        HostList acc = acc0;
+        const auto acc_refs = acc.refs(acc.bytes.data());
+        const auto part_refs = part.refs(const_cast<uint8_t*>(part.bytes.data()));
+        std::vector<AccumulateTensor> list;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          list.push_back({const_cast<void*>(acc_refs[i].data), part_refs[i].data, sizes[i]});
+        }
+        float norm = -1, found = 0;
+        ASSERT_TRUE(accumulate_cpu(&norm, &found, list.data(), static_cast<int64_t>(list.size()), t,
+                                   threads)
+                        .ok());
+        EXPECT_EQ(found, 0.0f);
+        // The elements outside the tensors (gaps, the tail) are untouched: whole-buffer equality.
+        ASSERT_EQ(acc.bytes, expected) << dtype_name(t) << " threads " << threads;
+        double ref_sq = 0;
+        for (double sq : acc.reference()) ref_sq += sq;
+        EXPECT_NEAR(norm, std::sqrt(ref_sq), kCpuNormTol * std::sqrt(ref_sq)) << dtype_name(t);
+        float l2 = 0;
+        ASSERT_TRUE(l2_norm_cpu(&l2, nullptr, nullptr, nullptr, acc_refs.data(),
+                                static_cast<int64_t>(acc_refs.size()), t, 0.0f, threads)
+                        .ok());
+        EXPECT_NEAR(norm, l2, kCpuNormTol * l2);
+        if (threads == 1) first_norm = norm;
+        EXPECT_EQ(bits_of(norm), bits_of(first_norm)) << dtype_name(t) << " threads " << threads;
+      }
+    }
+  }
+}
+
+TEST(AccumulateCpuTest, FlagsNonFiniteResultsAndRejectsBadArguments) {
+  std::vector<float> acc = {1.0f, 2.0f, 3.0f}, part = {kInf, 0.0f, 1.0f};
+  AccumulateTensor x{acc.data(), part.data(), 3};
+  float norm = 0, found = 0;
+  ASSERT_TRUE(accumulate_cpu(&norm, &found, &x, 1, DType::kF32).ok());
+  EXPECT_EQ(found, 1.0f);
+  EXPECT_TRUE(std::isinf(acc[0]));
+  EXPECT_EQ(acc[2], 4.0f);
+  // Finite parts whose sum overflows float16 are flagged too.
+  std::vector<Half> h = {float_to_half(60000.0f)}, hp = {float_to_half(60000.0f)};
+  AccumulateTensor xh{h.data(), hp.data(), 1};
+  found = 0;
+  ASSERT_TRUE(accumulate_cpu(nullptr, &found, &xh, 1, DType::kF16).ok());
+  EXPECT_EQ(found, 1.0f);
+
+  std::vector<float> buf(8, 1.0f);
+  const AccumulateTensor overlap{buf.data(), buf.data() + 2, 4}, neg{buf.data(), buf.data() + 4, -1};
+  const AccumulateTensor null_part{buf.data(), nullptr, 2};
+  const AccumulateTensor misaligned{reinterpret_cast<char*>(buf.data()) + 1, buf.data() + 4, 2};
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, &overlap, 1, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, &neg, 1, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, &null_part, 1, DType::kF32).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, &misaligned, 1, DType::kF32).code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, nullptr, 2, DType::kF32).code(), Code::kInvalidArgument);
+  const AccumulateTensor fine{buf.data(), buf.data() + 4, 4};
+  EXPECT_EQ(accumulate_cpu(&norm, nullptr, &fine, 1, DType::kI32).code(), Code::kUnsupported);
+  norm = -1;
+  ASSERT_TRUE(accumulate_cpu(&norm, nullptr, nullptr, 0, DType::kF32).ok());
+  EXPECT_EQ(norm, 0.0f);
+}
+
 // The usage example of multi_tensor.h.
 TEST(MultiTensorCpuTest, HeaderExample) {
   std::vector<float> a = {3.0f, 0.0f}, b = {4.0f};

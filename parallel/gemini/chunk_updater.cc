@@ -1,5 +1,7 @@
 #include "parallel/gemini/chunk_updater.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace colossal::parallel {
@@ -33,6 +35,34 @@ absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jo
   busy_ = static_cast<int>(queue_.size());
   lanes_ = lanes;
   while (busy_ > 0 && static_cast<int>(workers_.size()) < lanes) {
+    const int lane = static_cast<int>(workers_.size());
+    workers_.emplace_back([this, lane] { run(lane); });
+  }
+  lock.unlock();
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::Status ChunkUpdater::add(int chunks, int c, Job job, int lanes) {
+  if (lanes < 1) return absl::InvalidArgumentError(absl::StrCat("chunk updater: lanes must be >= 1, got ", lanes));
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!error_.ok()) return error_;
+  if (busy_ == 0) {
+    pending_.assign(static_cast<size_t>(std::max(chunks, 0)), 0);
+    lanes_ = lanes;
+  } else if (static_cast<int>(pending_.size()) != chunks || lanes != lanes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk updater: add() for ", chunks, " chunks on ", lanes, " lanes while jobs for ",
+        pending_.size(), " chunks on ", lanes_, " run"));
+  }
+  if (c < 0 || c >= chunks || pending_[c]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk updater: chunk ", c, " is out of [0, ", chunks, ") or queued twice"));
+  }
+  pending_[c] = 1;
+  queue_.emplace_back(c, std::move(job));
+  ++busy_;
+  while (static_cast<int>(workers_.size()) < lanes) {
     const int lane = static_cast<int>(workers_.size());
     workers_.emplace_back([this, lane] { run(lane); });
   }

@@ -24,7 +24,7 @@
 // one thread. A job that fails stops the rest (jobs not yet taken count as
 // finished; one running on another lane finishes); its error is returned by
 // every wait until wait_all() returns it and clears it. start() requires the
-// previous jobs finished (it waits for them). The destructor waits for
+// previous jobs finished (it waits for them); add() appends to them. The destructor waits for
 // running jobs. Not for concurrent callers: one thread calls start / wait /
 // ready.
 #ifndef COLOSSAL_PARALLEL_GEMINI_CHUNK_UPDATER_H_
@@ -56,6 +56,13 @@ class ChunkUpdater {
   // their error, if any, without queueing (the state they left is not one to
   // update further).
   absl::Status start(int chunks, std::vector<std::pair<int, Job>> jobs, int lanes = 1);
+  // Queues one more job for chunk c behind those queued, without waiting for
+  // them (gemini: each gradient fold as its download is enqueued). When
+  // nothing is queued or running, as start() with that one job; otherwise
+  // `chunks` and `lanes` must be those of the jobs queued. c must not be
+  // queued or running. Returns a failed job's error without queueing, as
+  // start() does (wait_all() clears it).
+  absl::Status add(int chunks, int c, Job job, int lanes = 1);
   // Blocks until chunk c has no queued or running job. The error of a failed job.
   absl::Status wait(int c);
   // Blocks until no job is queued or running; returns and clears the error.

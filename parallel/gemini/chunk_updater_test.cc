@@ -135,6 +135,52 @@ TEST(ChunkUpdaterTest, RejectsAChunkOutOfRangeOrTwice) {
   EXPECT_TRUE(updater.ready(0));
 }
 
+// add(): jobs queued one at a time while earlier ones run, taken in order;
+// wait(c) covers each; a failure is reported by the next add, which queues
+// nothing, until wait_all() clears it.
+TEST(ChunkUpdaterTest, AddQueuesBehindRunningJobsWithoutWaiting) {
+  ChunkUpdater updater;
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::vector<int> ran;  // written by the worker only
+  ASSERT_TRUE(updater.add(4, 2, [&, gate](int) {
+    gate.wait();  // held: the adds below must not wait for it
+    ran.push_back(2);
+    return absl::OkStatus();
+  }).ok());
+  for (int c : {0, 3}) {
+    ASSERT_TRUE(updater.add(4, c, [&ran, c](int) {
+      ran.push_back(c);
+      return absl::OkStatus();
+    }).ok());
+  }
+  EXPECT_FALSE(updater.ready(0));
+  EXPECT_EQ(updater.add(4, 3, [](int) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kInvalidArgument);  // queued already
+  EXPECT_EQ(updater.add(5, 1, [](int) { return absl::OkStatus(); }).code(),
+            absl::StatusCode::kInvalidArgument);  // another layout while jobs run
+  release.set_value();
+  ASSERT_TRUE(updater.wait(3).ok());
+  EXPECT_EQ(ran, (std::vector<int>{2, 0, 3}));
+
+  ASSERT_TRUE(updater.add(4, 1, [](int) { return absl::InternalError("fold failed"); }).ok());
+  EXPECT_EQ(updater.wait(1).code(), absl::StatusCode::kInternal);
+  bool ran_after = false;
+  EXPECT_EQ(updater.add(4, 0, [&](int) {
+    ran_after = true;
+    return absl::OkStatus();
+  }).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(updater.wait_all().code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(ran_after);
+  ASSERT_TRUE(updater.add(4, 0, [&](int) {
+    ran_after = true;
+    return absl::OkStatus();
+  }).ok());
+  ASSERT_TRUE(updater.wait_all().ok());
+  EXPECT_TRUE(ran_after);
+}
+
 TEST(ChunkUpdaterTest, DestructionWaitsForRunningJobs) {
   std::atomic<bool> finished{false};
   {

@@ -168,7 +168,7 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   if (k.on_device == to_device) return absl::OkStatus();
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
   retire_downloads(/*wait=*/true);  // no gradient copy may land in the old tier
-  COLOSSAL_RETURN_IF_ERROR(fold(c));
+  COLOSSAL_RETURN_IF_ERROR(await_fold(c));
   if (k.prefetched.defined()) {
     k.prefetch_ready->wait(stream);
     k.prefetched = core::Tensor();
@@ -401,17 +401,22 @@ absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
   return set_views(c);
 }
 
-absl::Status GeminiPlugin::State::fold(int c) {
+absl::Status GeminiPlugin::State::queue_fold(int c, core::Event landed) {
   GeminiChunk& k = chunks[c];
-  if (!k.staged) return absl::OkStatus();
-  COLOSSAL_RETURN_IF_ERROR(await_update(c));
-  retire_downloads(/*wait=*/true);
-  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), k.staging.raw_data(),
-                                       k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
-      "gemini: gradients"));
-  k.staging = core::Tensor();  // transient: only accumulation needs it
-  k.staged = false;
+  if (fold_norms.empty()) fold_norms.assign(2 * chunks.size(), 0.0f);  // no fold runs yet
+  const kernels::multi_tensor::AccumulateTensor sum{k.grad.raw_data(), k.staging.raw_data(),
+                                                    k.shard_size};
+  auto job = [sum, dt = dtype, threads = options.cpu_threads,
+              out = fold_norms.data() + 2 * c,
+              ready = std::make_shared<core::Event>(std::move(landed))](int) -> absl::Status {
+    ready->synchronize();
+    out[1] = 0.0f;
+    return core::from_kernel_status(
+        kernels::multi_tensor::accumulate_cpu(out, out + 1, &sum, 1, dt, threads),
+        "gemini: accumulating gradients");
+  };
+  COLOSSAL_RETURN_IF_ERROR(folds.add(static_cast<int>(chunks.size()), c, std::move(job)));
+  k.norm_from_fold = true;
   return absl::OkStatus();
 }
 
@@ -454,6 +459,7 @@ absl::Status GeminiPlugin::State::reduce(int c) {
   }
   const std::string what = absl::StrCat("gemini: reducing the gradients of chunk ", c);
   COLOSSAL_RETURN_IF_ERROR(await_update(c));  // its Adam may still read the gradient shard
+  COLOSSAL_RETURN_IF_ERROR(await_fold(c));    // the last micro-batch's fold reads the staging
   if (grads_in_place(k)) {  // accumulated in place already
     k.grad_zero = false;
     k.full_grad = core::Tensor();
@@ -490,10 +496,10 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     }
   } else {
     // A host chunk: the part crosses PCIe in 16 bits on the gradient stream,
-    // into the gradient shard itself after zero_grad, else into a staging
-    // buffer the host adds later (fold). The step waits for the copies
-    // before reading them.
-    COLOSSAL_RETURN_IF_ERROR(fold(c));
+    // into the gradient shard itself after zero_grad, else into the chunk's
+    // staging buffer, which the fold worker adds into the shard once it
+    // lands (taking the sum's norm on the way). The step waits for the
+    // copies and the folds before reading the shards.
     retire_downloads(/*wait=*/false);
     if (!grad_stream.has_value()) {
       COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
@@ -503,17 +509,26 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     reduced_event.record(stream);
     reduced_event.wait(grad_stream->get());
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
-    if (k.grad_zero) {
+    const bool first = k.grad_zero;
+    if (first) {
       COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
       COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
+      k.norm_from_fold = false;
     } else {
-      COLOSSAL_ASSIGN_OR_RETURN(k.staging, zeros(k.shard_size, dtype, /*on_device=*/false));
+      if (!k.staging.defined()) {  // no zeros: the download overwrites it
+        COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
+        COLOSSAL_ASSIGN_OR_RETURN(k.staging, core::Tensor::empty({k.shard_size}, dtype, stream, pinned));
+      }
       COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
-      k.staged = true;
-      k.norm_on_device = false;  // the host sums the parts: the step takes the norm there
+      k.norm_on_device = false;  // the fold sums the parts and takes the norm
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
     landed.record(grad_stream->get());
+    if (!first) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Event staged, core::Event::create(stream.device()));
+      staged.record(grad_stream->get());
+      COLOSSAL_RETURN_IF_ERROR(queue_fold(c, std::move(staged)));
+    }
     // When the source is the gathered gradient buffer itself (one rank, or a
     // whole chunk), its bytes stay counted until the copy lands.
     const bool source_is_full = part.raw_data() == k.full_grad.raw_data();

@@ -319,17 +319,15 @@ absl::Status GeminiPlugin::before_step(const core::Stream& stream) { return absl
 absl::Status GeminiPlugin::zero_grad() {
   // Nothing is written: the next reduction overwrites a gradient shard marked
   // grad_zero (the step zeroes those no backward reached). So zero_grad right
-  // after a step does not wait for the host updates still reading gradients.
+  // after a step does not wait for the host updates still reading gradients,
+  // nor for a fold of a part reduced but never stepped (the next reduction
+  // of its chunk waits for it before overwriting the shard).
   State& s = *state_;
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
-    if (k.staged) {  // reduced but never stepped: drop it
-      s.retire_downloads(/*wait=*/true);
-      k.staging = core::Tensor();
-      k.staged = false;
-    }
     k.grad_zero = true;
     k.norm_on_device = false;
+    k.norm_from_fold = false;
   }
   return absl::OkStatus();
 }

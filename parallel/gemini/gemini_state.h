@@ -58,10 +58,14 @@ struct GeminiChunk {
   // micro-batch's part is staged (the host adds it: the norm changes).
   bool norm_on_device = false;
   // CUDA, host chunks: a later micro-batch's reduced gradients cross PCIe
-  // into this pinned buffer (16 bits) and are added into grad on the host
-  // (fold); the first one lands in grad directly.
+  // into this pinned buffer (16 bits), which the fold worker adds into grad
+  // once they land (State::folds); the first one lands in grad directly.
+  // Allocated at the first such micro-batch and kept: pinning and unpinning
+  // gigabytes every micro-batch cost seconds (and cudaFreeHost syncs the device).
   core::Tensor staging;
-  bool staged = false;
+  // The last fold also took the norm of the summed shard (State::fold_norms):
+  // the step need not read the shard for it.
+  bool norm_from_fold = false;
   // CUDA, host chunks: this rank's 16-bit shard copied to the device ahead of
   // its use on the copy stream (max_prefetch), ready when the event is.
   core::Tensor prefetched;
@@ -186,14 +190,15 @@ struct GeminiPlugin::State {
   int furthest_chunk(int keep) const;
 
   // Gather (all_gather of the shards) / release of chunk c's values; its
-  // gradient buffer; the reduction of its gradients into the shards; the
-  // addition of a staged host part into the gradient shard.
+  // gradient buffer; the reduction of its gradients into the shards.
   absl::Status access(int c, const std::string& param);
   absl::Status gather(int c);
   void release(int c);
   absl::Status ensure_grad(int c, const std::string& param);
   absl::Status reduce(int c);
-  absl::Status fold(int c);
+  // Queues chunk c's fold: once `landed` completes, grad += staging on the
+  // host, and the sum's norm into fold_norms.
+  absl::Status queue_fold(int c, core::Event landed);
   // Starts copying the 16-bit shards of the next max_prefetch host chunks of
   // the recorded order (after the cursor) to the device on the copy stream.
   absl::Status prefetch_ahead();
@@ -230,7 +235,17 @@ struct GeminiPlugin::State {
   bool host_updated(const GeminiChunk& k) const { return !(cuda && k.on_device); }
   absl::Status await_update(int c) { return updater.wait(c); }
   absl::Status settle() { return updater.wait_all(); }
-  // Declared last: destroyed first, so no update runs over freed shards.
+  // CUDA, host chunks under gradient accumulation: the folds of staged parts
+  // into the gradient shards run on their own worker in the order the
+  // downloads were enqueued, overlapping the backward. Whatever writes a
+  // chunk's staging or gradient shard waits for its fold first (await_fold),
+  // the step for every fold. fold_norms: per chunk, the norm of the shard
+  // its last fold summed and an inf/NaN flag [2 * chunks], written by the
+  // worker, read after the wait.
+  absl::Status await_fold(int c) { return folds.wait(c); }
+  std::vector<float> fold_norms;
+  // Declared last: destroyed first, so no fold or update runs over freed shards.
+  ChunkUpdater folds;
   ChunkUpdater updater;
 };
 

@@ -41,6 +41,10 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
     if (!k.sharded && s.rank() != 0) continue;
     if (k.norm_on_device) {
       taken.push_back(static_cast<int>(c));
+    } else if (k.norm_from_fold) {  // the fold took it (step waited for the folds)
+      const double norm = s.fold_norms[2 * c];
+      out.sum += norm * norm;
+      out.non_finite = out.non_finite || s.fold_norms[2 * c + 1] != 0.0f || !std::isfinite(norm);
     } else {
       (s.cuda && k.on_device ? device : host).push_back({k.grad.raw_data(), k.shard_size});
     }
@@ -192,13 +196,14 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
         absl::StrCat("gemini: max_norm must be >= 0 (0: no clipping), got ", max_norm));
   }
   COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates (the gathers waited for most)
-  // Every gradient copy lands before the host reads the shards or zeroes
-  // them (one from before zero_grad could still be in flight).
+  // Every gradient copy lands, and every staged part is folded in, before
+  // the host reads the shards or zeroes them (one from before zero_grad
+  // could still be in flight).
   if (s.cuda) s.stream.synchronize();
   s.retire_downloads(/*wait=*/true);
+  COLOSSAL_RETURN_IF_ERROR(s.folds.wait_all());
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
-    COLOSSAL_RETURN_IF_ERROR(s.fold(static_cast<int>(c)));
     // No backward reached it since zero_grad: its gradients are zero.
     if (k.grad_zero) {
       COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(s.cuda && k.on_device ? s.stream : core::Stream::cpu()));
