@@ -47,7 +47,9 @@ KernelStatus hopper_forward(void* o, float* lse, const void* q, const void* k, c
                             const Sequences& seqs, cudaStream_t stream);
 
 // Whether hopper_backward takes this (already checked, non-empty) problem:
-// the forward's conditions, for o / d_o's row stride too.
+// hopper_forward_supports(), this backward's grids (dK/dV, dQ and the fused
+// dQ's conversion) of at most 2^31 - 1 CTAs, and d_o's row stride within
+// the tensor maps' range.
 bool hopper_backward_supports(const Geometry& g, DType dtype, const Sequences& seqs = {});
 
 // Bytes of the fp32 scratch the fused-dQ backward adds dQ into: per

@@ -858,21 +858,16 @@ size_t hopper_dq_accum_bytes(const Geometry& g, const Sequences& seqs) {
 }
 
 bool hopper_backward_supports(const Geometry& g, DType dtype, const Sequences& seqs) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16) return false;
-  if (g.head_dim != 64 && g.head_dim != 96 && g.head_dim != 128) return false;
-  if (g.empty() || g.seq > (int64_t{1} << 30)) return false;
+  // The forward's conditions (dtype, head_dim, extents, q / k / v's maps),
+  // then this backward's grids and d_o's map.
+  if (!hopper_forward_supports(g, dtype, seqs)) return false;
   const int64_t count = seqs.count(g), longest = seqs.longest(g);
-  if (count * g.heads > INT_MAX) return false;
   if (ceil_div(longest, kKvBlock) * count * g.kv_heads > INT_MAX ||
       ceil_div(longest, kDqBlock) * count * g.heads > INT_MAX ||
       ceil_div(count * g.heads * ceil_div(longest, kQStep) * (kDqPart / 2), 256) > INT_MAX) {
     return false;
   }
-  if (g.seq * g.qkv_row_stride * 2 >= kMaxMapStride ||
-      g.seq * g.o_row_stride * 2 >= kMaxMapStride) {
-    return false;
-  }
-  return encode_tiled() != nullptr;
+  return g.seq * g.o_row_stride * 2 < kMaxMapStride;
 }
 
 KernelStatus hopper_backward(void* dq, void* dk, void* dv, const void* d_o, const void* q,
