@@ -460,6 +460,11 @@ absl::Status GeminiPlugin::State::reduce(int c) {
   const std::string what = absl::StrCat("gemini: reducing the gradients of chunk ", c);
   COLOSSAL_RETURN_IF_ERROR(await_update(c));  // its Adam may still read the gradient shard
   COLOSSAL_RETURN_IF_ERROR(await_fold(c));    // the last micro-batch's fold reads the staging
+  // Each reduction decides anew who takes the norm (a chunk may have moved
+  // tiers since the last one): the device before a first download, the fold
+  // after a later one, else the step's pass.
+  k.norm_on_device = false;
+  k.norm_from_fold = false;
   if (grads_in_place(k)) {  // accumulated in place already
     k.grad_zero = false;
     k.full_grad = core::Tensor();
@@ -513,14 +518,12 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     if (first) {
       COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
       COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
-      k.norm_from_fold = false;
     } else {
       if (!k.staging.defined()) {  // no zeros: the download overwrites it
         COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
         COLOSSAL_ASSIGN_OR_RETURN(k.staging, core::Tensor::empty({k.shard_size}, dtype, stream, pinned));
       }
       COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
-      k.norm_on_device = false;  // the fold sums the parts and takes the norm
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
     landed.record(grad_stream->get());

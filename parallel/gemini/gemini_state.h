@@ -54,8 +54,8 @@ struct GeminiChunk {
   bool grad_zero = true;
   // CUDA, host chunk reduced once since zero_grad: its gradient shard's norm
   // was taken on the device before the download (State::chunk_norms), so the
-  // step need not read the shard on the host. Cleared when a later
-  // micro-batch's part is staged (the host adds it: the norm changes).
+  // step need not read the shard on the host. Set anew by every reduction
+  // (a later micro-batch's part is folded in on the host: norm_from_fold).
   bool norm_on_device = false;
   // CUDA, host chunks: a later micro-batch's reduced gradients cross PCIe
   // into this pinned buffer (16 bits), which the fold worker adds into grad
