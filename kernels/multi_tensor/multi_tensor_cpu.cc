@@ -150,17 +150,15 @@ KernelStatus l2_norm_typed(float* global_norm, float* per_tensor_norms, float* f
 }
 
 // Accumulates part into acc over [0, n) and returns the results' sum of
-// squares in double (as sum_squares would on the results: the same `omp simd`
-// reduction shape); *bad when a result is inf/NaN.
+// squares in double (an `omp simd` reduction, as sum_squares: its order is
+// fixed when the binary is compiled); *bad when a result is inf/NaN.
 template <typename T>
 double accumulate_range(T* acc, const T* part, int64_t n, bool* bad) {
   double sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
     T r;
-    if constexpr (std::is_same_v<T, double>) {
-      r = acc[i] + part[i];
-    } else if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
       r = acc[i] + part[i];
     } else {
       r = from_float<T>(to_math(acc[i]) + to_math(part[i]));
