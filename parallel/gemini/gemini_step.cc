@@ -34,6 +34,12 @@ struct NormParts {
 
 absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
   NormParts out;
+  // Adds one (norm, inf/NaN flag) pair: a fold's, the host pass's, the device's.
+  auto add = [&out](const float* pair) {
+    const double norm = pair[0];
+    out.sum += norm * norm;
+    out.non_finite = out.non_finite || pair[1] != 0.0f || !std::isfinite(norm);
+  };
   std::vector<kernels::multi_tensor::TensorRef> device, host;
   std::vector<int> taken;  // host chunks whose norm the device took before the download
   for (size_t c = 0; c < s.chunks.size(); ++c) {
@@ -42,9 +48,7 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
     if (k.norm_on_device) {
       taken.push_back(static_cast<int>(c));
     } else if (k.norm_from_fold) {  // the fold took it (step waited for the folds)
-      const double norm = s.fold_norms[2 * c];
-      out.sum += norm * norm;
-      out.non_finite = out.non_finite || s.fold_norms[2 * c + 1] != 0.0f || !std::isfinite(norm);
+      add(s.fold_norms.data() + 2 * c);
     } else {
       (s.cuda && k.on_device ? device : host).push_back({k.grad.raw_data(), k.shard_size});
     }
@@ -74,24 +78,18 @@ absl::StatusOr<NormParts> local_norm(GeminiPlugin::State& s) {
   }
 #endif
   if (!host.empty()) {
-    float norm = 0.0f, found_inf = 0.0f;
+    float pair[2] = {0.0f, 0.0f};  // norm, inf/NaN flag
     COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-        kernels::multi_tensor::l2_norm_cpu(&norm, nullptr, &found_inf, nullptr, host.data(),
+        kernels::multi_tensor::l2_norm_cpu(&pair[0], nullptr, &pair[1], nullptr, host.data(),
                                            static_cast<int64_t>(host.size()), s.dtype, 0.0f,
                                            s.options.cpu_threads),
         "gemini: gradient norm"));
-    out.sum += double(norm) * norm;
-    out.non_finite = found_inf != 0.0f || !std::isfinite(norm);
+    add(pair);
   }
 #if COLOSSAL_WITH_CUDA
   if (device.empty() && taken.empty()) return out;
   s.stream.synchronize();
-  // (norm, inf/NaN flag) pairs: the device-resident shards' one, then each taken chunk's.
-  auto add = [&out](const float* pair) {
-    const double norm = pair[0];
-    out.sum += norm * norm;
-    out.non_finite = out.non_finite || pair[1] != 0.0f || !std::isfinite(norm);
-  };
+  // The device-resident shards' pair, then each taken chunk's.
   if (device_norm.defined()) add(device_norm.data<float>());
   for (int c : taken) add(taken_norms.data<float>() + 2 * c);
 #endif
