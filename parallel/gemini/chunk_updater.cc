@@ -34,10 +34,7 @@ absl::Status ChunkUpdater::start(int chunks, std::vector<std::pair<int, Job>> jo
   }
   busy_ = static_cast<int>(queue_.size());
   lanes_ = lanes;
-  while (busy_ > 0 && static_cast<int>(workers_.size()) < lanes) {
-    const int lane = static_cast<int>(workers_.size());
-    workers_.emplace_back([this, lane] { run(lane); });
-  }
+  if (busy_ > 0) start_workers();
   lock.unlock();
   changed_.notify_all();
   return absl::OkStatus();
@@ -62,13 +59,17 @@ absl::Status ChunkUpdater::add(int chunks, int c, Job job, int lanes) {
   pending_[c] = 1;
   queue_.emplace_back(c, std::move(job));
   ++busy_;
-  while (static_cast<int>(workers_.size()) < lanes) {
-    const int lane = static_cast<int>(workers_.size());
-    workers_.emplace_back([this, lane] { run(lane); });
-  }
+  start_workers();
   lock.unlock();
   changed_.notify_all();
   return absl::OkStatus();
+}
+
+void ChunkUpdater::start_workers() {
+  while (static_cast<int>(workers_.size()) < lanes_) {
+    const int lane = static_cast<int>(workers_.size());
+    workers_.emplace_back([this, lane] { run(lane); });
+  }
 }
 
 void ChunkUpdater::run(int lane) {

@@ -72,6 +72,8 @@ class ChunkUpdater {
 
  private:
   void run(int lane);
+  // Starts workers up to lanes_ (mu_ held).
+  void start_workers();
 
   std::mutex mu_;
   std::condition_variable changed_;

@@ -401,14 +401,14 @@ absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
   return set_views(c);
 }
 
-absl::Status GeminiPlugin::State::queue_fold(int c, core::Event landed) {
+absl::Status GeminiPlugin::State::queue_fold(int c, std::shared_ptr<core::Event> landed) {
   GeminiChunk& k = chunks[c];
   if (fold_norms.empty()) fold_norms.assign(2 * chunks.size(), 0.0f);  // no fold runs yet
   const kernels::multi_tensor::AccumulateTensor sum{k.grad.raw_data(), k.staging.raw_data(),
                                                     k.shard_size};
   auto job = [sum, dt = dtype, threads = options.cpu_threads,
               out = fold_norms.data() + 2 * c,
-              ready = std::make_shared<core::Event>(std::move(landed))](int) -> absl::Status {
+              ready = std::move(landed)](int) -> absl::Status {
     ready->synchronize();
     out[1] = 0.0f;
     return core::from_kernel_status(
@@ -445,8 +445,8 @@ absl::Status GeminiPlugin::State::norm_before_download(int c, const core::Tensor
 }
 
 void GeminiPlugin::State::retire_downloads(bool wait) {
-  while (!downloads.empty() && (wait || downloads.front().done.query())) {
-    downloads.front().done.synchronize();
+  while (!downloads.empty() && (wait || downloads.front().done->query())) {
+    downloads.front().done->synchronize();
     release_bytes(downloads.front().counted_bytes);
     downloads.pop_front();
   }
@@ -525,13 +525,10 @@ absl::Status GeminiPlugin::State::reduce(int c) {
       }
       COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
     }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
-    landed.record(grad_stream->get());
-    if (!first) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Event staged, core::Event::create(stream.device()));
-      staged.record(grad_stream->get());
-      COLOSSAL_RETURN_IF_ERROR(queue_fold(c, std::move(staged)));
-    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event event, core::Event::create(stream.device()));
+    event.record(grad_stream->get());
+    auto landed = std::make_shared<core::Event>(std::move(event));
+    if (!first) COLOSSAL_RETURN_IF_ERROR(queue_fold(c, landed));
     // When the source is the gathered gradient buffer itself (one rank, or a
     // whole chunk), its bytes stay counted until the copy lands.
     const bool source_is_full = part.raw_data() == k.full_grad.raw_data();

@@ -111,7 +111,7 @@ struct GeminiPlugin::State {
   struct Download {
     core::Tensor source;
     int64_t counted_bytes = 0;
-    core::Event done;
+    std::shared_ptr<core::Event> done;  // shared with the chunk's fold, if any
   };
   std::optional<core::OwnedStream> grad_stream;
   std::deque<Download> downloads;
@@ -198,7 +198,7 @@ struct GeminiPlugin::State {
   absl::Status reduce(int c);
   // Queues chunk c's fold: once `landed` completes, grad += staging on the
   // host, and the sum's norm into fold_norms.
-  absl::Status queue_fold(int c, core::Event landed);
+  absl::Status queue_fold(int c, std::shared_ptr<core::Event> landed);
   // Starts copying the 16-bit shards of the next max_prefetch host chunks of
   // the recorded order (after the cursor) to the device on the copy stream.
   absl::Status prefetch_ahead();
