@@ -44,6 +44,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cpu_isa.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
 
@@ -78,19 +79,17 @@ struct AdamTensor {
   int64_t n;
 };
 
-// The SIMD flavour of the CPU path. kAuto picks the best this CPU supports
-// (AVX-512F, else AVX2+FMA+F16C, else scalar); naming one the CPU lacks returns
-// kUnsupported. All give bit-identical results.
-enum class CpuIsa : int { kAuto, kScalar, kAvx2, kAvx512 };
+// The SIMD flavour of the CPU path (kernels/common/cpu_isa.h): kAuto picks
+// the widest this CPU supports; naming one the CPU lacks returns kUnsupported.
+// All give bit-identical results.
+using kernels::CpuIsa;
+using kernels::cpu_isa_available;
+using kernels::cpu_isa_name;
 
 struct AdamCpuOptions {
   CpuIsa isa = CpuIsa::kAuto;
   int num_threads = 0;  // OpenMP threads; 0 = OpenMP's default (OMP_NUM_THREADS / all cores)
 };
-
-const char* cpu_isa_name(CpuIsa isa);
-// Whether this CPU (and build) can run `isa`; kAuto and kScalar are always available.
-bool cpu_isa_available(CpuIsa isa);
 
 // CPU, one contiguous range (the flat-buffer fast path): n elements of
 // param/m/v (updated in place), grad (read only, `grad_dtype`), model_copy

@@ -20,18 +20,22 @@
 
 #include <omp.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "kernels/adam/adam.h"
 #include "kernels/adam/adam_math.h"
+#include "kernels/common/cpu_isa.h"
 #include "kernels/common/half.h"
+#include "kernels/common/simd_convert.h"
 
 namespace colossal::kernels::adam {
 namespace {
 
 using internal::AdamConsts;
+#if defined(__x86_64__)
+using simd::load16;
+using simd::load8;
+using simd::store16;
+using simd::store8;
+#endif
 
 // Elements per unit of parallel work (a multiple of 16 so only the last piece of a
 // tensor has a scalar tail).
@@ -74,9 +78,7 @@ void range_scalar(float* p, float* m, float* v, const void* graw, void* craw, in
 
 #if defined(__x86_64__)
 
-// GCC 12 warns about the self-initialised placeholders (`__Y = __Y`) inside its own
-// AVX-512 / AVX intrinsics once they are inlined into a target-attribute function
-// (GCC bug 105593, fixed in GCC 13); the warning is about the header, not this code.
+// GCC 12's false -Wmaybe-uninitialized inside its intrinsics (see simd_convert.h).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -87,41 +89,6 @@ inline int64_t head_to_alignment(const float* p, int64_t n, uintptr_t bytes) {
   const uintptr_t misalign = reinterpret_cast<uintptr_t>(p) % bytes;
   const int64_t head = misalign == 0 ? 0 : static_cast<int64_t>((bytes - misalign) / sizeof(float));
   return head < n ? head : n;
-}
-
-// Float bit patterns that convert to the canonical half / bfloat16 NaN 0x7fff, so
-// NaN lanes are replaced before conversion and match the scalar path.
-constexpr int kHalfNanAsFloat = 0x7fffe000;
-constexpr int kBf16NanAsFloat = 0x7fff0000;
-
-// ---- AVX2 + FMA + F16C: 8 lanes ----
-#define COLOSSAL_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-COLOSSAL_AVX2 inline __m256 load8(const float* g) { return _mm256_loadu_ps(g); }
-COLOSSAL_AVX2 inline __m256 load8(const Half* g) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
-}
-COLOSSAL_AVX2 inline __m256 load8(const BFloat16* g) {
-  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
-}
-
-COLOSSAL_AVX2 inline void store8(float* c, __m256 x) { _mm256_storeu_ps(c, x); }
-COLOSSAL_AVX2 inline void store8(Half* c, __m256 x) {
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  x = _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(kHalfNanAsFloat)), nan);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(c), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-}
-COLOSSAL_AVX2 inline void store8(BFloat16* c, __m256 x) {
-  const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-  x = _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(kBf16NanAsFloat)), nan);
-  const __m256i u = _mm256_castps_si256(x);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i r =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  // packus works per 128-bit lane: [r0..r3 r0..r3 | r4..r7 r4..r7]; gather 64-bit halves 0 and 2.
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(c), _mm256_castsi256_si128(packed));
 }
 
 struct Consts8 {
@@ -168,33 +135,6 @@ COLOSSAL_AVX2 void range_avx2(float* p, float* m, float* v, const void* graw, vo
 }
 
 // ---- AVX-512F: 16 lanes ----
-#define COLOSSAL_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
-COLOSSAL_AVX512 inline __m512 load16(const float* g) { return _mm512_loadu_ps(g); }
-COLOSSAL_AVX512 inline __m512 load16(const Half* g) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-}
-COLOSSAL_AVX512 inline __m512 load16(const BFloat16* g) {
-  const __m512i wide =
-      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
-}
-
-COLOSSAL_AVX512 inline void store16(float* c, __m512 x) { _mm512_storeu_ps(c, x); }
-COLOSSAL_AVX512 inline void store16(Half* c, __m512 x) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  x = _mm512_mask_mov_ps(x, nan, _mm512_castsi512_ps(_mm512_set1_epi32(kHalfNanAsFloat)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
-}
-COLOSSAL_AVX512 inline void store16(BFloat16* c, __m512 x) {
-  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-  x = _mm512_mask_mov_ps(x, nan, _mm512_castsi512_ps(_mm512_set1_epi32(kBf16NanAsFloat)));
-  const __m512i u = _mm512_castps_si512(x);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  const __m512i r =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(c), _mm512_cvtepi32_epi16(r));
-}
 
 template <typename G, typename C>
 COLOSSAL_AVX512 void range_avx512(float* p, float* m, float* v, const void* graw, void* craw,
@@ -263,22 +203,6 @@ RangeFn pick(CpuIsa isa, DType grad_dtype, bool has_copy, DType copy_dtype) {
   }
 }
 
-KernelStatus resolve_isa(CpuIsa requested, CpuIsa* isa) {
-  if (requested == CpuIsa::kAuto) {
-    *isa = cpu_isa_available(CpuIsa::kAvx512) ? CpuIsa::kAvx512
-           : cpu_isa_available(CpuIsa::kAvx2) ? CpuIsa::kAvx2
-                                               : CpuIsa::kScalar;
-    return KernelStatus();
-  }
-  if (requested != CpuIsa::kScalar && requested != CpuIsa::kAvx2 && requested != CpuIsa::kAvx512) {
-    return KernelStatus::invalid_argument("adam: unknown CpuIsa");
-  }
-  if (!cpu_isa_available(requested)) {
-    return KernelStatus::unsupported("adam: this CPU lacks the requested instruction set");
-  }
-  *isa = requested;
-  return KernelStatus();
-}
 
 // One unit of parallel work: elements [begin, end) of tensor `tensor`.
 struct Piece {
@@ -292,34 +216,6 @@ int thread_count(const AdamCpuOptions& cpu) {
 }
 
 }  // namespace
-
-const char* cpu_isa_name(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAuto: return "auto";
-    case CpuIsa::kScalar: return "scalar";
-    case CpuIsa::kAvx2: return "avx2";
-    case CpuIsa::kAvx512: return "avx512";
-  }
-  return "unknown";
-}
-
-bool cpu_isa_available(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAuto:
-    case CpuIsa::kScalar: return true;
-#if defined(__x86_64__)
-    case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-    case CpuIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && cpu_isa_available(CpuIsa::kAvx2);
-#else
-    case CpuIsa::kAvx2:
-    case CpuIsa::kAvx512: return false;
-#endif
-  }
-  return false;
-}
 
 int64_t adam_cuda_scratch_bytes(int64_t num_tensors) {
   if (num_tensors <= 0) return 0;
@@ -335,7 +231,8 @@ KernelStatus adam_step_tensors_cpu(const AdamTensor* tensors, const float* found
   s = internal::check_dtypes(grad_dtype, copy_dtype);
   if (!s.ok()) return s;
   CpuIsa isa;
-  s = resolve_isa(cpu.isa, &isa);
+  s = resolve_cpu_isa(cpu.isa, &isa, "adam: unknown CpuIsa",
+                      "adam: this CPU lacks the requested instruction set");
   if (!s.ok()) return s;
   if (num_tensors < 0) return KernelStatus::invalid_argument("adam: num_tensors < 0");
   if (num_tensors > 0 && tensors == nullptr) {

@@ -50,6 +50,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cpu_isa.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
 
@@ -75,10 +76,12 @@ struct ScaleTensor {
 // CPU l2_norm. Outputs: global_norm (required), per_tensor_norms (nullable, an array
 // of num_tensors; empty tensors get 0), found_inf (nullable), clip_coef (nullable;
 // needs max_norm > 0). Inputs: tensors[0..num_tensors) of `dtype`. num_threads:
-// OpenMP threads, 0 = OpenMP's default; the result does not depend on it.
+// OpenMP threads, 0 = OpenMP's default; isa: the SIMD loop (kAuto: the widest
+// this CPU runs; one it lacks is kUnsupported). The result depends on neither.
 KernelStatus l2_norm_cpu(float* global_norm, float* per_tensor_norms, float* found_inf,
                          float* clip_coef, const TensorRef* tensors, int64_t num_tensors,
-                         DType dtype, float max_norm, int num_threads = 0);
+                         DType dtype, float max_norm, int num_threads = 0,
+                         CpuIsa isa = CpuIsa::kAuto);
 
 // CPU scale: writes every tensor's out; sets *found_inf (nullable) on any non-finite
 // input or output. scale_factor: nullable host pointer multiplied into `scale`.
@@ -96,12 +99,13 @@ struct AccumulateTensor {
 // CPU accumulate: acc[i] = acc[i] + part[i] for every tensor (math in float,
 // double for float64; one rounding to `dtype`, as elementwise's binary add),
 // and, in the same pass, global_norm (nullable): the l2 norm of every result,
-// summed as l2_norm_cpu sums (in double per piece, the pieces in order: the
-// same bits for any num_threads); found_inf (nullable) set to 1 when a result
-// is inf or NaN. acc and part must not overlap. A gradient-accumulation step
-// that also yields the sum's norm without reading the sum again.
+// summed as l2_norm_cpu sums (its bits for the results, for any num_threads
+// and isa); found_inf (nullable) set to 1 when a result is inf or NaN. acc and
+// part must not overlap. A gradient-accumulation step that also yields the
+// sum's norm without reading the sum again.
 KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
-                            int64_t num_tensors, DType dtype, int num_threads = 0);
+                            int64_t num_tensors, DType dtype, int num_threads = 0,
+                            CpuIsa isa = CpuIsa::kAuto);
 
 // Device scratch l2_norm_cuda needs for this tensor list (chunk sums and a table).
 int64_t l2_norm_cuda_scratch_bytes(const TensorRef* tensors, int64_t num_tensors);

@@ -1,6 +1,7 @@
-// Multi-tensor L2 norm and scale in decimal GB/s. Bytes moved: l2_norm reads every
-// element once (n * element size); scale reads and writes it (n * (in + out size)),
-// as tools/bench/torch_multi_tensor.py counts them. Inputs: GPT-2 small's
+// Multi-tensor L2 norm, scale and accumulate in decimal GB/s. Bytes moved: l2_norm
+// reads every element once (n * element size); scale reads and writes it (n * (in +
+// out size)), as tools/bench/torch_multi_tensor.py counts them; accumulate reads acc
+// and part and writes acc (3 n * element size). Inputs: GPT-2 small's
 // 124,439,808 gradients as one flat buffer or as its 148 tensors.
 // Run: bazel run -c opt //kernels/multi_tensor:multi_tensor_bench
 #include <benchmark/benchmark.h>
@@ -91,6 +92,39 @@ void BM_L2NormCpu(benchmark::State& state) {
 BENCHMARK(BM_L2NormCpu)
     ->ArgsProduct({{0, 1}, {0}, {1 << 22}})
     ->ArgsProduct({{0, 1}, {1}, {0}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// acc += part with the results' norm over one flat pair of buffers, gemini's
+// gradient fold (a 50M-element chunk: far beyond the caches). Args: dtype, ISA
+// (CpuIsa), n.
+void BM_AccumulateCpu(benchmark::State& state) {
+  const DType dtype = kTypes[state.range(0)];
+  const CpuIsa isa = static_cast<CpuIsa>(state.range(1));
+  const int64_t n = state.range(2);
+  if (!cpu_isa_available(isa)) {
+    state.SkipWithError("this CPU lacks the instruction set");
+    return;
+  }
+  auto acc = host_data(dtype, n);
+  const auto part = host_data(dtype, n);
+  const AccumulateTensor t{acc.data(), part.data(), n};
+  float norm = 0, found = 0;
+  for (auto _ : state) {
+    if (!accumulate_cpu(&norm, &found, &t, 1, dtype, 0, isa).ok()) {
+      state.SkipWithError("accumulate_cpu failed");
+      break;
+    }
+    benchmark::DoNotOptimize(norm);
+  }
+  set_rate(state, 3.0 * n * dtype_size(dtype),
+           std::string("cpu ") + dtype_name(dtype) + " " + cpu_isa_name(isa) + " n=" + std::to_string(n));
+}
+BENCHMARK(BM_AccumulateCpu)
+    ->ArgsProduct({{0, 1},
+                   {static_cast<int>(CpuIsa::kScalar), static_cast<int>(CpuIsa::kAvx2),
+                    static_cast<int>(CpuIsa::kAvx512)},
+                   {50 << 20}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

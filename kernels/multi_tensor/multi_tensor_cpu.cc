@@ -3,12 +3,12 @@
 //
 // Work is cut into pieces of kPiece elements (never spanning two tensors) that
 // OpenMP threads take in a static schedule. l2_norm (and accumulate, of its
-// results) sums each piece in double (an
-// `omp simd` reduction: its lane order is fixed when the binary is compiled), then
-// the piece sums of each tensor in order, then the tensor sums in order: the result
-// depends on neither the thread count nor the schedule. A piece whose double sum is not finite is
-// rescanned element by element, so found_inf means "an element is inf/NaN", not
-// "a float64 square overflowed".
+// results) sums each piece's squares in double in a fixed order of 16 lanes
+// (lane_sums.h: the scalar, AVX2 and AVX-512 loops agree bit for bit), then the
+// piece sums of each tensor in order, then the tensor sums in order: the result
+// depends on neither the thread count, the schedule nor the CPU. A piece whose
+// double sum is not finite is rescanned element by element, so found_inf means
+// "an element is inf/NaN", not "a float64 square overflowed".
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +21,7 @@
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 #include "kernels/multi_tensor/multi_tensor.h"
+#include "kernels/multi_tensor/lane_sums.h"
 #include "kernels/multi_tensor/multi_tensor_internal.h"
 
 namespace colossal::kernels::multi_tensor {
@@ -56,22 +57,14 @@ double as_double(T v) {
   return static_cast<double>(to_math(v));
 }
 
-// Sum of squares of x[0..n) in double; *bad when an element is inf/NaN. `omp simd`
-// fixes the summation order at compile time (the vector lanes, then their sum), so
-// a binary always gives the same bits; Bazel's -O2 would not vectorize it alone.
+// *bad when an element of x[0..n) is inf/NaN, given `sum`, their (or their
+// results') sum of squares: only a non-finite sum needs the scan.
 template <typename T>
-double sum_squares(const T* x, int64_t n, bool* bad) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = as_double(x[i]);
-    sum += v * v;
-  }
+void flag_non_finite(const T* x, int64_t n, double sum, bool* bad) {
   *bad = false;
   if (!std::isfinite(sum)) {
     for (int64_t k = 0; k < n && !*bad; ++k) *bad = !std::isfinite(as_double(x[k]));
   }
-  return sum;
 }
 
 // tensors[0..num_tensors) (each with an element count n) cut into pieces of
@@ -137,54 +130,36 @@ inline void finish_norm(const std::vector<Piece>& pieces, const std::vector<doub
 template <typename T>
 KernelStatus l2_norm_typed(float* global_norm, float* per_tensor_norms, float* found_inf,
                            float* clip_coef, const TensorRef* tensors, int64_t num_tensors,
-                           float max_norm, int num_threads) {
+                           float max_norm, int num_threads, CpuIsa isa) {
   const std::vector<Piece> pieces = cut_pieces(tensors, num_tensors);
+  const internal::SquaresFn<T> squares = internal::squares_for<T>(isa);
   std::vector<double> sums;
   std::vector<char> bad;
   sum_pieces(pieces, num_threads, &sums, &bad, [&](const Piece& w, bool* b) {
-    return sum_squares(static_cast<const T*>(tensors[w.tensor].data) + w.begin, w.end - w.begin, b);
+    const T* x = static_cast<const T*>(tensors[w.tensor].data) + w.begin;
+    const double sum = squares(x, w.end - w.begin);
+    flag_non_finite(x, w.end - w.begin, sum, b);
+    return sum;
   });
   finish_norm(pieces, sums, bad, num_tensors, global_norm, per_tensor_norms, found_inf,
               clip_coef, max_norm);
   return KernelStatus();
 }
 
-// Accumulates part into acc over [0, n) and returns the results' sum of
-// squares in double (an `omp simd` reduction, as sum_squares: its order is
-// fixed when the binary is compiled); *bad when a result is inf/NaN.
-template <typename T>
-double accumulate_range(T* acc, const T* part, int64_t n, bool* bad) {
-  double sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) {
-    T r;
-    if constexpr (std::is_same_v<T, double> || std::is_same_v<T, float>) {
-      r = acc[i] + part[i];
-    } else {
-      r = from_float<T>(to_math(acc[i]) + to_math(part[i]));
-    }
-    acc[i] = r;
-    const double v = as_double(r);
-    sum += v * v;
-  }
-  *bad = false;
-  if (!std::isfinite(sum)) {
-    for (int64_t k = 0; k < n && !*bad; ++k) *bad = !std::isfinite(as_double(acc[k]));
-  }
-  return sum;
-}
-
 template <typename T>
 KernelStatus accumulate_typed(float* global_norm, float* found_inf,
                               const AccumulateTensor* tensors, int64_t num_tensors,
-                              int num_threads) {
+                              int num_threads, CpuIsa isa) {
   const std::vector<Piece> pieces = cut_pieces(tensors, num_tensors);
+  const internal::AccumulateFn<T> accumulate = internal::accumulate_for<T>(isa);
   std::vector<double> sums;
   std::vector<char> bad;
   sum_pieces(pieces, num_threads, &sums, &bad, [&](const Piece& w, bool* b) {
     const AccumulateTensor& x = tensors[w.tensor];
-    return accumulate_range(static_cast<T*>(x.acc) + w.begin, static_cast<const T*>(x.part) + w.begin,
-                            w.end - w.begin, b);
+    T* acc = static_cast<T*>(x.acc) + w.begin;
+    const double sum = accumulate(acc, static_cast<const T*>(x.part) + w.begin, w.end - w.begin);
+    flag_non_finite(acc, w.end - w.begin, sum, b);
+    return sum;
   });
   if (global_norm != nullptr || found_inf != nullptr) {
     float norm = 0.0f;
@@ -277,8 +252,11 @@ int64_t scale_cuda_scratch_bytes(int64_t num_tensors) {
 
 KernelStatus l2_norm_cpu(float* global_norm, float* per_tensor_norms, float* found_inf,
                          float* clip_coef, const TensorRef* tensors, int64_t num_tensors,
-                         DType dtype, float max_norm, int num_threads) {
+                         DType dtype, float max_norm, int num_threads, CpuIsa isa) {
   KernelStatus s = internal::check_norm_args(global_norm, clip_coef, tensors, num_tensors, max_norm);
+  if (!s.ok()) return s;
+  s = resolve_cpu_isa(isa, &isa, "l2_norm_cpu: unknown CpuIsa",
+                      "l2_norm_cpu: this CPU lacks the requested instruction set");
   if (!s.ok()) return s;
   return dispatch_cpu_float(dtype, "l2_norm_cpu: dtype must be float32/16, bfloat16 or float64",
                             [&](auto tag) {
@@ -290,7 +268,7 @@ KernelStatus l2_norm_cpu(float* global_norm, float* per_tensor_norms, float* fou
                               }
                               return l2_norm_typed<T>(global_norm, per_tensor_norms, found_inf,
                                                       clip_coef, tensors, num_tensors, max_norm,
-                                                      num_threads);
+                                                      num_threads, isa);
                             });
 }
 
@@ -315,7 +293,10 @@ KernelStatus scale_cpu(float* found_inf, const ScaleTensor* tensors, const float
 }
 
 KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
-                            int64_t num_tensors, DType dtype, int num_threads) {
+                            int64_t num_tensors, DType dtype, int num_threads, CpuIsa isa) {
+  const KernelStatus s = resolve_cpu_isa(isa, &isa, "accumulate_cpu: unknown CpuIsa",
+                                         "accumulate_cpu: this CPU lacks the requested instruction set");
+  if (!s.ok()) return s;
   if (num_tensors < 0) return KernelStatus::invalid_argument("accumulate_cpu: num_tensors < 0");
   if (num_tensors > 0 && tensors == nullptr) {
     return KernelStatus::invalid_argument("accumulate_cpu: null tensor list with num_tensors > 0");
@@ -342,7 +323,7 @@ KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const Accumula
             return KernelStatus::invalid_argument("accumulate_cpu: acc and part overlap");
           }
         }
-        return accumulate_typed<T>(global_norm, found_inf, tensors, num_tensors, num_threads);
+        return accumulate_typed<T>(global_norm, found_inf, tensors, num_tensors, num_threads, isa);
       });
 }
 

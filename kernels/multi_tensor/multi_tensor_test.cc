@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -141,40 +142,81 @@ TEST(L2NormCpuTest, MatchesFloat64Reference) {
   }
 }
 
-TEST(L2NormCpuTest, SameBitsForAnyThreadCount) {
-  HostList list(DType::kF32, {300001, 7, 65536, 0, 99999}, 11);
-  const auto refs = list.refs(list.bytes.data());
-  float first_norm = 0;
-  std::vector<float> first_per;
-  for (int threads : {1, 3, 8}) {
-    float norm = 0;
-    std::vector<float> per(refs.size());
-    ASSERT_TRUE(l2_norm_cpu(&norm, per.data(), nullptr, nullptr, refs.data(), refs.size(),
-                            DType::kF32, 0.0f, threads)
-                    .ok());
-    if (threads == 1) {
-      first_norm = norm;
-      first_per = per;
+// The SIMD loops this CPU can run, and the scalar one.
+std::vector<CpuIsa> cpu_isas() {
+  static bool told = false;
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (cpu_isa_available(isa)) {
+      out.push_back(isa);
+    } else if (!told) {
+      std::printf("note: this CPU lacks %s; its loop is not tested here\n", cpu_isa_name(isa));
     }
-    EXPECT_EQ(bits_of(norm), bits_of(first_norm)) << threads;
-    for (size_t i = 0; i < per.size(); ++i) EXPECT_EQ(bits_of(per[i]), bits_of(first_per[i]));
+  }
+  told = true;
+  return out;
+}
+
+// The same bits for any thread count and SIMD loop, per tensor too; a loop
+// the CPU lacks, or no loop at all, is refused.
+TEST(L2NormCpuTest, SameBitsForAnyThreadCountAndIsa) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
+    HostList list(t, {300001, 7, 65536, 0, 99999}, 11);
+    const auto refs = list.refs(list.bytes.data());
+    bool first = true;
+    float first_norm = 0;
+    std::vector<float> first_per;
+    for (CpuIsa isa : cpu_isas()) {
+      for (int threads : {1, 3, 8}) {
+        float norm = 0;
+        std::vector<float> per(refs.size());
+        ASSERT_TRUE(l2_norm_cpu(&norm, per.data(), nullptr, nullptr, refs.data(), refs.size(), t,
+                                0.0f, threads, isa)
+                        .ok());
+        if (first) {
+          first_norm = norm;
+          first_per = per;
+          first = false;
+        }
+        const std::string what = std::string(dtype_name(t)) + " " + cpu_isa_name(isa) + " " +
+                                 std::to_string(threads);
+        EXPECT_EQ(bits_of(norm), bits_of(first_norm)) << what;
+        for (size_t i = 0; i < per.size(); ++i) EXPECT_EQ(bits_of(per[i]), bits_of(first_per[i])) << what;
+      }
+    }
+  }
+  float norm = 0;
+  const float x[2] = {3.0f, 4.0f};
+  const TensorRef ref{x, 2};
+  EXPECT_EQ(l2_norm_cpu(&norm, nullptr, nullptr, nullptr, &ref, 1, DType::kF32, 0.0f, 1,
+                        static_cast<CpuIsa>(42))
+                .code(),
+            Code::kInvalidArgument);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_isa_available(isa)) {
+      EXPECT_EQ(l2_norm_cpu(&norm, nullptr, nullptr, nullptr, &ref, 1, DType::kF32, 0.0f, 1, isa).code(),
+                Code::kUnsupported);
+    }
   }
 }
 
 TEST(L2NormCpuTest, FlagsNonFiniteElementsOnly) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
     for (double bad : {double(kInf), -double(kInf), std::nan("")}) {
-      HostList list(t, list_sizes(40), 21);
-      put(t, list.element(12, 40000), 0, bad);  // tensor 12 has 65537 elements
-      const auto refs = list.refs(list.bytes.data());
-      std::vector<float> per(refs.size());
-      float norm = 0, found = 0;
-      ASSERT_TRUE(l2_norm_cpu(&norm, per.data(), &found, nullptr, refs.data(), refs.size(), t, 0)
-                      .ok());
-      EXPECT_EQ(found, 1.0f) << dtype_name(t);
-      EXPECT_FALSE(std::isfinite(norm));
-      EXPECT_FALSE(std::isfinite(per[12]));
-      EXPECT_TRUE(std::isfinite(per[11]));
+      for (CpuIsa isa : cpu_isas()) {
+        HostList list(t, list_sizes(40), 21);
+        put(t, list.element(12, 40000), 0, bad);  // tensor 12 has 65537 elements
+        const auto refs = list.refs(list.bytes.data());
+        std::vector<float> per(refs.size());
+        float norm = 0, found = 0;
+        ASSERT_TRUE(l2_norm_cpu(&norm, per.data(), &found, nullptr, refs.data(), refs.size(), t, 0,
+                                0, isa)
+                        .ok());
+        EXPECT_EQ(found, 1.0f) << dtype_name(t) << " " << cpu_isa_name(isa);
+        EXPECT_FALSE(std::isfinite(norm));
+        EXPECT_FALSE(std::isfinite(per[12]));
+        EXPECT_TRUE(std::isfinite(per[11]));
+      }
     }
   }
   // Finite float64 values whose squares overflow are not "found inf"; the flag is
@@ -324,7 +366,8 @@ TEST(MultiTensorCpuTest, RejectsBadArguments) {
 
 // accumulate: every result is the dtype's rounding of acc + part (float math,
 // double for float64), the norm of the results matches the float64 reference
-// and l2_norm_cpu of the results, with the same bits for any thread count.
+// and is l2_norm_cpu's of the results bit for bit, with the same bits for any
+// thread count and SIMD loop (scalar, AVX2, AVX-512).
 TEST(AccumulateCpuTest, SumsAndNormMatchReferences) {
   uint32_t seed = 40;
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64}) {
@@ -341,32 +384,38 @@ TEST(AccumulateCpuTest, SumsAndNormMatchReferences) {
           put(t, expected.data(), a, sum);
         }
       }
+      bool first = true;
       float first_norm = 0;
-      for (int threads : {1, 3, 8}) {
-        HostList acc = acc0;
-        const auto acc_refs = acc.refs(acc.bytes.data());
-        const auto part_refs = part.refs(const_cast<uint8_t*>(part.bytes.data()));
-        std::vector<AccumulateTensor> list;
-        for (size_t i = 0; i < sizes.size(); ++i) {
-          list.push_back({const_cast<void*>(acc_refs[i].data), part_refs[i].data, sizes[i]});
+      for (CpuIsa isa : cpu_isas()) {
+        for (int threads : {1, 3, 8}) {
+          const std::string what =
+              std::string(dtype_name(t)) + " " + cpu_isa_name(isa) + " threads " + std::to_string(threads);
+          HostList acc = acc0;
+          const auto acc_refs = acc.refs(acc.bytes.data());
+          const auto part_refs = part.refs(const_cast<uint8_t*>(part.bytes.data()));
+          std::vector<AccumulateTensor> list;
+          for (size_t i = 0; i < sizes.size(); ++i) {
+            list.push_back({const_cast<void*>(acc_refs[i].data), part_refs[i].data, sizes[i]});
+          }
+          float norm = -1, found = 0;
+          ASSERT_TRUE(accumulate_cpu(&norm, &found, list.data(), static_cast<int64_t>(list.size()), t,
+                                     threads, isa)
+                          .ok());
+          EXPECT_EQ(found, 0.0f);
+          // The elements outside the tensors (gaps, the tail) are untouched: whole-buffer equality.
+          ASSERT_EQ(acc.bytes, expected) << what;
+          double ref_sq = 0;
+          for (double sq : acc.reference()) ref_sq += sq;
+          EXPECT_NEAR(norm, std::sqrt(ref_sq), kCpuNormTol * std::sqrt(ref_sq)) << what;
+          float l2 = 0;
+          ASSERT_TRUE(l2_norm_cpu(&l2, nullptr, nullptr, nullptr, acc_refs.data(),
+                                  static_cast<int64_t>(acc_refs.size()), t, 0.0f, threads, isa)
+                          .ok());
+          EXPECT_EQ(bits_of(norm), bits_of(l2)) << what;
+          if (first) first_norm = norm;
+          first = false;
+          EXPECT_EQ(bits_of(norm), bits_of(first_norm)) << what;
         }
-        float norm = -1, found = 0;
-        ASSERT_TRUE(accumulate_cpu(&norm, &found, list.data(), static_cast<int64_t>(list.size()), t,
-                                   threads)
-                        .ok());
-        EXPECT_EQ(found, 0.0f);
-        // The elements outside the tensors (gaps, the tail) are untouched: whole-buffer equality.
-        ASSERT_EQ(acc.bytes, expected) << dtype_name(t) << " threads " << threads;
-        double ref_sq = 0;
-        for (double sq : acc.reference()) ref_sq += sq;
-        EXPECT_NEAR(norm, std::sqrt(ref_sq), kCpuNormTol * std::sqrt(ref_sq)) << dtype_name(t);
-        float l2 = 0;
-        ASSERT_TRUE(l2_norm_cpu(&l2, nullptr, nullptr, nullptr, acc_refs.data(),
-                                static_cast<int64_t>(acc_refs.size()), t, 0.0f, threads)
-                        .ok());
-        EXPECT_NEAR(norm, l2, kCpuNormTol * l2);
-        if (threads == 1) first_norm = norm;
-        EXPECT_EQ(bits_of(norm), bits_of(first_norm)) << dtype_name(t) << " threads " << threads;
       }
     }
   }

@@ -17,12 +17,17 @@
 //     nothing: the same losses and weights bitwise; nor does the GPU's share
 //     of the host chunks' Adam (gpu_shares_host_adam);
 //   * one micro-batch a step (cpu placement): the host chunks' gradient
-//     norms are taken on the device before the download.
+//     norms are taken on the device before the download;
+//   * an inf planted in one micro-batch's output gradient (cpu placement:
+//     in the part the device norms before its download, or in the part the
+//     fold worker adds on the host) skips the step: the weights and Adam
+//     state stay bitwise those of the step before.
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -87,6 +92,7 @@ GeminiOptions gpu_chunks(const std::string& placement) {
 struct GpuRun {
   bool done = false;
   std::vector<float> loss, norm;
+  std::vector<char> skipped;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
   int64_t gpu_host_updates = 0;
@@ -101,6 +107,8 @@ struct GpuSpec {
   int world = 1;
   int micro = kGpuMicro;  // micro-batches a step (1: no host-side accumulation)
   int first_step = 0, steps = kGpuSteps;
+  // That step's micro-batch gets an inf in its first output gradient (-1: none).
+  int poison_step = -1, poison_micro = 0;
   const nn::ParameterStore* load_model = nullptr;
   const nn::OptimizerStateDict* load_optimizer = nullptr;
 };
@@ -119,6 +127,22 @@ std::vector<float> floats(const core::Tensor& t) {
     std::memcpy(out.data(), wide.raw_data(), out.size() * 4);
   }
   return out;
+}
+
+// Writes +inf into t's first element (float32 or bfloat16, on the device).
+void plant_inf(const core::Tensor& t, const Stream& stream) {
+  auto first = t.reshape({-1}).value().slice(0, 1).value();
+  auto host = core::Tensor::empty({1}, t.dtype(), Stream::cpu()).value();
+  if (t.dtype() == DType::kF32) {
+    const float inf = INFINITY;
+    std::memcpy(host.raw_data(), &inf, sizeof inf);
+  } else {
+    ASSERT_EQ(t.dtype(), DType::kBF16);
+    const uint16_t inf = 0x7F80;  // bfloat16 +inf
+    std::memcpy(host.raw_data(), &inf, sizeof inf);
+  }
+  ASSERT_TRUE(first.copy_from(host, stream).ok());
+  stream.synchronize();
 }
 
 void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
@@ -186,6 +210,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
       co.dloss = 1.0f / spec.micro;
       auto ce = nn::cross_entropy(*ctx, fwd->output, targets, gpu_config().vocab_size, co);
       ASSERT_TRUE(ce.ok()) << ce.status();
+      if (step == spec.poison_step && i == spec.poison_micro) plant_inf(ce->dlogits, stream);
       auto dx = booster.backward(*ctx, *model, *fwd->saved, ce->dlogits);
       ASSERT_TRUE(dx.ok()) << dx.status();
       stream.synchronize();
@@ -195,6 +220,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     ASSERT_TRUE(r.ok()) << r.status();
     out->loss.push_back(static_cast<float>(sum / spec.micro));
     out->norm.push_back(r->grad_norm);
+    out->skipped.push_back(r->skipped);
   }
   auto weights = booster.model_state_dict(-1, stream);
   ASSERT_TRUE(weights.ok()) << weights.status();
@@ -345,6 +371,28 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
   ASSERT_TRUE(plain[0].done && ahead[0].done);
   EXPECT_EQ(ahead[0].loss, plain[0].loss);
   EXPECT_EQ(ahead[0].weights, plain[0].weights);
+}
+
+// Non-finite gradients skip the step whichever path takes the host chunks'
+// norms: the device before the download (the first micro-batch's part) or
+// the fold (a later one's part, added on the host).
+TEST(GeminiCudaNonFinite, SkipsTheStepExactly) {
+  COLOSSAL_REQUIRE_GPU();
+  for (int micro : {0, 1}) {
+    GpuSpec a;
+    a.dtype = DType::kBF16;
+    a.gemini = gpu_chunks("cpu");
+    a.steps = 2;
+    const std::vector<GpuRun> before = run_gpu(a);
+    a.steps = 3;
+    a.poison_step = 2;
+    a.poison_micro = micro;
+    const std::vector<GpuRun> poisoned = run_gpu(a);
+    ASSERT_TRUE(before[0].done && poisoned[0].done) << "micro-batch " << micro;
+    EXPECT_EQ(poisoned[0].skipped, (std::vector<char>{0, 0, 1})) << "micro-batch " << micro;
+    EXPECT_EQ(poisoned[0].weights, before[0].weights) << "micro-batch " << micro;
+    testing::expect_same_tensors(poisoned[0].optimizer, before[0].optimizer);
+  }
 }
 
 TEST(GeminiCudaCheckpoint, LoadsAcrossPlacementsAndResumesExactly) {

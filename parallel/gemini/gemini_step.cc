@@ -143,18 +143,33 @@ std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float g
 }
 
 #if COLOSSAL_WITH_CUDA
+// Elements of one launch of the GPU's share of host Adam: 64 blocks of the
+// Adam kernel. Its blocks wait on PCIe for most of their life; launched over a
+// whole chunk they would hold every SM for the ~15 ms the chunk's state takes
+// to cross, and the next forward's kernels, which overlap the update, would
+// wait for them (measured: the forward ended ~65 ms after the last update).
+// 64 blocks still keep PCIe busy and leave most SMs to the forward.
+constexpr int64_t kHostAdamSlice = int64_t{1} << 20;
+
 // A host chunk's Adam on the GPU (the updater's lane 1): the kernel reads and
 // writes the pinned host state through its UVA address, so PCIe carries the
-// chunk's state both ways (no staging copies). Waits on the host by polling
-// (a blocking sync would spin a core CPU Adam uses).
+// chunk's state both ways (no staging copies), in slices of kHostAdamSlice.
+// Waits on the host by polling (a blocking sync would spin a core CPU Adam uses).
 absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
                            kernels::DType copy, const core::Stream& stream) {
   core::DeviceGuard guard(stream.device());  // the worker thread's device
+  const int64_t gsize = static_cast<int64_t>(core::dtype_size(dtype));
+  const int64_t csize = static_cast<int64_t>(core::dtype_size(copy));
   for (const AdamCall& a : calls) {
-    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-        kernels::adam::adam_step_cuda(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
-                                      a.count, dtype, copy, a.options, stream.handle()),
-        absl::StrCat("gemini: Adam step of chunk ", c, " on the GPU, group ", a.group)));
+    for (int64_t at = 0; at < a.count; at += kHostAdamSlice) {
+      void* value = a.value != nullptr ? static_cast<char*>(a.value) + at * csize : nullptr;
+      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+          kernels::adam::adam_step_cuda(a.master + at, a.exp_avg + at, a.exp_avg_sq + at, value,
+                                        static_cast<const char*>(a.grad) + at * gsize, nullptr,
+                                        std::min(kHostAdamSlice, a.count - at), dtype, copy,
+                                        a.options, stream.handle()),
+          absl::StrCat("gemini: Adam step of chunk ", c, " on the GPU, group ", a.group)));
+    }
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
   done.record(stream);
