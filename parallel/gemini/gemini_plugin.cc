@@ -48,6 +48,7 @@ absl::Status validate_gemini_options(const GeminiOptions& o) {
   COLOSSAL_RETURN_IF_ERROR(option_range(o.chunks.search_range_m >= 0, "search_range_m", ">= 0"));
   COLOSSAL_RETURN_IF_ERROR(option_range(o.chunks.min_chunk_size_m >= 0, "min_chunk_size_m", ">= 0"));
   COLOSSAL_RETURN_IF_ERROR(option_range(o.device_capacity_bytes >= 0, "device_capacity_bytes", ">= 0"));
+  COLOSSAL_RETURN_IF_ERROR(option_range(o.gpu_host_adam_slice > 0, "gpu_host_adam_slice", "> 0"));
   return absl::OkStatus();
 }
 

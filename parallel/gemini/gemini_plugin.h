@@ -135,6 +135,10 @@ struct GeminiOptions {
   // the next chunk of the queue as it finishes, so the split follows their
   // speeds. Results are bitwise those of CPU Adam alone. false: CPU Adam alone.
   bool gpu_shares_host_adam = true;
+  // Elements of one launch of that share (> 0): the launches are kept small
+  // so the next forward's kernels get SMs between them (gemini_step.cc). Not
+  // a recipe key: tests shrink it to cross slice edges on small models.
+  int64_t gpu_host_adam_slice = int64_t{1} << 20;
   // CUDA: host chunks of the recorded order copied to the device this many
   // chunks ahead, on a copy stream (Colossal-AI's max_prefetch; 0: at use).
   int max_prefetch = 0;
