@@ -203,7 +203,6 @@ RangeFn pick(CpuIsa isa, DType grad_dtype, bool has_copy, DType copy_dtype) {
   }
 }
 
-
 // One unit of parallel work: elements [begin, end) of tensor `tensor`.
 struct Piece {
   int64_t tensor;

@@ -20,8 +20,8 @@
 
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
-#include "kernels/multi_tensor/multi_tensor.h"
 #include "kernels/multi_tensor/lane_sums.h"
+#include "kernels/multi_tensor/multi_tensor.h"
 #include "kernels/multi_tensor/multi_tensor_internal.h"
 
 namespace colossal::kernels::multi_tensor {
