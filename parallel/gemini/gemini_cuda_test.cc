@@ -19,9 +19,9 @@
 //   * one micro-batch a step (cpu placement): the host chunks' gradient
 //     norms are taken on the device before the download;
 //   * an inf planted in one micro-batch's output gradient (cpu placement:
-//     in the part the device norms before its download, or in the part the
-//     fold worker adds on the host) skips the step: the weights and Adam
-//     state stay bitwise those of the step before.
+//     one micro-batch a step, whose parts the device norms before their
+//     download, or two, whose sum the fold worker norms on the host) skips
+//     the step: the weights and Adam state stay bitwise those before.
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
@@ -33,6 +33,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -377,23 +378,27 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
 }
 
 // Non-finite gradients skip the step whichever path takes the host chunks'
-// norms: the device before the download (the first micro-batch's part) or
-// the fold (a later one's part, added on the host).
+// norms: the device before the download (one micro-batch a step), or the
+// fold, which adds a later micro-batch's part on the host (the inf in that
+// part, or in the first part the fold adds to).
 TEST(GeminiCudaNonFinite, SkipsTheStepExactly) {
   COLOSSAL_REQUIRE_GPU();
-  for (int micro : {0, 1}) {
+  for (auto [micro, poisoned_micro] : {std::pair{1, 0}, std::pair{2, 1}, std::pair{2, 0}}) {
+    const std::string what =
+        absl::StrCat("inf in micro-batch ", poisoned_micro, " of ", micro);
     GpuSpec a;
     a.dtype = DType::kBF16;
     a.gemini = gpu_chunks("cpu");
+    a.micro = micro;
     a.steps = 2;
     const std::vector<GpuRun> before = run_gpu(a);
     a.steps = 3;
     a.poison_step = 2;
-    a.poison_micro = micro;
+    a.poison_micro = poisoned_micro;
     const std::vector<GpuRun> poisoned = run_gpu(a);
-    ASSERT_TRUE(before[0].done && poisoned[0].done) << "micro-batch " << micro;
-    EXPECT_EQ(poisoned[0].skipped, (std::vector<char>{0, 0, 1})) << "micro-batch " << micro;
-    EXPECT_EQ(poisoned[0].weights, before[0].weights) << "micro-batch " << micro;
+    ASSERT_TRUE(before[0].done && poisoned[0].done) << what;
+    EXPECT_EQ(poisoned[0].skipped, (std::vector<char>{0, 0, 1})) << what;
+    EXPECT_EQ(poisoned[0].weights, before[0].weights) << what;
     testing::expect_same_tensors(poisoned[0].optimizer, before[0].optimizer);
   }
 }
