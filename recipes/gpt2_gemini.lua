@@ -38,6 +38,7 @@ return {
     hidden_dim = gpu and 1024 or 128,
     max_prefetch = gpu and 4 or 0,    -- host chunks copied to the GPU ahead of use
     gpu_shares_host_adam = true,      -- the GPU also updates host chunks (CPU Adam does the rest)
+    device_grad_accumulation = true,  -- accumulation: host chunks' gradients summed on the GPU
     max_norm = 1.0,                   -- clip by global norm, inside the plugin
     precision = gpu and "bf16" or "fp32",
   },

@@ -5,11 +5,12 @@
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half.h"
 #include "kernels/common/simd_convert.h"
+#include "kernels/multi_tensor/multi_tensor_internal.h"
 
 namespace colossal::kernels::multi_tensor::internal {
 namespace {
 
-constexpr int kLanes = 16;
+constexpr int kLanes = kCpuLanes;  // the SIMD loops below hold 16 lanes
 
 template <typename T>
 double square(T x) {

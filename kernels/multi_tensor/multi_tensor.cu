@@ -21,6 +21,14 @@
 //
 // scale multiplies in float32 with __fmul_rn (never contracted) and rounds once to
 // the output dtype, exactly as the CPU path does.
+//
+// accumulate keeps the CPU's order instead, so that its norm has the CPU's bits
+// (gemini sums a host chunk's gradients on either side): one thread per lane
+// of a 32768-element piece adds its results' squares in double, in element
+// order (16 threads a piece, 8 pieces a block); a piece's lanes are then added
+// 0 to 15, and one thread per tensor adds the piece sums and the running total
+// in order. A square of a float32 value is exact in double, so whether the
+// compiler fuses it into the add changes nothing.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -319,6 +327,65 @@ KernelStatus check_scratch(void* scratch, int64_t scratch_bytes, int64_t needed)
   return KernelStatus();
 }
 
+constexpr int kPiecesPerBlock = 8;
+constexpr int kLaneUnroll = 8;  // loads in flight per lane
+
+// acc += part over pieces [blockIdx.x * 8, +8) of one tensor; each piece's
+// sum of the results' squares into piece_sums.
+template <typename T>
+__global__ void __launch_bounds__(internal::kCpuLanes * kPiecesPerBlock)
+    accumulate_lanes_kernel(T* __restrict__ acc, const T* __restrict__ part, int64_t n,
+                            double* __restrict__ piece_sums) {
+  constexpr int kLanes = internal::kCpuLanes;
+  __shared__ double lanes[kPiecesPerBlock][kLanes];
+  const int lane = threadIdx.x % kLanes;
+  const int slot = threadIdx.x / kLanes;
+  const int64_t piece = static_cast<int64_t>(blockIdx.x) * kPiecesPerBlock + slot;
+  const int64_t begin = piece * internal::kCpuPiece;
+  const int64_t end = min(n, begin + internal::kCpuPiece);
+  double sum = 0.0;
+  auto add = [&](int64_t k, float v) {
+    const T r = from_math<T>(v);
+    acc[k] = r;
+    const double d = static_cast<double>(to_math(r));
+    sum = __dadd_rn(sum, __dmul_rn(d, d));
+  };
+  int64_t k = begin + lane;
+  for (; k + (kLaneUnroll - 1) * kLanes < end; k += kLaneUnroll * kLanes) {
+    float v[kLaneUnroll];
+#pragma unroll
+    for (int u = 0; u < kLaneUnroll; ++u) {
+      v[u] = __fadd_rn(static_cast<float>(to_math(acc[k + u * kLanes])),
+                       static_cast<float>(to_math(part[k + u * kLanes])));
+    }
+#pragma unroll
+    for (int u = 0; u < kLaneUnroll; ++u) add(k + u * kLanes, v[u]);
+  }
+  for (; k < end; k += kLanes) {
+    add(k, __fadd_rn(static_cast<float>(to_math(acc[k])), static_cast<float>(to_math(part[k]))));
+  }
+  lanes[slot][lane] = sum;
+  __syncthreads();
+  if (lane == 0 && begin < n) {
+    double s = 0.0;
+    for (int l = 0; l < kLanes; ++l) s = __dadd_rn(s, lanes[slot][l]);
+    piece_sums[piece] = s;
+  }
+}
+
+// One tensor's piece sums added in order, then into the running total (the
+// first tensor starts it); the last tensor writes the norm and the flag.
+__global__ void accumulate_finish_kernel(const double* __restrict__ piece_sums, int64_t pieces,
+                                         double* total, bool first, float* global_norm,
+                                         float* found_inf) {
+  double t = 0.0;
+  for (int64_t p = 0; p < pieces; ++p) t = __dadd_rn(t, piece_sums[p]);
+  const double all = __dadd_rn(first ? 0.0 : *total, t);
+  *total = all;
+  if (global_norm != nullptr) *global_norm = static_cast<float>(sqrt(all));
+  if (found_inf != nullptr && !isfinite(all)) *found_inf = 1.0f;
+}
+
 template <typename T>
 KernelStatus l2_norm_launch(std::vector<NormDesc>& descs, char* scratch, float* global_norm,
                             float* per_tensor_norms, float* found_inf, float* clip_coef,
@@ -425,6 +492,54 @@ KernelStatus l2_norm_cuda(float* global_norm, float* per_tensor_norms, float* fo
     return l2_norm_launch<T>(descs, static_cast<char*>(scratch), global_norm,
                              num_tensors > 0 ? per_tensor_norms : nullptr, found_inf, clip_coef,
                              max_norm, stream);
+  });
+}
+
+KernelStatus accumulate_cuda(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
+                             void* scratch, int64_t scratch_bytes, int64_t num_tensors, DType dtype,
+                             cudaStream_t stream) {
+  KernelStatus s = internal::check_accumulate_args(tensors, num_tensors);
+  if (!s.ok()) return s;
+  s = check_scratch(scratch, scratch_bytes, accumulate_cuda_scratch_bytes(tensors, num_tensors));
+  if (!s.ok()) return s;
+  return cuda::dispatch_float_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t t = 0; t < num_tensors; ++t) {
+      const KernelStatus c = internal::check_accumulate_tensor(tensors[t], sizeof(T));
+      if (!c.ok()) return c;
+    }
+    const bool norm = global_norm != nullptr || found_inf != nullptr;
+    double* piece_sums = static_cast<double*>(scratch);
+    int64_t all_pieces = 0;
+    for (int64_t t = 0; t < num_tensors; ++t) all_pieces += internal::cpu_pieces_of(tensors[t].n);
+    double* total = reinterpret_cast<double*>(static_cast<char*>(scratch) +
+                                              internal::accumulate_scratch_layout(all_pieces).total_at);
+    int64_t at = 0;  // this tensor's first piece sum
+    // With no tensors (or only empty ones) the finish still writes norm 0.
+    for (int64_t t = 0; t < std::max<int64_t>(num_tensors, 1); ++t) {
+      const int64_t n = t < num_tensors ? tensors[t].n : 0;
+      const int64_t pieces = internal::cpu_pieces_of(n);
+      if (pieces > 0) {
+        const int64_t blocks = (pieces + kPiecesPerBlock - 1) / kPiecesPerBlock;
+        if (blocks > kMaxChunks) return KernelStatus::invalid_argument("accumulate: tensor too large");
+        accumulate_lanes_kernel<T><<<static_cast<unsigned>(blocks), internal::kCpuLanes * kPiecesPerBlock,
+                                     0, stream>>>(static_cast<T*>(tensors[t].acc),
+                                                  static_cast<const T*>(tensors[t].part), n,
+                                                  piece_sums + at);
+        const KernelStatus l = cuda::last_launch_status();
+        if (!l.ok()) return l;
+      }
+      if (norm) {
+        const bool last = t + 1 >= num_tensors;
+        accumulate_finish_kernel<<<1, 1, 0, stream>>>(piece_sums + at, pieces, total, t == 0,
+                                                      last ? global_norm : nullptr,
+                                                      last ? found_inf : nullptr);
+        const KernelStatus f = cuda::last_launch_status();
+        if (!f.ok()) return f;
+      }
+      at += pieces;
+    }
+    return KernelStatus();
   });
 }
 

@@ -19,9 +19,10 @@
 // sets found_inf when any input or output value is inf or NaN (e.g. a float32
 // gradient that overflows a float16 output).
 //
-// accumulate (CPU only): acc[i] += part[i] for every tensor, and the l2 norm of
-// the results in the same pass (gradient accumulation in host memory, which
-// then needs no second read of the sums for clipping).
+// accumulate: acc[i] += part[i] for every tensor, and the l2 norm of the
+// results in the same pass (gradient accumulation, which then needs no second
+// read of the sums for clipping). The CUDA version gives the CPU's bits, sums
+// and norm alike, so gradients summed on either side clip the same.
 //
 // found_inf (nullable) is a float flag owned by the caller: these functions only
 // ever set it to 1.0f and never clear it, so one flag can collect several calls
@@ -107,6 +108,8 @@ KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const Accumula
                             int64_t num_tensors, DType dtype, int num_threads = 0,
                             CpuIsa isa = CpuIsa::kAuto);
 
+// Device scratch accumulate_cuda needs for this tensor list (piece sums).
+int64_t accumulate_cuda_scratch_bytes(const AccumulateTensor* tensors, int64_t num_tensors);
 // Device scratch l2_norm_cuda needs for this tensor list (chunk sums and a table).
 int64_t l2_norm_cuda_scratch_bytes(const TensorRef* tensors, int64_t num_tensors);
 // Device scratch scale_cuda can use for num_tensors tensors (a table of descriptors).
@@ -121,6 +124,20 @@ KernelStatus l2_norm_cuda(float* global_norm, float* per_tensor_norms, float* fo
                           float* clip_coef, const TensorRef* tensors, void* scratch,
                           int64_t scratch_bytes, int64_t num_tensors, DType dtype, float max_norm,
                           cudaStream_t stream);
+
+// CUDA accumulate (device buffers; global_norm and found_inf nullable device
+// pointers): the bits of accumulate_cpu for finite values — the sums (one
+// float add, one rounding) and the norm, which keeps the CPU's order (pieces
+// of 32768 elements, 16 double lanes each, pieces and tensors summed in
+// order); found_inf is set when a result is inf or NaN. `scratch`: device
+// memory of at least accumulate_cuda_scratch_bytes(tensors, num_tensors)
+// bytes, 16-byte aligned, not used by another call in flight. Two kernels per
+// tensor; the norm's sequential parts run one thread per lane and per tensor,
+// so it reads at a fraction of the device's bandwidth (gemini sums a micro-
+// batch's gradients with it, beside the backward).
+KernelStatus accumulate_cuda(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
+                             void* scratch, int64_t scratch_bytes, int64_t num_tensors, DType dtype,
+                             cudaStream_t stream);
 
 // CUDA scale (device buffers, device found_inf and scale_factor). Up to 96 tensors
 // in one launch with the table in kernel parameters; more: with scratch (at least

@@ -277,6 +277,45 @@ void BM_ScaleCuda(benchmark::State& state) {
   cudaFree(data);
 }
 BENCHMARK(BM_ScaleCuda)->ArgsProduct({{0, 1}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// acc += part with the sum's norm in the CPU's order, over GPT-2 small's
+// gradients as one flat tensor (gemini sums one chunk a call). Arg: dtype.
+void BM_AccumulateCuda(benchmark::State& state) {
+  const DType dtype = kTypes[state.range(0)];
+  int64_t n = 0;
+  for (int64_t s : gpt2_tensor_sizes()) n += s;
+  const auto host = host_data(dtype, n);
+  uint8_t *acc = nullptr, *part = nullptr;
+  float* out = nullptr;
+  if (cudaMalloc(&acc, host.size()) != cudaSuccess || cudaMalloc(&part, host.size()) != cudaSuccess ||
+      cudaMalloc(&out, 8) != cudaSuccess) {
+    state.SkipWithError("no CUDA device or out of memory");
+    return;
+  }
+  cudaMemcpy(acc, host.data(), host.size(), cudaMemcpyHostToDevice);
+  cudaMemset(part, 0, host.size());  // the sums stay put however many iterations run
+  const AccumulateTensor t{acc, part, n};
+  const int64_t bytes = accumulate_cuda_scratch_bytes(&t, 1);
+  void* scratch = nullptr;
+  cudaMalloc(&scratch, bytes);
+  CudaTimer timer;
+  for (auto _ : state) {
+    cudaEventRecord(timer.start);
+    const KernelStatus s = accumulate_cuda(out, out + 1, &t, scratch, bytes, 1, dtype, nullptr);
+    if (!s.ok()) {
+      state.SkipWithError(s.message());
+      break;
+    }
+    cudaEventRecord(timer.stop);
+    state.SetIterationTime(timer.seconds());
+  }
+  set_rate(state, 3.0 * n * dtype_size(dtype), std::string(dtype_name(dtype)) + " flat n=" + std::to_string(n));
+  cudaFree(scratch);
+  cudaFree(out);
+  cudaFree(part);
+  cudaFree(acc);
+}
+BENCHMARK(BM_AccumulateCuda)->DenseRange(0, 1)->UseManualTime()->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CPU multi-tensor L2 norm, scale and accumulate (+= with the sum's norm): the
 // reference and the CPU backend.
 //
-// Work is cut into pieces of kPiece elements (never spanning two tensors) that
+// Work is cut into pieces of kCpuPiece elements (never spanning two tensors) that
 // OpenMP threads take in a static schedule. l2_norm (and accumulate, of its
 // results) sums each piece's squares in double in a fixed order of 16 lanes
 // (lane_sums.h: the scalar, AVX2 and AVX-512 loops agree bit for bit), then the
@@ -27,7 +27,7 @@
 namespace colossal::kernels::multi_tensor {
 namespace {
 
-constexpr int64_t kPiece = 1 << 15;
+using internal::kCpuPiece;
 
 struct Piece {
   int64_t tensor;
@@ -68,13 +68,13 @@ void flag_non_finite(const T* x, int64_t n, double sum, bool* bad) {
 }
 
 // tensors[0..num_tensors) (each with an element count n) cut into pieces of
-// at most kPiece elements, in tensor order.
+// at most kCpuPiece elements, in tensor order.
 template <typename Tensor>
 std::vector<Piece> cut_pieces(const Tensor* tensors, int64_t num_tensors) {
   std::vector<Piece> pieces;
   for (int64_t t = 0; t < num_tensors; ++t) {
-    for (int64_t b = 0; b < tensors[t].n; b += kPiece) {
-      pieces.push_back({t, b, std::min(tensors[t].n, b + kPiece)});
+    for (int64_t b = 0; b < tensors[t].n; b += kCpuPiece) {
+      pieces.push_back({t, b, std::min(tensors[t].n, b + kCpuPiece)});
     }
   }
   return pieces;
@@ -245,6 +245,14 @@ int64_t l2_norm_cuda_scratch_bytes(const TensorRef* tensors, int64_t num_tensors
   return internal::norm_scratch_layout(num_tensors, chunks).bytes;
 }
 
+int64_t accumulate_cuda_scratch_bytes(const AccumulateTensor* tensors, int64_t num_tensors) {
+  int64_t pieces = 0;
+  for (int64_t t = 0; t < num_tensors && tensors != nullptr; ++t) {
+    pieces += internal::cpu_pieces_of(std::max<int64_t>(0, tensors[t].n));
+  }
+  return internal::accumulate_scratch_layout(pieces).bytes;
+}
+
 int64_t scale_cuda_scratch_bytes(int64_t num_tensors) {
   if (num_tensors <= 0) return 0;
   return num_tensors * static_cast<int64_t>(sizeof(internal::ScaleDesc));
@@ -297,31 +305,14 @@ KernelStatus accumulate_cpu(float* global_norm, float* found_inf, const Accumula
   const KernelStatus s = resolve_cpu_isa(isa, &isa, "accumulate_cpu: unknown CpuIsa",
                                          "accumulate_cpu: this CPU lacks the requested instruction set");
   if (!s.ok()) return s;
-  if (num_tensors < 0) return KernelStatus::invalid_argument("accumulate_cpu: num_tensors < 0");
-  if (num_tensors > 0 && tensors == nullptr) {
-    return KernelStatus::invalid_argument("accumulate_cpu: null tensor list with num_tensors > 0");
-  }
+  const KernelStatus args = internal::check_accumulate_args(tensors, num_tensors);
+  if (!args.ok()) return args;
   return dispatch_cpu_float(
       dtype, "accumulate_cpu: dtype must be float32/16, bfloat16 or float64", [&](auto tag) {
         using T = decltype(tag);
         for (int64_t t = 0; t < num_tensors; ++t) {
-          const AccumulateTensor& x = tensors[t];
-          if (x.n < 0) return KernelStatus::invalid_argument("accumulate_cpu: a tensor has n < 0");
-          if (x.n == 0) continue;
-          if (x.acc == nullptr || x.part == nullptr) {
-            return KernelStatus::invalid_argument(
-                "accumulate_cpu: a tensor has a null buffer with n > 0");
-          }
-          if (!internal::aligned_to(x.acc, sizeof(T)) || !internal::aligned_to(x.part, sizeof(T))) {
-            return KernelStatus::invalid_argument(
-                "accumulate_cpu: a buffer is not aligned to its element size");
-          }
-          const auto* a = static_cast<const uint8_t*>(x.acc);
-          const auto* b = static_cast<const uint8_t*>(x.part);
-          const int64_t bytes = x.n * static_cast<int64_t>(sizeof(T));
-          if (a < b + bytes && b < a + bytes) {
-            return KernelStatus::invalid_argument("accumulate_cpu: acc and part overlap");
-          }
+          const KernelStatus c = internal::check_accumulate_tensor(tensors[t], sizeof(T));
+          if (!c.ok()) return c;
         }
         return accumulate_typed<T>(global_norm, found_inf, tensors, num_tensors, num_threads, isa);
       });

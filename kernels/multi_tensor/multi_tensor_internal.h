@@ -15,6 +15,13 @@ namespace colossal::kernels::multi_tensor::internal {
 // The clipping coefficient's denominator guard, as torch and Colossal-AI use it.
 constexpr double kClipEps = 1e-6;
 
+// The CPU norms' order (multi_tensor_cpu.cc, lane_sums.h), which accumulate_cuda
+// keeps too: a tensor is cut into pieces of kCpuPiece elements; element k of a
+// piece adds its square to lane k % kCpuLanes.
+constexpr int64_t kCpuPiece = 1 << 15;
+constexpr int kCpuLanes = 16;
+inline int64_t cpu_pieces_of(int64_t n) { return (n + kCpuPiece - 1) / kCpuPiece; }
+
 inline bool aligned_to(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
@@ -68,6 +75,31 @@ inline KernelStatus check_scale_tensor(const ScaleTensor& t, size_t in_es, size_
   return KernelStatus();
 }
 
+// accumulate_cpu / accumulate_cuda's argument checks.
+inline KernelStatus check_accumulate_args(const AccumulateTensor* tensors, int64_t num_tensors) {
+  if (num_tensors < 0) return KernelStatus::invalid_argument("accumulate: num_tensors < 0");
+  if (num_tensors > 0 && tensors == nullptr) {
+    return KernelStatus::invalid_argument("accumulate: null tensor list with num_tensors > 0");
+  }
+  return KernelStatus();
+}
+
+inline KernelStatus check_accumulate_tensor(const AccumulateTensor& x, size_t es) {
+  if (x.n < 0) return KernelStatus::invalid_argument("accumulate: a tensor has n < 0");
+  if (x.n == 0) return KernelStatus();
+  if (x.acc == nullptr || x.part == nullptr) {
+    return KernelStatus::invalid_argument("accumulate: a tensor has a null buffer with n > 0");
+  }
+  if (!aligned_to(x.acc, es) || !aligned_to(x.part, es)) {
+    return KernelStatus::invalid_argument("accumulate: a buffer is not aligned to its element size");
+  }
+  const auto* a = static_cast<const uint8_t*>(x.acc);
+  const auto* b = static_cast<const uint8_t*>(x.part);
+  const int64_t bytes = x.n * static_cast<int64_t>(es);
+  if (a < b + bytes && b < a + bytes) return KernelStatus::invalid_argument("accumulate: acc and part overlap");
+  return KernelStatus();
+}
+
 // ---- CUDA launch tables (built on the host, read by the kernels) ----
 
 constexpr int64_t kCudaChunk = 16384;  // elements per block; never spans two tensors
@@ -114,6 +146,18 @@ inline NormScratch norm_scratch_layout(int64_t num_tensors, int64_t total_chunks
   s.tensor_sq_at = s.partials_at + align16(total_chunks * 4);
   s.counter_at = s.tensor_sq_at + align16(num_tensors * 8);
   s.bytes = s.counter_at + 16;
+  return s;
+}
+
+// accumulate_cuda scratch: [piece sums (double), every tensor's in order][running total].
+struct AccumulateScratch {
+  int64_t total_at, bytes;
+};
+
+inline AccumulateScratch accumulate_scratch_layout(int64_t total_pieces) {
+  AccumulateScratch s;
+  s.total_at = align16(total_pieces * 8);
+  s.bytes = s.total_at + 16;
   return s;
 }
 

@@ -623,6 +623,123 @@ TEST(L2NormCudaTest, FlagsNonFinite) {
 #endif
 }
 
+// accumulate_cuda gives accumulate_cpu's bits: the sums and the norm, over
+// lists across 32768-element pieces, with float32 subnormals among the values
+// (a flush to zero would change both); twice, for run-to-run equality.
+TEST(AccumulateCudaTest, MatchesCpuBitForBit) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  uint32_t seed = 700;
+  const std::vector<std::vector<int64_t>> lists = {
+      list_sizes(120), {100003, 1, 0, 3}, {(int64_t{1} << 20) + 7}, {0}, {}};
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (const auto& sizes : lists) {
+      const std::string what = std::string(dtype_name(t)) + " tensors=" + std::to_string(sizes.size());
+      HostList acc0(t, sizes, seed++), part(t, sizes, seed++);
+      if (t != DType::kF16 && !sizes.empty() && sizes[0] > 40) {  // bfloat16 and float32 reach them
+        for (int64_t i = 0; i < 40; ++i) {
+          put(t, part.element(0, i), 0, (i % 2 ? -1.0 : 1.0) * 3e-39 * (i + 1));
+          put(t, acc0.element(0, i), 0, (i % 3 ? 1.0 : -1.0) * 1e-39 * (i + 2));
+        }
+      }
+      HostList expected = acc0;
+      std::vector<AccumulateTensor> host_list;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        host_list.push_back({expected.element(i, 0), part.element(i, 0), sizes[i]});
+      }
+      float cpu_norm = -1, cpu_found = 0;
+      ASSERT_TRUE(accumulate_cpu(&cpu_norm, &cpu_found, host_list.data(),
+                                 static_cast<int64_t>(host_list.size()), t)
+                      .ok());
+      for (int run = 0; run < 2; ++run) {
+        uint8_t *dacc = nullptr, *dpart = nullptr;
+        CUDA_OK(cudaMalloc(&dacc, acc0.bytes.size()));
+        CUDA_OK(cudaMalloc(&dpart, part.bytes.size()));
+        CUDA_OK(cudaMemcpy(dacc, acc0.bytes.data(), acc0.bytes.size(), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(dpart, part.bytes.data(), part.bytes.size(), cudaMemcpyHostToDevice));
+        std::vector<AccumulateTensor> list;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          list.push_back({dacc + acc0.at[i] * dtype_size(t), dpart + part.at[i] * dtype_size(t), sizes[i]});
+        }
+        const int64_t n = static_cast<int64_t>(list.size());
+        const int64_t bytes = accumulate_cuda_scratch_bytes(list.data(), n);
+        void* scratch = nullptr;
+        CUDA_OK(cudaMalloc(&scratch, bytes));
+        NormOut out(0);
+        ASSERT_TRUE(accumulate_cuda(out.norm(), out.found(), list.data(), scratch, bytes, n, t, nullptr)
+                        .ok());
+        const auto got = out.download();
+        std::vector<uint8_t> sums(acc0.bytes.size());
+        CUDA_OK(cudaMemcpy(sums.data(), dacc, sums.size(), cudaMemcpyDeviceToHost));
+        EXPECT_EQ(sums, expected.bytes) << what;  // the gaps and the tail untouched too
+        EXPECT_EQ(bits_of(got[1]), bits_of(cpu_norm)) << what << ": " << got[1] << " vs " << cpu_norm;
+        EXPECT_EQ(got[2], 0.0f) << what;
+        EXPECT_EQ(bits_of(got[0]), bits_of(out.host[0])) << "front guard " << what;
+        EXPECT_EQ(bits_of(got[3]), bits_of(out.host[3])) << "back guard " << what;
+        CUDA_OK(cudaFree(scratch));
+        CUDA_OK(cudaFree(dacc));
+        CUDA_OK(cudaFree(dpart));
+      }
+    }
+  }
+#endif
+}
+
+// An inf in a part, or finite parts whose sum overflows float16, set found_inf;
+// the arguments accumulate_cpu refuses are refused.
+TEST(AccumulateCudaTest, FlagsNonFiniteAndRejectsBadArguments) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int64_t spot : {int64_t{0}, int64_t{32767}, int64_t{32768}, int64_t{99999}}) {
+      DeviceList acc(t, {100000}, 800), part(t, {100000}, 801);
+      std::vector<uint8_t> one(8);
+      put(t, one.data(), 0, kInf);
+      CUDA_OK(cudaMemcpy(part.dev_element(0, spot), one.data(), dtype_size(t), cudaMemcpyHostToDevice));
+      const AccumulateTensor x{acc.dev_element(0, 0), part.dev_element(0, 0), 100000};
+      const int64_t bytes = accumulate_cuda_scratch_bytes(&x, 1);
+      void* scratch = nullptr;
+      CUDA_OK(cudaMalloc(&scratch, bytes));
+      NormOut out(0);
+      ASSERT_TRUE(accumulate_cuda(out.norm(), out.found(), &x, scratch, bytes, 1, t, nullptr).ok());
+      const auto got = out.download();
+      EXPECT_EQ(got[2], 1.0f) << dtype_name(t) << " at " << spot;
+      EXPECT_FALSE(std::isfinite(got[1]));
+      CUDA_OK(cudaFree(scratch));
+    }
+  }
+  DeviceList h(DType::kF16, {2}, 802), hp(DType::kF16, {2}, 803);
+  std::vector<uint8_t> big(4);
+  put(DType::kF16, big.data(), 0, 60000.0);
+  put(DType::kF16, big.data(), 1, 60000.0);
+  CUDA_OK(cudaMemcpy(h.dev_element(0, 0), big.data(), 4, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(hp.dev_element(0, 0), big.data(), 4, cudaMemcpyHostToDevice));
+  const AccumulateTensor xh{h.dev_element(0, 0), hp.dev_element(0, 0), 2};
+  const int64_t bytes = accumulate_cuda_scratch_bytes(&xh, 1);
+  void* scratch = nullptr;
+  CUDA_OK(cudaMalloc(&scratch, bytes));
+  NormOut out(0);
+  ASSERT_TRUE(accumulate_cuda(nullptr, out.found(), &xh, scratch, bytes, 1, DType::kF16, nullptr).ok());
+  EXPECT_EQ(out.download()[2], 1.0f);
+
+  DeviceList buf(DType::kF32, {8}, 804);
+  float* b = reinterpret_cast<float*>(buf.dev_element(0, 0));
+  const AccumulateTensor overlap{b, b + 2, 4}, neg{b, b + 4, -1}, null_part{b, nullptr, 2};
+  const AccumulateTensor misaligned{reinterpret_cast<char*>(b) + 1, b + 4, 2}, fine{b, b + 4, 4};
+  for (const AccumulateTensor* x : {&overlap, &neg, &null_part, &misaligned}) {
+    EXPECT_EQ(accumulate_cuda(out.norm(), nullptr, x, scratch, bytes, 1, DType::kF32, nullptr).code(),
+              Code::kInvalidArgument);
+  }
+  EXPECT_EQ(accumulate_cuda(out.norm(), nullptr, &fine, nullptr, bytes, 1, DType::kF32, nullptr).code(),
+            Code::kInvalidArgument);  // no scratch
+  EXPECT_EQ(accumulate_cuda(out.norm(), nullptr, &fine, scratch, 8, 1, DType::kF32, nullptr).code(),
+            Code::kInvalidArgument);  // too little
+  EXPECT_EQ(accumulate_cuda(out.norm(), nullptr, &fine, scratch, bytes, 1, DType::kF64, nullptr).code(),
+            Code::kUnsupported);
+  CUDA_OK(cudaFree(scratch));
+#endif
+}
+
 TEST(ScaleCudaTest, MatchesCpuBitForBitInEveryMode) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA

@@ -160,6 +160,7 @@ absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string
   }
   device_used += n;
   device_peak = std::max(device_peak, device_used);
+  sample_device_peak();
   return absl::OkStatus();
 }
 
@@ -169,6 +170,7 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
   retire_downloads(/*wait=*/true);  // no gradient copy may land in the old tier
   COLOSSAL_RETURN_IF_ERROR(await_fold(c));
+  drop_device_sum(k);  // its last sum is in grad (the update waited for the download)
   if (k.prefetched.defined()) {
     k.prefetch_ready->wait(stream);
     k.prefetched = core::Tensor();
@@ -452,6 +454,91 @@ void GeminiPlugin::State::retire_downloads(bool wait) {
   }
 }
 
+absl::Status GeminiPlugin::State::ensure_grad_stream() {
+  if (grad_stream.has_value()) return absl::OkStatus();
+  COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
+  grad_stream.emplace(std::move(gs));
+  return absl::OkStatus();
+}
+
+void GeminiPlugin::State::sample_device_peak() {
+  if (!cuda) return;
+  absl::StatusOr<std::shared_ptr<core::Allocator>> a = core::device_allocator(stream.device());
+  if (a.ok()) step_peak = std::max(step_peak, (*a)->stats().allocated_bytes);
+}
+
+void GeminiPlugin::State::drop_device_sum(GeminiChunk& k) {
+  if (!k.device_sum.defined()) return;
+  release_bytes(k.device_sum_bytes);
+  k.device_sum = core::Tensor();
+  k.device_sum_bytes = 0;
+  k.sum_pending = false;
+}
+
+absl::Status GeminiPlugin::State::choose_sum_on_device() {
+  if (backwards > 0) last_step_backwards = backwards;
+  backwards = 0;
+  bool want = options.device_grad_accumulation && cuda && last_step_backwards > 1 &&
+              !placement_changed && evictions == evictions_at_zero_grad;
+  int64_t sums = 0, held = 0;  // bytes of every host chunk's sum; those allocated now
+  for (const GeminiChunk& k : chunks) {
+    if (!host_updated(k)) continue;
+    sums += k.shard_size * esize();
+    held += k.device_sum_bytes;
+  }
+  if (sums == 0) want = false;
+  // The last step's peak already held the sums allocated then.
+  const double ratio = options.placement_policy == "auto" ? options.steady_cuda_cap_ratio : 1.0;
+  const int64_t limit = static_cast<int64_t>(static_cast<double>(capacity) * ratio * 0.95);
+  if (want && step_peak + sums - held > limit) want = false;
+  placement_changed = false;
+  evictions_at_zero_grad = evictions;
+  step_peak = 0;
+  if (!want && held > 0) {
+    COLOSSAL_RETURN_IF_ERROR(settle());  // the last updates may read the sums
+    retire_downloads(/*wait=*/true);
+    for (GeminiChunk& k : chunks) drop_device_sum(k);
+  }
+  sum_on_device = want;
+  device_sum_steps += want ? 1 : 0;
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::add_to_device_sum(int c, core::Tensor part, int64_t counted) {
+#if COLOSSAL_WITH_CUDA
+  GeminiChunk& k = chunks[c];
+  const kernels::multi_tensor::AccumulateTensor sum{k.device_sum.raw_data(), part.raw_data(),
+                                                    k.shard_size};
+  const int64_t bytes = kernels::multi_tensor::accumulate_cuda_scratch_bytes(&sum, 1);
+  if (!accum_scratch.defined() || accum_scratch.numel() < bytes) {
+    COLOSSAL_ASSIGN_OR_RETURN(accum_scratch, core::Tensor::empty({bytes}, core::DType::kU8, stream));
+  }
+  if (!chunk_norms.defined()) {
+    COLOSSAL_ASSIGN_OR_RETURN(chunk_norms, core::Tensor::empty({2 * static_cast<int64_t>(chunks.size())},
+                                                               core::DType::kF32, stream));
+  }
+  COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
+  const core::Stream gs = grad_stream->get();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced, core::Event::create(stream.device()));
+  reduced.record(stream);  // the part, and the scratch's last use on the compute stream
+  reduced.wait(gs);
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor slot, chunk_norms.slice(2 * c, 2 * c + 2));
+  COLOSSAL_RETURN_IF_ERROR(slot.set_zero(gs));  // accumulate only ever sets the flag
+  float* out = slot.data<float>();
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      kernels::multi_tensor::accumulate_cuda(out, out + 1, &sum, accum_scratch.raw_data(), bytes, 1,
+                                             dtype, gs.handle()),
+      absl::StrCat("gemini: summing the gradients of chunk ", c, " on the device")));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event added, core::Event::create(stream.device()));
+  added.record(gs);
+  downloads.push_back({std::move(part), counted, std::make_shared<core::Event>(std::move(added))});
+  k.norm_on_device = true;
+  return absl::OkStatus();
+#else
+  return absl::InternalError("gemini: device sums without CUDA");
+#endif
+}
+
 absl::Status GeminiPlugin::State::reduce(int c) {
   GeminiChunk& k = chunks[c];
   if (!k.full_grad.defined()) {  // no parameter of the chunk was used: zero gradients
@@ -504,17 +591,45 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     // into the gradient shard itself after zero_grad, else into the chunk's
     // staging buffer, which the fold worker adds into the shard once it
     // lands (taking the sum's norm on the way). The step waits for the
-    // copies and the folds before reading the shards.
+    // copies and the folds before reading the shards. When this step sums
+    // on the device (sum_on_device), the parts are added there instead and
+    // step() downloads each sum once.
     retire_downloads(/*wait=*/false);
-    if (!grad_stream.has_value()) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
-      grad_stream.emplace(std::move(gs));
+    const bool first = k.grad_zero;
+    // When the source is the gathered gradient buffer itself (one rank, or a
+    // whole chunk), its bytes stay counted until the copy lands.
+    const bool source_is_full = part.raw_data() == k.full_grad.raw_data();
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
+    if (sum_on_device) {
+      // Summed on the device; step() downloads the sum. The first part's
+      // norm is the one-micro-batch step's (a later part replaces it).
+      if (first) {
+        COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
+        drop_device_sum(k);  // the last step's (its update and download are done)
+        if (source_is_full) {  // its bytes are counted already
+          k.device_sum_bytes = k.spec.numel * esize();
+        } else {
+          release_bytes(k.spec.numel * esize());
+          k.device_sum_bytes = k.shard_size * esize();
+          device_used += k.device_sum_bytes;
+          device_peak = std::max(device_peak, device_used);
+        }
+        k.device_sum = std::move(mine);
+      } else {
+        const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
+        COLOSSAL_RETURN_IF_ERROR(add_to_device_sum(c, std::move(mine), counted));
+        if (!source_is_full) release_bytes(k.spec.numel * esize());
+      }
+      k.sum_pending = true;
+      k.grad_zero = false;
+      k.full_grad = core::Tensor();
+      k.reduced = true;
+      return set_views(c);
     }
+    COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
     COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
     reduced_event.record(stream);
     reduced_event.wait(grad_stream->get());
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
-    const bool first = k.grad_zero;
     if (first) {
       COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
       COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
@@ -529,9 +644,6 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     event.record(grad_stream->get());
     auto landed = std::make_shared<core::Event>(std::move(event));
     if (!first) COLOSSAL_RETURN_IF_ERROR(queue_fold(c, landed));
-    // When the source is the gathered gradient buffer itself (one rank, or a
-    // whole chunk), its bytes stay counted until the copy lands.
-    const bool source_is_full = part.raw_data() == k.full_grad.raw_data();
     const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
     downloads.push_back({std::move(part), counted, std::move(landed)});
     k.grad_zero = false;
@@ -594,6 +706,7 @@ absl::Status GeminiPlugin::State::place_warmup() {
 
 absl::Status GeminiPlugin::State::place_auto() {
   auto_placed = true;
+  placement_changed = true;  // the next step's memory is not the warm-up's
   // The warm-up's device peak less the shards that stayed on the device is
   // its working set (gathered chunks, gradient buffers).
   int64_t used = 0;

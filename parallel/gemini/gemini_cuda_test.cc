@@ -20,8 +20,12 @@
 //     norms are taken on the device before the download;
 //   * an inf planted in one micro-batch's output gradient (cpu placement:
 //     one micro-batch a step, whose parts the device norms before their
-//     download, or two, whose sum the fold worker norms on the host) skips
-//     the step: the weights and Adam state stay bitwise those before.
+//     download, or two, whose sum the fold worker norms on the host or the
+//     device sums) skips the step: the weights and Adam state stay bitwise
+//     those before;
+//   * host chunks' gradients summed on the device (device_grad_accumulation)
+//     give the host folds' results bitwise (float32 and bfloat16; two ranks
+//     with two GPUs).
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
@@ -96,7 +100,7 @@ struct GpuRun {
   std::vector<char> skipped;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
-  int64_t gpu_host_updates = 0;
+  int64_t gpu_host_updates = 0, device_sum_steps = 0;
   nn::OptimizerStateDict optimizer;
   std::optional<nn::ParameterStore> model;
 };
@@ -234,6 +238,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     out->on_device = gemini->chunks_on_device();
     out->chunks = static_cast<int>(gemini->layout().chunks.size());
     out->gpu_host_updates = gemini->gpu_host_updates();
+    out->device_sum_steps = gemini->device_sum_steps();
   }
   stream.synchronize();
   out->done = true;
@@ -364,6 +369,56 @@ TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
   testing::expect_same_tensors(shared[0].optimizer, cpu_alone[0].optimizer);
 }
 
+// Host chunks' gradients summed on the device over a step's micro-batches
+// (device_grad_accumulation, from the second step on) give the host folds'
+// results bitwise: the sums and their norms (accumulate_cuda keeps the CPU's
+// order), so the clipping, the updates and the Adam state are the same. Three
+// micro-batches a step: a first part and two additions.
+TEST(GeminiCudaDeviceSums, AreBitwiseTheHostFolds) {
+  COLOSSAL_REQUIRE_GPU();
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    GpuSpec a;
+    a.dtype = dtype;
+    a.micro = 3;
+    a.steps = 6;
+    a.gemini = gpu_chunks("cpu");
+    a.gemini.device_grad_accumulation = false;
+    const std::vector<GpuRun> host = run_gpu(a);
+    a.gemini.device_grad_accumulation = true;
+    const std::vector<GpuRun> device = run_gpu(a);
+    ASSERT_TRUE(host[0].done && device[0].done);
+    const std::string what(core::dtype_name(dtype));
+    EXPECT_EQ(host[0].device_sum_steps, 0) << what;
+    EXPECT_EQ(device[0].device_sum_steps, a.steps - 1) << what;  // the first step decides nothing
+    EXPECT_EQ(device[0].loss, host[0].loss) << what;
+    EXPECT_EQ(device[0].norm, host[0].norm) << what;
+    EXPECT_EQ(device[0].weights, host[0].weights) << what;
+    testing::expect_same_tensors(device[0].optimizer, host[0].optimizer);
+  }
+}
+
+// Two ranks: each rank's sum is its reduce-scattered shard (not the gathered
+// gradient buffer).
+TEST(GeminiCudaDeviceSums, AreBitwiseTheHostFoldsOnTwoRanks) {
+  COLOSSAL_REQUIRE_GPUS(2);
+  GpuSpec a;
+  a.dtype = DType::kBF16;
+  a.world = 2;
+  a.micro = 3;
+  a.steps = 4;
+  a.gemini = gpu_chunks("cpu");
+  a.gemini.device_grad_accumulation = false;
+  const std::vector<GpuRun> host = run_gpu(a);
+  a.gemini.device_grad_accumulation = true;
+  const std::vector<GpuRun> device = run_gpu(a);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(host[r].done && device[r].done);
+    EXPECT_EQ(device[r].device_sum_steps, a.steps - 1);
+    EXPECT_EQ(device[r].loss, host[r].loss) << "rank " << r;
+    EXPECT_EQ(device[r].weights, host[r].weights) << "rank " << r;
+  }
+}
+
 TEST(GeminiCudaPrefetch, ChangesNothing) {
   COLOSSAL_REQUIRE_GPU();
   GpuSpec a;
@@ -378,17 +433,25 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
 }
 
 // Non-finite gradients skip the step whichever path takes the host chunks'
-// norms: the device before the download (one micro-batch a step), or the
-// fold, which adds a later micro-batch's part on the host (the inf in that
-// part, or in the first part the fold adds to).
+// norms: the device before the download (one micro-batch a step), or, with
+// two, the sum of the parts (the inf in the later part, or in the first part
+// the later one adds to) on the host (the fold) or on the device (the device
+// sums, from the second step on).
 TEST(GeminiCudaNonFinite, SkipsTheStepExactly) {
   COLOSSAL_REQUIRE_GPU();
-  for (auto [micro, poisoned_micro] : {std::pair{1, 0}, std::pair{2, 1}, std::pair{2, 0}}) {
-    const std::string what =
-        absl::StrCat("inf in micro-batch ", poisoned_micro, " of ", micro);
+  struct Case {
+    int micro, poisoned_micro;
+    bool device_sums;
+  };
+  for (Case k : {Case{1, 0, true}, Case{2, 1, false}, Case{2, 0, false}, Case{2, 1, true},
+                 Case{2, 0, true}}) {
+    const auto [micro, poisoned_micro, device_sums] = k;
+    const std::string what = absl::StrCat("inf in micro-batch ", poisoned_micro, " of ", micro,
+                                          device_sums ? ", device sums" : ", host folds");
     GpuSpec a;
     a.dtype = DType::kBF16;
     a.gemini = gpu_chunks("cpu");
+    a.gemini.device_grad_accumulation = device_sums;
     a.micro = micro;
     a.steps = 2;
     const std::vector<GpuRun> before = run_gpu(a);
@@ -400,6 +463,9 @@ TEST(GeminiCudaNonFinite, SkipsTheStepExactly) {
     EXPECT_EQ(poisoned[0].skipped, (std::vector<char>{0, 0, 1})) << what;
     EXPECT_EQ(poisoned[0].weights, before[0].weights) << what;
     testing::expect_same_tensors(poisoned[0].optimizer, before[0].optimizer);
+    if (micro > 1) {
+      EXPECT_EQ(poisoned[0].device_sum_steps > 0, device_sums) << what;
+    }
   }
 }
 

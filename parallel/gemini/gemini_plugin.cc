@@ -75,6 +75,7 @@ int64_t GeminiPlugin::peak_device_bytes() const { return state_->device_peak; }
 int64_t GeminiPlugin::gathers() const { return state_->gathers; }
 int64_t GeminiPlugin::evictions() const { return state_->evictions; }
 int64_t GeminiPlugin::gpu_host_updates() const { return state_->gpu_host_updates.load(); }
+int64_t GeminiPlugin::device_sum_steps() const { return state_->device_sum_steps; }
 int GeminiPlugin::chunks_on_device() const {
   int n = 0;
   for (const GeminiChunk& k : state_->chunks) n += k.on_device;
@@ -283,6 +284,8 @@ absl::Status GeminiPlugin::begin_backward(core::Context& ctx, bool sync) {
   // no_sync changes nothing (see the header): every backward is reduced.
   s.in_backward = true;
   s.cursor = 0;
+  ++s.backwards;
+  s.sample_device_peak();  // the activations are at their peak about now
   for (GeminiChunk& k : s.chunks) {
     k.final_params = 0;
     k.reduced = false;
@@ -329,8 +332,9 @@ absl::Status GeminiPlugin::zero_grad() {
     k.grad_zero = true;
     k.norm_on_device = false;
     k.norm_from_fold = false;
+    k.sum_pending = false;
   }
-  return absl::OkStatus();
+  return s.choose_sum_on_device();
 }
 
 }  // namespace colossal::parallel

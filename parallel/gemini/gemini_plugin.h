@@ -139,6 +139,14 @@ struct GeminiOptions {
   // so the next forward's kernels get SMs between them (gemini_step.cc). Not
   // a recipe key: tests shrink it to cross slice edges on small models.
   int64_t gpu_host_adam_slice = int64_t{1} << 20;
+  // CUDA, gradient accumulation (colossal's own setting): a host chunk's
+  // gradients are summed over the micro-batches of a step on the device and
+  // cross PCIe once, at the step, while the updates run — instead of each
+  // micro-batch's part crossing and being added on the host. Used for a step
+  // when the last step ran several backwards and its device memory peak
+  // plus the sums (2 bytes a host parameter, 16-bit) fit the capacity; the
+  // results are bitwise the same either way. false: always on the host.
+  bool device_grad_accumulation = true;
   // CUDA: host chunks of the recorded order copied to the device this many
   // chunks ahead, on a copy stream (Colossal-AI's max_prefetch; 0: at use).
   int max_prefetch = 0;
@@ -201,6 +209,9 @@ class GeminiPlugin : public Plugin {
   int64_t evictions() const;
   // Host chunks' Adam updates the GPU ran (gpu_shares_host_adam) since materialize.
   int64_t gpu_host_updates() const;
+  // Steps whose host chunks' gradients were summed on the device
+  // (device_grad_accumulation) since materialize.
+  int64_t device_sum_steps() const;
 
   struct State;
 

@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   const int64_t prefetch = options.integer("max_prefetch", 0);
   g.max_prefetch = static_cast<int>(std::min<int64_t>(prefetch, 1 << 20));
   g.gpu_shares_host_adam = options.boolean("gpu_shares_host_adam", g.gpu_shares_host_adam);
+  g.device_grad_accumulation = options.boolean("device_grad_accumulation", g.device_grad_accumulation);
   options.boolean("enable_async_reduce", true);
   options.boolean("pin_memory", false);
   options.boolean("enable_gradient_accumulation", false);  // accumulation always works

@@ -66,6 +66,15 @@ struct GeminiChunk {
   // The last fold also took the norm of the summed shard (State::fold_norms):
   // the step need not read the shard for it.
   bool norm_from_fold = false;
+  // CUDA, host chunks, when the step's micro-batches are summed on the device
+  // (State::sum_on_device): the sum of this step's reduced gradients so far
+  // [shard_size] (the first part itself, later parts added on the gradient
+  // stream with the CPU fold's bits), counted in device_used as
+  // device_sum_bytes; step() downloads it into grad while the updates run.
+  // Kept between steps (the next first part replaces it).
+  core::Tensor device_sum;
+  int64_t device_sum_bytes = 0;
+  bool sum_pending = false;  // device_sum holds this step's gradients, not yet in grad
   // CUDA, host chunks: this rank's 16-bit shard copied to the device ahead of
   // its use on the copy stream (max_prefetch), ready when the event is.
   core::Tensor prefetched;
@@ -114,6 +123,7 @@ struct GeminiPlugin::State {
     std::shared_ptr<core::Event> done;  // shared with the chunk's fold, if any
   };
   std::optional<core::OwnedStream> grad_stream;
+  absl::Status ensure_grad_stream();
   std::deque<Download> downloads;
   // Frees the sources of landed downloads; with wait, waits for all first
   // (before the host reads or drops what they wrote).
@@ -124,6 +134,28 @@ struct GeminiPlugin::State {
   core::Tensor chunk_norms, norm_scratch;
   absl::Status norm_before_download(int c, const core::Tensor& part);
   std::optional<core::OwnedStream> copy_stream;  // CUDA: prefetches (max_prefetch > 0)
+  // CUDA, gradient accumulation on host chunks (device_grad_accumulation):
+  // whether this step sums its micro-batches on the device (chunk.device_sum)
+  // instead of downloading each part and folding it in on the host. Decided
+  // at zero_grad: the last step ran more than one backward, no chunk changed
+  // tier in it, and its sampled peak of device memory plus the sums fits
+  // under the capacity. The sums have the fold's bits (accumulate_cuda), so
+  // the choice changes no result. accum_scratch: accumulate_cuda's, used on
+  // the gradient stream.
+  bool sum_on_device = false;
+  int backwards = 0, last_step_backwards = 0;  // backwards since / before the last zero_grad
+  int64_t step_peak = 0;                       // device allocator bytes, sampled, since zero_grad
+  int64_t evictions_at_zero_grad = 0;
+  int64_t device_sum_steps = 0;  // steps that summed on the device (tests)
+  bool placement_changed = false;  // place_auto ran since the last zero_grad
+  core::Tensor accum_scratch;
+  void sample_device_peak();
+  // Decides sum_on_device for the next step (frees the sums when it turns off).
+  absl::Status choose_sum_on_device();
+  void drop_device_sum(GeminiChunk& k);
+  // Adds the part into chunk c's device_sum on the gradient stream (part
+  // stays alive until the add lands), the sum's norm into chunk_norms.
+  absl::Status add_to_device_sum(int c, core::Tensor part, int64_t counted);
   // CUDA: the GPU's share of the host chunks' Adam (gpu_shares_host_adam):
   // its stream, and the chunk updates it ran (counted on the updater's lane).
   std::optional<core::OwnedStream> host_adam_stream;

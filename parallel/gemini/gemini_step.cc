@@ -129,7 +129,9 @@ struct AdamCall {
   int group;
 };
 
-std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float grad_scale) {
+// `grad`: the gradient shard to read (the chunk's, or its device sum).
+std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, const core::Tensor& grad,
+                                 float grad_scale) {
   std::vector<AdamCall> out;
   const int64_t es = s.esize();
   for (const GeminiPiece& p : k.pieces) {
@@ -137,9 +139,15 @@ std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float g
                    k.master.data<float>() + p.offset, k.exp_avg.data<float>() + p.offset,
                    k.exp_avg_sq.data<float>() + p.offset,
                    s.sixteen_bit() ? static_cast<char*>(k.value.raw_data()) + p.offset * es : nullptr,
-                   static_cast<const char*>(k.grad.raw_data()) + p.offset * es, p.count, p.group});
+                   static_cast<const char*>(grad.raw_data()) + p.offset * es, p.count, p.group});
   }
   return out;
+}
+
+// Waits for a device event by polling: a blocking wait would spin a core
+// that CPU Adam uses.
+void await_event(const core::Event& e) {
+  while (!e.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
 }
 
 #if COLOSSAL_WITH_CUDA
@@ -152,7 +160,6 @@ std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, float g
 // kernels, which overlap the update, waited behind them (measured on the
 // 1.5B model: the forward ended ~65 ms after the last update, ~12 ms with
 // slices). 64 blocks still keep PCIe busy and leave most SMs to the forward.
-// Waits on the host by polling (a blocking sync would spin a core CPU Adam uses).
 absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
                            kernels::DType copy, int64_t slice, const core::Stream& stream) {
   core::DeviceGuard guard(stream.device());  // the worker thread's device
@@ -171,10 +178,22 @@ absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::D
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
   done.record(stream);
-  while (!done.query()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  await_event(done);
   return absl::OkStatus();
 }
 #endif
+
+// Chunk k's device sum copied into its gradient shard on the gradient stream;
+// the event marks the landing.
+absl::StatusOr<std::shared_ptr<core::Event>> download_sum(GeminiPlugin::State& s, GeminiChunk& k) {
+  COLOSSAL_RETURN_IF_ERROR(s.ensure_grad_stream());
+  const core::Stream gs = s.grad_stream->get();
+  COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(k.device_sum, gs));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(s.stream.device()));
+  landed.record(gs);
+  k.sum_pending = false;
+  return std::make_shared<core::Event>(std::move(landed));
+}
 
 // The host-updated chunks in the order of the next forward's first uses
 // (the recorded forward order), then any the forward does not use.
@@ -249,7 +268,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   // The device shards: kernels queued on the stream, before the host starts.
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     if (s.host_updated(s.chunks[c])) continue;
-    for (const AdamCall& a : adam_calls(s, s.chunks[c], grad_scale)) {
+    for (const AdamCall& a : adam_calls(s, s.chunks[c], s.chunks[c].grad, grad_scale)) {
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
           kernels::adam::adam_step_cuda(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
                                         a.count, dtype, copy, a.options, s.stream.handle()),
@@ -269,15 +288,31 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   const core::Stream device_stream = lanes == 2 ? s.host_adam_stream->get() : s.stream;
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
   for (int c : host_update_order(s)) {
-    jobs.emplace_back(c, [c, calls = adam_calls(s, s.chunks[c], grad_scale), dtype, copy, cpu,
+    GeminiChunk& k = s.chunks[c];
+    // A sum kept on the device (State::sum_on_device) crosses PCIe now, in
+    // the updates' order, while the earlier chunks update; the GPU's lane
+    // reads it where it is. Either lane waits for the copy before it ends,
+    // so the next reduction may replace the sum.
+    std::shared_ptr<core::Event> landed;
+    std::vector<AdamCall> device_calls;
+    if (k.sum_pending) {
+      COLOSSAL_ASSIGN_OR_RETURN(landed, download_sum(s, k));
+      device_calls = adam_calls(s, k, k.device_sum, grad_scale);
+    }
+    jobs.emplace_back(c, [c, calls = adam_calls(s, k, k.grad, grad_scale),
+                          device_calls = std::move(device_calls), landed, dtype, copy, cpu,
                           device_stream, slice = s.options.gpu_host_adam_slice,
                           counter = &s.gpu_host_updates](int lane) -> absl::Status {
 #if COLOSSAL_WITH_CUDA
       if (lane == 1) {
         ++*counter;
-        return device_update(c, calls, dtype, copy, slice, device_stream);
+        COLOSSAL_RETURN_IF_ERROR(device_update(c, landed ? device_calls : calls, dtype, copy, slice,
+                                               device_stream));
+        if (landed) await_event(*landed);
+        return absl::OkStatus();
       }
 #endif
+      if (landed) await_event(*landed);
       for (const AdamCall& a : calls) {
         COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
             kernels::adam::adam_step_cpu(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,

@@ -8,6 +8,8 @@ scale reads and writes it (2 * n * element size).
   norm, tensors: torch._foreach_norm + vector_norm of the stacked norms (what
                  torch.nn.utils.clip_grad_norm_ does)
   scale, flat:   x.mul_(s)
+  accumulate, flat (CUDA): vector_norm(acc.add_(part)), counted as 3 * n * element
+                 size like multi_tensor::accumulate_cuda (torch reads the sum again)
   scale, tensors: torch._foreach_mul_(xs, s), and GradScaler's
                  torch._amp_foreach_non_finite_check_and_unscale_ (scale plus a
                  found_inf flag, like multi_tensor::scale_cuda)
@@ -39,6 +41,11 @@ def run(device, timer, flat_n):
                 line(prefix + "linalg.vector_norm", dtype, layout, n, ms, n * es)
                 ms = timer(lambda: buf.mul_(0.5).mul_(2.0)) / 2
                 line(prefix + "mul_", dtype, layout, n, ms, 2 * n * es)
+                if device == "cuda":  # multi_tensor::accumulate_cuda's job: acc += part, the sum's norm
+                    part = torch.randn(n, device=device).to(dtype) * 1e-3
+                    ms = timer(lambda: torch.linalg.vector_norm(buf.add_(part)))
+                    line("add_ + linalg.vector_norm", dtype, layout, n, ms, 3 * n * es)
+                    del part
             else:
                 ms = timer(lambda: torch.linalg.vector_norm(torch.stack(torch._foreach_norm(xs))))
                 line(prefix + "_foreach_norm + vector_norm(stack)", dtype, layout, n, ms, n * es)
