@@ -23,12 +23,13 @@
 // the output dtype, exactly as the CPU path does.
 //
 // accumulate keeps the CPU's order instead, so that its norm has the CPU's bits
-// (gemini sums a host chunk's gradients on either side): one thread per lane
-// of a 32768-element piece adds its results' squares in double, in element
-// order (16 threads a piece, 8 pieces a block); a piece's lanes are then added
-// 0 to 15, and one thread per tensor adds the piece sums and the running total
-// in order. A square of a float32 value is exact in double, so whether the
-// compiler fuses it into the add changes nothing.
+// (gemini sums a host chunk's gradients on either side): one block per
+// 32768-element piece adds a tile of it with coalesced loads and stores,
+// leaving the results' squares (double) in shared memory, and 16 of its
+// threads, one per lane, add the tile's squares to their lane in element
+// order; a piece's lanes are then added 0 to 15, and one thread per tensor
+// adds the piece sums and the running total in order. A square of a float32
+// value is exact in double, so no product rounds.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -327,49 +328,73 @@ KernelStatus check_scratch(void* scratch, int64_t scratch_bytes, int64_t needed)
   return KernelStatus();
 }
 
-constexpr int kPiecesPerBlock = 8;
-constexpr int kLaneUnroll = 8;  // loads in flight per lane
+constexpr int kAccThreads = 256;
+constexpr int kAccTile = 4096;  // elements a block sums and squares before its lanes add them
 
-// acc += part over pieces [blockIdx.x * 8, +8) of one tensor; each piece's
-// sum of the results' squares into piece_sums.
-template <typename T>
-__global__ void __launch_bounds__(internal::kCpuLanes * kPiecesPerBlock)
-    accumulate_lanes_kernel(T* __restrict__ acc, const T* __restrict__ part, int64_t n,
+// acc += part over piece blockIdx.x of one tensor, and the piece's sum of the
+// results' squares into piece_sums[blockIdx.x]. The block adds a tile of
+// 4096 elements with coalesced (16-byte, when both buffers allow) loads and
+// stores, leaving each result's square in shared memory; then 16 threads,
+// one per lane, add the tile's squares to their lane in element order (an
+// element past the end leaves +0.0, which adds nothing to a sum of squares).
+template <typename T, bool kVector>
+__global__ void __launch_bounds__(kAccThreads)
+    accumulate_piece_kernel(T* __restrict__ acc, const T* __restrict__ part, int64_t n,
                             double* __restrict__ piece_sums) {
   constexpr int kLanes = internal::kCpuLanes;
-  __shared__ double lanes[kPiecesPerBlock][kLanes];
-  const int lane = threadIdx.x % kLanes;
-  const int slot = threadIdx.x / kLanes;
-  const int64_t piece = static_cast<int64_t>(blockIdx.x) * kPiecesPerBlock + slot;
-  const int64_t begin = piece * internal::kCpuPiece;
+  constexpr int kVec = kVector ? 16 / sizeof(T) : 1;
+  constexpr int kPerThread = kAccTile / kAccThreads;  // 16 elements
+  __shared__ double squares[kAccTile];
+  __shared__ double lanes[kLanes];
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * internal::kCpuPiece;
   const int64_t end = min(n, begin + internal::kCpuPiece);
-  double sum = 0.0;
-  auto add = [&](int64_t k, float v) {
-    const T r = from_math<T>(v);
-    acc[k] = r;
-    const double d = static_cast<double>(to_math(r));
-    sum = __dadd_rn(sum, __dmul_rn(d, d));
-  };
-  int64_t k = begin + lane;
-  for (; k + (kLaneUnroll - 1) * kLanes < end; k += kLaneUnroll * kLanes) {
-    float v[kLaneUnroll];
+  double lane_sum = 0.0;  // threads 0..15: lane threadIdx.x
+  for (int64_t tile = begin; tile < end; tile += kAccTile) {
 #pragma unroll
-    for (int u = 0; u < kLaneUnroll; ++u) {
-      v[u] = __fadd_rn(static_cast<float>(to_math(acc[k + u * kLanes])),
-                       static_cast<float>(to_math(part[k + u * kLanes])));
+    for (int j = 0; j < kPerThread / kVec; ++j) {
+      const int at = (j * kAccThreads + threadIdx.x) * kVec;  // first element in the tile
+      const int64_t k = tile + at;
+      if (kVector && k + kVec <= end) {
+        Vec<T, kVec> x = *reinterpret_cast<const Vec<T, kVec>*>(acc + k);
+        const Vec<T, kVec> y = *reinterpret_cast<const Vec<T, kVec>*>(part + k);
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          x.v[e] = from_math<T>(__fadd_rn(static_cast<float>(to_math(x.v[e])),
+                                          static_cast<float>(to_math(y.v[e]))));
+          const double d = static_cast<double>(to_math(x.v[e]));
+          squares[at + e] = __dmul_rn(d, d);
+        }
+        *reinterpret_cast<Vec<T, kVec>*>(acc + k) = x;
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) {
+          double sq = 0.0;
+          if (k + e < end) {
+            const T r = from_math<T>(__fadd_rn(static_cast<float>(to_math(acc[k + e])),
+                                               static_cast<float>(to_math(part[k + e]))));
+            acc[k + e] = r;
+            const double d = static_cast<double>(to_math(r));
+            sq = __dmul_rn(d, d);
+          }
+          squares[at + e] = sq;
+        }
+      }
     }
-#pragma unroll
-    for (int u = 0; u < kLaneUnroll; ++u) add(k + u * kLanes, v[u]);
+    __syncthreads();
+    if (threadIdx.x < kLanes) {
+#pragma unroll 8
+      for (int r = 0; r < kAccTile / kLanes; ++r) {
+        lane_sum = __dadd_rn(lane_sum, squares[r * kLanes + threadIdx.x]);
+      }
+    }
+    __syncthreads();
   }
-  for (; k < end; k += kLanes) {
-    add(k, __fadd_rn(static_cast<float>(to_math(acc[k])), static_cast<float>(to_math(part[k]))));
-  }
-  lanes[slot][lane] = sum;
+  if (threadIdx.x < kLanes) lanes[threadIdx.x] = lane_sum;
   __syncthreads();
-  if (lane == 0 && begin < n) {
-    double s = 0.0;
-    for (int l = 0; l < kLanes; ++l) s = __dadd_rn(s, lanes[slot][l]);
-    piece_sums[piece] = s;
+  if (threadIdx.x == 0) {
+    double sum = 0.0;
+    for (int l = 0; l < kLanes; ++l) sum = __dadd_rn(sum, lanes[l]);
+    piece_sums[blockIdx.x] = sum;
   }
 }
 
@@ -520,12 +545,17 @@ KernelStatus accumulate_cuda(float* global_norm, float* found_inf, const Accumul
       const int64_t n = t < num_tensors ? tensors[t].n : 0;
       const int64_t pieces = internal::cpu_pieces_of(n);
       if (pieces > 0) {
-        const int64_t blocks = (pieces + kPiecesPerBlock - 1) / kPiecesPerBlock;
-        if (blocks > kMaxChunks) return KernelStatus::invalid_argument("accumulate: tensor too large");
-        accumulate_lanes_kernel<T><<<static_cast<unsigned>(blocks), internal::kCpuLanes * kPiecesPerBlock,
-                                     0, stream>>>(static_cast<T*>(tensors[t].acc),
-                                                  static_cast<const T*>(tensors[t].part), n,
-                                                  piece_sums + at);
+        if (pieces > kMaxChunks) return KernelStatus::invalid_argument("accumulate: tensor too large");
+        T* a = static_cast<T*>(tensors[t].acc);
+        const T* b = static_cast<const T*>(tensors[t].part);
+        // Pieces start 32768 elements apart, so aligned buffers stay aligned.
+        const bool vector = internal::aligned_to(a, 16) && internal::aligned_to(b, 16);
+        const unsigned grid = static_cast<unsigned>(pieces);
+        if (vector) {
+          accumulate_piece_kernel<T, true><<<grid, kAccThreads, 0, stream>>>(a, b, n, piece_sums + at);
+        } else {
+          accumulate_piece_kernel<T, false><<<grid, kAccThreads, 0, stream>>>(a, b, n, piece_sums + at);
+        }
         const KernelStatus l = cuda::last_launch_status();
         if (!l.ok()) return l;
       }

@@ -132,9 +132,7 @@ KernelStatus l2_norm_cuda(float* global_norm, float* per_tensor_norms, float* fo
 // order); found_inf is set when a result is inf or NaN. `scratch`: device
 // memory of at least accumulate_cuda_scratch_bytes(tensors, num_tensors)
 // bytes, 16-byte aligned, not used by another call in flight. Two kernels per
-// tensor; the norm's sequential parts run one thread per lane and per tensor,
-// so it reads at a fraction of the device's bandwidth (gemini sums a micro-
-// batch's gradients with it, beside the backward).
+// tensor (one block per 32768 elements, then one thread adding the pieces).
 KernelStatus accumulate_cuda(float* global_norm, float* found_inf, const AccumulateTensor* tensors,
                              void* scratch, int64_t scratch_bytes, int64_t num_tensors, DType dtype,
                              cudaStream_t stream);

@@ -509,10 +509,18 @@ absl::Status GeminiPlugin::State::add_to_device_sum(int c, core::Tensor part, in
   GeminiChunk& k = chunks[c];
   const kernels::multi_tensor::AccumulateTensor sum{k.device_sum.raw_data(), part.raw_data(),
                                                     k.shard_size};
-  const int64_t bytes = kernels::multi_tensor::accumulate_cuda_scratch_bytes(&sum, 1);
-  if (!accum_scratch.defined() || accum_scratch.numel() < bytes) {
-    COLOSSAL_ASSIGN_OR_RETURN(accum_scratch, core::Tensor::empty({bytes}, core::DType::kU8, stream));
+  if (!accum_scratch.defined()) {
+    // Sized once, for the largest chunk: a scratch replaced while an earlier
+    // add still ran on the gradient stream would go back to the compute
+    // stream's pool under it.
+    int64_t largest = 0;
+    for (const GeminiChunk& x : chunks) {
+      const kernels::multi_tensor::AccumulateTensor t{nullptr, nullptr, x.shard_size};
+      largest = std::max(largest, kernels::multi_tensor::accumulate_cuda_scratch_bytes(&t, 1));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(accum_scratch, core::Tensor::empty({largest}, core::DType::kU8, stream));
   }
+  const int64_t bytes = accum_scratch.numel();
   if (!chunk_norms.defined()) {
     COLOSSAL_ASSIGN_OR_RETURN(chunk_norms, core::Tensor::empty({2 * static_cast<int64_t>(chunks.size())},
                                                                core::DType::kF32, stream));
