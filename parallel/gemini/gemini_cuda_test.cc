@@ -24,7 +24,8 @@
 //     device sums) skips the step: the weights and Adam state stay bitwise
 //     those before;
 //   * host chunks' gradients summed on the device (device_grad_accumulation)
-//     give the host folds' results bitwise (bfloat16; two ranks with two GPUs).
+//     give the host folds' results bitwise (float32 and bfloat16, GEMM
+//     autotuning off; two ranks with two GPUs).
 // Without the GPUs every case skips.
 #include <gtest/gtest.h>
 
@@ -115,6 +116,9 @@ struct GpuSpec {
   int poison_step = -1, poison_micro = 0;
   const nn::ParameterStore* load_model = nullptr;
   const nn::OptimizerStateDict* load_optimizer = nullptr;
+  // GEMM algorithms timed at first use: float32 candidates sum in different
+  // orders, so float32 runs repeat bit for bit only without it.
+  bool gemm_autotune = true;
 };
 
 std::vector<float> floats(const core::Tensor& t) {
@@ -152,7 +156,9 @@ void plant_inf(const core::Tensor& t, const Stream& stream) {
 void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
   const core::Device dev = core::Device::cuda(rank);
   core::DeviceGuard guard(dev);
-  auto ctx = std::move(*core::Context::create(dev));
+  core::ContextOptions co;
+  if (!spec.gemm_autotune) co.gemm_autotune = core::GemmAutotune::kOff;
+  auto ctx = std::move(*core::Context::create(dev, co));
   const Stream stream = ctx->compute_stream();
   comm::TcpStoreOptions so;
   so.host = "127.0.0.1";
@@ -372,12 +378,12 @@ TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
 // (device_grad_accumulation, from the second step on) give the host folds'
 // results bitwise: the sums and their norms (accumulate_cuda keeps the CPU's
 // order), so the clipping, the updates and the Adam state are the same. Three
-// micro-batches a step: a first part and two additions. bfloat16 only: float32
-// runs of this model differ in their last bits from run to run on the GPU
-// (measured: one run twice), so only the kernel's test compares float32 bits.
-void expect_device_sums_match_host_folds(int world) {
+// micro-batches a step: a first part and two additions. GEMM autotuning off:
+// it picks float32 GEMMs by timing, whose sums differ in their last bits.
+void expect_device_sums_match_host_folds(int world, DType dtype) {
   GpuSpec a;
-  a.dtype = DType::kBF16;
+  a.dtype = dtype;
+  a.gemm_autotune = false;
   a.world = world;
   a.micro = 3;
   a.steps = 5;
@@ -399,14 +405,15 @@ void expect_device_sums_match_host_folds(int world) {
 
 TEST(GeminiCudaDeviceSums, AreBitwiseTheHostFolds) {
   COLOSSAL_REQUIRE_GPU();
-  expect_device_sums_match_host_folds(1);
+  expect_device_sums_match_host_folds(1, DType::kBF16);
+  expect_device_sums_match_host_folds(1, DType::kF32);
 }
 
 // Two ranks: each rank's sum is its reduce-scattered shard (not the gathered
 // gradient buffer).
 TEST(GeminiCudaDeviceSums, AreBitwiseTheHostFoldsOnTwoRanks) {
   COLOSSAL_REQUIRE_GPUS(2);
-  expect_device_sums_match_host_folds(2);
+  expect_device_sums_match_host_folds(2, DType::kBF16);
 }
 
 TEST(GeminiCudaPrefetch, ChangesNothing) {
