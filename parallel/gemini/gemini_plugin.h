@@ -72,7 +72,10 @@
 // the GPU updating every chunk a second worker takes (gpu_shares_host_adam): a
 // gather waits for its own chunk only; checkpoints and the next step wait for
 // all. The step's one host sync reads the norm (a host chunk's gradient norm
-// is taken on the device before its download). Per parameter: 16 bytes for a
+// is taken on the device before its download). Under gradient accumulation a
+// host chunk's parts are summed on the device when it has room
+// (device_grad_accumulation) and cross once, at the step; else each crosses
+// and is added on the host. Per parameter: 16 bytes for a
 // 16-bit model (value 2, master 4, moments 8, gradient 2) wherever the shard
 // lives, divided by the group, plus the gathered chunks and their gradients
 // while in use. One rank keeps each chunk whole: the gathered chunk is the
