@@ -35,10 +35,18 @@ double sum_lanes(const double* lanes) {
 
 // ---- scalar: the order every other version keeps ----
 
-// Adds x[k]'s square to lanes[(first + k) % 16] for k in [0, n).
+// Adds x[k]'s square to lanes[(first + k) % 16] for k in [0, n). Whole rows of
+// 16 go through an `omp simd` loop (each lane keeps its own order, so the
+// bits are the element-by-element loop's; the compiler may use SSE2 there).
 template <typename T>
 void add_squares(const T* x, int64_t n, int64_t first, double* lanes) {
-  for (int64_t k = 0; k < n; ++k) lanes[(first + k) % kLanes] += square(x[k]);
+  int64_t k = 0;
+  for (; k < n && (first + k) % kLanes != 0; ++k) lanes[(first + k) % kLanes] += square(x[k]);
+  for (; k + kLanes <= n; k += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) lanes[l] += square(x[k + l]);
+  }
+  for (; k < n; ++k) lanes[(first + k) % kLanes] += square(x[k]);
 }
 
 template <typename T>
@@ -51,10 +59,17 @@ double squares_scalar(const T* x, int64_t n) {
 // acc[k] = acc + part for k in [0, n), the results' squares into lanes[(first + k) % 16].
 template <typename T>
 void accumulate_into(T* acc, const T* part, int64_t n, int64_t first, double* lanes) {
-  for (int64_t k = 0; k < n; ++k) {
+  auto one = [&](int64_t k, int lane) {
     acc[k] = add(acc[k], part[k]);
-    lanes[(first + k) % kLanes] += square(acc[k]);
+    lanes[lane] += square(acc[k]);
+  };
+  int64_t k = 0;
+  for (; k < n && (first + k) % kLanes != 0; ++k) one(k, static_cast<int>((first + k) % kLanes));
+  for (; k + kLanes <= n; k += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) one(k + l, l);
   }
+  for (; k < n; ++k) one(k, static_cast<int>((first + k) % kLanes));
 }
 
 template <typename T>
