@@ -560,12 +560,15 @@ absl::Status GeminiPlugin::State::reduce(int c) {
   // after a later one, else the step's pass.
   k.norm_on_device = false;
   k.norm_from_fold = false;
-  if (grads_in_place(k)) {  // accumulated in place already
+  // Every path ends here: the chunk holds this step's gradients, its
+  // gathered gradient buffer is gone (or handed on).
+  auto reduced = [&]() -> absl::Status {
     k.grad_zero = false;
     k.full_grad = core::Tensor();
     k.reduced = true;
     return set_views(c);
-  }
+  };
+  if (grads_in_place(k)) return reduced();  // accumulated in place already
   core::Tensor part = k.full_grad;  // this rank's averaged gradients, on the device
   if (world() > 1 && k.sharded) {
     COLOSSAL_ASSIGN_OR_RETURN(part, core::Tensor::empty({k.shard_size}, dtype, stream));
@@ -629,10 +632,7 @@ absl::Status GeminiPlugin::State::reduce(int c) {
         if (!source_is_full) release_bytes(k.spec.numel * esize());
       }
       k.sum_pending = true;
-      k.grad_zero = false;
-      k.full_grad = core::Tensor();
-      k.reduced = true;
-      return set_views(c);
+      return reduced();
     }
     COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
     COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
@@ -654,17 +654,11 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     if (!first) COLOSSAL_RETURN_IF_ERROR(queue_fold(c, landed));
     const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
     downloads.push_back({std::move(part), counted, std::move(landed)});
-    k.grad_zero = false;
     if (!source_is_full) release_bytes(k.spec.numel * esize());
-    k.full_grad = core::Tensor();
-    k.reduced = true;
-    return set_views(c);
+    return reduced();
   }
-  k.grad_zero = false;
   release_bytes(k.spec.numel * esize());
-  k.full_grad = core::Tensor();
-  k.reduced = true;
-  return set_views(c);
+  return reduced();
 }
 
 absl::Status GeminiPlugin::State::end_pass(bool ok) {
