@@ -139,7 +139,7 @@ absl::Status ring_reduce_scatter(Transport& transport, const OpContext& ctx, Scr
     COLOSSAL_RETURN_IF_ERROR(run_transfers(transport, ctx, absl::MakeSpan(t)));
   }
   // The last partial is chunk r, reduced over every rank.
-  std::memcpy(output, partial[(P - 2) % 2], bytes);
+  if (bytes > 0) std::memcpy(output, partial[(P - 2) % 2], bytes);
   if (op == ReduceOp::kAvg) {
     COLOSSAL_RETURN_IF_ERROR(divide_in_place(output, count, dtype, P));
   }
@@ -151,7 +151,8 @@ absl::Status ring_all_gather(Transport& transport, const OpContext& ctx, void* o
   const int P = transport.size();
   const int r = transport.rank();
   char* out = static_cast<char*>(output);
-  if (input != out + r * bytes) std::memmove(out + r * bytes, input, bytes);
+  // (Empty buffers may be null: memmove must not see them.)
+  if (bytes > 0 && input != out + r * bytes) std::memmove(out + r * bytes, input, bytes);
   const int next = ring_mod(r + 1, P), prev = ring_mod(r - 1, P);
   for (int s = 0; s < P - 1; ++s) {
     const int send_c = ring_mod(r - s, P), recv_c = ring_mod(r - s - 1, P);
@@ -211,7 +212,7 @@ absl::Status pairwise_all_to_all(Transport& transport, const OpContext& ctx, voi
   COLOSSAL_RETURN_IF_ERROR(all_to_all_offsets(ctx, P, r, output_bytes, input_bytes, off));
   char* out = static_cast<char*>(output);
   const char* in = static_cast<const char*>(input);
-  std::memcpy(out + off.out[r], in + off.in[r], input_bytes[r]);
+  if (input_bytes[r] > 0) std::memcpy(out + off.out[r], in + off.in[r], input_bytes[r]);
   for (int s = 1; s < P; ++s) {
     const int to = ring_mod(r + s, P), from = ring_mod(r - s, P);
     Transfer t[2] = {Transfer::send(to, in + off.in[to], input_bytes[to]),

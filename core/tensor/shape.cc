@@ -54,6 +54,11 @@ int64_t Shape::operator[](int i) const {
 }
 
 int64_t Shape::numel() const {
+  // make() bounds the product only when no dimension is 0: an empty shape's
+  // other dimensions may multiply past int64 ([2^40, 2^40, 0]).
+  for (int i = 0; i < rank_; ++i) {
+    if (dims_[i] == 0) return 0;
+  }
   int64_t n = 1;
   for (int i = 0; i < rank_; ++i) n *= dims_[i];
   return n;
