@@ -33,7 +33,7 @@ case "$cmd" in
     common=(GPU_COMPUTE_CAPABILITY=90 NO_MULTI_GPU=1 NO_USE_MPI=1)
     make -C "$src" -j1 train_gpt2cu "${common[@]}" USE_CUDNN=0 NVCC_LDFLAGS="-lcublas -lcublasLt"
     cp "$src/train_gpt2cu" "$out/bin/train_gpt2cu"
-    rm -f "$src/train_gpt2cu"
+    rm -f "$src/train_gpt2cu"  # make would keep it: the cuDNN build differs only in its flags
     make -C "$src" -j1 train_gpt2cu "${common[@]}" USE_CUDNN=1 CUDNN_FRONTEND_PATH="$fe/include" \
       NVCC_LDFLAGS="-lcublas -lcublasLt -lcudnn -lnvrtc"
     cp "$src/train_gpt2cu" "$out/bin/train_gpt2cu_cudnn"
