@@ -36,7 +36,7 @@ return {
     search_range_m = gpu and 32 or 1, -- chunk size search, MiElements
     min_chunk_size_m = gpu and 32 or 0.0625,
     hidden_dim = gpu and 1024 or 128,
-    max_prefetch = gpu and 4 or 0,    -- host chunks copied to the GPU ahead of use
+    max_prefetch = gpu and 4 or 0,    -- chunks gathered (or copied in) ahead of their use
     gpu_shares_host_adam = true,      -- the GPU also updates host chunks (CPU Adam does the rest)
     device_grad_accumulation = true,  -- accumulation: host chunks' gradients summed on the GPU
     max_norm = 1.0,                   -- clip by global norm, inside the plugin

@@ -1,5 +1,6 @@
 // The gemini plugin's chunks: memory tiers and accounting, placement moves,
-// gather / release, gradient reduction, the access-order record and check.
+// gather (ahead) / release, the access-order record and check. Gradients and
+// their reduction: gemini_grads.cc.
 #include <algorithm>
 #include <iostream>
 #include <limits>
@@ -12,7 +13,6 @@
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "kernels/elementwise/elementwise.h"
-#include "kernels/multi_tensor/multi_tensor.h"
 #include "parallel/gemini/gemini_state.h"
 
 namespace colossal::parallel {
@@ -146,6 +146,15 @@ absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string
   const bool automatic = options.placement_policy == "auto";
   auto limit = [&] { return device_limit(); };
   while (device_used + n > limit()) {
+    // Reductions in flight hold gradient buffers: the oldest finishes before
+    // a chunk moves out. (Gathers ahead stay: dropping one would gather it
+    // again at its use, a collective the other ranks might not issue.)
+    if (!reductions.empty()) {
+      Reduction oldest = std::move(reductions.front());
+      reductions.pop_front();
+      COLOSSAL_RETURN_IF_ERROR(finish_reduce(std::move(oldest)));
+      continue;
+    }
     const int victim = automatic ? furthest_chunk(keep) : -1;
     if (victim < 0) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -167,6 +176,8 @@ absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string
 absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   GeminiChunk& k = chunks[c];
   if (k.on_device == to_device) return absl::OkStatus();
+  COLOSSAL_RETURN_IF_ERROR(settle_reduce(c));  // its reduced part goes to the old tier's shard
+  COLOSSAL_RETURN_IF_ERROR(settle_gather(k, c));
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
   retire_downloads(/*wait=*/true);  // no gradient copy may land in the old tier
   COLOSSAL_RETURN_IF_ERROR(await_fold(c));
@@ -240,25 +251,30 @@ absl::Status GeminiPlugin::State::set_views(int c) {
   return absl::OkStatus();
 }
 
-absl::Status GeminiPlugin::State::check_same_access(int64_t param) {
+absl::StatusOr<std::vector<int64_t>> GeminiPlugin::State::all_gather_value(int64_t mine,
+                                                                          const std::string& what) {
   // A tiny collective on the host (CPU) or through the device (NCCL).
   std::vector<int64_t> all(static_cast<size_t>(world()), 0);
   if (cuda) {
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
-    *mine.data<int64_t>() = param;
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d_mine, mine.to(stream.device(), stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h_mine, core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
+    *h_mine.data<int64_t>() = mine;
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d_mine, h_mine.to(stream.device(), stream));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d_all,
                               core::Tensor::empty({world()}, core::DType::kI64, stream));
-    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(d_all, d_mine, collective()),
-                                    "gemini: checking the access order"));
+    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(d_all, d_mine, collective()), what));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, d_all.to(core::Device::cpu(), stream));
     stream.synchronize();
     std::copy(h.data<int64_t>(), h.data<int64_t>() + world(), all.begin());
   } else {
-    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(comm::Buffer::cpu(all.data(), all.size()),
-                                                   comm::Buffer::cpu(&param, 1)),
-                                    "gemini: checking the access order"));
+    COLOSSAL_RETURN_IF_ERROR(finish(
+        pg->all_gather(comm::Buffer::cpu(all.data(), all.size()), comm::Buffer::cpu(&mine, 1)), what));
   }
+  return all;
+}
+
+absl::Status GeminiPlugin::State::check_same_access(int64_t param) {
+  COLOSSAL_ASSIGN_OR_RETURN(const std::vector<int64_t> all,
+                            all_gather_value(param, "gemini: checking the access order"));
   for (int r = 1; r < world(); ++r) {
     if (all[r] == all[0]) continue;
     auto name = [&](int64_t p) {
@@ -288,41 +304,104 @@ absl::Status GeminiPlugin::State::access(int c, const std::string& param) {
   peak_non_model = std::max(peak_non_model, non_model_bytes());
   // auto: non-model memory grows (activations): chunks used furthest ahead leave.
   COLOSSAL_RETURN_IF_ERROR(shrink_to_fit(c));
-  if (!chunks[c].full.defined()) COLOSSAL_RETURN_IF_ERROR(gather(c));
+  if (chunks[c].full.defined()) {
+    COLOSSAL_RETURN_IF_ERROR(settle_gather(chunks[c], c));  // gathered ahead
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(gather(c));
+  }
   return prefetch_ahead();
 }
 
 absl::Status GeminiPlugin::State::prefetch_ahead() {
-  if (!cuda || options.max_prefetch <= 0 || recording_now()) return absl::OkStatus();
+  if (options.max_prefetch <= 0 || recording_now()) return absl::OkStatus();
+  int issued = 0, gathered = 0;
+  for (size_t i = cursor; i < order().size() && issued < options.max_prefetch; ++i) {
+    const int c = order()[i];
+    GeminiChunk& k = chunks[c];
+    // Nothing to bring in, or gathered for a use now (not ahead).
+    if (full_is_value(k) || (k.full.defined() && k.gathering == nullptr)) continue;
+    ++issued;
+    if (world() > 1 && k.sharded) {
+      if (++gathered > gather_window) break;
+      // A collective: every rank issues it at the same point, so the choice
+      // reads nothing that differs between ranks (memory, update timing).
+      if (k.gathering == nullptr) COLOSSAL_RETURN_IF_ERROR(gather_ahead(c));
+      continue;
+    }
+    if (!cuda || k.on_device) continue;  // whole on the host: a copy, below
+    // Not updated yet: nor are the chunks after it (the update follows this
+    // order); the next access tries again.
+    if (!updater.ready(c)) break;
+    if (k.prefetched.defined()) continue;
+    if (device_used + k.shard_size * esize() > device_limit()) break;  // gather copies it then
+    COLOSSAL_RETURN_IF_ERROR(copy_in_ahead(k));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::copy_in_ahead(GeminiChunk& k) {
   if (!copy_stream.has_value()) {
     COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream s, core::OwnedStream::create(stream.device()));
     copy_stream.emplace(std::move(s));
   }
-  int issued = 0;
-  for (size_t i = cursor; i < order().size() && issued < options.max_prefetch; ++i) {
-    GeminiChunk& k = chunks[order()[i]];
-    if (k.on_device || k.full.defined()) continue;
-    // Not updated yet: nor are the chunks after it (the update follows this
-    // order); the next access tries again.
-    if (!updater.ready(order()[i])) break;
-    ++issued;
-    if (k.prefetched.defined()) continue;
-    const int64_t n = k.shard_size * esize();
-    if (device_used + n > device_limit()) break;  // no room now: gather copies it then
-    device_used += n;
-    device_peak = std::max(device_peak, device_used);
-    // Allocated in the compute stream's order; the copy waits for that point,
-    // so it overlaps the modules running now.
-    COLOSSAL_ASSIGN_OR_RETURN(k.prefetched, core::Tensor::empty({k.shard_size}, dtype, stream));
+  const int64_t n = k.shard_size * esize();
+  device_used += n;
+  device_peak = std::max(device_peak, device_used);
+  // Allocated in the compute stream's order; the copy waits for that point,
+  // so it overlaps the modules running now.
+  COLOSSAL_ASSIGN_OR_RETURN(k.prefetched, core::Tensor::empty({k.shard_size}, dtype, stream));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event allocated, core::Event::create(stream.device()));
+  allocated.record(stream);
+  allocated.wait(copy_stream->get());
+  COLOSSAL_RETURN_IF_ERROR(k.prefetched.copy_from(k.value, copy_stream->get()));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event ready, core::Event::create(stream.device()));
+  ready.record(copy_stream->get());
+  k.prefetch_ready = std::make_shared<core::Event>(std::move(ready));
+  return absl::OkStatus();
+}
+
+absl::Status GeminiPlugin::State::gather_ahead(int c) {
+  GeminiChunk& k = chunks[c];
+  // The values the last step wrote: every rank waits (host updates), so
+  // every rank issues this gather here.
+  COLOSSAL_RETURN_IF_ERROR(await_update(c));
+  const int64_t n = k.spec.numel * esize();
+  device_used += n;  // counted, never refused: refusing would differ between ranks
+  device_peak = std::max(device_peak, device_used);
+  sample_device_peak();
+  COLOSSAL_ASSIGN_OR_RETURN(k.full, core::Tensor::empty({k.spec.numel}, dtype, stream));
+  comm::CollectiveOptions o = collective();
+  core::Tensor src = k.value;
+  if (cuda && !k.on_device) {
+    // A host shard crosses PCIe on the copy stream first, and the gather
+    // follows it there; the copy stream also waits for the allocation above.
+    if (!k.prefetched.defined()) COLOSSAL_RETURN_IF_ERROR(copy_in_ahead(k));
     COLOSSAL_ASSIGN_OR_RETURN(core::Event allocated, core::Event::create(stream.device()));
     allocated.record(stream);
     allocated.wait(copy_stream->get());
-    COLOSSAL_RETURN_IF_ERROR(k.prefetched.copy_from(k.value, copy_stream->get()));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event ready, core::Event::create(stream.device()));
-    ready.record(copy_stream->get());
-    k.prefetch_ready = std::make_shared<core::Event>(std::move(ready));
+    o.stream = copy_stream->get();
+    src = k.prefetched;
   }
-  return absl::OkStatus();
+  absl::StatusOr<comm::WorkPtr> work = pg->all_gather(k.full, src, o);
+  if (!work.ok()) {
+    return core::annotate(work.status(), absl::StrCat("gemini: gathering chunk ", c, " ahead of its use"));
+  }
+  k.gathering = *std::move(work);
+  ++gathers;
+  ++gathers_ahead;
+  return absl::OkStatus();  // the views are set when the gather is waited for (settle_gather)
+}
+
+absl::Status GeminiPlugin::State::settle_gather(GeminiChunk& k, int c) {
+  if (k.gathering == nullptr) return absl::OkStatus();
+  comm::WorkPtr work = std::move(k.gathering);
+  k.gathering = nullptr;
+  COLOSSAL_RETURN_IF_ERROR(finish(work, absl::StrCat("gemini: gathering chunk ", c)));
+  if (k.prefetched.defined()) {  // the host shard it read (the stream waited for the gather)
+    k.prefetched = core::Tensor();
+    release_bytes(k.shard_size * esize());
+  }
+  return set_views(c);
 }
 
 void GeminiPlugin::State::drop_prefetches() {
@@ -370,295 +449,16 @@ absl::Status GeminiPlugin::State::gather(int c) {
   return set_views(c);
 }
 
-void GeminiPlugin::State::release(int c) {
+absl::Status GeminiPlugin::State::release(int c) {
   GeminiChunk& k = chunks[c];
-  if (!k.full.defined() || k.compute > 0) return;
+  if (!k.full.defined() || k.compute > 0) return absl::OkStatus();
+  // A gather issued ahead and never used (the pass took another path) still
+  // writes into `full`: its memory is freed only after it.
+  absl::Status gathered = settle_gather(k, c);
   if (!full_is_value(k)) release_bytes(k.spec.numel * esize());
   k.full = core::Tensor();
   set_views(c).IgnoreError();  // slices of live tensors: cannot fail
-}
-
-absl::Status GeminiPlugin::State::ensure_grad(int c, const std::string& param) {
-  GeminiChunk& k = chunks[c];
-  if (k.reduced) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gemini: the gradient of parameter \"", param,
-        "\" is written after its chunk was reduced in this backward (a module other than the one "
-        "that declares it uses it after that module's backward)"));
-  }
-  if (k.full_grad.defined()) return absl::OkStatus();
-  if (grads_in_place(k)) {
-    // One rank: the backward accumulates into the shard itself, zeroed first
-    // after zero_grad.
-    if (k.grad_zero) {
-      COLOSSAL_RETURN_IF_ERROR(await_update(c));
-      COLOSSAL_RETURN_IF_ERROR(k.grad.set_zero(cuda ? stream : core::Stream::cpu()));
-    }
-    k.full_grad = k.grad;
-  } else {
-    COLOSSAL_RETURN_IF_ERROR(
-        reserve(k.spec.numel * esize(), c, absl::StrCat("the gradients of chunk ", c)));
-    COLOSSAL_ASSIGN_OR_RETURN(k.full_grad, zeros(k.spec.numel, dtype, /*on_device=*/true));
-  }
-  return set_views(c);
-}
-
-absl::Status GeminiPlugin::State::queue_fold(int c, std::shared_ptr<core::Event> landed) {
-  GeminiChunk& k = chunks[c];
-  if (fold_norms.empty()) fold_norms.assign(2 * chunks.size(), 0.0f);  // no fold runs yet
-  const kernels::multi_tensor::AccumulateTensor sum{k.grad.raw_data(), k.staging.raw_data(),
-                                                    k.shard_size};
-  auto job = [sum, dt = dtype, threads = options.cpu_threads,
-              out = fold_norms.data() + 2 * c,
-              ready = std::move(landed)](int) -> absl::Status {
-    ready->synchronize();
-    out[1] = 0.0f;
-    return core::from_kernel_status(
-        kernels::multi_tensor::accumulate_cpu(out, out + 1, &sum, 1, dt, threads),
-        "gemini: accumulating gradients");
-  };
-  COLOSSAL_RETURN_IF_ERROR(folds.add(static_cast<int>(chunks.size()), c, std::move(job)));
-  k.norm_from_fold = true;
-  return absl::OkStatus();
-}
-
-absl::Status GeminiPlugin::State::norm_before_download(int c, const core::Tensor& part) {
-#if COLOSSAL_WITH_CUDA
-  GeminiChunk& k = chunks[c];
-  const kernels::multi_tensor::TensorRef ref{part.raw_data(), k.shard_size};
-  const int64_t bytes = kernels::multi_tensor::l2_norm_cuda_scratch_bytes(&ref, 1);
-  if (!chunk_norms.defined()) {
-    COLOSSAL_ASSIGN_OR_RETURN(chunk_norms, core::Tensor::empty({2 * static_cast<int64_t>(chunks.size())},
-                                                               core::DType::kF32, stream));
-  }
-  if (!norm_scratch.defined() || norm_scratch.numel() < bytes) {
-    COLOSSAL_ASSIGN_OR_RETURN(norm_scratch, core::Tensor::empty({bytes}, core::DType::kU8, stream));
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor slot, chunk_norms.slice(2 * c, 2 * c + 2));
-  COLOSSAL_RETURN_IF_ERROR(slot.set_zero(stream));  // the flag is only ever set
-  float* out = slot.data<float>();
-  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      kernels::multi_tensor::l2_norm_cuda(out, nullptr, out + 1, nullptr, &ref, norm_scratch.raw_data(),
-                                          bytes, 1, dtype, 0.0f, stream.handle()),
-      absl::StrCat("gemini: the gradient norm of chunk ", c)));
-  k.norm_on_device = true;
-#endif
-  return absl::OkStatus();
-}
-
-void GeminiPlugin::State::retire_downloads(bool wait) {
-  while (!downloads.empty() && (wait || downloads.front().done->query())) {
-    downloads.front().done->synchronize();
-    release_bytes(downloads.front().counted_bytes);
-    downloads.pop_front();
-  }
-}
-
-absl::Status GeminiPlugin::State::ensure_grad_stream() {
-  if (grad_stream.has_value()) return absl::OkStatus();
-  COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
-  grad_stream.emplace(std::move(gs));
-  return absl::OkStatus();
-}
-
-void GeminiPlugin::State::sample_device_peak() {
-  if (!cuda) return;
-  absl::StatusOr<std::shared_ptr<core::Allocator>> a = core::device_allocator(stream.device());
-  if (a.ok()) step_peak = std::max(step_peak, (*a)->stats().allocated_bytes);
-}
-
-void GeminiPlugin::State::drop_device_sum(GeminiChunk& k) {
-  if (!k.device_sum.defined()) return;
-  release_bytes(k.device_sum_bytes);
-  k.device_sum = core::Tensor();
-  k.device_sum_bytes = 0;
-  k.sum_pending = false;
-}
-
-absl::Status GeminiPlugin::State::choose_sum_on_device() {
-  if (backwards > 0) last_step_backwards = backwards;
-  backwards = 0;
-  bool want = options.device_grad_accumulation && cuda && last_step_backwards > 1 &&
-              !placement_changed && evictions == evictions_at_zero_grad;
-  int64_t sums = 0, held = 0;  // bytes of every host chunk's sum; those allocated now
-  for (const GeminiChunk& k : chunks) {
-    if (!host_updated(k)) continue;
-    sums += k.shard_size * esize();
-    held += k.device_sum_bytes;
-  }
-  if (sums == 0) want = false;
-  // The last step's peak already held the sums allocated then.
-  const double ratio = options.placement_policy == "auto" ? options.steady_cuda_cap_ratio : 1.0;
-  const int64_t limit = static_cast<int64_t>(static_cast<double>(capacity) * ratio * 0.95);
-  if (want && step_peak + sums - held > limit) want = false;
-  placement_changed = false;
-  evictions_at_zero_grad = evictions;
-  step_peak = 0;
-  if (!want && held > 0) {
-    COLOSSAL_RETURN_IF_ERROR(settle());  // the last updates may read the sums
-    retire_downloads(/*wait=*/true);
-    for (GeminiChunk& k : chunks) drop_device_sum(k);
-  }
-  sum_on_device = want;
-  device_sum_steps += want ? 1 : 0;
-  return absl::OkStatus();
-}
-
-absl::Status GeminiPlugin::State::add_to_device_sum(int c, core::Tensor part, int64_t counted) {
-#if COLOSSAL_WITH_CUDA
-  GeminiChunk& k = chunks[c];
-  const kernels::multi_tensor::AccumulateTensor sum{k.device_sum.raw_data(), part.raw_data(),
-                                                    k.shard_size};
-  if (!accum_scratch.defined()) {
-    // Sized once, for the largest chunk: a scratch replaced while an earlier
-    // add still ran on the gradient stream would go back to the compute
-    // stream's pool under it.
-    int64_t largest = 0;
-    for (const GeminiChunk& x : chunks) {
-      const kernels::multi_tensor::AccumulateTensor t{nullptr, nullptr, x.shard_size};
-      largest = std::max(largest, kernels::multi_tensor::accumulate_cuda_scratch_bytes(&t, 1));
-    }
-    COLOSSAL_ASSIGN_OR_RETURN(accum_scratch, core::Tensor::empty({largest}, core::DType::kU8, stream));
-  }
-  const int64_t bytes = accum_scratch.numel();
-  if (!chunk_norms.defined()) {
-    COLOSSAL_ASSIGN_OR_RETURN(chunk_norms, core::Tensor::empty({2 * static_cast<int64_t>(chunks.size())},
-                                                               core::DType::kF32, stream));
-  }
-  COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
-  const core::Stream gs = grad_stream->get();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced, core::Event::create(stream.device()));
-  reduced.record(stream);  // the part, and the scratch's last use on the compute stream
-  reduced.wait(gs);
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor slot, chunk_norms.slice(2 * c, 2 * c + 2));
-  COLOSSAL_RETURN_IF_ERROR(slot.set_zero(gs));  // accumulate only ever sets the flag
-  float* out = slot.data<float>();
-  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      kernels::multi_tensor::accumulate_cuda(out, out + 1, &sum, accum_scratch.raw_data(), bytes, 1,
-                                             dtype, gs.handle()),
-      absl::StrCat("gemini: summing the gradients of chunk ", c, " on the device")));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Event added, core::Event::create(stream.device()));
-  added.record(gs);
-  downloads.push_back({std::move(part), counted, std::make_shared<core::Event>(std::move(added))});
-  k.norm_on_device = true;
-  return absl::OkStatus();
-#else
-  return absl::InternalError("gemini: device sums without CUDA");
-#endif
-}
-
-absl::Status GeminiPlugin::State::reduce(int c) {
-  GeminiChunk& k = chunks[c];
-  if (!k.full_grad.defined()) {  // no parameter of the chunk was used: zero gradients
-    COLOSSAL_RETURN_IF_ERROR(ensure_grad(c, "(unused)"));
-  }
-  const std::string what = absl::StrCat("gemini: reducing the gradients of chunk ", c);
-  COLOSSAL_RETURN_IF_ERROR(await_update(c));  // its Adam may still read the gradient shard
-  COLOSSAL_RETURN_IF_ERROR(await_fold(c));    // the last micro-batch's fold reads the staging
-  // Each reduction decides anew who takes the norm (a chunk may have moved
-  // tiers since the last one): the device before a first download, the fold
-  // after a later one, else the step's pass.
-  k.norm_on_device = false;
-  k.norm_from_fold = false;
-  // Every path ends here: the chunk holds this step's gradients, its
-  // gathered gradient buffer is gone (or handed on).
-  auto reduced = [&]() -> absl::Status {
-    k.grad_zero = false;
-    k.full_grad = core::Tensor();
-    k.reduced = true;
-    return set_views(c);
-  };
-  if (grads_in_place(k)) return reduced();  // accumulated in place already
-  core::Tensor part = k.full_grad;  // this rank's averaged gradients, on the device
-  if (world() > 1 && k.sharded) {
-    COLOSSAL_ASSIGN_OR_RETURN(part, core::Tensor::empty({k.shard_size}, dtype, stream));
-    COLOSSAL_RETURN_IF_ERROR(
-        finish(pg->reduce_scatter(part, k.full_grad, comm::ReduceOp::kAvg, collective()), what));
-  } else if (world() > 1) {
-    COLOSSAL_RETURN_IF_ERROR(finish(pg->all_reduce(k.full_grad, comm::ReduceOp::kAvg, collective()), what));
-  }
-  if ((k.on_device || !cuda) && k.grad_zero) {  // the first backward since zero_grad
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
-    COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, cuda ? stream : core::Stream::cpu()));
-  } else if (k.on_device || !cuda) {
-    // The CPU build adds on the host; CUDA adds on the device in the model's dtype.
-#if COLOSSAL_WITH_CUDA
-    if (cuda) {
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::binary_cuda(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
-                                            k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd,
-                                            stream.handle()),
-          what));
-    }
-#endif
-    if (!cuda) {
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
-                                           k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
-          what));
-    }
-  } else {
-    // A host chunk: the part crosses PCIe in 16 bits on the gradient stream,
-    // into the gradient shard itself after zero_grad, else into the chunk's
-    // staging buffer, which the fold worker adds into the shard once it
-    // lands (taking the sum's norm on the way). The step waits for the
-    // copies and the folds before reading the shards. When this step sums
-    // on the device (sum_on_device), the parts are added there instead and
-    // step() downloads each sum once.
-    retire_downloads(/*wait=*/false);
-    const bool first = k.grad_zero;
-    // When the source is the gathered gradient buffer itself (one rank, or a
-    // whole chunk), its bytes stay counted until the copy lands.
-    const bool source_is_full = part.raw_data() == k.full_grad.raw_data();
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
-    if (sum_on_device) {
-      // Summed on the device; step() downloads the sum. The first part's
-      // norm is the one-micro-batch step's (a later part replaces it).
-      if (first) {
-        COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
-        drop_device_sum(k);  // the last step's (its update and download are done)
-        if (source_is_full) {  // its bytes are counted already
-          k.device_sum_bytes = k.spec.numel * esize();
-        } else {
-          release_bytes(k.spec.numel * esize());
-          k.device_sum_bytes = k.shard_size * esize();
-          device_used += k.device_sum_bytes;
-          device_peak = std::max(device_peak, device_used);
-        }
-        k.device_sum = std::move(mine);
-      } else {
-        const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
-        COLOSSAL_RETURN_IF_ERROR(add_to_device_sum(c, std::move(mine), counted));
-        if (!source_is_full) release_bytes(k.spec.numel * esize());
-      }
-      k.sum_pending = true;
-      return reduced();
-    }
-    COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
-    reduced_event.record(stream);
-    reduced_event.wait(grad_stream->get());
-    if (first) {
-      COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
-      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
-    } else {
-      if (!k.staging.defined()) {  // no zeros: the download overwrites it
-        COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
-        COLOSSAL_ASSIGN_OR_RETURN(k.staging, core::Tensor::empty({k.shard_size}, dtype, stream, pinned));
-      }
-      COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
-    }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event event, core::Event::create(stream.device()));
-    event.record(grad_stream->get());
-    auto landed = std::make_shared<core::Event>(std::move(event));
-    if (!first) COLOSSAL_RETURN_IF_ERROR(queue_fold(c, landed));
-    const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
-    downloads.push_back({std::move(part), counted, std::move(landed)});
-    if (!source_is_full) release_bytes(k.spec.numel * esize());
-    return reduced();
-  }
-  release_bytes(k.spec.numel * esize());
-  return reduced();
+  return gathered;
 }
 
 absl::Status GeminiPlugin::State::end_pass(bool ok) {
@@ -714,8 +514,28 @@ absl::Status GeminiPlugin::State::place_auto() {
   int64_t used = 0;
   for (const GeminiChunk& k : chunks) used += k.on_device ? shard_bytes(k) : 0;
   const int64_t working = std::max<int64_t>(0, device_peak - used);
-  const int64_t budget = static_cast<int64_t>(capacity * options.steady_cuda_cap_ratio) -
-                         peak_non_model - working;
+  const int64_t room = static_cast<int64_t>(capacity * options.steady_cuda_cap_ratio) -
+                       peak_non_model - working;
+  // Chunks gathered ahead of their use (max_prefetch, W > 1) need room beside
+  // the working set: as many as fit, the same number on every rank (each
+  // gather ahead is a collective), the smallest rank's.
+  int64_t ahead_bytes = 0;
+  if (world() > 1 && options.max_prefetch > 0) {
+    int64_t largest = 1;
+    for (const GeminiChunk& k : chunks) {
+      if (k.sharded) largest = std::max(largest, k.spec.numel * esize());
+    }
+    const int64_t fit = std::clamp<int64_t>(room / largest, 0, options.max_prefetch);
+    COLOSSAL_ASSIGN_OR_RETURN(const std::vector<int64_t> fits,
+                              all_gather_value(fit, "gemini auto: sizing the gathers ahead"));
+    gather_window = static_cast<int>(*std::min_element(fits.begin(), fits.end()));
+    ahead_bytes = gather_window * largest;
+    if (gather_window < options.max_prefetch) {
+      note(absl::StrCat("gemini auto: ", gather_window, " chunk(s) gathered ahead of their use, not ",
+                        "max_prefetch = ", options.max_prefetch, " (device memory is short)"));
+    }
+  }
+  const int64_t budget = room - ahead_bytes;
   std::vector<char> placed(chunks.size(), 0);
   auto try_place = [&](int c) -> absl::Status {
     if (placed[c] || chunks[c].on_device) return absl::OkStatus();

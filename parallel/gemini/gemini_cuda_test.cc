@@ -13,8 +13,9 @@
 //   * checkpoints: a bfloat16 `cpu` run's model and optimizer state load
 //     into a `cuda` run and give back the same state bitwise, and a resumed
 //     run (same placement) equals an uninterrupted one bitwise.
-//   * max_prefetch (host chunks copied in ahead on a copy stream) changes
-//     nothing: the same losses and weights bitwise; nor does the GPU's share
+//   * max_prefetch (host chunks copied in ahead on a copy stream; on two
+//     ranks, chunks all-gathered ahead) changes nothing: the same losses and
+//     weights bitwise; nor does the GPU's share
 //     of the host chunks' Adam (gpu_shares_host_adam);
 //   * one micro-batch a step (cpu placement): the host chunks' gradient
 //     norms are taken on the device before the download;
@@ -33,6 +34,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -100,7 +102,7 @@ struct GpuRun {
   std::vector<char> skipped;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
-  int64_t gpu_host_updates = 0, device_sum_steps = 0;
+  int64_t gpu_host_updates = 0, device_sum_steps = 0, gathers_ahead = 0;
   nn::OptimizerStateDict optimizer;
   std::optional<nn::ParameterStore> model;
 };
@@ -244,6 +246,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     out->chunks = static_cast<int>(gemini->layout().chunks.size());
     out->gpu_host_updates = gemini->gpu_host_updates();
     out->device_sum_steps = gemini->device_sum_steps();
+    out->gathers_ahead = gemini->gathers_ahead();
   }
   stream.synchronize();
   out->done = true;
@@ -427,6 +430,33 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
   ASSERT_TRUE(plain[0].done && ahead[0].done);
   EXPECT_EQ(ahead[0].loss, plain[0].loss);
   EXPECT_EQ(ahead[0].weights, plain[0].weights);
+}
+
+// Two ranks: the sharded chunks are all-gathered ahead of their use on the
+// communication stream (from device shards; host shards cross PCIe on the
+// copy stream first), beside the reductions left in flight; auto gathers
+// ahead as many as its placement left room for. Bitwise the same results.
+TEST(GeminiCudaPrefetch, GathersAheadChangeNothingOnTwoRanks) {
+  COLOSSAL_REQUIRE_GPUS(2);
+  for (const char* placement : {"cuda", "cpu", "auto"}) {
+    GpuSpec a;
+    a.dtype = DType::kBF16;
+    a.world = 2;
+    a.gemini = gpu_chunks(placement);
+    const std::vector<GpuRun> plain = run_gpu(a);
+    a.gemini.max_prefetch = 2;
+    const std::vector<GpuRun> ahead = run_gpu(a);
+    for (int r = 0; r < a.world; ++r) {
+      ASSERT_TRUE(plain[r].done && ahead[r].done) << placement;
+      EXPECT_EQ(plain[r].gathers_ahead, 0) << placement;
+      if (std::string(placement) != "auto") {
+        EXPECT_GT(ahead[r].gathers_ahead, 0) << placement;
+      }
+      EXPECT_EQ(ahead[r].loss, plain[r].loss) << placement << ", rank " << r;
+      EXPECT_EQ(ahead[r].weights, plain[r].weights) << placement << ", rank " << r;
+    }
+    std::cout << placement << ": " << ahead[0].gathers_ahead << " gathers ahead on rank 0\n";
+  }
 }
 
 // Non-finite gradients skip the step whichever path takes the host chunks'

@@ -64,6 +64,9 @@ absl::StatusOr<std::unique_ptr<GeminiPlugin>> GeminiPlugin::create(
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);
   state->options = options;
+  // auto gathers ahead once its placement has left room for it (place_auto):
+  // the warm-up step measures the working set without.
+  state->gather_window = options.placement_policy == "auto" ? 0 : options.max_prefetch;
   return std::unique_ptr<GeminiPlugin>(new GeminiPlugin(std::move(state)));
 }
 
@@ -73,6 +76,7 @@ const ChunkLayout& GeminiPlugin::layout() const { return state_->layout; }
 int64_t GeminiPlugin::device_bytes() const { return state_->device_used; }
 int64_t GeminiPlugin::peak_device_bytes() const { return state_->device_peak; }
 int64_t GeminiPlugin::gathers() const { return state_->gathers; }
+int64_t GeminiPlugin::gathers_ahead() const { return state_->gathers_ahead; }
 int64_t GeminiPlugin::evictions() const { return state_->evictions; }
 int64_t GeminiPlugin::gpu_host_updates() const { return state_->gpu_host_updates.load(); }
 int64_t GeminiPlugin::device_sum_steps() const { return state_->device_sum_steps; }
@@ -163,7 +167,10 @@ absl::Status GeminiPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
     if (st == nullptr) return absl::OkStatus();
     const int c = st->layout.chunk_of[index];
     const std::string& name = st->store.table().entries()[index].name;
-    if (!st->chunks[c].full.defined()) COLOSSAL_RETURN_IF_ERROR(st->access(c, name));
+    // Not gathered, or gathered ahead and not waited for: an access (as the
+    // recorded pass saw, where nothing was gathered ahead).
+    const GeminiChunk& k = st->chunks[c];
+    if (!k.full.defined() || k.gathering != nullptr) COLOSSAL_RETURN_IF_ERROR(st->access(c, name));
     if (want_grad) COLOSSAL_RETURN_IF_ERROR(st->ensure_grad(c, name));
     return absl::OkStatus();
   });
@@ -236,7 +243,7 @@ absl::Status GeminiPlugin::boost(nn::Module& model, const nn::ParameterStore& st
       for (int c : *chunks) {
         --st->chunks[c].compute;
         // A recomputation's chunks stay for the backward right after.
-        if (!m.recomputing() && !st->next_use_is(c)) st->release(c);
+        if (!m.recomputing() && !st->next_use_is(c)) COLOSSAL_RETURN_IF_ERROR(st->release(c));
       }
       return absl::OkStatus();
     });
@@ -250,7 +257,7 @@ absl::Status GeminiPlugin::boost(nn::Module& model, const nn::ParameterStore& st
         if (!k.reduced && k.final_params >= static_cast<int>(k.spec.params.size())) {
           COLOSSAL_RETURN_IF_ERROR(st->reduce(c));
         }
-        if (!st->next_use_is(c)) st->release(c);
+        if (!st->next_use_is(c)) COLOSSAL_RETURN_IF_ERROR(st->release(c));
       }
       return absl::OkStatus();
     });
@@ -270,12 +277,14 @@ absl::Status GeminiPlugin::begin_forward(core::Context& ctx) {
 
 absl::Status GeminiPlugin::end_forward(bool ok) {
   State& s = *state_;
+  absl::Status status;
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     s.chunks[c].compute = 0;
-    s.release(static_cast<int>(c));
+    status.Update(s.release(static_cast<int>(c)));
   }
   s.drop_prefetches();
-  return s.end_pass(ok);
+  absl::Status ended = s.end_pass(ok && status.ok());
+  return status.ok() ? ended : status;
 }
 
 absl::Status GeminiPlugin::begin_backward(core::Context& ctx, bool sync) {
@@ -303,6 +312,9 @@ absl::Status GeminiPlugin::end_backward(bool ok) {
       if (!s.chunks[c].reduced) status = s.reduce(static_cast<int>(c));
     }
   }
+  // The reductions still in flight finish (after a failure too: their
+  // collectives use the buffers).
+  status.Update(s.settle_reductions());
   for (size_t c = 0; c < s.chunks.size(); ++c) {
     GeminiChunk& k = s.chunks[c];
     k.compute = 0;
@@ -310,7 +322,7 @@ absl::Status GeminiPlugin::end_backward(bool ok) {
       if (!s.grads_in_place(k)) s.release_bytes(k.spec.numel * s.esize());
       k.full_grad = core::Tensor();
     }
-    s.release(static_cast<int>(c));
+    status.Update(s.release(static_cast<int>(c)));
   }
   s.drop_prefetches();
   absl::Status ended = s.end_pass(ok && status.ok());

@@ -14,11 +14,17 @@
 //     (GPT-2's tied LM head reads wte) is gathered on demand: the handle asks
 //     the plugin (nn::ParameterStore::set_fetcher). Activation checkpointing
 //     works: a recomputation gathers again and keeps the chunk for the
-//     backward right after.
+//     backward right after. With max_prefetch > 0 and W > 1 the next
+//     max_prefetch sharded chunks of the recorded order are all-gathered
+//     ahead, on the communication stream, while the modules before them run
+//     (the same chunks on every rank: the choice reads nothing rank-local;
+//     auto gathers ahead as many as its placement left room for).
 //   * gradients: a chunk's gradient buffer exists from the first backward use
 //     until every parameter of the chunk is final (the backward hooks of their
 //     modules); then it is reduce-scattered (averaged) into the ranks' gradient
-//     shards, which accumulate over the micro-batches of a step (gradient
+//     shards on the communication stream — the backward goes on, waiting for
+//     a reduction only when two newer ones are in flight, for memory, or at
+//     its end — which accumulate over the micro-batches of a step (gradient
 //     accumulation) until Booster::zero_grad. Chunks not finished by the hooks
 //     (a parameter no module used in this step) are reduced when the backward
 //     returns, so an unused parameter's gradient is zero, not an error.
@@ -150,8 +156,12 @@ struct GeminiOptions {
   // plus the sums (2 bytes a host parameter, 16-bit) fit the capacity; the
   // results are bitwise the same either way. false: always on the host.
   bool device_grad_accumulation = true;
-  // CUDA: host chunks of the recorded order copied to the device this many
-  // chunks ahead, on a copy stream (Colossal-AI's max_prefetch; 0: at use).
+  // Chunks of the recorded order brought in this many chunks ahead of their
+  // use (Colossal-AI's max_prefetch; 0: at use): with W > 1 sharded chunks
+  // are all-gathered ahead on the communication stream (host shards cross
+  // PCIe on a copy stream first); whole host chunks are copied in ahead on
+  // the copy stream (CUDA) when the device has room. Their memory counts
+  // against the device like chunks in use.
   int max_prefetch = 0;
   // Where the one-time notices go (null: stderr).
   std::function<void(const std::string&)> notice;
@@ -208,6 +218,8 @@ class GeminiPlugin : public Plugin {
   int64_t peak_device_bytes() const;
   // all_gathers of chunks since materialize (tests: release and reuse).
   int64_t gathers() const;
+  // Of those, the ones issued ahead of the chunk's use (max_prefetch).
+  int64_t gathers_ahead() const;
   // Chunks moved from the device to the host to make room.
   int64_t evictions() const;
   // Host chunks' Adam updates the GPU ran (gpu_shares_host_adam) since materialize.

@@ -1,6 +1,7 @@
 // The gemini plugin's state, shared by its files: gemini_chunks.cc (tiers,
-// gather / release, reduction, moves), gemini_plugin.cc (materialize, the
-// hooks), gemini_step.cc (the step), gemini_checkpoint.cc (state dicts).
+// gather / release, moves), gemini_grads.cc (gradient buffers, reduction),
+// gemini_plugin.cc (materialize, the hooks), gemini_step.cc (the step),
+// gemini_checkpoint.cc (state dicts).
 #ifndef COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 #define COLOSSAL_PARALLEL_GEMINI_GEMINI_STATE_H_
 
@@ -14,7 +15,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/process_group/process_group.h"
+#include "comm/process_group/work.h"
 #include "core/status/status.h"
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
@@ -80,6 +83,10 @@ struct GeminiChunk {
   core::Tensor prefetched;
   std::shared_ptr<core::Event> prefetch_ready;
   core::Tensor full;       // the gathered chunk [numel] on the device, while gathered
+  // The all_gather filling `full`, issued ahead of the chunk's use
+  // (prefetch_ahead) and not waited for yet: its use (access) or release
+  // waits for it first.
+  comm::WorkPtr gathering;
   core::Tensor full_grad;  // its gradients [numel], during a backward
   int compute = 0;         // modules running with this chunk
   int final_params = 0;    // parameters whose gradient is final in this backward
@@ -169,7 +176,7 @@ struct GeminiPlugin::State {
   // Device accounting (the CPU stand-in and the CUDA device alike).
   int64_t capacity = 0;
   int64_t device_used = 0, device_peak = 0;
-  int64_t gathers = 0, evictions = 0;
+  int64_t gathers = 0, gathers_ahead = 0, evictions = 0;
   bool told_offload = false;
 
   // Access order, per pass (0: forward, 1: backward): the chunk of every
@@ -204,8 +211,8 @@ struct GeminiPlugin::State {
   absl::Status finish(absl::StatusOr<comm::WorkPtr> work, const std::string& what) const;
   comm::CollectiveOptions collective() const;
 
-  // Device bytes: `bytes` more must fit (auto evicts to make room, except
-  // chunk `keep`); the error names what did not fit.
+  // Device bytes: `bytes` more must fit (reductions in flight finish first,
+  // then auto evicts, never chunk `keep`); the error names what did not fit.
   absl::Status reserve(int64_t bytes, int keep, const std::string& what);
   void release_bytes(int64_t bytes) { device_used -= bytes; }
   // What the plugin may hold on the device now: the capacity (x
@@ -225,14 +232,40 @@ struct GeminiPlugin::State {
   // gradient buffer; the reduction of its gradients into the shards.
   absl::Status access(int c, const std::string& param);
   absl::Status gather(int c);
-  void release(int c);
+  absl::Status release(int c);
   absl::Status ensure_grad(int c, const std::string& param);
   absl::Status reduce(int c);
+  // A reduction in flight: its collective was issued, the rest of reduce()
+  // (adding the reduced part into the gradient shard, or its download) waits
+  // until a later chunk's reduction is issued, so the collective overlaps the
+  // backward of the modules before. The buffers stay alive (and counted) till then.
+  struct Reduction {
+    int chunk = -1;
+    core::Tensor full_grad, part;  // the gathered gradients, this rank's reduced part
+    comm::WorkPtr work;
+  };
+  std::deque<Reduction> reductions;
+  absl::Status finish_reduce(Reduction r);
+  // Finishes chunk c's reduction if it is in flight / every one in flight
+  // (before anything reads the gradient shards: the step, the next backward).
+  absl::Status settle_reduce(int c);
+  absl::Status settle_reductions();
+  // Waits for an all_gather issued ahead into chunk k (before using or
+  // freeing `full`).
+  absl::Status settle_gather(GeminiChunk& k, int c);
+  // Issues chunk c's all_gather now (a host shard crosses PCIe first, on the
+  // copy stream), waited for at its use. Its memory is counted, never
+  // refused: max_prefetch bounds it.
+  absl::Status gather_ahead(int c);
+  // Starts copying host chunk k's 16-bit shard into k.prefetched on the copy stream.
+  absl::Status copy_in_ahead(GeminiChunk& k);
   // Queues chunk c's fold: once `landed` completes, grad += staging on the
   // host, and the sum's norm into fold_norms.
   absl::Status queue_fold(int c, std::shared_ptr<core::Event> landed);
-  // Starts copying the 16-bit shards of the next max_prefetch host chunks of
-  // the recorded order (after the cursor) to the device on the copy stream.
+  // The next max_prefetch chunks of the recorded order (after the cursor):
+  // sharded chunks (W > 1) are all-gathered now on the communication stream,
+  // whatever their tier; whole host chunks' 16-bit shards start copying to
+  // the device on the copy stream when there is room.
   absl::Status prefetch_ahead();
   // Drops prefetched shards not used (end of a pass) and waits for the copy
   // stream (before the host writes the shards again).
@@ -245,6 +278,11 @@ struct GeminiPlugin::State {
   // First pass, W > 1: every rank reports `param` (-1: the pass ended);
   // an error naming the first difference.
   absl::Status check_same_access(int64_t param);
+  // Every rank's `mine`, in rank order (a small all_gather).
+  absl::StatusOr<std::vector<int64_t>> all_gather_value(int64_t mine, const std::string& what);
+  // Chunks gathered ahead of their use at most (W > 1): max_prefetch, or
+  // what auto's placement left room for (the same on every rank).
+  int gather_window = 0;
   // Ends the current pass: the first one of its kind stops recording (W > 1:
   // after checking that every rank's pass ended here too).
   absl::Status end_pass(bool ok);

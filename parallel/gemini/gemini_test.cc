@@ -8,6 +8,9 @@
 //     1e-5 (as low_level_zero's); with activation checkpointing and no_sync;
 //     the same for a tiny Llama with an untied and a tied head (the tied head
 //     reads embed_tokens outside its module: the fetcher) at 1 and 2 ranks;
+//     chunks all-gathered ahead of their use (max_prefetch) beside the
+//     reductions left in flight, on either tier, under eviction and with
+//     recomputation;
 //   * auto: fewer chunks on the device than the model has, eviction when
 //     non-model memory grows, the notice said once;
 //   * errors: cuda placement larger than the device, a divergent access order
@@ -142,6 +145,7 @@ struct Case {
   double checkpoint_ratio = 0.0;
   bool no_sync = false;
   Family family = Family::kGpt2;
+  int max_prefetch = 0;  // > 0: chunks all-gathered ahead of their use
 };
 
 class GeminiEquivalence : public ::testing::TestWithParam<Case> {};
@@ -159,6 +163,7 @@ TEST_P(GeminiEquivalence, MatchesOneProcessOnTheUnion) {
   spec.family = c.family;
   spec.checkpoint_ratio = c.checkpoint_ratio;
   spec.no_sync = c.no_sync;
+  spec.options.max_prefetch = c.max_prefetch;
   const EquivalenceRun ref = adam_reference_run(c.world, c.family);
   std::vector<GeminiRun> runs(c.world);
   run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
@@ -174,6 +179,13 @@ TEST_P(GeminiEquivalence, MatchesOneProcessOnTheUnion) {
   }
   if (c.placement == "cpu") {
     EXPECT_EQ(runs[0].on_device, 0);
+  }
+  for (const GeminiRun& r : runs) {  // ahead only when asked, on every rank
+    if (c.max_prefetch > 0) {
+      EXPECT_GT(r.gathers_ahead, 0);
+    } else {
+      EXPECT_EQ(r.gathers_ahead, 0);
+    }
   }
   if (c.placement == "static") {
     EXPECT_GT(runs[0].on_device, 0);
@@ -200,6 +212,11 @@ std::vector<Case> equivalence_cases() {
     }
   }
   out.push_back(Case{"cuda", 2, /*checkpoint_ratio=*/1.0, false, Family::kLlamaTied});
+  // Gathers issued ahead of use, beside the reductions left in flight: on the
+  // device tier, under eviction (auto), with recomputation, on the host tier.
+  out.push_back(Case{"cuda", 4, 0.0, false, Family::kGpt2, /*max_prefetch=*/2});
+  out.push_back(Case{"auto", 2, 0.5, false, Family::kGpt2, 3});
+  out.push_back(Case{"static", 2, 0.0, false, Family::kLlamaTied, 2});
   return out;
 }
 
@@ -209,7 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
       return absl::StrCat(info.param.placement, "_w", info.param.world,
                           info.param.checkpoint_ratio > 0 ? "_ckpt" : "",
                           info.param.no_sync ? "_nosync" : "",
-                          family_suffix(info.param.family));
+                          family_suffix(info.param.family),
+                          info.param.max_prefetch > 0 ? absl::StrCat("_prefetch", info.param.max_prefetch)
+                                                      : "");
     });
 
 TEST(Gemini, AutoEvictsWhenNonModelMemoryGrowsAndSaysSoOnce) {

@@ -103,6 +103,7 @@ GeminiRun gemini_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const RunSpec&
   out.chunks = static_cast<int>(gemini->layout().chunks.size());
   out.on_device = gemini->chunks_on_device();
   out.evictions = gemini->evictions();
+  out.gathers_ahead = gemini->gathers_ahead();
   return out;
 }
 

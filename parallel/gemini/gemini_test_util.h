@@ -27,7 +27,7 @@ int64_t auto_capacity_bytes(Family family);
 struct GeminiRun {
   EquivalenceRun run;
   int chunks = 0, on_device = 0;
-  int64_t evictions = 0;
+  int64_t evictions = 0, gathers_ahead = 0;
   nn::OptimizerStateDict optimizer_state;
 };
 
