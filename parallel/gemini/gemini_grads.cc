@@ -211,7 +211,11 @@ absl::Status GeminiPlugin::State::reduce(int c) {
   if (world() > 1) {
     absl::StatusOr<comm::WorkPtr> work;
     if (k.sharded) {
-      COLOSSAL_ASSIGN_OR_RETURN(r.part, core::Tensor::empty({k.shard_size}, dtype, stream));
+      if ((k.on_device || !cuda) && k.grad_zero) {
+        r.part = k.grad;  // the first backward since zero_grad: into the shard itself
+      } else {
+        COLOSSAL_ASSIGN_OR_RETURN(r.part, core::Tensor::empty({k.shard_size}, dtype, stream));
+      }
       work = pg->reduce_scatter(r.part, r.full_grad, comm::ReduceOp::kAvg, collective());
     } else {
       work = pg->all_reduce(r.full_grad, comm::ReduceOp::kAvg, collective());
@@ -263,8 +267,10 @@ absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {
     return absl::OkStatus();
   };
   if ((k.on_device || !cuda) && k.grad_zero) {  // the first backward since zero_grad
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
-    COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, cuda ? stream : core::Stream::cpu()));
+    if (part.raw_data() != k.grad.raw_data()) {   // else reduced into the shard itself
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor mine, part.slice(0, k.shard_size));
+      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, cuda ? stream : core::Stream::cpu()));
+    }
   } else if (k.on_device || !cuda) {
     // The CPU build adds on the host; CUDA adds on the device in the model's dtype.
 #if COLOSSAL_WITH_CUDA

@@ -30,6 +30,9 @@
 //     rank skips that step (weights bitwise unchanged, step count unchanged),
 //     the scaler halves on every rank and the reference's, and the other
 //     steps match the reference.
+// At world 2 the tiny model's flat buffer splits evenly, so the step gathers
+// in place in the weights; the cpu_offload cases gather into a buffer and
+// copy (the path of worlds that pad).
 // Without 1 (or 2) GPUs every case skips (COLOSSAL_REQUIRE_GPUS).
 #include <gtest/gtest.h>
 

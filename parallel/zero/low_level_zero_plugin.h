@@ -85,8 +85,9 @@
 //     every rank (nothing changes, step count included), else the CUDA
 //     multi-tensor Adam kernel, one launch per optimizer group over its
 //     pieces, with grad_scale = s / clip_coef; finally the slice is
-//     all_gathered into a padded device buffer and copied into the model's
-//     flat buffer on the stream;
+//     all_gathered on the stream: in place in the model's flat buffer when
+//     it splits evenly over the ranks (no cpu_offload), else into a padded
+//     device buffer then copied into the model's flat buffer;
 //   * world size 1 (the slice is the whole buffer): Adam writes the model's
 //     weights directly (no gather buffer, all_gather or copy), and stage 2's
 //     gradient shard is the model's flat gradient buffer itself (so, unlike

@@ -92,13 +92,20 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
 
   COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
   const int64_t size = s.shard.size;
-  // `mine`: where this rank's updated slice goes. The gather buffer lives
-  // for this step only (allocated and freed on the step's stream, after the
-  // backward freed the activations); at world size 1 it is the weights.
+  // `mine`: where this rank's updated slice goes. At world size 1 it is the
+  // weights. When the weights split evenly over the ranks (and no offload
+  // writes them), it is this rank's slice of the weights, gathered in place:
+  // no gather buffer and no copy of the whole model after the gather.
+  // Otherwise a gather buffer that lives for this step only (allocated and
+  // freed on the step's stream, after the backward freed the activations).
   core::Tensor values = s.store.flat_values(s.dtype);
+  const bool in_place = !s.local && !s.offload && s.shard.padded == s.numel;
   core::Tensor gathered, mine;
   if (s.local) {
     mine = values;
+  } else if (in_place) {
+    gathered = values;
+    COLOSSAL_ASSIGN_OR_RETURN(mine, values.slice(s.shard.begin, s.shard.begin + size));
   } else {
     COLOSSAL_ASSIGN_OR_RETURN(gathered, core::Tensor::empty({s.shard.padded}, s.dtype, st));
     COLOSSAL_ASSIGN_OR_RETURN(mine,
@@ -121,7 +128,7 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor weights, values.slice(s.shard.begin, s.shard.end));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, mine.slice(0, n));
     COLOSSAL_RETURN_IF_ERROR(s.offload->step(grad, pieces, weights, out));
-  } else if (s.sixteen_bit() && n > 0 && !s.local) {
+  } else if (s.sixteen_bit() && n > 0 && !s.local && !in_place) {
     // Elements of the slice no piece covers (alignment gaps) keep the weights.
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, mine.slice(0, n));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, values.slice(s.shard.begin, s.shard.end));
@@ -168,6 +175,7 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     w->wait_stream(st);
     s.grads->track(std::move(w));  // waited for again (host) before the buffers go
   }
+  if (in_place) return r;
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor all, gathered.slice(0, s.numel));
   COLOSSAL_RETURN_IF_ERROR(values.copy_from(all, st));
   return r;
