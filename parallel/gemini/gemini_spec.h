@@ -5,8 +5,9 @@
 //     warmup_non_model_data_ratio (0.8), steady_cuda_cap_ratio (0.9),
 //     gpu_margin_mem_ratio (0.0; > 0 is refused: the optimizer state moves
 //     with its chunk), search_range_m (32), hidden_dim (1024),
-//     min_chunk_size_m (32), max_prefetch (0; CUDA: host chunks copied in
-//     this many ahead on a copy stream), enable_async_reduce (true; reductions are always queued on the stream),
+//     min_chunk_size_m (32), max_prefetch (0; chunks all-gathered, or host
+//     chunks copied in, this many ahead of their use), enable_async_reduce
+//     (true; reductions always run beside the backward),
 //     pin_memory (false; host shards are always pinned on CUDA), enable_gradient_accumulation (false; accumulation
 //     always works), precision ("fp32" here: the CPU path trains float32),
 //     master_weights (true; false is refused), max_norm (0: no clipping),
