@@ -314,21 +314,31 @@ absl::Status GeminiPlugin::State::access(int c, const std::string& param) {
 
 absl::Status GeminiPlugin::State::prefetch_ahead() {
   if (options.max_prefetch <= 0 || recording_now()) return absl::OkStatus();
-  int issued = 0, gathered = 0;
+  // Gathers ahead (W > 1): the next gather_window sharded chunks of the order
+  // not gathered for a use now. Each is a collective, so every rank must pick
+  // the same ones at the same point: this reads only what is the same on every
+  // rank (the order, the cursor, which chunks are gathered), never memory or
+  // how far the host updates have got.
+  if (world() > 1) {
+    int ahead = 0;
+    for (size_t i = cursor; i < order().size() && ahead < gather_window; ++i) {
+      const int c = order()[i];
+      GeminiChunk& k = chunks[c];
+      if (!k.sharded || (k.full.defined() && k.gathering == nullptr)) continue;
+      ++ahead;
+      if (k.gathering == nullptr) COLOSSAL_RETURN_IF_ERROR(gather_ahead(c));
+    }
+  }
+  // Copies ahead (CUDA): whole host chunks among the next max_prefetch
+  // chunks, when updated and when the device has room (no collective).
+  if (!cuda) return absl::OkStatus();
+  int issued = 0;
   for (size_t i = cursor; i < order().size() && issued < options.max_prefetch; ++i) {
     const int c = order()[i];
     GeminiChunk& k = chunks[c];
-    // Nothing to bring in, or gathered for a use now (not ahead).
-    if (full_is_value(k) || (k.full.defined() && k.gathering == nullptr)) continue;
+    if (k.on_device || k.full.defined()) continue;  // nothing to copy, or in already
     ++issued;
-    if (world() > 1 && k.sharded) {
-      if (++gathered > gather_window) break;
-      // A collective: every rank issues it at the same point, so the choice
-      // reads nothing that differs between ranks (memory, update timing).
-      if (k.gathering == nullptr) COLOSSAL_RETURN_IF_ERROR(gather_ahead(c));
-      continue;
-    }
-    if (!cuda || k.on_device) continue;  // whole on the host: a copy, below
+    if (world() > 1 && k.sharded) continue;  // gathered ahead above, or at its use
     // Not updated yet: nor are the chunks after it (the update follows this
     // order); the next access tries again.
     if (!updater.ready(c)) break;

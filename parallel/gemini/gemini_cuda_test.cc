@@ -435,14 +435,22 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
 // Two ranks: the sharded chunks are all-gathered ahead of their use on the
 // communication stream (from device shards; host shards cross PCIe on the
 // copy stream first), beside the reductions left in flight; auto gathers
-// ahead as many as its placement left room for. Bitwise the same results.
+// ahead as many as its placement left room for; static mixes whole host
+// chunks (copied in ahead when updated and when there is room, a choice
+// that may differ between the ranks) with sharded ones (gathered ahead, the
+// same on both). Bitwise the same results.
 TEST(GeminiCudaPrefetch, GathersAheadChangeNothingOnTwoRanks) {
   COLOSSAL_REQUIRE_GPUS(2);
-  for (const char* placement : {"cuda", "cpu", "auto"}) {
+  for (const char* placement : {"cuda", "cpu", "auto", "static"}) {
     GpuSpec a;
     a.dtype = DType::kBF16;
     a.world = 2;
     a.gemini = gpu_chunks(placement);
+    if (std::string(placement) == "static") {
+      a.gemini.shard_param_frac = 0.5;
+      a.gemini.offload_optim_frac = 0.5;
+      a.gemini.offload_param_frac = 0.5;
+    }
     const std::vector<GpuRun> plain = run_gpu(a);
     a.gemini.max_prefetch = 2;
     const std::vector<GpuRun> ahead = run_gpu(a);
