@@ -150,9 +150,7 @@ absl::Status GeminiPlugin::State::reserve(int64_t n, int keep, const std::string
     // a chunk moves out. (Gathers ahead stay: dropping one would gather it
     // again at its use, a collective the other ranks might not issue.)
     if (!reductions.empty()) {
-      Reduction oldest = std::move(reductions.front());
-      reductions.pop_front();
-      COLOSSAL_RETURN_IF_ERROR(finish_reduce(std::move(oldest)));
+      COLOSSAL_RETURN_IF_ERROR(finish_oldest_reduction());
       continue;
     }
     const int victim = automatic ? furthest_chunk(keep) : -1;

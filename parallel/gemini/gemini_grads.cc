@@ -225,11 +225,7 @@ absl::Status GeminiPlugin::State::reduce(int c) {
     // The collective runs beside the backward of the modules before; the
     // oldest in flight is finished once more than two are.
     reductions.push_back(std::move(r));
-    while (reductions.size() > 2) {
-      Reduction oldest = std::move(reductions.front());
-      reductions.pop_front();
-      COLOSSAL_RETURN_IF_ERROR(finish_reduce(std::move(oldest)));
-    }
+    while (reductions.size() > 2) COLOSSAL_RETURN_IF_ERROR(finish_oldest_reduction());
     return absl::OkStatus();
   }
   return finish_reduce(std::move(r));
@@ -247,12 +243,15 @@ absl::Status GeminiPlugin::State::settle_reduce(int c) {
 
 absl::Status GeminiPlugin::State::settle_reductions() {
   absl::Status status;
-  while (!reductions.empty()) {  // every one, even after an error: their buffers are in use
-    Reduction r = std::move(reductions.front());
-    reductions.pop_front();
-    status.Update(finish_reduce(std::move(r)));
-  }
+  // Every one, even after an error: their buffers are in use.
+  while (!reductions.empty()) status.Update(finish_oldest_reduction());
   return status;
+}
+
+absl::Status GeminiPlugin::State::finish_oldest_reduction() {
+  Reduction oldest = std::move(reductions.front());
+  reductions.pop_front();
+  return finish_reduce(std::move(oldest));
 }
 
 absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {

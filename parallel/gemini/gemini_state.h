@@ -250,6 +250,8 @@ struct GeminiPlugin::State {
   // (before anything reads the gradient shards: the step, the next backward).
   absl::Status settle_reduce(int c);
   absl::Status settle_reductions();
+  // Finishes the reduction issued first of those in flight (one must be).
+  absl::Status finish_oldest_reduction();
   // Waits for an all_gather issued ahead into chunk k (before using or
   // freeing `full`).
   absl::Status settle_gather(GeminiChunk& k, int c);
