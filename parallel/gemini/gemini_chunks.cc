@@ -336,13 +336,16 @@ absl::Status GeminiPlugin::State::prefetch_ahead() {
     GeminiChunk& k = chunks[c];
     if (k.on_device || k.full.defined()) continue;  // nothing to copy, or in already
     ++issued;
-    if (world() > 1 && k.sharded) continue;  // gathered ahead above, or at its use
+    // A sharded chunk outside the gather window (W > 1) is copied in too: its
+    // gather (ahead or at its use) then reads the copy. A copy is no
+    // collective, so the ranks may differ here.
     // Not updated yet: nor are the chunks after it (the update follows this
     // order); the next access tries again.
     if (!updater.ready(c)) break;
     if (k.prefetched.defined()) continue;
     if (device_used + k.shard_size * esize() > device_limit()) break;  // gather copies it then
     COLOSSAL_RETURN_IF_ERROR(copy_in_ahead(k));
+    ++copies_ahead;
   }
   return absl::OkStatus();
 }

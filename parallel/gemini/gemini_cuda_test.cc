@@ -102,7 +102,7 @@ struct GpuRun {
   std::vector<char> skipped;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
-  int64_t gpu_host_updates = 0, device_sum_steps = 0, gathers_ahead = 0;
+  int64_t gpu_host_updates = 0, device_sum_steps = 0, gathers_ahead = 0, copies_ahead = 0;
   nn::OptimizerStateDict optimizer;
   std::optional<nn::ParameterStore> model;
 };
@@ -247,6 +247,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     out->gpu_host_updates = gemini->gpu_host_updates();
     out->device_sum_steps = gemini->device_sum_steps();
     out->gathers_ahead = gemini->gathers_ahead();
+    out->copies_ahead = gemini->copies_ahead();
   }
   stream.synchronize();
   out->done = true;
@@ -428,13 +429,16 @@ TEST(GeminiCudaPrefetch, ChangesNothing) {
   a.gemini.max_prefetch = 2;
   const std::vector<GpuRun> ahead = run_gpu(a);
   ASSERT_TRUE(plain[0].done && ahead[0].done);
+  EXPECT_EQ(plain[0].copies_ahead, 0);
+  EXPECT_GT(ahead[0].copies_ahead, 0);
   EXPECT_EQ(ahead[0].loss, plain[0].loss);
   EXPECT_EQ(ahead[0].weights, plain[0].weights);
 }
 
 // Two ranks: the sharded chunks are all-gathered ahead of their use on the
 // communication stream (from device shards; host shards cross PCIe on the
-// copy stream first), beside the reductions left in flight; auto gathers
+// copy stream first; those beyond the gather window are copied in ahead),
+// beside the reductions left in flight; auto gathers
 // ahead as many as its placement left room for; static mixes whole host
 // chunks (copied in ahead when updated and when there is room, a choice
 // that may differ between the ranks) with sharded ones (gathered ahead, the
@@ -460,10 +464,15 @@ TEST(GeminiCudaPrefetch, GathersAheadChangeNothingOnTwoRanks) {
       if (std::string(placement) != "auto") {
         EXPECT_GT(ahead[r].gathers_ahead, 0) << placement;
       }
+      // Host shards beyond the gather window are copied in ahead as well.
+      if (std::string(placement) == "cpu") {
+        EXPECT_GT(ahead[r].copies_ahead, 0) << placement;
+      }
       EXPECT_EQ(ahead[r].loss, plain[r].loss) << placement << ", rank " << r;
       EXPECT_EQ(ahead[r].weights, plain[r].weights) << placement << ", rank " << r;
     }
-    std::cout << placement << ": " << ahead[0].gathers_ahead << " gathers ahead on rank 0\n";
+    std::cout << placement << ": " << ahead[0].gathers_ahead << " gathers and "
+              << ahead[0].copies_ahead << " copies ahead on rank 0\n";
   }
 }
 

@@ -77,6 +77,7 @@ int64_t GeminiPlugin::device_bytes() const { return state_->device_used; }
 int64_t GeminiPlugin::peak_device_bytes() const { return state_->device_peak; }
 int64_t GeminiPlugin::gathers() const { return state_->gathers; }
 int64_t GeminiPlugin::gathers_ahead() const { return state_->gathers_ahead; }
+int64_t GeminiPlugin::copies_ahead() const { return state_->copies_ahead; }
 int64_t GeminiPlugin::evictions() const { return state_->evictions; }
 int64_t GeminiPlugin::gpu_host_updates() const { return state_->gpu_host_updates.load(); }
 int64_t GeminiPlugin::device_sum_steps() const { return state_->device_sum_steps; }

@@ -220,6 +220,9 @@ class GeminiPlugin : public Plugin {
   int64_t gathers() const;
   // Of those, the ones issued ahead of the chunk's use (max_prefetch).
   int64_t gathers_ahead() const;
+  // Host shards copied to the device ahead of their use (CUDA, max_prefetch),
+  // not counting those a gather ahead copies for itself.
+  int64_t copies_ahead() const;
   // Chunks moved from the device to the host to make room.
   int64_t evictions() const;
   // Host chunks' Adam updates the GPU ran (gpu_shares_host_adam) since materialize.

@@ -176,7 +176,7 @@ struct GeminiPlugin::State {
   // Device accounting (the CPU stand-in and the CUDA device alike).
   int64_t capacity = 0;
   int64_t device_used = 0, device_peak = 0;
-  int64_t gathers = 0, gathers_ahead = 0, evictions = 0;
+  int64_t gathers = 0, gathers_ahead = 0, copies_ahead = 0, evictions = 0;
   bool told_offload = false;
 
   // Access order, per pass (0: forward, 1: backward): the chunk of every
