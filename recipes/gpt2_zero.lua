@@ -30,6 +30,7 @@ return {
     name = "low_level_zero",
     stage = 2,                        -- shard optimizer states and gradients
     overlap_communication = true,     -- reduce gradients while backward runs
+    overlap_allgather = true,         -- gather the updated weights while the next forward runs
     reduce_bucket_size_in_m = 12,
     max_norm = 1.0,                   -- clip by global norm, inside the plugin
     cpu_offload = false,              -- true: fp32 masters + Adam states in pinned host memory, CPU Adam

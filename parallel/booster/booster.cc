@@ -119,6 +119,13 @@ absl::Status Booster::zero_grad() {
   return core::annotate(plugin_->zero_grad(), absl::StrCat("plugin ", plugin_->name()));
 }
 
+absl::Status Booster::sync_weights() {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::sync_weights before Booster::boost");
+  }
+  return core::annotate(plugin_->sync_weights(), absl::StrCat("plugin ", plugin_->name()));
+}
+
 absl::StatusOr<nn::OptimizerStateDict> Booster::optimizer_state_dict(int to_rank) {
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("Booster::optimizer_state_dict before Booster::boost");

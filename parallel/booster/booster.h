@@ -138,6 +138,12 @@ class Booster {
   // shard). Errors: not boosted; the optimizer's; the plugin's.
   [[nodiscard]] absl::Status zero_grad();
 
+  // After it the model's weights in its store are current for direct reads
+  // (Plugin::sync_weights: a plugin may finish them only as the next forward
+  // reaches each module, e.g. low_level_zero's overlap_allgather). Forward,
+  // step and the state dicts need no call. Errors: not boosted; the plugin's.
+  [[nodiscard]] absl::Status sync_weights();
+
   // The whole model's parameters on the host (Plugin::model_state_dict),
   // and their load into the boosted model's store; work on `stream` (the
   // model's). Call on every rank. Errors: not boosted (FailedPrecondition);

@@ -131,6 +131,11 @@ class Plugin {
   // After the optimizer's zero_grad (Booster::zero_grad): plugins keeping
   // gradients of their own (ZeRO-2's gradient shard) clear them.
   [[nodiscard]] virtual absl::Status zero_grad() { return absl::OkStatus(); }
+  // Makes the weights in the model's store current for reads other than the
+  // forward's (tests, direct copies): a plugin that finishes the step's
+  // weights only as the next forward reaches each module (low_level_zero's
+  // overlap_allgather) waits for them here, on the host.
+  [[nodiscard]] virtual absl::Status sync_weights() { return absl::OkStatus(); }
   virtual absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                             float max_norm) {
     return absl::UnimplementedError("this plugin leaves the step to the optimizer");

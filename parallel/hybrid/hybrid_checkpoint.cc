@@ -110,6 +110,8 @@ const nn::ParameterEntry* HybridParallelPlugin::State::split_entry_of(const std:
 absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
     const nn::ParameterStore& store, int to_rank, const core::Stream& stream) {
   State& s = *state_;
+  // The inner plugin may still be gathering the last step's weights (ZeRO's overlap_allgather).
+  COLOSSAL_RETURN_IF_ERROR(s.inner->sync_weights());
   s.stream = stream;
   // This stage's parameters, whole over tp (every tp rank gathers).
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterTable stage_table, nn::whole_table(store.table()));
@@ -182,6 +184,7 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
 absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& store,
                                                          const nn::ParameterStore& state,
                                                          const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(state_->inner->sync_weights());  // no gather may write over the load
   // Each parameter this rank holds (its stage's, its tp piece) by name.
   const nn::ParameterTable& table = store.table();
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore local,

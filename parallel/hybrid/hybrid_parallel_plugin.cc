@@ -252,6 +252,7 @@ absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
   return absl::OkStatus();
 }
 absl::Status HybridParallelPlugin::zero_grad() { return state_->inner->zero_grad(); }
+absl::Status HybridParallelPlugin::sync_weights() { return state_->inner->sync_weights(); }
 
 absl::StatusOr<nn::MixedPrecisionStepResult> HybridParallelPlugin::step(
     nn::DynamicLossScaler* scaler, float max_norm) {

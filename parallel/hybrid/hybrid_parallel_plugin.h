@@ -114,6 +114,7 @@ class HybridParallelPlugin : public Plugin {
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
   absl::Status zero_grad() override;
+  absl::Status sync_weights() override;
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                     float max_norm) override;
 

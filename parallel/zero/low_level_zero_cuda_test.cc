@@ -196,12 +196,14 @@ struct CudaCase {
   DType dtype;
   bool fp16_overflow = false;  // the loss-scaler case (float16 only)
   bool offload = false;        // cpu_offload: CPU Adam on pinned host shards
+  bool gather_at_step = false; // overlap_allgather off: one all_gather in the step
 };
 
 std::string case_name(const ::testing::TestParamInfo<CudaCase>& info) {
   const CudaCase& c = info.param;
   return absl::StrCat("W", c.world, "Stage", c.stage, core::dtype_name(c.dtype),
-                      c.fp16_overflow ? "Overflow" : "", c.offload ? "Offload" : "");
+                      c.fp16_overflow ? "Overflow" : "", c.offload ? "Offload" : "",
+                      c.gather_at_step ? "GatherAtStep" : "");
 }
 
 struct StepLog {
@@ -353,6 +355,7 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   zo.reduce_bucket_size_in_m = 300.0 / (1024.0 * 1024.0);  // ~300 elements: several buckets
   zo.cpu_offload = c.offload;
   zo.cpu_offload_threads = 2;
+  zo.overlap_allgather = !c.gather_at_step;
   auto plugin_or = LowLevelZeroPlugin::create(*pg, zo);
   ASSERT_TRUE(plugin_or.ok()) << plugin_or.status();
   LowLevelZeroPlugin& zero = **plugin_or;
@@ -393,12 +396,14 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     }
     ASSERT_TRUE(zero.before_step(adam->stream()).ok());
     if (c.fp16_overflow && step == kOverflowStep) {
+      ASSERT_TRUE(zero.sync_weights().ok());  // the last step's pieces (overlap_allgather)
       out->weights_before_overflow = download(store->flat_values(c.dtype), stream);
       out->steps_before_overflow = zero.step_count();
     }
     auto r = zero.step(sp, kCudaMaxNorm);
     ASSERT_TRUE(r.ok()) << r.status();
     if (c.fp16_overflow && step == kOverflowStep) {
+      ASSERT_TRUE(zero.sync_weights().ok());
       out->weights_after_overflow = download(store->flat_values(c.dtype), stream);
       out->steps_after_overflow = zero.step_count();
     }
@@ -408,6 +413,14 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     out->log.loss_scale.push_back(r->loss_scale);
   }
   EXPECT_GT(zero.reductions_issued(), c.world == 1 ? 1 : 2) << "expected several buckets";
+  // Several pieces a step when the weights' gather overlaps (world > 1, no offload).
+  const bool overlapped = c.world > 1 && !c.offload && !c.gather_at_step;
+  if (overlapped) {
+    EXPECT_GT(zero.gathers_issued(), kCudaSteps * 2);
+  } else {
+    EXPECT_EQ(zero.gathers_issued(), 0);
+  }
+  ASSERT_TRUE(zero.sync_weights().ok());
   out->weights = download(store->flat_values(c.dtype), stream);
   out->scaler = scaler.state();
 
@@ -556,7 +569,10 @@ INSTANTIATE_TEST_SUITE_P(
                       CudaCase{2, 1, DType::kBF16, false, true},
                       CudaCase{2, 2, DType::kF32, false, true},
                       CudaCase{2, 2, DType::kBF16, false, true},
-                      CudaCase{2, 2, DType::kF16, true, true}),
+                      CudaCase{2, 2, DType::kF16, true, true},
+                      // The weights gathered in the step (one all_gather) instead.
+                      CudaCase{2, 1, DType::kF32, false, false, true},
+                      CudaCase{2, 2, DType::kBF16, false, false, true}),
     case_name);
 
 #endif  // COLOSSAL_WITH_CUDA

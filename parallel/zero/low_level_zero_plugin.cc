@@ -210,11 +210,16 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   COLOSSAL_ASSIGN_OR_RETURN(s.grads, ZeroGradReduction::create(s.pg, model, store, dtype, s.shard,
                                                                cuda ? s.stream : core::Stream::cpu(),
                                                                ro));
+  // (The CPU path has no offload buffers: there cpu_offload changes nothing.)
+  if (s.options.overlap_allgather && s.pg->size() > 1 && !(cuda && s.options.cpu_offload)) {
+    COLOSSAL_ASSIGN_OR_RETURN(s.gather, ZeroParamGather::create(s.pg, model, store, dtype, s.shard,
+                                                                cap_bytes / dsize));
+  }
   if (!cuda) {
     COLOSSAL_RETURN_IF_ERROR(s.read_master());
     s.adam.exp_avg.assign(n, 0.0f);
     s.adam.exp_avg_sq.assign(n, 0.0f);
-    s.gathered.assign(s.shard.padded, 0.0f);
+    if (s.gather == nullptr) s.gathered.assign(s.shard.padded, 0.0f);
     s.boosted = true;
     return absl::OkStatus();
   }
@@ -280,6 +285,17 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
 #endif
 }
 
+absl::Status LowLevelZeroPlugin::begin_forward(core::Context& ctx) {
+  State& s = *state_;
+  if (s.gather != nullptr) s.gather->begin_forward(s.cuda ? ctx.compute_stream() : core::Stream::cpu());
+  return absl::OkStatus();
+}
+
+absl::Status LowLevelZeroPlugin::end_forward(bool /*ok*/) {
+  State& s = *state_;
+  return s.gather != nullptr ? s.gather->end_forward() : absl::OkStatus();
+}
+
 absl::Status LowLevelZeroPlugin::begin_backward(core::Context& ctx, bool sync) {
   State& s = *state_;
   if (!s.boosted) return absl::FailedPreconditionError("low_level_zero: backward before boost");
@@ -325,11 +341,31 @@ absl::Status LowLevelZeroPlugin::zero_grad() {
   return s.grads != nullptr ? s.grads->zero_grad() : absl::OkStatus();
 }
 
+absl::Status LowLevelZeroPlugin::sync_weights() {
+  return state_->settle_weights(core::Stream::cpu());
+}
+
 int64_t LowLevelZeroPlugin::reductions_issued() const {
   return state_->grads != nullptr ? state_->grads->issued() : 0;
 }
 int64_t LowLevelZeroPlugin::reductions_issued_in_hooks() const {
   return state_->grads != nullptr ? state_->grads->issued_in_hooks() : 0;
+}
+int64_t LowLevelZeroPlugin::gathers_issued() const {
+  return state_->gather != nullptr ? state_->gather->issued() : 0;
+}
+
+absl::StatusOr<nn::ParameterStore> LowLevelZeroPlugin::model_state_dict(
+    const nn::ParameterStore& store, int to_rank, const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(state_->settle_weights(core::Stream::cpu()));
+  return Plugin::model_state_dict(store, to_rank, stream);
+}
+
+absl::Status LowLevelZeroPlugin::load_model_state_dict(nn::ParameterStore& store,
+                                                       const nn::ParameterStore& state,
+                                                       const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(state_->settle_weights(core::Stream::cpu()));
+  return Plugin::load_model_state_dict(store, state, stream);
 }
 
 
@@ -364,6 +400,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
                                                            const nn::OptimizerStateDict& state) {
   State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "load_optimizer_state_dict"));
+  COLOSSAL_RETURN_IF_ERROR(s.settle_weights(core::Stream::cpu()));  // it may write the weights
   if (!s.cuda) {
     COLOSSAL_ASSIGN_OR_RETURN(s.adam,
                               load_zero_adam_state(state, s.store.table(), optimizer, s.shard));

@@ -179,6 +179,14 @@ struct LowLevelZeroOptions {
   // On the CPU path the shards are host memory updated by CPU Adam already,
   // so it changes nothing there.
   bool cpu_offload = false;
+  // Colossal-AI's overlap_allgather: after the step, each rank's updated
+  // slice reaches the others as broadcasts of bucket-sized pieces in flat
+  // order, and the next forward waits for a piece only before the first
+  // module that uses it (parallel/zero/zero_param_gather.h), instead of one
+  // all_gather of the whole model before the forward. The same bytes: the
+  // results are bitwise those without it. Applies at world size > 1 without
+  // cpu_offload (whose upload writes the weights as they arrive).
+  bool overlap_allgather = true;
   // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
   // process of a host its share of the cores.
   int cpu_offload_threads = 0;
@@ -205,11 +213,14 @@ class LowLevelZeroPlugin : public Plugin {
 
   absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
                      nn::Optimizer& optimizer) override;
+  absl::Status begin_forward(core::Context& ctx) override;
+  absl::Status end_forward(bool ok) override;
   absl::Status begin_backward(core::Context& ctx, bool sync) override;
   absl::Status end_backward(bool ok) override;
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
   absl::Status zero_grad() override;
+  absl::Status sync_weights() override;
   // Errors: a loss scaler on the CPU path (float32 only: Unimplemented); a
   // collective's or a kernel's failure.
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
@@ -222,6 +233,12 @@ class LowLevelZeroPlugin : public Plugin {
                                                               int to_rank = -1) override;
   absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
                                          const nn::OptimizerStateDict& state) override;
+  // Plugin's (every rank holds the whole model), once the weights' gather
+  // after the last step has finished (overlap_allgather).
+  absl::StatusOr<nn::ParameterStore> model_state_dict(const nn::ParameterStore& store, int to_rank,
+                                                      const core::Stream& stream) override;
+  absl::Status load_model_state_dict(nn::ParameterStore& store, const nn::ParameterStore& state,
+                                     const core::Stream& stream) override;
 
   // This rank's slice (valid after boost) and its pieces.
   const ZeroShard& shard() const;
@@ -253,6 +270,8 @@ class LowLevelZeroPlugin : public Plugin {
   // hook (the rest when the model's backward returned).
   int64_t reductions_issued() const;
   int64_t reductions_issued_in_hooks() const;
+  // Broadcasts of the weights' pieces issued so far (overlap_allgather).
+  int64_t gathers_issued() const;
 
   struct State;
 

@@ -53,6 +53,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
   o.reduce_bucket_size_in_m = options.number("reduce_bucket_size_in_m", 12.0);
   const bool overlap = options.boolean("overlap_communication", true);
   o.cpu_offload = options.boolean("cpu_offload", false);
+  // Colossal-AI defaults to false; here the same results come sooner, so true.
+  o.overlap_allgather = options.boolean("overlap_allgather", true);
   // Colossal-AI's default (None): gradients are reduced in the parameters' dtype.
   const std::string comm_dtype =
       options.has("communication_dtype") ? options.string("communication_dtype", "fp32") : precision;

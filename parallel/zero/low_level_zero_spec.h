@@ -3,7 +3,9 @@
 //   stage 1 | 2 (1), precision "fp32" | "bf16" | "fp16" ("fp32"),
 //   max_norm >= 0 (0: no clipping), reduce_bucket_size_in_m > 0 (12),
 //   overlap_communication (true; false is refused: reductions always overlap),
-//   cpu_offload (false), communication_dtype (the precision; another is refused),
+//   cpu_offload (false), overlap_allgather (true here, false in Colossal-AI:
+//   the weights' gather after the step overlaps the next forward, with the
+//   same results), communication_dtype (the precision; another is refused),
 //   fp16 loss scaling: initial_scale (2^32), min_scale, max_scale (2^32),
 //   growth_factor, backoff_factor, growth_interval, hysteresis.
 // It owns the precision, supports no_sync at stage 1 only, clips by norm only.

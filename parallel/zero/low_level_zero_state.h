@@ -20,6 +20,7 @@
 #include "parallel/zero/low_level_zero_plugin.h"
 #include "parallel/zero/zero_grad_reduction.h"
 #include "parallel/zero/zero_offload.h"
+#include "parallel/zero/zero_param_gather.h"
 #include "parallel/zero/zero_shard.h"
 
 namespace colossal::parallel {
@@ -28,6 +29,9 @@ struct LowLevelZeroPlugin::State {
   std::shared_ptr<comm::ProcessGroup> pg;
   LowLevelZeroOptions options;
   std::unique_ptr<ZeroGradReduction> grads;  // after boost
+  // overlap_allgather (world size > 1, no cpu_offload): the weights' pieces
+  // broadcast after the step, waited for by the forward's hooks.
+  std::shared_ptr<ZeroParamGather> gather;
   bool boosted = false;
   nn::ParameterStore store;
   nn::Optimizer* optimizer = nullptr;
@@ -101,6 +105,12 @@ struct LowLevelZeroPlugin::State {
     const float* v = store.flat_values(core::DType::kF32).data<float>();
     master.assign(v + shard.begin, v + shard.end);
     return absl::OkStatus();
+  }
+
+  // Waits on `on` for the weights' gather after the last step (the CPU
+  // stream: the host waits): before anything but the forward reads or writes them.
+  absl::Status settle_weights(const core::Stream& on) {
+    return gather != nullptr ? gather->settle(on) : absl::OkStatus();
   }
 
   // Waits for the gradient reductions on `on` (the CPU stream: the host waits).

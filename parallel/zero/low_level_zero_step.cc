@@ -90,22 +90,26 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   }
   const float grad_scale = r.clip_coef < 1.0f ? r.loss_scale / r.clip_coef : r.loss_scale;
 
+  // The last step's broadcasts (overlap_allgather) read and write the weights.
+  COLOSSAL_RETURN_IF_ERROR(s.settle_weights(st));
   COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
   const int64_t size = s.shard.size;
   // `mine`: where this rank's updated slice goes. At world size 1 it is the
   // weights. When the weights split evenly over the ranks (and no offload
-  // writes them), it is this rank's slice of the weights, gathered in place:
-  // no gather buffer and no copy of the whole model after the gather.
-  // Otherwise a gather buffer that lives for this step only (allocated and
-  // freed on the step's stream, after the backward freed the activations).
+  // writes them), or when broadcasts gather them (overlap_allgather), it is
+  // this rank's slice of the weights, gathered in place: no gather buffer
+  // and no copy of the whole model after the gather. Otherwise a gather
+  // buffer that lives for this step only (allocated and freed on the step's
+  // stream, after the backward freed the activations).
   core::Tensor values = s.store.flat_values(s.dtype);
-  const bool in_place = !s.local && !s.offload && s.shard.padded == s.numel;
+  const bool in_place =
+      !s.local && !s.offload && (s.shard.padded == s.numel || s.gather != nullptr);
   core::Tensor gathered, mine;
   if (s.local) {
     mine = values;
   } else if (in_place) {
     gathered = values;
-    COLOSSAL_ASSIGN_OR_RETURN(mine, values.slice(s.shard.begin, s.shard.begin + size));
+    COLOSSAL_ASSIGN_OR_RETURN(mine, values.slice(s.shard.begin, s.shard.begin + n));
   } else {
     COLOSSAL_ASSIGN_OR_RETURN(gathered, core::Tensor::empty({s.shard.padded}, s.dtype, st));
     COLOSSAL_ASSIGN_OR_RETURN(mine,
@@ -166,6 +170,11 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(s.d_master, st));
   }
   if (s.local) return r;  // the weights were written in place
+  // overlap_allgather: the next forward's hooks wait for each piece.
+  if (s.gather != nullptr) {
+    COLOSSAL_RETURN_IF_ERROR(s.gather->issue(st));
+    return r;
+  }
   // Every rank's slice into the flat parameter buffer: the gather runs after
   // the step's work (input stream), the stream waits for it, then copies.
   {
@@ -231,6 +240,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
   // master slice equals the weights after every step's all_gather (so this
   // is a no-op then), but weights loaded into the model after boost (a
   // checkpoint) must not be overwritten by a stale master.
+  COLOSSAL_RETURN_IF_ERROR(s.settle_weights(core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(s.read_master());
   ++s.adam.step;
   for (const ShardPiece& p : s.pieces) {
@@ -246,6 +256,11 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
         ks, absl::StrCat("low_level_zero: Adam step of group ", p.group)));
   }
 
+  if (s.gather != nullptr) {  // overlap_allgather: in place, then broadcast piece by piece
+    std::copy(s.master.begin(), s.master.end(), values.data<float>() + s.shard.begin);
+    COLOSSAL_RETURN_IF_ERROR(s.gather->issue(core::Stream::cpu()));
+    return r;
+  }
   // Every rank's slice into the flat parameter buffer.
   const int64_t size = s.shard.size;
   float* mine = s.gathered.data() + static_cast<int64_t>(s.pg->rank()) * size;

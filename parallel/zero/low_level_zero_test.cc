@@ -17,6 +17,8 @@
 //     table's alignment gaps;
 //   * stage 2: no_sync refused, shards accumulate over backwards, zero_grad
 //     clears them;
+//   * overlap_allgather (the default) bitwise the step's all_gather, and the
+//     model's state dict current right after an overlapped step;
 //   * errors: bad options, SGD optimizer, loss scaler, boosting twice, step
 //     after an unsynced backward.
 #include "parallel/zero/low_level_zero_plugin.h"
@@ -30,6 +32,8 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -180,6 +184,73 @@ INSTANTIATE_TEST_SUITE_P(
                           info.param.cpu_offload ? "_cpu_offload" : "",
                           family_suffix(info.param.family));
     });
+
+// overlap_allgather (the default, which the cases above run) against the
+// weights gathered in the step: the same bytes reach every rank, so losses,
+// norms and weights are bitwise equal; pieces are issued only with it, and
+// only at world size > 1 (small buckets: several pieces per rank's slice;
+// the tied head reads the embedding's pieces again at the end of the forward).
+TEST(LowLevelZero, OverlappedGatherIsBitwiseTheStepsGather) {
+  for (const auto& [stage, world, family] :
+       std::vector<std::tuple<int, int, Family>>{{1, 2, Family::kGpt2}, {2, 3, Family::kGpt2},
+                                                 {2, 2, Family::kLlamaTied}, {2, 1, Family::kGpt2}}) {
+    LowLevelZeroOptions o;
+    o.stage = stage;
+    o.reduce_bucket_size_in_m = 1.0 / 4096;
+    std::vector<ZeroRun> overlapped(world), at_step(world);
+    run_ranks(world, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+      overlapped[r] = zero_rank_run(std::move(pg), o, family);
+    });
+    o.overlap_allgather = false;
+    run_ranks(world, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+      at_step[r] = zero_rank_run(std::move(pg), o, family);
+    });
+    const std::string what = absl::StrCat("stage ", stage, " world ", world, family_suffix(family));
+    for (int r = 0; r < world; ++r) {
+      ASSERT_EQ(overlapped[r].run.loss.size(), static_cast<size_t>(kSteps)) << what;
+      EXPECT_EQ(overlapped[r].run.loss, at_step[r].run.loss) << what << " rank " << r;
+      EXPECT_EQ(overlapped[r].run.grad_norm, at_step[r].run.grad_norm) << what << " rank " << r;
+      EXPECT_EQ(overlapped[r].run.weights, at_step[r].run.weights) << what << " rank " << r;
+      EXPECT_EQ(at_step[r].gathers, 0) << what;
+      if (world > 1) {
+        EXPECT_GT(overlapped[r].gathers, int64_t{kSteps} * world) << what;
+      } else {
+        EXPECT_EQ(overlapped[r].gathers, 0) << what;
+      }
+    }
+  }
+}
+
+// After an overlapped step the weights' pieces may still be in flight: the
+// model's state dict (what a checkpoint saves) waits for them itself, and
+// equals the weights sync_weights() then shows, on every rank.
+TEST(LowLevelZero, StateDictAfterAnOverlappedStepIsCurrent) {
+  run_ranks(2, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    std::unique_ptr<nn::GPT2> model = make_zero_model(kSeed + r);
+    std::unique_ptr<nn::Adam> adam = make_adam(*model);
+    LowLevelZeroOptions o;
+    o.stage = 2;
+    o.reduce_bucket_size_in_m = 1.0 / 4096;
+    auto plugin = LowLevelZeroPlugin::create(std::move(pg), o);
+    ASSERT_TRUE(plugin.ok()) << plugin.status();
+    LowLevelZeroPlugin* zero = plugin->get();
+    Booster booster(std::move(*plugin));
+    ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE(booster.zero_grad().ok());
+      booster_micro_step(*ctx, booster, *model, micro_batch(step, r, 0), 1.0f);
+      ASSERT_TRUE(booster.step({.max_norm = kMaxNorm}).ok());
+    }
+    EXPECT_GT(zero->gathers_issued(), 2);
+    absl::StatusOr<nn::ParameterStore> sd = booster.model_state_dict(-1, Stream::cpu());
+    ASSERT_TRUE(sd.ok()) << sd.status();
+    ASSERT_TRUE(booster.sync_weights().ok());
+    EXPECT_EQ(floats_of(sd->flat_values(DType::kF32)),
+              floats_of(model->store().flat_values(DType::kF32)))
+        << "rank " << r;
+  });
+}
 
 // The tiny GPT-2 exercises what the equivalence needs: padding and slice
 // boundaries inside parameters.

@@ -48,6 +48,7 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
     run.clipped.push_back(r->clip_coef < 1.0f);
     run.grad_norm.push_back(r->grad_norm);
   }
+  EXPECT_TRUE(booster.sync_weights().ok());  // overlap_allgather: the last step's pieces
   run.weights = floats_of(model->store().flat_values(DType::kF32));
   if (ddp != nullptr) run.buckets = ddp->buckets().size();
   if (zero != nullptr) {
@@ -56,6 +57,7 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
     out.master = zero->master_shard();
     out.issued = zero->reductions_issued();
     out.issued_in_hooks = zero->reductions_issued_in_hooks();
+    out.gathers = zero->gathers_issued();
   }
   out.numel = model->store().table().buffer_numel(DType::kF32);
   out.key_bias = key_bias_ranges(model->store().table());  // compared separately
