@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/check.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -184,6 +186,9 @@ class ProcessGroupNccl::Impl {
   struct Enqueue {
     ncclComm_t comm;
     std::unique_lock<std::timed_mutex> lock;
+    // The operation on the communication stream, when a trace runs (ended
+    // before the lock is released, so no other operation falls inside it).
+    std::unique_ptr<core::trace::Span> span;
   };
 
   // Starts an operation: the group must be healthy; the communication stream
@@ -203,7 +208,11 @@ class ProcessGroupNccl::Impl {
       comm = comm_;
     }
     core::wait_stream(stream_.get(), input, order_);
-    return Enqueue{comm, std::move(enqueue)};
+    std::unique_ptr<core::trace::Span> span;
+    if (core::trace::enabled()) {
+      span = std::make_unique<core::trace::Span>("comm", info.description, &stream_.get());
+    }
+    return Enqueue{comm, std::move(enqueue), std::move(span)};
   }
 
   // An NCCL call of `info` returned `result`: after an abort that is the
@@ -384,6 +393,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_all_reduce(const OpInfo& info, cons
   core::DeviceGuard guard(impl_->device());
   COLOSSAL_NCCL_ENQUEUE(ncclAllReduce(buffer.data, buffer.data, buffer.count, dt, nccl_op(op), comm,
                            impl_->stream().handle()));
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -397,6 +407,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_reduce_scatter(const OpInfo& info,
   core::DeviceGuard guard(impl_->device());
   COLOSSAL_NCCL_ENQUEUE(ncclReduceScatter(input.data, output.data, output.count, dt, nccl_op(op), comm,
                                impl_->stream().handle()));
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -409,6 +420,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_all_gather(const OpInfo& info, cons
   core::DeviceGuard guard(impl_->device());
   COLOSSAL_NCCL_ENQUEUE(ncclAllGather(input.data, output.data, input.count, dt, comm,
                            impl_->stream().handle()));
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -447,6 +459,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_all_to_all(const OpInfo& info, cons
     out_off += output_counts[p] * esz;
   }
   COLOSSAL_NCCL_ENQUEUE(ncclGroupEnd());
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -459,6 +472,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_broadcast(const OpInfo& info, const
   core::DeviceGuard guard(impl_->device());
   COLOSSAL_NCCL_ENQUEUE(ncclBroadcast(buffer.data, buffer.data, buffer.count, dt, root, comm,
                            impl_->stream().handle()));
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -484,6 +498,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_batch_send_recv(const OpInfo& info,
     }
   }
   COLOSSAL_NCCL_ENQUEUE(ncclGroupEnd());
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }
@@ -494,6 +509,7 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_barrier(const OpInfo& info) {
   core::DeviceGuard guard(impl_->device());
   COLOSSAL_NCCL_ENQUEUE(ncclAllReduce(impl_->barrier_buffer(), impl_->barrier_buffer(), 1, ncclInt32, ncclSum,
                            comm, impl_->stream().handle()));
+  e.span.reset();
   e.lock.unlock();
   return impl_->finish(info);
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <regex>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/trace/trace.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "lua/recipe.h"
@@ -103,6 +105,26 @@ int Memory(lua_State* L) {
 // does not hide the steady state).
 int ResetPeakMemory(lua_State* L) {
   GetRuntime(L)->ctx->allocator()->reset_peak_stats();
+  return 0;
+}
+
+// colossal.trace_start(): this process records what follows (module forwards
+// and backwards, collectives, optimizer and offload work; host threads and
+// CUDA streams) until colossal.trace_stop(file) writes it as Chrome
+// trace-event JSON (chrome://tracing, ui.perfetto.dev). core/trace/trace.h.
+int TraceStart(lua_State* L) {
+  ThrowIfError(L, "colossal.trace_start", core::trace::start(GetRuntime(L)->rank.rank));
+  return 0;
+}
+
+int TraceStop(lua_State* L) {
+  const std::string path =
+      StringArg(L, 1, /*non_empty=*/true, "colossal.trace_stop: the first argument is the file to write");
+  // Its folder is made as the log's is (an error, if any, is the write's).
+  std::error_code ignored;
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
+  ThrowIfError(L, "colossal.trace_stop", core::trace::stop_and_write(path));
   return 0;
 }
 
@@ -400,6 +422,8 @@ int OpenUtil(lua_State* L) {
                                 {"clock", Clock},
                                 {"memory", Protected<Memory>},
                                 {"reset_peak_memory", Protected<ResetPeakMemory>},
+                                {"trace_start", Protected<TraceStart>},
+                                {"trace_stop", Protected<TraceStop>},
                                 {"device_info", Protected<DeviceInfo>},
                                 {"jsonl", Protected<OpenJsonl>},
                                 {"settings", Protected<Settings>},

@@ -46,12 +46,15 @@ std::string RecipeUsage() {
 constexpr FlagSpec kBenchFlags[] = {
     {"--steps", FlagKind::kValue, "N", "timed steps (20)"},
     {"--warmup", FlagKind::kValue, "W", "untimed steps first (5)"},
+    {"--trace", FlagKind::kValue, "FILE",
+     "write a Chrome trace of the first timed step (FILE.rankN.json with several processes)"},
     {"--set", FlagKind::kValue, "KEY=VALUE", "override a recipe value (repeatable)"},
 };
 
 std::string BenchUsage() {
   return absl::StrCat(
-      "usage: colossal bench <recipe.lua> [--steps N] [--warmup W] [--set key.path=value ...]\n\n"
+      "usage: colossal bench <recipe.lua> [--steps N] [--warmup W] [--trace FILE]\n"
+      "                      [--set key.path=value ...]\n\n"
       "Times a recipe's training step: W warm-up steps, then N timed steps, with no\n"
       "evaluation, checkpoints, log file or sample. Prints ms/step, tokens/s, MFU and\n"
       "peak memory, then the same as one JSON line. Several processes: colossal run\n"
@@ -66,6 +69,7 @@ int StatusExit(const absl::Status& s) {
 struct BenchSteps {
   int steps = 20;
   int warmup = 5;
+  std::string trace;  // a file for the first timed step's trace, or empty
 };
 
 // Loads `path`, applies `sets` and runs colossal.recipe on the table (with
@@ -93,6 +97,10 @@ int BenchCommand(const Args& args) {
   if (!warmup.ok()) return FailStatus("bench", warmup.status(), usage);
   bench.steps = *steps;
   bench.warmup = *warmup;
+  if (flags->has("--trace")) bench.trace = flags->values.at("--trace").back();
+  if (flags->has("--trace") && bench.trace.empty()) {
+    return Fail("bench", "--trace wants a file name", kExitUsage, usage);
+  }
   const std::vector<std::string> sets =
       flags->has("--set") ? flags->values.at("--set") : std::vector<std::string>{};
   return RunRecipe("bench", flags->positional[0], sets, &bench);
@@ -166,11 +174,15 @@ int RunRecipe(const char* command, const std::string& path, const std::vector<st
   lua_pushvalue(L, -3);
   lua_pushstring(L, path.c_str());
   if (bench != nullptr) {
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
     lua_pushinteger(L, bench->steps);
     lua_setfield(L, -2, "steps");
     lua_pushinteger(L, bench->warmup);
     lua_setfield(L, -2, "warmup");
+    if (!bench->trace.empty()) {
+      lua_pushstring(L, bench->trace.c_str());
+      lua_setfield(L, -2, "trace");
+    }
   }
   if (lua_pcall(L, bench != nullptr ? 3 : 2, 0, 0) != LUA_OK) {
     const ErrorInfo error = ErrorFromStack(L, -1);

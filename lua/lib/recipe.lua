@@ -131,6 +131,11 @@ local TOP = {
   log = { "table" },
   checkpoint = { "table" },
   sample = { "table" },
+  trace = { "table", hint = "{ step = N, file = \"trace.json\" }: a Chrome trace of step N" },
+}
+local TRACE = {
+  step = { "integer", required = true, check = positive },
+  file = { "string", "trace.json", check = function(v) if v == "" then return "must not be empty" end end },
 }
 local DATA = {
   corpus = { "string", check = one_of("shakespeare") },
@@ -201,9 +206,14 @@ function recipe.run(t, file, bench)
   local lg = check(file, "log", r.log, LOG)
   local ck = r.checkpoint and check(file, "checkpoint", r.checkpoint, CHECKPOINT)
   local sm = r.sample and check(file, "sample", r.sample, SAMPLE)
+  local tr = r.trace and check(file, "trace", r.trace, TRACE)
   if bench then
     r.steps = bench.warmup + bench.steps
     ev.every_steps, ck, sm = 0, nil, nil
+    tr = bench.trace and { step = bench.warmup + 1, file = bench.trace } or nil
+  end
+  if tr and tr.step > r.steps then
+    usage_error(file, "trace.step", string.format("is %d, past the last step (%d)", tr.step, r.steps))
   end
   if type(r.optimizer.name) ~= "string" or not colossal.optim[r.optimizer.name] then
     usage_error(file, "optimizer.name", "must be one of \"adamw\", \"hybrid_adam\", \"cpu_adam\", \"sgd\"")
@@ -355,9 +365,17 @@ function recipe.run(t, file, bench)
 
   if val_pattern and ev.every_steps > 0 then open_val() end  -- a bad val split fails before step 1
 
+  -- One step's Chrome trace (every rank writes its own file).
+  local trace_file
+  if tr then
+    trace_file = world > 1 and (tr.file:gsub("%.json$", "") .. ".rank" .. env.rank .. ".json") or tr.file
+  end
+
   local first_loss, last_loss
   local t0 = colossal.clock()
   for step = start + 1, r.steps do
+    local tracing = tr and step == tr.step
+    if tracing then colossal.trace_start() end
     optimizer:zero_grad()
     local loss_sum = 0
     if caps.pipeline then
@@ -381,6 +399,10 @@ function recipe.run(t, file, bench)
     local result = optimizer:step()
     local lr = scheduler and scheduler:get_last_lr() or optimizer:get_lr()
     if scheduler then scheduler:step() end
+    if tracing then
+      colossal.trace_stop(trace_file)  -- waits for the step's device work
+      say("colossal: step %d's trace is in %s (chrome://tracing or ui.perfetto.dev)", step, trace_file)
+    end
     local t1 = colossal.clock()
     local dt = t1 - t0
     t0 = t1

@@ -1,10 +1,12 @@
 #include "nn/module/module.h"
 
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 
 namespace colossal::nn {
 namespace {
@@ -96,6 +98,10 @@ absl::Status Module::bind(const ParameterStore& store) {
 
 absl::StatusOr<ForwardResult> Module::run_forward(core::Context& ctx, const core::Tensor& input,
                                                   bool keep_only_input) {
+  std::optional<core::trace::Span> span;  // (the hooks' waits count as the module's)
+  if (core::trace::enabled()) {
+    span.emplace("module", absl::StrCat("forward ", name_), &ctx.compute_stream());
+  }
   const core::RngState rng_before = keep_only_input ? ctx.rng_state() : core::RngState{};
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_pre_hooks_, *this, input, "forward pre-hook"));
   absl::StatusOr<ForwardResult> result = forward_impl(ctx, input);
@@ -116,6 +122,10 @@ void Module::add_recomputing(int delta) {
 
 absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
                                               const core::Tensor& grad_output) {
+  std::optional<core::trace::Span> span;
+  if (core::trace::enabled()) {
+    span.emplace("module", absl::StrCat("backward ", name_), &ctx.compute_stream());
+  }
   COLOSSAL_RETURN_IF_ERROR(
       run_hooks(backward_pre_hooks_, *this, grad_output, "backward pre-hook"));
   Saved* use = &saved;

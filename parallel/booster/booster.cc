@@ -1,11 +1,13 @@
 #include "parallel/booster/booster.h"
 
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/check.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 #include "nn/models/causal_lm/causal_lm.h"
 
 namespace colossal::parallel {
@@ -87,6 +89,8 @@ absl::StatusOr<nn::MixedPrecisionStepResult> Booster::step(const BoosterStepOpti
   if (optimizer_ == nullptr) {
     return absl::FailedPreconditionError("Booster::step before Booster::boost");
   }
+  std::optional<core::trace::Span> span;
+  if (core::trace::enabled()) span.emplace("optimizer", "step", &optimizer_->stream());
   if (unsynced_) {
     return absl::FailedPreconditionError(
         "Booster::step: the last backward ran under no_sync, so the gradients were not reduced "

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "core/alloc/cpu_allocator.h"
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 #include "kernels/elementwise/elementwise.h"
 #include "parallel/gemini/gemini_state.h"
 
@@ -358,6 +360,10 @@ absl::Status GeminiPlugin::State::copy_in_ahead(GeminiChunk& k) {
   const int64_t n = k.shard_size * esize();
   device_used += n;
   device_peak = std::max(device_peak, device_used);
+  std::optional<core::trace::Span> span;
+  if (core::trace::enabled()) {
+    span.emplace("gemini", absl::StrCat("copy in ", n >> 20, " MiB ahead"), &copy_stream->get());
+  }
   // Allocated in the compute stream's order; the copy waits for that point,
   // so it overlaps the modules running now.
   COLOSSAL_ASSIGN_OR_RETURN(k.prefetched, core::Tensor::empty({k.shard_size}, dtype, stream));
@@ -427,6 +433,8 @@ void GeminiPlugin::State::drop_prefetches() {
 
 absl::Status GeminiPlugin::State::gather(int c) {
   GeminiChunk& k = chunks[c];
+  std::optional<core::trace::Span> span;  // at its use: what the compute stream waits for
+  if (core::trace::enabled()) span.emplace("gemini", absl::StrCat("gather chunk ", c), &stream);
   COLOSSAL_RETURN_IF_ERROR(await_update(c));  // the values the last step wrote
   if (full_is_value(k)) {
     k.full = k.value;

@@ -2,6 +2,7 @@
 // reduction into the ranks' shards (collectives left in flight beside the
 // backward), and, for host chunks, the downloads, host folds and device sums.
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,7 @@
 #include "core/alloc/allocator.h"
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/multi_tensor/multi_tensor.h"
 #include "parallel/gemini/gemini_state.h"
@@ -47,8 +49,10 @@ absl::Status GeminiPlugin::State::queue_fold(int c, std::shared_ptr<core::Event>
                                                     k.shard_size};
   auto job = [sum, dt = dtype, threads = options.cpu_threads,
               out = fold_norms.data() + 2 * c,
-              ready = std::move(landed)](int) -> absl::Status {
+              ready = std::move(landed), c](int) -> absl::Status {
     ready->synchronize();
+    std::optional<core::trace::Span> span;
+    if (core::trace::enabled()) span.emplace("gemini", absl::StrCat("fold chunk ", c, " (cpu)"));
     out[1] = 0.0f;
     return core::from_kernel_status(
         kernels::multi_tensor::accumulate_cpu(out, out + 1, &sum, 1, dt, threads),
@@ -328,6 +332,10 @@ absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
     reduced_event.record(stream);
     reduced_event.wait(grad_stream->get());
+    std::optional<core::trace::Span> span;
+    if (core::trace::enabled()) {
+      span.emplace("gemini", absl::StrCat("download chunk ", c, " gradients"), &grad_stream->get());
+    }
     if (first) {
       COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
       COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));

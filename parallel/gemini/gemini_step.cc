@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "core/device/device.h"
 #include "core/device/stream.h"
 #include "core/status/status.h"
+#include "core/trace/trace.h"
 #include "kernels/adam/adam.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/multi_tensor/multi_tensor.h"
@@ -303,6 +305,10 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
                           device_calls = std::move(device_calls), landed, dtype, copy, cpu,
                           device_stream, slice = s.options.gpu_host_adam_slice,
                           counter = &s.gpu_host_updates](int lane) -> absl::Status {
+      std::optional<core::trace::Span> span;
+      if (core::trace::enabled()) {
+        span.emplace("adam", absl::StrCat("adam chunk ", c, lane == 1 ? " (GPU lane)" : " (CPU)"));
+      }
 #if COLOSSAL_WITH_CUDA
       if (lane == 1) {
         ++*counter;

@@ -176,6 +176,16 @@ train "$tmp/bench" 0 bench "$tiny" --steps 2 --warmup 1 &&
   expect "$out" '^\{"bench": true, "steps": 2, "ms_per_step": [0-9.]+, "tokens_per_s": [0-9.]+, "mfu": null, '
 [[ ! -d "$tmp/bench/checkpoints" ]] || { echo "FAIL: bench wrote checkpoints"; failures=$((failures + 1)); }
 run_cli 2 bench && expect "$err" '^colossal bench: wants exactly one recipe'
+# bench --trace: the first timed step as Chrome trace JSON, one file per rank,
+# its folder made: module forwards and backwards, and the optimizer step.
+train "$tmp/trace" 0 run --nproc_per_node 2 --master_port $(port) bench "$tiny" --steps 1 --warmup 1 \
+  --trace traces/step.json && expect "$out" "step 2's trace is in traces/step\.rank0\.json"
+for r in 0 1; do
+  for event in '"name":"forward ' '"name":"backward ' '"name":"step"' '"traceEvents"'; do
+    grep -qF "$event" "$tmp/trace/traces/step.rank$r.json" 2>/dev/null ||
+      { echo "FAIL: rank $r's trace lacks $event"; failures=$((failures + 1)); }
+  done
+done
 
 # Optimizer and model state through booster:save_/load_optimizer and _model.
 train "$tmp/optio" 0 "$here/lua/testdata/optimizer_io.lua" && expect "$out" '^optimizer_io: ok'
