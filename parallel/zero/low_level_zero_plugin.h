@@ -180,9 +180,10 @@ struct LowLevelZeroOptions {
   // so it changes nothing there.
   bool cpu_offload = false;
   // Colossal-AI's overlap_allgather: after the step, each rank's updated
-  // slice reaches the others as broadcasts of bucket-sized pieces in flat
-  // order, and the next forward waits for a piece only before the first
-  // module that uses it (parallel/zero/zero_param_gather.h), instead of one
+  // slice reaches the others in rounds of bucket-sized pieces (round i: every
+  // rank's i-th piece to every other rank), and the next forward waits for a
+  // round only before the first module that uses it
+  // (parallel/zero/zero_param_gather.h), instead of one
   // all_gather of the whole model before the forward. The same bytes: the
   // results are bitwise those without it. Applies at world size > 1 without
   // cpu_offload (whose upload writes the weights as they arrive).
@@ -270,7 +271,7 @@ class LowLevelZeroPlugin : public Plugin {
   // hook (the rest when the model's backward returned).
   int64_t reductions_issued() const;
   int64_t reductions_issued_in_hooks() const;
-  // Broadcasts of the weights' pieces issued so far (overlap_allgather).
+  // Rounds of the weights' pieces issued so far (overlap_allgather).
   int64_t gathers_issued() const;
 
   struct State;

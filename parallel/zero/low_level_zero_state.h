@@ -30,7 +30,7 @@ struct LowLevelZeroPlugin::State {
   LowLevelZeroOptions options;
   std::unique_ptr<ZeroGradReduction> grads;  // after boost
   // overlap_allgather (world size > 1, no cpu_offload): the weights' pieces
-  // broadcast after the step, waited for by the forward's hooks.
+  // sent in rounds after the step, waited for by the forward's hooks.
   std::shared_ptr<ZeroParamGather> gather;
   bool boosted = false;
   nn::ParameterStore store;

@@ -90,13 +90,13 @@ static absl::StatusOr<nn::MixedPrecisionStepResult> step_cuda(LowLevelZeroPlugin
   }
   const float grad_scale = r.clip_coef < 1.0f ? r.loss_scale / r.clip_coef : r.loss_scale;
 
-  // The last step's broadcasts (overlap_allgather) read and write the weights.
+  // The last step's rounds (overlap_allgather) read and write the weights.
   COLOSSAL_RETURN_IF_ERROR(s.settle_weights(st));
   COLOSSAL_RETURN_IF_ERROR(s.read_master());  // fp32: the weights (no-op after a gather)
   const int64_t size = s.shard.size;
   // `mine`: where this rank's updated slice goes. At world size 1 it is the
   // weights. When the weights split evenly over the ranks (and no offload
-  // writes them), or when broadcasts gather them (overlap_allgather), it is
+  // writes them), or when rounds of pieces gather them (overlap_allgather), it is
   // this rank's slice of the weights, gathered in place: no gather buffer
   // and no copy of the whole model after the gather. Otherwise a gather
   // buffer that lives for this step only (allocated and freed on the step's
@@ -256,7 +256,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> LowLevelZeroPlugin::step(
         ks, absl::StrCat("low_level_zero: Adam step of group ", p.group)));
   }
 
-  if (s.gather != nullptr) {  // overlap_allgather: in place, then broadcast piece by piece
+  if (s.gather != nullptr) {  // overlap_allgather: in place, then sent round by round
     std::copy(s.master.begin(), s.master.end(), values.data<float>() + s.shard.begin);
     COLOSSAL_RETURN_IF_ERROR(s.gather->issue(core::Stream::cpu()));
     return r;

@@ -187,8 +187,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // overlap_allgather (the default, which the cases above run) against the
 // weights gathered in the step: the same bytes reach every rank, so losses,
-// norms and weights are bitwise equal; pieces are issued only with it, and
-// only at world size > 1 (small buckets: several pieces per rank's slice;
+// norms and weights are bitwise equal; rounds are issued only with it, and
+// only at world size > 1 (small buckets: several rounds a step;
 // the tied head reads the embedding's pieces again at the end of the forward).
 TEST(LowLevelZero, OverlappedGatherIsBitwiseTheStepsGather) {
   for (const auto& [stage, world, family] :
@@ -213,7 +213,7 @@ TEST(LowLevelZero, OverlappedGatherIsBitwiseTheStepsGather) {
       EXPECT_EQ(overlapped[r].run.weights, at_step[r].run.weights) << what << " rank " << r;
       EXPECT_EQ(at_step[r].gathers, 0) << what;
       if (world > 1) {
-        EXPECT_GT(overlapped[r].gathers, int64_t{kSteps} * world) << what;
+        EXPECT_GE(overlapped[r].gathers, int64_t{kSteps} * 2) << what;  // rounds a step
       } else {
         EXPECT_EQ(overlapped[r].gathers, 0) << what;
       }

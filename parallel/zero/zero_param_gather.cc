@@ -23,26 +23,23 @@ absl::StatusOr<std::shared_ptr<ZeroParamGather>> ZeroParamGather::create(
   g->pg_ = std::move(pg);
   g->store_ = store;
   g->dtype_ = dtype;
-  const int64_t numel = store.flat_values(dtype).numel();
-  for (int r = 0; r < g->pg_->size(); ++r) {
-    const int64_t end = std::min(static_cast<int64_t>(r + 1) * shard.size, numel);
-    for (int64_t a = static_cast<int64_t>(r) * shard.size; a < end; a += piece_elements) {
-      g->pieces_.push_back({a, std::min(a + piece_elements, end), r});
-    }
-  }
-  // The piece holding flat element i (pieces tile [0, numel) in order).
-  auto piece_of = [&](int64_t i) {
-    auto it = std::upper_bound(g->pieces_.begin(), g->pieces_.end(), i,
-                               [](int64_t v, const Piece& p) { return v < p.begin; });
-    return static_cast<int64_t>(it - g->pieces_.begin()) - 1;
-  };
+  g->shard_ = shard;
+  g->numel_ = store.flat_values(dtype).numel();
+  g->piece_ = piece_elements;
+  g->rounds_ = (shard.size + piece_elements - 1) / piece_elements;
   std::weak_ptr<ZeroParamGather> weak = g;
   for (auto& [module, own] : owned) {
     int64_t last = -1;
     for (int i : own) {
       const nn::ParameterEntry& e = table.entries()[i];
       if (e.dtype != dtype || e.numel() == 0) continue;
-      last = std::max(last, piece_of(e.offset + e.numel() - 1));
+      // The last element of each rank's slice the parameter reaches into.
+      const int64_t a = e.offset, b = e.offset + e.numel();
+      for (int r = 0; r < g->pg_->size(); ++r) {
+        const int64_t lo = std::max(a, static_cast<int64_t>(r) * shard.size);
+        const int64_t hi = std::min(b, static_cast<int64_t>(r + 1) * shard.size);
+        if (lo < hi) last = std::max(last, g->round_of(hi - 1));
+      }
     }
     if (last < 0) continue;
     module->add_forward_pre_hook([weak, last](nn::Module&, const core::Tensor&) -> absl::Status {
@@ -54,6 +51,14 @@ absl::StatusOr<std::shared_ptr<ZeroParamGather>> ZeroParamGather::create(
   return g;
 }
 
+void ZeroParamGather::piece(int r, int64_t i, int64_t* begin, int64_t* end) const {
+  const int64_t slice_end = std::min(static_cast<int64_t>(r + 1) * shard_.size, numel_);
+  *begin = std::min(static_cast<int64_t>(r) * shard_.size + i * piece_, slice_end);
+  *end = std::min(*begin + piece_, slice_end);
+}
+
+int64_t ZeroParamGather::round_of(int64_t x) const { return (x % shard_.size) / piece_; }
+
 ZeroParamGather::~ZeroParamGather() {
   // The group may cancel unfinished work when destroyed; finish it first.
   settle(core::Stream::cpu()).IgnoreError();
@@ -62,16 +67,43 @@ ZeroParamGather::~ZeroParamGather() {
 absl::Status ZeroParamGather::issue(const core::Stream& stream) {
   if (!works_.empty()) {
     return absl::FailedPreconditionError(
-        "zero param gather: the last step's broadcasts were not settled");
+        "zero param gather: the last step's rounds were not settled");
   }
   const core::Tensor values = store_.flat_values(dtype_);
+  char* base = static_cast<char*>(values.raw_data());
+  const int64_t esize = static_cast<int64_t>(core::dtype_size(dtype_));
+  auto buffer = [&](int64_t begin, int64_t end) {
+    comm::Buffer b;
+    b.data = base + begin * esize;
+    b.count = end - begin;
+    b.dtype = dtype_;
+    b.device = values.device();
+    return b;
+  };
   comm::CollectiveOptions o;
   o.stream = stream;
-  for (const Piece& p : pieces_) {
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, values.slice(p.begin, p.end));
-    absl::StatusOr<comm::WorkPtr> w = pg_->broadcast(t, p.root, o);
+  const int me = pg_->rank();
+  std::vector<comm::P2POp> ops;
+  for (int64_t i = 0; i < rounds_; ++i) {
+    ops.clear();
+    int64_t mine_begin = 0, mine_end = 0;
+    piece(me, i, &mine_begin, &mine_end);
+    for (int p = 0; p < pg_->size(); ++p) {
+      if (p == me) continue;
+      int64_t begin = 0, end = 0;
+      piece(p, i, &begin, &end);
+      if (mine_end > mine_begin) {
+        ops.push_back({comm::P2POp::Kind::kSend, buffer(mine_begin, mine_end), p});
+      }
+      if (end > begin) ops.push_back({comm::P2POp::Kind::kRecv, buffer(begin, end), p});
+    }
+    if (ops.empty()) {  // (every rank sees the same empty pieces: no peer waits on this one)
+      works_.push_back(nullptr);
+      continue;
+    }
+    absl::StatusOr<comm::WorkPtr> w = pg_->batch_send_recv(ops, o);
     if (!w.ok()) {
-      // The pieces issued so far still finish before anything reads the weights.
+      // The rounds issued so far still finish before anything reads the weights.
       return core::annotate(w.status(), "low_level_zero: gathering the parameters");
     }
     works_.push_back(*std::move(w));
@@ -96,6 +128,7 @@ absl::Status ZeroParamGather::wait_through(int64_t last) {
   if (!compute_.has_value()) return settle(core::Stream::cpu());
   for (; static_cast<int64_t>(waited_) <= last; ++waited_) {
     const comm::WorkPtr& w = works_[waited_];
+    if (w == nullptr) continue;
     if (compute_->is_cuda()) {
       w->wait_stream(*compute_);
     } else {
@@ -108,6 +141,7 @@ absl::Status ZeroParamGather::wait_through(int64_t last) {
 absl::Status ZeroParamGather::settle(const core::Stream& on) {
   absl::Status first;
   for (const comm::WorkPtr& w : works_) {
+    if (w == nullptr) continue;
     if (on.is_cuda()) {
       w->wait_stream(on);
     } else {

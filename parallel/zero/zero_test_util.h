@@ -103,7 +103,7 @@ struct ZeroRun {
   std::vector<ShardPiece> pieces;
   std::vector<float> master;
   int64_t issued = 0, issued_in_hooks = 0;
-  int64_t gathers = 0;  // the weights' broadcast pieces (overlap_allgather)
+  int64_t gathers = 0;  // the weights' rounds of pieces (overlap_allgather)
   int64_t numel = 0;
   std::vector<std::pair<int64_t, int64_t>> key_bias;  // (offset, numel) of c_attn's key bias
 };
