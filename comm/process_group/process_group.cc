@@ -128,10 +128,14 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp 
         " (reduce with sum and divide)"));
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_all_reduce(next_op(OpType::kAllReduce, options,
-                               absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()),
-                               buffer.nbytes()),
-                       buffer, op);
+  OpInfo info = next_op(OpType::kAllReduce, options,
+                        absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes());
+  if (size_ == 1) {  // the identity (avg divides by one exactly)
+    auto done = std::make_shared<Work>(info.description);
+    done->complete(absl::OkStatus());
+    return WorkPtr(done);
+  }
+  return do_all_reduce(std::move(info), buffer, op);
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const Buffer& output, const Buffer& input,

@@ -22,7 +22,9 @@
 //   * Buffers: contiguous; `count` elements of `dtype`; in one call all on one
 //     device and (except all_to_all counts) of one dtype. They must stay valid
 //     until the Work completes; inputs must not change meanwhile.
-//   * all_reduce(buf, op): in place on every rank.
+//   * all_reduce(buf, op): in place on every rank. A group of one rank
+//     returns a completed Work at once (every op is the identity there):
+//     nothing is launched, so ddp and ZeRO on one GPU pay no collectives.
 //   * reduce_scatter(out, in, op): in.count == out.count * size(); rank r gets
 //     the reduction of every rank's in[r*n, (r+1)*n). In place when
 //     out.data == in.data + r * out.nbytes(); other overlaps are errors.

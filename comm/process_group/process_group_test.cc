@@ -98,6 +98,25 @@ TEST(ProcessGroupTest, SequenceNumbersDescriptionsAndOptions) {
   EXPECT_EQ(g.ops[2].type, OpType::kBarrier);
 }
 
+// A group of one rank: all_reduce is the identity and reaches no backend
+// (ddp and ZeRO on one GPU launch nothing), yet still takes its sequence
+// number and checks its buffer.
+TEST(ProcessGroupTest, AllReduceOfOneRankIsDoneAtOnce) {
+  FakeGroup g(0, 1);
+  std::vector<float> a = {1.5f, -2.0f, 3.25f};
+  absl::StatusOr<WorkPtr> w = g.all_reduce(Buffer::cpu(a.data(), 3), ReduceOp::kAvg);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE((*w)->is_completed());
+  EXPECT_TRUE((*w)->wait().ok());
+  EXPECT_EQ(a, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  EXPECT_TRUE(g.ops.empty());
+  ASSERT_TRUE(g.barrier().ok());
+  ASSERT_EQ(g.ops.size(), 1u);
+  EXPECT_EQ(g.ops[0].seq, 1u);  // the all_reduce took #0
+  std::vector<int32_t> ints(2, 7);
+  expect_invalid(g.all_reduce(Buffer::cpu(ints.data(), 2), ReduceOp::kAvg), "avg");
+}
+
 TEST(ProcessGroupTest, BufferErrors) {
   FakeGroup g(0, 2);
   expect_invalid(g.all_reduce(Buffer{nullptr, 3, DType::kF32}, ReduceOp::kSum), "null");
