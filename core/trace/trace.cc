@@ -52,6 +52,7 @@ struct Anchor {
 struct Trace {
   std::mutex mu;
   int process = 0;
+  int64_t starter = 0;  // the thread that started the trace
   uint64_t generation = 0;
   Clock::time_point t0;
   std::vector<HostEvent> host;
@@ -114,6 +115,7 @@ absl::Status start(int process) {
   std::lock_guard<std::mutex> lock(t.mu);
   if (g_on.load()) return absl::FailedPreconditionError("trace: a trace is running already");
   t.process = process;
+  t.starter = thread_number();
   ++t.generation;
   t.t0 = Clock::now();
   t.host.clear();
@@ -187,14 +189,18 @@ absl::Status stop_and_write(const std::string& path) {
   }
   for (const auto& [thread, unused] : threads) {
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", t.process}, {"tid", thread},
-                      {"args", {{"name", thread == 0 ? std::string("host: main thread")
-                                                      : absl::StrCat("host: thread ", thread)}}}});
+                      {"args", {{"name", thread == t.starter
+                                             ? std::string("host: the trace's thread")
+                                             : absl::StrCat("host: thread ", thread)}}}});
   }
 #if COLOSSAL_WITH_CUDA
+  // Every span's end has happened (waited for through its own event: a
+  // stream may be gone by now).
+  for (const DeviceEvent& e : t.device) {
+    if (e.end != nullptr) CUDA_CHECK(cudaEventSynchronize(e.end));
+  }
   // Device tracks after the host threads: tid 1000 + the stream's number.
   for (const auto& [key, track] : t.streams) {
-    DeviceGuard guard(Device::cuda(key.first));
-    CUDA_CHECK(cudaStreamSynchronize(key.second));
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", t.process}, {"tid", 1000 + track},
                       {"args", {{"name", absl::StrCat("cuda:", key.first, " stream ", track)}}}});
   }

@@ -13,8 +13,8 @@
 //
 // Contract: spans are free when no trace runs (one relaxed atomic load).
 // Spans may be opened on any thread; a span that outlives stop() is
-// dropped. stop_and_write waits for every stream a device span used (the
-// events must have completed) and writes the file under a temporary name,
+// dropped. stop_and_write waits for every device span's end event (a stream
+// may have been destroyed since) and writes the file under a temporary name,
 // renamed into place. A CPU stream (or none) gives a host span only.
 #ifndef COLOSSAL_CORE_TRACE_TRACE_H_
 #define COLOSSAL_CORE_TRACE_TRACE_H_
