@@ -369,6 +369,7 @@ function recipe.run(t, file, bench)
   local trace_file
   if tr then
     trace_file = world > 1 and (tr.file:gsub("%.json$", "") .. ".rank" .. env.rank .. ".json") or tr.file
+    if tr.step <= start then say("colossal: trace.step %d is before the resumed step %d: no trace", tr.step, start + 1) end
   end
 
   local first_loss, last_loss
