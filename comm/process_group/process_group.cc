@@ -1,6 +1,7 @@
 #include "comm/process_group/process_group.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -89,6 +90,31 @@ ProcessGroup::ProcessGroup(int rank, int size, std::vector<int> world_ranks,
   COLOSSAL_CHECK_EQ(static_cast<int>(world_ranks_.size()), size_);
 }
 
+namespace {
+
+// A collective that is the identity (a group of one rank): complete at once;
+// waiting for it waits for the input stream's work issued before it.
+class IdentityWork : public Work {
+ public:
+  IdentityWork(std::string description, std::optional<core::Event> issued)
+      : Work(std::move(description)), issued_(std::move(issued)) {
+    complete(absl::OkStatus());
+  }
+  bool is_completed() override { return !issued_.has_value() || issued_->query(); }
+  absl::Status wait(absl::Duration timeout) override {
+    if (issued_.has_value()) issued_->synchronize();
+    return Work::wait(timeout);
+  }
+  void wait_stream(const core::Stream& stream) override {
+    if (issued_.has_value()) issued_->wait(stream);
+  }
+
+ private:
+  std::optional<core::Event> issued_;
+};
+
+}  // namespace
+
 ProcessGroup::~ProcessGroup() = default;
 
 OpInfo ProcessGroup::next_op(OpType type, const CollectiveOptions& options, std::string detail,
@@ -130,10 +156,17 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp 
   std::lock_guard<std::mutex> lock(issue_mu_);
   OpInfo info = next_op(OpType::kAllReduce, options,
                         absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes());
-  if (size_ == 1) {  // the identity (avg divides by one exactly)
-    auto done = std::make_shared<Work>(info.description);
-    done->complete(absl::OkStatus());
-    return WorkPtr(done);
+  // One rank: the identity (avg divides by one exactly). Host buffers need
+  // nothing; device buffers on a given input stream get a Work that still
+  // orders what waits for it after that stream's work so far.
+  if (size_ == 1 && buffer.device.is_cpu()) {
+    return WorkPtr(std::make_shared<IdentityWork>(info.description, std::nullopt));
+  }
+  if (size_ == 1 && info.stream.has_value() && info.stream->is_cuda() &&
+      info.stream->device() == buffer.device) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event issued, core::Event::create(buffer.device));
+    issued.record(*info.stream);
+    return WorkPtr(std::make_shared<IdentityWork>(info.description, std::move(issued)));
   }
   return do_all_reduce(std::move(info), buffer, op);
 }

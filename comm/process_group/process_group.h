@@ -23,8 +23,11 @@
 //     device and (except all_to_all counts) of one dtype. They must stay valid
 //     until the Work completes; inputs must not change meanwhile.
 //   * all_reduce(buf, op): in place on every rank. A group of one rank
-//     returns a completed Work at once (every op is the identity there):
-//     nothing is launched, so ddp and ZeRO on one GPU pay no collectives.
+//     launches nothing (every op is the identity there), so ddp and ZeRO on
+//     one GPU pay no collectives: host buffers get a completed Work; device
+//     buffers with options.stream a Work that waits (stream or host) for
+//     that stream's work issued before the call, as the collective would;
+//     device buffers without one still go to the backend.
 //   * reduce_scatter(out, in, op): in.count == out.count * size(); rank r gets
 //     the reduction of every rank's in[r*n, (r+1)*n). In place when
 //     out.data == in.data + r * out.nbytes(); other overlaps are errors.
