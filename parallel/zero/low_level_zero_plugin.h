@@ -185,8 +185,8 @@ struct LowLevelZeroOptions {
   // round only before the first module that uses it
   // (parallel/zero/zero_param_gather.h), instead of one
   // all_gather of the whole model before the forward. The same bytes: the
-  // results are bitwise those without it. Applies at world size > 1 without
-  // cpu_offload (whose upload writes the weights as they arrive).
+  // results are bitwise those without it. Applies at world size > 1, on CUDA
+  // without cpu_offload (whose upload writes the weights as they arrive).
   bool overlap_allgather = true;
   // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
   // process of a host its share of the cores.
