@@ -27,6 +27,12 @@ absl::Status Work::wait(absl::Duration timeout) {
 
 void Work::wait_stream(const core::Stream& stream) { (void)wait(); }
 
+absl::Status Work::wait_on(const core::Stream& stream) {
+  if (!stream.is_cuda()) return wait();
+  wait_stream(stream);
+  return absl::OkStatus();
+}
+
 absl::Status Work::status() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!status_) return absl::UnavailableError(absl::StrCat(description_, " is still running"));

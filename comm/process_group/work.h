@@ -53,6 +53,10 @@ class Work {
   // backend), this is wait() and `stream` is not used. Errors surface in
   // status() / wait().
   virtual void wait_stream(const core::Stream& stream);
+  // Waits the way `stream` runs: a CUDA stream waits on the device
+  // (wait_stream; OK now, errors surface in status() / wait()), the CPU
+  // stream on the host (wait(), whose status it returns).
+  absl::Status wait_on(const core::Stream& stream);
   // The final status once completed; while running, UnavailableError("... is
   // still running").
   virtual absl::Status status();

@@ -322,15 +322,10 @@ absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booste
     }
   }
   // The last stage's logits to every stage (the group's rank i is stage i).
-  const bool cuda = stream.is_cuda();
   comm::CollectiveOptions o;
-  if (cuda) o.stream = stream;
+  if (stream.is_cuda()) o.stream = stream;
   COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pipe->group->broadcast(logits, pipe->stages - 1, o));
-  if (cuda) {
-    w->wait_stream(stream);
-  } else {
-    COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "pipeline: sharing the logits"));
-  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait_on(stream), "pipeline: sharing the logits"));
   return logits;
 }
 

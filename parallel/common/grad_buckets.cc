@@ -136,12 +136,8 @@ void BucketedGradReducer::track(comm::WorkPtr work) { works_.push_back(std::move
 absl::Status BucketedGradReducer::wait_all(const core::Stream& stream) {
   absl::Status first;
   for (const comm::WorkPtr& w : works_) {
-    if (stream.is_cuda()) {
-      w->wait_stream(stream);
-    } else {
-      absl::Status s = w->wait();
-      if (first.ok() && !s.ok()) first = s;
-    }
+    absl::Status s = w->wait_on(stream);
+    if (first.ok() && !s.ok()) first = s;
   }
   works_.clear();
   return first;

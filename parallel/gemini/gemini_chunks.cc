@@ -85,11 +85,8 @@ comm::CollectiveOptions GeminiPlugin::State::collective() const {
 absl::Status GeminiPlugin::State::finish(absl::StatusOr<comm::WorkPtr> work,
                                          const std::string& what) const {
   if (!work.ok()) return core::annotate(work.status(), what);
-  if (cuda) {
-    (*work)->wait_stream(stream);  // later work on the stream runs after it; no host wait
-    return absl::OkStatus();
-  }
-  return core::annotate((*work)->wait(), what);
+  // CUDA: later work on the stream runs after it, no host wait.
+  return core::annotate((*work)->wait_on(stream), what);
 }
 
 // ---- accounting and placement ----

@@ -231,9 +231,7 @@ absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
   // Sums a gradient over `group`, ordered before `stream`'s next work.
   const auto sum = [&](comm::ProcessGroup& group, const nn::Parameter& p) -> absl::Status {
     COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, group.all_reduce(p.grad, comm::ReduceOp::kSum, o));
-    if (!stream.is_cuda()) return core::annotate(w->wait(), absl::StrCat("summing ", p.name));
-    w->wait_stream(stream);
-    return absl::OkStatus();
+    return core::annotate(w->wait_on(stream), absl::StrCat("summing ", p.name));
   };
   if (s.options.sequence_parallel) {
     // Every tp rank saw its own positions: the whole-parameter gradients are

@@ -70,15 +70,9 @@ absl::Status ZeroParamGather::issue(const core::Stream& stream) {
         "zero param gather: the last step's rounds were not settled");
   }
   const core::Tensor values = store_.flat_values(dtype_);
-  char* base = static_cast<char*>(values.raw_data());
-  const int64_t esize = static_cast<int64_t>(core::dtype_size(dtype_));
-  auto buffer = [&](int64_t begin, int64_t end) {
-    comm::Buffer b;
-    b.data = base + begin * esize;
-    b.count = end - begin;
-    b.dtype = dtype_;
-    b.device = values.device();
-    return b;
+  auto buffer = [&](int64_t begin, int64_t end) -> absl::StatusOr<comm::Buffer> {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor piece, values.slice(begin, end));
+    return comm::Buffer::of(piece);
   };
   comm::CollectiveOptions o;
   o.stream = stream;
@@ -93,9 +87,13 @@ absl::Status ZeroParamGather::issue(const core::Stream& stream) {
       int64_t begin = 0, end = 0;
       piece(p, i, &begin, &end);
       if (mine_end > mine_begin) {
-        ops.push_back({comm::P2POp::Kind::kSend, buffer(mine_begin, mine_end), p});
+        COLOSSAL_ASSIGN_OR_RETURN(comm::Buffer mine, buffer(mine_begin, mine_end));
+        ops.push_back({comm::P2POp::Kind::kSend, mine, p});
       }
-      if (end > begin) ops.push_back({comm::P2POp::Kind::kRecv, buffer(begin, end), p});
+      if (end > begin) {
+        COLOSSAL_ASSIGN_OR_RETURN(comm::Buffer theirs, buffer(begin, end));
+        ops.push_back({comm::P2POp::Kind::kRecv, theirs, p});
+      }
     }
     if (ops.empty()) {  // (every rank sees the same empty pieces: no peer waits on this one)
       works_.push_back(nullptr);
@@ -129,11 +127,8 @@ absl::Status ZeroParamGather::wait_through(int64_t last) {
   for (; static_cast<int64_t>(waited_) <= last; ++waited_) {
     const comm::WorkPtr& w = works_[waited_];
     if (w == nullptr) continue;
-    if (compute_->is_cuda()) {
-      w->wait_stream(*compute_);
-    } else {
-      COLOSSAL_RETURN_IF_ERROR(core::annotate(w->wait(), "low_level_zero: gathering the parameters"));
-    }
+    COLOSSAL_RETURN_IF_ERROR(
+        core::annotate(w->wait_on(*compute_), "low_level_zero: gathering the parameters"));
   }
   return absl::OkStatus();
 }
@@ -142,12 +137,8 @@ absl::Status ZeroParamGather::settle(const core::Stream& on) {
   absl::Status first;
   for (const comm::WorkPtr& w : works_) {
     if (w == nullptr) continue;
-    if (on.is_cuda()) {
-      w->wait_stream(on);
-    } else {
-      absl::Status s = w->wait();
-      if (first.ok() && !s.ok()) first = s;
-    }
+    absl::Status s = w->wait_on(on);
+    if (first.ok() && !s.ok()) first = s;
   }
   works_.clear();
   waited_ = 0;
