@@ -43,13 +43,27 @@ COLOSSAL_AVX2 inline __m256 load8(const BFloat16* x) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
 }
 
-COLOSSAL_AVX2 inline void store8(float* out, __m256 x) { _mm256_storeu_ps(out, x); }
-COLOSSAL_AVX2 inline void store8(Half* out, __m256 x) {
+// store8 / store16 with `stream` write with a non-temporal store, which skips
+// reading the line first; `out` must then be aligned to the vector's bytes
+// (16 / 32 / 64), and the writer fences (_mm_sfence) before others read.
+COLOSSAL_AVX2 inline void store8(float* out, __m256 x, bool stream = false) {
+  if (stream) {
+    _mm256_stream_ps(out, x);
+  } else {
+    _mm256_storeu_ps(out, x);
+  }
+}
+COLOSSAL_AVX2 inline void store8(Half* out, __m256 x, bool stream = false) {
   const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   x = _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(kHalfNanAsFloat)), nan);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  const __m128i h = _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+  if (stream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), h);
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), h);
+  }
 }
-COLOSSAL_AVX2 inline void store8(BFloat16* out, __m256 x) {
+COLOSSAL_AVX2 inline void store8(BFloat16* out, __m256 x, bool stream = false) {
   const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
   x = _mm256_blendv_ps(x, _mm256_castsi256_ps(_mm256_set1_epi32(kBf16NanAsFloat)), nan);
   const __m256i u = _mm256_castps_si256(x);
@@ -58,7 +72,11 @@ COLOSSAL_AVX2 inline void store8(BFloat16* out, __m256 x) {
       _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
   // packus works per 128-bit lane: [r0..r3 r0..r3 | r4..r7 r4..r7]; gather 64-bit halves 0 and 2.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+  if (stream) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+  } else {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(packed));
+  }
 }
 
 // ---- AVX-512F: 16 lanes ----
@@ -73,20 +91,35 @@ COLOSSAL_AVX512 inline __m512 load16(const BFloat16* x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
 }
 
-COLOSSAL_AVX512 inline void store16(float* out, __m512 x) { _mm512_storeu_ps(out, x); }
-COLOSSAL_AVX512 inline void store16(Half* out, __m512 x) {
+COLOSSAL_AVX512 inline void store16(float* out, __m512 x, bool stream = false) {
+  if (stream) {
+    _mm512_stream_ps(out, x);
+  } else {
+    _mm512_storeu_ps(out, x);
+  }
+}
+COLOSSAL_AVX512 inline void store16(Half* out, __m512 x, bool stream = false) {
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   x = _mm512_mask_mov_ps(x, nan, _mm512_castsi512_ps(_mm512_set1_epi32(kHalfNanAsFloat)));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+  const __m256i h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT);
+  if (stream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), h);
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), h);
+  }
 }
-COLOSSAL_AVX512 inline void store16(BFloat16* out, __m512 x) {
+COLOSSAL_AVX512 inline void store16(BFloat16* out, __m512 x, bool stream = false) {
   const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
   x = _mm512_mask_mov_ps(x, nan, _mm512_castsi512_ps(_mm512_set1_epi32(kBf16NanAsFloat)));
   const __m512i u = _mm512_castps_si512(x);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   const __m512i r =
       _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(r));
+  if (stream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(r));
+  } else {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(r));
+  }
 }
 
 }  // namespace colossal::kernels::simd
