@@ -226,6 +226,44 @@ TEST(HfTokenizerJsonTest, FolderChoosesTokenizerJsonThenModel) {
   EXPECT_TRUE(absl::StrContains(LoadTokenizer(dir + "/vocab.txt").status().message(), "expected a model folder"));
 }
 
+// OpenAI's GPT-2 release files (encoder.json + vocab.bpe), as a folder or as
+// the encoder.json path: the same tokenizer as the tiktoken ranks of the same
+// vocabulary, GPT-2's EOS; an encoder.json without its vocab.bpe names it.
+TEST(HfTokenizerJsonTest, EncoderJsonAndVocabBpeFolderIsGpt2) {
+  const std::string dir = TestDir();
+  absl::StatusOr<std::string> encoder = ReadFileToString("io/tokenizer/testdata/tiny_encoder.json");
+  absl::StatusOr<std::string> merges = ReadFileToString("io/tokenizer/testdata/tiny_vocab.bpe");
+  ASSERT_TRUE(encoder.ok() && merges.ok());
+  WriteFile(dir + "/encoder.json", *encoder);
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> alone = LoadTokenizer(dir);
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kNotFound) << alone.status();  // no vocab.bpe yet
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> file_alone = LoadTokenizer(dir + "/encoder.json");
+  EXPECT_FALSE(file_alone.ok());
+  EXPECT_TRUE(absl::StrContains(file_alone.status().message(), "vocab.bpe")) << file_alone.status();
+  WriteFile(dir + "/vocab.bpe", *merges);
+  std::unique_ptr<TextTokenizer> tiktoken = LoadOrDie("io/tokenizer/testdata/tiny.tiktoken");
+  ASSERT_NE(tiktoken, nullptr);
+  for (const std::string& path : {dir, dir + "/encoder.json"}) {
+    std::unique_ptr<TextTokenizer> gym = LoadOrDie(path);
+    ASSERT_NE(gym, nullptr) << path;
+    EXPECT_EQ(gym->kind(), "encoder.json");
+    EXPECT_EQ(gym->eos_id(), kGpt2EndOfTextId);
+    EXPECT_FALSE(gym->adds_bos());
+    for (const char* text : {"hello world, it's a test\n  of  spaces<|endoftext|>", "abc 123 !?"}) {
+      absl::StatusOr<std::vector<int32_t>> a = gym->Encode(text, true);
+      absl::StatusOr<std::vector<int32_t>> b = tiktoken->Encode(text, true);
+      ASSERT_TRUE(a.ok() && b.ok());
+      EXPECT_EQ(*a, *b) << text;
+      EXPECT_GT(a->size(), 3u);
+    }
+  }
+  // A model folder's own tokenizer.json still comes first.
+  WriteFile(dir + "/tokenizer.json", *ReadFileToString(kGpt2Json));
+  std::unique_ptr<TextTokenizer> preferred = LoadOrDie(dir);
+  ASSERT_NE(preferred, nullptr);
+  EXPECT_EQ(preferred->kind(), "tokenizer.json");
+}
+
 TEST(HfTokenizerJsonTest, TiktokenFileKeepsGpt2Behaviour) {
   std::unique_ptr<TextTokenizer> tok = LoadOrDie("io/tokenizer/testdata/tiny.tiktoken");
   ASSERT_NE(tok, nullptr);

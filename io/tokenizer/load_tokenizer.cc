@@ -23,16 +23,29 @@ std::string FolderOf(const std::string& file) {
   return slash == std::string::npos ? "." : file.substr(0, slash);
 }
 
+std::string BaseName(const std::string& file) {
+  const size_t slash = file.rfind('/');
+  return slash == std::string::npos ? file : file.substr(slash + 1);
+}
+
 absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadFile(const std::string& file) {
   if (absl::EndsWith(file, ".tiktoken")) {
     absl::StatusOr<Tokenizer> tok = Tokenizer::FromTiktokenFile(file);
     if (!tok.ok()) return tok.status();
     return std::unique_ptr<TextTokenizer>(BpeTextTokenizer::FromGpt2(*std::move(tok), file));
   }
+  if (BaseName(file) == "encoder.json") {  // OpenAI's GPT-2 release: vocab.bpe beside it
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromDataGymFiles(file, FolderOf(file) + "/vocab.bpe");
+    if (!tok.ok()) return tok.status();
+    return std::unique_ptr<TextTokenizer>(
+        BpeTextTokenizer::FromGpt2(*std::move(tok), file, /*from_encoder_json=*/true));
+  }
   const bool json = absl::EndsWith(file, ".json");
   if (!json && !absl::EndsWith(file, ".model")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer '", file, "': expected a model folder, a tokenizer.json, a tokenizer.model or a .tiktoken file"));
+        "tokenizer '", file,
+        "': expected a model folder, a tokenizer.json, a tokenizer.model, an encoder.json (with vocab.bpe "
+        "beside it) or a .tiktoken file"));
   }
   absl::StatusOr<TokenizerConfig> config = ReadTokenizerConfig(FolderOf(file) + "/tokenizer_config.json");
   if (!config.ok()) return config.status();
@@ -52,6 +65,8 @@ std::optional<std::string> TokenizerFileIn(const std::string& folder) {
     std::string file = absl::StrCat(folder, "/", name);
     if (IsFile(file)) return file;
   }
+  std::string encoder = absl::StrCat(folder, "/encoder.json");
+  if (IsFile(encoder) && IsFile(absl::StrCat(folder, "/vocab.bpe"))) return encoder;
   return std::nullopt;
 }
 
@@ -61,7 +76,8 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& 
   if (!S_ISDIR(st.st_mode)) return LoadFile(path);
   if (std::optional<std::string> file = TokenizerFileIn(path)) return LoadFile(*file);
   return absl::NotFoundError(
-      absl::StrCat("tokenizer folder '", path, "' has neither tokenizer.json nor tokenizer.model"));
+      absl::StrCat("tokenizer folder '", path,
+                   "' has no tokenizer.json, tokenizer.model, or encoder.json with vocab.bpe"));
 }
 
 }  // namespace colossal::io

@@ -9,7 +9,8 @@
 // LoadTokenizer(path):
 //  * a folder (a Hugging Face model folder): its tokenizer.json if there is
 //    one (preferred, as transformers' fast tokenizers), else its
-//    tokenizer.model; tokenizer_config.json beside them, when present, names
+//    tokenizer.model, else OpenAI's GPT-2 files encoder.json + vocab.bpe;
+//    tokenizer_config.json beside them, when present, names
 //    bos_token/eos_token and, for tokenizer.model only, add_bos_token
 //    (default true) and add_eos_token (default false), as Llama 2's
 //    LlamaTokenizer has them. For tokenizer.json the file's post-processor
@@ -17,8 +18,9 @@
 //    Llama 3.
 //  * a file: *.json is a tokenizer.json, *.model a SentencePiece model (each
 //    with the tokenizer_config.json of its folder), *.tiktoken GPT-2's ranks
-//    (tokenizer.h; <|endoftext|> = 50256 is EOS, no BOS).
-// Errors name the path: NotFound for a folder with neither file,
+//    and encoder.json OpenAI's GPT-2 vocabulary with the vocab.bpe beside it
+//    (tokenizer.h; for both, <|endoftext|> = 50256 is EOS, no BOS).
+// Errors name the path: NotFound for a folder with none of these,
 // InvalidArgument for a bad file (with its JSON key).
 //
 #ifndef COLOSSAL_IO_TOKENIZER_LOAD_TOKENIZER_H_
@@ -36,8 +38,8 @@ namespace colossal::io {
 absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path);
 
 // The file LoadTokenizer(folder) reads in a model folder: folder/tokenizer.json,
-// else folder/tokenizer.model; nullopt when neither is a file (or `folder` is
-// not a folder). Callers use it to prefer a model folder's own tokenizer.
+// else folder/tokenizer.model, else folder/encoder.json when vocab.bpe is
+// beside it; nullopt when none is (or `folder` is not a folder). Callers use it to prefer a model folder's own tokenizer.
 std::optional<std::string> TokenizerFileIn(const std::string& folder);
 
 }  // namespace colossal::io

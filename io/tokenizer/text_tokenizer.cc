@@ -26,10 +26,12 @@ BpeTextTokenizer::BpeTextTokenizer(Tokenizer tokenizer, std::string path, std::s
       prefix_(std::move(prefix)),
       suffix_(std::move(suffix)) {}
 
-std::unique_ptr<BpeTextTokenizer> BpeTextTokenizer::FromGpt2(Tokenizer tokenizer, std::string path) {
+std::unique_ptr<BpeTextTokenizer> BpeTextTokenizer::FromGpt2(Tokenizer tokenizer, std::string path,
+                                                            bool from_encoder_json) {
   const std::optional<int32_t> eot = tokenizer.special_token_id(kEndOfText);
   return std::unique_ptr<BpeTextTokenizer>(
-      new BpeTextTokenizer(std::move(tokenizer), std::move(path), "tiktoken", {}, {}, std::nullopt, eot));
+      new BpeTextTokenizer(std::move(tokenizer), std::move(path),
+                           from_encoder_json ? "encoder.json" : "tiktoken", {}, {}, std::nullopt, eot));
 }
 
 absl::StatusOr<std::unique_ptr<BpeTextTokenizer>> BpeTextTokenizer::FromHfJson(HfTokenizerJson hf, std::string path,

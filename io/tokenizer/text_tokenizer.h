@@ -60,7 +60,7 @@ class TextTokenizer {
   // tokenizer adds one (Llama 2 and 3, as llm.c's Llama 3 shards), else the
   // EOS (GPT-2's <|endoftext|>, as llm.c's GPT-2 shards); nullopt if neither.
   std::optional<int32_t> document_delimiter() const { return adds_bos_ && bos_id_ ? bos_id_ : eos_id_; }
-  // "tiktoken", "tokenizer.json" or "sentencepiece".
+  // "tiktoken", "encoder.json", "tokenizer.json" or "sentencepiece".
   virtual std::string_view kind() const = 0;
   // The file it was read from.
   const std::string& path() const { return path_; }
@@ -80,8 +80,10 @@ class TextTokenizer {
 // or a tokenizer.json.
 class BpeTextTokenizer final : public TextTokenizer {
  public:
-  // GPT-2: <|endoftext|> is the EOS; nothing is added.
-  static std::unique_ptr<BpeTextTokenizer> FromGpt2(Tokenizer tokenizer, std::string path);
+  // GPT-2: <|endoftext|> is the EOS; nothing is added. Its kind() is
+  // "tiktoken", or "encoder.json" when read from OpenAI's encoder.json + vocab.bpe.
+  static std::unique_ptr<BpeTextTokenizer> FromGpt2(Tokenizer tokenizer, std::string path,
+                                                    bool from_encoder_json = false);
   // A tokenizer.json; `bos_token`/`eos_token` (tokenizer_config.json's, may
   // be empty) name those tokens. Without them the BOS is the post-processor's
   // first added token and the EOS the first of <|end_of_text|>,
