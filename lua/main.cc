@@ -25,10 +25,10 @@ constexpr char kUsage[] =
     "\n"
     "commands:\n"
     "  check                     the build (CUDA, NCCL, cuDNN, Lua, OpenBLAS) and the GPUs here\n"
-    "  data prepare              tokenize text files into GPT-2 token shards\n"
+    "  data prepare              tokenize text into token shards (GPT-2 or Hugging Face tokenizer)\n"
     "  run                       start workers on this node, torchrun-style\n"
     "  <recipe.lua> [--set k=v]  train from a recipe\n"
-    "  generate                  continue a prompt with a checkpoint's GPT-2 (CPU)\n"
+    "  generate                  continue a prompt with a checkpoint's GPT-2 or Llama (CPU)\n"
     "  bench <recipe.lua>        time a recipe's training step (ms/step, tokens/s, MFU, memory)\n"
     "\n"
     "exit codes: 0 ok, 1 runtime failure, 2 usage error; run: the failing worker's code\n";

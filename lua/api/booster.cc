@@ -1,14 +1,17 @@
 // colossal.plugin and colossal.booster: Colossal-AI's Booster API over
-// parallel/ (one process, torch_ddp, low_level_zero).
+// parallel/: one process without a plugin, or colossal.plugin.<name> for every
+// plugin in parallel/registry (torch_ddp, low_level_zero, gemini,
+// hybrid_parallel), pipeline stages through booster:execute_pipeline. The
+// checkpoint methods are in checkpoint.cc.
 //
-//   local plugin = colossal.plugin.low_level_zero{ stage = 2, max_norm = 1.0 }
+//   local plugin = colossal.plugin.low_level_zero{ stage = 1, max_norm = 1.0 }
 //   local booster = colossal.booster{ plugin = plugin }        -- or mixed_precision = "bf16"
 //   model, optimizer, loader, sched = booster:boost(model, optimizer, loader, sched)
 //   optimizer:zero_grad()
 //   for i = 1, n do
 //     local loss = model(loader:next()) / n
 //     if i < n then
-//       local _ <close> = booster:no_sync(model)   -- accumulate locally (stage 1, ddp)
+//       local _ <close> = booster:no_sync(model)   -- accumulate locally (ddp, stage 1; stage 2 refuses it)
 //       booster:backward(loss, optimizer)
 //     else
 //       booster:backward(loss, optimizer)

@@ -160,8 +160,9 @@ int OpenData(lua_State* L);       // colossal.data
 int OpenOptim(lua_State* L);      // colossal.optim
 int OpenScheduler(lua_State* L);  // colossal.lr_scheduler
 int OpenBooster(lua_State* L);    // colossal.plugin; sets colossal.booster on the table at -2
-// Adds launch, env, clock, memory, device_info, jsonl, term, settings and
-// _key_line to the table on top of the stack.
+// Adds launch, env, clock, memory, reset_peak_memory, device_info,
+// trace_start, trace_stop, jsonl, term, settings and _key_line to the table
+// on top of the stack.
 int OpenUtil(lua_State* L);
 
 // The command line's `--set key=value` list, which colossal.settings(t)

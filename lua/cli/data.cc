@@ -30,7 +30,7 @@ constexpr FlagSpec kPrepareFlags[] = {
     {"--val_fraction", FlagKind::kValue, "F", "share of the text for validation (0.05)"},
     {"--tokenizer", FlagKind::kValue, "DIR|FILE",
      "a Hugging Face model folder (tokenizer.json, else tokenizer.model), one such file, "
-     "or GPT-2 ranks (default $COLOSSAL_DATA/gpt2.tiktoken)"},
+     "GPT-2 ranks (default $COLOSSAL_DATA/gpt2.tiktoken) or OpenAI's encoder.json with its vocab.bpe"},
     {"--threads", FlagKind::kValue, "N", "tokenizing threads (0: one per core)"},
     {"--name", FlagKind::kValue, "NAME", "shard file prefix: NAME_train_000000.bin (data)"},
 };

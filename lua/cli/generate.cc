@@ -1,8 +1,9 @@
-// `colossal generate`: text from a GPT-2 checkpoint, on the CPU.
+// `colossal generate`: text from a GPT-2 or Llama checkpoint, on the CPU.
 //
 // Resolves the checkpoint (a step directory, or a root whose `latest` names
 // one), reads its config.json, builds the model in float32 on the CPU, loads
-// the weights and encodes the prompt with GPT-2's tokenizer. Then, token by
+// the weights and encodes the prompt with --tokenizer, else the checkpoint
+// folder's own tokenizer, else GPT-2's (load_tokenizer.h). Then, token by
 // token, it runs the full forward over the last min(len, n_positions) tokens
 // (no KV cache), takes the logits of the last position over the real
 // vocabulary (the padded columns >= vocab_size are ignored) and picks the
@@ -56,8 +57,8 @@ constexpr FlagSpec kGenerateFlags[] = {
     {"--top_k", FlagKind::kValue, "K", "sample among the K likeliest tokens; 0: all (50)"},
     {"--seed", FlagKind::kValue, "S", "Philox seed of the sampling (1337)"},
     {"--tokenizer", FlagKind::kValue, "FILE|DIR",
-     "gpt2.tiktoken, tokenizer.json, tokenizer.model or a folder holding one (the checkpoint's "
-     "own, else $COLOSSAL_DATA/gpt2.tiktoken)"},
+     "gpt2.tiktoken, tokenizer.json, tokenizer.model, encoder.json (vocab.bpe beside it) or a "
+     "folder holding one (the checkpoint's own, else $COLOSSAL_DATA/gpt2.tiktoken)"},
 };
 
 std::string GenerateUsage() {

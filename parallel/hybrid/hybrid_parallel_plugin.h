@@ -9,7 +9,7 @@
 //     (Megatron's 1D scheme, nn/layers/tensor_parallel.h). The model must
 //     be declared as model_split() says before materialize; its table then
 //     holds this rank's pieces, which initialise to one process's values.
-//   * sp (sp_size > 1: all_to_all sequence parallelism, tp and pp 1): each
+//   * sp (sp_size > 1: all_to_all sequence parallelism): each
 //     rank of the sp group holds 1/sp of every sequence through the whole
 //     model (nn/layers/tensor_parallel.h, seq_to_heads); its ranks read the
 //     same data, and the inner plugin runs over dp x sp, whose gradients are

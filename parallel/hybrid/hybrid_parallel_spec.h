@@ -4,9 +4,9 @@
 //   parallel/booster/pipeline.h; zero_stage <= 1 then), pp_style "1f1b" |
 //   "interleaved" ("1f1b") with num_model_chunks (1; > 1 with interleaved),
 //   enable_sequence_parallelism (false) with sequence_parallelism_mode
-//   "split_gather" (needs tp_size > 1, pp_size 1, zero_stage <= 1; sp_size
-//   stays 1: it uses the tp ranks) or "all_to_all" (Ulysses over sp_size > 1
-//   ranks; tp_size 1 and pp_size 1 yet),
+//   "split_gather" (needs tp_size > 1 and zero_stage <= 1; sp_size stays 1:
+//   it uses the tp ranks) or "all_to_all" (Ulysses over sp_size > 1 ranks;
+//   composes with tp and pp),
 //   zero_stage 0 | 1 | 2 (0), precision "fp32" | "bf16" | "fp16" ("fp32", as
 //   low_level_zero here), max_norm >= 0 (0), zero_bucket_size_in_m (12),
 //   ddp_bucket_cap_mb (25), cpu_offload (false; with zero_stage >= 1),
