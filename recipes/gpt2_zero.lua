@@ -29,7 +29,7 @@ return {
   plugin = {
     name = "low_level_zero",
     stage = 2,                        -- shard optimizer states and gradients
-    overlap_communication = true,     -- reduce gradients while backward runs
+    overlap_communication = true,     -- reduce gradients while backward runs (false: after it)
     overlap_allgather = true,         -- gather the updated weights while the next forward runs
     reduce_bucket_size_in_m = 12,
     max_norm = 1.0,                   -- clip by global norm, inside the plugin

@@ -98,7 +98,7 @@ absl::StatusOr<std::vector<std::pair<nn::Module*, std::vector<int>>>> module_own
 
 absl::StatusOr<std::shared_ptr<BucketedGradReducer>> BucketedGradReducer::create(
     std::string who, nn::Module& model, const nn::ParameterStore& store,
-    std::vector<GradBucket> buckets, Launch launch) {
+    std::vector<GradBucket> buckets, Launch launch, bool overlap) {
   const nn::ParameterTable& table = store.table();
   COLOSSAL_ASSIGN_OR_RETURN(auto owned, module_owned_parameters(model, table));
   std::shared_ptr<BucketedGradReducer> r(new BucketedGradReducer());
@@ -106,6 +106,7 @@ absl::StatusOr<std::shared_ptr<BucketedGradReducer>> BucketedGradReducer::create
   r->store_ = store;
   r->buckets_ = std::move(buckets);
   r->launch_ = std::move(launch);
+  r->overlap_ = overlap;
   r->bucket_of_.assign(table.size(), -1);
   r->params_in_bucket_.assign(r->buckets_.size(), 0);
   for (size_t b = 0; b < r->buckets_.size(); ++b) {
@@ -171,6 +172,7 @@ absl::Status BucketedGradReducer::mark_final(int entry) {
 absl::Status BucketedGradReducer::on_module_done(const std::vector<int>& own) {
   if (!in_backward_ || !sync_) return absl::OkStatus();
   for (int e : own) COLOSSAL_RETURN_IF_ERROR(mark_final(e));
+  if (!overlap_) return absl::OkStatus();  // end_backward launches them all
   return launch_ready(/*in_hook=*/true);
 }
 

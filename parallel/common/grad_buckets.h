@@ -28,6 +28,10 @@
 //     module's backward hook. Parameters no hook finalised are finalised when
 //     the model's backward returns (end_backward); so are their buckets.
 //   * sync = false (no_sync): hooks do nothing.
+//   * overlap = false (Colossal-AI's overlap_communication = false): hooks
+//     only mark gradients final; every bucket is launched, in bucket order,
+//     when the backward returns (end_backward), so no collective runs beside
+//     the backward. The same collectives on the same data: the same results.
 //   * begin_backward waits for the previous backward's collectives.
 //   * CUDA: collectives get the compute stream as their input stream; wait_all
 //     on a CUDA stream makes it wait (Work::wait_stream), on the CPU stream it
@@ -83,10 +87,11 @@ class BucketedGradReducer {
 
   // Installs backward hooks on `model`'s modules (they hold a weak reference:
   // they do nothing once the reducer is gone). `who` prefixes error messages.
+  // `overlap`: launch buckets from the hooks (true) or at end_backward.
   // Errors: a module declaring a parameter `store` lacks (InvalidArgument).
   static absl::StatusOr<std::shared_ptr<BucketedGradReducer>> create(
       std::string who, nn::Module& model, const nn::ParameterStore& store,
-      std::vector<GradBucket> buckets, Launch launch);
+      std::vector<GradBucket> buckets, Launch launch, bool overlap = true);
   ~BucketedGradReducer();
 
   absl::Status begin_backward(const core::Stream& compute, bool sync);
@@ -118,6 +123,7 @@ class BucketedGradReducer {
   size_t next_launch_ = 0;
   bool in_backward_ = false;
   bool sync_ = false;
+  bool overlap_ = true;
   std::optional<core::Stream> input_stream_;
   std::vector<comm::WorkPtr> works_;
   int64_t issued_ = 0;

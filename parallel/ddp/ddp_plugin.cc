@@ -97,7 +97,8 @@ absl::Status DdpPlugin::boost(nn::Module& model, const nn::ParameterStore& store
       std::shared_ptr<BucketedGradReducer> reducer,
       BucketedGradReducer::create(
           "ddp", model, store, make_grad_buckets(table, cap_bytes),
-          [raw](size_t b, const comm::CollectiveOptions& o) { return raw->launch(b, o); }));
+          [raw](size_t b, const comm::CollectiveOptions& o) { return raw->launch(b, o); },
+          s.options.overlap_communication));
   s.store = store;
 
   if (s.options.broadcast_parameters) {

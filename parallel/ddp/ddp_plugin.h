@@ -66,6 +66,9 @@ struct DdpOptions {
   double bucket_cap_mb = 25.0;
   // Broadcast rank 0's parameters at boost (torch always does).
   bool broadcast_parameters = true;
+  // false: every bucket is all-reduced after the backward returns instead of
+  // beside it (hybrid_parallel's overlap_communication at zero_stage 0).
+  bool overlap_communication = true;
 };
 
 // GradBucket and make_grad_buckets (the bucket layout: per dtype, reverse

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
   if (options.zero_stage == 0) {
     DdpOptions o;
     o.bucket_cap_mb = options.ddp_bucket_cap_mb;
+    o.overlap_communication = options.overlap_communication;
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<DdpPlugin> ddp, DdpPlugin::create(reduce_over, o));
     s->inner = std::move(ddp);
   } else {
@@ -110,6 +111,7 @@ absl::StatusOr<std::unique_ptr<HybridParallelPlugin>> HybridParallelPlugin::crea
     o.reduce_bucket_size_in_m = options.zero_bucket_size_in_m;
     o.cpu_offload = options.cpu_offload;
     o.cpu_offload_threads = options.cpu_offload_threads;
+    o.overlap_communication = options.overlap_communication;
     o.norm_group = world;
     State* raw = s.get();  // the inner plugin is the state's: it never outlives it
     o.in_norm = [raw](const nn::ParameterEntry& e) { return raw->counts_in_norm(e); };

@@ -82,6 +82,9 @@ struct HybridParallelOptions {
   double zero_bucket_size_in_m = 12.0;  // zero_stage 1, 2
   bool cpu_offload = false;             // zero_stage 1, 2
   int cpu_offload_threads = 0;
+  // Colossal-AI's overlap_communication: false reduces the data-parallel
+  // gradients after the backward instead of beside it (ddp or ZeRO alike).
+  bool overlap_communication = true;
 };
 
 class HybridParallelPlugin : public Plugin {

@@ -69,7 +69,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   o.zero_bucket_size_in_m = options.number("zero_bucket_size_in_m", 12.0);
   o.ddp_bucket_cap_mb = options.number("ddp_bucket_cap_mb", 25.0);
   o.cpu_offload = options.boolean("cpu_offload", false);
-  const bool overlap = options.boolean("overlap_communication", true);
+  o.overlap_communication = options.boolean("overlap_communication", true);
   const int64_t num_microbatches = options.integer("num_microbatches", 0);
   const int64_t microbatch_size = options.integer("microbatch_size", 0);
   o.layers_per_stage = options.integers("num_layers_per_stage").value_or(std::vector<int64_t>{});
@@ -173,11 +173,6 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   if (o.cpu_offload && o.zero_stage == 0) {
     return option_error("cpu_offload",
                         "needs zero_stage 1 or 2 (the optimizer state it offloads is ZeRO's)");
-  }
-  if (!overlap) {
-    return option_error(
-        "overlap_communication",
-        "= false is not available: gradients are always reduced while backward runs");
   }
   return std::unique_ptr<PluginSpec>(
       std::make_unique<HybridParallelSpec>(o, precision, max_norm, s, num_microbatches,

@@ -10,7 +10,8 @@
 //   zero_stage 0 | 1 | 2 (0), precision "fp32" | "bf16" | "fp16" ("fp32", as
 //   low_level_zero here), max_norm >= 0 (0), zero_bucket_size_in_m (12),
 //   ddp_bucket_cap_mb (25), cpu_offload (false; with zero_stage >= 1),
-//   overlap_communication (true; false is refused), fp16 loss scaling:
+//   overlap_communication (true; false: the data-parallel gradients are
+//   reduced after the backward), fp16 loss scaling:
 //   initial_scale (2^16) and the rest (plugin_spec.h, read_loss_scaler).
 // It owns the precision, supports no_sync below zero_stage 2, clips by norm.
 #ifndef COLOSSAL_PARALLEL_HYBRID_HYBRID_PARALLEL_SPEC_H_

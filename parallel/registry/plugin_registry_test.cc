@@ -176,7 +176,6 @@ TEST(PluginRegistry, HybridParallelTakesColossalAIsNames) {
       {{{"tp_size", "0"}}, "tp_size"},
       {{{"zero_stage", "3"}}, "zero_stage"},
       {{{"cpu_offload", "true"}}, "cpu_offload"},
-      {{{"overlap_communication", "false"}}, "overlap_communication"},
       {{{"num_microbatches", "4"}}, "num_microbatches"},  // pp_size 1
       {{{"pp_size", "2"}, {"microbatch_size", "-1"}}, "microbatch_size"},
       {{{"pp_size", "2"}, {"num_layers_per_stage", "1,1,2"}}, "num_layers_per_stage"},
@@ -198,7 +197,6 @@ TEST(PluginRegistry, BadOptionsNameTheirKey) {
       {{{"precision", "fp8"}}, "precision"},
       {{{"max_norm", "-1"}}, "max_norm"},
       {{{"reduce_bucket_size_in_m", "0"}}, "reduce_bucket_size_in_m"},
-      {{{"overlap_communication", "false"}}, "overlap_communication"},
       {{{"communication_dtype", "fp16"}}, "communication_dtype"},
   };
   for (const auto& [values, key] : cases) {
@@ -207,6 +205,12 @@ TEST(PluginRegistry, BadOptionsNameTheirKey) {
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << key;
     EXPECT_EQ(option_key(s.status()), std::optional<std::string>(key)) << s.status();
   }
+  // Colossal-AI's overlap_communication = false is taken (buckets reduced
+  // after the backward), by both plugins that reduce buckets over dp.
+  MapOptions no_overlap(std::map<std::string, std::string>{{"overlap_communication", "false"}});
+  EXPECT_TRUE(make_plugin_spec("low_level_zero", no_overlap).ok());
+  MapOptions hybrid_no_overlap(std::map<std::string, std::string>{{"overlap_communication", "false"}});
+  EXPECT_TRUE(make_plugin_spec("hybrid_parallel", hybrid_no_overlap).ok());
   MapOptions bad_ddp(std::map<std::string, std::string>{{"bucket_cap_mb", "0"}});
   EXPECT_EQ(option_key(make_plugin_spec("torch_ddp", bad_ddp).status()), "bucket_cap_mb");
   EXPECT_EQ(option_key(absl::InvalidArgumentError("x")), std::nullopt);

@@ -207,6 +207,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   ro.bucket_bytes = cap_bytes;
   ro.all_reduce_owned_buckets = cuda;
   ro.shard_is_flat_buffer = s.local;
+  ro.overlap_communication = s.options.overlap_communication;
   COLOSSAL_ASSIGN_OR_RETURN(s.grads, ZeroGradReduction::create(s.pg, model, store, dtype, s.shard,
                                                                cuda ? s.stream : core::Stream::cpu(),
                                                                ro));

@@ -12,8 +12,8 @@
 //     over the flat gradient buffer, each issued from the module backward
 //     hooks as soon as its parameters are final, while the backward goes on
 //     (parallel/zero/zero_grad_reduction.h over parallel/common/grad_buckets.h,
-//     the ddp plugin's machinery; always overlapped, Colossal-AI's
-//     overlap_communication = true):
+//     the ddp plugin's machinery; Colossal-AI's overlap_communication =
+//     true; with false every bucket is issued after the backward returns):
 //       stage 1: all-reduce (average) in place, as ddp; no_sync accumulates
 //                locally and the next synced backward reduces the sum;
 //       stage 2: reduce-scatter (average): each rank receives its slice's part
@@ -188,6 +188,12 @@ struct LowLevelZeroOptions {
   // results are bitwise those without it. Applies at world size > 1, on CUDA
   // without cpu_offload (whose upload writes the weights as they arrive).
   bool overlap_allgather = true;
+  // Colossal-AI's overlap_communication: true reduces each gradient bucket
+  // as soon as the backward has finished it, beside the rest of the
+  // backward; false reduces every bucket after the backward returns (the
+  // same collectives, the same results: for debugging, or measuring what
+  // the overlap buys).
+  bool overlap_communication = true;
   // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
   // process of a host its share of the cores.
   int cpu_offload_threads = 0;

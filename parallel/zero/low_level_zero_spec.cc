@@ -51,7 +51,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
   }
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
   o.reduce_bucket_size_in_m = options.number("reduce_bucket_size_in_m", 12.0);
-  const bool overlap = options.boolean("overlap_communication", true);
+  o.overlap_communication = options.boolean("overlap_communication", true);
   o.cpu_offload = options.boolean("cpu_offload", false);
   // Colossal-AI defaults to false; here the same results come sooner, so true.
   o.overlap_allgather = options.boolean("overlap_allgather", true);
@@ -72,10 +72,6 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
                         absl::StrCat("= \"", comm_dtype, "\" is not available: gradients are reduced in the "
                                      "parameters' dtype (precision = \"", precision,
                                      "\"), Colossal-AI's default; leave it out or set it to that"));
-  }
-  if (!overlap) {
-    return option_error("overlap_communication",
-                        "= false is not available: gradients are always reduced while backward runs");
   }
   return std::unique_ptr<PluginSpec>(std::make_unique<LowLevelZeroSpec>(o, precision, max_norm, s));
 }

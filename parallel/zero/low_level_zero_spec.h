@@ -2,7 +2,7 @@
 // (Colossal-AI's LowLevelZeroPlugin), with its option names and defaults:
 //   stage 1 | 2 (1), precision "fp32" | "bf16" | "fp16" ("fp32"),
 //   max_norm >= 0 (0: no clipping), reduce_bucket_size_in_m > 0 (12),
-//   overlap_communication (true; false is refused: reductions always overlap),
+//   overlap_communication (true; false: buckets reduced after the backward),
 //   cpu_offload (false), overlap_allgather (true here, false in Colossal-AI:
 //   the weights' gather after the step overlaps the next forward, with the
 //   same results), communication_dtype (the precision; another is refused),

@@ -427,5 +427,45 @@ TEST(LowLevelZero, Stage2RefusesNoSyncAndAccumulatesShards) {
   });
 }
 
+// overlap_communication = false: every bucket is issued after the backward
+// returns, none from the hooks, and the results are those with the overlap
+// bit for bit (the same collectives on the same data, in the same order), for
+// both stages and for ddp, which shares the reducer.
+TEST(ZeroOverlapCommunication, ReducingAfterTheBackwardGivesTheSameBits) {
+  constexpr int W = 2;
+  for (int stage : {1, 2}) {
+    std::vector<ZeroRun> on(W), off(W);
+    LowLevelZeroOptions o;
+    o.stage = stage;
+    o.reduce_bucket_size_in_m = 0.05;
+    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) { on[r] = zero_rank_run(std::move(pg), o); });
+    o.overlap_communication = false;
+    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) { off[r] = zero_rank_run(std::move(pg), o); });
+    for (int r = 0; r < W; ++r) {
+      ASSERT_EQ(off[r].run.loss.size(), static_cast<size_t>(kSteps)) << "stage " << stage;
+      EXPECT_EQ(off[r].run.loss, on[r].run.loss) << "stage " << stage << " rank " << r;
+      EXPECT_EQ(off[r].run.weights, on[r].run.weights) << "stage " << stage << " rank " << r;
+      EXPECT_EQ(off[r].issued, on[r].issued) << "stage " << stage;
+      EXPECT_GT(on[r].issued_in_hooks, 0) << "stage " << stage;
+      EXPECT_EQ(off[r].issued_in_hooks, 0) << "stage " << stage;
+    }
+  }
+  std::vector<ZeroRun> on(W), off(W);
+  for (bool overlap : {true, false}) {
+    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+      DdpOptions d;
+      d.bucket_cap_mb = 0.2;
+      d.overlap_communication = overlap;
+      auto plugin = DdpPlugin::create(pg, d);
+      ASSERT_TRUE(plugin.ok()) << plugin.status();
+      (overlap ? on : off)[r] = rank_run(std::move(pg), std::move(*plugin));
+    });
+  }
+  EXPECT_EQ(off[0].run.weights, on[0].run.weights);
+  EXPECT_EQ(off[0].run.loss, on[0].run.loss);
+  EXPECT_GT(on[0].run.issued_in_hooks, 0);
+  EXPECT_EQ(off[0].run.issued_in_hooks, 0);
+}
+
 }  // namespace
 }  // namespace colossal::parallel

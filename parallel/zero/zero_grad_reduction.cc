@@ -71,7 +71,8 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
       r->reducer_,
       BucketedGradReducer::create(
           "low_level_zero", model, store, make_grad_buckets(store.table(), options.bucket_bytes),
-          [raw](size_t b, const comm::CollectiveOptions& o) { return raw->launch(b, o); }));
+          [raw](size_t b, const comm::CollectiveOptions& o) { return raw->launch(b, o); },
+          options.overlap_communication));
   if (options.stage != 2) return r;
   const int world = r->pg_->size();
   for (const GradBucket& bucket : r->reducer_->buckets()) {

@@ -57,6 +57,9 @@ struct ZeroGradReductionOptions {
   int64_t bucket_bytes = 12 << 20;        // bucket cap, bytes of the gradient dtype
   bool all_reduce_owned_buckets = false;  // see the file comment
   bool shard_is_flat_buffer = false;      // see the file comment (world size 1)
+  // false: buckets are reduced when the backward returns, none beside it
+  // (BucketedGradReducer's overlap; Colossal-AI's overlap_communication).
+  bool overlap_communication = true;
 };
 
 class ZeroGradReduction {

@@ -50,7 +50,11 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
   }
   EXPECT_TRUE(booster.sync_weights().ok());  // overlap_allgather: the last step's pieces
   run.weights = floats_of(model->store().flat_values(DType::kF32));
-  if (ddp != nullptr) run.buckets = ddp->buckets().size();
+  if (ddp != nullptr) {
+    run.buckets = ddp->buckets().size();
+    run.issued = ddp->reductions_issued();
+    run.issued_in_hooks = ddp->reductions_issued_in_hooks();
+  }
   if (zero != nullptr) {
     out.shard = zero->shard();
     out.pieces = zero->pieces();
