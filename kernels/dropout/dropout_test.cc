@@ -155,8 +155,10 @@ TEST(DropoutCudaTest, MatchesCpuBitForBit) {
 #if COLOSSAL_WITH_CUDA
   for (DType dtype : kTypes) {
     for (int64_t n : {1, 3, 7, 8, 9, 1000, 4097, (1 << 20) + 3}) {
-      for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{3}, uint64_t{6},
-                              (uint64_t{1} << 36) + 5}) {
+      // Offsets that are multiples of 4 take the vector kernel (with an
+      // element-wise tail when n % 8 != 0); the others the element-wise one.
+      for (uint64_t offset : {uint64_t{0}, uint64_t{1}, uint64_t{3}, uint64_t{4}, uint64_t{6},
+                              uint64_t{8}, (uint64_t{1} << 36) + 4, (uint64_t{1} << 36) + 5}) {
         for (double p : {0.0, 0.1, 0.5}) {
           const size_t bytes = static_cast<size_t>(n) * esize(dtype);
           const Bytes x = input(dtype, n);
@@ -166,6 +168,7 @@ TEST(DropoutCudaTest, MatchesCpuBitForBit) {
           CUDA_OK(cudaMalloc(&dx, bytes));
           CUDA_OK(cudaMalloc(&dy, bytes));
           CUDA_OK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
+          CUDA_OK(cudaMemset(dy, 0xff, bytes));  // poisoned: every element must be written
           ASSERT_TRUE(dropout_cuda(dy, dx, p, 31337, offset, n, dtype, nullptr).ok());
           CUDA_OK(cudaMemcpy(gpu.data(), dy, bytes, cudaMemcpyDeviceToHost));
           CUDA_OK(cudaFree(dx));
@@ -176,6 +179,35 @@ TEST(DropoutCudaTest, MatchesCpuBitForBit) {
         }
       }
     }
+  }
+#endif
+}
+
+// Buffers off the 16-byte boundary (a slice one element in) take the
+// element-wise kernel; in place (out == in) the vector one: both equal the CPU.
+TEST(DropoutCudaTest, MisalignedAndInPlaceMatchCpu) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  for (DType dtype : kTypes) {
+    const int64_t n = 4099;
+    const size_t es = esize(dtype), bytes = static_cast<size_t>(n) * es;
+    const Bytes x = input(dtype, n);
+    Bytes cpu(bytes), gpu(bytes);
+    ASSERT_TRUE(dropout_cpu(cpu.data(), x.data(), 0.3, 77, 8, n, dtype).ok());
+    char* d = nullptr;
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&d), 2 * bytes + 2 * es));
+    char* dx = d + es;              // one element past an aligned start
+    char* dy = d + bytes + 2 * es;  // likewise, after it
+    CUDA_OK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(dy, 0xff, bytes));
+    ASSERT_TRUE(dropout_cuda(dy, dx, 0.3, 77, 8, n, dtype, nullptr).ok());
+    CUDA_OK(cudaMemcpy(gpu.data(), dy, bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(cpu.data(), gpu.data(), bytes), 0) << "misaligned, dtype " << static_cast<int>(dtype);
+    CUDA_OK(cudaMemcpy(d, x.data(), bytes, cudaMemcpyHostToDevice));  // aligned, in place
+    ASSERT_TRUE(dropout_cuda(d, d, 0.3, 77, 8, n, dtype, nullptr).ok());
+    CUDA_OK(cudaMemcpy(gpu.data(), d, bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(std::memcmp(cpu.data(), gpu.data(), bytes), 0) << "in place, dtype " << static_cast<int>(dtype);
+    CUDA_OK(cudaFree(d));
   }
 #endif
 }
