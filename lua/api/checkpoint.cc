@@ -3,7 +3,8 @@
 // GPT-2 weights, optimizer state, trainer_state.json) for a boosted run.
 //
 //   local path = booster:save_checkpoint("checkpoints/run", { step = 100, keep = 3 })
-//   local latest = colossal.checkpoint.latest("checkpoints/run")   -- nil when none
+//   local latest = colossal.checkpoint.latest("checkpoints/run")   -- nil when none; an error
+//                                               -- when `latest` is unreadable or names no step folder
 //   if latest then step = booster:load_checkpoint(latest) end      -- after boost
 //
 // save_checkpoint writes model, optimizer (through the plugin: ZeRO gathers
@@ -148,9 +149,17 @@ int LatestCheckpoint(lua_State* L) {
   const std::string root = StringArg(L, 1, /*non_empty=*/false,
                                     "colossal.checkpoint.latest: the argument is a checkpoint folder");
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(root);
-  if (!dir.ok()) {
+  if (dir.status().code() == absl::StatusCode::kNotFound) {  // no checkpoint (yet)
     lua_pushnil(L);
     return 1;
+  }
+  if (!dir.ok()) {
+    // A `latest` that is unreadable or names no step folder is damage, not
+    // "no checkpoint": training from step 1 would save over the step folders.
+    RaiseError(L,
+               absl::StrCat("colossal.checkpoint.latest: ", dir.status().message(),
+                            " (repair or remove it; starting over would overwrite its step folders)"),
+               kErrorRuntime);
   }
   lua_pushstring(L, dir->c_str());
   return 1;

@@ -315,7 +315,7 @@ function recipe.run(t, file, bench)
 
   local start = 0
   if ck and ck.resume then
-    local latest = colossal.checkpoint.latest(ck.dir)
+    local latest = call(file, "checkpoint.dir", r.checkpoint, colossal.checkpoint.latest, ck.dir)
     if latest then
       start = call(file, "checkpoint.dir", r.checkpoint, booster.load_checkpoint, booster, latest)
       say("resumed from %s (step %d)", latest, start)

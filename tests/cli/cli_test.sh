@@ -141,6 +141,14 @@ for step in 5 6; do
     [[ -n "$a" && "$a" == "$b" ]] || { echo "FAIL: step $step: straight $a, resumed $b"; failures=$((failures + 1)); }
   done
 done
+# A damaged `latest` stops the run instead of training from step 1 over the
+# step folders: exit 1 naming the file, nothing on disk changed.
+cp -r "$tmp/resumed" "$tmp/damaged" && echo garbage >"$tmp/damaged/checkpoints/tiny/latest"
+before=$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)
+(cd "$tmp/damaged" && run_cli 1 "$tiny" --set steps=8) || failures=$((failures + 1))
+expect "$err" "checkpoint\.dir: colossal\.checkpoint\.latest: '.*latest' should name a step folder"
+[[ "$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)" == "$before" ]] ||
+  { echo "FAIL: a run with a damaged latest changed the checkpoint folder"; failures=$((failures + 1)); }
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
