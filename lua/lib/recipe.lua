@@ -71,6 +71,11 @@ local function check(file, path, t, spec)
       local article = want:match("^[aeiou]") and "an " or "a "
       usage_error(file, key, "must be " .. article .. want .. ", got " .. (got:match("^[aeiou]") and "an " or "a ") .. got)
     end
+    -- NaN slips past every comparison (v < 0 is false) and inf past most:
+    -- no recipe number means either.
+    if got == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+      usage_error(file, key, "must be a finite number, got " .. tostring(v))
+    end
     if s.check then
       local why = s.check(v)
       if why then usage_error(file, key, why) end
