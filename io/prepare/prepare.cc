@@ -292,7 +292,7 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   if (options.val_fraction > 0 && val_documents == 0) {
     return Invalid(absl::StrCat(
         "val_fraction ", options.val_fraction, " needs at least two documents, but the inputs are one document ('",
-        (*files)[(*docs)[0].file].path, "'): split it into paragraphs (split = paragraph), or set val_fraction 0"));
+        (*files)[(*docs)[0].file].path, "'): split it into paragraphs (recipe data.split = \"paragraph\", data prepare --split paragraph), or set val_fraction 0"));
   }
   if (absl::Status s = PrepareOutputDir(output_dir); !s.ok()) return s;
 

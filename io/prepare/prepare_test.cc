@@ -234,7 +234,7 @@ TEST(PrepareDatasetTest, OneDocumentCannotBeSplit) {
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(result.status().message(),
             absl::StrCat("prepare: val_fraction 0.05 needs at least two documents, but the inputs are one document ('",
-                         dir, "/book.txt'): split it into paragraphs (split = paragraph), or set val_fraction 0"));
+                         dir, "/book.txt'): split it into paragraphs (recipe data.split = \"paragraph\", data prepare --split paragraph), or set val_fraction 0"));
   EXPECT_EQ(ListDir(dir), std::vector<std::string>{"book.txt"});  // nothing written
 }
 

@@ -94,7 +94,9 @@ int State(lua_State* L) {
   return 1;
 }
 
-// colossal.data.prepare{input, output, name, val_fraction, tokenizer} -> {train, val, ...}
+// colossal.data.prepare{input, output, name, val_fraction, tokenizer, split} -> {train, val, ...}
+// split: "file" (each file is a document, the default) or "paragraph" (each
+// blank-line-separated paragraph is one: one long text can then give a val split).
 int Prepare(lua_State* L) {
   OptionTable o(L, 1, "colossal.data.prepare");
   io::PrepareOptions options;
@@ -103,6 +105,12 @@ int Prepare(lua_State* L) {
   options.name = o.string("name", "data");
   options.val_fraction = o.number("val_fraction", options.val_fraction);
   options.tokenizer_path = o.string("tokenizer", DefaultTokenizerPath());
+  const std::string split = o.string("split", "file");
+  if (split == "paragraph") {
+    options.split = io::DocumentSplit::kParagraph;
+  } else if (split != "file") {
+    o.fail("split", absl::StrCat("must be \"file\" or \"paragraph\", got \"", split, "\""));
+  }
   o.finish();
   if (input.empty()) o.fail("input", "is required (text files, folders or glob patterns)");
   if (options.output_dir.empty()) o.fail("output", "is required (the folder for the shards)");

@@ -33,6 +33,8 @@ constexpr FlagSpec kPrepareFlags[] = {
      "GPT-2 ranks (default $COLOSSAL_DATA/gpt2.tiktoken) or OpenAI's encoder.json with its vocab.bpe"},
     {"--threads", FlagKind::kValue, "N", "tokenizing threads (0: one per core)"},
     {"--name", FlagKind::kValue, "NAME", "shard file prefix: NAME_train_000000.bin (data)"},
+    {"--split", FlagKind::kValue, "file|paragraph",
+     "a document is a file (default) or a blank-line-separated paragraph"},
 };
 
 std::string PrepareUsage() {
@@ -111,6 +113,13 @@ int Prepare(const Args& args) {
                 kExitUsage, usage);
   }
   options.val_fraction = *val;
+  const std::string split = flags->value("--split", "file");
+  if (split == "paragraph") {
+    options.split = io::DocumentSplit::kParagraph;
+  } else if (split != "file") {
+    return Fail("data prepare", absl::StrCat("--split must be file or paragraph, got '", split, "'"),
+                kExitUsage, usage);
+  }
   auto threads = IntFlag(*flags, "--threads", 0, 0, 4096);
   if (!threads.ok()) return FailStatus("data prepare", threads.status(), usage);
   options.threads = *threads;

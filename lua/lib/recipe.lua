@@ -153,6 +153,7 @@ local DATA = {
   seq_len = { "integer", required = true, check = positive },
   shuffle = { "boolean", true },
   val_fraction = { "number" },
+  split = { "string", check = one_of("file", "paragraph") },
 }
 local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }
 local LOG = { every_steps = { "integer", 1, check = positive }, file = { "string" } }
@@ -190,6 +191,7 @@ local function datasets(file, d)
   if d.corpus then input = call(file, "data.corpus", d, colossal.data.default_corpus) end
   local paths = call(file, d.corpus and "data.corpus" or "data.input", d, colossal.data.prepare, {
     input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
+    split = d.split,
   })
   return paths.train, paths.val, paths.prepared_now and (d.output or ("data/" .. name))
 end

@@ -88,6 +88,14 @@ run_cli 2 data prepare --input lua/testdata/corpus && expect "$err" '^colossal d
 run_cli 2 data prepare --input a --output b --val_fraction 1.5 && expect "$err" 'val_fraction must be in \[0, 1\)'
 run_cli 1 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
   expect "$err" "^colossal data prepare: .*$tmp/absent"
+# One long text: as one document it cannot give a val split; as paragraphs it can.
+printf 'First paragraph, a few words.\n\nSecond one.\n\nThird, the last.\n\nA fourth.\n' >"$tmp/book.txt"
+run_cli 1 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer "$tok" &&
+  expect "$err" 'split it into paragraphs \(recipe data.split = "paragraph", data prepare --split paragraph\)'
+run_cli 0 data prepare --input "$tmp/book.txt" --output "$tmp/book2" --tokenizer "$tok" --split paragraph \
+  --val_fraction 0.3 && expect "$out" '^train: +[0-9]+ documents' && expect "$out" '^val: +[1-9][0-9]* documents'
+run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book3" --split chapter &&
+  expect "$err" "^colossal data prepare: --split must be file or paragraph, got 'chapter'"
 
 # --- run: two workers --------------------------------------------------------
 run_cli 0 run --nproc_per_node 2 --master_port $(port) check &&
