@@ -92,6 +92,16 @@ uint64_t DocumentHash(std::string_view name, uint64_t paragraph) {
   return h ^ (h >> 31);
 }
 
+const char* DocumentSplitName(DocumentSplit split) {
+  return split == DocumentSplit::kFile ? "file" : "paragraph";
+}
+
+std::optional<DocumentSplit> DocumentSplitFromName(std::string_view name) {
+  if (name == "file") return DocumentSplit::kFile;
+  if (name == "paragraph") return DocumentSplit::kParagraph;
+  return std::nullopt;
+}
+
 absl::StatusOr<std::vector<Document>> SplitDocuments(std::span<const InputFile> files, DocumentSplit split) {
   std::vector<Document> documents;
   for (uint32_t f = 0; f < files.size(); ++f) {

@@ -22,6 +22,7 @@
 #define COLOSSAL_IO_PREPARE_DOCUMENTS_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -35,6 +36,11 @@ enum class DocumentSplit {
   kFile,       // one file = one document
   kParagraph,  // one paragraph (blank-line separated) = one document
 };
+
+// "file" / "paragraph": the names the manifest, `data prepare --split` and
+// recipes' data.split use. nullopt for any other name.
+const char* DocumentSplitName(DocumentSplit split);
+std::optional<DocumentSplit> DocumentSplitFromName(std::string_view name);
 
 struct Document {
   uint32_t file = 0;   // index into the InputFile list

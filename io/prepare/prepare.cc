@@ -236,7 +236,7 @@ std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_s
                            {"token_dtype", TokenWidthName(width)}};
   manifest["options"] = {{"val_fraction", o.val_fraction},
                          {"shard_tokens", o.shard_tokens},
-                         {"split", o.split == DocumentSplit::kFile ? "file" : "paragraph"}};
+                         {"split", DocumentSplitName(o.split)}};
   manifest["inputs"] = o.inputs;
   std::vector<int64_t> documents(files.size(), 0), val_documents(files.size(), 0);
   for (const Document& d : docs) {

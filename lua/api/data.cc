@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -106,9 +107,9 @@ int Prepare(lua_State* L) {
   options.val_fraction = o.number("val_fraction", options.val_fraction);
   options.tokenizer_path = o.string("tokenizer", DefaultTokenizerPath());
   const std::string split = o.string("split", "file");
-  if (split == "paragraph") {
-    options.split = io::DocumentSplit::kParagraph;
-  } else if (split != "file") {
+  if (std::optional<io::DocumentSplit> s = io::DocumentSplitFromName(split)) {
+    options.split = *s;
+  } else {
     o.fail("split", absl::StrCat("must be \"file\" or \"paragraph\", got \"", split, "\""));
   }
   o.finish();

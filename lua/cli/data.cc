@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <sys/stat.h>
 
@@ -114,9 +115,9 @@ int Prepare(const Args& args) {
   }
   options.val_fraction = *val;
   const std::string split = flags->value("--split", "file");
-  if (split == "paragraph") {
-    options.split = io::DocumentSplit::kParagraph;
-  } else if (split != "file") {
+  if (std::optional<io::DocumentSplit> s = io::DocumentSplitFromName(split)) {
+    options.split = *s;
+  } else {
     return Fail("data prepare", absl::StrCat("--split must be file or paragraph, got '", split, "'"),
                 kExitUsage, usage);
   }
