@@ -18,6 +18,7 @@ const char* epilogue_name(Epilogue epilogue) {
     case Epilogue::kNone: return "none";
     case Epilogue::kBias: return "bias";
     case Epilogue::kBiasGelu: return "bias_gelu";
+    case Epilogue::kDGelu: return "dgelu";
   }
   return "unknown";
 }
@@ -132,7 +133,9 @@ absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
   const Tensor* bias = options.bias;
   const Tensor* aux = options.gelu_input;
   const char* epilogue = epilogue_name(options.epilogue);
-  if (options.epilogue == Epilogue::kNone) {
+  const bool has_bias =
+      options.epilogue == Epilogue::kBias || options.epilogue == Epilogue::kBiasGelu;
+  if (!has_bias) {
     if (bias != nullptr) return error("a bias needs the bias or bias_gelu epilogue");
   } else if (bias == nullptr || !bias->defined()) {
     return error(absl::StrCat("the ", epilogue, " epilogue needs a bias"));
@@ -141,9 +144,16 @@ absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
     return error(absl::StrCat("the bias must be ", dtype_name(c.dtype()), " [", n, "] on ",
                               ctx.device().to_string(), ", not ", describe(*bias)));
   }
+  if (options.epilogue == Epilogue::kDGelu) {
+    if (aux == nullptr) return error("the dgelu epilogue reads gelu_input, which is missing");
+    if (options.beta != 0.0) {
+      return error(absl::StrCat("the dgelu epilogue writes C, so beta must be 0 (got ",
+                                options.beta, ")"));
+    }
+  }
   if (aux != nullptr) {
-    if (options.epilogue != Epilogue::kBiasGelu) {
-      return error("gelu_input is only written by the bias_gelu epilogue");
+    if (options.epilogue != Epilogue::kBiasGelu && options.epilogue != Epilogue::kDGelu) {
+      return error("gelu_input belongs to the bias_gelu and dgelu epilogues");
     }
     if (!aux->defined() || aux->shape() != c.shape() || aux->dtype() != c.dtype() ||
         aux->device() != ctx.device()) {

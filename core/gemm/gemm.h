@@ -14,7 +14,11 @@
 // float64), before the one rounding to C's dtype:
 //   kBias      C = v + bias[j]                      (bias: [n], per output column)
 //   kBiasGelu  C = gelu(v + bias[j]), gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-// and optionally, for GELU's backward, gelu_input = v + bias[j] (the pre-GELU value).
+// and optionally, for GELU's backward, gelu_input = v + bias[j] (the pre-GELU value);
+//   kDGelu     C = v * gelu'(gelu_input)  (GELU's backward: v is the gradient of
+//              gelu's output, gelu_input the saved pre-GELU value, read; no bias,
+//              beta must be 0), so an input-gradient GEMM applies the derivative
+//              as it writes (cuBLASLt's DGELU epilogue).
 //
 // CUDA: cuBLASLt (or cuBLAS, when autotuning found it faster) on
 // ctx.compute_stream(), using the context's workspace (32 MiB by default), with
@@ -80,9 +84,9 @@
 
 namespace colossal::core::gemm {
 
-enum class Epilogue { kNone, kBias, kBiasGelu };
+enum class Epilogue { kNone, kBias, kBiasGelu, kDGelu };
 
-const char* epilogue_name(Epilogue epilogue);  // "none", "bias", "bias_gelu"
+const char* epilogue_name(Epilogue epilogue);  // "none", "bias", "bias_gelu", "dgelu"
 
 struct GemmOptions {
   bool trans_a = false;  // op(A) = A^T: A is stored [k, m]
@@ -93,10 +97,11 @@ struct GemmOptions {
   // float32 only: allow TF32 tensor cores on CUDA (ignored on the CPU).
   bool allow_tf32 = false;
   Epilogue epilogue = Epilogue::kNone;
-  // kBias / kBiasGelu: [n], C's dtype, C's device. Must be null for kNone.
+  // kBias / kBiasGelu: [n], C's dtype, C's device. Must be null otherwise.
   const Tensor* bias = nullptr;
-  // kBiasGelu only, optional: receives the pre-GELU value; C's shape and dtype,
-  // and n a multiple of 8 (cuBLASLt's rule for it, kept on the CPU too).
+  // The pre-GELU value, C's shape and dtype, n a multiple of 8 (cuBLASLt's
+  // rule for it, kept on the CPU too). kBiasGelu, optional: written. kDGelu,
+  // required: read. Null with the other epilogues.
   const Tensor* gelu_input = nullptr;
 };
 

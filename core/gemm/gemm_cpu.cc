@@ -36,12 +36,28 @@ void blas(const GemmProblem& p, const double* a, const double* b, double* c, dou
               static_cast<blasint>(std::max<int64_t>(1, p.n)));
 }
 
-// Adds the bias, saves the pre-GELU value, applies GELU: on `acc` (the
-// accumulator type), writing the final values to `out` (the storage type).
+// The epilogue on `acc` (the accumulator type), writing the final values to
+// `out` (the storage type): adds the bias, saves the pre-GELU value and applies
+// GELU, or multiplies by GELU's derivative at the saved pre-GELU value.
 template <typename Acc, typename Out>
 void epilogue(const GemmProblem& p, int64_t batch_index, Acc* acc, const Out* bias, Out* out) {
   const int64_t mn = p.m * p.n;
   Out* aux = p.gelu_input ? static_cast<Out*>(p.gelu_input) + batch_index * mn : nullptr;
+  auto widen = [](Out x) -> Acc {
+    if constexpr (std::is_same_v<Out, Acc>) {
+      return x;
+    } else {
+      return kernels::to_float(x);
+    }
+  };
+  auto narrow = [](Acc x) -> Out {
+    if constexpr (std::is_same_v<Out, Acc>) {
+      return x;
+    } else {
+      return kernels::from_float<Out>(x);
+    }
+  };
+  const bool has_bias = p.epilogue == Epilogue::kBias || p.epilogue == Epilogue::kBiasGelu;
   // Rows in parallel (each element is computed the same way whatever the
   // thread count) once there is enough work to pay for waking the threads.
 #pragma omp parallel for schedule(static) if (mn >= (int64_t{1} << 16))
@@ -49,28 +65,14 @@ void epilogue(const GemmProblem& p, int64_t batch_index, Acc* acc, const Out* bi
     for (int64_t j = 0; j < p.n; ++j) {
       const int64_t idx = i * p.n + j;
       Acc v = acc[idx];
-      if (p.epilogue != Epilogue::kNone) {
-        if constexpr (std::is_same_v<Out, Acc>) {
-          v += bias[j];
-        } else {
-          v += kernels::to_float(bias[j]);
-        }
-      }
+      if (has_bias) v += widen(bias[j]);
       if (p.epilogue == Epilogue::kBiasGelu) {
-        if (aux != nullptr) {
-          if constexpr (std::is_same_v<Out, Acc>) {
-            aux[idx] = v;
-          } else {
-            aux[idx] = kernels::from_float<Out>(v);
-          }
-        }
+        if (aux != nullptr) aux[idx] = narrow(v);
         v = gelu_tanh(v);
+      } else if (p.epilogue == Epilogue::kDGelu) {
+        v *= gelu_tanh_grad(widen(aux[idx]));
       }
-      if constexpr (std::is_same_v<Out, Acc>) {
-        out[idx] = v;
-      } else {
-        out[idx] = kernels::from_float<Out>(v);
-      }
+      out[idx] = narrow(v);
     }
   }
 }

@@ -128,6 +128,7 @@ LtShape lt_shape(const GemmProblem& p) {
   if (p.epilogue == Epilogue::kBiasGelu) {
     s.epilogue = p.gelu_input ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
   }
+  if (p.epilogue == Epilogue::kDGelu) s.epilogue = CUBLASLT_EPILOGUE_DGELU;
   s.aux_ld = p.gelu_input ? p.n : 0;
   return s;
 }
@@ -461,6 +462,8 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
   set(desc_raw, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(s.op_b));
   if (s.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set(desc_raw, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(s.epilogue));
+  }
+  if (p.bias) {
     set(desc_raw, CUBLASLT_MATMUL_DESC_BIAS_POINTER, p.bias);  // shared by the batch (stride 0)
   }
   if (p.gelu_input) {

@@ -29,7 +29,7 @@ struct GemmProblem {
   const void* b = nullptr;
   void* c = nullptr;
   const void* bias = nullptr;  // [n], when the epilogue has a bias
-  void* gelu_input = nullptr;  // [batch, m, n], optional with kBiasGelu
+  void* gelu_input = nullptr;  // [batch, m, n]: written by kBiasGelu (optional), read by kDGelu
 };
 
 // The tanh approximation of GELU, as cuBLASLt's epilogue computes it.
@@ -38,6 +38,18 @@ T gelu_tanh(T x) {
   const T kSqrt2OverPi = static_cast<T>(0.7978845608028654);
   return static_cast<T>(0.5) * x *
          (static_cast<T>(1) + std::tanh(kSqrt2OverPi * (x + static_cast<T>(0.044715) * x * x * x)));
+}
+
+// Its derivative, d gelu_tanh / dx (cuBLASLt's DGELU epilogue):
+//   0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t = tanh(u).
+template <typename T>
+T gelu_tanh_grad(T x) {
+  const T kSqrt2OverPi = static_cast<T>(0.7978845608028654);
+  const T kCubic = static_cast<T>(0.044715);
+  const T t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
+  return static_cast<T>(0.5) * (static_cast<T>(1) + t) +
+         static_cast<T>(0.5) * x * (static_cast<T>(1) - t * t) * kSqrt2OverPi *
+             (static_cast<T>(1) + static_cast<T>(3) * kCubic * x * x);
 }
 
 // OpenBLAS; every dtype gemm() accepts.

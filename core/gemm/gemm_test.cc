@@ -56,6 +56,14 @@ double gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
+// Its derivative, through sech^2 u = 1 / cosh^2 u.
+double gelu_grad(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  const double u = k * (x + 0.044715 * x * x * x);
+  const double sech = 1.0 / std::cosh(u);
+  return 0.5 * (1.0 + std::tanh(u)) + 0.5 * x * sech * sech * k * (1.0 + 3 * 0.044715 * x * x);
+}
+
 bool contains(absl::string_view haystack, absl::string_view needle) {
   return haystack.find(needle) != absl::string_view::npos;
 }
@@ -105,8 +113,11 @@ double tolerance(const Case& c, bool on_cuda) {
     case DType::kF16: tol = 2e-3; break;
     default: ADD_FAILURE() << "no tolerance for " << dtype_name(c.dtype);
   }
-  if (c.epilogue == Epilogue::kBiasGelu && c.dtype == DType::kF64 && on_cuda) return 5e-10;
-  return c.epilogue == Epilogue::kBiasGelu ? 1.13 * tol : tol;
+  // GELU and its derivative scale the product by up to 1.13 (and cuBLASLt
+  // evaluates them for float64 in less than float64's precision).
+  const bool gelu = c.epilogue == Epilogue::kBiasGelu || c.epilogue == Epilogue::kDGelu;
+  if (gelu && c.dtype == DType::kF64 && on_cuda) return 5e-10;
+  return gelu ? 1.13 * tol : tol;
 }
 
 double get(const Tensor& host, int64_t i) {
@@ -200,6 +211,7 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
   Tensor da = on_device(ctx, ha, c.misalign), db = on_device(ctx, hb, c.misalign);
   Tensor dc = on_device(ctx, hc, c.misalign);
   Tensor dbias, daux;
+  std::vector<double> aux_in;  // kDGelu: the pre-GELU values it reads
   GemmOptions options;
   options.trans_a = c.trans_a;
   options.trans_b = c.trans_b;
@@ -207,18 +219,27 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
   options.beta = c.beta;
   options.allow_tf32 = c.tf32;
   options.epilogue = c.epilogue;
-  if (c.epilogue != Epilogue::kNone) {
+  const bool has_bias = c.epilogue == Epilogue::kBias || c.epilogue == Epilogue::kBiasGelu;
+  const bool reads_aux = c.epilogue == Epilogue::kDGelu;
+  if (has_bias) {
     dbias = on_device(ctx, host_tensor({c.n}, c.dtype, c.misalign, random, &bias), c.misalign);
     options.bias = &dbias;
   }
-  if (c.gelu_input) {
+  if (reads_aux) {
+    // Pre-GELU values over [-4, 4], where GELU's derivative goes through its
+    // whole range (about -0.17 to 1.13).
+    daux = on_device(ctx, host_tensor(c_shape, c.dtype, c.misalign,
+                                      [&](int64_t) { return 4.0 * uniform(rng); }, &aux_in),
+                     c.misalign);
+    options.gelu_input = &daux;
+  } else if (c.gelu_input) {
     daux = on_device(ctx, host_tensor(c_shape, c.dtype, 0, [&](int64_t) { return nan; }, nullptr), 0);
     options.gelu_input = &daux;
   }
   const absl::Status status = gemm(ctx, da, db, dc, options);
   ASSERT_TRUE(status.ok()) << status;
   const Tensor got = to_host(ctx, dc);
-  const Tensor got_aux = c.gelu_input ? to_host(ctx, daux) : Tensor();
+  const Tensor got_aux = c.gelu_input && !reads_aux ? to_host(ctx, daux) : Tensor();
 
   const double tol = tolerance(c, !ctx.device().is_cpu());
   if (outcome != nullptr) {
@@ -242,13 +263,14 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
           v += c.beta * c0[idx];
           scale += std::fabs(c.beta * c0[idx]);
         }
-        if (c.epilogue != Epilogue::kNone) {
+        if (has_bias) {
           v += bias[j];
           scale += std::fabs(bias[j]);
         }
         scale = std::max(scale, 1e-30);
         if (outcome != nullptr) outcome->scale[idx] = scale;
-        if (c.gelu_input) {
+        if (reads_aux) v *= gelu_grad(aux_in[idx]);
+        if (c.gelu_input && !reads_aux) {
           const double e = std::fabs(get(got_aux, idx) - v) / scale;
           ASSERT_FALSE(std::isnan(e)) << "gelu_input (" << p << ", " << i << ", " << j << ")";
           worst_aux = std::max(worst_aux, e);
@@ -346,6 +368,14 @@ void batched_and_epilogues(Context& ctx) {
       check(ctx, c, seed++);
       c.gelu_input = false;
       c.epilogue = Epilogue::kBias;
+      check(ctx, c, seed++);
+      // GELU's backward reading the pre-GELU value, 2-D and batched.
+      c.epilogue = Epilogue::kDGelu;
+      c.gelu_input = true;
+      c.beta = 0.0;
+      check(ctx, c, seed++);
+      c.batch = 0;
+      c.alpha = 1.0;
       check(ctx, c, seed++);
     }
   }
@@ -1110,7 +1140,17 @@ TEST(GemmCpuTest, ErrorsNameShapesAndDtypes) {
   EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBias, .bias = &bias,
                                              .gelu_input = &aux})
                            .message(),
-                       "gelu_input is only written by the bias_gelu epilogue"));
+                       "gelu_input belongs to the bias_gelu and dgelu epilogues"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kDGelu}).message(),
+                       "the dgelu epilogue reads gelu_input, which is missing"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kDGelu, .bias = &bias,
+                                             .gelu_input = &aux})
+                           .message(),
+                       "a bias needs the bias or bias_gelu epilogue"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.beta = 1.0, .epilogue = Epilogue::kDGelu,
+                                             .gelu_input = &aux})
+                           .message(),
+                       "the dgelu epilogue writes C, so beta must be 0 (got 1)"));
   EXPECT_TRUE(contains(gemm(c, a, b54, out, {.epilogue = Epilogue::kBiasGelu, .bias = &bias,
                                              .gelu_input = &aux})
                            .message(),

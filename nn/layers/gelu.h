@@ -16,6 +16,12 @@
 
 namespace colossal::nn {
 
+// The kernels behind it, for layers that apply GELU themselves (Linear's
+// activation): y = gelu(x), and dx = dy * gelu'(x) (dy and x of one shape and dtype).
+absl::StatusOr<core::Tensor> gelu_forward(core::Context& ctx, const core::Tensor& x);
+absl::StatusOr<core::Tensor> gelu_backward(core::Context& ctx, const core::Tensor& dy,
+                                           const core::Tensor& x);
+
 class Gelu : public Module {
  public:
   explicit Gelu(std::string name) : Module(std::move(name)) {}

@@ -179,8 +179,64 @@ TEST_F(LayersTest, AttentionIsCausal) {
 }
 
 TEST_F(LayersTest, MlpGradients) {
-  Mlp mlp("mlp", 3, DType::kF64);
-  expect_gradcheck(mlp, random({2, 2, 3}, 7));
+  // Width 4C = 8: GELU in c_fc's GEMM and its derivative in c_proj's.
+  Mlp fused("mlp", 2, DType::kF64);
+  expect_gradcheck(fused, random({2, 2, 2}, 6));
+  // 4C = 12 is no multiple of 8: GELU's own kernels, forward and backward.
+  Mlp apart("mlp", 3, DType::kF64);
+  expect_gradcheck(apart, random({2, 2, 3}, 7));
+}
+
+// A Linear with a GELU activation, alone (its backward applies GELU's
+// derivative) and fused into the next Linear's backward, against Linear,
+// Gelu, Linear run apart on the same parameters.
+TEST_F(LayersTest, GeluActivationFusedAndAlone) {
+  const LinearOptions gelu{.dtype = DType::kF64, .activation = Activation::kGelu};
+  Sequential apart("m");
+  apart.append(std::make_unique<Linear>("m.fc", 4, 16, LinearOptions{.dtype = DType::kF64}));
+  apart.append(std::make_unique<Gelu>("m.act"));
+  apart.append(std::make_unique<Linear>("m.proj", 16, 4, LinearOptions{.dtype = DType::kF64}));
+  Sequential with_act("m");
+  Linear* fc = static_cast<Linear*>(with_act.append(std::make_unique<Linear>("m.fc", 4, 16, gelu)));
+  Linear* proj = static_cast<Linear*>(
+      with_act.append(std::make_unique<Linear>("m.proj", 16, 4, LinearOptions{.dtype = DType::kF64})));
+  ParameterStore s_apart = make_store(apart, 3), s_act = make_store(with_act, 3);
+  const Tensor x = random({3, 4}, 11), dy = random({3, 4}, 12);
+
+  ForwardResult ra = *apart.forward(*ctx_, x);
+  const Tensor dx_apart = *apart.backward(*ctx_, *ra.saved, dy);
+  for (int fused = 0; fused < 2; ++fused) {
+    SCOPED_TRACE(fused ? "fused" : "alone");
+    ASSERT_TRUE(s_act.zero_grad(core::Stream::cpu()).ok());
+    ForwardResult h = *fc->forward(*ctx_, x);
+    ForwardResult y = *proj->forward(*ctx_, h.output);
+    if (fused) {
+      ASSERT_TRUE(proj->fuse_input_gelu(*y.saved, *h.saved));
+      EXPECT_FALSE(proj->fuse_input_gelu(*y.saved, *h.saved));  // once
+    }
+    // A producer without the activation has no pre-activation to fuse.
+    EXPECT_FALSE(proj->fuse_input_gelu(*h.saved, *y.saved));
+    for (int64_t i = 0; i < y.output.numel(); ++i) {
+      EXPECT_NEAR(y.output.data<double>()[i], ra.output.data<double>()[i], 1e-12) << i;
+    }
+    const Tensor dh = *proj->backward(*ctx_, *y.saved, dy);
+    const Tensor dx = *fc->backward(*ctx_, *h.saved, dh);
+    for (int64_t i = 0; i < dx.numel(); ++i) {
+      EXPECT_NEAR(dx.data<double>()[i], dx_apart.data<double>()[i], 1e-12) << i;
+    }
+    for (const char* name : {"m.fc.weight", "m.fc.bias", "m.proj.weight", "m.proj.bias"}) {
+      const Tensor ga = s_apart.find(name)->grad, gb = s_act.find(name)->grad;
+      for (int64_t i = 0; i < ga.numel(); ++i) {
+        EXPECT_NEAR(gb.data<double>()[i], ga.data<double>()[i], 1e-12) << name << " " << i;
+      }
+    }
+  }
+  // The activation needs a bias and a layer that is not row-parallel.
+  Linear no_bias("nb", 4, 8, {.bias = false, .dtype = DType::kF64, .activation = Activation::kGelu});
+  ParameterTable table;
+  const absl::Status st = no_bias.declare(table);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("a GELU activation needs the bias"), std::string::npos) << st;
 }
 
 TEST_F(LayersTest, BlockGradients) {

@@ -5,14 +5,22 @@
 #include "absl/strings/str_cat.h"
 #include "core/gemm/gemm.h"
 #include "core/status/status.h"
+#include "nn/layers/gelu.h"
 #include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
 namespace {
 
 struct LinearSaved : Saved {
-  SavedStats stats() const override { return saved_stats({input}); }
-  core::Tensor input;  // as given ([..., in])
+  // input_pre_activation is the producer's tensor, counted in its context.
+  SavedStats stats() const override { return saved_stats({input, pre_activation}); }
+  core::Tensor input;           // as given ([..., in])
+  core::Tensor pre_activation;  // Activation::kGelu: x W + b ([..., out])
+  // fuse_input_gelu: on the consumer, the producer's pre_activation (the
+  // backward returns the gradient with respect to it); on the producer, that
+  // grad_output is already the pre-activation's gradient.
+  core::Tensor input_pre_activation;
+  bool grad_is_pre_activation = false;
 };
 
 }  // namespace
@@ -43,6 +51,12 @@ absl::Status Linear::declare_own(ParameterTable& table) {
       return absl::InvalidArgumentError(
           absl::StrCat(name(), ": a row-parallel Linear cannot start a parallel region"));
     }
+  }
+  if (options_.activation == Activation::kGelu &&
+      (!options_.bias || options_.parallel == Parallel::kRow)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name(), ": a GELU activation needs the bias and a layer that is not row-parallel ",
+        "(the partial sums of a row split are not the pre-activation)"));
   }
   COLOSSAL_RETURN_IF_ERROR(table.add(name() + ".weight", w, options_.dtype,
                                      InitRule::normal(kDefaultInitStd), w_split));
@@ -76,19 +90,52 @@ absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const cor
     g.epilogue = core::gemm::Epilogue::kBias;
     g.bias = &b;
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, core::gemm::matmul(ctx, x, w, g));
   std::vector<int64_t> dims(input.shape().dims().begin(), input.shape().dims().end());
   dims.back() = local_out();
-  COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
+  auto saved = std::make_unique<LinearSaved>();
+  core::Tensor y;
+  if (options_.activation == Activation::kGelu && local_out() % 8 == 0) {
+    // One GEMM writes gelu(x W + b) and x W + b.
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor pre, empty(ctx, {x.dim(0), local_out()}, x.dtype()));
+    g.epilogue = core::gemm::Epilogue::kBiasGelu;
+    g.gelu_input = &pre;
+    COLOSSAL_ASSIGN_OR_RETURN(y, core::gemm::matmul(ctx, x, w, g));
+    COLOSSAL_ASSIGN_OR_RETURN(saved->pre_activation, pre.reshape(dims));
+    COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
+  } else if (options_.activation == Activation::kGelu) {
+    // The epilogue's pre-activation output needs a width that is a multiple of 8.
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor pre, core::gemm::matmul(ctx, x, w, g));
+    COLOSSAL_ASSIGN_OR_RETURN(saved->pre_activation, pre.reshape(dims));
+    COLOSSAL_ASSIGN_OR_RETURN(y, gelu_forward(ctx, saved->pre_activation));
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(y, core::gemm::matmul(ctx, x, w, g));
+    COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));
+  }
   if (row && options_.tp.splits_sequence()) {
     // Sequence parallelism: each rank keeps the sum over its positions.
     COLOSSAL_ASSIGN_OR_RETURN(y, reduce_scatter_sequence(ctx, options_.tp, y));
   } else if (row) {
     COLOSSAL_RETURN_IF_ERROR(all_reduce_sum(ctx, options_.tp, y, "a row-parallel output"));
   }
-  auto saved = std::make_unique<LinearSaved>();
   saved->input = input;
   return ForwardResult{y, std::move(saved)};
+}
+
+bool Linear::fuse_input_gelu(Saved& own, Saved& producer) const {
+  auto* consumer = dynamic_cast<LinearSaved*>(&own);
+  auto* source = dynamic_cast<LinearSaved*>(&producer);
+  if (consumer == nullptr || source == nullptr || !source->pre_activation.defined() ||
+      source->grad_is_pre_activation || consumer->input_pre_activation.defined()) {
+    return false;
+  }
+  if (options_.region_grad != nullptr || local_in() % 8 != 0) return false;
+  if (source->pre_activation.shape() != consumer->input.shape() ||
+      source->pre_activation.dtype() != consumer->input.dtype()) {
+    return false;
+  }
+  consumer->input_pre_activation = source->pre_activation;
+  source->grad_is_pre_activation = true;
+  return true;
 }
 
 absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& saved,
@@ -98,6 +145,10 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
   COLOSSAL_RETURN_IF_ERROR(require_dtype(grad_output, options_.dtype, "grad_output"));
   const bool row = options_.parallel == Parallel::kRow && options_.tp.enabled();
   core::Tensor grad = grad_output;
+  if (s->pre_activation.defined() && !s->grad_is_pre_activation) {
+    // GELU's backward was not folded into the next layer's GEMM.
+    COLOSSAL_ASSIGN_OR_RETURN(grad, gelu_backward(ctx, grad_output, s->pre_activation));
+  }
   if (row && options_.tp.splits_sequence()) {
     // The bias (added once, by rank 0, to every position) takes this rank's
     // positions' part here, the others' on their ranks: a partial sum the
@@ -152,7 +203,18 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     COLOSSAL_RETURN_IF_ERROR(accumulate_column_sums(ctx, dy, db));
   }
   if (region != nullptr) return dx;
-  COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+  if (s->input_pre_activation.defined()) {
+    // fuse_input_gelu: the gradient with respect to the producer's pre-activation.
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor pre,
+                              as_rows(s->input_pre_activation, local_in(), "pre-activation"));
+    COLOSSAL_ASSIGN_OR_RETURN(
+        dx, core::gemm::matmul(ctx, dy, w,
+                               {.trans_b = in_out,
+                                .epilogue = core::gemm::Epilogue::kDGelu,
+                                .gelu_input = &pre}));
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+  }
   return dx.reshape(s->input.shape().dims());
 }
 

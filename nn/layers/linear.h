@@ -13,6 +13,12 @@
 //
 // Input [..., in] -> output [..., out]. Backward: dW += x^T dy (or dy^T x),
 // db += column sums of dy, dx = dy W^T (or dy W), all GEMMs (core/gemm).
+//
+// Activation::kGelu (GPT-2's c_fc): y = gelu(x W + b), GELU applied by the
+// GEMM's epilogue (core/gemm bias_gelu), which also writes the pre-activation
+// x W + b that the backward keeps. The next Linear can then take GELU's
+// backward into its input-gradient GEMM (fuse_input_gelu, core/gemm dgelu):
+// no separate GELU pass either way. Needs the bias and no row split.
 // Devices and dtypes: see nn/layers/BUILD.
 //
 // Tensor parallelism (nn/layers/tensor_parallel.h): Parallel::kColumn holds
@@ -41,6 +47,8 @@ enum class WeightLayout { kInOut, kOutIn };
 
 enum class Parallel { kNone, kColumn, kRow };
 
+enum class Activation { kNone, kGelu };
+
 struct LinearOptions {
   bool bias = true;
   WeightLayout layout = WeightLayout::kInOut;
@@ -53,6 +61,7 @@ struct LinearOptions {
   // during its weight-gradient GEMM (see RegionGrad); it returns the
   // unreduced sum, which the region's owner replaces by region_grad->finish().
   std::shared_ptr<RegionGrad> region_grad;
+  Activation activation = Activation::kNone;  // applied to the output (see above)
 };
 
 class Linear : public Module {
@@ -64,6 +73,18 @@ class Linear : public Module {
   // This rank's input and output widths (the whole ones without tensor parallelism).
   int64_t local_in() const;
   int64_t local_out() const;
+
+  // GELU's backward folded into this layer's: `own` is this layer's Saved
+  // from a forward whose input was the output of `producer`'s forward (a
+  // Linear with Activation::kGelu), both of the same call. This layer's
+  // backward then multiplies its input gradient by GELU's derivative in the
+  // GEMM that computes it and returns the gradient with respect to the
+  // producer's pre-activation, which the producer's backward takes as it is.
+  // Returns false and changes nothing when the contexts are not plain Linear
+  // forwards of that kind (activation checkpointing replaces them), when this
+  // layer starts a parallel region, or when its input width is not a multiple
+  // of 8 (cuBLASLt's rule); then both backwards work unfused.
+  bool fuse_input_gelu(Saved& own, Saved& producer) const;
 
  protected:
   absl::Status declare_own(ParameterTable& table) override;

@@ -9,26 +9,6 @@
 namespace colossal::nn {
 
 namespace {
-struct NothingSaved : Saved {
-  SavedStats stats() const override { return {}; }
-};
-}  // namespace
-
-absl::StatusOr<ForwardResult> TensorParallelRegion::forward_impl(core::Context& ctx,
-                                                                 const core::Tensor& input) {
-  if (region_grad_ != nullptr) region_grad_->reset();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, region_input(ctx, tp_, input));
-  return ForwardResult{x, std::make_unique<NothingSaved>()};
-}
-
-absl::StatusOr<core::Tensor> TensorParallelRegion::backward_impl(core::Context& ctx, Saved& saved,
-                                                                 const core::Tensor& grad_output) {
-  // With region_grad_, grad_output is its unreduced sum, already on its way.
-  if (region_grad_ != nullptr) return region_grad_->finish(ctx);
-  return region_input_grad(ctx, tp_, grad_output);
-}
-
-namespace {
 
 // Issues `w` after ctx's compute-stream work and orders that stream after it
 // (CUDA), or waits for it (CPU).
@@ -334,13 +314,6 @@ absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParall
                                           const core::Tensor& x) {
   if (!tp.splits_sequence()) return x;
   return gather_sequence(ctx, tp, x);
-}
-
-absl::StatusOr<core::Tensor> region_input_grad(core::Context& ctx, const TensorParallel& tp,
-                                               const core::Tensor& dx) {
-  RegionGrad reduction(tp, 1);
-  COLOSSAL_RETURN_IF_ERROR(reduction.contributed(ctx, dx));
-  return reduction.finish(ctx);
 }
 
 RegionGrad::~RegionGrad() { reset(); }

@@ -122,17 +122,15 @@ absl::StatusOr<double> sum_over(core::Context& ctx, comm::ProcessGroup& group, d
 absl::StatusOr<double> sum_over_sequence(core::Context& ctx, const TensorParallel& tp,
                                          double value);
 
-// A region's input (all-gathered along the sequence with sequence
-// parallelism) and its input gradient (reduce-scattered back, or summed over
-// the group without it).
+// A region's input: all-gathered along the sequence with sequence
+// parallelism, else `x` (its gradient is RegionGrad's below).
 absl::StatusOr<core::Tensor> region_input(core::Context& ctx, const TensorParallel& tp,
                                           const core::Tensor& x);
-absl::StatusOr<core::Tensor> region_input_grad(core::Context& ctx, const TensorParallel& tp,
-                                               const core::Tensor& dx);
 
 // The input gradient of a parallel region whose first layers are column
 // Linears reading one input (GPT-2's c_attn, or c_fc; Llama's q, k, v, or
-// gate, up), reduced as region_input_grad does while the last of them
+// gate, up), reduce-scattered back along the sequence with sequence
+// parallelism (else summed over the group) while the last of them
 // computes its weight gradient (Megatron-LM's asynchronous gradient
 // all-reduce): each Linear's backward computes its input gradient first and
 // adds it into sum() (accumulating GEMMs, no separate add), contributed()
@@ -168,28 +166,6 @@ class RegionGrad {
   int arrived_ = 0;
   core::Tensor sum_, packed_, result_;  // packed_: the reduce-scatter's input, kept until done
   comm::WorkPtr work_;
-};
-
-// Where a parallel region begins (Megatron's copy_to_tensor_model_parallel_region):
-// the forward passes its input on (region_input), the backward its gradient
-// (region_input_grad, or the reduction its first Linear started through
-// `region_grad`). Has no parameters; a Sequential region (GPT-2's MLP) puts
-// one first.
-class TensorParallelRegion : public Module {
- public:
-  TensorParallelRegion(std::string name, TensorParallel tp,
-                       std::shared_ptr<RegionGrad> region_grad = nullptr)
-      : Module(std::move(name)), tp_(std::move(tp)), region_grad_(std::move(region_grad)) {}
-  const char* type() const override { return "TensorParallelRegion"; }
-
- protected:
-  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
-  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
-                                             const core::Tensor& grad_output) override;
-
- private:
-  TensorParallel tp_;
-  std::shared_ptr<RegionGrad> region_grad_;
 };
 
 }  // namespace colossal::nn
