@@ -62,7 +62,7 @@ int BoosterSaveCheckpoint(lua_State* L) {
   OptionTable o(L, 3, "booster:save_checkpoint");
   const int64_t step = o.integer("step", -1);
   io::CheckpointOptions options;
-  options.keep_last = static_cast<int>(o.integer("keep", options.keep_last));
+  options.keep_last = o.int32("keep", options.keep_last);
   o.finish();
   if (step < 0) o.fail("step", "is required (an integer >= 0)");
   if (options.keep_last < 0) o.fail("keep", "must be >= 0 (0 keeps all)");

@@ -52,7 +52,7 @@ int MakeLoader(lua_State* L) {
   options.seq_len = o.integer("seq_len", 0);
   options.shuffle = o.boolean("shuffle", true);
   options.seed = static_cast<uint64_t>(o.integer("seed", static_cast<int64_t>(rt->seed)));
-  options.prefetch_depth = static_cast<int>(o.integer("prefetch", 2));
+  options.prefetch_depth = o.int32("prefetch", 2);
   o.finish();
   if (options.pattern.empty()) o.fail("pattern", "is required (a glob of token shards)");
   if (options.batch_size <= 0) o.fail("batch_size", "must be a positive integer");

@@ -1,6 +1,7 @@
 #include "lua/api/lua_util.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/suggest.h"
@@ -130,6 +131,15 @@ int64_t OptionTable::integer(const char* key, int64_t fallback) {
   lua_pop(L_, 1);
   if (type != LUA_TNUMBER || !ok) fail(key, absl::StrCat("must be an integer, got ", got));
   return value;
+}
+
+int OptionTable::int32(const char* key, int fallback) {
+  const int64_t value = integer(key, fallback);
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    fail(key, absl::StrCat("= ", value, " is out of range (at most ",
+                           std::numeric_limits<int>::max(), " in magnitude)"));
+  }
+  return static_cast<int>(value);
 }
 
 bool OptionTable::boolean(const char* key, bool fallback) {

@@ -159,6 +159,9 @@ class OptionTable {
   double number(const char* key, double fallback);
   std::optional<double> number(const char* key);
   int64_t integer(const char* key, int64_t fallback);
+  // integer() for a C++ int: raises when the value is past int's range
+  // (instead of wrapping, which turned 2^32 + 5 into 5).
+  int int32(const char* key, int fallback);
   bool boolean(const char* key, bool fallback);
   std::string string(const char* key, const std::string& fallback);
   // A list of numbers (e.g. betas); nullopt when absent. Raises when the

@@ -248,7 +248,7 @@ int Generate(lua_State* L) {
   const int64_t max_new = o.integer("max_new_tokens", 64);
   SamplingOptions sampling;
   sampling.temperature = o.number("temperature", 1.0);
-  sampling.top_k = static_cast<int>(o.integer("top_k", 50));
+  sampling.top_k = o.int32("top_k", 50);
   sampling.seed = static_cast<uint64_t>(o.integer("seed", 1337));
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();

@@ -56,14 +56,14 @@ class HybridParallelSpec : public PrecisionOwningSpec {
 
 absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSource& options) {
   HybridParallelOptions o;
-  o.tp_size = static_cast<int>(options.integer("tp_size", 1));
-  o.pp_size = static_cast<int>(options.integer("pp_size", 1));
+  COLOSSAL_ASSIGN_OR_RETURN(o.tp_size, int_option(options, "tp_size", 1));
+  COLOSSAL_ASSIGN_OR_RETURN(o.pp_size, int_option(options, "pp_size", 1));
   const std::string pp_style = options.string("pp_style", "1f1b");
   const int64_t num_model_chunks = options.integer("num_model_chunks", 1);
   const int64_t sp_size = options.integer("sp_size", 1);
   o.sequence_parallel = options.boolean("enable_sequence_parallelism", false);
   const std::string sp_mode = options.string("sequence_parallelism_mode", "split_gather");
-  o.zero_stage = static_cast<int>(options.integer("zero_stage", 0));
+  COLOSSAL_ASSIGN_OR_RETURN(o.zero_stage, int_option(options, "zero_stage", 0));
   const std::string precision = options.string("precision", "fp32");
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
   o.zero_bucket_size_in_m = options.number("zero_bucket_size_in_m", 12.0);

@@ -1,6 +1,10 @@
 #include "parallel/registry/plugin_spec.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 
 namespace colossal::parallel {
 namespace {
@@ -17,6 +21,15 @@ nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double init
   s.growth_interval = options.integer("growth_interval", s.growth_interval);
   s.hysteresis = options.integer("hysteresis", s.hysteresis);
   return s;
+}
+
+absl::StatusOr<int> int_option(OptionSource& options, absl::string_view key, int fallback) {
+  const int64_t value = options.integer(key, fallback);
+  if (value < std::numeric_limits<int>::min() || value > std::numeric_limits<int>::max()) {
+    return option_error(key, absl::StrCat("= ", value, " is out of range (at most ",
+                                          std::numeric_limits<int>::max(), " in magnitude)"));
+  }
+  return static_cast<int>(value);
 }
 
 absl::Status option_error(absl::string_view key, absl::string_view message) {

@@ -46,6 +46,10 @@ class OptionSource {
   virtual std::optional<std::vector<int64_t>> integers(absl::string_view key) = 0;
 };
 
+// options.integer(key) as an int, or an option_error naming the key when the
+// value is past int's range (casting would wrap: stage = 2^32 + 1 ran as 1).
+absl::StatusOr<int> int_option(OptionSource& options, absl::string_view key, int fallback);
+
 // An InvalidArgumentError about option `key` (the payload option_key() reads
 // back), so the front end can point at the recipe line that set it.
 absl::Status option_error(absl::string_view key, absl::string_view message);

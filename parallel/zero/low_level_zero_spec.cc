@@ -43,7 +43,7 @@ bool valid_precision(const std::string& p) { return p == "fp32" || p == "bf16" |
 
 absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSource& options) {
   LowLevelZeroOptions o;
-  o.stage = static_cast<int>(options.integer("stage", 1));
+  COLOSSAL_ASSIGN_OR_RETURN(o.stage, int_option(options, "stage", 1));
   const std::string precision = options.string("precision", "fp32");
   if (!valid_precision(precision)) {
     return option_error("precision", absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"",
