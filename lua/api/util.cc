@@ -8,7 +8,9 @@
 #include <cctype>
 #include <chrono>
 #include <climits>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -173,6 +175,49 @@ void MakeParents(const std::string& path) {
     if (!prefix.empty()) mkdir(prefix.c_str(), 0755);
     prefix += "/";
   }
+}
+
+// colossal.check_writable(path[, {dir = true}]): raises (a usage error naming
+// the path and the system's reason) unless the run will be able to write
+// there. A folder (dir) is made, with its parents, and a probe file is
+// created in it and removed; a file's folders are made (as jsonl and
+// trace_stop make them) and the file opened for appending, then removed if
+// the probe created it. A recipe checks its outputs before step 1, so an
+// unwritable checkpoint folder is not found at the first save, hours in.
+int CheckWritable(lua_State* L) {
+  const std::string path =
+      StringArg(L, 1, /*non_empty=*/true, "colossal.check_writable: wants a path");
+  bool dir = false;
+  if (lua_istable(L, 2)) {
+    lua_getfield(L, 2, "dir");
+    dir = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+  }
+  auto fail = [&](const std::string& what, const std::string& why) {
+    RaiseError(L, absl::StrCat("cannot ", what, " ", path, ": ", why), kErrorUsage);
+  };
+  std::error_code ec;
+  const std::filesystem::path folder = dir ? std::filesystem::path(path)
+                                           : std::filesystem::path(path).parent_path();
+  if (!folder.empty() && !std::filesystem::is_directory(folder, ec)) {
+    std::filesystem::create_directories(folder, ec);
+    if (ec) fail(dir ? "make the folder" : "make the folder for", ec.message());
+  }
+  if (dir) {
+    const std::string probe = (folder / absl::StrCat(".colossal_write_probe.", getpid())).string();
+    std::FILE* f = std::fopen(probe.c_str(), "w");
+    if (f == nullptr) fail("write in", std::strerror(errno));
+    std::fclose(f);
+    std::remove(probe.c_str());
+    return 0;
+  }
+  if (std::filesystem::is_directory(path, ec)) fail("write", "it is a folder");
+  const bool existed = std::filesystem::exists(path, ec);
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (f == nullptr) fail("write", std::strerror(errno));
+  std::fclose(f);
+  if (!existed) std::remove(path.c_str());
+  return 0;
 }
 
 // colossal.jsonl(path) -> log; log:write{step = 1, loss = 2.5} appends one line
@@ -426,6 +471,7 @@ int OpenUtil(lua_State* L) {
                                 {"trace_stop", Protected<TraceStop>},
                                 {"device_info", Protected<DeviceInfo>},
                                 {"jsonl", Protected<OpenJsonl>},
+                                {"check_writable", Protected<CheckWritable>},
                                 {"settings", Protected<Settings>},
                                 {"_key_line", Protected<KeyLine>},
                                 {nullptr, nullptr}};

@@ -156,15 +156,16 @@ local DATA = {
   split = { "string", check = one_of("file", "paragraph") },
 }
 local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }
-local LOG = { every_steps = { "integer", 1, check = positive }, file = { "string" } }
+local function non_empty(v) if v == "" then return "must not be empty" end end
+local LOG = { every_steps = { "integer", 1, check = positive }, file = { "string", check = non_empty } }
 local CHECKPOINT = {
-  dir = { "string", required = true },
+  dir = { "string", required = true, check = non_empty },
   every_steps = { "integer", 0, check = non_negative },
   keep = { "integer", 3, check = non_negative },
   resume = { "boolean", true },
 }
 local SAMPLE = {
-  prompt = { "string", "\n", check = function(v) if v == "" then return "must not be empty" end end },
+  prompt = { "string", "\n", check = non_empty },
   max_new_tokens = { "integer", 64, check = non_negative },
   temperature = { "number", 0.8, check = non_negative },
   top_k = { "integer", 40, check = non_negative },
@@ -291,6 +292,22 @@ function recipe.run(t, file, bench)
       "%s needs a CUDA device; this process runs on the CPU (use fp32)", precision))
   end
 
+  -- Where the run writes, checked before any work: an unwritable checkpoint
+  -- folder found at the first save would cost every step before it.
+  local log_file = lg.file or (ck and (ck.dir .. "/log.jsonl")) or "logs/train.jsonl"
+  if ck then
+    call(file, "checkpoint.dir", r.checkpoint, colossal.check_writable, ck.dir, { dir = true })
+  end
+  if main and not bench then
+    call(file, lg.file and "log.file" or (ck and "checkpoint.dir") or "log", lg.file and r.log or r.checkpoint,
+      colossal.check_writable, log_file)
+  end
+  local trace_file
+  if tr then
+    trace_file = env.world_size > 1 and (tr.file:gsub("%.json$", "") .. ".rank" .. env.rank .. ".json") or tr.file
+    call(file, "trace.file", r.trace, colossal.check_writable, trace_file)
+  end
+
   local model = call(file, "model", r.model, colossal.model[family], model_cfg)
   local cfg = model:config()
   if d.seq_len > cfg.max_seq_len then
@@ -343,7 +360,6 @@ function recipe.run(t, file, bench)
   say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
 
-  local log_file = lg.file or (ck and (ck.dir .. "/log.jsonl")) or "logs/train.jsonl"
   if not bench then
     say("colossal: every step is logged to %s%s", log_file,
       ck and ck.every_steps > 0 and string.format("; checkpoints every %d steps in %s", ck.every_steps, ck.dir) or "")
@@ -372,10 +388,8 @@ function recipe.run(t, file, bench)
 
   if val_pattern and ev.every_steps > 0 then open_val() end  -- a bad val split fails before step 1
 
-  -- One step's Chrome trace (every rank writes its own file).
-  local trace_file
+  -- One step's Chrome trace (every rank writes its own file: trace_file, above).
   if tr then
-    trace_file = world > 1 and (tr.file:gsub("%.json$", "") .. ".rank" .. env.rank .. ".json") or tr.file
     if tr.step <= start then say("colossal: trace.step %d is before the resumed step %d: no trace", tr.step, start + 1) end
   end
 
