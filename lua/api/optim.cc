@@ -78,6 +78,12 @@ int MakeAdam(lua_State* L) {
   a.bias_correction = o.boolean("bias_correction", a.bias_correction);
   if (kVariant != 0) a.adamw_mode = o.boolean("adamw_mode", a.adamw_mode);
   o.finish();
+  // Checked here, where the recipe wrote them, not when the plugin builds
+  // the optimizer (which would blame the plugin).
+  static constexpr nn::AdamVariant kVariants[] = {nn::AdamVariant::kAdamW,
+                                                  nn::AdamVariant::kHybridAdam,
+                                                  nn::AdamVariant::kCpuAdam};
+  ThrowIfError(L, o.what(), nn::check_adam_hyper(nn::adam_hyper(a), kVariants[kVariant]));
   PushOptimizer(L, model, name, a.lr, a.weight_decay,
                 [a](nn::CausalLM& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
@@ -104,6 +110,7 @@ int MakeSgd(lua_State* L) {
   s.weight_decay = o.number("weight_decay", s.weight_decay);
   s.nesterov = o.boolean("nesterov", s.nesterov);
   o.finish();
+  ThrowIfError(L, o.what(), nn::check_sgd_hyper(nn::sgd_hyper(s)));
   PushOptimizer(L, model, "sgd", s.lr, s.weight_decay,
                 [s](nn::CausalLM& net, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {

@@ -11,12 +11,6 @@
 #include "kernels/adam/adam.h"
 
 namespace colossal::nn {
-namespace {
-
-bool finite_at_least_zero(double x) { return std::isfinite(x) && x >= 0; }
-
-}  // namespace
-
 const char* adam_variant_name(AdamVariant variant) {
   switch (variant) {
     case AdamVariant::kAdamW: return "adamw";
@@ -47,40 +41,48 @@ absl::StatusOr<std::unique_ptr<Adam>> Adam::create(AdamVariant variant,
                                                    options.cpu_threads));
   }
   std::unique_ptr<Adam> adam(new Adam(variant, options, stream));
-  GroupHyperParams defaults;
-  defaults.lr = options.lr;
-  defaults.beta1 = options.beta1;
-  defaults.beta2 = options.beta2;
-  defaults.eps = options.eps;
-  defaults.weight_decay = options.weight_decay;
-  defaults.adamw_mode = options.adamw_mode;
-  defaults.bias_correction = options.bias_correction;
-  COLOSSAL_RETURN_IF_ERROR(adam->init(std::move(groups), defaults));
+  COLOSSAL_RETURN_IF_ERROR(adam->init(std::move(groups), adam_hyper(options)));
   return adam;
 }
 
-absl::Status Adam::validate_hyper(const GroupHyperParams& h, int group) const {
-  const std::string where = absl::StrCat(type(), ": param group ", group, ": ");
-  if (!finite_at_least_zero(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "lr must be >= 0, got ", h.lr));
+GroupHyperParams adam_hyper(const AdamOptions& options) {
+  GroupHyperParams h;
+  h.lr = options.lr;
+  h.beta1 = options.beta1;
+  h.beta2 = options.beta2;
+  h.eps = options.eps;
+  h.weight_decay = options.weight_decay;
+  h.adamw_mode = options.adamw_mode;
+  h.bias_correction = options.bias_correction;
+  return h;
+}
+
+absl::Status check_adam_hyper(const GroupHyperParams& h, AdamVariant variant) {
+  constexpr char kRange[] = " (a finite float32)";
+  if (!valid_float_hyper(h.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0", kRange, ", got ", h.lr));
   }
-  if (!finite_at_least_zero(h.beta1) || h.beta1 >= 1 || !finite_at_least_zero(h.beta2) ||
-      h.beta2 >= 1) {
+  if (!valid_float_hyper(h.beta1) || h.beta1 >= 1 || !valid_float_hyper(h.beta2) || h.beta2 >= 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "betas must be in [0, 1), got (", h.beta1, ", ", h.beta2, ")"));
+        absl::StrCat("betas must be in [0, 1), got (", h.beta1, ", ", h.beta2, ")"));
   }
-  if (!finite_at_least_zero(h.eps)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "eps must be >= 0, got ", h.eps));
+  if (!valid_float_hyper(h.eps)) {
+    return absl::InvalidArgumentError(absl::StrCat("eps must be >= 0", kRange, ", got ", h.eps));
   }
-  if (!finite_at_least_zero(h.weight_decay)) {
+  if (!valid_float_hyper(h.weight_decay)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "weight_decay must be >= 0, got ", h.weight_decay));
+        absl::StrCat("weight_decay must be >= 0", kRange, ", got ", h.weight_decay));
   }
-  if (variant_ == AdamVariant::kAdamW && !h.adamw_mode) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, "adamw_mode = false is Adam with L2 decay, not AdamW; use cpu_adam or hybrid_adam"));
+  if (variant == AdamVariant::kAdamW && !h.adamw_mode) {
+    return absl::InvalidArgumentError(
+        "adamw_mode = false is Adam with L2 decay, not AdamW; use cpu_adam or hybrid_adam");
   }
   return absl::OkStatus();
+}
+
+absl::Status Adam::validate_hyper(const GroupHyperParams& h, int group) const {
+  return core::annotate(check_adam_hyper(h, variant_),
+                        absl::StrCat(type(), ": param group ", group));
 }
 
 absl::Status Adam::validate_param(const ParamRef& p) const {

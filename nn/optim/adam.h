@@ -65,6 +65,13 @@ struct AdamOptions {
   static AdamOptions adamw_defaults();
 };
 
+// The group hyper-parameters `options` give every group.
+GroupHyperParams adam_hyper(const AdamOptions& options);
+// InvalidArgumentError naming the first bad one ("eps must be >= 0 ..."):
+// what create() checks for each group, for a front end to check the options
+// where the user wrote them.
+absl::Status check_adam_hyper(const GroupHyperParams& hyper, AdamVariant variant);
+
 class Adam final : public Optimizer {
  public:
   // An Adam optimizer over `groups`. `stream` is where CUDA parameters'

@@ -1,5 +1,8 @@
 #include "nn/optim/param.h"
 
+#include <cmath>
+#include <limits>
+
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -88,6 +91,10 @@ std::vector<ParamGroup> split_decay_groups(std::vector<ParamRef> params, double 
     groups[is_no_decay(p, rule) ? 1 : 0].params.push_back(std::move(p));
   }
   return groups;
+}
+
+bool valid_float_hyper(double x) {
+  return std::isfinite(x) && x >= 0 && x <= std::numeric_limits<float>::max();
 }
 
 }  // namespace colossal::nn

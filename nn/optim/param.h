@@ -98,6 +98,12 @@ struct GroupHyperParams {
   friend bool operator==(const GroupHyperParams&, const GroupHyperParams&) = default;
 };
 
+// A hyper-parameter the update kernels take as a float32 (lr, eps, betas,
+// weight_decay, momentum, dampening): true when >= 0 and finite as a float
+// (1e300 is finite as a double but infinite once rounded: the kernels would
+// see inf).
+bool valid_float_hyper(double x);
+
 // Parameters sharing hyper-parameters. Unset overrides take the optimizer's
 // defaults (its AdamOptions / SgdOptions), as torch fills a group's missing keys.
 struct ParamGroup {

@@ -9,11 +9,6 @@
 #include "nn/optim/kernels/optim_kernels.h"
 
 namespace colossal::nn {
-namespace {
-
-bool finite_at_least_zero(double x) { return std::isfinite(x) && x >= 0; }
-
-}  // namespace
 
 Sgd::Sgd(const core::Stream& stream) : Optimizer("sgd", {"momentum_buffer"}, stream) {}
 
@@ -21,38 +16,47 @@ absl::StatusOr<std::unique_ptr<Sgd>> Sgd::create(std::vector<ParamGroup> groups,
                                                  const SgdOptions& options,
                                                  const core::Stream& stream) {
   std::unique_ptr<Sgd> sgd(new Sgd(stream));
-  GroupHyperParams defaults;
-  defaults.lr = options.lr;
-  defaults.momentum = options.momentum;
-  defaults.dampening = options.dampening;
-  defaults.weight_decay = options.weight_decay;
-  defaults.nesterov = options.nesterov;
-  COLOSSAL_RETURN_IF_ERROR(sgd->init(std::move(groups), defaults));
+  COLOSSAL_RETURN_IF_ERROR(sgd->init(std::move(groups), sgd_hyper(options)));
   return sgd;
 }
 
-absl::Status Sgd::validate_hyper(const GroupHyperParams& h, int group) const {
-  const std::string where = absl::StrCat("sgd: param group ", group, ": ");
-  if (!finite_at_least_zero(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "lr must be >= 0, got ", h.lr));
+GroupHyperParams sgd_hyper(const SgdOptions& options) {
+  GroupHyperParams h;
+  h.lr = options.lr;
+  h.momentum = options.momentum;
+  h.dampening = options.dampening;
+  h.weight_decay = options.weight_decay;
+  h.nesterov = options.nesterov;
+  return h;
+}
+
+absl::Status check_sgd_hyper(const GroupHyperParams& h) {
+  constexpr char kRange[] = " (a finite float32)";
+  if (!valid_float_hyper(h.lr)) {
+    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0", kRange, ", got ", h.lr));
   }
-  if (!finite_at_least_zero(h.momentum)) {
-    return absl::InvalidArgumentError(absl::StrCat(where, "momentum must be >= 0, got ", h.momentum));
-  }
-  if (!finite_at_least_zero(h.dampening) || h.dampening > 1) {
+  if (!valid_float_hyper(h.momentum)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "dampening must be in [0, 1], got ", h.dampening));
+        absl::StrCat("momentum must be >= 0", kRange, ", got ", h.momentum));
   }
-  if (!finite_at_least_zero(h.weight_decay)) {
+  if (!valid_float_hyper(h.dampening) || h.dampening > 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "weight_decay must be >= 0, got ", h.weight_decay));
+        absl::StrCat("dampening must be in [0, 1], got ", h.dampening));
+  }
+  if (!valid_float_hyper(h.weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight_decay must be >= 0", kRange, ", got ", h.weight_decay));
   }
   if (h.nesterov && (h.momentum <= 0 || h.dampening != 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, "nesterov needs momentum > 0 and dampening = 0 (momentum ", h.momentum,
+        absl::StrCat("nesterov needs momentum > 0 and dampening = 0 (momentum ", h.momentum,
                      ", dampening ", h.dampening, ")"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Sgd::validate_hyper(const GroupHyperParams& h, int group) const {
+  return core::annotate(check_sgd_hyper(h), absl::StrCat("sgd: param group ", group));
 }
 
 bool Sgd::group_has_state(const GroupHyperParams& hyper) const { return hyper.momentum != 0; }

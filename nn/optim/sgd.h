@@ -40,6 +40,12 @@ struct SgdOptions {
   bool nesterov = false;
 };
 
+// The group hyper-parameters `options` give every group, and what create()
+// checks of each group (InvalidArgumentError naming the first bad one), for a
+// front end to check the options where the user wrote them.
+GroupHyperParams sgd_hyper(const SgdOptions& options);
+absl::Status check_sgd_hyper(const GroupHyperParams& hyper);
+
 class Sgd final : public Optimizer {
  public:
   // An SGD optimizer over `groups`; `stream` as for Adam::create.
