@@ -121,8 +121,14 @@ absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunPar
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict optimizer, nn::LoadOptimizerState(dir));
   COLOSSAL_RETURN_IF_ERROR(core::annotate(load_optimizer_state(optimizer, run), "optimizer state"));
   COLOSSAL_ASSIGN_OR_RETURN(nn::TrainerState trainer, nn::LoadTrainerState(dir));
-  if (run.scheduler != nullptr && trainer.lr_scheduler) {
-    COLOSSAL_RETURN_IF_ERROR(run.scheduler->load_state(*trainer.lr_scheduler));
+  if (run.scheduler != nullptr) {
+    // A checkpoint saved by a run without a schedule: the schedule goes on
+    // from the checkpoint's step (a schedule steps once per optimizer step),
+    // where a run of this recipe from the start would be, instead of
+    // restarting its warm-up.
+    const nn::LrSchedulerState state =
+        trainer.lr_scheduler ? *trainer.lr_scheduler : nn::LrSchedulerState{.step = trainer.step};
+    COLOSSAL_RETURN_IF_ERROR(run.scheduler->load_state(state));
     COLOSSAL_RETURN_IF_ERROR(run.optimizer->set_lrs(run.scheduler->lrs()));
   }
   if (run.scaler != nullptr && trainer.loss_scaler) {

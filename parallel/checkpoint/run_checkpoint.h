@@ -60,7 +60,8 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
                                                 const RunParts& run,
                                                 const io::CheckpointOptions& options = {});
 // Restores everything step directory `dir` holds into the non-null parts and
-// returns its step. Errors: a checkpoint of another model (InvalidArgument
+// returns its step. A scheduler given when the checkpoint has no schedule
+// state continues from the checkpoint's step (one schedule step per step). Errors: a checkpoint of another model (InvalidArgument
 // naming both shapes); the files' (io, nn); the plugin's.
 absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run);
 

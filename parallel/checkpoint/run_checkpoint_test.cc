@@ -118,6 +118,14 @@ TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
   ASSERT_TRUE(step.ok()) << step.status();
   EXPECT_EQ(*step, 7);
   EXPECT_EQ(floats_of(model->store().flat_values(core::DType::kF32)), saved);
+  // A schedule added on resume goes on from step 7, not from its start.
+  auto warmup = *nn::LrScheduler::create(
+      {.kind = nn::LrScheduleKind::kConstant, .warmup_steps = 10}, sgd->lrs());
+  RunParts with_schedule = run;
+  with_schedule.scheduler = &warmup;
+  ASSERT_TRUE(load_run_checkpoint(*dir, with_schedule).ok());
+  EXPECT_EQ(warmup.state().step, 7);
+  EXPECT_EQ(sgd->lrs(), warmup.lrs());
 
   nn::GPT2Config wider = config;
   wider.n_embd *= 2;
