@@ -18,6 +18,12 @@ absl::StatusOr<std::unique_ptr<CausalLM>> DeclareHuggingFaceModel(const std::str
   const std::string path = dir + "/config.json";
   COLOSSAL_ASSIGN_OR_RETURN(const std::string text, io::ReadCheckpointConfig(dir));
   const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    // A truncated or hand-edited file: say so, not that model_type is missing.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' is not valid JSON (", text.size(),
+        " bytes; a truncated copy?): re-copy or re-save the checkpoint's config.json"));
+  }
   const auto type = j.is_object() ? j.find("model_type") : j.end();
   // GPT-2 checkpoints written before model_type mattered all have it; a
   // missing one is an error like any other.

@@ -52,6 +52,12 @@ TEST(Registry, OtherModelTypesAndBrokenFilesNameTheFile) {
     EXPECT_TRUE(absl::StrContains(m.status().message(), dir + "/config.json")) << m.status();
     EXPECT_TRUE(absl::StrContains(m.status().message(), "model_type")) << m.status();
   }
+  // A truncated file is reported as one, not as a missing model_type.
+  const std::string cut = dir_with("truncated", R"({"model_type": "gpt2", "n_layer": 2, "n_he)");
+  absl::StatusOr<std::unique_ptr<CausalLM>> truncated = DeclareHuggingFaceModel(cut, core::DType::kF32);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_TRUE(absl::StrContains(truncated.status().message(), cut + "/config.json' is not valid JSON"))
+      << truncated.status();
   absl::StatusOr<std::unique_ptr<CausalLM>> bad_llama = DeclareHuggingFaceModel(
       dir_with("bad_llama", R"({"model_type": "llama", "hidden_act": "relu"})"), core::DType::kF32);
   ASSERT_FALSE(bad_llama.ok());
