@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "lua/api/generation.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
+#include "nlohmann/json.hpp"
 
 namespace colossal::lua {
 namespace {
@@ -95,7 +97,8 @@ int State(lua_State* L) {
   return 1;
 }
 
-// colossal.data.prepare{input, output, name, val_fraction, tokenizer, split} -> {train, val, ...}
+// colossal.data.prepare{input, output, name, val_fraction, tokenizer, split} -> {train, val,
+// prepared_now, vocab_size (the tokenizer's, from the manifest)}
 // split: "file" (each file is a document, the default) or "paragraph" (each
 // blank-line-separated paragraph is one: one long text can then give a val split).
 int Prepare(lua_State* L) {
@@ -135,7 +138,18 @@ int Prepare(lua_State* L) {
       }
     }
   }
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 4);
+  // The tokenizer's vocabulary, from the manifest (absent in an unreadable
+  // or older one): a recipe compares it with the model's before step 1.
+  {
+    std::ifstream in(manifest);
+    const nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object() && m.contains("tokenizer") && m["tokenizer"].is_object() &&
+        m["tokenizer"].contains("vocab_size") && m["tokenizer"]["vocab_size"].is_number_integer()) {
+      lua_pushinteger(L, m["tokenizer"]["vocab_size"].get<int64_t>());
+      lua_setfield(L, -2, "vocab_size");
+    }
+  }
   const std::string prefix = absl::StrCat(options.output_dir, "/", options.name);
   lua_pushstring(L, absl::StrCat(prefix, "_train_*.bin").c_str());
   lua_setfield(L, -2, "train");

@@ -194,7 +194,7 @@ local function datasets(file, d)
     input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
     split = d.split,
   })
-  return paths.train, paths.val, paths.prepared_now and (d.output or ("data/" .. name))
+  return paths.train, paths.val, paths.prepared_now and (d.output or ("data/" .. name)), paths.vocab_size
 end
 
 local function human(n)
@@ -329,7 +329,14 @@ function recipe.run(t, file, bench)
     colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
   local booster = call(file, "plugin", r.plugin, colossal.booster,
     { plugin = plugin, mixed_precision = (not caps.owns_precision) and r.precision or nil })
-  local train_pattern, val_pattern, prepared_into = datasets(file, d)
+  local train_pattern, val_pattern, prepared_into, data_vocab = datasets(file, d)
+  -- Token ids past the model's vocabulary would stop the run at step 1's embedding.
+  if data_vocab and data_vocab > cfg.vocab_size then
+    usage_error(file, "model.vocab_size", string.format("the data's tokenizer has %d tokens, the "
+      .. "model's vocabulary %d: token ids up to %d would fall outside it; give the model "
+      .. "vocab_size >= %d, or prepare the data with the model's tokenizer", data_vocab,
+      cfg.vocab_size, data_vocab - 1, data_vocab))
+  end
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
