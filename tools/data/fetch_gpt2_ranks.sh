@@ -45,7 +45,9 @@ partial="$dest.partial.$$"
 trap 'rm -rf "$tmp"; rm -f "$partial"' EXIT
 
 say "downloading openai-whisper==$WHISPER_VERSION from PyPI for $MEMBER_SUFFIX"
-if ! python3 -m pip download --quiet --no-deps --no-binary=:none: \
+# Two retries of 20 s each: without a network, pip's defaults (5 retries with
+# back-off) kept a first run waiting for minutes before it failed.
+if ! python3 -m pip download --quiet --retries 2 --timeout 20 --no-deps --no-binary=:none: \
     "openai-whisper==$WHISPER_VERSION" -d "$tmp" >"$tmp/pip.log" 2>&1; then
   cat "$tmp/pip.log" >&2
   echo "fetch_gpt2_ranks: pip could not download openai-whisper==$WHISPER_VERSION" >&2
