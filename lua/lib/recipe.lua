@@ -242,6 +242,14 @@ function recipe.run(t, file, bench)
   if type(family) ~= "string" or family == "family" or not colossal.model[family] then
     usage_error(file, "model.family", 'must be one of "gpt2", "llama", got ' .. string.format("%q", tostring(family)))
   end
+  -- A step's tokens are counted in integers (the log, tokens/s): 2^50 a step
+  -- is far past any real batch and keeps every count exact.
+  local step_tokens = 1.0 * d.micro_batch_size * d.seq_len * r.accumulation_steps
+  if step_tokens > 2.0 ^ 50 then
+    usage_error(file, "accumulation_steps", string.format("%d micro-batches of %d x %d tokens make "
+      .. "%.3g tokens a step, past 2^50", r.accumulation_steps, d.micro_batch_size, d.seq_len,
+      step_tokens))
+  end
   local model_cfg = without(r.model, "family")
   if math.type(model_cfg.max_seq_len) == "integer" and d.seq_len > model_cfg.max_seq_len then
     usage_error(file, "data.seq_len", string.format("%d is longer than model.max_seq_len (%d)",
