@@ -129,6 +129,28 @@ absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
 
 namespace {
 
+// The first element of a host tensor's first `numel` that is NaN or inf, or
+// -1 (floating dtypes; integer tensors have none). Bit tests, so every CPU
+// answers alike: an all-ones exponent.
+int64_t FirstNonFinite(const core::Tensor& host, int64_t numel) {
+  auto scan = [&](auto bits, auto exponent_mask) -> int64_t {
+    using Bits = decltype(bits);
+    const Bits* p = static_cast<const Bits*>(host.raw_data());
+    const Bits mask = static_cast<Bits>(exponent_mask);
+    for (int64_t i = 0; i < numel; ++i) {
+      if ((p[i] & mask) == mask) return i;
+    }
+    return -1;
+  };
+  switch (host.dtype()) {
+    case core::DType::kF32: return scan(uint32_t{0}, 0x7F800000u);
+    case core::DType::kF64: return scan(uint64_t{0}, 0x7FF0000000000000ull);
+    case core::DType::kBF16: return scan(uint16_t{0}, 0x7F80u);
+    case core::DType::kF16: return scan(uint16_t{0}, 0x7C00u);
+    default: return -1;
+  }
+}
+
 absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save, const CheckpointOptions& options) {
   std::vector<core::Tensor> host;  // keeps device copies alive during the write
   std::vector<SafetensorsEntry> entries;
@@ -139,6 +161,11 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
     }
     absl::StatusOr<core::Tensor> h = OnHost(t.tensor);
     if (!h.ok()) return h.status();
+    if (const int64_t bad = FirstNonFinite(*h, t.shape.numel()); bad >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model tensor '", t.name, "' holds NaN or inf (element ", bad,
+          "): the run has diverged; this step is not saved and the earlier checkpoints are kept"));
+    }
     host.push_back(*h);
     entries.push_back(SafetensorsEntry{t.name, std::string(SafetensorsDTypeName(t.tensor.dtype())),
                                        std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end()), h->raw_data(),

@@ -40,6 +40,10 @@
 //    `latest` names is never removed.
 //  * Saving a step whose directory exists replaces it atomically
 //    (renameat2 RENAME_EXCHANGE), then removes the old one.
+//  * A model tensor holding NaN or inf (a run that diverged) is not saved:
+//    FailedPrecondition naming the tensor, nothing published or pruned, so
+//    the last good step directories stay (keep_last would otherwise rotate
+//    them out with every diverged save).
 //
 // Loading model tensors validates them against what the caller expects:
 // every name present (NotFound with a did-you-mean for a near name), no

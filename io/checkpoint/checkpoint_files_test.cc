@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,45 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
   EXPECT_FALSE(t->data_loader.has_value());
   EXPECT_FALSE(TrainerStateFromJson("{\"step\": 1, \"lr_scheduler\": 3}").ok());
   EXPECT_FALSE(TrainerStateFromJson("{\"step\": 1, \"x\": {\"y\": [1]}}").ok());
+}
+
+// A diverged model (NaN or inf in a tensor, in any floating dtype) is not
+// saved: nothing is published, `latest` and the kept step folders stay.
+TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
+  const std::string root =
+      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/diverged";
+  CheckpointToSave save;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor good = Filled({4}, 1.0f);
+  save.model = {{"w", good, good.shape()}};
+  for (int64_t step : {1, 2}) {
+    save.step = step;
+    ASSERT_TRUE(SaveCheckpoint(root, save, {.keep_last = 2}).ok());
+  }
+  const std::string latest = *ResolveCheckpoint(root);
+  struct Case {
+    DType dtype;
+    uint64_t bits;  // a NaN or inf of that dtype
+  };
+  for (const Case& c : {Case{DType::kF32, 0x7FC00000u}, Case{DType::kF32, 0xFF800000u},
+                        Case{DType::kBF16, 0x7F80u}, Case{DType::kF16, 0xFE00u},
+                        Case{DType::kF64, 0x7FF8000000000000ull}}) {
+    Tensor t = *Tensor::empty({3}, c.dtype, Stream::cpu());
+    std::memset(t.raw_data(), 0, t.nbytes());
+    std::memcpy(static_cast<char*>(t.raw_data()) + 2 * core::dtype_size(c.dtype), &c.bits,
+                core::dtype_size(c.dtype));
+    save.step = 3;
+    save.model = {{"w", good, good.shape()}, {"h.bad", t, t.shape()}};
+    absl::StatusOr<std::string> dir = SaveCheckpoint(root, save, {.keep_last = 2});
+    ASSERT_FALSE(dir.ok()) << core::dtype_name(c.dtype);
+    EXPECT_EQ(dir.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(dir.status().message(), "'h.bad' holds NaN or inf (element 2)"))
+        << dir.status();
+    EXPECT_EQ(*ResolveCheckpoint(root), latest);
+    EXPECT_TRUE(ResolveCheckpoint(root + "/step_000001").ok());  // not pruned
+  }
 }
 
 }  // namespace
