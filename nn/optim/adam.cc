@@ -58,21 +58,13 @@ GroupHyperParams adam_hyper(const AdamOptions& options) {
 }
 
 absl::Status check_adam_hyper(const GroupHyperParams& h, AdamVariant variant) {
-  constexpr char kRange[] = " (a finite float32)";
-  if (!valid_float_hyper(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0", kRange, ", got ", h.lr));
-  }
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("lr", h.lr));
   if (!valid_float_hyper(h.beta1) || h.beta1 >= 1 || !valid_float_hyper(h.beta2) || h.beta2 >= 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("betas must be in [0, 1), got (", h.beta1, ", ", h.beta2, ")"));
   }
-  if (!valid_float_hyper(h.eps)) {
-    return absl::InvalidArgumentError(absl::StrCat("eps must be >= 0", kRange, ", got ", h.eps));
-  }
-  if (!valid_float_hyper(h.weight_decay)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight_decay must be >= 0", kRange, ", got ", h.weight_decay));
-  }
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("eps", h.eps));
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("weight_decay", h.weight_decay));
   if (variant == AdamVariant::kAdamW && !h.adamw_mode) {
     return absl::InvalidArgumentError(
         "adamw_mode = false is Adam with L2 decay, not AdamW; use cpu_adam or hybrid_adam");

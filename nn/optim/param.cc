@@ -97,4 +97,10 @@ bool valid_float_hyper(double x) {
   return std::isfinite(x) && x >= 0 && x <= std::numeric_limits<float>::max();
 }
 
+absl::Status require_float_hyper(absl::string_view name, double value) {
+  if (valid_float_hyper(value)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, " must be >= 0 (a finite float32), got ", value));
+}
+
 }  // namespace colossal::nn

@@ -103,6 +103,9 @@ struct GroupHyperParams {
 // (1e300 is finite as a double but infinite once rounded: the kernels would
 // see inf).
 bool valid_float_hyper(double x);
+// OK when valid_float_hyper(value), else InvalidArgumentError
+// "<name> must be >= 0 (a finite float32), got <value>".
+absl::Status require_float_hyper(absl::string_view name, double value);
 
 // Parameters sharing hyper-parameters. Unset overrides take the optimizer's
 // defaults (its AdamOptions / SgdOptions), as torch fills a group's missing keys.

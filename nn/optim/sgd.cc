@@ -31,22 +31,13 @@ GroupHyperParams sgd_hyper(const SgdOptions& options) {
 }
 
 absl::Status check_sgd_hyper(const GroupHyperParams& h) {
-  constexpr char kRange[] = " (a finite float32)";
-  if (!valid_float_hyper(h.lr)) {
-    return absl::InvalidArgumentError(absl::StrCat("lr must be >= 0", kRange, ", got ", h.lr));
-  }
-  if (!valid_float_hyper(h.momentum)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("momentum must be >= 0", kRange, ", got ", h.momentum));
-  }
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("lr", h.lr));
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("momentum", h.momentum));
   if (!valid_float_hyper(h.dampening) || h.dampening > 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("dampening must be in [0, 1], got ", h.dampening));
   }
-  if (!valid_float_hyper(h.weight_decay)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weight_decay must be >= 0", kRange, ", got ", h.weight_decay));
-  }
+  COLOSSAL_RETURN_IF_ERROR(require_float_hyper("weight_decay", h.weight_decay));
   if (h.nesterov && (h.momentum <= 0 || h.dampening != 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("nesterov needs momentum > 0 and dampening = 0 (momentum ", h.momentum,
