@@ -346,4 +346,14 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   return result;
 }
 
+std::optional<int64_t> ManifestVocabSize(const std::string& manifest_path) {
+  absl::StatusOr<std::string> text = ReadFileToString(manifest_path);
+  if (!text.ok()) return std::nullopt;
+  const nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object() || !m.contains("tokenizer") || !m["tokenizer"].is_object()) return std::nullopt;
+  const nlohmann::json vocab = m["tokenizer"].value("vocab_size", nlohmann::json());
+  if (!vocab.is_number_integer()) return std::nullopt;
+  return vocab.get<int64_t>();
+}
+
 }  // namespace colossal::io

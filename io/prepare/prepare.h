@@ -55,6 +55,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,10 @@ struct PrepareResult {
 };
 
 absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options);
+
+// The tokenizer's vocabulary size a manifest.json records (tokenizer.vocab_size),
+// or nullopt when the file is unreadable or records none.
+std::optional<int64_t> ManifestVocabSize(const std::string& manifest_path);
 
 }  // namespace colossal::io
 

@@ -118,6 +118,9 @@ TEST(PrepareDatasetTest, WritesShardsAndManifest) {
   EXPECT_EQ(manifest["tokenizer"]["path"], kTinyTiktoken);
   EXPECT_EQ(manifest["tokenizer"]["sha256"], Sha256Hex(ReadAll(kTinyTiktoken)));
   EXPECT_EQ(manifest["tokenizer"]["eot_token"], 50256);
+  // What a recipe reads back of it.
+  EXPECT_EQ(ManifestVocabSize(result->manifest_path), manifest["tokenizer"]["vocab_size"].get<int64_t>());
+  EXPECT_EQ(ManifestVocabSize(result->manifest_path + ".missing"), std::nullopt);
   EXPECT_EQ(manifest["options"]["split"], "file");
   EXPECT_EQ(manifest["options"]["shard_tokens"], 10000000);
   EXPECT_EQ(manifest["inputs"], nlohmann::json::array({corpus}));

@@ -16,7 +16,6 @@
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -27,7 +26,6 @@
 #include "lua/api/generation.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
-#include "nlohmann/json.hpp"
 
 namespace colossal::lua {
 namespace {
@@ -139,16 +137,11 @@ int Prepare(lua_State* L) {
     }
   }
   lua_createtable(L, 0, 4);
-  // The tokenizer's vocabulary, from the manifest (absent in an unreadable
-  // or older one): a recipe compares it with the model's before step 1.
-  {
-    std::ifstream in(manifest);
-    const nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (m.is_object() && m.contains("tokenizer") && m["tokenizer"].is_object() &&
-        m["tokenizer"].contains("vocab_size") && m["tokenizer"]["vocab_size"].is_number_integer()) {
-      lua_pushinteger(L, m["tokenizer"]["vocab_size"].get<int64_t>());
-      lua_setfield(L, -2, "vocab_size");
-    }
+  // The tokenizer's vocabulary (absent in an unreadable or older manifest):
+  // a recipe compares it with the model's before step 1.
+  if (std::optional<int64_t> vocab = io::ManifestVocabSize(manifest)) {
+    lua_pushinteger(L, *vocab);
+    lua_setfield(L, -2, "vocab_size");
   }
   const std::string prefix = absl::StrCat(options.output_dir, "/", options.name);
   lua_pushstring(L, absl::StrCat(prefix, "_train_*.bin").c_str());
