@@ -149,7 +149,7 @@ KernelStatus launch_backward(const BackwardParams<T>& p, T* dgamma, T* dbeta, cu
   const int64_t partials = internal::backward_partials(p.rows);
   constexpr int kWide = 16 / sizeof(T);
   KernelStatus s;
-  if (p.C % kWide == 0 && aligned16({p.dx, p.dout, p.x, p.gamma})) {
+  if (p.C % kWide == 0 && aligned16({p.dx, p.dout, p.x, p.gamma, p.addend})) {
     s = launch_backward_packs<T, kRms, kWide>(p, partials, stream);
   } else {
     s = launch_backward_packs<T, kRms, 1>(p, partials, stream);
@@ -261,6 +261,32 @@ KernelStatus fused_residual_layernorm_forward_cuda(void* residual_out, void* out
   });
 }
 
+KernelStatus fused_residual_rmsnorm_forward_cuda(void* residual_out, void* out, float* rstd,
+                                                 const void* x, const void* residual,
+                                                 const void* gamma, int64_t rows, int64_t C,
+                                                 DType dtype, ForwardOptions options,
+                                                 cudaStream_t stream) {
+  bool nothing = false;
+  KernelStatus s = check_forward(rows, C, dtype, options, &nothing);
+  if (!s.ok() || nothing) return s;
+  if (!internal::all_set({residual_out, out, x, residual, gamma})) {
+    return KernelStatus::invalid_argument("fused_residual_rmsnorm_forward_cuda: null buffer");
+  }
+  return cuda::dispatch_float_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const ForwardParams<T> p{.out = static_cast<T*>(out),
+                             .rstd = rstd,
+                             .residual_out = static_cast<T*>(residual_out),
+                             .x = static_cast<const T*>(x),
+                             .residual = static_cast<const T*>(residual),
+                             .gamma = static_cast<const T*>(gamma),
+                             .rows = rows,
+                             .C = C,
+                             .eps = options.eps};
+    return launch_forward<T, true, true>(p, stream);
+  });
+}
+
 KernelStatus layernorm_backward_cuda(void* dx, void* dgamma, void* dbeta, const void* dout,
                                      const void* x, const float* mean, const float* rstd,
                                      const void* gamma, void* scratch, size_t scratch_bytes,
@@ -272,6 +298,8 @@ KernelStatus layernorm_backward_cuda(void* dx, void* dgamma, void* dbeta, const 
   if (!internal::all_set({dx, dgamma, dbeta, dout, x, mean, rstd, gamma})) {
     return KernelStatus::invalid_argument("layernorm_backward_cuda: null buffer");
   }
+  const void* addend = nullptr;
+  if (s = internal::dx_addend(dx, options, &addend); !s.ok()) return s;
   return cuda::dispatch_float_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     const BackwardParams<T> p{.dx = static_cast<T*>(dx),
@@ -283,7 +311,7 @@ KernelStatus layernorm_backward_cuda(void* dx, void* dgamma, void* dbeta, const 
                               .scratch = static_cast<float*>(scratch),
                               .rows = rows,
                               .C = C,
-                              .accumulate_dx = options.accumulate_dx};
+                              .addend = static_cast<const T*>(addend)};
     return launch_backward<T, false>(p, static_cast<T*>(dgamma), static_cast<T*>(dbeta), stream);
   });
 }
@@ -298,6 +326,8 @@ KernelStatus rmsnorm_backward_cuda(void* dx, void* dgamma, const void* dout, con
   if (!internal::all_set({dx, dgamma, dout, x, rstd, gamma})) {
     return KernelStatus::invalid_argument("rmsnorm_backward_cuda: null buffer");
   }
+  const void* addend = nullptr;
+  if (s = internal::dx_addend(dx, options, &addend); !s.ok()) return s;
   return cuda::dispatch_float_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     const BackwardParams<T> p{.dx = static_cast<T*>(dx),
@@ -308,7 +338,7 @@ KernelStatus rmsnorm_backward_cuda(void* dx, void* dgamma, const void* dout, con
                               .scratch = static_cast<float*>(scratch),
                               .rows = rows,
                               .C = C,
-                              .accumulate_dx = options.accumulate_dx};
+                              .addend = static_cast<const T*>(addend)};
     return launch_backward<T, true>(p, static_cast<T*>(dgamma), nullptr, stream);
   });
 }

@@ -1,5 +1,7 @@
 // colossal::kernels::layernorm — LayerNorm and RMSNorm over the last dimension,
-// forward and backward, and a fused residual-add + LayerNorm forward.
+// forward and backward, with the residual stream's add fused in both ways: a
+// residual-add + norm forward, and a backward that adds the residual stream's
+// gradient into dx (a pre-norm transformer block's two residual adds).
 //
 // Layout and dtypes, the same for every function here:
 //   * x, out, dout, dx, residual, residual_out: [rows, C] row-major, element
@@ -19,7 +21,10 @@
 //     so micro-batches add up; zeroing them is the caller's job).
 //   * dx is OVERWRITTEN by default. With BackwardOptions::accumulate_dx it is
 //     added into instead (dx += ...), for a dx that is the residual stream's
-//     gradient, as llm.c's layernorm_backward does.
+//     gradient, as llm.c's layernorm_backward does. With
+//     BackwardOptions::residual_grad, dx = residual_grad + gradient: the same
+//     sum read from a buffer the caller keeps (a block's incoming gradient).
+//     Either sum is taken in float32 (float64 on the CPU) and rounded once.
 //   * CUDA: the dgamma/dbeta reduction over rows is deterministic (no float
 //     atomics): each block writes float32 partial sums to `scratch`, a second
 //     kernel adds them up in a fixed order. Size it with *_backward_scratch_bytes;
@@ -66,6 +71,10 @@ struct ForwardOptions {
 struct BackwardOptions {
   // false: dx = gradient (overwritten). true: dx += gradient.
   bool accumulate_dx = false;
+  // Not null: dx = residual_grad + gradient, residual_grad [rows, C] of the
+  // dtype. It may be dx itself (the same as accumulate_dx) and must not
+  // otherwise overlap dx. With accumulate_dx it must be dx.
+  const void* residual_grad = nullptr;
 };
 
 // Bytes of CUDA scratch layernorm_backward_cuda / rmsnorm_backward_cuda need
@@ -83,7 +92,8 @@ KernelStatus layernorm_forward_cpu(void* out, float* mean, float* rstd, const vo
 
 // LayerNorm backward from the forward's saved mean and rstd:
 //   xhat = (x - mean) * rstd, g = dout * gamma,
-//   dx = rstd * (g - mean_C(g) - xhat * mean_C(g * xhat))  (overwritten, or += with accumulate_dx)
+//   dx = rstd * (g - mean_C(g) - xhat * mean_C(g * xhat))  (overwritten, or added to:
+//        accumulate_dx / residual_grad)
 //   dgamma += sum_rows(dout * xhat), dbeta += sum_rows(dout)   (always accumulated)
 KernelStatus layernorm_backward_cpu(void* dx, void* dgamma, void* dbeta, const void* dout,
                                     const void* x, const float* mean, const float* rstd,
@@ -95,7 +105,7 @@ KernelStatus rmsnorm_forward_cpu(void* out, float* rstd, const void* x, const vo
                                  int64_t rows, int64_t C, DType dtype, ForwardOptions options);
 
 // RMSNorm backward: xhat = x * rstd, g = dout * gamma,
-//   dx = rstd * (g - xhat * mean_C(g * xhat))  (overwritten, or += with accumulate_dx)
+//   dx = rstd * (g - xhat * mean_C(g * xhat))  (overwritten, or added to, as LayerNorm's)
 //   dgamma += sum_rows(dout * xhat)            (always accumulated)
 KernelStatus rmsnorm_backward_cpu(void* dx, void* dgamma, const void* dout, const void* x,
                                   const float* rstd, const void* gamma, int64_t rows, int64_t C,
@@ -110,6 +120,13 @@ KernelStatus fused_residual_layernorm_forward_cpu(void* residual_out, void* out,
                                                   float* rstd, const void* x, const void* residual,
                                                   const void* gamma, const void* beta, int64_t rows,
                                                   int64_t C, DType dtype, ForwardOptions options);
+
+// Fused residual add + RMSNorm forward: residual_out = x + residual (rounded
+// to dtype), out = rmsnorm(residual_out), rstd as rmsnorm_forward.
+KernelStatus fused_residual_rmsnorm_forward_cpu(void* residual_out, void* out, float* rstd,
+                                                const void* x, const void* residual,
+                                                const void* gamma, int64_t rows, int64_t C,
+                                                DType dtype, ForwardOptions options);
 
 #if COLOSSAL_WITH_CUDA
 // The CUDA versions take device pointers, are enqueued on `stream` and not
@@ -144,6 +161,12 @@ KernelStatus fused_residual_layernorm_forward_cuda(void* residual_out, void* out
                                                    const void* gamma, const void* beta,
                                                    int64_t rows, int64_t C, DType dtype,
                                                    ForwardOptions options, cudaStream_t stream);
+
+KernelStatus fused_residual_rmsnorm_forward_cuda(void* residual_out, void* out, float* rstd,
+                                                 const void* x, const void* residual,
+                                                 const void* gamma, int64_t rows, int64_t C,
+                                                 DType dtype, ForwardOptions options,
+                                                 cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::layernorm

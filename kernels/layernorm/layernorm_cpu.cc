@@ -80,7 +80,7 @@ void forward_rows(T* out, float* mean_out, float* rstd_out, T* residual_out, con
 
 template <typename T, bool kRms>
 void backward_rows(T* dx, T* dgamma, T* dbeta, const T* dout, const T* x, const float* mean,
-                   const float* rstd, const T* gamma, int64_t rows, int64_t C, bool accumulate_dx) {
+                   const float* rstd, const T* gamma, int64_t rows, int64_t C, const T* addend) {
   std::vector<double> dg(C, 0.0);
   std::vector<double> db(kRms ? 0 : C, 0.0);
   const double inv_c = 1.0 / static_cast<double>(C);
@@ -88,6 +88,7 @@ void backward_rows(T* dx, T* dgamma, T* dbeta, const T* dout, const T* x, const 
     const T* xr = x + r * C;
     const T* dyr = dout + r * C;
     T* dxr = dx + r * C;
+    const T* addr = addend != nullptr ? addend + r * C : nullptr;  // may be dxr
     const double m = kRms ? 0.0 : static_cast<double>(mean[r]);
     const double rs = static_cast<double>(rstd[r]);
     double s1 = 0.0, s2 = 0.0;  // sum(g), sum(g * xhat) with g = dout * gamma
@@ -106,7 +107,7 @@ void backward_rows(T* dx, T* dgamma, T* dbeta, const T* dout, const T* x, const 
       const double xhat = (load(xr, c) - m) * rs;
       const double g = load(dyr, c) * load(gamma, c);
       double v = (g - m1 - xhat * m2) * rs;
-      if (accumulate_dx) v += load(dxr, c);
+      if (addr != nullptr) v += load(addr, c);
       dxr[c] = store<T>(v);
     }
   }
@@ -184,6 +185,26 @@ KernelStatus fused_residual_layernorm_forward_cpu(void* residual_out, void* out,
   });
 }
 
+KernelStatus fused_residual_rmsnorm_forward_cpu(void* residual_out, void* out, float* rstd,
+                                                const void* x, const void* residual,
+                                                const void* gamma, int64_t rows, int64_t C,
+                                                DType dtype, ForwardOptions options) {
+  bool nothing = false;
+  KernelStatus s = internal::check_common(rows, C, dtype, /*cuda=*/false, &nothing);
+  if (!s.ok() || nothing) return s;
+  if (s = internal::check_eps(options); !s.ok()) return s;
+  if (!internal::all_set({residual_out, out, x, residual, gamma})) {
+    return KernelStatus::invalid_argument("fused_residual_rmsnorm_forward_cpu: null buffer");
+  }
+  return dispatch_cpu_types(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    forward_rows<T, true, true>(static_cast<T*>(out), nullptr, rstd, static_cast<T*>(residual_out),
+                                static_cast<const T*>(x), static_cast<const T*>(residual),
+                                static_cast<const T*>(gamma), nullptr, rows, C, options.eps);
+    return KernelStatus();
+  });
+}
+
 KernelStatus layernorm_backward_cpu(void* dx, void* dgamma, void* dbeta, const void* dout,
                                     const void* x, const float* mean, const float* rstd,
                                     const void* gamma, int64_t rows, int64_t C, DType dtype,
@@ -194,11 +215,13 @@ KernelStatus layernorm_backward_cpu(void* dx, void* dgamma, void* dbeta, const v
   if (!internal::all_set({dx, dgamma, dbeta, dout, x, mean, rstd, gamma})) {
     return KernelStatus::invalid_argument("layernorm_backward_cpu: null buffer");
   }
+  const void* addend = nullptr;
+  if (s = internal::dx_addend(dx, options, &addend); !s.ok()) return s;
   return dispatch_cpu_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_rows<T, false>(static_cast<T*>(dx), static_cast<T*>(dgamma), static_cast<T*>(dbeta),
                             static_cast<const T*>(dout), static_cast<const T*>(x), mean, rstd,
-                            static_cast<const T*>(gamma), rows, C, options.accumulate_dx);
+                            static_cast<const T*>(gamma), rows, C, static_cast<const T*>(addend));
     return KernelStatus();
   });
 }
@@ -212,11 +235,13 @@ KernelStatus rmsnorm_backward_cpu(void* dx, void* dgamma, const void* dout, cons
   if (!internal::all_set({dx, dgamma, dout, x, rstd, gamma})) {
     return KernelStatus::invalid_argument("rmsnorm_backward_cpu: null buffer");
   }
+  const void* addend = nullptr;
+  if (s = internal::dx_addend(dx, options, &addend); !s.ok()) return s;
   return dispatch_cpu_types(dtype, [&](auto tag) {
     using T = decltype(tag);
     backward_rows<T, true>(static_cast<T*>(dx), static_cast<T*>(dgamma), nullptr,
                            static_cast<const T*>(dout), static_cast<const T*>(x), nullptr, rstd,
-                           static_cast<const T*>(gamma), rows, C, options.accumulate_dx);
+                           static_cast<const T*>(gamma), rows, C, static_cast<const T*>(addend));
     return KernelStatus();
   });
 }

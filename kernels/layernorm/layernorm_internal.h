@@ -63,6 +63,18 @@ inline KernelStatus check_eps(const ForwardOptions& options) {
   return KernelStatus();
 }
 
+// What the backward adds into dx (null: dx is overwritten): residual_grad,
+// or dx itself for accumulate_dx. Both given must name dx.
+inline KernelStatus dx_addend(const void* dx, const BackwardOptions& options, const void** addend) {
+  if (options.accumulate_dx && options.residual_grad != nullptr && options.residual_grad != dx) {
+    return KernelStatus::invalid_argument(
+        "layernorm backward: accumulate_dx adds into dx; residual_grad must then be dx or null");
+  }
+  *addend = options.residual_grad != nullptr ? options.residual_grad
+                                             : (options.accumulate_dx ? dx : nullptr);
+  return KernelStatus();
+}
+
 // True when every pointer in the list is non-null.
 inline bool all_set(std::initializer_list<const void*> pointers) {
   for (const void* p : pointers) {

@@ -55,7 +55,7 @@ struct BackwardParams {
   float* scratch = nullptr;  // [partials][C] dgamma partials, then (LayerNorm) [partials][C] dbeta
   int64_t rows = 0;
   int64_t C = 0;
-  bool accumulate_dx = false;
+  const T* addend = nullptr;  // dx = addend + gradient when set (may be dx: read before written)
 };
 
 // ---- Packed elements --------------------------------------------------------
@@ -379,14 +379,14 @@ __global__ void __launch_bounds__(kMaxThreads, kWarpPerRow ? 2 : 1)
       if (idx < nvec) {
         const R gam = load_raw<T, kVec>(p.gamma + idx * kVec);
         R old{};
-        if (p.accumulate_dx) old = load_raw<T, kVec>(p.dx + base + idx * kVec);
+        if (p.addend != nullptr) old = load_raw<T, kVec>(p.addend + base + idx * kVec);
         float d[kVec];
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           const float xhat = (elem<T, kVec>(xv[i], k) - m) * rs;
           const float g = elem<T, kVec>(dyv[i], k) * elem<T, kVec>(gam, k);
           d[k] = (g - m1 - xhat * m2) * rs;
-          if (p.accumulate_dx) d[k] += elem<T, kVec>(old, k);
+          if (p.addend != nullptr) d[k] += elem<T, kVec>(old, k);
         }
         store_raw<T, kVec>(p.dx + base + idx * kVec, pack<T, kVec>(d));
       }
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kLoopBlock) backward_loop_kernel(BackwardParam
       const float dy = to_math(p.dout[base + c]);
       const float g = dy * to_math(p.gamma[c]);
       float d = (g - m1 - xhat * m2) * rs;
-      if (p.accumulate_dx) d += to_math(p.dx[base + c]);
+      if (p.addend != nullptr) d += to_math(p.addend[base + c]);
       p.dx[base + c] = from_math<T>(d);
       part_g[c] = fmaf(dy, xhat, part_g[c]);
       if constexpr (!kRms) part_b[c] += dy;

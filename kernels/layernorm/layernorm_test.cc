@@ -1,6 +1,7 @@
 // kernels/layernorm: the CPU path against a float64 reference written here,
 // finite-difference gradients in float64, the gradient contract (dgamma/dbeta
-// accumulate, dx overwritten or accumulated), and the CUDA path against the
+// accumulate, dx overwritten, accumulated or added to a residual gradient),
+// and the CUDA path against the
 // CPU path on fresh random data of many shapes, dtypes and alignments.
 #include "kernels/layernorm/layernorm.h"
 
@@ -24,8 +25,25 @@
 namespace colossal::kernels::layernorm {
 namespace {
 
-enum class Kind { kLayerNorm, kRmsNorm, kResidual };
-constexpr Kind kAllKinds[] = {Kind::kLayerNorm, Kind::kRmsNorm, Kind::kResidual};
+// kResidual / kResidualRms: the fused residual add + LayerNorm / RMSNorm forward.
+enum class Kind { kLayerNorm, kRmsNorm, kResidual, kResidualRms };
+constexpr Kind kAllKinds[] = {Kind::kLayerNorm, Kind::kRmsNorm, Kind::kResidual,
+                              Kind::kResidualRms};
+bool is_rms(Kind k) { return k == Kind::kRmsNorm || k == Kind::kResidualRms; }
+bool has_residual(Kind k) { return k == Kind::kResidual || k == Kind::kResidualRms; }
+
+// What the backward does with dx: overwrite it, add into it (accumulate_dx),
+// or write residual_grad + gradient (a separate buffer).
+enum class DxMode { kOverwrite, kAccumulate, kResidualGrad };
+constexpr DxMode kAllDxModes[] = {DxMode::kOverwrite, DxMode::kAccumulate, DxMode::kResidualGrad};
+const char* mode_name(DxMode m) {
+  switch (m) {
+    case DxMode::kOverwrite: return "/overwrite_dx";
+    case DxMode::kAccumulate: return "/accumulate_dx";
+    case DxMode::kResidualGrad: return "/residual_grad";
+  }
+  return "?";
+}
 constexpr DType kCpuTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};
 constexpr float kEps = 1e-5f;
 
@@ -36,6 +54,7 @@ const char* kind_name(Kind k) {
     case Kind::kLayerNorm: return "layernorm";
     case Kind::kRmsNorm: return "rmsnorm";
     case Kind::kResidual: return "residual+layernorm";
+    case Kind::kResidualRms: return "residual+rmsnorm";
   }
   return "?";
 }
@@ -151,7 +170,7 @@ RefForward ref_forward(Kind kind, const HostArray& x, const HostArray* residual,
                HostArray(x.dtype(), rows * C)};
   std::vector<double> v(rows * C);
   for (int64_t i = 0; i < rows * C; ++i) {
-    if (kind == Kind::kResidual) {
+    if (has_residual(kind)) {
       // The dtype's own addition: float for float16/bfloat16/float32, rounded once.
       const double a = x.get(i), b = residual->get(i);
       r.residual_out.set(i, x.dtype() == DType::kF64 ? a + b
@@ -165,7 +184,7 @@ RefForward ref_forward(Kind kind, const HostArray& x, const HostArray* residual,
   for (int64_t row = 0; row < rows; ++row) {
     const double* xr = v.data() + row * C;
     double mean = 0.0;
-    if (kind != Kind::kRmsNorm) {
+    if (!is_rms(kind)) {
       for (int64_t c = 0; c < C; ++c) mean += xr[c];
       mean /= static_cast<double>(C);
     }
@@ -176,7 +195,7 @@ RefForward ref_forward(Kind kind, const HostArray& x, const HostArray* residual,
     r.rstd[row] = rstd;
     for (int64_t c = 0; c < C; ++c) {
       r.out[row * C + c] =
-          (xr[c] - mean) * rstd * gamma.get(c) + (kind == Kind::kRmsNorm ? 0.0 : beta.get(c));
+          (xr[c] - mean) * rstd * gamma.get(c) + (is_rms(kind) ? 0.0 : beta.get(c));
     }
   }
   return r;
@@ -238,15 +257,22 @@ KernelStatus forward_cpu(Kind kind, HostArray& out, HostArray& residual_out, flo
       return fused_residual_layernorm_forward_cpu(residual_out.data(), out.data(), mean, rstd,
                                                   in.x.data(), in.residual.data(), in.gamma.data(),
                                                   in.beta.data(), rows, C, d, {kEps});
+    case Kind::kResidualRms:
+      return fused_residual_rmsnorm_forward_cpu(residual_out.data(), out.data(), rstd, in.x.data(),
+                                                in.residual.data(), in.gamma.data(), rows, C, d,
+                                                {kEps});
   }
   return KernelStatus::invalid_argument("kind");
 }
 
+// residual_grad: read in DxMode::kResidualGrad only.
 KernelStatus backward_cpu(bool rms, HostArray& dx, HostArray& dgamma, HostArray& dbeta,
                           const HostArray& dout, const HostArray& x, const std::vector<float>& mean,
                           const std::vector<float>& rstd, const HostArray& gamma, int64_t rows,
-                          int64_t C, bool accumulate_dx) {
-  const BackwardOptions o{.accumulate_dx = accumulate_dx};
+                          int64_t C, DxMode mode, const HostArray* residual_grad = nullptr) {
+  const BackwardOptions o{
+      .accumulate_dx = mode == DxMode::kAccumulate,
+      .residual_grad = mode == DxMode::kResidualGrad ? residual_grad->data() : nullptr};
   if (rms) {
     return rmsnorm_backward_cpu(dx.data(), dgamma.data(), dout.data(), x.data(), rstd.data(),
                                 gamma.data(), rows, C, x.dtype(), o);
@@ -277,12 +303,12 @@ TEST(LayerNormCpuTest, ForwardMatchesFloat64Reference) {
         expect_near_all(what + " out", out.values(), ref.out, t.rtol, t.atol);
         // Saved statistics are float32 for every dtype: one float rounding.
         expect_near_all(what + " rstd", widen(rstd), ref.rstd, 1.2e-7, 0.0);
-        if (kind != Kind::kRmsNorm) {
+        if (!is_rms(kind)) {
           expect_near_all(what + " mean", widen(mean), ref.mean, 1.2e-7, 1e-30);
         } else {
           EXPECT_EQ(mean[0], -7.0f) << what << ": rmsnorm has no mean";
         }
-        if (kind == Kind::kResidual) {
+        if (has_residual(kind)) {
           EXPECT_EQ(std::memcmp(res_out.data(), ref.residual_out.data(), res_out.bytes()), 0)
               << what << " residual_out";
         }
@@ -296,10 +322,10 @@ TEST(LayerNormCpuTest, BackwardMatchesFloat64ReferenceAndAccumulates) {
   for (bool rms : {false, true}) {
     for (DType d : kCpuTypes) {
       for (const auto& shape : kCpuShapes) {
-        for (bool accumulate : {false, true}) {
+        for (DxMode mode : kAllDxModes) {
           const int64_t rows = shape[0], C = shape[1];
-          const std::string what = label(rms ? Kind::kRmsNorm : Kind::kLayerNorm, d, rows, C) +
-                                   (accumulate ? "/accumulate_dx" : "/overwrite_dx");
+          const std::string what =
+              label(rms ? Kind::kRmsNorm : Kind::kLayerNorm, d, rows, C) + mode_name(mode);
           const Inputs in = random_inputs(d, rows, C, seed += 8);
           std::vector<float> mean(rows), rstd(rows);
           HostArray out(d, rows * C), unused(d, rows * C);
@@ -312,12 +338,17 @@ TEST(LayerNormCpuTest, BackwardMatchesFloat64ReferenceAndAccumulates) {
           HostArray dgamma = random_array(d, C, seed + 6, -1.0f, 1.0f);
           HostArray dbeta = random_array(d, C, seed + 7, -1.0f, 1.0f);
           const HostArray dx0 = dx, dgamma0 = dgamma, dbeta0 = dbeta;
+          const HostArray rg = random_array(d, rows * C, seed + 3, -1.0f, 1.0f);
           ASSERT_TRUE(backward_cpu(rms, dx, dgamma, dbeta, dout, in.x, mean, rstd, in.gamma, rows,
-                                   C, accumulate)
+                                   C, mode, &rg)
                           .ok());
           const RefBackward ref = ref_backward(rms, dout, in.x, mean, rstd, in.gamma, rows, C);
           std::vector<double> want_dx = ref.dx, want_dg = ref.dgamma, want_db = ref.dbeta;
-          for (int64_t i = 0; i < rows * C; ++i) want_dx[i] += accumulate ? dx0.get(i) : 0.0;
+          for (int64_t i = 0; i < rows * C; ++i) {
+            want_dx[i] += mode == DxMode::kAccumulate     ? dx0.get(i)
+                          : mode == DxMode::kResidualGrad ? rg.get(i)
+                                                          : 0.0;
+          }
           for (int64_t c = 0; c < C; ++c) {
             want_dg[c] += dgamma0.get(c);
             want_db[c] += dbeta0.get(c);
@@ -349,36 +380,53 @@ TEST(LayerNormCpuTest, GradientContract) {
                             rstd.data(), in, rows, C)
                     .ok());
     const HostArray dout = random_array(DType::kF64, rows * C, 901, -1.0f, 1.0f);
-    auto run = [&](const HostArray& dx0, const HostArray& dg0, const HostArray& db0, bool acc) {
-      HostArray dx = dx0, dg = dg0, db = db0;
-      EXPECT_TRUE(
-          backward_cpu(rms, dx, dg, db, dout, in.x, mean, rstd, in.gamma, rows, C, acc).ok());
-      return std::vector<HostArray>{dx, dg, db};
-    };
-    const HostArray zero_x(DType::kF64, rows * C), zero_c(DType::kF64, C);  // zero-filled
-    const auto fresh = run(zero_x, zero_c, zero_c, false);
     const HostArray p1 = random_array(DType::kF64, rows * C, 902, -3.0f, 3.0f);
     const HostArray p2 = random_array(DType::kF64, rows * C, 903, -3.0f, 3.0f);
     const HostArray pg = random_array(DType::kF64, C, 904, -3.0f, 3.0f);
     const HostArray pb = random_array(DType::kF64, C, 905, -3.0f, 3.0f);
-    const auto over1 = run(p1, pg, pb, false);
-    const auto over2 = run(p2, pg, pb, false);
+    auto run = [&](const HostArray& dx0, const HostArray& dg0, const HostArray& db0, DxMode mode) {
+      HostArray dx = dx0, dg = dg0, db = db0;
+      EXPECT_TRUE(
+          backward_cpu(rms, dx, dg, db, dout, in.x, mean, rstd, in.gamma, rows, C, mode, &p1).ok());
+      return std::vector<HostArray>{dx, dg, db};
+    };
+    const HostArray zero_x(DType::kF64, rows * C), zero_c(DType::kF64, C);  // zero-filled
+    const auto fresh = run(zero_x, zero_c, zero_c, DxMode::kOverwrite);
+    const auto over1 = run(p1, pg, pb, DxMode::kOverwrite);
+    const auto over2 = run(p2, pg, pb, DxMode::kOverwrite);
     EXPECT_EQ(std::memcmp(over1[0].data(), fresh[0].data(), fresh[0].bytes()), 0)
         << "dx overwritten";
     EXPECT_EQ(std::memcmp(over2[0].data(), fresh[0].data(), fresh[0].bytes()), 0)
         << "dx overwritten";
-    const auto acc = run(p1, pg, pb, true);
+    const auto acc = run(p1, pg, pb, DxMode::kAccumulate);
+    // residual_grad = p1 read from its own buffer: dx (holding p2) is overwritten.
+    const auto res = run(p2, pg, pb, DxMode::kResidualGrad);
     std::vector<double> want_dx(rows * C), want_dg(C), want_db(C);
     for (int64_t i = 0; i < rows * C; ++i) want_dx[i] = p1.get(i) + fresh[0].get(i);
     for (int64_t c = 0; c < C; ++c) {
       want_dg[c] = pg.get(c) + fresh[1].get(c);
       want_db[c] = rms ? pb.get(c) : pb.get(c) + fresh[2].get(c);
     }
-    for (const auto* r : {&over1, &acc}) {
+    for (const auto* r : {&over1, &acc, &res}) {
       expect_near_all("dgamma += ", (*r)[1].values(), want_dg, 1e-14, 1e-14);
       expect_near_all("dbeta += ", (*r)[2].values(), want_db, 1e-14, 1e-14);
     }
     expect_near_all("dx += ", acc[0].values(), want_dx, 1e-14, 1e-14);
+    // The same sums, bit for bit, whichever buffer the addend is read from.
+    EXPECT_EQ(std::memcmp(res[0].data(), acc[0].data(), acc[0].bytes()), 0) << "residual_grad";
+    // residual_grad may be dx itself, with or without accumulate_dx.
+    HostArray dx = p1, dg = pg, db = pb;
+    for (bool accumulate : {false, true}) {
+      dx = p1;
+      const BackwardOptions o{.accumulate_dx = accumulate, .residual_grad = dx.data()};
+      ASSERT_TRUE((rms ? rmsnorm_backward_cpu(dx.data(), dg.data(), dout.data(), in.x.data(),
+                                              rstd.data(), in.gamma.data(), rows, C, DType::kF64, o)
+                       : layernorm_backward_cpu(dx.data(), dg.data(), db.data(), dout.data(),
+                                                in.x.data(), mean.data(), rstd.data(),
+                                                in.gamma.data(), rows, C, DType::kF64, o))
+                      .ok());
+      EXPECT_EQ(std::memcmp(dx.data(), acc[0].data(), acc[0].bytes()), 0) << "residual_grad = dx";
+    }
   }
 }
 
@@ -417,7 +465,9 @@ TEST(LayerNormCpuTest, FiniteDifferenceGradients) {
       ASSERT_TRUE(forward_cpu(kind, out, unused, mean.data(), rstd.data(), in, rows, C).ok());
       HostArray dx(d, rows * C), dgamma(d, C), dbeta(d, C);  // zero-filled
       ASSERT_TRUE(
-          backward_cpu(rms, dx, dgamma, dbeta, w, in.x, mean, rstd, in.gamma, rows, C, false).ok());
+          backward_cpu(rms, dx, dgamma, dbeta, w, in.x, mean, rstd, in.gamma, rows, C,
+                       DxMode::kOverwrite)
+              .ok());
       const std::string what = label(kind, d, rows, C);
       expect_near_all(what + " dx", dx.values(), numeric(in.x), 1e-5, 1e-5);
       expect_near_all(what + " dgamma", dgamma.values(), numeric(in.gamma), 1e-5, 1e-5);
@@ -476,6 +526,15 @@ TEST(LayerNormCpuTest, RejectsBadArguments) {
               kInvalidArgument);
   EXPECT_CODE(rmsnorm_backward_cpu(dx, dg, x, x, nullptr, g, 1, 4, f, {}), kInvalidArgument);
   EXPECT_CODE(rmsnorm_backward_cpu(dx, dg, x, x, r, g, 1, 4, DType::kU8, {}), kUnsupported);
+  // accumulate_dx adds into dx: a different residual_grad is a contradiction.
+  EXPECT_CODE(layernorm_backward_cpu(dx, dg, db, x, x, m, r, g, 1, 4, f,
+                                     {.accumulate_dx = true, .residual_grad = y}),
+              kInvalidArgument);
+  EXPECT_CODE(rmsnorm_backward_cpu(dx, dg, x, x, r, g, 1, 4, f,
+                                   {.accumulate_dx = true, .residual_grad = y}),
+              kInvalidArgument);
+  EXPECT_CODE(fused_residual_rmsnorm_forward_cpu(y, y, r, x, nullptr, g, 1, 4, f, {}),
+              kInvalidArgument);
   EXPECT_TRUE(
       rmsnorm_backward_cpu(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 4, f, {}).ok());
 }
@@ -602,6 +661,10 @@ void check_forward(Kind kind, DType d, int64_t rows, int64_t C, size_t offset_el
                                                 rstd.floats(), x.get(), res.get(), gamma.get(),
                                                 beta.get(), rows, C, d, o, nullptr);
       break;
+    case Kind::kResidualRms:
+      s = fused_residual_rmsnorm_forward_cuda(res_out.get(), out.get(), rstd.floats(), x.get(),
+                                              res.get(), gamma.get(), rows, C, d, o, nullptr);
+      break;
   }
   ASSERT_TRUE(s.ok()) << what << ": " << s.message();
   CUDA_OK(cudaDeviceSynchronize());
@@ -613,7 +676,7 @@ void check_forward(Kind kind, DType d, int64_t rows, int64_t C, size_t offset_el
   const Tol t = gpu_tol(d);
   expect_near_all(what + " out", got.values(), want.values(), t.rtol, t.atol);
   expect_near_all(what + " rstd", widen(got_rstd), widen(want_rstd), 1e-5, 0.0);
-  if (kind != Kind::kRmsNorm) {
+  if (!is_rms(kind)) {
     EXPECT_TRUE(mean.download(got_mean.data())) << what << ": mean guard bands written";
     expect_near_all(what + " mean", widen(got_mean), widen(want_mean), 1e-5, 1e-5);
   }
@@ -621,20 +684,30 @@ void check_forward(Kind kind, DType d, int64_t rows, int64_t C, size_t offset_el
   // as close to the CPU's. (Not necessarily the same bits: the compiler may
   // schedule the two variants' float math differently.)
   CUDA_OK(cudaMemset(out.get(), 0xA5, want.bytes()));
-  s = kind == Kind::kRmsNorm
-          ? rmsnorm_forward_cuda(out.get(), nullptr, x.get(), gamma.get(), rows, C, d, o, nullptr)
-      : kind == Kind::kLayerNorm
-          ? layernorm_forward_cuda(out.get(), nullptr, nullptr, x.get(), gamma.get(), beta.get(),
-                                   rows, C, d, o, nullptr)
-          : fused_residual_layernorm_forward_cuda(res_out.get(), out.get(), nullptr, nullptr,
-                                                  x.get(), res.get(), gamma.get(), beta.get(), rows,
-                                                  C, d, o, nullptr);
+  switch (kind) {
+    case Kind::kRmsNorm:
+      s = rmsnorm_forward_cuda(out.get(), nullptr, x.get(), gamma.get(), rows, C, d, o, nullptr);
+      break;
+    case Kind::kLayerNorm:
+      s = layernorm_forward_cuda(out.get(), nullptr, nullptr, x.get(), gamma.get(), beta.get(),
+                                 rows, C, d, o, nullptr);
+      break;
+    case Kind::kResidual:
+      s = fused_residual_layernorm_forward_cuda(res_out.get(), out.get(), nullptr, nullptr, x.get(),
+                                                res.get(), gamma.get(), beta.get(), rows, C, d, o,
+                                                nullptr);
+      break;
+    case Kind::kResidualRms:
+      s = fused_residual_rmsnorm_forward_cuda(res_out.get(), out.get(), nullptr, x.get(), res.get(),
+                                              gamma.get(), rows, C, d, o, nullptr);
+      break;
+  }
   ASSERT_TRUE(s.ok()) << what << ": " << s.message();
   CUDA_OK(cudaDeviceSynchronize());
   HostArray again(d, rows * C);
   EXPECT_TRUE(out.download(again.data()));
   expect_near_all(what + " out without stats", again.values(), want.values(), t.rtol, t.atol);
-  if (kind == Kind::kResidual) {
+  if (has_residual(kind)) {
     EXPECT_TRUE(res_out.download(got_res.data())) << what << ": residual_out guard bands written";
     // The same float32 addition rounded once on both devices: equal bits.
     EXPECT_EQ(std::memcmp(got_res.data(), want_res.data(), want_res.bytes()), 0)
@@ -643,10 +716,10 @@ void check_forward(Kind kind, DType d, int64_t rows, int64_t C, size_t offset_el
 }
 
 void check_backward(bool rms, DType d, int64_t rows, int64_t C, size_t offset_elems,
-                    bool accumulate, uint32_t seed) {
+                    DxMode mode, uint32_t seed) {
   const Kind kind = rms ? Kind::kRmsNorm : Kind::kLayerNorm;
   const std::string what = label(kind, d, rows, C) + "/offset=" + std::to_string(offset_elems) +
-                           (accumulate ? "/accumulate_dx" : "/overwrite_dx");
+                           mode_name(mode);
   const Inputs in = random_inputs(d, rows, C, seed);
   std::vector<float> mean(rows), rstd(rows);
   HostArray y(d, rows * C), unused(d, rows * C);
@@ -655,9 +728,10 @@ void check_backward(bool rms, DType d, int64_t rows, int64_t C, size_t offset_el
   const HostArray dx0 = random_array(d, rows * C, seed + 5, -1.0f, 1.0f);
   const HostArray dg0 = random_array(d, C, seed + 6, -1.0f, 1.0f);
   const HostArray db0 = random_array(d, C, seed + 7, -1.0f, 1.0f);
+  const HostArray rg = random_array(d, rows * C, seed + 3, -1.0f, 1.0f);
   HostArray want_dx = dx0, want_dg = dg0, want_db = db0;
   ASSERT_TRUE(backward_cpu(rms, want_dx, want_dg, want_db, dout, in.x, mean, rstd, in.gamma, rows,
-                           C, accumulate)
+                           C, mode, &rg)
                   .ok());
 
   const size_t off = offset_elems * dtype_size(d);
@@ -665,8 +739,10 @@ void check_backward(bool rms, DType d, int64_t rows, int64_t C, size_t offset_el
       rms ? rmsnorm_backward_scratch_bytes(rows, C) : layernorm_backward_scratch_bytes(rows, C);
   DeviceBuffer dx(dx0.bytes(), off), dg(dg0.bytes(), off), db(db0.bytes(), off),
       dy(dout.bytes(), off), x(in.x.bytes(), off), gamma(in.gamma.bytes(), off),
-      dmean(rows * sizeof(float)), drstd(rows * sizeof(float)), scratch(scratch_bytes);
+      dmean(rows * sizeof(float)), drstd(rows * sizeof(float)), scratch(scratch_bytes),
+      drg(rg.bytes(), off);
   dy.upload(dout.data());
+  drg.upload(rg.data());
   x.upload(in.x.data());
   gamma.upload(in.gamma.data());
   dmean.upload(mean.data());
@@ -681,7 +757,8 @@ void check_backward(bool rms, DType d, int64_t rows, int64_t C, size_t offset_el
     db.upload(db0.data());
     // Scratch needs no initialisation: NaN there must not leak into results.
     CUDA_OK(cudaMemset(scratch.get(), 0xFF, scratch_bytes));
-    const BackwardOptions o{.accumulate_dx = accumulate};
+    const BackwardOptions o{.accumulate_dx = mode == DxMode::kAccumulate,
+                            .residual_grad = mode == DxMode::kResidualGrad ? drg.get() : nullptr};
     const KernelStatus s =
         rms ? rmsnorm_backward_cuda(dx.get(), dg.get(), dy.get(), x.get(), drstd.floats(),
                                     gamma.get(), scratch.get(), scratch_bytes, rows, C, d, o,
@@ -696,6 +773,9 @@ void check_backward(bool rms, DType d, int64_t rows, int64_t C, size_t offset_el
     EXPECT_TRUE(db.download(got_db[run].data())) << what << ": dbeta guard bands written";
     std::vector<uint8_t> scratch_copy(scratch_bytes);
     EXPECT_TRUE(scratch.download(scratch_copy.data())) << what << ": scratch overrun";
+    HostArray rg_after(d, rows * C);
+    EXPECT_TRUE(drg.download(rg_after.data())) << what << ": residual_grad guard bands written";
+    EXPECT_EQ(std::memcmp(rg_after.data(), rg.data(), rg.bytes()), 0) << what << ": residual_grad written";
   }
   const Tol t = gpu_tol(d);
   const double sum_atol = t.atol * std::sqrt(static_cast<double>(rows));  // sums over rows
@@ -740,8 +820,8 @@ TEST(LayerNormCudaTest, BackwardMatchesCpu) {
     for (DType d : kCudaTypes) {
       for (const auto& shape : kCudaShapes) {
         for (size_t offset : {0, 1}) {
-          for (bool accumulate : {false, true}) {
-            check_backward(rms, d, shape[0], shape[1], offset, accumulate, seed += 8);
+          for (DxMode mode : kAllDxModes) {
+            check_backward(rms, d, shape[0], shape[1], offset, mode, seed += 8);
             if (::testing::Test::HasFatalFailure()) return;
           }
         }
@@ -805,6 +885,12 @@ TEST(LayerNormCudaTest, RejectsBadArguments) {
               kInvalidArgument);
   EXPECT_CODE(rmsnorm_backward_cuda(p, p, p, p, f, p, p, 1024, 2, 8, DType::kI32, {}, nullptr),
               kUnsupported);
+  EXPECT_CODE(layernorm_backward_cuda(p, p, p, p, p, f, f, p, p, need, 2, 8, bf,
+                                      {.accumulate_dx = true, .residual_grad = f + 32}, nullptr),
+              kInvalidArgument);
+  EXPECT_CODE(
+      fused_residual_rmsnorm_forward_cuda(p, p, f, p, nullptr, p, 2, 8, bf, {}, nullptr),
+      kInvalidArgument);
   EXPECT_TRUE(layernorm_backward_cuda(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                       nullptr, nullptr, 0, 0, 8, bf, {}, nullptr)
                   .ok());

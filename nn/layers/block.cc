@@ -45,22 +45,21 @@ absl::StatusOr<ForwardResult> TransformerBlock::forward_impl(core::Context& ctx,
     saved->attn_dropout = std::move(d.saved);
     h.output = d.output;
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor r, add(ctx, input, h.output));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult b, ln_2_.forward(ctx, r));
-  saved->ln_2 = std::move(b.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.output));
+  // r = input + h and ln_2(r) in one kernel.
+  COLOSSAL_ASSIGN_OR_RETURN(RowNorm::AddResult b, ln_2_.forward_add(ctx, input, h.output));
+  saved->ln_2 = std::move(b.normed.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.normed.output));
   saved->mlp = std::move(m.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, r, m.output));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, b.sum, m.output));
   return ForwardResult{y, std::move(saved)};
 }
 
 absl::StatusOr<core::Tensor> TransformerBlock::backward_impl(core::Context& ctx, Saved& saved,
                                                              const core::Tensor& grad_output) {
   COLOSSAL_ASSIGN_OR_RETURN(BlockSaved * s, saved_as<BlockSaved>(saved));
-  // y = r + mlp(ln_2(r)): dr = dy + ln_2'(mlp'(dy)).
+  // y = r + mlp(ln_2(r)): dr = dy + ln_2'(mlp'(dy)), the add in ln_2's kernel.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp_.backward(ctx, *s->mlp, grad_output));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, ln_2_.backward(ctx, *s->ln_2, dm));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, add(ctx, grad_output, db));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, ln_2_.backward_add(ctx, *s->ln_2, dm, grad_output));
   // r = x + attn(ln_1(x)): dx = dr + ln_1'(attn'(dr)).
   core::Tensor dattn = dr;
   if (attn_dropout_ != nullptr) {
@@ -70,8 +69,7 @@ absl::StatusOr<core::Tensor> TransformerBlock::backward_impl(core::Context& ctx,
     COLOSSAL_ASSIGN_OR_RETURN(dattn, attn_dropout_->backward(ctx, *s->attn_dropout, dr));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, attn_.backward(ctx, *s->attn, dattn));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor da, ln_1_.backward(ctx, *s->ln_1, dh));
-  return add(ctx, dr, da);
+  return ln_1_.backward_add(ctx, *s->ln_1, dh, dr);
 }
 
 }  // namespace colossal::nn

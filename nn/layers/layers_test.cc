@@ -1,8 +1,10 @@
 // Finite-difference (float64) gradient checks of every layer, a few forward
 // values by hand, and the loss head.
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -14,6 +16,8 @@
 #include "nn/layers/layernorm.h"
 #include "nn/layers/linear.h"
 #include "nn/layers/mlp.h"
+#include "nn/layers/rmsnorm.h"
+#include "nn/layers/tensor_util.h"
 #include "nn/module/gradcheck.h"
 
 namespace colossal::nn {
@@ -121,6 +125,72 @@ TEST_F(LayersTest, RegionGradSumsItsContributorsAndChecksTheirCount) {
 TEST_F(LayersTest, LayerNormGradients) {
   LayerNorm ln("ln", 6, {.dtype = DType::kF64});
   expect_gradcheck(ln, random({2, 3, 6}, 3), 1e-5);  // saved stats are float32
+}
+
+// forward_add / backward_add against the plain forward with add() before it
+// and the plain backward with add() after it: the same sum and normalised
+// output bit for bit (one kernel does what the two did, in the same order),
+// the input gradient within the one rounding the fused add saves, the same
+// parameter gradients, the same hooks; and the same through a checkpointed
+// norm (which adds first and recomputes).
+TEST_F(LayersTest, NormsFuseTheResidualAdd) {
+  for (DType dtype : {DType::kF64, DType::kF32}) {
+    for (bool rms : {false, true}) {
+      for (bool checkpoint : {false, true}) {
+        SCOPED_TRACE(std::string(rms ? "rmsnorm" : "layernorm") +
+                     (dtype == DType::kF64 ? " f64" : " f32") + (checkpoint ? " checkpointed" : ""));
+        auto make = [&](const std::string& name) -> std::unique_ptr<RowNorm> {
+          if (rms) return std::make_unique<RMSNorm>(name, 6, LayerNormOptions{.dtype = dtype});
+          return std::make_unique<LayerNorm>(name, 6, LayerNormOptions{.dtype = dtype});
+        };
+        std::unique_ptr<RowNorm> fused = make("ln"), plain = make("ln");
+        fused->set_checkpoint(checkpoint);
+        ParameterStore fs = make_store(*fused, 5), ps = make_store(*plain, 5);
+        int hooks = 0;
+        auto count = [&hooks](Module&, const Tensor&) {
+          ++hooks;
+          return absl::OkStatus();
+        };
+        fused->add_forward_pre_hook(count);
+        fused->add_forward_hook(count);
+        fused->add_backward_pre_hook(count);
+        fused->add_backward_hook(count);
+        const Tensor x = random({2, 3, 6}, 21, dtype), r = random({2, 3, 6}, 22, dtype);
+        const Tensor dy = random({2, 3, 6}, 23, dtype), dr = random({2, 3, 6}, 24, dtype);
+
+        absl::StatusOr<RowNorm::AddResult> f = fused->forward_add(*ctx_, x, r);
+        ASSERT_TRUE(f.ok()) << f.status();
+        const Tensor sum = *add(*ctx_, x, r);
+        absl::StatusOr<ForwardResult> p = plain->forward(*ctx_, sum);
+        ASSERT_TRUE(p.ok()) << p.status();
+        ASSERT_EQ(f->sum.nbytes(), sum.nbytes());
+        EXPECT_EQ(std::memcmp(f->sum.raw_data(), sum.raw_data(), sum.nbytes()), 0);
+        EXPECT_EQ(std::memcmp(f->normed.output.raw_data(), p->output.raw_data(), sum.nbytes()), 0);
+
+        absl::StatusOr<Tensor> dx = fused->backward_add(*ctx_, *f->normed.saved, dy, dr);
+        ASSERT_TRUE(dx.ok()) << dx.status();
+        // Checkpointed: the recomputation runs the forward hooks again.
+        EXPECT_EQ(hooks, checkpoint ? 6 : 4);
+        const Tensor want = *add(*ctx_, *plain->backward(*ctx_, *p->saved, dy), dr);
+        const double tol = dtype == DType::kF64 ? 1e-14 : 1e-6;  // one rounding of |dx| <~ 10
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const double got_i = dtype == DType::kF64 ? dx->data<double>()[i] : dx->data<float>()[i];
+          const double want_i = dtype == DType::kF64 ? want.data<double>()[i] : want.data<float>()[i];
+          EXPECT_NEAR(got_i, want_i, tol * (1.0 + std::fabs(want_i))) << i;
+        }
+        for (const char* name : {"ln.weight", "ln.bias"}) {
+          if (rms && std::string(name) == "ln.bias") continue;
+          const Tensor a = fs.find(name)->grad;
+          const Tensor b = ps.find(name)->grad;
+          EXPECT_EQ(std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()), 0) << name;
+        }
+        // The residual gradient is only read.
+        const Tensor dr_copy = random({2, 3, 6}, 24, dtype);
+        EXPECT_EQ(std::memcmp(dr.raw_data(), dr_copy.raw_data(), dr.nbytes()), 0);
+        EXPECT_FALSE(fused->backward_add(*ctx_, *f->normed.saved, dy, Tensor()).ok());
+      }
+    }
+  }
 }
 
 TEST_F(LayersTest, GeluGradients) {

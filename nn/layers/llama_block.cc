@@ -41,27 +41,26 @@ absl::StatusOr<ForwardResult> LlamaBlock::forward_impl(core::Context& ctx,
   saved->input_layernorm = std::move(a.saved);
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, self_attn_.forward(ctx, a.output));
   saved->self_attn = std::move(h.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor r, add(ctx, input, h.output));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult b, post_attention_layernorm_.forward(ctx, r));
-  saved->post_attention_layernorm = std::move(b.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.output));
+  // r = input + h and norm_2(r) in one kernel.
+  COLOSSAL_ASSIGN_OR_RETURN(RowNorm::AddResult b,
+                            post_attention_layernorm_.forward_add(ctx, input, h.output));
+  saved->post_attention_layernorm = std::move(b.normed.saved);
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.normed.output));
   saved->mlp = std::move(m.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, r, m.output));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, b.sum, m.output));
   return ForwardResult{y, std::move(saved)};
 }
 
 absl::StatusOr<core::Tensor> LlamaBlock::backward_impl(core::Context& ctx, Saved& saved,
                                                        const core::Tensor& grad_output) {
   COLOSSAL_ASSIGN_OR_RETURN(LlamaBlockSaved * s, saved_as<LlamaBlockSaved>(saved));
-  // y = r + mlp(norm_2(r)): dr = dy + norm_2'(mlp'(dy)).
+  // y = r + mlp(norm_2(r)): dr = dy + norm_2'(mlp'(dy)), the add in norm_2's kernel.
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp_.backward(ctx, *s->mlp, grad_output));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db,
-                            post_attention_layernorm_.backward(ctx, *s->post_attention_layernorm, dm));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, add(ctx, grad_output, db));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, post_attention_layernorm_.backward_add(
+                                                 ctx, *s->post_attention_layernorm, dm, grad_output));
   // r = x + attn(norm_1(x)): dx = dr + norm_1'(attn'(dr)).
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dh, self_attn_.backward(ctx, *s->self_attn, dr));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor da, input_layernorm_.backward(ctx, *s->input_layernorm, dh));
-  return add(ctx, dr, da);
+  return input_layernorm_.backward_add(ctx, *s->input_layernorm, dh, dr);
 }
 
 }  // namespace colossal::nn

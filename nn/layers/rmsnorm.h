@@ -7,7 +7,8 @@
 // (Hugging Face rounds x * rstd to the dtype before multiplying by the weight:
 // the two differ by one rounding in 16-bit types). Input [..., C] -> [..., C].
 // Saves the input and the float32 rstd per row. Backward accumulates dweight
-// and returns dx. Devices and dtypes: see nn/layers/BUILD.
+// and returns dx; forward_add / backward_add fuse a residual add (RowNorm,
+// layernorm.h). Devices and dtypes: see nn/layers/BUILD.
 //
 //   RMSNorm norm("model.layers.0.input_layernorm", 2048, {.eps = 1e-5f, .dtype = DType::kF32});
 //   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, norm.forward(ctx, x));
@@ -16,29 +17,18 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "nn/layers/layernorm.h"
-#include "nn/module/module.h"
 
 namespace colossal::nn {
 
-class RMSNorm : public Module {
+class RMSNorm : public RowNorm {
  public:
   // options.eps is Hugging Face's rms_norm_eps.
-  RMSNorm(std::string name, int64_t channels, LayerNormOptions options);
+  RMSNorm(std::string name, int64_t channels, LayerNormOptions options)
+      : RowNorm(std::move(name), channels, options, /*rms=*/true) {}
   const char* type() const override { return "RMSNorm"; }
-
- protected:
-  absl::Status declare_own(ParameterTable& table) override;
-  absl::Status bind_own(const ParameterStore& store) override;
-  absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
-  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
-                                             const core::Tensor& grad_output) override;
-
- private:
-  int64_t channels_;
-  LayerNormOptions options_;
-  ParameterHandle weight_;
 };
 
 }  // namespace colossal::nn

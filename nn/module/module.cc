@@ -96,15 +96,16 @@ absl::Status Module::bind(const ParameterStore& store) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardResult> Module::run_forward(core::Context& ctx, const core::Tensor& input,
-                                                  bool keep_only_input) {
+absl::StatusOr<ForwardResult> Module::run_forward(
+    core::Context& ctx, const core::Tensor& input, bool keep_only_input,
+    absl::FunctionRef<absl::StatusOr<ForwardResult>()> impl) {
   std::optional<core::trace::Span> span;  // (the hooks' waits count as the module's)
   if (core::trace::enabled()) {
     span.emplace("module", absl::StrCat("forward ", name_), &ctx.compute_stream());
   }
   const core::RngState rng_before = keep_only_input ? ctx.rng_state() : core::RngState{};
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_pre_hooks_, *this, input, "forward pre-hook"));
-  absl::StatusOr<ForwardResult> result = forward_impl(ctx, input);
+  absl::StatusOr<ForwardResult> result = impl();
   if (!result.ok()) return core::annotate(result.status(), description());
   if (keep_only_input) result->saved = std::make_unique<CheckpointSaved>(input, rng_before);
   COLOSSAL_RETURN_IF_ERROR(run_hooks(forward_hooks_, *this, result->output, "forward hook"));
@@ -112,7 +113,17 @@ absl::StatusOr<ForwardResult> Module::run_forward(core::Context& ctx, const core
 }
 
 absl::StatusOr<ForwardResult> Module::forward(core::Context& ctx, const core::Tensor& input) {
-  return run_forward(ctx, input, checkpoint_);
+  return run_forward(ctx, input, checkpoint_, [&] { return forward_impl(ctx, input); });
+}
+
+absl::StatusOr<ForwardResult> Module::forward_with(
+    core::Context& ctx, const core::Tensor& hook_input,
+    absl::FunctionRef<absl::StatusOr<ForwardResult>()> impl) {
+  if (checkpoint_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(description(), ": forward_with on a checkpointed module"));
+  }
+  return run_forward(ctx, hook_input, /*keep_only_input=*/false, impl);
 }
 
 void Module::add_recomputing(int delta) {
@@ -122,6 +133,13 @@ void Module::add_recomputing(int delta) {
 
 absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
                                               const core::Tensor& grad_output) {
+  return backward_with(ctx, saved, grad_output,
+                       [&](Saved& use) { return backward_impl(ctx, use, grad_output); });
+}
+
+absl::StatusOr<core::Tensor> Module::backward_with(
+    core::Context& ctx, Saved& saved, const core::Tensor& grad_output,
+    absl::FunctionRef<absl::StatusOr<core::Tensor>(Saved&)> impl) {
   std::optional<core::trace::Span> span;
   if (core::trace::enabled()) {
     span.emplace("module", absl::StrCat("backward ", name_), &ctx.compute_stream());
@@ -138,7 +156,8 @@ absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
       // context back the state it had: the recomputation draws nothing new.
       const core::RngState current = ctx.rng_state();
       ctx.set_rng_state(checkpoint->rng);
-      again = run_forward(ctx, checkpoint->input, /*keep_only_input=*/false);
+      again = run_forward(ctx, checkpoint->input, /*keep_only_input=*/false,
+                          [&] { return forward_impl(ctx, checkpoint->input); });
       ctx.set_rng_state(current);
     }
     if (!again.ok()) {
@@ -147,7 +166,7 @@ absl::StatusOr<core::Tensor> Module::backward(core::Context& ctx, Saved& saved,
     rebuilt = std::move(again->saved);
     use = rebuilt.get();
   }
-  absl::StatusOr<core::Tensor> result = backward_impl(ctx, *use, grad_output);
+  absl::StatusOr<core::Tensor> result = impl(*use);
   rebuilt.reset();
   if (!result.ok()) return core::annotate(result.status(), description());
   COLOSSAL_RETURN_IF_ERROR(run_hooks(backward_hooks_, *this, *result, "backward hook"));

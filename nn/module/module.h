@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
@@ -172,6 +173,21 @@ class Module {
   // Records a child owned by the derived class (for declare/bind traversal).
   void register_child(Module* child) { children_.push_back(child); }
 
+  // For a derived module's entry points beside forward and backward (e.g.
+  // RowNorm::forward_add, which also adds a residual): forward_with runs the
+  // forward pre-hooks on `hook_input`, `impl`, then the forward hooks on its
+  // output, as forward() does around forward_impl; FailedPreconditionError
+  // on a checkpointed module (its context would keep hook_input, which is not
+  // what impl computed from: the caller takes the plain path instead).
+  // backward_with is backward() with `impl` in place of backward_impl: the
+  // same hooks, and a checkpointed context's forward recomputed first.
+  absl::StatusOr<ForwardResult> forward_with(
+      core::Context& ctx, const core::Tensor& hook_input,
+      absl::FunctionRef<absl::StatusOr<ForwardResult>()> impl);
+  absl::StatusOr<core::Tensor> backward_with(
+      core::Context& ctx, Saved& saved, const core::Tensor& grad_output,
+      absl::FunctionRef<absl::StatusOr<core::Tensor>(Saved&)> impl);
+
   // `saved` as the derived type T, or InvalidArgumentError when it came from
   // another kind of module.
   template <typename T>
@@ -183,10 +199,11 @@ class Module {
 
  private:
   absl::Status wrong_saved() const;
-  // Hooks around forward_impl; with keep_only_input the context is replaced
-  // by a checkpoint context holding `input` before the forward hooks run.
-  absl::StatusOr<ForwardResult> run_forward(core::Context& ctx, const core::Tensor& input,
-                                            bool keep_only_input);
+  // Hooks around impl; with keep_only_input the context is replaced by a
+  // checkpoint context holding `input` before the forward hooks run.
+  absl::StatusOr<ForwardResult> run_forward(
+      core::Context& ctx, const core::Tensor& input, bool keep_only_input,
+      absl::FunctionRef<absl::StatusOr<ForwardResult>()> impl);
   // Adds `delta` to recomputing_ of this module and all its descendants.
   void add_recomputing(int delta);
 
