@@ -41,6 +41,9 @@ struct MatmulAlgoKey {
   int32_t op_a = 0, op_b = 0, epilogue = 0;
   int32_t align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
   int64_t aux_ld = 0;
+  // The alignment of a separate addend C is read from (D = ... + beta C, D
+  // elsewhere: cuBLAS, which works in place, cannot run it); 0 without one.
+  int32_t align_addend = 0;
 
   friend bool operator==(const MatmulAlgoKey& a, const MatmulAlgoKey& b) = default;
 
@@ -49,7 +52,7 @@ struct MatmulAlgoKey {
     return H::combine(std::move(h), k.m, k.n, k.k, k.batch, k.lda, k.ldb, k.ldc, k.stride_a,
                       k.stride_b, k.stride_c, k.a_type, k.b_type, k.c_type, k.compute_type,
                       k.scale_type, k.op_a, k.op_b, k.epilogue, k.align_a, k.align_b, k.align_c,
-                      k.align_bias, k.align_aux, k.aux_ld);
+                      k.align_bias, k.align_aux, k.aux_ld, k.align_addend);
   }
 };
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -60,7 +61,7 @@ AlgoAction choose_algo_action(const std::optional<MatmulAlgo>& cached, GemmAutot
 
 bool cublas_can_run(const GemmProblem& p) {
   return p.epilogue == Epilogue::kNone && p.bias == nullptr && p.gelu_input == nullptr &&
-         supported_dtype(p.dtype);
+         p.addend == nullptr && supported_dtype(p.dtype);
 }
 
 namespace {
@@ -168,6 +169,19 @@ absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
     }
   }
 
+  const Tensor* addend = options.addend;
+  if (addend != nullptr) {
+    if (options.beta == 0.0) return error("an addend needs beta != 0 (beta 0 reads no C)");
+    if (!addend->defined() || addend->shape() != c.shape() || addend->dtype() != c.dtype() ||
+        addend->device() != ctx.device()) {
+      return error(absl::StrCat("the addend must be ", dtype_name(c.dtype()), " ",
+                                c.shape().to_string(), " like c, not ", describe(*addend)));
+    }
+    const bool is_c = addend->storage() == c.storage() && addend->byte_offset() == c.byte_offset();
+    if (!is_c && overlaps(*addend, c)) return error("the addend overlaps c without being c");
+    if (is_c) addend = nullptr;  // plain beta * C, in place
+  }
+
   internal::GemmProblem p;
   p.m = m;
   p.n = n;
@@ -183,11 +197,19 @@ absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
   p.a = a.raw_data();
   p.b = b.raw_data();
   p.c = c.raw_data();
+  p.addend = addend ? addend->raw_data() : nullptr;
   p.bias = bias ? bias->raw_data() : nullptr;
   p.gelu_input = aux ? aux->raw_data() : nullptr;
   if (m == 0 || n == 0 || batch == 0) return absl::OkStatus();
 
-  if (ctx.device().is_cpu()) return internal::run_cpu(p);
+  if (ctx.device().is_cpu()) {
+    // The CPU BLAS works in place: C takes the addend first.
+    if (addend != nullptr) {
+      std::memcpy(c.raw_data(), addend->raw_data(), c.nbytes());
+      p.addend = nullptr;
+    }
+    return internal::run_cpu(p);
+  }
 #if COLOSSAL_WITH_CUDA
   return internal::run_cuda(ctx, p);
 #else

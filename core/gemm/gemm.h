@@ -10,6 +10,10 @@
 // accumulation, one rounding of the result), float64; with allow_tf32 a
 // float32 GEMM may use TF32 tensor cores (inputs rounded to 10 mantissa bits).
 //
+// With GemmOptions::addend, beta's term reads that tensor instead of C, and C
+// is only written: y = x W + b + r in one GEMM (a residual added as the
+// result is written, cuBLASLt's separate C and D).
+//
 // Epilogues, applied to v = alpha * op(A) op(B) + beta * C, in fp32 (fp64 for
 // float64), before the one rounding to C's dtype:
 //   kBias      C = v + bias[j]                      (bias: [n], per output column)
@@ -94,6 +98,10 @@ struct GemmOptions {
   double alpha = 1.0;
   // 0 means C is not read (it may hold anything, NaN included).
   double beta = 0.0;
+  // Not null: beta's term reads this tensor (C's shape, dtype and device;
+  // beta != 0; it may be C itself, else it must not overlap C) and C is only
+  // written.
+  const Tensor* addend = nullptr;
   // float32 only: allow TF32 tensor cores on CUDA (ignored on the CPU).
   bool allow_tf32 = false;
   Epilogue epilogue = Epilogue::kNone;

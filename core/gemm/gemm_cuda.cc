@@ -324,7 +324,7 @@ int time_candidates(Context& ctx, const GemmProblem& p, const MatmulCall& call,
   RelaxedCaptureMode relaxed;
   std::shared_ptr<Storage> scratch;
   void* d = p.c;
-  if (p.beta != 0.0) {
+  if (p.beta != 0.0 && p.addend == nullptr) {  // C is read in place: keep it
     const size_t bytes = static_cast<size_t>(p.batch * p.m * p.n) * dtype_size(p.dtype);
     absl::StatusOr<std::shared_ptr<Storage>> s =
         Storage::allocate(ctx.allocator(), bytes, ctx.compute_stream());
@@ -423,6 +423,7 @@ MatmulAlgoKey matmul_algo_key(const GemmProblem& p) {
   key.align_bias = p.bias ? alignment(p.bias) : 0;
   key.align_aux = p.gelu_input ? alignment(p.gelu_input) : 0;
   key.aux_ld = s.aux_ld;
+  key.align_addend = p.addend ? alignment(p.addend) : 0;
   return key;
 }
 
@@ -489,7 +490,7 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
   call.beta = f64 ? static_cast<const void*>(&beta_d) : &beta_f;
   call.a = p.b;
   call.b = p.a;
-  call.c = p.c;
+  call.c = p.addend != nullptr ? p.addend : p.c;
   call.workspace = ctx.cublaslt_workspace();
   call.workspace_bytes = ctx.cublaslt_workspace_bytes();
   call.stream = stream.handle();
@@ -529,7 +530,8 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
         static_cast<uint64_t>(ctx.cublaslt_workspace_bytes()));
     set(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, static_cast<uint32_t>(key.align_a));
     set(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, static_cast<uint32_t>(key.align_b));
-    set(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, static_cast<uint32_t>(key.align_c));
+    set(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+        static_cast<uint32_t>(p.addend != nullptr ? key.align_addend : key.align_c));
     set(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, static_cast<uint32_t>(key.align_c));
     const int wanted = action == AlgoAction::kAutotune ? kAutotuneCandidates : 1;
     std::vector<cublasLtMatmulHeuristicResult_t> results(wanted);

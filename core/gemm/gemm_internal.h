@@ -28,7 +28,8 @@ struct GemmProblem {
   const void* a = nullptr;
   const void* b = nullptr;
   void* c = nullptr;
-  const void* bias = nullptr;  // [n], when the epilogue has a bias
+  const void* addend = nullptr;  // beta's C when not null and not c (C is then only written)
+  const void* bias = nullptr;    // [n], when the epilogue has a bias
   void* gelu_input = nullptr;  // [batch, m, n]: written by kBiasGelu (optional), read by kDGelu
 };
 
@@ -84,8 +85,8 @@ int fastest_candidate(const float* times_ms, int count);
 
 // Whether cuBLAS (cublasGemmEx, cublasGemmStridedBatchedEx) computes the problem
 // exactly as asked, so that it may be a candidate: no epilogue (plain
-// C = alpha op(A) op(B) + beta C, in place), a dtype gemm() takes (bf16 and fp16
-// with fp32 compute, fp32 or TF32, fp64).
+// C = alpha op(A) op(B) + beta C, in place: no separate addend), a dtype gemm()
+// takes (bf16 and fp16 with fp32 compute, fp32 or TF32, fp64).
 bool cublas_can_run(const GemmProblem& p);
 
 // Tests only: which library a CUDA cache miss may choose (process-wide; the

@@ -77,13 +77,15 @@ struct Case {
   double alpha = 1.0, beta = 0.0;
   Epilogue epilogue = Epilogue::kNone;
   bool gelu_input = false;
+  bool addend = false;   // beta's term reads a separate tensor; C is only written
   int64_t misalign = 0;  // start every operand this many elements into its storage
 
   std::string label() const {
     return absl::StrCat(dtype_name(dtype), tf32 ? "(tf32)" : "", " batch=", batch, " m=", m,
                         " n=", n, " k=", k, " ", trans_a ? "T" : "N", trans_b ? "T" : "N",
                         " alpha=", alpha, " beta=", beta, " epilogue=", epilogue_name(epilogue),
-                        gelu_input ? "+aux" : "", misalign ? absl::StrCat(" misalign=", misalign) : "");
+                        gelu_input ? "+aux" : "", addend ? " +addend" : "",
+                        misalign ? absl::StrCat(" misalign=", misalign) : "");
   }
 };
 
@@ -205,11 +207,20 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
   const Shape c_shape = shape_of(c.batch, c.m, c.n);
   const Tensor ha = host_tensor(a_shape, c.dtype, c.misalign, random, &a);
   const Tensor hb = host_tensor(b_shape, c.dtype, c.misalign, random, &b);
-  // beta == 0: C must not be read, so it holds NaN.
-  const Tensor hc = host_tensor(c_shape, c.dtype, c.misalign,
-                                [&](int64_t i) { return c.beta == 0.0 ? nan : random(i); }, &c0);
+  // beta == 0, or an addend: C must not be read, so it holds NaN (c0 then
+  // holds the addend's values).
+  std::vector<double> c_nan;
+  const Tensor hc = host_tensor(
+      c_shape, c.dtype, c.misalign,
+      [&](int64_t i) { return c.beta == 0.0 || c.addend ? nan : random(i); },
+      c.addend ? &c_nan : &c0);
+  const Tensor haddend =
+      c.addend ? host_tensor(c_shape, c.dtype, c.misalign, random, &c0) : Tensor();
   Tensor da = on_device(ctx, ha, c.misalign), db = on_device(ctx, hb, c.misalign);
   Tensor dc = on_device(ctx, hc, c.misalign);
+  // A separate buffer (on the CPU, a copy: the host tensor is the reference).
+  const Tensor daddend =
+      c.addend ? on_device(ctx, *haddend.to(Device::cpu(), Stream::cpu()), c.misalign) : Tensor();
   Tensor dbias, daux;
   std::vector<double> aux_in;  // kDGelu: the pre-GELU values it reads
   GemmOptions options;
@@ -219,6 +230,7 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
   options.beta = c.beta;
   options.allow_tf32 = c.tf32;
   options.epilogue = c.epilogue;
+  if (c.addend) options.addend = &daddend;
   const bool has_bias = c.epilogue == Epilogue::kBias || c.epilogue == Epilogue::kBiasGelu;
   const bool reads_aux = c.epilogue == Epilogue::kDGelu;
   if (has_bias) {
@@ -240,6 +252,10 @@ void check(Context& ctx, const Case& c, uint32_t seed, Outcome* outcome = nullpt
   ASSERT_TRUE(status.ok()) << status;
   const Tensor got = to_host(ctx, dc);
   const Tensor got_aux = c.gelu_input && !reads_aux ? to_host(ctx, daux) : Tensor();
+  if (c.addend) {  // read, never written
+    const Tensor after = to_host(ctx, daddend);
+    for (int64_t i = 0; i < after.numel(); ++i) ASSERT_EQ(get(after, i), c0[i]) << "addend " << i;
+  }
 
   const double tol = tolerance(c, !ctx.device().is_cpu());
   if (outcome != nullptr) {
@@ -349,6 +365,10 @@ void batched_and_epilogues(Context& ctx) {
       c.alpha = 0.5;
       c.beta = -1.5;
       check(ctx, c, seed++);
+      // The same read from a separate addend, C only written.
+      c.addend = true;
+      check(ctx, c, seed++);
+      c.addend = false;
       // Epilogues, 2-D and batched, odd n for bias; n % 8 == 0 for gelu_input.
       c.batch = 0;
       c.alpha = 1.0;
@@ -369,6 +389,15 @@ void batched_and_epilogues(Context& ctx) {
       c.gelu_input = false;
       c.epilogue = Epilogue::kBias;
       check(ctx, c, seed++);
+      // A residual added as the bias GEMM writes (Linear's forward_add).
+      c.batch = 0;
+      c.alpha = 1.0;
+      c.beta = 1.0;
+      c.addend = true;
+      check(ctx, c, seed++);
+      c.addend = false;
+      c.batch = 2;
+      c.alpha = -0.75;
       // GELU's backward reading the pre-GELU value, 2-D and batched.
       c.epilogue = Epilogue::kDGelu;
       c.gelu_input = true;
@@ -704,6 +733,11 @@ TEST(GemmCpuTest, CudaAlgorithmCacheKey) {
   q.alpha = 0.5;
   q.beta = 1.0;
   EXPECT_TRUE(internal::matmul_algo_key(q) == key);
+  // A separate addend is (cuBLAS cannot run it; its alignment matters).
+  q.addend = at(0x60020);
+  EXPECT_EQ(internal::matmul_algo_key(q).align_addend, 32);
+  EXPECT_FALSE(internal::matmul_algo_key(q) == key);
+  EXPECT_FALSE(internal::cublas_can_run(q));
 
   // Batched, transposed A, float32 with TF32, bias + GELU writing gelu_input.
   q = p;
@@ -777,6 +811,16 @@ TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
   add(DType::kF32, true, 256, 256, 512)->beta = 0.25;
   add(DType::kF64, false, 64, 96, 128);
   add(DType::kBF16, false, 65, 33, 127)->misalign = 1;
+  // A separate addend: the candidates write C directly (C is not read).
+  c = add(DType::kBF16, false, 512, 768, 3072);
+  c->beta = 1.0;
+  c->epilogue = Epilogue::kBias;
+  c->addend = true;
+  // No epilogue, separate addend: cuBLAS (in place only) must not be chosen.
+  c = add(DType::kBF16, false, 512, 1024, 1024);
+  c->trans_b = false;
+  c->beta = 1.0;
+  c->addend = true;
   // Plain bf16 NN GEMMs, 2-D and batched (the case, smaller): cuBLAS is
   // a candidate, so the cached entry may name either library.
   add(DType::kBF16, false, 512, 1024, 1024)->trans_b = false;
@@ -1162,6 +1206,18 @@ TEST(GemmCpuTest, ErrorsNameShapesAndDtypes) {
                        "matmul allocates its result, so beta must be 0"));
   Tensor undefined;
   EXPECT_TRUE(contains(gemm(c, a, b54, undefined).message(), "every operand must be defined"));
+  Tensor addend = make({3, 4}), bad_addend = make({4, 3});
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.addend = &addend}).message(),
+                       "an addend needs beta != 0"));
+  EXPECT_TRUE(contains(gemm(c, a, b54, out, {.beta = 1.0, .addend = &bad_addend}).message(),
+                       "the addend must be float32 [3, 4] like c, not float32 [4, 3] on cpu"));
+  Tensor wide = make({3, 8});
+  Tensor left = *(*wide.reshape({24})).slice(0, 12), right = *(*wide.reshape({24})).slice(2, 14);
+  Tensor left2 = *left.reshape({3, 4}), right2 = *right.reshape({3, 4});
+  EXPECT_TRUE(contains(gemm(c, a, b54, left2, {.beta = 1.0, .addend = &right2}).message(),
+                       "the addend overlaps c without being c"));
+  // The addend may be C itself: the plain in-place beta * C.
+  EXPECT_TRUE(gemm(c, a, b54, left2, {.beta = 1.0, .addend = &left2}).ok());
   if (cuda_device_count() > 0) {
 #if COLOSSAL_WITH_CUDA
     auto gpu = cuda_context();

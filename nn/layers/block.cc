@@ -48,10 +48,10 @@ absl::StatusOr<ForwardResult> TransformerBlock::forward_impl(core::Context& ctx,
   // r = input + h and ln_2(r) in one kernel.
   COLOSSAL_ASSIGN_OR_RETURN(RowNorm::AddResult b, ln_2_.forward_add(ctx, input, h.output));
   saved->ln_2 = std::move(b.normed.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward(ctx, b.normed.output));
+  // y = r + mlp(...), the add in the MLP's last GEMM.
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward_add(ctx, b.normed.output, b.sum));
   saved->mlp = std::move(m.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y, add(ctx, b.sum, m.output));
-  return ForwardResult{y, std::move(saved)};
+  return ForwardResult{m.output, std::move(saved)};
 }
 
 absl::StatusOr<core::Tensor> TransformerBlock::backward_impl(core::Context& ctx, Saved& saved,

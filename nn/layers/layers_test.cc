@@ -193,6 +193,51 @@ TEST_F(LayersTest, NormsFuseTheResidualAdd) {
   }
 }
 
+// Linear::forward_add and Mlp::forward_add: the residual added by the last
+// GEMM as it writes equals forward() then add(), up to one rounding; the
+// checkpointed modules take that path itself. The backward is backward()'s.
+TEST_F(LayersTest, LinearAndMlpAddTheResidualInTheirGemm) {
+  for (DType dtype : {DType::kF64, DType::kF32}) {
+    for (bool checkpoint : {false, true}) {
+      SCOPED_TRACE(std::string(dtype == DType::kF64 ? "f64" : "f32") +
+                   (checkpoint ? " checkpointed" : ""));
+      Linear fc("fc", 6, 8, {.dtype = dtype});
+      Mlp mlp("mlp", 8, dtype);
+      fc.set_checkpoint(checkpoint);
+      mlp.set_checkpoint(checkpoint);
+      ParameterStore fs = make_store(fc, 3), ms = make_store(mlp, 4);
+      const Tensor x = random({2, 3, 6}, 31, dtype), h = random({2, 3, 8}, 32, dtype);
+      const Tensor r = random({2, 3, 8}, 33, dtype);
+      const double tol = dtype == DType::kF64 ? 1e-13 : 1e-5;
+      auto expect_sum = [&](Module& m, const ForwardResult& fused, const Tensor& in) {
+        const Tensor want = *add(*ctx_, m.forward(*ctx_, in)->output, r);
+        ASSERT_EQ(fused.output.shape(), want.shape());
+        for (int64_t i = 0; i < want.numel(); ++i) {
+          const double got_i =
+              dtype == DType::kF64 ? fused.output.data<double>()[i] : fused.output.data<float>()[i];
+          const double want_i = dtype == DType::kF64 ? want.data<double>()[i] : want.data<float>()[i];
+          EXPECT_NEAR(got_i, want_i, tol * (1.0 + std::fabs(want_i))) << m.description() << " " << i;
+        }
+      };
+      absl::StatusOr<ForwardResult> f = fc.forward_add(*ctx_, x, r);
+      ASSERT_TRUE(f.ok()) << f.status();
+      expect_sum(fc, *f, x);
+      absl::StatusOr<ForwardResult> m = mlp.forward_add(*ctx_, h, r);
+      ASSERT_TRUE(m.ok()) << m.status();
+      expect_sum(mlp, *m, h);
+      // The backward of a forward_add context is the plain one's.
+      const Tensor dy = random({2, 3, 8}, 34, dtype);
+      absl::StatusOr<Tensor> dh = mlp.backward(*ctx_, *m->saved, dy);
+      ASSERT_TRUE(dh.ok()) << dh.status();
+      EXPECT_EQ(dh->shape(), h.shape());
+      // A residual of another shape is refused, naming it.
+      const Tensor wrong = random({2, 3, 6}, 35, dtype);
+      absl::StatusOr<ForwardResult> bad = fc.forward_add(*ctx_, x, wrong);
+      EXPECT_FALSE(bad.ok());
+    }
+  }
+}
+
 TEST_F(LayersTest, GeluGradients) {
   Gelu g("g");
   ParameterTable table;

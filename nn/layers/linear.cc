@@ -76,6 +76,19 @@ absl::Status Linear::bind_own(const ParameterStore& store) {
 }
 
 absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const core::Tensor& input) {
+  return run_forward(ctx, input, core::Tensor());
+}
+
+absl::StatusOr<ForwardResult> Linear::forward_add(core::Context& ctx, const core::Tensor& x,
+                                                  const core::Tensor& residual) {
+  if (options_.tp.enabled() || options_.activation != Activation::kNone || checkpoint()) {
+    return forward_then_add(ctx, *this, x, residual);
+  }
+  return forward_with(ctx, x, [&] { return run_forward(ctx, x, residual); });
+}
+
+absl::StatusOr<ForwardResult> Linear::run_forward(core::Context& ctx, const core::Tensor& input,
+                                                  const core::Tensor& residual) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   COLOSSAL_RETURN_IF_ERROR(require_dtype(input, options_.dtype, "input"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(input, local_in(), "input"));
@@ -107,6 +120,19 @@ absl::StatusOr<ForwardResult> Linear::forward_impl(core::Context& ctx, const cor
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor pre, core::gemm::matmul(ctx, x, w, g));
     COLOSSAL_ASSIGN_OR_RETURN(saved->pre_activation, pre.reshape(dims));
     COLOSSAL_ASSIGN_OR_RETURN(y, gelu_forward(ctx, saved->pre_activation));
+  } else if (residual.defined()) {
+    COLOSSAL_RETURN_IF_ERROR(require_device(ctx, residual, "residual"));
+    COLOSSAL_RETURN_IF_ERROR(require_dtype(residual, options_.dtype, "residual"));
+    if (residual.shape().dims() != absl::MakeConstSpan(dims)) {
+      return absl::InvalidArgumentError(absl::StrCat("residual ", residual.shape().to_string(),
+                                                     " does not match the output's shape"));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor r, as_rows(residual, local_out(), "residual"));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, {x.dim(0), local_out()}, x.dtype()));
+    g.beta = 1.0;
+    g.addend = &r;
+    COLOSSAL_RETURN_IF_ERROR(core::gemm::gemm(ctx, x, w, out, g));
+    COLOSSAL_ASSIGN_OR_RETURN(y, out.reshape(dims));
   } else {
     COLOSSAL_ASSIGN_OR_RETURN(y, core::gemm::matmul(ctx, x, w, g));
     COLOSSAL_ASSIGN_OR_RETURN(y, y.reshape(dims));

@@ -19,6 +19,10 @@
 // x W + b that the backward keeps. The next Linear can then take GELU's
 // backward into its input-gradient GEMM (fuse_input_gelu, core/gemm dgelu):
 // no separate GELU pass either way. Needs the bias and no row split.
+//
+// forward_add(x, r) = r + forward(x), r added by the GEMM as it writes its
+// output (core/gemm's addend: a pre-norm block's residual add costs no pass
+// of its own). The backward is backward()'s (r's gradient is the output's).
 // Devices and dtypes: see nn/layers/BUILD.
 //
 // Tensor parallelism (nn/layers/tensor_parallel.h): Parallel::kColumn holds
@@ -86,6 +90,12 @@ class Linear : public Module {
   // of 8 (cuBLASLt's rule); then both backwards work unfused.
   bool fuse_input_gelu(Saved& own, Saved& producer) const;
 
+  // residual + forward(x), the add in the GEMM. Adds after instead (same
+  // result up to one rounding) when the GEMM cannot: tensor parallelism, a
+  // GELU activation, a checkpointed layer. Hooks as forward(x).
+  absl::StatusOr<ForwardResult> forward_add(core::Context& ctx, const core::Tensor& x,
+                                            const core::Tensor& residual);
+
  protected:
   absl::Status declare_own(ParameterTable& table) override;
   absl::Status bind_own(const ParameterStore& store) override;
@@ -94,6 +104,10 @@ class Linear : public Module {
                                              const core::Tensor& grad_output) override;
 
  private:
+  // forward_impl, with `residual` (when defined) added by the GEMM.
+  absl::StatusOr<ForwardResult> run_forward(core::Context& ctx, const core::Tensor& input,
+                                            const core::Tensor& residual);
+
   int64_t in_, out_;
   LinearOptions options_;
   ParameterHandle weight_, bias_;

@@ -40,6 +40,17 @@ LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool 
 }
 
 absl::StatusOr<ForwardResult> LlamaMlp::forward_impl(core::Context& ctx, const core::Tensor& input) {
+  return run_forward(ctx, input, core::Tensor());
+}
+
+absl::StatusOr<ForwardResult> LlamaMlp::forward_add(core::Context& ctx, const core::Tensor& x,
+                                                    const core::Tensor& residual) {
+  if (tp_.enabled() || checkpoint()) return forward_then_add(ctx, *this, x, residual);
+  return forward_with(ctx, x, [&] { return run_forward(ctx, x, residual); });
+}
+
+absl::StatusOr<ForwardResult> LlamaMlp::run_forward(core::Context& ctx, const core::Tensor& input,
+                                                    const core::Tensor& residual) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, input, "input"));
   auto saved = std::make_unique<LlamaMlpSaved>();
   region_grad_->reset();
@@ -60,7 +71,9 @@ absl::StatusOr<ForwardResult> LlamaMlp::forward_impl(core::Context& ctx, const c
                                 h.raw_data(), g.output.raw_data(), u.output.raw_data(), n, dtype_,
                                 cuda_stream(ctx))),
       "swiglu forward"));
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, down_proj_.forward(ctx, h));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, residual.defined()
+                                                   ? down_proj_.forward_add(ctx, h, residual)
+                                                   : down_proj_.forward(ctx, h));
   saved->down_proj = std::move(out.saved);
   return ForwardResult{out.output, std::move(saved)};
 }

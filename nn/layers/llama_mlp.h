@@ -31,12 +31,21 @@ class LlamaMlp : public Module {
            const TensorParallel& tp = {});
   const char* type() const override { return "LlamaMlp"; }
 
+  // residual + forward(x), the add in down_proj's GEMM (Linear::forward_add);
+  // after it with tensor parallelism or when checkpointed.
+  absl::StatusOr<ForwardResult> forward_add(core::Context& ctx, const core::Tensor& x,
+                                            const core::Tensor& residual);
+
  protected:
   absl::StatusOr<ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& input) override;
   absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, Saved& saved,
                                              const core::Tensor& grad_output) override;
 
  private:
+  // forward_impl, with `residual` (when defined) added by down_proj.
+  absl::StatusOr<ForwardResult> run_forward(core::Context& ctx, const core::Tensor& input,
+                                            const core::Tensor& residual);
+
   core::DType dtype_;
   TensorParallel tp_;
   std::shared_ptr<RegionGrad> region_grad_;  // gate and up's input gradient

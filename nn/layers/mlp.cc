@@ -44,6 +44,19 @@ Mlp::Mlp(std::string name, int64_t channels, core::DType dtype, double resid_pdr
 }
 
 absl::StatusOr<ForwardResult> Mlp::forward_impl(core::Context& ctx, const core::Tensor& input) {
+  return run_forward(ctx, input, core::Tensor());
+}
+
+absl::StatusOr<ForwardResult> Mlp::forward_add(core::Context& ctx, const core::Tensor& x,
+                                               const core::Tensor& residual) {
+  if (dropout_ != nullptr || region_grad_ != nullptr || checkpoint()) {
+    return forward_then_add(ctx, *this, x, residual);
+  }
+  return forward_with(ctx, x, [&] { return run_forward(ctx, x, residual); });
+}
+
+absl::StatusOr<ForwardResult> Mlp::run_forward(core::Context& ctx, const core::Tensor& input,
+                                               const core::Tensor& residual) {
   auto saved = std::make_unique<MlpSaved>();
   core::Tensor x = input;
   if (region_grad_ != nullptr) {
@@ -52,7 +65,9 @@ absl::StatusOr<ForwardResult> Mlp::forward_impl(core::Context& ctx, const core::
   }
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult h, c_fc_.forward(ctx, x));
   saved->c_fc = std::move(h.saved);
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult y, c_proj_.forward(ctx, h.output));
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult y, residual.defined()
+                                                 ? c_proj_.forward_add(ctx, h.output, residual)
+                                                 : c_proj_.forward(ctx, h.output));
   saved->c_proj = std::move(y.saved);
   // Not fused (checkpointed children, odd widths): each backward does its part.
   c_proj_.fuse_input_gelu(*saved->c_proj, *saved->c_fc);

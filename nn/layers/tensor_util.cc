@@ -59,6 +59,13 @@ absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, cons
   return out;
 }
 
+absl::StatusOr<ForwardResult> forward_then_add(core::Context& ctx, Module& module,
+                                               const core::Tensor& x, const core::Tensor& residual) {
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult r, module.forward(ctx, x));
+  COLOSSAL_ASSIGN_OR_RETURN(r.output, add(ctx, r.output, residual));
+  return r;
+}
+
 absl::Status fill(core::Context& ctx, core::Tensor& x, double value) {
   return core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(

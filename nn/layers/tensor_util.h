@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
+#include "nn/module/module.h"
 
 #if COLOSSAL_WITH_CUDA
 #define COLOSSAL_NN_ON_DEVICE(ctx, cpu_call, cuda_call) \
@@ -61,6 +62,12 @@ absl::Status require_dtype(const core::Tensor& x, core::DType dtype, absl::strin
 
 // A new a + b (same shape and dtype).
 absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b);
+
+// module.forward(x) with `residual` added to its output after: the unfused
+// path of the layers' forward_add entry points (which add a residual as
+// their last kernel writes).
+absl::StatusOr<ForwardResult> forward_then_add(core::Context& ctx, Module& module,
+                                               const core::Tensor& x, const core::Tensor& residual);
 
 // Sets every element of `x` to `value`.
 absl::Status fill(core::Context& ctx, core::Tensor& x, double value);
