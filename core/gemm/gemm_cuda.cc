@@ -137,7 +137,7 @@ std::string describe_problem(const GemmProblem& p) {
   return absl::StrCat(dtype_name(p.dtype), p.allow_tf32 ? " (tf32)" : "", " m=", p.m, " n=", p.n,
                       " k=", p.k, " batch=", p.batch, " trans_a=", p.trans_a,
                       " trans_b=", p.trans_b, " epilogue=", epilogue_name(p.epilogue),
-                      p.gelu_input ? " with gelu_input" : "");
+                      p.gelu_input ? " with gelu_input" : "", p.addend ? " with addend" : "");
 }
 
 // "algo 66 tile 20 stages 10 splitk 1 reduction 0 swizzle 0": the candidate's

@@ -920,7 +920,8 @@ TEST(GemmCudaTest, LargeProblemVariantsMatchSampledReference) {
 
 // Both dispatch paths against the float64 reference: every case of the tests
 // above (each dtype incl. TF32, NN/NT/TN/TT, batched, alpha/beta, misaligned,
-// k = 0) with cuBLAS forced for every problem without an epilogue, and with
+// k = 0) with cuBLAS forced for every problem without an epilogue or a
+// separate addend, and with
 // cuBLASLt only. Every entry must name the forced library (epilogues stay on
 // cuBLASLt), and a cache hit dispatches to the cached library.
 #if COLOSSAL_WITH_CUDA
@@ -945,7 +946,8 @@ void check_forced_library(internal::CudaLibraryChoice choice, GemmAutotune autot
   EXPECT_EQ(ctx.matmul_algo_cache().size(), entries);
   int cublas = 0;
   for (const auto& [key, algo] : ctx.matmul_algo_cache().entries()) {
-    const bool plain = key.epilogue == CUBLASLT_EPILOGUE_DEFAULT;
+    // cuBLAS computes in place: a separate addend stays on cuBLASLt too.
+    const bool plain = key.epilogue == CUBLASLT_EPILOGUE_DEFAULT && key.align_addend == 0;
     if (choice == internal::CudaLibraryChoice::kCublas && plain) {
       EXPECT_EQ(algo.library, MatmulAlgoLibrary::kCublas);
       EXPECT_EQ(algo.source, MatmulAlgoSource::kHeuristic);
