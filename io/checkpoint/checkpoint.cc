@@ -78,6 +78,10 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
   TrainerState s;
   absl::StatusOr<int64_t> step = JsonInt(*j, "step", kWhat);
   if (!step.ok()) return step.status();
+  if (*step < 0 || *step > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": 'step' must be in [0, 2^40 = ", kMaxCheckpointStep,
+                                                   "], got ", *step));
+  }
   s.step = *step;
   for (const auto& [key, value] : j->items()) {
     if (key == "step") continue;
@@ -219,6 +223,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   }
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
+  }
+  // A step no load would accept is not written.
+  if (save.step < 0 || save.step > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SaveCheckpoint: step must be in [0, 2^40 = ", kMaxCheckpointStep, "], got ", save.step));
   }
   absl::StatusOr<std::string> tmp = BeginStepDir(root, save.step);
   if (!tmp.ok()) return tmp.status();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace colossal::io {
@@ -128,6 +129,47 @@ TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
     EXPECT_EQ(*ResolveCheckpoint(root), latest);
     EXPECT_TRUE(ResolveCheckpoint(root + "/step_000001").ok());  // not pruned
   }
+}
+
+// trainer_state.json with a step no run reaches, or a data loader state out
+// of range, is refused naming the file and the key; saves refuse such steps.
+TEST(CheckpointFiles, TrainerStateOutOfRangeIsRefusedNamingFileAndKey) {
+  for (const char* step : {"-1", "1099511627777", "100000000000000", "18446744073709551615", "2.5", "1e14"}) {
+    absl::StatusOr<TrainerState> t = TrainerStateFromJson(absl::StrCat("{\"step\": ", step, "}"));
+    ASSERT_FALSE(t.ok()) << step;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(t.status().message(), "trainer_state.json: 'step' must be")) << t.status();
+  }
+  EXPECT_EQ(TrainerStateFromJson("{\"step\": 1099511627776}")->step, kMaxCheckpointStep);
+
+  const char* base = std::getenv("TEST_TMPDIR");
+  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
+  const std::string root =
+      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/trainer_range";
+  CheckpointToSave save;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor w = Filled({4}, 1.0f);
+  save.model = {{"w", w, w.shape()}};
+  save.step = kMaxCheckpointStep + 1;
+  absl::StatusOr<std::string> refused = SaveCheckpoint(root, save);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "step must be in [0, 2^40")) << refused.status();
+
+  save.step = 2;
+  DataLoaderState loader;
+  loader.batch_size = 0;  // what a hand edit or a broken tool leaves
+  loader.seq_len = 8;
+  loader.num_windows = 10;
+  save.trainer.data_loader = loader;
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<TrainerState> t = LoadTrainerState(*dir);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(t.status().message(), absl::StrCat("'", *dir, "/trainer_state.json'")))
+      << t.status();
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "'data_loader': data loader state: 'batch_size' must be an "
+                                                      "integer >= 1, got 0"))
+      << t.status();
 }
 
 }  // namespace
