@@ -47,8 +47,10 @@
 //
 // Loading model tensors validates them against what the caller expects:
 // every name present (NotFound with a did-you-mean for a near name), no
-// unexpected tensor, shape and dtype equal; each error names the checkpoint
-// and the tensor. Tensors on a CUDA device are written and read through host
+// unexpected tensor, shape and dtype equal, and every value finite (a file
+// holding NaN or inf, from a version that saved diverged runs, is refused
+// naming the tensor and its file); each error names the checkpoint and the
+// tensor. Tensors on a CUDA device are written and read through host
 // copies.
 #ifndef COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
 #define COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_

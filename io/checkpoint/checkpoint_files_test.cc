@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/safetensors/writer.h"
 
 namespace colossal::io {
 namespace {
@@ -128,6 +130,36 @@ TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
         << dir.status();
     EXPECT_EQ(*ResolveCheckpoint(root), latest);
     EXPECT_TRUE(ResolveCheckpoint(root + "/step_000001").ok());  // not pruned
+  }
+}
+
+// A model file written by an older version, which saved diverged runs: the
+// load refuses it naming the tensor and its file, before copying anything.
+TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
+  const std::string root =
+      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/load_nan";
+  CheckpointToSave save;
+  save.step = 1;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor w = Filled({4}, 1.0f);
+  save.model = {{"w", w, w.shape()}};
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  for (float bad : {std::nanf(""), -INFINITY}) {
+    // What the older save wrote: the same file, one element not finite.
+    Tensor nan = Filled({4}, 1.0f);
+    nan.data<float>()[3] = bad;
+    const SafetensorsEntry entry{"w", "F32", {4}, nan.raw_data(), nan.nbytes()};
+    ASSERT_TRUE(WriteSafetensors(*dir + "/model.safetensors", {&entry, 1}, {{"format", "pt"}}).ok());
+    Tensor dst = Filled({4}, 100.0f);  // poisoned: must stay as it is
+    absl::Status s = LoadModelTensors(*dir, {{"w", DType::kF32, {4}, dst}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), absl::StrCat("tensor 'w' in '", *dir, "/model.safetensors' holds NaN or inf (element 3)")))
+        << s;
+    EXPECT_EQ(dst.data<float>()[0], 100.0f);
   }
 }
 
