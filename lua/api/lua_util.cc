@@ -34,12 +34,22 @@ void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& st
              IsUsageCode(status.code()) ? kErrorUsage : kErrorRuntime);
 }
 
+void RaiseEnvironmentError(const absl::Status& status) {
+  // No Lua position: the line that happened to read the variable is not the mistake.
+  throw LuaError{absl::StrCat("environment: ", status.message()),
+                 IsUsageCode(status.code()) ? kErrorUsage : kErrorRuntime, /*environment=*/true};
+}
+
 void PushError(lua_State* L, const LuaError& error) {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushlstring(L, error.message.data(), error.message.size());
   lua_setfield(L, -2, "message");
   lua_pushinteger(L, error.code);
   lua_setfield(L, -2, "code");
+  if (error.environment) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "environment");
+  }
   lua_pushcfunction(L, [](lua_State* S) -> int {
     lua_getfield(S, 1, "message");
     return 1;

@@ -157,6 +157,27 @@ before=$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)
 expect "$err" "checkpoint\.dir: colossal\.checkpoint\.latest: '.*latest' should name a step folder"
 [[ "$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)" == "$before" ]] ||
   { echo "FAIL: a run with a damaged latest changed the checkpoint folder"; failures=$((failures + 1)); }
+# A bad environment variable is named with its value, as the environment's
+# mistake: no recipe key (it was blamed on `device:`), no recipe line.
+for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
+  "RANK=0 WORLD_SIZE=0|WORLD_SIZE=0 must be >= 1" \
+  "COLOSSAL_DETERMINISTIC=maybe|COLOSSAL_DETERMINISTIC=\"maybe\"" \
+  "COLOSSAL_GEMM_AUTOTUNE=sometimes|COLOSSAL_GEMM_AUTOTUNE=\"sometimes\"" \
+  "COLOSSAL_ATTENTION=bogus|COLOSSAL_ATTENTION=\"bogus\""; do
+  IFS='|' read -r vars message <<<"$case"
+  # shellcheck disable=SC2086
+  (cd "$tmp/straight" && env $vars "$bin" "$tiny" --set steps=8 >"$out" 2>"$err")
+  code=$?
+  [[ $code == 2 ]] || { echo "FAIL: $vars: exit $code, want 2"; cat "$err"; failures=$((failures + 1)); }
+  expect "$err" "^colossal recipe: environment: .*$(sed 's/[][\\.*^$]/\\&/g' <<<"$message")"
+  if grep -qE 'device:|tiny_zero\.lua:' "$err"; then
+    echo "FAIL: $vars is blamed on the recipe:"; cat "$err"; failures=$((failures + 1))
+  fi
+done
+# The same from a recipe that asks colossal.env() itself (at its line 13).
+RANK=x WORLD_SIZE=2 run_cli 2 recipes/gpt2_zero.lua &&
+  expect "$err" "^colossal recipe: environment: RANK='x' is not an integer$"
+
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
