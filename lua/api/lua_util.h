@@ -60,10 +60,16 @@ struct LuaError {
   bool environment = false;  // caused by an environment variable, not by the calling code
 };
 
+// The exit code of an error of status `code`: kErrorUsage for the user's
+// names and values (InvalidArgument, OutOfRange, NotFound, Unimplemented,
+// AlreadyExists), else kErrorRuntime. RaiseStatus uses it, and CLI commands
+// that share a binding's causes (data prepare) too, so that one cause exits
+// with one code either way.
+int ExitCodeOf(absl::StatusCode code);
+
 // Throws LuaError{where .. message, code}.
 [[noreturn]] void RaiseError(lua_State* L, absl::string_view message, int code);
-// RaiseError with `context: status.message()`; code 2 for InvalidArgument,
-// OutOfRange and FailedPrecondition caused by arguments, else 1.
+// RaiseError with `context: status.message()`, code ExitCodeOf(status.code()).
 [[noreturn]] void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& status);
 // Raises `status`, whose message names an environment variable and its
 // value, as the environment's mistake (see above); codes as RaiseStatus.

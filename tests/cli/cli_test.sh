@@ -86,11 +86,13 @@ COLOSSAL_DATA="$tmp/nothing" run_cli 1 data prepare --input lua/testdata/corpus 
   expect "$err" "^colossal data prepare: no GPT-2 tokenizer at $tmp/nothing/gpt2.tiktoken; fetch it with tools/data/fetch_gpt2_ranks.sh"
 run_cli 2 data prepare --input lua/testdata/corpus && expect "$err" '^colossal data prepare: --output is required$'
 run_cli 2 data prepare --input a --output b --val_fraction 1.5 && expect "$err" 'val_fraction must be in \[0, 1\)'
-run_cli 1 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
+# An input that names nothing, or cannot give a val split, is the user's
+# mistake: 2, as a recipe's data.input exits (lua/testdata/bad/missing_input.lua).
+run_cli 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
   expect "$err" "^colossal data prepare: .*$tmp/absent"
 # One long text: as one document it cannot give a val split; as paragraphs it can.
 printf 'First paragraph, a few words.\n\nSecond one.\n\nThird, the last.\n\nA fourth.\n' >"$tmp/book.txt"
-run_cli 1 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer "$tok" &&
+run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer "$tok" &&
   expect "$err" 'split it into paragraphs \(recipe data.split = "paragraph", data prepare --split paragraph\)'
 run_cli 0 data prepare --input "$tmp/book.txt" --output "$tmp/book2" --tokenizer "$tok" --split paragraph \
   --val_fraction 0.3 && expect "$out" '^train: +[0-9]+ documents' && expect "$out" '^val: +[1-9][0-9]* documents'
@@ -101,8 +103,8 @@ run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book3" --split cha
 run_cli 0 run --nproc_per_node 2 --master_port $(port) check &&
   expect "$out" '^\[rank 0\] Lua: +Lua 5\.4' && expect "$out" '^\[rank 1\] Lua: +Lua 5\.4'
 # A failing worker: its exit code comes back, and it is named.
-run_cli 1 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
-  expect "$err" '^colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) exited with code 1' &&
+run_cli 2 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
+  expect "$err" '^colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) exited with code 2' &&
   expect "$err" '^\[rank [01]\] colossal data prepare: '
 
 # --- recipes -----------------------------------------------------------------
@@ -177,6 +179,13 @@ done
 # The same from a recipe that asks colossal.env() itself (at its line 13).
 RANK=x WORLD_SIZE=2 run_cli 2 recipes/gpt2_zero.lua &&
   expect "$err" "^colossal recipe: environment: RANK='x' is not an integer$"
+
+# A recipe's data preparation exits as `data prepare` does for the same cause
+# (above): 2 for an input that names nothing, 1 without the default tokenizer.
+train "$tmp/prep_absent" 2 "$tiny" --set data.input=absent &&
+  expect "$err" "data\.input: colossal\.data\.prepare: cannot read input 'absent'"
+COLOSSAL_DATA="$tmp/nothing" train "$tmp/prep_no_tokenizer" 1 "$tiny" &&
+  expect "$err" "data\.input: colossal\.data\.prepare: no GPT-2 tokenizer at $tmp/nothing/gpt2\.tiktoken; fetch it"
 
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
