@@ -159,6 +159,29 @@ before=$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)
 expect "$err" "checkpoint\.dir: colossal\.checkpoint\.latest: '.*latest' should name a step folder"
 [[ "$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)" == "$before" ]] ||
   { echo "FAIL: a run with a damaged latest changed the checkpoint folder"; failures=$((failures + 1)); }
+# A damaged trainer_state.json (a data loader batch_size of 0), or weights
+# holding NaN (older versions saved diverged runs), stop the resume naming the
+# file and the field or tensor: exit 2, nothing on disk changed.
+snapshot() { (cd "$1/checkpoints/tiny" && ls -R && md5sum latest ./*/*); }
+cp -r "$tmp/resumed" "$tmp/bad_state"
+sed -i 's/"batch_size": [0-9]*/"batch_size": 0/' "$tmp/bad_state/checkpoints/tiny/step_000006/trainer_state.json"
+before=$(snapshot "$tmp/bad_state")
+(cd "$tmp/bad_state" && run_cli 2 "$tiny" --set steps=8) || failures=$((failures + 1))
+expect "$err" "step_000006/trainer_state\.json': trainer_state\.json: 'data_loader': data loader state: 'batch_size' must be an integer >= 1, got 0"
+[[ "$(snapshot "$tmp/bad_state")" == "$before" ]] ||
+  { echo "FAIL: a resume from a damaged trainer_state.json changed the checkpoint folder"; failures=$((failures + 1)); }
+cp -r "$tmp/resumed" "$tmp/bad_weights"
+weights="$tmp/bad_weights/checkpoints/tiny/step_000006/model.safetensors"
+# The first tensor's data starts after the 8-byte header length and the header:
+# its element 0 becomes a float32 NaN (0x7fc00000, little-endian).
+header=$(od -An -t u8 -N8 "$weights" | tr -d ' ')
+printf '\x00\x00\xc0\x7f' | dd of="$weights" bs=1 seek=$((8 + header)) conv=notrunc status=none
+before=$(snapshot "$tmp/bad_weights")
+(cd "$tmp/bad_weights" && run_cli 2 "$tiny" --set steps=8) || failures=$((failures + 1))
+expect "$err" "tensor '[^']+' in 'checkpoints/tiny/step_000006/model\.safetensors' holds NaN or inf \(element 0\)"
+[[ "$(snapshot "$tmp/bad_weights")" == "$before" ]] ||
+  { echo "FAIL: a resume from NaN weights changed the checkpoint folder"; failures=$((failures + 1)); }
+
 # A bad environment variable is named with its value, as the environment's
 # mistake: no recipe key (it was blamed on `device:`), no recipe line.
 for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
