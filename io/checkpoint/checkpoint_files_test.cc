@@ -30,12 +30,16 @@ Tensor Filled(const core::Shape& shape, float first) {
   return t;
 }
 
-TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
-  // Under TEST_TMPDIR (Bazel), or a new folder under /tmp (a bundle run).
+// A folder for one test's checkpoints: under TEST_TMPDIR (Bazel), or a new
+// folder under /tmp (a bundle run).
+std::string TestRoot(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/files";
+  return std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/" + name;
+}
+
+TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
+  const std::string root = TestRoot("files");
   CheckpointToSave save;
   save.step = 4;
   const Tensor w = Filled({3, 2}, 1.0f);  // written as [2, 2]: its first 4 elements
@@ -97,10 +101,7 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
 // A diverged model (NaN or inf in a tensor, in any floating dtype) is not
 // saved: nothing is published, `latest` and the kept step folders stay.
 TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/diverged";
+  const std::string root = TestRoot("diverged");
   CheckpointToSave save;
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
   const Tensor good = Filled({4}, 1.0f);
@@ -136,10 +137,7 @@ TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
 // A model file written by an older version, which saved diverged runs: the
 // load refuses it naming the tensor and its file, before copying anything.
 TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/load_nan";
+  const std::string root = TestRoot("load_nan");
   CheckpointToSave save;
   save.step = 1;
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
@@ -174,10 +172,7 @@ TEST(CheckpointFiles, TrainerStateOutOfRangeIsRefusedNamingFileAndKey) {
   }
   EXPECT_EQ(TrainerStateFromJson("{\"step\": 1099511627776}")->step, kMaxCheckpointStep);
 
-  const char* base = std::getenv("TEST_TMPDIR");
-  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/trainer_range";
+  const std::string root = TestRoot("trainer_range");
   CheckpointToSave save;
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
   const Tensor w = Filled({4}, 1.0f);
