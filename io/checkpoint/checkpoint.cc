@@ -78,6 +78,10 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
   TrainerState s;
   absl::StatusOr<int64_t> step = JsonInt(*j, "step", kWhat);
   if (!step.ok()) return step.status();
+  if (*step < 0 || *step > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": 'step' must be in [0, 2^40 = ", kMaxCheckpointStep,
+                                                   "], got ", *step));
+  }
   s.step = *step;
   for (const auto& [key, value] : j->items()) {
     if (key == "step") continue;
@@ -129,20 +133,23 @@ absl::StatusOr<core::DType> ReadCheckpointDType(const std::string& dir) {
 
 namespace {
 
-// The first element of a host tensor's first `numel` that is NaN or inf, or
+// The first of `numel` elements of `dtype` at `data` that is NaN or inf, or
 // -1 (floating dtypes; integer tensors have none). Bit tests, so every CPU
-// answers alike: an all-ones exponent.
-int64_t FirstNonFinite(const core::Tensor& host, int64_t numel) {
+// answers alike: an all-ones exponent. Elements are read with memcpy: a
+// safetensors file need not align its tensors.
+int64_t FirstNonFinite(const void* data, core::DType dtype, int64_t numel) {
   auto scan = [&](auto bits, auto exponent_mask) -> int64_t {
     using Bits = decltype(bits);
-    const Bits* p = static_cast<const Bits*>(host.raw_data());
+    const char* p = static_cast<const char*>(data);
     const Bits mask = static_cast<Bits>(exponent_mask);
     for (int64_t i = 0; i < numel; ++i) {
-      if ((p[i] & mask) == mask) return i;
+      Bits v;
+      std::memcpy(&v, p + i * sizeof(Bits), sizeof(Bits));
+      if ((v & mask) == mask) return i;
     }
     return -1;
   };
-  switch (host.dtype()) {
+  switch (dtype) {
     case core::DType::kF32: return scan(uint32_t{0}, 0x7F800000u);
     case core::DType::kF64: return scan(uint64_t{0}, 0x7FF0000000000000ull);
     case core::DType::kBF16: return scan(uint16_t{0}, 0x7F80u);
@@ -161,7 +168,7 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
     }
     absl::StatusOr<core::Tensor> h = OnHost(t.tensor);
     if (!h.ok()) return h.status();
-    if (const int64_t bad = FirstNonFinite(*h, t.shape.numel()); bad >= 0) {
+    if (const int64_t bad = FirstNonFinite(h->raw_data(), h->dtype(), t.shape.numel()); bad >= 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "model tensor '", t.name, "' holds NaN or inf (element ", bad,
           "): the run has diverged; this step is not saved and the earlier checkpoints are kept"));
@@ -220,6 +227,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   if (options.keep_last < 0) {
     return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
   }
+  // A step no load would accept is not written.
+  if (save.step < 0 || save.step > kMaxCheckpointStep) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SaveCheckpoint: step must be in [0, 2^40 = ", kMaxCheckpointStep, "], got ", save.step));
+  }
   absl::StatusOr<std::string> tmp = BeginStepDir(root, save.step);
   if (!tmp.ok()) return tmp.status();
   absl::Status s = WriteContents(*tmp, save, options);
@@ -270,6 +282,13 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
       return absl::InvalidArgumentError(absl::StrCat("loading '", e.name, "' into ", e.dst.to_string(),
                                                      ": not ", core::dtype_name(e.dtype), " of at least ",
                                                      e.shape.numel(), " elements"));
+    }
+    // Saves refuse a diverged model now; older versions wrote them, and
+    // training (or sampling) from NaN weights only gives NaN.
+    if (const int64_t bad = FirstNonFinite(t->data.data(), e.dtype, e.shape.numel()); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": tensor '", e.name, "' in '", ckpt->FileOf(e.name), "' holds NaN or inf (element ", bad,
+          "): saved from a run that had diverged; load an earlier step instead"));
     }
     found.push_back(t);
   }

@@ -47,8 +47,10 @@
 //
 // Loading model tensors validates them against what the caller expects:
 // every name present (NotFound with a did-you-mean for a near name), no
-// unexpected tensor, shape and dtype equal; each error names the checkpoint
-// and the tensor. Tensors on a CUDA device are written and read through host
+// unexpected tensor, shape and dtype equal, and every value finite (a file
+// holding NaN or inf, from a version that saved diverged runs, is refused
+// naming the tensor and its file); each error names the checkpoint and the
+// tensor. Tensors on a CUDA device are written and read through host
 // copies.
 #ifndef COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
 #define COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
@@ -70,6 +72,11 @@
 
 namespace colossal::io {
 
+// The largest step a checkpoint holds: 2^40 steps of a millisecond each
+// would take 35 years, so a step past it is a damaged file (or a broken
+// caller), never a run. Saves and loads refuse it.
+inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 40;
+
 // The small state of a training run, saved as trainer_state.json. Absent
 // parts are left out of the file and read back as nullopt / no entry.
 struct TrainerState {
@@ -83,7 +90,8 @@ struct TrainerState {
 
 std::string TrainerStateToJson(const TrainerState& state);
 // InvalidArgument naming the key for malformed JSON, a missing/mistyped key,
-// or a section that is not a flat object of numbers.
+// a step outside [0, kMaxCheckpointStep], a data loader state out of range
+// (DataLoaderStateFromJson), or a section that is not a flat object of numbers.
 absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view json);
 
 // A tensor to write: its first shape.numel() elements (shape.numel() <=
@@ -101,7 +109,7 @@ struct OptimizerFiles {
 };
 
 struct CheckpointToSave {
-  int64_t step = 0;                          // >= 0; names the directory
+  int64_t step = 0;                          // in [0, kMaxCheckpointStep]; names the directory
   std::vector<TensorToSave> model;           // required: at least one tensor
   std::string config_json;                   // required: config.json
   const OptimizerFiles* optimizer = nullptr;  // optional

@@ -6,13 +6,16 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/safetensors/writer.h"
 
 namespace colossal::io {
 namespace {
@@ -27,12 +30,16 @@ Tensor Filled(const core::Shape& shape, float first) {
   return t;
 }
 
-TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
-  // Under TEST_TMPDIR (Bazel), or a new folder under /tmp (a bundle run).
+// A folder for one test's checkpoints: under TEST_TMPDIR (Bazel), or a new
+// folder under /tmp (a bundle run).
+std::string TestRoot(const std::string& name) {
   const char* base = std::getenv("TEST_TMPDIR");
   char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/files";
+  return std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/" + name;
+}
+
+TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
+  const std::string root = TestRoot("files");
   CheckpointToSave save;
   save.step = 4;
   const Tensor w = Filled({3, 2}, 1.0f);  // written as [2, 2]: its first 4 elements
@@ -94,10 +101,7 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
 // A diverged model (NaN or inf in a tensor, in any floating dtype) is not
 // saved: nothing is published, `latest` and the kept step folders stay.
 TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  char pattern[] = "/tmp/checkpoint_files_test.XXXXXX";
-  const std::string root =
-      std::string(base != nullptr ? base : ::mkdtemp(pattern)) + "/diverged";
+  const std::string root = TestRoot("diverged");
   CheckpointToSave save;
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
   const Tensor good = Filled({4}, 1.0f);
@@ -128,6 +132,71 @@ TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
     EXPECT_EQ(*ResolveCheckpoint(root), latest);
     EXPECT_TRUE(ResolveCheckpoint(root + "/step_000001").ok());  // not pruned
   }
+}
+
+// A model file written by an older version, which saved diverged runs: the
+// load refuses it naming the tensor and its file, before copying anything.
+TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
+  const std::string root = TestRoot("load_nan");
+  CheckpointToSave save;
+  save.step = 1;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor w = Filled({4}, 1.0f);
+  save.model = {{"w", w, w.shape()}};
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  for (float bad : {std::nanf(""), -INFINITY}) {
+    // What the older save wrote: the same file, one element not finite.
+    Tensor nan = Filled({4}, 1.0f);
+    nan.data<float>()[3] = bad;
+    const SafetensorsEntry entry{"w", "F32", {4}, nan.raw_data(), nan.nbytes()};
+    ASSERT_TRUE(WriteSafetensors(*dir + "/model.safetensors", {&entry, 1}, {{"format", "pt"}}).ok());
+    Tensor dst = Filled({4}, 100.0f);  // poisoned: must stay as it is
+    absl::Status s = LoadModelTensors(*dir, {{"w", DType::kF32, {4}, dst}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), absl::StrCat("tensor 'w' in '", *dir, "/model.safetensors' holds NaN or inf (element 3)")))
+        << s;
+    EXPECT_EQ(dst.data<float>()[0], 100.0f);
+  }
+}
+
+// trainer_state.json with a step no run reaches, or a data loader state out
+// of range, is refused naming the file and the key; saves refuse such steps.
+TEST(CheckpointFiles, TrainerStateOutOfRangeIsRefusedNamingFileAndKey) {
+  for (const char* step : {"-1", "1099511627777", "100000000000000", "18446744073709551615", "2.5", "1e14"}) {
+    absl::StatusOr<TrainerState> t = TrainerStateFromJson(absl::StrCat("{\"step\": ", step, "}"));
+    ASSERT_FALSE(t.ok()) << step;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(t.status().message(), "trainer_state.json: 'step' must be")) << t.status();
+  }
+  EXPECT_EQ(TrainerStateFromJson("{\"step\": 1099511627776}")->step, kMaxCheckpointStep);
+
+  const std::string root = TestRoot("trainer_range");
+  CheckpointToSave save;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor w = Filled({4}, 1.0f);
+  save.model = {{"w", w, w.shape()}};
+  save.step = kMaxCheckpointStep + 1;
+  absl::StatusOr<std::string> refused = SaveCheckpoint(root, save);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "step must be in [0, 2^40")) << refused.status();
+
+  save.step = 2;
+  DataLoaderState loader;
+  loader.batch_size = 0;  // what a hand edit or a broken tool leaves
+  loader.seq_len = 8;
+  loader.num_windows = 10;
+  save.trainer.data_loader = loader;
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<TrainerState> t = LoadTrainerState(*dir);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(t.status().message(), absl::StrCat("'", *dir, "/trainer_state.json'")))
+      << t.status();
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "'data_loader': data loader state: 'batch_size' must be an "
+                                                      "integer >= 1, got 0"))
+      << t.status();
 }
 
 }  // namespace

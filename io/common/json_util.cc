@@ -18,7 +18,10 @@ absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, absl::
   if (it == j.end()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": missing key '", key, "'"));
   }
-  if (!it->is_number_integer()) {
+  // An unsigned value past int64_t's range is no integer of ours: get<int64_t>
+  // would wrap 2^64 - 1 to -1.
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": '", key, "' must be an integer, got ",
                                                    it->is_structured() ? it->type_name()
                                                                        : it->dump()));

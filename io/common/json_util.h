@@ -16,7 +16,7 @@ namespace colossal::io {
 absl::StatusOr<nlohmann::json> ParseJsonObject(absl::string_view text, absl::string_view what);
 
 // Integer member `key` of object `j`. InvalidArgument naming `what` and the
-// key when it is missing or not an integer (the message shows a scalar's
+// key when it is missing or not an integer in int64_t's range (the message shows a scalar's
 // value, a structured value's type only: dump() recurses once per level).
 absl::StatusOr<int64_t> JsonInt(const nlohmann::json& j, const char* key, absl::string_view what);
 

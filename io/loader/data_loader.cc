@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "core/alloc/default_allocator.h"
 #include "core/device/stream.h"
 #include "core/dtype/dtype.h"
+#include "io/common/json_util.h"
 
 namespace colossal::io {
 namespace {
@@ -78,30 +81,58 @@ nlohmann::json DataLoaderStateToJson(const DataLoaderState& state) {
                         {"num_windows", state.num_windows}};
 }
 
+namespace {
+
+// Integer member `key` of a saved state, in [lo, hi]. A file edited by hand
+// or written by a broken tool must not reach the loader: batch_size 0 or a
+// world_size past int's range would be taken as given (set_state compares
+// neither, since a resume may change them), so each field is checked here,
+// naming it. InvalidArgument.
+absl::StatusOr<int64_t> StateInt(const nlohmann::json& json, const char* key, int64_t lo, int64_t hi) {
+  constexpr absl::string_view kWhat = "data loader state";
+  absl::StatusOr<int64_t> v = JsonInt(json, key, kWhat);
+  if (!v.ok() || (*v >= lo && *v <= hi)) return v;
+  const std::string range = hi == INT64_MAX ? absl::StrCat(">= ", lo) : absl::StrCat("in [", lo, ", ", hi, "]");
+  return absl::InvalidArgumentError(absl::StrCat(kWhat, ": '", key, "' must be an integer ", range, ", got ", *v));
+}
+
+}  // namespace
+
 absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& json) {
   if (!json.is_object()) return absl::InvalidArgumentError("data loader state: expected a JSON object");
   DataLoaderState s;
-  auto get = [&](const char* key, auto& out) -> absl::Status {
-    auto it = json.find(key);
-    if (it == json.end()) return absl::InvalidArgumentError(absl::StrCat("data loader state: missing key '", key, "'"));
-    if (!it->is_number_integer()) {
-      return absl::InvalidArgumentError(absl::StrCat("data loader state: '", key, "' must be an integer, got ",
-                                                  // the type for arrays and objects: dump() recurses per level
-                                                  it->is_structured() ? it->type_name() : it->dump()));
-    }
-    out = it->get<std::remove_reference_t<decltype(out)>>();
+  auto get = [&](const char* key, auto& out, int64_t lo, int64_t hi) -> absl::Status {
+    absl::StatusOr<int64_t> v = StateInt(json, key, lo, hi);
+    if (!v.ok()) return v.status();
+    out = static_cast<std::remove_reference_t<decltype(out)>>(*v);
     return absl::OkStatus();
   };
-  for (absl::Status st : {get("epoch", s.epoch), get("batch", s.batch), get("seed", s.seed),
-                          get("batch_size", s.batch_size), get("seq_len", s.seq_len),
-                          get("world_size", s.world_size), get("num_windows", s.num_windows)}) {
+  // The seed is any uint64_t (past INT64_MAX too).
+  const auto seed = json.find("seed");
+  if (seed == json.end() || !seed->is_number_integer() ||
+      (!seed->is_number_unsigned() && seed->get<int64_t>() < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data loader state: 'seed' must be an integer >= 0, got ",
+        seed == json.end() ? std::string("nothing") : seed->is_structured() ? seed->type_name() : seed->dump()));
+  }
+  s.seed = seed->get<uint64_t>();
+  for (absl::Status st : {get("epoch", s.epoch, 0, INT64_MAX), get("batch", s.batch, 0, INT64_MAX),
+                          get("batch_size", s.batch_size, 1, INT64_MAX), get("seq_len", s.seq_len, 1, INT64_MAX),
+                          get("world_size", s.world_size, 1, INT_MAX),
+                          get("num_windows", s.num_windows, 0, INT64_MAX)}) {
     if (!st.ok()) return st;
   }
-  // States saved before "window" existed: the batch's first window.
-  s.window = s.batch * s.world_size * s.batch_size;
   if (json.contains("window")) {
-    absl::Status st = get("window", s.window);
+    absl::Status st = get("window", s.window, 0, INT64_MAX);
     if (!st.ok()) return st;
+    return s;
+  }
+  // States saved before "window" existed: the batch's first window.
+  if (__builtin_mul_overflow(s.batch, static_cast<int64_t>(s.world_size), &s.window) ||
+      __builtin_mul_overflow(s.window, s.batch_size, &s.window)) {
+    return absl::InvalidArgumentError(absl::StrCat("data loader state: 'batch' ", s.batch, " x world_size ",
+                                                   s.world_size, " x batch_size ", s.batch_size,
+                                                   " overflows (no \"window\" given)"));
   }
   return s;
 }

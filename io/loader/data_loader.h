@@ -119,7 +119,9 @@ struct DataLoaderState {
 //  "seq_len": 1024, "world_size": 4, "num_windows": 9765}. "window" may be
 // absent (states saved before it existed): batch * world_size * batch_size.
 nlohmann::json DataLoaderStateToJson(const DataLoaderState& state);
-// InvalidArgument naming the missing or mistyped key.
+// InvalidArgument naming the missing, mistyped or out-of-range key: epoch,
+// batch, window and num_windows >= 0, batch_size and seq_len >= 1,
+// world_size in [1, INT_MAX], seed any uint64_t.
 absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& json);
 
 // One batch: inputs and targets, int32 [B, T] on the host (views of one

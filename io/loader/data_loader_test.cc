@@ -406,5 +406,50 @@ TEST(DataLoader, Errors) {
   EXPECT_FALSE(DataLoaderStateFromJson(nlohmann::json::parse("[1]")).ok());
 }
 
+// A saved state read back from a file: every field is range-checked and a
+// bad one named (set_state compares only seed, seq_len and num_windows, so a
+// batch_size 0 or a wrapped world_size would pass through otherwise).
+TEST(DataLoader, SavedStateOutOfRangeIsRefusedNamingTheKey) {
+  DataLoaderState good;
+  good.epoch = 1;
+  good.batch = 2;
+  good.window = 8;
+  good.seed = UINT64_MAX;  // any uint64_t is a seed
+  good.batch_size = 2;
+  good.seq_len = 4;
+  good.world_size = 2;
+  good.num_windows = 20;
+  const nlohmann::json saved = DataLoaderStateToJson(good);
+  absl::StatusOr<DataLoaderState> back = DataLoaderStateFromJson(saved);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, good);
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+  };
+  const Case cases[] = {{"batch_size", 0},       {"batch_size", -2},  {"world_size", 0},
+                        {"world_size", -3},      {"world_size", int64_t{1} << 40},
+                        {"seq_len", 0},          {"epoch", -1},       {"batch", -1},
+                        {"window", -1},          {"num_windows", -1}, {"seed", -1},
+                        {"batch_size", UINT64_MAX}, {"batch_size", 2.5}};
+  for (const Case& c : cases) {
+    nlohmann::json j = saved;
+    j[c.key] = c.value;
+    absl::StatusOr<DataLoaderState> s = DataLoaderStateFromJson(j);
+    ASSERT_FALSE(s.ok()) << c.key << " = " << c.value.dump();
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(s.status().message(), absl::StrCat("'", c.key, "' must be an integer")))
+        << s.status();
+    EXPECT_TRUE(absl::StrContains(s.status().message(), c.value.dump())) << s.status();
+  }
+  // Without "window" (an older state) it is computed, and its overflow refused.
+  nlohmann::json old = saved;
+  old.erase("window");
+  ASSERT_TRUE(DataLoaderStateFromJson(old).ok());
+  EXPECT_EQ(DataLoaderStateFromJson(old)->window, 2 * 2 * 2);
+  old["batch"] = INT64_MAX / 2;
+  EXPECT_TRUE(absl::StrContains(DataLoaderStateFromJson(old).status().message(), "overflows"));
+}
+
 }  // namespace
 }  // namespace colossal::io

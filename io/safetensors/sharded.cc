@@ -242,6 +242,11 @@ const SafetensorsTensor* ShardedSafetensors::Find(std::string_view name) const {
   return &files_[it->second.first].tensors()[it->second.second];
 }
 
+std::string ShardedSafetensors::FileOf(std::string_view name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? std::string() : files_[it->second.first].path();
+}
+
 absl::StatusOr<const SafetensorsTensor*> ShardedSafetensors::Get(std::string_view name) const {
   if (const SafetensorsTensor* t = Find(name)) return t;
   std::vector<std::string_view> names;

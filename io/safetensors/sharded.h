@@ -99,6 +99,8 @@ class ShardedSafetensors {
 
   // The tensor called `name`, or nullptr.
   const SafetensorsTensor* Find(std::string_view name) const;
+  // The path of the file holding tensor `name`, or "" when there is none.
+  std::string FileOf(std::string_view name) const;
   // The tensor called `name`, or NotFound naming the checkpoint and the tensor.
   absl::StatusOr<const SafetensorsTensor*> Get(std::string_view name) const;
   // Every tensor name, sorted.

@@ -106,6 +106,7 @@ int Prepare(lua_State* L) {
   options.output_dir = o.string("output", "");
   options.name = o.string("name", "data");
   options.val_fraction = o.number("val_fraction", options.val_fraction);
+  const bool default_tokenizer = !o.has("tokenizer");
   options.tokenizer_path = o.string("tokenizer", DefaultTokenizerPath());
   const std::string split = o.string("split", "file");
   if (std::optional<io::DocumentSplit> s = io::DocumentSplitFromName(split)) {
@@ -122,6 +123,8 @@ int Prepare(lua_State* L) {
   bool prepared_now = false;
   if (!Exists(manifest)) {
     if (rt->rank.rank == 0) {
+      // A machine without the default tokenizer: said as `data prepare` says it.
+      if (default_tokenizer) ThrowIfError(L, "colossal.data.prepare", DefaultTokenizerInstalled());
       absl::StatusOr<io::PrepareResult> result = io::PrepareDataset(options);
       ThrowIfError(L, "colossal.data.prepare", result.status());
       prepared_now = true;

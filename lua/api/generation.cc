@@ -1,5 +1,7 @@
 #include "lua/api/generation.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -22,6 +24,16 @@ std::string DefaultTokenizerPath() {
   }
   const char* home = std::getenv("HOME");
   return absl::StrCat(home ? home : "", "/.cache/colossal/data/gpt2.tiktoken");
+}
+
+absl::Status DefaultTokenizerInstalled() {
+  const std::string path = DefaultTokenizerPath();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no GPT-2 tokenizer at ", path,
+      "; fetch it with tools/data/fetch_gpt2_ranks.sh (it installs gpt2.tiktoken under $COLOSSAL_DATA, default "
+      "~/.cache/colossal/data), or name another tokenizer (data prepare --tokenizer DIR|FILE)"));
 }
 
 int32_t PickToken(const float* logits, int64_t vocab, const SamplingOptions& o, uint64_t draw) {

@@ -32,6 +32,10 @@ struct SamplingOptions {
 
 // $COLOSSAL_DATA/gpt2.tiktoken, default ~/.cache/colossal/data/gpt2.tiktoken.
 std::string DefaultTokenizerPath();
+// FailedPrecondition (exit code 1: this machine lacks a file, the command or
+// recipe is right) naming DefaultTokenizerPath() and how to install it when
+// it does not exist; `data prepare` and colossal.data.prepare both ask.
+absl::Status DefaultTokenizerInstalled();
 
 // The next token from `logits` (`vocab` real entries); `draw` is the index of
 // the Philox stream element this choice uses.

@@ -17,13 +17,14 @@ std::string Where(lua_State* L) {
   return where;
 }
 
-bool IsUsageCode(absl::StatusCode code) {
-  return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ||
-         code == absl::StatusCode::kNotFound || code == absl::StatusCode::kUnimplemented ||
-         code == absl::StatusCode::kAlreadyExists;
-}
-
 }  // namespace
+
+int ExitCodeOf(absl::StatusCode code) {
+  const bool usage = code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kOutOfRange ||
+                     code == absl::StatusCode::kNotFound || code == absl::StatusCode::kUnimplemented ||
+                     code == absl::StatusCode::kAlreadyExists;
+  return usage ? kErrorUsage : kErrorRuntime;
+}
 
 void RaiseError(lua_State* L, absl::string_view message, int code) {
   throw LuaError{absl::StrCat(Where(L), message), code};
@@ -31,15 +32,25 @@ void RaiseError(lua_State* L, absl::string_view message, int code) {
 
 void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& status) {
   RaiseError(L, absl::StrCat(context, context.empty() ? "" : ": ", status.message()),
-             IsUsageCode(status.code()) ? kErrorUsage : kErrorRuntime);
+             ExitCodeOf(status.code()));
+}
+
+void RaiseEnvironmentError(const absl::Status& status) {
+  // No Lua position: the line that happened to read the variable is not the mistake.
+  throw LuaError{absl::StrCat("environment: ", status.message()), ExitCodeOf(status.code()),
+                 /*environment=*/true};
 }
 
 void PushError(lua_State* L, const LuaError& error) {
-  lua_createtable(L, 0, 2);
+  lua_createtable(L, 0, 3);
   lua_pushlstring(L, error.message.data(), error.message.size());
   lua_setfield(L, -2, "message");
   lua_pushinteger(L, error.code);
   lua_setfield(L, -2, "code");
+  if (error.environment) {
+    lua_pushboolean(L, 1);
+    lua_setfield(L, -2, "environment");
+  }
   lua_pushcfunction(L, [](lua_State* S) -> int {
     lua_getfield(S, 1, "message");
     return 1;

@@ -13,6 +13,10 @@
 // the Lua code that called the binding ("file:line: "), as luaL_error's do.
 // The CLI prints the message and exits with the code; Lua code may pcall and
 // inspect both (the embedded recipe loop does, to point at the recipe key).
+// An error caused by an environment variable (RaiseEnvironmentError) reads
+// "environment: <message naming the variable and its value>", without the
+// Lua position, and its table has environment = true: the recipe loop then
+// blames no recipe key.
 //
 // Userdata. Handle<T> objects live in a userdata as a std::shared_ptr<T> with
 // a metatable named T::kMetatable: other objects (an optimizer, a booster)
@@ -51,21 +55,31 @@ inline constexpr int kErrorRuntime = 1;
 inline constexpr int kErrorUsage = 2;
 
 struct LuaError {
-  std::string message;  // with the caller's "file:line: " in front
+  std::string message;  // with the caller's "file:line: " in front (not for the environment's)
   int code = kErrorRuntime;
+  bool environment = false;  // caused by an environment variable, not by the calling code
 };
+
+// The exit code of an error of status `code`: kErrorUsage for the user's
+// names and values (InvalidArgument, OutOfRange, NotFound, Unimplemented,
+// AlreadyExists), else kErrorRuntime. RaiseStatus uses it, and CLI commands
+// that share a binding's causes (data prepare) too, so that one cause exits
+// with one code either way.
+int ExitCodeOf(absl::StatusCode code);
 
 // Throws LuaError{where .. message, code}.
 [[noreturn]] void RaiseError(lua_State* L, absl::string_view message, int code);
-// RaiseError with `context: status.message()`; code 2 for InvalidArgument,
-// OutOfRange and FailedPrecondition caused by arguments, else 1.
+// RaiseError with `context: status.message()`, code ExitCodeOf(status.code()).
 [[noreturn]] void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& status);
+// Raises `status`, whose message names an environment variable and its
+// value, as the environment's mistake (see above); codes as RaiseStatus.
+[[noreturn]] void RaiseEnvironmentError(const absl::Status& status);
 // Raises when !status.ok().
 inline void ThrowIfError(lua_State* L, absl::string_view context, const absl::Status& status) {
   if (!status.ok()) RaiseStatus(L, context, status);
 }
 
-// Pushes { message = ..., code = ... }.
+// Pushes { message = ..., code = ... [, environment = true] }.
 void PushError(lua_State* L, const LuaError& error);
 
 // The C function Lua calls for binding F: runs F, turning a LuaError (or any

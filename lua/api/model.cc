@@ -127,6 +127,15 @@ int Llama(lua_State* L) {
                           "rope_theta"}) {
     if (o.has(key)) ignored.push_back(key);
   }
+  // An empty from_pretrained with nothing else describing the model is a
+  // folder that never arrived (an unset variable, `--set
+  // model.from_pretrained=$DIR`); without this it silently means Llama-2-7B's
+  // defaults and fails much later, at boost. Beside a preset or sizes it stays
+  // the placeholder recipes keep for --set.
+  if (pretrained.empty() && ignored.empty() && o.has("from_pretrained")) {
+    o.fail("from_pretrained", "is empty and nothing else describes the model: name a Hugging Face folder, "
+                              "or give a preset or the model's sizes");
+  }
   if (pretrained.empty()) {
     config = table_config;
   } else if (!ignored.empty() && GetRuntime(L)->rank.rank == 0) {

@@ -9,6 +9,7 @@
 #include "comm/store/tcp_store.h"
 #include "core/status/status.h"
 #include "lua/api/lua_util.h"
+#include "nn/layers/attention_core.h"
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
@@ -58,9 +59,21 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
   return pg_;
 }
 
-absl::StatusOr<std::shared_ptr<Runtime>> MakeRuntime(const RuntimeOptions& options) {
+absl::StatusOr<comm::RankInfo> ReadEnvironment() {
+  COLOSSAL_ASSIGN_OR_RETURN(comm::RankInfo rank, comm::discover_rank());
+  // Read again where they are used; checked here so that a bad value is
+  // reported as the environment's before any work, not as the device's (the
+  // context) or at the first forward (the attention).
+  COLOSSAL_RETURN_IF_ERROR(core::parse_deterministic(std::getenv("COLOSSAL_DETERMINISTIC")).status());
+  COLOSSAL_RETURN_IF_ERROR(core::parse_gemm_autotune(std::getenv("COLOSSAL_GEMM_AUTOTUNE")).status());
+  COLOSSAL_RETURN_IF_ERROR(nn::attention_impl_from_env().status());
+  return rank;
+}
+
+absl::StatusOr<std::shared_ptr<Runtime>> MakeRuntime(const RuntimeOptions& options,
+                                                     const comm::RankInfo& rank) {
   auto rt = std::make_shared<Runtime>();
-  COLOSSAL_ASSIGN_OR_RETURN(rt->rank, comm::discover_rank());
+  rt->rank = rank;
   rt->seed = options.seed;
   if (options.device == "auto") {
     rt->device = core::cuda_device_count() > 0 ? core::Device::cuda(rt->rank.local_rank)
@@ -107,7 +120,9 @@ void SetRuntime(lua_State* L, std::shared_ptr<Runtime> runtime) {
 
 std::shared_ptr<Runtime> GetRuntime(lua_State* L) {
   if (std::shared_ptr<Runtime>* p = Holder(L)) return *p;
-  absl::StatusOr<std::shared_ptr<Runtime>> rt = MakeRuntime({});
+  absl::StatusOr<comm::RankInfo> rank = ReadEnvironment();
+  if (!rank.ok()) RaiseEnvironmentError(rank.status());
+  absl::StatusOr<std::shared_ptr<Runtime>> rt = MakeRuntime({}, *rank);
   if (!rt.ok()) RaiseStatus(L, "colossal runtime", rt.status());
   SetRuntime(L, *rt);
   return *rt;

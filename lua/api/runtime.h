@@ -49,12 +49,21 @@ struct Runtime {
   std::shared_ptr<comm::ProcessGroup> pg_;
 };
 
-// Makes the runtime (errors: a device this build or machine does not have,
-// a malformed launcher environment).
-absl::StatusOr<std::shared_ptr<Runtime>> MakeRuntime(const RuntimeOptions& options);
+// What the runtime reads from the environment, every value checked up front:
+// where this process sits in the job (comm::discover_rank: RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_PORT, Slurm's and Open MPI's variables, ...), and
+// COLOSSAL_DETERMINISTIC, COLOSSAL_GEMM_AUTOTUNE and COLOSSAL_ATTENTION,
+// which the context and the attention read later. An error names the
+// variable and its value; callers raise it with RaiseEnvironmentError.
+absl::StatusOr<comm::RankInfo> ReadEnvironment();
+
+// Makes the runtime of the process at `rank` (ReadEnvironment's). Errors: a
+// device this build or machine does not have.
+absl::StatusOr<std::shared_ptr<Runtime>> MakeRuntime(const RuntimeOptions& options,
+                                                     const comm::RankInfo& rank);
 
 // The state's runtime, made with default options on first use (raises
-// through RaiseStatus on failure).
+// through RaiseEnvironmentError or RaiseStatus on failure).
 std::shared_ptr<Runtime> GetRuntime(lua_State* L);
 // Whether colossal.launch (or a first use) has made it already.
 bool HasRuntime(lua_State* L);

@@ -59,7 +59,9 @@ int Launch(lua_State* L) {
     RaiseError(L, "colossal.launch: called twice, or after a model or booster was made",
                kErrorUsage);
   }
-  absl::StatusOr<std::shared_ptr<Runtime>> rt = MakeRuntime(options);
+  absl::StatusOr<comm::RankInfo> rank = ReadEnvironment();
+  if (!rank.ok()) RaiseEnvironmentError(rank.status());
+  absl::StatusOr<std::shared_ptr<Runtime>> rt = MakeRuntime(options, *rank);
   ThrowIfError(L, "colossal.launch", rt.status());
   SetRuntime(L, *rt);
   PushEnv(L, **rt);
@@ -73,8 +75,8 @@ int Env(lua_State* L) {
     PushEnv(L, *GetRuntime(L));
     return 1;
   }
-  absl::StatusOr<comm::RankInfo> info = comm::discover_rank();
-  ThrowIfError(L, "colossal.env()", info.status());
+  absl::StatusOr<comm::RankInfo> info = ReadEnvironment();
+  if (!info.ok()) RaiseEnvironmentError(info.status());
   Runtime rt;
   rt.rank = *info;
   rt.device = core::cuda_device_count() > 0 ? core::Device::cuda(info->local_rank)

@@ -2,9 +2,12 @@
 //
 // Each takes the arguments after its name and returns the process exit code:
 //   0  success
-//   1  a runtime failure (a file that cannot be read, a dataset that fails)
+//   1  a runtime failure (a file that exists but cannot be read, data this
+//      machine lacks)
 //   2  a usage error (unknown flag, missing value, a recipe that does not
-//      load, a feature this build does not have yet)
+//      load, a path that names nothing, input that cannot give the dataset
+//      asked for, a feature this build does not have yet); data prepare maps
+//      its failures as a recipe's data preparation does (ExitCodeOf)
 //   run: the first failing worker's exit code.
 // Errors go to stderr as "colossal <command>: <message>".
 #ifndef COLOSSAL_LUA_CLI_COMMANDS_H_

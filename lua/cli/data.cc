@@ -4,15 +4,15 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <string>
-#include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/status/suggest.h"
 #include "io/prepare/prepare.h"
+#include "lua/api/generation.h"
+#include "lua/api/lua_util.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
 
@@ -48,12 +48,6 @@ std::string PrepareUsage() {
       "(GPT-2: <|endoftext|>); ids are uint16 (llm.c's GPT-2 header) when the\n"
       "vocabulary has at most 65536 ids, else uint32 (llm.c's Llama 3 header).\n\n",
       FlagHelp(kPrepareFlags));
-}
-
-std::string DataDir() {
-  if (const char* d = std::getenv("COLOSSAL_DATA"); d != nullptr && *d != '\0') return d;
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home ? home : "", "/.cache/colossal/data");
 }
 
 // Progress: a redrawn bar on a terminal, a line per 10% otherwise.
@@ -127,24 +121,18 @@ int Prepare(const Args& args) {
   if (flags->has("--tokenizer")) {
     options.tokenizer_path = flags->value("--tokenizer");
   } else {
-    options.tokenizer_path = absl::StrCat(DataDir(), "/gpt2.tiktoken");
-    struct stat st;
-    if (stat(options.tokenizer_path.c_str(), &st) != 0) {
-      return Fail("data prepare",
-                  absl::StrCat("no GPT-2 tokenizer at ", options.tokenizer_path,
-                               "; fetch it with tools/data/fetch_gpt2_ranks.sh (it installs "
-                               "gpt2.tiktoken under $COLOSSAL_DATA, default ~/.cache/colossal/data)"
-                               ", or pass --tokenizer DIR|FILE"),
-                  kExitFailure);
-    }
+    options.tokenizer_path = DefaultTokenizerPath();
+    if (absl::Status s = DefaultTokenizerInstalled(); !s.ok()) return FailStatus("data prepare", s);
   }
   Progress progress;
   options.progress = [&progress](const io::PrepareProgress& p) { progress(p); };
   absl::StatusOr<io::PrepareResult> result = io::PrepareDataset(options);
   if (progress.tty && progress.drawn && !result.ok()) std::fputc('\n', stderr);
   if (!result.ok()) {
-    // Bad inputs are the user's files, not their flags: a runtime failure.
-    return Fail("data prepare", result.status().message(), kExitFailure);
+    // The codes a recipe's data preparation exits with for the same cause:
+    // an input that names nothing or cannot give the dataset asked for is
+    // the user's mistake (2), an unreadable file a runtime failure (1).
+    return Fail("data prepare", result.status().message(), ExitCodeOf(result.status().code()));
   }
   std::printf("train: %lld documents, %llu bytes, %lld tokens\n",
               static_cast<long long>(result->train_documents),

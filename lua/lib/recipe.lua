@@ -25,8 +25,11 @@ local function usage_error(file, path, message)
   error({ message = where(file, path) .. (path and (path .. ": ") or "") .. message, code = 2 }, 0)
 end
 
--- An error from a binding, rethrown at the recipe key it comes from.
+-- An error from a binding, rethrown at the recipe key it comes from. One
+-- caused by an environment variable (RANK, COLOSSAL_DETERMINISTIC, ...) names
+-- the variable and its value, and no recipe key.
 local function rethrow(file, section, t, err)
+  if type(err) == "table" and err.environment then error(err, 0) end
   local message = type(err) == "table" and err.message or tostring(err)
   local code = type(err) == "table" and err.code or 1
   message = message:gsub("^[^:\n]*:%d+: ", "")

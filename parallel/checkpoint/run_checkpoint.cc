@@ -117,10 +117,11 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
 absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "load_run_checkpoint", /*optimizer=*/true));
   COLOSSAL_RETURN_IF_ERROR(check_same_model(dir, *run.architecture));
+  // The small file first: a damaged one is reported before the weights load.
+  COLOSSAL_ASSIGN_OR_RETURN(nn::TrainerState trainer, nn::LoadTrainerState(dir));
   COLOSSAL_RETURN_IF_ERROR(load_run_model(dir, run));
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict optimizer, nn::LoadOptimizerState(dir));
   COLOSSAL_RETURN_IF_ERROR(core::annotate(load_optimizer_state(optimizer, run), "optimizer state"));
-  COLOSSAL_ASSIGN_OR_RETURN(nn::TrainerState trainer, nn::LoadTrainerState(dir));
   if (run.scheduler != nullptr) {
     // A checkpoint saved by a run without a schedule: the schedule goes on
     // from the checkpoint's step (a schedule steps once per optimizer step),

@@ -86,11 +86,13 @@ COLOSSAL_DATA="$tmp/nothing" run_cli 1 data prepare --input lua/testdata/corpus 
   expect "$err" "^colossal data prepare: no GPT-2 tokenizer at $tmp/nothing/gpt2.tiktoken; fetch it with tools/data/fetch_gpt2_ranks.sh"
 run_cli 2 data prepare --input lua/testdata/corpus && expect "$err" '^colossal data prepare: --output is required$'
 run_cli 2 data prepare --input a --output b --val_fraction 1.5 && expect "$err" 'val_fraction must be in \[0, 1\)'
-run_cli 1 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
+# An input that names nothing, or cannot give a val split, is the user's
+# mistake: 2, as a recipe's data.input exits (lua/testdata/bad/missing_input.lua).
+run_cli 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
   expect "$err" "^colossal data prepare: .*$tmp/absent"
 # One long text: as one document it cannot give a val split; as paragraphs it can.
 printf 'First paragraph, a few words.\n\nSecond one.\n\nThird, the last.\n\nA fourth.\n' >"$tmp/book.txt"
-run_cli 1 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer "$tok" &&
+run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer "$tok" &&
   expect "$err" 'split it into paragraphs \(recipe data.split = "paragraph", data prepare --split paragraph\)'
 run_cli 0 data prepare --input "$tmp/book.txt" --output "$tmp/book2" --tokenizer "$tok" --split paragraph \
   --val_fraction 0.3 && expect "$out" '^train: +[0-9]+ documents' && expect "$out" '^val: +[1-9][0-9]* documents'
@@ -101,8 +103,8 @@ run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book3" --split cha
 run_cli 0 run --nproc_per_node 2 --master_port $(port) check &&
   expect "$out" '^\[rank 0\] Lua: +Lua 5\.4' && expect "$out" '^\[rank 1\] Lua: +Lua 5\.4'
 # A failing worker: its exit code comes back, and it is named.
-run_cli 1 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
-  expect "$err" '^colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) exited with code 1' &&
+run_cli 2 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$tmp/x" --tokenizer "$tok" &&
+  expect "$err" '^colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) exited with code 2' &&
   expect "$err" '^\[rank [01]\] colossal data prepare: '
 
 # --- recipes -----------------------------------------------------------------
@@ -157,6 +159,57 @@ before=$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)
 expect "$err" "checkpoint\.dir: colossal\.checkpoint\.latest: '.*latest' should name a step folder"
 [[ "$(cd "$tmp/damaged/checkpoints/tiny" && ls && cat latest)" == "$before" ]] ||
   { echo "FAIL: a run with a damaged latest changed the checkpoint folder"; failures=$((failures + 1)); }
+# A damaged trainer_state.json (a data loader batch_size of 0), or weights
+# holding NaN (older versions saved diverged runs), stop the resume naming the
+# file and the field or tensor: exit 2, nothing on disk changed.
+snapshot() { (cd "$1/checkpoints/tiny" && ls -R && md5sum latest ./*/*); }
+cp -r "$tmp/resumed" "$tmp/bad_state"
+sed -i 's/"batch_size": [0-9]*/"batch_size": 0/' "$tmp/bad_state/checkpoints/tiny/step_000006/trainer_state.json"
+before=$(snapshot "$tmp/bad_state")
+(cd "$tmp/bad_state" && run_cli 2 "$tiny" --set steps=8) || failures=$((failures + 1))
+expect "$err" "step_000006/trainer_state\.json': trainer_state\.json: 'data_loader': data loader state: 'batch_size' must be an integer >= 1, got 0"
+[[ "$(snapshot "$tmp/bad_state")" == "$before" ]] ||
+  { echo "FAIL: a resume from a damaged trainer_state.json changed the checkpoint folder"; failures=$((failures + 1)); }
+cp -r "$tmp/resumed" "$tmp/bad_weights"
+weights="$tmp/bad_weights/checkpoints/tiny/step_000006/model.safetensors"
+# The first tensor's data starts after the 8-byte header length and the header:
+# its element 0 becomes a float32 NaN (0x7fc00000, little-endian).
+header=$(od -An -t u8 -N8 "$weights" | tr -d ' ')
+printf '\x00\x00\xc0\x7f' | dd of="$weights" bs=1 seek=$((8 + header)) conv=notrunc status=none
+before=$(snapshot "$tmp/bad_weights")
+(cd "$tmp/bad_weights" && run_cli 2 "$tiny" --set steps=8) || failures=$((failures + 1))
+expect "$err" "tensor '[^']+' in 'checkpoints/tiny/step_000006/model\.safetensors' holds NaN or inf \(element 0\)"
+[[ "$(snapshot "$tmp/bad_weights")" == "$before" ]] ||
+  { echo "FAIL: a resume from NaN weights changed the checkpoint folder"; failures=$((failures + 1)); }
+
+# A bad environment variable is named with its value, as the environment's
+# mistake: no recipe key (it was blamed on `device:`), no recipe line.
+for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
+  "RANK=0 WORLD_SIZE=0|WORLD_SIZE=0 must be >= 1" \
+  "COLOSSAL_DETERMINISTIC=maybe|COLOSSAL_DETERMINISTIC=\"maybe\"" \
+  "COLOSSAL_GEMM_AUTOTUNE=sometimes|COLOSSAL_GEMM_AUTOTUNE=\"sometimes\"" \
+  "COLOSSAL_ATTENTION=bogus|COLOSSAL_ATTENTION=\"bogus\""; do
+  IFS='|' read -r vars message <<<"$case"
+  # shellcheck disable=SC2086
+  (cd "$tmp/straight" && env $vars "$bin" "$tiny" --set steps=8 >"$out" 2>"$err")
+  code=$?
+  [[ $code == 2 ]] || { echo "FAIL: $vars: exit $code, want 2"; cat "$err"; failures=$((failures + 1)); }
+  expect "$err" "^colossal recipe: environment: .*$(sed 's/[][\\.*^$]/\\&/g' <<<"$message")"
+  if grep -qE 'device:|tiny_zero\.lua:' "$err"; then
+    echo "FAIL: $vars is blamed on the recipe:"; cat "$err"; failures=$((failures + 1))
+  fi
+done
+# The same from a recipe that asks colossal.env() itself (at its line 13).
+RANK=x WORLD_SIZE=2 run_cli 2 recipes/gpt2_zero.lua &&
+  expect "$err" "^colossal recipe: environment: RANK='x' is not an integer$"
+
+# A recipe's data preparation exits as `data prepare` does for the same cause
+# (above): 2 for an input that names nothing, 1 without the default tokenizer.
+train "$tmp/prep_absent" 2 "$tiny" --set data.input=absent &&
+  expect "$err" "data\.input: colossal\.data\.prepare: cannot read input 'absent'"
+COLOSSAL_DATA="$tmp/nothing" train "$tmp/prep_no_tokenizer" 1 "$tiny" &&
+  expect "$err" "data\.input: colossal\.data\.prepare: no GPT-2 tokenizer at $tmp/nothing/gpt2\.tiktoken; fetch it"
+
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
