@@ -160,8 +160,13 @@ int Prepare(lua_State* L) {
 int DefaultCorpus(lua_State* L) {
   const std::string dir = absl::StrCat(DataDir(), "/corpus/shakespeare");
   if (!Exists(absl::StrCat(dir, "/SHA256SUMS"))) {
+    // Name the variable when it chose the folder: a typo there reads as a
+    // missing download otherwise.
+    const char* env = std::getenv("COLOSSAL_DATA");
+    const std::string from =
+        env != nullptr && *env != '\0' ? absl::StrCat(" ($COLOSSAL_DATA is '", env, "')") : "";
     RaiseError(L,
-               absl::StrCat("colossal.data.default_corpus: no corpus at ", dir,
+               absl::StrCat("colossal.data.default_corpus: no corpus at ", dir, from,
                             "; tools/data/fetch_default_corpus.sh installs it (./colossal runs it "
                             "on first use)"),
                kErrorRuntime);

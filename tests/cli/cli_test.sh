@@ -209,6 +209,9 @@ train "$tmp/prep_absent" 2 "$tiny" --set data.input=absent &&
   expect "$err" "data\.input: colossal\.data\.prepare: cannot read input 'absent'"
 COLOSSAL_DATA="$tmp/nothing" train "$tmp/prep_no_tokenizer" 1 "$tiny" &&
   expect "$err" "data\.input: colossal\.data\.prepare: no GPT-2 tokenizer at $tmp/nothing/gpt2\.tiktoken; fetch it"
+# A $COLOSSAL_DATA that points nowhere is named beside the corpus it lacks.
+COLOSSAL_DATA="$tmp/nothing" run_cli 1 recipes/gpt2_zero.lua &&
+  expect "$err" "no corpus at $tmp/nothing/corpus/shakespeare \(\\\$COLOSSAL_DATA is '$tmp/nothing'\)"
 
 # Two workers, ZeRO-2 across them; only rank 0 prints the log lines.
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
