@@ -25,6 +25,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::core::gemm {
@@ -119,18 +121,14 @@ void BM_GemmCuda(benchmark::State& state) {
   Context& c = **ctx;
   Problem p = make_problem(c, state);
   cudaStream_t stream = c.compute_stream().handle();
-  cudaEvent_t start = nullptr, stop = nullptr;
-  COLOSSAL_CHECK(cudaEventCreate(&start) == cudaSuccess && cudaEventCreate(&stop) == cudaSuccess);
+  testing::CudaBenchTimer timer(stream, /*calls=*/kReps);  // the time of one GEMM
   absl::Status status = gemm(c, p.a, p.b, p.c, p.options);  // warm-up: picks and caches the algorithm
   for (auto _ : state) {
     if (!status.ok()) break;
-    cudaEventRecord(start, stream);
-    for (int r = 0; r < kReps && status.ok(); ++r) status = gemm(c, p.a, p.b, p.c, p.options);
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3 / kReps);
+    const bool ok = timer.time(state, [&] {
+      for (int r = 0; r < kReps && status.ok(); ++r) status = gemm(c, p.a, p.b, p.c, p.options);
+    });
+    if (!ok) break;
   }
   if (!status.ok()) state.SkipWithError(status.ToString().c_str());
   // How the algorithm was chosen (the context has just this one problem).
@@ -140,8 +138,6 @@ void BM_GemmCuda(benchmark::State& state) {
                        algo.library == MatmulAlgoLibrary::kCublas ? " cublas" : " cublasLt");
   }
   set_counters(state, how);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 BENCHMARK(BM_GemmCuda)
     ->ArgNames({"mode", "m", "n", "k", "trans_b", "epilogue"})

@@ -22,6 +22,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::activation {
@@ -130,39 +132,29 @@ void BM_ActivationCuda(benchmark::State& state) {
   cudaMemcpy(up, hdout.data(), bytes, cudaMemcpyHostToDevice);
   cudaMemcpy(bias, hbias.data(), cbytes, cudaMemcpyHostToDevice);
   cudaMemcpy(dbias, hdbias.data(), cbytes, cudaMemcpyHostToDevice);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    KernelStatus s;
-    switch (kOp) {
-      case kGeluForward: s = gelu_forward_cuda(out, x, n, dtype, nullptr); break;
-      case kGeluBackward: s = gelu_backward_cuda(out, dout, x, n, dtype, nullptr); break;
-      case kBiasGeluForward: s = bias_gelu_forward_cuda(out, x, bias, rows, cols, dtype, nullptr); break;
-      case kBiasGeluBackward:
-        s = bias_gelu_backward_cuda(out, dbias, dout, x, bias, scratch, scratch_bytes, rows, cols,
-                                    dtype, nullptr);
-        break;
-      case kSwigluForward: s = swiglu_forward_cuda(out, x, up, n, dtype, nullptr); break;
-      case kSwigluBackward: s = swiglu_backward_cuda(out, out2, dout, x, up, n, dtype, nullptr); break;
-    }
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(state, [&] {
+      KernelStatus s;
+      switch (kOp) {
+        case kGeluForward: s = gelu_forward_cuda(out, x, n, dtype, nullptr); break;
+        case kGeluBackward: s = gelu_backward_cuda(out, dout, x, n, dtype, nullptr); break;
+        case kBiasGeluForward: s = bias_gelu_forward_cuda(out, x, bias, rows, cols, dtype, nullptr); break;
+        case kBiasGeluBackward:
+          s = bias_gelu_backward_cuda(out, dbias, dout, x, bias, scratch, scratch_bytes, rows, cols,
+                                      dtype, nullptr);
+          break;
+        case kSwigluForward: s = swiglu_forward_cuda(out, x, up, n, dtype, nullptr); break;
+        case kSwigluBackward: s = swiglu_backward_cuda(out, out2, dout, x, up, n, dtype, nullptr); break;
+      }
+      return s;
+    });
+    if (!ok) break;
   }
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
   state.counters["GB/s"] = benchmark::Counter(bytes_moved(kOp, rows, cols, dtype) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(label(dtype, rows, cols));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   for (void* p : {x, dout, out, bias, dbias, scratch, up, out2}) cudaFree(p);
 }
 #define COLOSSAL_ACTIVATION_CUDA_BENCH(op, name)          \

@@ -16,6 +16,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::adam {
@@ -185,29 +187,17 @@ void BM_AdamCuda(benchmark::State& state) {
   void* scratch = nullptr;
   cudaMalloc(&scratch, scratch_bytes);
   const AdamOptions o = bench_options();
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    const KernelStatus s =
-        split ? adam_step_tensors_cuda(tensors.data(), nullptr, scratch, scratch_bytes,
-                                       tensors.size(), c.grad, DType::kBF16, o, nullptr)
-              : adam_step_cuda(d.p, d.m, d.v, d.copy, d.g, nullptr, n, c.grad, DType::kBF16, o,
-                               nullptr);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(state, [&] {
+      return split ? adam_step_tensors_cuda(tensors.data(), nullptr, scratch, scratch_bytes,
+                                            tensors.size(), c.grad, DType::kBF16, o, nullptr)
+                   : adam_step_cuda(d.p, d.m, d.v, d.copy, d.g, nullptr, n, c.grad, DType::kBF16,
+                                    o, nullptr);
+    });
+    if (!ok) break;
   }
   set_counters(state, c, n, split ? "gpt2-148-tensors" : "flat");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(scratch);
 }
 BENCHMARK(BM_AdamCuda)->ArgsProduct({{0, 1}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -37,6 +37,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::attention {
@@ -149,29 +151,19 @@ void time_calls(benchmark::State& state, bool ok, bool backward, Forward forward
     state.SkipWithError("no CUDA device, out of memory, or setup failed");
     return;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    KernelStatus st = forward();
-    if (st.ok() && backward) st = backward_call();
-    cudaEventRecord(stop);
-    if (!st.ok()) {
-      state.SkipWithError(st.message());
-      break;
-    }
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool timed = timer.time(state, [&] {
+      KernelStatus st = forward();
+      if (st.ok() && backward) st = backward_call();
+      return st;
+    });
+    if (!timed) break;
   }
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
   state.counters["TFLOP/s"] =
       benchmark::Counter(flops * 1e-12, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(text);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 void BM_AttentionCuda(benchmark::State& state, bool backward) {

@@ -12,6 +12,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::copy {
@@ -33,30 +35,23 @@ void run(benchmark::State& state, bool kernel) {
     return;
   }
   cudaMemset(src, 1, s.src_pitch * s.height);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    if (kernel) {
-      if (!copy_2d_cuda(dst, s.width, src, s.src_pitch, s.width, s.height, nullptr).ok()) {
-        state.SkipWithError("copy_2d_cuda failed");
-        break;
-      }
-    } else {
-      cudaMemcpy2DAsync(dst, s.width, src, s.src_pitch, s.width, s.height,
-                        cudaMemcpyDeviceToDevice, nullptr);
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(
+        state,
+        [&] {
+          if (kernel) {
+            return copy_2d_cuda(dst, s.width, src, s.src_pitch, s.width, s.height, nullptr).ok();
+          }
+          cudaMemcpy2DAsync(dst, s.width, src, s.src_pitch, s.width, s.height,
+                            cudaMemcpyDeviceToDevice, nullptr);
+          return true;
+        },
+        "copy_2d_cuda failed");
+    if (!ok) break;
   }
   state.SetBytesProcessed(state.iterations() * 2 * s.width * s.height);
   state.SetLabel(std::to_string(s.height) + " rows of " + std::to_string(s.width) + " B");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(src);
   cudaFree(dst);
 }

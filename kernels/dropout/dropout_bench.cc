@@ -15,6 +15,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::dropout {
@@ -66,26 +68,17 @@ void BM_DropoutCuda(benchmark::State& state) {
     return;
   }
   cudaMemset(in, 0x3c, n * dtype_size(dtype));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   uint64_t offset = 0;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    if (!dropout_cuda(out, in, kP, 1234, offset, n, dtype, nullptr).ok()) {
-      state.SkipWithError("dropout_cuda failed");
+    if (!timer.time(
+            state, [&] { return dropout_cuda(out, in, kP, 1234, offset, n, dtype, nullptr).ok(); },
+            "dropout_cuda failed")) {
       break;
     }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
     offset += n;
   }
   set_bandwidth(state, dtype, n);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(in);
   cudaFree(out);
 }

@@ -16,6 +16,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::elementwise {
@@ -96,25 +98,12 @@ struct DeviceData {
 // Times `call` with CUDA events; `bytes` per call become the GB/s counter.
 template <typename Call>
 void time_cuda(benchmark::State& state, double bytes, const std::string& label, Call call) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    if (!call().ok()) {
-      state.SkipWithError("kernel failed");
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    if (!timer.time(state, [&] { return call().ok(); }, "kernel failed")) break;
   }
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(label);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 void BM_AddCuda(benchmark::State& state) {

@@ -20,6 +20,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::embedding {
@@ -133,25 +135,11 @@ struct DeviceBuffers {
 
 template <typename F>
 void time_cuda(benchmark::State& state, F&& call) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    const KernelStatus s = call();
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    if (!timer.time(state, call)) break;
   }
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 void BM_EmbeddingForwardCuda(benchmark::State& state) {

@@ -25,6 +25,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::layernorm {
@@ -227,35 +229,26 @@ void run_cuda(benchmark::State& state, Op op, const char* name) {
   const int64_t rows = kRows, C = state.range(1);
   DeviceSets s;
   if (!make_sets(state, s, op, d, rows, C)) return;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;  // one iteration = kBatch calls
   int next = 0;
   double total_ms = 0;
   int64_t calls = 0;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    KernelStatus st;
-    for (int k = 0; k < kBatch && st.ok(); ++k, next = (next + 1) % s.sets) {
-      st = run_op(op, s, next, d, rows, C);
-    }
-    cudaEventRecord(stop);
-    if (!st.ok() || cudaEventSynchronize(stop) != cudaSuccess) {
-      state.SkipWithError(st.ok() ? "CUDA error" : st.message());
-      break;
-    }
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);  // one iteration = kBatch calls
-    total_ms += ms;
+    const bool ok = timer.time(state, [&] {
+      KernelStatus st;
+      for (int k = 0; k < kBatch && st.ok(); ++k, next = (next + 1) % s.sets) {
+        st = run_op(op, s, next, d, rows, C);
+      }
+      return st;
+    });
+    if (!ok) break;
+    total_ms += timer.elapsed_ms();
     calls += kBatch;
   }
   state.counters["GB/s"] = benchmark::Counter(kBatch * bytes_moved(op, d, rows, C) * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.counters["us/call"] = calls > 0 ? total_ms * 1e3 / calls : 0.0;
   state.SetLabel(std::string(name) + " " + case_label(d, rows, C));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 void BM_LayerNormForwardCuda(benchmark::State& state) {

@@ -25,6 +25,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::loss {
@@ -147,46 +149,40 @@ void run_cuda(benchmark::State& state, Which which) {
     state.SkipWithError("forward failed");
     return;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    KernelStatus s;
-    switch (which) {
-      case Which::kFused:
-        s = cross_entropy_fused_cuda(loss, rows, nullptr, dlogits, logits, targets, 1.0f, n, v,
-                                     v_real, dtype, opts, nullptr);
-        break;
-      case Which::kForward:
-        s = cross_entropy_forward_cuda(loss, rows, lse, logits, targets, n, v, v_real, dtype, opts,
-                                       nullptr);
-        break;
-      case Which::kBackward:
-        s = cross_entropy_backward_cuda(dlogits, logits, lse, targets, 1.0f, n, v, v_real, dtype,
-                                        opts, nullptr);
-        break;
-      case Which::kShardMax:
-        s = vocab_shard_max_cuda(lse, rows, logits, targets, n, v, v_start, v_real, -100, dtype,
-                                 nullptr);
-        break;
-      case Which::kShardSumExp:
-        s = vocab_shard_sum_exp_cuda(sums, logits, lse, n, v, v_start, v_real, dtype, nullptr);
-        break;
-      case Which::kShardBackward:
-        s = vocab_shard_backward_cuda(dlogits, logits, lse, sums, targets, 1.0f, n, v, v_start,
-                                      v_real, -100, dtype, nullptr);
-        break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    if (!s.ok() || cudaGetLastError() != cudaSuccess) {
-      state.SkipWithError(s.ok() ? "CUDA error" : s.message());
-      break;
-    }
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(state, [&] {
+      KernelStatus s;
+      switch (which) {
+        case Which::kFused:
+          s = cross_entropy_fused_cuda(loss, rows, nullptr, dlogits, logits, targets, 1.0f, n, v,
+                                       v_real, dtype, opts, nullptr);
+          break;
+        case Which::kForward:
+          s = cross_entropy_forward_cuda(loss, rows, lse, logits, targets, n, v, v_real, dtype,
+                                         opts, nullptr);
+          break;
+        case Which::kBackward:
+          s = cross_entropy_backward_cuda(dlogits, logits, lse, targets, 1.0f, n, v, v_real, dtype,
+                                          opts, nullptr);
+          break;
+        case Which::kShardMax:
+          s = vocab_shard_max_cuda(lse, rows, logits, targets, n, v, v_start, v_real, -100, dtype,
+                                   nullptr);
+          break;
+        case Which::kShardSumExp:
+          s = vocab_shard_sum_exp_cuda(sums, logits, lse, n, v, v_start, v_real, dtype, nullptr);
+          break;
+        case Which::kShardBackward:
+          s = vocab_shard_backward_cuda(dlogits, logits, lse, sums, targets, 1.0f, n, v, v_start,
+                                        v_real, -100, dtype, nullptr);
+          break;
+      }
+      // A launch error the call did not report.
+      const cudaError_t e = s.ok() ? cudaGetLastError() : cudaSuccess;
+      return e == cudaSuccess ? s : KernelStatus::cuda_error(e, "CUDA error");
+    });
+    if (!ok) break;
   }
   const double logit_bytes = static_cast<double>(bytes);
   double moved = 0;
@@ -207,8 +203,6 @@ void run_cuda(benchmark::State& state, Which which) {
   state.counters["GB/s"] =
       benchmark::Counter(1e-9 * moved, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(label(dtype, n, v, v_real) + (shard ? " v_start=" + std::to_string(v_start) : ""));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(logits);
   cudaFree(dlogits);
   cudaFree(rows);

@@ -15,6 +15,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::multi_tensor {
@@ -165,24 +167,6 @@ BENCHMARK(BM_ScaleCpu)
     ->UseRealTime();
 
 #if COLOSSAL_WITH_CUDA
-struct CudaTimer {
-  cudaEvent_t start, stop;
-  CudaTimer() {
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-  }
-  ~CudaTimer() {
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-  }
-  double seconds() {
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    return ms / 1e3;
-  }
-};
-
 // Args: dtype, layout (0 = one 124,439,808-element tensor, 1 = GPT-2's 148 tensors).
 void BM_L2NormCuda(benchmark::State& state) {
   const DType dtype = kTypes[state.range(0)];
@@ -209,17 +193,13 @@ void BM_L2NormCuda(benchmark::State& state) {
   const int64_t bytes = l2_norm_cuda_scratch_bytes(refs.data(), refs.size());
   void* scratch = nullptr;
   cudaMalloc(&scratch, bytes);
-  CudaTimer timer;
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(timer.start);
-    const KernelStatus s = l2_norm_cuda(out, out + 2, out + 1, nullptr, refs.data(), scratch, bytes,
-                                        refs.size(), dtype, 0.0f, nullptr);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(timer.stop);
-    state.SetIterationTime(timer.seconds());
+    const bool ok = timer.time(state, [&] {
+      return l2_norm_cuda(out, out + 2, out + 1, nullptr, refs.data(), scratch, bytes, refs.size(),
+                          dtype, 0.0f, nullptr);
+    });
+    if (!ok) break;
   }
   set_rate(state, static_cast<double>(n) * dtype_size(dtype),
            std::string(dtype_name(dtype)) + " " + layout_name(layout) + " n=" + std::to_string(n));
@@ -256,18 +236,14 @@ void BM_ScaleCuda(benchmark::State& state) {
   const int64_t bytes = scale_cuda_scratch_bytes(ts.size());
   void* scratch = nullptr;
   cudaMalloc(&scratch, bytes);
-  CudaTimer timer;
+  testing::CudaBenchTimer timer;
   int iter = 0;
   for (auto _ : state) {
-    cudaEventRecord(timer.start);
-    const KernelStatus s = scale_cuda(found, ts.data(), nullptr, scratch, bytes, ts.size(), dtype,
-                                      dtype, (iter++ & 1) ? 0.5f : 2.0f, nullptr);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(timer.stop);
-    state.SetIterationTime(timer.seconds());
+    const bool ok = timer.time(state, [&] {
+      return scale_cuda(found, ts.data(), nullptr, scratch, bytes, ts.size(), dtype, dtype,
+                        (iter++ & 1) ? 0.5f : 2.0f, nullptr);
+    });
+    if (!ok) break;
   }
   set_rate(state, 2.0 * n * dtype_size(dtype),
            std::string("in-place ") + dtype_name(dtype) + " " + layout_name(layout) +
@@ -298,16 +274,12 @@ void BM_AccumulateCuda(benchmark::State& state) {
   const int64_t bytes = accumulate_cuda_scratch_bytes(&t, 1);
   void* scratch = nullptr;
   cudaMalloc(&scratch, bytes);
-  CudaTimer timer;
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(timer.start);
-    const KernelStatus s = accumulate_cuda(out, out + 1, &t, scratch, bytes, 1, dtype, nullptr);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(timer.stop);
-    state.SetIterationTime(timer.seconds());
+    const bool ok = timer.time(state, [&] {
+      return accumulate_cuda(out, out + 1, &t, scratch, bytes, 1, dtype, nullptr);
+    });
+    if (!ok) break;
   }
   set_rate(state, 3.0 * n * dtype_size(dtype), std::string(dtype_name(dtype)) + " flat n=" + std::to_string(n));
   cudaFree(scratch);

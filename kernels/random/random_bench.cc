@@ -14,6 +14,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::random {
@@ -58,30 +60,24 @@ void BM_RandomCuda(benchmark::State& state) {
     state.SkipWithError("no CUDA device or out of memory");
     return;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   uint64_t offset = 0;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    const KernelStatus s = normal ? fill_normal_cuda(out, 0.0, 0.02, 1234, offset, n, dtype, nullptr)
-                                  : fill_uniform_cuda(out, -1.0, 1.0, 1234, offset, n, dtype, nullptr);
-    if (!s.ok()) {
-      state.SkipWithError("random fill failed");
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(
+        state,
+        [&] {
+          const KernelStatus s =
+              normal ? fill_normal_cuda(out, 0.0, 0.02, 1234, offset, n, dtype, nullptr)
+                     : fill_uniform_cuda(out, -1.0, 1.0, 1234, offset, n, dtype, nullptr);
+          return s.ok();
+        },
+        "random fill failed");
+    if (!ok) break;
     offset += n;
   }
   state.counters["GB/s"] =
       benchmark::Counter(1e-9 * n * dtype_size(dtype), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(std::string(normal ? "normal " : "uniform ") + label(dtype, n));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(out);
 }
 BENCHMARK(BM_RandomCuda)

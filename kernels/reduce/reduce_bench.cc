@@ -10,6 +10,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::reduce {
@@ -51,26 +53,16 @@ void BM_ReduceCuda(benchmark::State& state) {
   // Finite, non-zero data: bit pattern 0x3c3c is 1.06 (fp16) / 0.0115 (bf16).
   cudaMemset(dst, 0x3c, bytes);
   cudaMemset(src, 0x3c, bytes);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    if (!reduce_into_cuda(dst, src, n, dtype, ReduceOp::kMax, nullptr).ok()) {
-      state.SkipWithError("reduce_into_cuda failed");
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(
+        state, [&] { return reduce_into_cuda(dst, src, n, dtype, ReduceOp::kMax, nullptr).ok(); },
+        "reduce_into_cuda failed");
+    if (!ok) break;
   }
   state.counters["GB/s"] =
       benchmark::Counter(3e-9 * bytes, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(dtype_name(dtype));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(dst);
   cudaFree(src);
 }

@@ -16,6 +16,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::reduction {
@@ -81,28 +83,21 @@ void BM_SumRowsCuda(benchmark::State& state) {
     cudaFree(scratch);
     return;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    if (!reduce_rows_cuda(out, in, scratch, scratch_bytes, rows, cols, DType::kF32, dtype,
-                          RowReduceOp::kSum, nullptr)
-             .ok()) {
-      state.SkipWithError("reduce_rows_cuda failed");
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(
+        state,
+        [&] {
+          return reduce_rows_cuda(out, in, scratch, scratch_bytes, rows, cols, DType::kF32, dtype,
+                                  RowReduceOp::kSum, nullptr)
+              .ok();
+        },
+        "reduce_rows_cuda failed");
+    if (!ok) break;
   }
   state.counters["GB/s"] =
       benchmark::Counter(bytes_moved(dtype, rows, cols) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(label(dtype, rows, cols));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(in);
   cudaFree(out);
   cudaFree(scratch);

@@ -15,6 +15,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::rope {
@@ -114,32 +116,20 @@ void BM_RopeCuda(benchmark::State& state) {
   cudaMemcpy(qkv, hqkv.data(), hqkv.size(), cudaMemcpyHostToDevice);
   cudaMemcpy(dinv, inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice);
   const float* inv_d = static_cast<const float*>(dinv);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    const KernelStatus s =
-        kBackward ? rope_pack_backward_cuda(q, k, v, qkv, inv_d, d.batch, d.seq, d.q_heads, d.kv_heads,
-                                            d.head_dim, dtype, nullptr)
-                  : rope_pack_forward_cuda(qkv, q, k, v, inv_d, d.batch, d.seq, d.q_heads, d.kv_heads,
-                                           d.head_dim, dtype, nullptr);
-    if (!s.ok()) {
-      state.SkipWithError(s.message());
-      break;
-    }
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
+    const bool ok = timer.time(state, [&] {
+      return kBackward ? rope_pack_backward_cuda(q, k, v, qkv, inv_d, d.batch, d.seq, d.q_heads,
+                                                 d.kv_heads, d.head_dim, dtype, nullptr)
+                       : rope_pack_forward_cuda(qkv, q, k, v, inv_d, d.batch, d.seq, d.q_heads,
+                                                d.kv_heads, d.head_dim, dtype, nullptr);
+    });
+    if (!ok) break;
   }
   if (cudaDeviceSynchronize() != cudaSuccess) state.SkipWithError("CUDA error");
   state.counters["GB/s"] =
       benchmark::Counter(bytes_moved(d, dtype) * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(label(dtype, d));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   for (void* p : {q, k, v, qkv, dinv}) cudaFree(p);
 }
 BENCHMARK_TEMPLATE(BM_RopeCuda, false)

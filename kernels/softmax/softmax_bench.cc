@@ -20,6 +20,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace colossal::kernels::softmax {
@@ -181,24 +183,15 @@ void BM_SoftmaxCuda(benchmark::State& state, Op op) {
   if (!ok) {
     state.SkipWithError("no CUDA device, out of memory, or setup failed");
   } else {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
+    testing::CudaBenchTimer timer;
     for (auto _ : state) {
-      cudaEventRecord(start);
-      if (!run_cuda(op, out, in, y, mask, s, dtype).ok()) {
-        state.SkipWithError("softmax cuda failed");
+      if (!timer.time(
+              state, [&] { return run_cuda(op, out, in, y, mask, s, dtype).ok(); },
+              "softmax cuda failed")) {
         break;
       }
-      cudaEventRecord(stop);
-      cudaEventSynchronize(stop);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, start, stop);
-      state.SetIterationTime(ms / 1e3);
     }
     set_counters(state, op, dtype, s);
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
   }
   cudaFree(in);
   cudaFree(y);

@@ -9,6 +9,8 @@
 
 #if COLOSSAL_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "tests/util/cuda_bench_timer.h"
 #endif
 
 namespace {
@@ -23,25 +25,16 @@ void BM_DeviceCopy(benchmark::State& state) {
     return;
   }
   cudaMemset(src, 0x5a, bytes);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  colossal::testing::CudaBenchTimer timer;
   for (auto _ : state) {
-    cudaEventRecord(start);
-    cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr);
-    cudaEventRecord(stop);
-    if (cudaEventSynchronize(stop) != cudaSuccess) {
-      state.SkipWithError("copy failed");
+    if (!timer.time(
+            state, [&] { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr); },
+            "copy failed")) {
       break;
     }
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    state.SetIterationTime(ms / 1e3);
   }
   state.counters["GB/s"] =
       benchmark::Counter(2e-9 * bytes, benchmark::Counter::kIsIterationInvariantRate);
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   cudaFree(src);
   cudaFree(dst);
 }
