@@ -120,6 +120,7 @@ TEST(MatmulAlgoCacheTest, EveryFieldIsPartOfTheKey) {
   vary([](MatmulAlgoKey& k) { k.align_bias = 1; });
   vary([](MatmulAlgoKey& k) { k.align_aux = 1; });
   vary([](MatmulAlgoKey& k) { k.aux_ld = 1; });
+  vary([](MatmulAlgoKey& k) { k.align_addend = 1; });
   MatmulAlgoCache cache;
   cache.insert(base, MatmulAlgo{});
   for (size_t i = 0; i < variants.size(); ++i) {

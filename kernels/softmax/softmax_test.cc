@@ -182,7 +182,7 @@ Tolerance cpu_tolerance(DType dtype) {
 // CUDA against CPU: the two round float results that differ by a few float ulps
 // (exp2f vs expf, float vs double sums), which may land one output ulp apart:
 // 9.8e-4 (float16) and 7.8e-3 (bfloat16); float32 as above.
-Tolerance cuda_tolerance(DType dtype) {
+[[maybe_unused]] Tolerance cuda_tolerance(DType dtype) {  // CUDA builds only
   switch (dtype) {
     case DType::kF32:
       return {1e-5, 1e-10};

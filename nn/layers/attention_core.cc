@@ -161,9 +161,9 @@ absl::StatusOr<core::Tensor> attention_core_backward(core::Context& ctx,
   const float scale = softmax_scale(D);
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, empty(ctx, {B, T, row_heads * D}, dtype));
   char* d = static_cast<char*>(dqkv.raw_data());
-  const size_t head = static_cast<size_t>(D) * elem;
   if (saved.fused) {
 #if COLOSSAL_WITH_CUDA
+    const size_t head = static_cast<size_t>(D) * elem;  // one head's row, in bytes
     COLOSSAL_ASSIGN_OR_RETURN(
         core::Tensor workspace,
         scratch(ctx, kernels::attention::attention_backward_workspace_bytes(B, H, T, D)));

@@ -93,7 +93,9 @@ TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
       ASSERT_EQ(got.nbytes(), t.nbytes()) << name;
       EXPECT_EQ(std::memcmp(got.raw_data(), t.raw_data(), t.nbytes()), 0) << name;
     }
-    if (rank == 0) EXPECT_EQ(ctx->rng_state(), saved_rng);
+    if (rank == 0) {
+      EXPECT_EQ(ctx->rng_state(), saved_rng);
+    }
     EXPECT_EQ(schedule.state().step, 1);
   });
 }

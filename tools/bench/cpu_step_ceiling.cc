@@ -4,8 +4,9 @@
 // call of that shape with the threads the training run has, and the step time
 // it would take if it did nothing but those GEMMs at those speeds.
 //
-//   bazel run -c opt --config=cpu //tools/bench:cpu_step_ceiling -- \
+//   bazel run -c opt --config=cpu //tools/bench:cpu_step_ceiling --
 //       --n_layer 4 --n_head 4 --n_embd 128 --batch 8 --seq 128 --vocab 50304
+//   (one command line)
 //
 // Prints one line per shape (count per step, GFLOP, GFLOP/s) and last the
 // ceiling: ms per step and tokens/s. Compare `colossal bench` of the same
