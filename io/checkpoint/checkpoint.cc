@@ -59,6 +59,15 @@ absl::StatusOr<core::Tensor> OnHost(const core::Tensor& t) {
 
 absl::StatusOr<core::Shape> ToShape(const std::vector<int64_t>& dims) { return core::Shape::make(dims); }
 
+// OK for a step in [0, kMaxCheckpointStep]; else `subject` (what names the
+// step, e.g. "SaveCheckpoint: step") must be in that range. Saves and loads
+// share it, so no step is written that a load would refuse.
+absl::Status CheckStepRange(int64_t step, absl::string_view subject) {
+  if (step >= 0 && step <= kMaxCheckpointStep) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(subject, " must be in [0, 2^40 = ", kMaxCheckpointStep, "], got ", step));
+}
+
 }  // namespace
 
 // ---- trainer_state.json ----------------------------------------------------
@@ -78,10 +87,7 @@ absl::StatusOr<TrainerState> TrainerStateFromJson(std::string_view text) {
   TrainerState s;
   absl::StatusOr<int64_t> step = JsonInt(*j, "step", kWhat);
   if (!step.ok()) return step.status();
-  if (*step < 0 || *step > kMaxCheckpointStep) {
-    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": 'step' must be in [0, 2^40 = ", kMaxCheckpointStep,
-                                                   "], got ", *step));
-  }
+  if (absl::Status r = CheckStepRange(*step, absl::StrCat(kWhat, ": 'step'")); !r.ok()) return r;
   s.step = *step;
   for (const auto& [key, value] : j->items()) {
     if (key == "step") continue;
@@ -228,10 +234,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
   }
   // A step no load would accept is not written.
-  if (save.step < 0 || save.step > kMaxCheckpointStep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SaveCheckpoint: step must be in [0, 2^40 = ", kMaxCheckpointStep, "], got ", save.step));
-  }
+  if (absl::Status r = CheckStepRange(save.step, "SaveCheckpoint: step"); !r.ok()) return r;
   absl::StatusOr<std::string> tmp = BeginStepDir(root, save.step);
   if (!tmp.ok()) return tmp.status();
   absl::Status s = WriteContents(*tmp, save, options);

@@ -1,7 +1,6 @@
 #include "nn/layers/block.h"
 
 #include "core/status/status.h"
-#include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
 namespace {

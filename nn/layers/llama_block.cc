@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "core/status/status.h"
-#include "nn/layers/tensor_util.h"
 
 namespace colossal::nn {
 namespace {
