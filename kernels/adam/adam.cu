@@ -22,6 +22,7 @@
 
 #include "kernels/adam/adam.h"
 #include "kernels/adam/adam_math.h"
+#include "kernels/adam/split_master.h"
 #include "kernels/common/cuda_utils.cuh"
 
 namespace colossal::kernels::adam {
@@ -160,6 +161,98 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- split masters: one range, the chunked layout of adam_kernel ----
+
+struct SplitArgs {
+  uint16_t* hi;
+  int16_t* lo;
+  float* m;
+  float* v;
+  const void* grad;
+  int64_t n;
+  int32_t head;  // as AdamDesc::head
+};
+
+template <typename G>
+__device__ __forceinline__ void split_at(const SplitArgs& a, int64_t i, const AdamConsts& k) {
+  float p = __uint_as_float(join_master_bits(a.hi[i], a.lo[i]));
+  adam_element(p, a.m[i], a.v[i], to_math(static_cast<const G*>(a.grad)[i]), k);
+  split_master_bits(__float_as_uint(p), a.hi + i, a.lo + i);
+}
+
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    adam_split_kernel(const SplitArgs a, const AdamConsts k, const float* __restrict__ found_inf) {
+  if (found_inf != nullptr && *found_inf != 0.0f) return;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kCudaChunk;
+  const int64_t end = begin + kCudaChunk < a.n ? begin + kCudaChunk : a.n;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (a.head < 0) {
+    for (int64_t i = begin + tid; i < end; i += kThreads) split_at<G>(a, i, k);
+    return;
+  }
+  const int64_t vec_begin = begin + a.head < end ? begin + a.head : end;
+  const int nvec = static_cast<int>((end - vec_begin) / kCudaVec);
+  const int64_t vec_end = vec_begin + static_cast<int64_t>(nvec) * kCudaVec;
+  if (begin + tid < vec_begin) split_at<G>(a, begin + tid, k);
+  if (vec_end + tid < end) split_at<G>(a, vec_end + tid, k);
+
+  using FV = Vec<float, kCudaVec>;
+  using HV = Vec<uint16_t, kCudaVec>;
+  using LV = Vec<int16_t, kCudaVec>;
+  using GV = Vec<G, kCudaVec>;
+  HV* H = reinterpret_cast<HV*>(a.hi + vec_begin);
+  LV* L = reinterpret_cast<LV*>(a.lo + vec_begin);
+  FV* M = reinterpret_cast<FV*>(a.m + vec_begin);
+  FV* V = reinterpret_cast<FV*>(a.v + vec_begin);
+  const GV* Gr = reinterpret_cast<const GV*>(static_cast<const G*>(a.grad) + vec_begin);
+  for (int base = tid; base < nvec; base += kThreads * kUnroll) {
+    HV h[kUnroll];
+    LV l[kUnroll];
+    FV m[kUnroll], v[kUnroll];
+    GV g[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kThreads;
+      if (j < nvec) {
+        h[u] = H[j];
+        l[u] = L[j];
+        m[u] = M[j];
+        v[u] = V[j];
+        g[u] = Gr[j];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kThreads;
+      if (j < nvec) {
+#pragma unroll
+        for (int e = 0; e < kCudaVec; ++e) {
+          float p = __uint_as_float(join_master_bits(h[u].v[e], l[u].v[e]));
+          adam_element(p, m[u].v[e], v[u].v[e], to_math(g[u].v[e]), k);
+          split_master_bits(__float_as_uint(p), &h[u].v[e], &l[u].v[e]);
+        }
+        H[j] = h[u];
+        L[j] = l[u];
+        M[j] = m[u];
+        V[j] = v[u];
+      }
+    }
+  }
+}
+
+template <bool kSplit>
+__global__ void split_join_kernel(float* master, uint16_t* hi, int16_t* lo, int64_t n) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if constexpr (kSplit) {
+      split_master_bits(__float_as_uint(master[i]), hi + i, lo + i);
+    } else {
+      master[i] = __uint_as_float(join_master_bits(hi[i], lo[i]));
+    }
+  }
+}
+
 // Copies one batch of descriptors from kernel parameters into device scratch.
 __global__ void upload_kernel(const __grid_constant__ ParamTable batch, AdamDesc* dst) {
   const int i = static_cast<int>(threadIdx.x);
@@ -283,6 +376,61 @@ KernelStatus adam_step_tensors_cuda(const AdamTensor* tensors, const float* foun
                                     const AdamOptions& options, cudaStream_t stream) {
   return run(tensors, num_tensors, found_inf, scratch, scratch_bytes, grad_dtype, copy_dtype,
              options, stream);
+}
+
+KernelStatus adam_step_split_cuda(uint16_t* hi, int16_t* lo, float* exp_avg, float* exp_avg_sq,
+                                  const void* grad, const float* found_inf, int64_t n,
+                                  DType grad_dtype, const AdamOptions& options,
+                                  cudaStream_t stream) {
+  AdamConsts k;
+  KernelStatus s = internal::make_consts(options, &k);
+  if (!s.ok()) return s;
+  s = internal::check_dtypes(grad_dtype, DType::kF32);
+  if (!s.ok()) return s;
+  s = internal::check_split(hi, lo, exp_avg, exp_avg_sq, grad, n, grad_dtype);
+  if (!s.ok()) return s;
+  if (n == 0) return KernelStatus();
+  if (chunks_of(n) > kMaxChunks) return KernelStatus::invalid_argument("adam: too many elements");
+  const size_t gs = dtype_size(grad_dtype);
+  using internal::vector_head;
+  int32_t head = vector_head(exp_avg, 4);
+  if (vector_head(exp_avg_sq, 4) != head || vector_head(hi, 2) != head ||
+      vector_head(lo, 2) != head || vector_head(grad, gs) != head) {
+    head = -1;
+  }
+  const SplitArgs a{hi, lo, exp_avg, exp_avg_sq, grad, n, head};
+  return cuda::dispatch_float_types(grad_dtype, [&](auto gtag) {
+    using G = decltype(gtag);
+    adam_split_kernel<G><<<static_cast<unsigned>(chunks_of(n)), kThreads, 0, stream>>>(a, k, found_inf);
+    return cuda::last_launch_status();
+  });
+}
+
+namespace {
+
+template <bool kSplit>
+KernelStatus split_join(float* master, uint16_t* hi, int16_t* lo, int64_t n, cudaStream_t stream) {
+  if (n < 0) return KernelStatus::invalid_argument("split_master: n < 0");
+  if (n == 0) return KernelStatus();
+  if (master == nullptr || hi == nullptr || lo == nullptr || !internal::aligned_to(master, 4) ||
+      !internal::aligned_to(hi, 2) || !internal::aligned_to(lo, 2)) {
+    return KernelStatus::invalid_argument("split_master: null or misaligned buffer with n > 0");
+  }
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
+  split_join_kernel<kSplit><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(master, hi, lo, n);
+  return cuda::last_launch_status();
+}
+
+}  // namespace
+
+KernelStatus split_master_cuda(const float* master, uint16_t* hi, int16_t* lo, int64_t n,
+                               cudaStream_t stream) {
+  return split_join<true>(const_cast<float*>(master), hi, lo, n, stream);
+}
+
+KernelStatus join_master_cuda(const uint16_t* hi, const int16_t* lo, float* master, int64_t n,
+                              cudaStream_t stream) {
+  return split_join<false>(master, const_cast<uint16_t*>(hi), const_cast<int16_t*>(lo), n, stream);
 }
 
 }  // namespace colossal::kernels::adam

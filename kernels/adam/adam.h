@@ -44,6 +44,7 @@
 
 #include <cstdint>
 
+#include "kernels/adam/split_master.h"
 #include "kernels/common/cpu_isa.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/status.h"
@@ -106,6 +107,24 @@ KernelStatus adam_step_tensors_cpu(const AdamTensor* tensors, const float* found
                                    int64_t num_tensors, DType grad_dtype, DType copy_dtype,
                                    const AdamOptions& options, const AdamCpuOptions& cpu = {});
 
+// ---- Split masters (bfloat16 models; split_master.h) ----
+//
+// The same step on a master kept as `hi` (the bfloat16 model value, updated in
+// place: it is the copy) and `lo` (int16): n elements of each, m, v and grad
+// as in adam_step_cpu. The updated master is bit for bit what adam_step_cpu
+// computes from the joined master; hi is its split_master_bits rounding, which
+// equals adam_step_cpu's bfloat16 copy except at exact ties. Buffers aligned to
+// their element size; hi and lo must not overlap the others.
+KernelStatus adam_step_split_cpu(uint16_t* hi, int16_t* lo, float* exp_avg, float* exp_avg_sq,
+                                 const void* grad, const float* found_inf, int64_t n,
+                                 DType grad_dtype, const AdamOptions& options,
+                                 const AdamCpuOptions& cpu = {});
+
+// n masters into halves / halves into masters (split_master_bits and
+// join_master_bits over arrays; OpenMP on the CPU). Buffers must not overlap.
+KernelStatus split_master_cpu(const float* master, uint16_t* hi, int16_t* lo, int64_t n);
+KernelStatus join_master_cpu(const uint16_t* hi, const int16_t* lo, float* master, int64_t n);
+
 // Bytes of device scratch adam_step_tensors_cuda can use for `num_tensors`
 // tensors (a table of per-tensor descriptors). Host-only arithmetic.
 int64_t adam_cuda_scratch_bytes(int64_t num_tensors);
@@ -127,6 +146,17 @@ KernelStatus adam_step_tensors_cuda(const AdamTensor* tensors, const float* foun
                                     void* scratch, int64_t scratch_bytes, int64_t num_tensors,
                                     DType grad_dtype, DType copy_dtype,
                                     const AdamOptions& options, cudaStream_t stream);
+
+// CUDA, split masters: device (or mapped host) pointers as in
+// adam_step_split_cpu, bit for bit its results; one launch on `stream`.
+KernelStatus adam_step_split_cuda(uint16_t* hi, int16_t* lo, float* exp_avg, float* exp_avg_sq,
+                                  const void* grad, const float* found_inf, int64_t n,
+                                  DType grad_dtype, const AdamOptions& options,
+                                  cudaStream_t stream);
+KernelStatus split_master_cuda(const float* master, uint16_t* hi, int16_t* lo, int64_t n,
+                               cudaStream_t stream);
+KernelStatus join_master_cuda(const uint16_t* hi, const int16_t* lo, float* master, int64_t n,
+                              cudaStream_t stream);
 #endif
 
 }  // namespace colossal::kernels::adam

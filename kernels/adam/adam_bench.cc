@@ -2,6 +2,8 @@
 // read p, m, v (12) + grad (4 or 2) and write p, m, v (12) + model copy (0 or 2),
 // as tools/bench/torch_adam.py counts them. GPT-2 small: 124,439,808 parameters,
 // as one flat buffer or as its 148 tensors (the same flat buffers carved up).
+// Split masters (bf16 grads; the master as the bf16 value and its low half):
+// read hi, lo (4), m, v (8), grad (2), write hi, lo, m, v (12): 26 bytes.
 // Run: bazel run -c opt //kernels/adam:adam_bench
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
@@ -36,8 +38,12 @@ double bytes_per_param(const Case& c) {
   return 24.0 + static_cast<double>(dtype_size(c.grad)) + (c.copy ? 2.0 : 0.0);
 }
 
+constexpr Case kSplitCase = {DType::kBF16, false, "grad=bfloat16 split master"};
+constexpr double kSplitBytes = 26.0;
+
 void set_counters(benchmark::State& state, const Case& c, int64_t n, const std::string& label) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_param(c) * n * 1e-9,
+  const double per_param = &c == &kSplitCase ? kSplitBytes : bytes_per_param(c);
+  state.counters["GB/s"] = benchmark::Counter(per_param * n * 1e-9,
                                               benchmark::Counter::kIsIterationInvariantRate);
   state.counters["params/s"] =
       benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
@@ -113,6 +119,32 @@ BENCHMARK(BM_AdamCpu)
                    {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// Split masters (adam_step_split_cpu) over the same data as case 1. Args: n.
+void BM_AdamSplitCpu(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  Aligned<uint16_t> hi(n), g(n);
+  Aligned<int16_t> lo(n);
+  Aligned<float> m(n), v(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = static_cast<float>((i * 7919) % 2001 - 1000) * 1e-3f;
+    hi.data[i] = float_to_bfloat16(x).bits;
+    lo.data[i] = static_cast<int16_t>(i * 31);
+    m.data[i] = 0.01f * x;
+    v.data[i] = 1e-4f * x * x;
+    g.data[i] = float_to_bfloat16(0.5f * x + 1e-3f).bits;
+  }
+  const AdamOptions o = bench_options();
+  for (auto _ : state) {
+    if (!adam_step_split_cpu(hi.data, lo.data, m.data, v.data, g.data, nullptr, n, DType::kBF16, o).ok()) {
+      state.SkipWithError("adam_step_split_cpu failed");
+      break;
+    }
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, kSplitCase, n, "cpu auto threads=0");
+}
+BENCHMARK(BM_AdamSplitCpu)->Arg(1 << 20)->Arg(124439808)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if COLOSSAL_WITH_CUDA
 // GPT-2 small's parameter tensors in order (lm_head is tied to wte).
@@ -201,6 +233,29 @@ void BM_AdamCuda(benchmark::State& state) {
   cudaFree(scratch);
 }
 BENCHMARK(BM_AdamCuda)->ArgsProduct({{0, 1}, {0, 1}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Split masters on the device, one flat buffer of GPT-2 small's size: hi in
+// the model copy's buffer, lo in the float32 master's (half of it used).
+void BM_AdamSplitCuda(benchmark::State& state) {
+  const Case& c = kCases[1];
+  const int64_t n = total(gpt2_tensor_sizes());
+  DeviceSet d(c, n);
+  if (!d.ok) {
+    state.SkipWithError("no CUDA device or out of memory");
+    return;
+  }
+  const AdamOptions o = bench_options();
+  testing::CudaBenchTimer timer;
+  for (auto _ : state) {
+    const bool ok = timer.time(state, [&] {
+      return adam_step_split_cuda(static_cast<uint16_t*>(d.copy), reinterpret_cast<int16_t*>(d.p), d.m,
+                                  d.v, d.g, nullptr, n, DType::kBF16, o, nullptr);
+    });
+    if (!ok) break;
+  }
+  set_counters(state, kSplitCase, n, "flat");
+}
+BENCHMARK(BM_AdamSplitCuda)->UseManualTime()->Unit(benchmark::kMicrosecond);
 #endif
 
 }  // namespace

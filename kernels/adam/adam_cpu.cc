@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -76,6 +77,35 @@ void range_scalar(float* p, float* m, float* v, const void* graw, void* craw, in
   }
 }
 
+// ---- split masters (split_master.h): the master joined from hi and lo ----
+
+using SplitRangeFn = void (*)(uint16_t* hi, int16_t* lo, float* m, float* v, const void* g,
+                              int64_t n, const AdamConsts& k);
+
+inline float join_master(uint16_t hi, int16_t lo) {
+  const uint32_t u = join_master_bits(hi, lo);
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline void split_master(float f, uint16_t* hi, int16_t* lo) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  split_master_bits(u, hi, lo);
+}
+
+template <typename G>
+void split_range_scalar(uint16_t* hi, int16_t* lo, float* m, float* v, const void* graw, int64_t n,
+                        const AdamConsts& k) {
+  const G* g = static_cast<const G*>(graw);
+  for (int64_t i = 0; i < n; ++i) {
+    float p = join_master(hi[i], lo[i]);
+    adam_element(p, m[i], v[i], to_float(g[i]), k);
+    split_master(p, hi + i, lo + i);
+  }
+}
+
 #if defined(__x86_64__)
 
 // GCC 12's false -Wmaybe-uninitialized inside its intrinsics (see simd_convert.h).
@@ -116,6 +146,19 @@ inline bool stream_copy(const C* c, int64_t i, uintptr_t bytes) {
   }
 }
 
+// adam_element on 8 lanes: p, m and v (loaded) updated in registers.
+COLOSSAL_AVX2 inline void adam8(__m256& p, __m256& m, __m256& v, __m256 g, const Consts8& K,
+                                const AdamConsts& k) {
+  if (k.unscale) g = _mm256_div_ps(g, K.grad_scale);
+  if (k.l2) g = _mm256_fmadd_ps(K.wd, p, g);
+  m = _mm256_fmadd_ps(K.beta1, m, _mm256_mul_ps(K.omb1, g));
+  v = _mm256_fmadd_ps(K.beta2, v, _mm256_mul_ps(_mm256_mul_ps(K.omb2, g), g));
+  const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(v), K.inv_sqrt_bc2, K.eps);
+  const __m256 update = _mm256_div_ps(m, denom);
+  if (k.decoupled) p = _mm256_mul_ps(p, K.decay);
+  p = _mm256_fmadd_ps(K.neg_step, update, p);
+}
+
 template <typename G, typename C>
 COLOSSAL_AVX2 void range_avx2(float* p, float* m, float* v, const void* graw, void* craw,
                               int64_t n, const AdamConsts& k) {
@@ -126,17 +169,8 @@ COLOSSAL_AVX2 void range_avx2(float* p, float* m, float* v, const void* graw, vo
   if (i > 0) range_scalar<G, C>(p, m, v, g, craw, i, k);
   const bool stream = stream_copy(c, i, 8 * sizeof(C));
   for (; i + 8 <= n; i += 8) {
-    __m256 gi = load8(g + i);
-    __m256 pi = _mm256_loadu_ps(p + i);
-    if (k.unscale) gi = _mm256_div_ps(gi, K.grad_scale);
-    if (k.l2) gi = _mm256_fmadd_ps(K.wd, pi, gi);
-    const __m256 mi = _mm256_fmadd_ps(K.beta1, _mm256_loadu_ps(m + i), _mm256_mul_ps(K.omb1, gi));
-    const __m256 vi = _mm256_fmadd_ps(K.beta2, _mm256_loadu_ps(v + i),
-                                      _mm256_mul_ps(_mm256_mul_ps(K.omb2, gi), gi));
-    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), K.inv_sqrt_bc2, K.eps);
-    const __m256 update = _mm256_div_ps(mi, denom);
-    if (k.decoupled) pi = _mm256_mul_ps(pi, K.decay);
-    pi = _mm256_fmadd_ps(K.neg_step, update, pi);
+    __m256 pi = _mm256_loadu_ps(p + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
+    adam8(pi, mi, vi, load8(g + i), K, k);
     _mm256_storeu_ps(p + i, pi);
     _mm256_storeu_ps(m + i, mi);
     _mm256_storeu_ps(v + i, vi);
@@ -151,32 +185,43 @@ COLOSSAL_AVX2 void range_avx2(float* p, float* m, float* v, const void* graw, vo
 
 // ---- AVX-512F: 16 lanes ----
 
+struct Consts16 {
+  __m512 beta1, beta2, omb1, omb2, eps, wd, decay, neg_step, inv_sqrt_bc2, grad_scale;
+};
+
+COLOSSAL_AVX512 inline Consts16 broadcast16(const AdamConsts& k) {
+  return Consts16{_mm512_set1_ps(k.beta1),        _mm512_set1_ps(k.beta2),
+                  _mm512_set1_ps(k.one_minus_beta1), _mm512_set1_ps(k.one_minus_beta2),
+                  _mm512_set1_ps(k.eps),          _mm512_set1_ps(k.weight_decay),
+                  _mm512_set1_ps(k.decay),        _mm512_set1_ps(k.neg_step_size),
+                  _mm512_set1_ps(k.inv_sqrt_bc2), _mm512_set1_ps(k.grad_scale)};
+}
+
+// adam_element on 16 lanes.
+COLOSSAL_AVX512 inline void adam16(__m512& p, __m512& m, __m512& v, __m512 g, const Consts16& K,
+                                   const AdamConsts& k) {
+  if (k.unscale) g = _mm512_div_ps(g, K.grad_scale);
+  if (k.l2) g = _mm512_fmadd_ps(K.wd, p, g);
+  m = _mm512_fmadd_ps(K.beta1, m, _mm512_mul_ps(K.omb1, g));
+  v = _mm512_fmadd_ps(K.beta2, v, _mm512_mul_ps(_mm512_mul_ps(K.omb2, g), g));
+  const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(v), K.inv_sqrt_bc2, K.eps);
+  const __m512 update = _mm512_div_ps(m, denom);
+  if (k.decoupled) p = _mm512_mul_ps(p, K.decay);
+  p = _mm512_fmadd_ps(K.neg_step, update, p);
+}
+
 template <typename G, typename C>
 COLOSSAL_AVX512 void range_avx512(float* p, float* m, float* v, const void* graw, void* craw,
                                   int64_t n, const AdamConsts& k) {
   const G* g = static_cast<const G*>(graw);
   C* c = static_cast<C*>(craw);
-  const __m512 beta1 = _mm512_set1_ps(k.beta1), beta2 = _mm512_set1_ps(k.beta2);
-  const __m512 omb1 = _mm512_set1_ps(k.one_minus_beta1), omb2 = _mm512_set1_ps(k.one_minus_beta2);
-  const __m512 eps = _mm512_set1_ps(k.eps), wd = _mm512_set1_ps(k.weight_decay);
-  const __m512 decay = _mm512_set1_ps(k.decay), neg_step = _mm512_set1_ps(k.neg_step_size);
-  const __m512 inv_sqrt_bc2 = _mm512_set1_ps(k.inv_sqrt_bc2);
-  const __m512 grad_scale = _mm512_set1_ps(k.grad_scale);
+  const Consts16 K = broadcast16(k);
   int64_t i = head_to_alignment(p, n, 64);
   if (i > 0) range_scalar<G, C>(p, m, v, g, craw, i, k);
   const bool stream = stream_copy(c, i, 16 * sizeof(C));
   for (; i + 16 <= n; i += 16) {
-    __m512 gi = load16(g + i);
-    __m512 pi = _mm512_loadu_ps(p + i);
-    if (k.unscale) gi = _mm512_div_ps(gi, grad_scale);
-    if (k.l2) gi = _mm512_fmadd_ps(wd, pi, gi);
-    const __m512 mi = _mm512_fmadd_ps(beta1, _mm512_loadu_ps(m + i), _mm512_mul_ps(omb1, gi));
-    const __m512 vi =
-        _mm512_fmadd_ps(beta2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gi), gi));
-    const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), inv_sqrt_bc2, eps);
-    const __m512 update = _mm512_div_ps(mi, denom);
-    if (k.decoupled) pi = _mm512_mul_ps(pi, decay);
-    pi = _mm512_fmadd_ps(neg_step, update, pi);
+    __m512 pi = _mm512_loadu_ps(p + i), mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+    adam16(pi, mi, vi, load16(g + i), K, k);
     _mm512_storeu_ps(p + i, pi);
     _mm512_storeu_ps(m + i, mi);
     _mm512_storeu_ps(v + i, vi);
@@ -187,6 +232,83 @@ COLOSSAL_AVX512 void range_avx512(float* p, float* m, float* v, const void* graw
     range_scalar<G, C>(p + i, m + i, v + i, g + i, kHasCopy<C> ? static_cast<void*>(c + i) : nullptr,
                        n - i, k);
   }
+}
+
+// Split masters on 8 lanes: join_master_bits / split_master_bits in integer
+// lanes (the same operations, so the same bits as the scalar loop).
+COLOSSAL_AVX2 inline __m256 join8(const uint16_t* hi, const int16_t* lo) {
+  const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)));
+  const __m256i l = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo)));
+  return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(h, 16), l));
+}
+
+// The low 16 bits of each 32-bit lane, in order (values that fit: no saturation).
+COLOSSAL_AVX2 inline __m128i low_halves8(__m256i x, bool is_signed) {
+  const __m256i packed = is_signed ? _mm256_packs_epi32(x, x) : _mm256_packus_epi32(x, x);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
+COLOSSAL_AVX2 inline void split8(__m256 p, uint16_t* hi, int16_t* lo) {
+  const __m256i bits = _mm256_castps_si256(p);
+  __m256i h = _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x8000)), 16);
+  const __m256i magnitude = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+  const __m256i nan = _mm256_cmpgt_epi32(magnitude, _mm256_set1_epi32(0x7f800000));
+  const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
+  h = _mm256_blendv_epi8(h, quiet, nan);
+  const __m256i l = _mm256_sub_epi32(bits, _mm256_slli_epi32(h, 16));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), low_halves8(h, false));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), low_halves8(l, true));
+}
+
+template <typename G>
+COLOSSAL_AVX2 void split_range_avx2(uint16_t* hi, int16_t* lo, float* m, float* v,
+                                    const void* graw, int64_t n, const AdamConsts& k) {
+  const G* g = static_cast<const G*>(graw);
+  const Consts8 K = broadcast8(k);
+  int64_t i = head_to_alignment(m, n, 32);
+  if (i > 0) split_range_scalar<G>(hi, lo, m, v, g, i, k);
+  for (; i + 8 <= n; i += 8) {
+    __m256 pi = join8(hi + i, lo + i), mi = _mm256_loadu_ps(m + i), vi = _mm256_loadu_ps(v + i);
+    adam8(pi, mi, vi, load8(g + i), K, k);
+    split8(pi, hi + i, lo + i);
+    _mm256_storeu_ps(m + i, mi);
+    _mm256_storeu_ps(v + i, vi);
+  }
+  if (i < n) split_range_scalar<G>(hi + i, lo + i, m + i, v + i, g + i, n - i, k);
+}
+
+COLOSSAL_AVX512 inline __m512 join16(const uint16_t* hi, const int16_t* lo) {
+  const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi)));
+  const __m512i l = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
+  return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(h, 16), l));
+}
+
+COLOSSAL_AVX512 inline void split16(__m512 p, uint16_t* hi, int16_t* lo) {
+  const __m512i bits = _mm512_castps_si512(p);
+  __m512i h = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x8000)), 16);
+  const __m512i magnitude = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(magnitude, _mm512_set1_epi32(0x7f800000));
+  h = _mm512_mask_mov_epi32(h, nan, _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+  const __m512i l = _mm512_sub_epi32(bits, _mm512_slli_epi32(h, 16));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm512_cvtepi32_epi16(h));  // truncating
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm512_cvtepi32_epi16(l));
+}
+
+template <typename G>
+COLOSSAL_AVX512 void split_range_avx512(uint16_t* hi, int16_t* lo, float* m, float* v,
+                                        const void* graw, int64_t n, const AdamConsts& k) {
+  const G* g = static_cast<const G*>(graw);
+  const Consts16 K = broadcast16(k);
+  int64_t i = head_to_alignment(m, n, 64);
+  if (i > 0) split_range_scalar<G>(hi, lo, m, v, g, i, k);
+  for (; i + 16 <= n; i += 16) {
+    __m512 pi = join16(hi + i, lo + i), mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+    adam16(pi, mi, vi, load16(g + i), K, k);
+    split16(pi, hi + i, lo + i);
+    _mm512_storeu_ps(m + i, mi);
+    _mm512_storeu_ps(v + i, vi);
+  }
+  if (i < n) split_range_scalar<G>(hi + i, lo + i, m + i, v + i, g + i, n - i, k);
 }
 
 #pragma GCC diagnostic pop
@@ -220,6 +342,23 @@ RangeFn pick(CpuIsa isa, DType grad_dtype, bool has_copy, DType copy_dtype) {
   }
 }
 
+template <typename G>
+SplitRangeFn pick_split_isa(CpuIsa isa) {
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) return &split_range_avx512<G>;
+  if (isa == CpuIsa::kAvx2) return &split_range_avx2<G>;
+#endif
+  return &split_range_scalar<G>;
+}
+
+SplitRangeFn pick_split(CpuIsa isa, DType grad_dtype) {
+  switch (grad_dtype) {
+    case DType::kF16: return pick_split_isa<Half>(isa);
+    case DType::kBF16: return pick_split_isa<BFloat16>(isa);
+    default: return pick_split_isa<float>(isa);
+  }
+}
+
 // One unit of parallel work: elements [begin, end) of tensor `tensor`.
 struct Piece {
   int64_t tensor;
@@ -230,6 +369,17 @@ struct Piece {
 int thread_count(const AdamCpuOptions& cpu) {
   return cpu.num_threads > 0 ? cpu.num_threads : omp_get_max_threads();
 }
+
+// fn(begin, end) over [0, n) in pieces of kPiece, on up to `threads` OpenMP threads.
+template <typename Fn>
+void for_pieces(int64_t n, int threads, Fn fn) {
+  const int64_t count = (n + kPiece - 1) / kPiece;
+  const int t = static_cast<int>(std::min<int64_t>(threads, count));
+#pragma omp parallel for schedule(static) num_threads(t) if (count > 1)
+  for (int64_t i = 0; i < count; ++i) fn(i * kPiece, std::min(n, (i + 1) * kPiece));
+}
+
+bool aligned(const void* p, size_t bytes) { return internal::aligned_to(p, bytes); }
 
 }  // namespace
 
@@ -292,6 +442,54 @@ KernelStatus adam_step_cpu(float* param, float* exp_avg, float* exp_avg_sq, void
                            const AdamCpuOptions& cpu) {
   const AdamTensor one{param, exp_avg, exp_avg_sq, grad, model_copy, n};
   return adam_step_tensors_cpu(&one, found_inf, 1, grad_dtype, copy_dtype, options, cpu);
+}
+
+KernelStatus adam_step_split_cpu(uint16_t* hi, int16_t* lo, float* exp_avg, float* exp_avg_sq,
+                                 const void* grad, const float* found_inf, int64_t n,
+                                 DType grad_dtype, const AdamOptions& options,
+                                 const AdamCpuOptions& cpu) {
+  AdamConsts k;
+  KernelStatus s = internal::make_consts(options, &k);
+  if (!s.ok()) return s;
+  s = internal::check_dtypes(grad_dtype, DType::kF32);
+  if (!s.ok()) return s;
+  CpuIsa isa;
+  s = resolve_cpu_isa(cpu.isa, &isa, "adam: unknown CpuIsa",
+                      "adam: this CPU lacks the requested instruction set");
+  if (!s.ok()) return s;
+  s = internal::check_split(hi, lo, exp_avg, exp_avg_sq, grad, n, grad_dtype);
+  if (!s.ok()) return s;
+  if (n == 0 || (found_inf != nullptr && *found_inf != 0.0f)) return KernelStatus();
+  const SplitRangeFn fn = pick_split(isa, grad_dtype);
+  const size_t gs = dtype_size(grad_dtype);
+  for_pieces(n, thread_count(cpu), [&](int64_t b, int64_t e) {
+    fn(hi + b, lo + b, exp_avg + b, exp_avg_sq + b, static_cast<const char*>(grad) + b * gs, e - b, k);
+  });
+  return KernelStatus();
+}
+
+KernelStatus split_master_cpu(const float* master, uint16_t* hi, int16_t* lo, int64_t n) {
+  if (n < 0) return KernelStatus::invalid_argument("split_master: n < 0");
+  if (n > 0 && (master == nullptr || hi == nullptr || lo == nullptr || !aligned(master, 4) ||
+                !aligned(hi, 2) || !aligned(lo, 2))) {
+    return KernelStatus::invalid_argument("split_master: null or misaligned buffer with n > 0");
+  }
+  for_pieces(n, omp_get_max_threads(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) split_master(master[i], hi + i, lo + i);
+  });
+  return KernelStatus();
+}
+
+KernelStatus join_master_cpu(const uint16_t* hi, const int16_t* lo, float* master, int64_t n) {
+  if (n < 0) return KernelStatus::invalid_argument("join_master: n < 0");
+  if (n > 0 && (master == nullptr || hi == nullptr || lo == nullptr || !aligned(master, 4) ||
+                !aligned(hi, 2) || !aligned(lo, 2))) {
+    return KernelStatus::invalid_argument("join_master: null or misaligned buffer with n > 0");
+  }
+  for_pieces(n, omp_get_max_threads(), [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) master[i] = join_master(hi[i], lo[i]);
+  });
+  return KernelStatus();
 }
 
 }  // namespace colossal::kernels::adam

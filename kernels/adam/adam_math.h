@@ -100,6 +100,21 @@ inline KernelStatus check_tensor(const float* param, const float* m, const float
   return KernelStatus();
 }
 
+// Checks a split-master call's buffers (adam_step_split_*).
+inline KernelStatus check_split(const uint16_t* hi, const int16_t* lo, const float* m,
+                                const float* v, const void* grad, int64_t n, DType grad_dtype) {
+  if (n < 0) return KernelStatus::invalid_argument("adam: n < 0");
+  if (n == 0) return KernelStatus();
+  if (hi == nullptr || lo == nullptr || m == nullptr || v == nullptr || grad == nullptr) {
+    return KernelStatus::invalid_argument("adam: null hi, lo, m, v or grad with n > 0");
+  }
+  if (!aligned_to(hi, 2) || !aligned_to(lo, 2) || !aligned_to(m, 4) || !aligned_to(v, 4) ||
+      !aligned_to(grad, dtype_size(grad_dtype))) {
+    return KernelStatus::invalid_argument("adam: a buffer is not aligned to its element size");
+  }
+  return KernelStatus();
+}
+
 // ---- CUDA launch table (built on the host, read by the kernels) ----
 
 // Elements per vector in the CUDA kernels (16 bytes of float32 state).

@@ -87,8 +87,10 @@ absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,
           COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, k.value.slice(at_shard, at_shard + hi - lo));
           COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, s.stream));
           if (!s.sixteen_bit()) return absl::OkStatus();
-          // The float32 masters become the loaded weights, widened exactly.
+          // The float32 masters become the loaded weights, widened exactly
+          // (split masters: low halves of zero).
           COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master, k.master.slice(at_shard, at_shard + hi - lo));
+          if (s.split_master()) return master.set_zero(at);
           return cast_into(master, dst, at);
         }));
   }
@@ -123,6 +125,14 @@ absl::StatusOr<nn::OptimizerStateDict> GeminiPlugin::optimizer_state_dict(
     if (s.sixteen_bit()) parts.emplace_back("master", &k.master);  // as nn::Adam's for a model copy
     for (const auto& [name, tensor] : parts) {
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, *tensor));
+      if (s.split_master() && tensor == &k.master) {  // the halves joined: float32 masters
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor high, s.gather_whole(k, k.value));
+        if (!mine) continue;
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor joined,
+                                  core::Tensor::empty({whole.numel()}, core::DType::kF32, core::Stream::cpu()));
+        COLOSSAL_RETURN_IF_ERROR(join_into(joined, high, whole, core::Stream::cpu()));
+        whole = std::move(joined);
+      }
       if (!mine) continue;
       for (size_t i = 0; i < k.spec.params.size(); ++i) {
         const nn::ParameterEntry& e = table.entries()[k.spec.params[i]];
@@ -191,10 +201,22 @@ absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
             COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat_range(t, lo, hi));
             const int64_t at = off + lo - k.shard_begin;
             COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d, dst.slice(at, at + hi - lo));
+            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, k.value.slice(at, at + hi - lo));
+            if (master && s.split_master()) {  // split on the host, then copied in
+              COLOSSAL_ASSIGN_OR_RETURN(src, src.to(core::Device::cpu(), s.stream));
+              if (s.cuda) s.stream.synchronize();
+              COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, core::Tensor::empty({hi - lo}, s.dtype, core::Stream::cpu()));
+              COLOSSAL_ASSIGN_OR_RETURN(core::Tensor l, core::Tensor::empty({hi - lo}, core::DType::kU16,
+                                                                          core::Stream::cpu()));
+              COLOSSAL_RETURN_IF_ERROR(split_into(h, l, src, core::Stream::cpu()));
+              COLOSSAL_RETURN_IF_ERROR(value.copy_from(h, s.stream));
+              COLOSSAL_RETURN_IF_ERROR(d.copy_from(l, s.stream));
+              if (s.cuda) s.stream.synchronize();  // h and l go at the end of this scope
+              return absl::OkStatus();
+            }
             COLOSSAL_RETURN_IF_ERROR(d.copy_from(src, s.stream));
             if (!master) return absl::OkStatus();
             // The 16-bit values follow the loaded master (its rounding).
-            COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, k.value.slice(at, at + hi - lo));
             return cast_into(value, d, k.on_device ? s.stream : core::Stream::cpu());
           }));
     }

@@ -14,6 +14,7 @@
 #include "core/alloc/default_allocator.h"
 #include "core/status/status.h"
 #include "core/trace/trace.h"
+#include "kernels/adam/adam.h"
 #include "kernels/elementwise/elementwise.h"
 #include "parallel/gemini/gemini_state.h"
 
@@ -42,9 +43,57 @@ absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const c
       "gemini: cast");
 }
 
+namespace {
+
+absl::Status check_split(const core::Tensor& master, const core::Tensor& hi, const core::Tensor& lo) {
+  if (hi.numel() != master.numel() || lo.numel() != master.numel() || master.dtype() != core::DType::kF32 ||
+      hi.dtype() != core::DType::kBF16 || lo.dtype() != core::DType::kU16 ||
+      hi.device() != master.device() || lo.device() != master.device()) {
+    return absl::InternalError("gemini: split master tensors of different lengths, dtypes or devices");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status split_into(const core::Tensor& hi, const core::Tensor& lo, const core::Tensor& master,
+                        const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(check_split(master, hi, lo));
+  auto* h = static_cast<uint16_t*>(hi.raw_data());
+  auto* l = static_cast<int16_t*>(lo.raw_data());
+#if COLOSSAL_WITH_CUDA
+  if (master.device().is_cuda()) {
+    return core::from_kernel_status(
+        kernels::adam::split_master_cuda(master.data<float>(), h, l, master.numel(), stream.handle()),
+        "gemini: split masters");
+  }
+#endif
+  (void)stream;
+  return core::from_kernel_status(kernels::adam::split_master_cpu(master.data<float>(), h, l, master.numel()),
+                                  "gemini: split masters");
+}
+
+absl::Status join_into(const core::Tensor& master, const core::Tensor& hi, const core::Tensor& lo,
+                       const core::Stream& stream) {
+  COLOSSAL_RETURN_IF_ERROR(check_split(master, hi, lo));
+  const auto* h = static_cast<const uint16_t*>(hi.raw_data());
+  const auto* l = static_cast<const int16_t*>(lo.raw_data());
+#if COLOSSAL_WITH_CUDA
+  if (master.device().is_cuda()) {
+    return core::from_kernel_status(
+        kernels::adam::join_master_cuda(h, l, master.data<float>(), master.numel(), stream.handle()),
+        "gemini: join masters");
+  }
+#endif
+  (void)stream;
+  return core::from_kernel_status(kernels::adam::join_master_cpu(h, l, master.data<float>(), master.numel()),
+                                  "gemini: join masters");
+}
+
 int64_t GeminiPlugin::State::shard_bytes(const GeminiChunk& k) const {
-  // value + (separate master) + two moments + gradients (the model's dtype on the device)
-  return k.shard_size * (esize() + (sixteen_bit() ? 4 : 0) + 8 + esize());
+  // value + (separate master, or its low half) + two moments + gradients (the model's dtype)
+  const int64_t master = split_master() ? 2 : sixteen_bit() ? 4 : 0;
+  return k.shard_size * (esize() + master + 8 + esize());
 }
 
 void GeminiPlugin::State::note(const std::string& message) const {
@@ -197,7 +246,7 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, moved(k.value, dtype));
   core::Tensor master = value;
   if (sixteen_bit()) {
-    COLOSSAL_ASSIGN_OR_RETURN(master, moved(k.master, core::DType::kF32));
+    COLOSSAL_ASSIGN_OR_RETURN(master, moved(k.master, master_dtype()));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor m, moved(k.exp_avg, core::DType::kF32));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, moved(k.exp_avg_sq, core::DType::kF32));
@@ -589,8 +638,15 @@ absl::StatusOr<core::Tensor> GeminiPlugin::State::gather_whole(const GeminiChunk
     COLOSSAL_ASSIGN_OR_RETURN(src, t.to(stream.device(), stream));
   }
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, core::Tensor::empty({k.spec.numel}, t.dtype(), stream));
+  COLOSSAL_ASSIGN_OR_RETURN(comm::Buffer out, comm::Buffer::of(whole));
+  COLOSSAL_ASSIGN_OR_RETURN(comm::Buffer in, comm::Buffer::of(src));
+  if (t.dtype() == core::DType::kU16) {
+    // Split masters' low halves: NCCL has no uint16, and a gather only moves
+    // bytes, so they cross as a 16-bit float type, bits unchanged.
+    out.dtype = in.dtype = core::DType::kBF16;
+  }
   COLOSSAL_RETURN_IF_ERROR(
-      finish(pg->all_gather(whole, src, collective()), "gemini: gathering a chunk for a checkpoint"));
+      finish(pg->all_gather(out, in, collective()), "gemini: gathering a chunk for a checkpoint"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, whole.to(core::Device::cpu(), stream));
   if (cuda) stream.synchronize();
   return h;

@@ -143,23 +143,36 @@ absl::Status GeminiPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
     COLOSSAL_ASSIGN_OR_RETURN(k.value, s.zeros(k.shard_size, s.dtype, k.on_device));
     k.master = k.value;
     if (s.sixteen_bit()) {
-      COLOSSAL_ASSIGN_OR_RETURN(k.master, s.zeros(k.shard_size, core::DType::kF32, k.on_device));
+      COLOSSAL_ASSIGN_OR_RETURN(k.master, s.zeros(k.shard_size, s.master_dtype(), k.on_device));
     }
     COLOSSAL_ASSIGN_OR_RETURN(k.exp_avg, s.zeros(k.shard_size, core::DType::kF32, k.on_device));
     COLOSSAL_ASSIGN_OR_RETURN(k.exp_avg_sq, s.zeros(k.shard_size, core::DType::kF32, k.on_device));
     COLOSSAL_ASSIGN_OR_RETURN(k.grad, s.zeros(k.shard_size, s.dtype, k.on_device));
     // Initial values of the parameters' parts in this shard, by element index:
-    // the float32 draws into the master, whose rounding is the value.
+    // the float32 draws into the master, whose rounding is the value (split
+    // masters: drawn into a float32 buffer of the shard's size first, pageable
+    // on the host; on the device not counted: the chunk's own gradients,
+    // counted, are not in use yet).
     const core::Stream& at = k.on_device ? stream : core::Stream::cpu();
+    core::Tensor draws = k.master;
+    if (s.split_master()) {
+      COLOSSAL_ASSIGN_OR_RETURN(draws, core::Tensor::empty({k.shard_size}, core::DType::kF32, at));
+      COLOSSAL_RETURN_IF_ERROR(draws.set_zero(at));  // the chunk's padding
+    }
     COLOSSAL_RETURN_IF_ERROR(for_each_shard_part(
         k, table, [&](size_t param, int64_t off, int64_t lo, int64_t hi) -> absl::Status {
           nn::ParameterEntry wide = table.entries()[param];
           wide.dtype = core::DType::kF32;
           const int64_t at_shard = off + lo - k.shard_begin;
-          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part, k.master.slice(at_shard, at_shard + hi - lo));
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part, draws.slice(at_shard, at_shard + hi - lo));
           return nn::init_parameter(wide, part, seed, lo, at);
         }));
-    if (s.sixteen_bit()) COLOSSAL_RETURN_IF_ERROR(cast_into(k.value, k.master, at));
+    if (s.split_master()) {
+      COLOSSAL_RETURN_IF_ERROR(split_into(k.value, k.master, draws, at));
+      if (k.on_device) stream.synchronize();  // draws is freed next
+    } else if (s.sixteen_bit()) {
+      COLOSSAL_RETURN_IF_ERROR(cast_into(k.value, k.master, at));
+    }
   }
   if (s.cuda) stream.synchronize();  // host shards are read by the host next
   std::weak_ptr<State> weak = state_;

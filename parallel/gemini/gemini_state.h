@@ -46,10 +46,12 @@ struct GeminiChunk {
   int64_t shard_begin = 0;   // this rank's first element in the chunk
   bool on_device = false;    // where the shard and its optimizer state live
   // This rank's shard, [shard_size] each: the values in the model's dtype;
-  // the float32 masters (the values themselves for a float32 model); the Adam
-  // moments; the averaged gradients in the model's dtype, summed over the
-  // backwards of a step. On the host (pinned, on CUDA): 16 bytes a parameter
-  // for a 16-bit model.
+  // the float32 masters (the values themselves for a float32 model; for a
+  // bfloat16 model their low halves, uint16 bits of kernels/adam's
+  // split_master.h, whose high halves are the values); the Adam moments; the
+  // averaged gradients in the model's dtype, summed over the backwards of a
+  // step. On the host (pinned, on CUDA): 14 bytes a parameter for a bfloat16
+  // model, 16 for float16.
   core::Tensor value, master, exp_avg, exp_avg_sq, grad;
   // No backward reduced into grad since zero_grad: the next reduction
   // overwrites grad (zero_grad itself writes nothing, so it need not wait for
@@ -112,6 +114,12 @@ absl::Status for_each_shard_part(const GeminiChunk& k, const nn::ParameterTable&
 // dst = src converted to dst's dtype (same length), on the device of `stream`
 // for CUDA tensors, on the host otherwise.
 absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const core::Stream& stream);
+// Split masters (kernels/adam split_master.h), all of one length and device:
+// float32 `master` into the bfloat16 `hi` and uint16 `lo`, and back.
+absl::Status split_into(const core::Tensor& hi, const core::Tensor& lo, const core::Tensor& master,
+                        const core::Stream& stream);
+absl::Status join_into(const core::Tensor& master, const core::Tensor& hi, const core::Tensor& lo,
+                       const core::Stream& stream);
 
 struct GeminiPlugin::State {
   std::shared_ptr<comm::ProcessGroup> pg;
@@ -196,6 +204,13 @@ struct GeminiPlugin::State {
   int rank() const { return pg->rank(); }
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype)); }
   bool sixteen_bit() const { return dtype != core::DType::kF32; }
+  // A bfloat16 model's chunks keep only the low halves of their masters:
+  // the values are the high halves (kernels/adam split_master.h), so a
+  // master costs 2 bytes instead of 4 and its Adam step moves 8 bytes of it
+  // instead of 10.
+  bool split_master() const { return dtype == core::DType::kBF16; }
+  // The dtype of GeminiChunk::master: float32, or the low halves' uint16.
+  core::DType master_dtype() const { return split_master() ? core::DType::kU16 : core::DType::kF32; }
   // The gathered chunk is the shard itself (whole, on the device), and the
   // backward may accumulate into the gradient shard directly (one rank).
   bool full_is_value(const GeminiChunk& k) const { return k.on_device && !k.sharded; }

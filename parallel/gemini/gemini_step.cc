@@ -122,13 +122,26 @@ absl::StatusOr<std::pair<double, bool>> global_norm(GeminiPlugin::State& s, cons
 // One Adam call: a piece of a chunk's shard with its group's options.
 struct AdamCall {
   kernels::adam::AdamOptions options;
-  float* master;
+  void* master;  // float32 masters, or (split) their low halves
   float* exp_avg;
   float* exp_avg_sq;
   void* value;  // the 16-bit values (the master's rounding); null for float32
   const void* grad;
   int64_t count;
   int group;
+  bool split;  // master and value are a split master's halves
+
+  // The call's elements [at, at + n).
+  AdamCall part(int64_t at, int64_t n, int64_t esize) const {
+    AdamCall p = *this;
+    p.master = static_cast<char*>(master) + at * (split ? 2 : 4);
+    p.exp_avg += at;
+    p.exp_avg_sq += at;
+    if (value != nullptr) p.value = static_cast<char*>(value) + at * esize;
+    p.grad = static_cast<const char*>(grad) + at * esize;
+    p.count = n;
+    return p;
+  }
 };
 
 // `grad`: the gradient shard to read (the chunk's, or its device sum).
@@ -137,14 +150,40 @@ std::vector<AdamCall> adam_calls(GeminiPlugin::State& s, GeminiChunk& k, const c
   std::vector<AdamCall> out;
   const int64_t es = s.esize();
   for (const GeminiPiece& p : k.pieces) {
-    out.push_back({nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.steps, grad_scale),
-                   k.master.data<float>() + p.offset, k.exp_avg.data<float>() + p.offset,
-                   k.exp_avg_sq.data<float>() + p.offset,
-                   s.sixteen_bit() ? static_cast<char*>(k.value.raw_data()) + p.offset * es : nullptr,
-                   static_cast<const char*>(grad.raw_data()) + p.offset * es, p.count, p.group});
+    AdamCall whole{nn::kernel_adam_options(s.optimizer->group_hyper(p.group), s.steps, grad_scale),
+                   k.master.raw_data(), k.exp_avg.data<float>(), k.exp_avg_sq.data<float>(),
+                   s.sixteen_bit() ? k.value.raw_data() : nullptr, grad.raw_data(), 0, p.group,
+                   s.split_master()};
+    out.push_back(whole.part(p.offset, p.count, es));
   }
   return out;
 }
+
+// Runs one call with CPU Adam.
+kernels::KernelStatus adam_cpu(const AdamCall& a, kernels::DType dtype, kernels::DType copy,
+                               const kernels::adam::AdamCpuOptions& cpu) {
+  if (a.split) {
+    return kernels::adam::adam_step_split_cpu(static_cast<uint16_t*>(a.value), static_cast<int16_t*>(a.master),
+                                              a.exp_avg, a.exp_avg_sq, a.grad, nullptr, a.count, dtype,
+                                              a.options, cpu);
+  }
+  return kernels::adam::adam_step_cpu(static_cast<float*>(a.master), a.exp_avg, a.exp_avg_sq, a.value,
+                                      a.grad, nullptr, a.count, dtype, copy, a.options, cpu);
+}
+
+#if COLOSSAL_WITH_CUDA
+// Runs one call with the CUDA kernel on `stream`.
+kernels::KernelStatus adam_cuda(const AdamCall& a, kernels::DType dtype, kernels::DType copy,
+                                const core::Stream& stream) {
+  if (a.split) {
+    return kernels::adam::adam_step_split_cuda(static_cast<uint16_t*>(a.value), static_cast<int16_t*>(a.master),
+                                               a.exp_avg, a.exp_avg_sq, a.grad, nullptr, a.count, dtype,
+                                               a.options, stream.handle());
+  }
+  return kernels::adam::adam_step_cuda(static_cast<float*>(a.master), a.exp_avg, a.exp_avg_sq, a.value,
+                                       a.grad, nullptr, a.count, dtype, copy, a.options, stream.handle());
+}
+#endif
 
 // Waits for a device event by polling: a blocking wait would spin a core
 // that CPU Adam uses.
@@ -165,16 +204,11 @@ void await_event(const core::Event& e) {
 absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
                            kernels::DType copy, int64_t slice, const core::Stream& stream) {
   core::DeviceGuard guard(stream.device());  // the worker thread's device
-  const int64_t gsize = static_cast<int64_t>(core::dtype_size(dtype));
-  const int64_t csize = static_cast<int64_t>(core::dtype_size(copy));
+  const int64_t esize = static_cast<int64_t>(core::dtype_size(dtype));
   for (const AdamCall& a : calls) {
     for (int64_t at = 0; at < a.count; at += slice) {
-      void* value = a.value != nullptr ? static_cast<char*>(a.value) + at * csize : nullptr;
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::adam::adam_step_cuda(a.master + at, a.exp_avg + at, a.exp_avg_sq + at, value,
-                                        static_cast<const char*>(a.grad) + at * gsize, nullptr,
-                                        std::min(slice, a.count - at), dtype, copy,
-                                        a.options, stream.handle()),
+          adam_cuda(a.part(at, std::min(slice, a.count - at), esize), dtype, copy, stream),
           absl::StrCat("gemini: Adam step of chunk ", c, " on the GPU, group ", a.group)));
     }
   }
@@ -272,9 +306,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
     if (s.host_updated(s.chunks[c])) continue;
     for (const AdamCall& a : adam_calls(s, s.chunks[c], s.chunks[c].grad, grad_scale)) {
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::adam::adam_step_cuda(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
-                                        a.count, dtype, copy, a.options, s.stream.handle()),
-          absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
+          adam_cuda(a, dtype, copy, s.stream), absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
     }
   }
 #endif
@@ -321,9 +353,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
       if (landed) await_event(*landed);
       for (const AdamCall& a : calls) {
         COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-            kernels::adam::adam_step_cpu(a.master, a.exp_avg, a.exp_avg_sq, a.value, a.grad, nullptr,
-                                         a.count, dtype, copy, a.options, cpu),
-            absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
+            adam_cpu(a, dtype, copy, cpu), absl::StrCat("gemini: Adam step of chunk ", c, ", group ", a.group)));
       }
       return absl::OkStatus();
     });
