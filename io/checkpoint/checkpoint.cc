@@ -342,6 +342,13 @@ absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
     if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("'", tensors_path, "': tensor '", t.name, "': ", dtype.status().message()));
     absl::StatusOr<core::Shape> shape = ToShape(t.shape);
     if (!shape.ok()) return shape.status();
+    // As the model's tensors: Adam's moments and masters are finite in a run
+    // that has not diverged; resuming from NaN state only gives NaN.
+    if (const int64_t bad = FirstNonFinite(t.data.data(), *dtype, shape->numel()); bad >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", tensors_path, "': tensor '", t.name, "' holds NaN or inf (element ", bad,
+          "): saved from a run that had diverged; load an earlier step instead"));
+    }
     absl::StatusOr<core::Tensor> out = core::Tensor::empty(*shape, *dtype, core::Stream::cpu());
     if (!out.ok()) return out.status();
     if (!t.data.empty()) std::memcpy(out->raw_data(), t.data.data(), t.data.size());

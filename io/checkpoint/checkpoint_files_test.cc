@@ -161,6 +161,32 @@ TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
   }
 }
 
+// Optimizer state holding NaN or inf (what a diverged run's moments hold) is
+// refused at load, naming the file and the tensor.
+TEST(CheckpointFiles, NonFiniteOptimizerStateIsRefusedAtLoad) {
+  const std::string root = TestRoot("optimizer_nan");
+  CheckpointToSave save;
+  save.step = 1;
+  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
+  const Tensor w = Filled({4}, 1.0f);
+  save.model = {{"w", w, w.shape()}};
+  OptimizerFiles files;
+  files.meta_json = "{}";
+  Tensor m = Filled({4}, 0.5f);
+  m.data<float>()[1] = INFINITY;
+  files.tensors.emplace("state.w.exp_avg", m);
+  files.tensors.emplace("state.w.exp_avg_sq", Filled({4}, 0.25f));
+  save.optimizer = &files;
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<OptimizerFiles> o = LoadOptimizerFiles(*dir);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(o.status().message(), absl::StrCat("'", *dir, "/optimizer.safetensors': tensor "
+                                                                   "'state.w.exp_avg' holds NaN or inf (element 1)")))
+      << o.status();
+}
+
 // trainer_state.json with a step no run reaches, or a data loader state out
 // of range, is refused naming the file and the key; saves refuse such steps.
 TEST(CheckpointFiles, TrainerStateOutOfRangeIsRefusedNamingFileAndKey) {

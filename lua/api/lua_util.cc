@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status/suggest.h"
 
@@ -36,8 +37,11 @@ void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& st
 }
 
 void RaiseEnvironmentError(const absl::Status& status) {
-  // No Lua position: the line that happened to read the variable is not the mistake.
-  throw LuaError{absl::StrCat("environment: ", status.message()), ExitCodeOf(status.code()),
+  // No Lua position: the line that happened to read the variable is not the
+  // mistake. A message that already says so ("environment variable X=...")
+  // gets no "environment: " in front.
+  const bool says_so = absl::StartsWith(status.message(), "environment variable ");
+  throw LuaError{absl::StrCat(says_so ? "" : "environment: ", status.message()), ExitCodeOf(status.code()),
                  /*environment=*/true};
 }
 

@@ -136,6 +136,13 @@ int Llama(lua_State* L) {
     o.fail("from_pretrained", "is empty and nothing else describes the model: name a Hugging Face folder, "
                               "or give a preset or the model's sizes");
   }
+  // Hugging Face's LlamaConfig() is Llama-2-7B: a table with no preset and
+  // no sizes gets that, which a user may not expect of a few lines.
+  if (pretrained.empty() && !o.has("preset") && !o.has("hidden_size") && !o.has("num_hidden_layers") &&
+      GetRuntime(L)->rank.rank == 0) {
+    std::fprintf(stderr, "colossal.model.llama: no preset, from_pretrained, hidden_size or num_hidden_layers: "
+                         "Hugging Face LlamaConfig's defaults, Llama-2-7B's shape (4096 wide, 32 layers)\n");
+  }
   if (pretrained.empty()) {
     config = table_config;
   } else if (!ignored.empty() && GetRuntime(L)->rank.rank == 0) {

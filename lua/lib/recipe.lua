@@ -352,8 +352,10 @@ function recipe.run(t, file, bench)
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
   })
-  model, optimizer, loader, scheduler = call(file, "plugin", r.plugin, booster.boost, booster, model,
-    optimizer, loader, scheduler)
+  -- Boost gives the model its memory: without a plugin, what fails there
+  -- (a model larger than the machine) is the model's.
+  model, optimizer, loader, scheduler = call(file, r.plugin and "plugin" or "model", r.plugin or r.model,
+    booster.boost, booster, model, optimizer, loader, scheduler)
 
   local start = 0
   if ck and ck.resume then

@@ -194,7 +194,7 @@ for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
   (cd "$tmp/straight" && env $vars "$bin" "$tiny" --set steps=8 >"$out" 2>"$err")
   code=$?
   [[ $code == 2 ]] || { echo "FAIL: $vars: exit $code, want 2"; cat "$err"; failures=$((failures + 1)); }
-  expect "$err" "^colossal recipe: environment: .*$(sed 's/[][\\.*^$]/\\&/g' <<<"$message")"
+  expect "$err" "^colossal recipe: environment[: ].*$(sed 's/[][\\.*^$]/\\&/g' <<<"$message")"
   if grep -qE 'device:|tiny_zero\.lua:' "$err"; then
     echo "FAIL: $vars is blamed on the recipe:"; cat "$err"; failures=$((failures + 1))
   fi
