@@ -88,11 +88,8 @@ absl::StatusOr<ForwardResult> RowNorm::run_forward_kernel(core::Context& ctx,
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor x, as_rows(input, channels_, "input"));
   const int64_t rows = x.dim(0);
   if (residual.defined()) {
-    COLOSSAL_RETURN_IF_ERROR(require_device(ctx, residual, "residual"));
-    COLOSSAL_RETURN_IF_ERROR(require_dtype(residual, options_.dtype, "residual"));
-    if (residual.shape() != input.shape()) {
-      return absl::InvalidArgumentError("residual does not match the input's shape");
-    }
+    COLOSSAL_RETURN_IF_ERROR(
+        require_like(ctx, residual, options_.dtype, "residual", input.shape(), "the input's shape"));
     COLOSSAL_ASSIGN_OR_RETURN(*sum, empty(ctx, input.shape(), options_.dtype));
   }
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor weight, weight_.value());
@@ -149,11 +146,8 @@ absl::StatusOr<core::Tensor> RowNorm::run_backward_kernel(core::Context& ctx, Sa
     return absl::InvalidArgumentError("grad_output does not match the forward's input shape");
   }
   if (residual_grad.defined()) {
-    COLOSSAL_RETURN_IF_ERROR(require_device(ctx, residual_grad, "residual_grad"));
-    COLOSSAL_RETURN_IF_ERROR(require_dtype(residual_grad, options_.dtype, "residual_grad"));
-    if (residual_grad.shape() != s->input.shape()) {
-      return absl::InvalidArgumentError("residual_grad does not match the forward's input shape");
-    }
+    COLOSSAL_RETURN_IF_ERROR(require_like(ctx, residual_grad, options_.dtype, "residual_grad", s->input.shape(),
+                                          "the forward's input shape"));
   }
   const int64_t rows = s->rstd.numel();
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor weight, weight_.value());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nn/layers/attention.h"
 #include "nn/layers/block.h"
@@ -188,6 +189,19 @@ TEST_F(LayersTest, NormsFuseTheResidualAdd) {
         const Tensor dr_copy = random({2, 3, 6}, 24, dtype);
         EXPECT_EQ(std::memcmp(dr.raw_data(), dr_copy.raw_data(), dr.nbytes()), 0);
         EXPECT_FALSE(fused->backward_add(*ctx_, *f->normed.saved, dy, Tensor()).ok());
+        // Residuals of another shape are refused, naming both shapes (the
+        // fused kernel's check, or the unfused add's when checkpointed).
+        const Tensor wide = random({2, 3, 7}, 25, dtype);
+        absl::StatusOr<RowNorm::AddResult> bad = fused->forward_add(*ctx_, x, wide);
+        ASSERT_FALSE(bad.ok());
+        EXPECT_TRUE(absl::StrContains(bad.status().message(), "[2, 3, 7]") &&
+                    absl::StrContains(bad.status().message(), "[2, 3, 6]"))
+            << bad.status();
+        absl::StatusOr<Tensor> bad_dx = fused->backward_add(*ctx_, *f->normed.saved, dy, wide);
+        ASSERT_FALSE(bad_dx.ok());
+        EXPECT_TRUE(absl::StrContains(bad_dx.status().message(), "[2, 3, 7]") &&
+                    absl::StrContains(bad_dx.status().message(), "[2, 3, 6]"))
+            << bad_dx.status();
       }
     }
   }
@@ -233,7 +247,8 @@ TEST_F(LayersTest, LinearAndMlpAddTheResidualInTheirGemm) {
       // A residual of another shape is refused, naming it.
       const Tensor wrong = random({2, 3, 6}, 35, dtype);
       absl::StatusOr<ForwardResult> bad = fc.forward_add(*ctx_, x, wrong);
-      EXPECT_FALSE(bad.ok());
+      ASSERT_FALSE(bad.ok());
+      EXPECT_TRUE(absl::StrContains(bad.status().message(), "[2, 3, 6]")) << bad.status();
     }
   }
 }

@@ -121,12 +121,8 @@ absl::StatusOr<ForwardResult> Linear::run_forward(core::Context& ctx, const core
     COLOSSAL_ASSIGN_OR_RETURN(saved->pre_activation, pre.reshape(dims));
     COLOSSAL_ASSIGN_OR_RETURN(y, gelu_forward(ctx, saved->pre_activation));
   } else if (residual.defined()) {
-    COLOSSAL_RETURN_IF_ERROR(require_device(ctx, residual, "residual"));
-    COLOSSAL_RETURN_IF_ERROR(require_dtype(residual, options_.dtype, "residual"));
-    if (residual.shape().dims() != absl::MakeConstSpan(dims)) {
-      return absl::InvalidArgumentError(absl::StrCat("residual ", residual.shape().to_string(),
-                                                     " does not match the output's shape"));
-    }
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Shape out_shape, core::Shape::make(dims));
+    COLOSSAL_RETURN_IF_ERROR(require_like(ctx, residual, options_.dtype, "residual", out_shape, "the output's shape"));
     COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor r, as_rows(residual, local_out(), "residual"));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, {x.dim(0), local_out()}, x.dtype()));
     g.beta = 1.0;

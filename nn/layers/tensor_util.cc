@@ -40,6 +40,15 @@ absl::Status require_dtype(const core::Tensor& x, core::DType dtype, absl::strin
       absl::StrCat(what, " is ", x.to_string(), "; expected dtype ", core::dtype_name(dtype)));
 }
 
+absl::Status require_like(const core::Context& ctx, const core::Tensor& x, core::DType dtype, absl::string_view what,
+                          const core::Shape& like, absl::string_view like_what) {
+  COLOSSAL_RETURN_IF_ERROR(require_device(ctx, x, what));
+  COLOSSAL_RETURN_IF_ERROR(require_dtype(x, dtype, what));
+  if (x.shape() == like) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", x.shape().to_string(), " does not match ", like_what, " ", like.to_string()));
+}
+
 absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
     return absl::InvalidArgumentError(

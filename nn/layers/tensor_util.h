@@ -60,6 +60,12 @@ absl::StatusOr<core::Tensor> as_rows(const core::Tensor& x, int64_t cols, absl::
 // InvalidArgumentError unless `x` has dtype `dtype` (naming `what`).
 absl::Status require_dtype(const core::Tensor& x, core::DType dtype, absl::string_view what);
 
+// InvalidArgumentError (naming `what` and `like_what`) unless `x` is on
+// ctx's device with dtype `dtype` and the shape of `like`: a second operand
+// (a residual, its gradient) checked against the tensor it goes with.
+absl::Status require_like(const core::Context& ctx, const core::Tensor& x, core::DType dtype, absl::string_view what,
+                          const core::Shape& like, absl::string_view like_what);
+
 // A new a + b (same shape and dtype).
 absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b);
 
