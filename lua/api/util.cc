@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/alloc/default_allocator.h"
 #include "core/trace/trace.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
@@ -91,16 +92,26 @@ int Clock(lua_State* L) {
   return 1;
 }
 
-// colossal.memory() -> {allocated, peak, reserved (device bytes), max_rss (host bytes)}
+// colossal.memory() -> {allocated, peak, reserved (device bytes), max_rss (host
+// bytes), pinned, pinned_peak (pinned host bytes: Gemini's host chunks, ZeRO's
+// offloaded state; 0 on the CPU)}. Pinned memory is the driver's mapping, which
+// max_rss does not count.
 int Memory(lua_State* L) {
   std::shared_ptr<Runtime> rt = GetRuntime(L);
   const core::AllocatorStats s = rt->ctx->allocator()->stats();
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
+  core::AllocatorStats pinned;
+  if (rt->device.is_cuda()) {
+    absl::StatusOr<std::shared_ptr<core::Allocator>> a = core::pinned_host_allocator();
+    if (a.ok()) pinned = (*a)->stats();
+  }
   PushNumberTable(L, {{"allocated", static_cast<double>(s.allocated_bytes)},
                       {"peak", static_cast<double>(s.peak_allocated_bytes)},
                       {"reserved", static_cast<double>(s.reserved_bytes)},
-                      {"max_rss", static_cast<double>(usage.ru_maxrss) * 1024.0}});
+                      {"max_rss", static_cast<double>(usage.ru_maxrss) * 1024.0},
+                      {"pinned", static_cast<double>(pinned.allocated_bytes)},
+                      {"pinned_peak", static_cast<double>(pinned.peak_allocated_bytes)}});
   return 1;
 }
 

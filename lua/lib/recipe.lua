@@ -501,11 +501,15 @@ function recipe.run(t, file, bench)
     local tps = tokens_per_step * timed.steps / timed.seconds
     local mfu = peak and flops_per_token * tps / (peak * world) or nil
     local memory = env.device == "cpu" and mem.max_rss or mem.peak
-    print(string.format("bench: %d steps after %d warm-up: %.1f ms/step, %s tokens/s, MFU %s, peak memory %sB (%s, %d x %s)",
+    -- Offloaded state (Gemini's host chunks, ZeRO's cpu_offload) lives in
+    -- pinned host memory: its peak beside the device's.
+    local pinned = mem.pinned_peak > 0
+        and string.format(", pinned host peak %sB", human(mem.pinned_peak)) or ""
+    print(string.format("bench: %d steps after %d warm-up: %.1f ms/step, %s tokens/s, MFU %s, peak memory %sB%s (%s, %d x %s)",
       timed.steps, bench.warmup, ms, human(tps), mfu and string.format("%.1f%%", 100 * mfu) or "-",
-      human(memory), precision, world, where_))
-    print(string.format('{"bench": true, "steps": %d, "ms_per_step": %.3f, "tokens_per_s": %.1f, "mfu": %s, "peak_memory_bytes": %.0f, "world_size": %d}',
-      timed.steps, ms, tps, mfu and string.format("%.4f", mfu) or "null", memory, world))
+      human(memory), pinned, precision, world, where_))
+    print(string.format('{"bench": true, "steps": %d, "ms_per_step": %.3f, "tokens_per_s": %.1f, "mfu": %s, "peak_memory_bytes": %.0f, "pinned_peak_bytes": %.0f, "world_size": %d}',
+      timed.steps, ms, tps, mfu and string.format("%.4f", mfu) or "null", memory, mem.pinned_peak, world))
   end
   -- Every rank generates (the same tokens, from the same seed): a plugin that
   -- splits or shards the model runs collectives in each forward. Rank 0 prints.

@@ -245,7 +245,8 @@ train "$tmp/killed" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" --set
 # colossal bench: warm-up, timed steps, a summary and a JSON line; nothing saved.
 train "$tmp/bench" 0 bench "$tiny" --steps 2 --warmup 1 &&
   expect "$out" '^bench: 2 steps after 1 warm-up: [0-9.]+ ms/step, [0-9.]+k? tokens/s, MFU -, peak memory ' &&
-  expect "$out" '^\{"bench": true, "steps": 2, "ms_per_step": [0-9.]+, "tokens_per_s": [0-9.]+, "mfu": null, '
+  expect "$out" '^\{"bench": true, "steps": 2, "ms_per_step": [0-9.]+, "tokens_per_s": [0-9.]+, "mfu": null, ' &&
+  expect "$out" '"pinned_peak_bytes": 0, "world_size": 1\}$'
 [[ ! -d "$tmp/bench/checkpoints" ]] || { echo "FAIL: bench wrote checkpoints"; failures=$((failures + 1)); }
 run_cli 2 bench && expect "$err" '^colossal bench: wants exactly one recipe'
 # bench --trace: the first timed step as Chrome trace JSON, one file per rank,
