@@ -81,12 +81,13 @@
 // is taken on the device before its download). Under gradient accumulation a
 // host chunk's parts are summed on the device when it has room
 // (device_grad_accumulation) and cross once, at the step; else each crosses
-// and is added on the host. Per parameter: 14 bytes for a
-// bfloat16 model (value 2, the float32 master's low half 2 — the value is its
-// high half, kernels/adam split_master.h —, moments 8, gradient 2), 16 for
-// float16 (a whole float32 master), wherever the shard lives, divided by the
-// group, plus the gathered chunks and their gradients while in use. One rank keeps each chunk whole: the gathered chunk is the
-// shard and the backward accumulates into the gradient shard directly.
+// and is added on the host. Per parameter: 14 bytes for a bfloat16 model
+// (value 2, the float32 master's low half 2 — the value is its high half,
+// kernels/adam split_master.h —, moments 8, gradient 2), 16 for float16 (a
+// whole float32 master), wherever the shard lives, divided by the group, plus
+// the gathered chunks and their gradients while in use. One rank keeps each
+// chunk whole: the gathered chunk is the shard and the backward accumulates
+// into the gradient shard directly.
 //
 // Limits (errors at materialize / boost): one parameter dtype; the CPU path
 // trains float32; Adam-family optimizers over declared parameters
