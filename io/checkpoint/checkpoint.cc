@@ -59,16 +59,13 @@ absl::StatusOr<core::Tensor> OnHost(const core::Tensor& t) {
 
 absl::StatusOr<core::Shape> ToShape(const std::vector<int64_t>& dims) { return core::Shape::make(dims); }
 
-// OK for a step in [0, kMaxCheckpointStep]; else `subject` (what names the
-// step, e.g. "SaveCheckpoint: step") must be in that range. Saves and loads
-// share it, so no step is written that a load would refuse.
+}  // namespace
+
 absl::Status CheckStepRange(int64_t step, absl::string_view subject) {
   if (step >= 0 && step <= kMaxCheckpointStep) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat(subject, " must be in [0, 2^40 = ", kMaxCheckpointStep, "], got ", step));
 }
-
-}  // namespace
 
 // ---- trainer_state.json ----------------------------------------------------
 

@@ -63,6 +63,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "core/context/context.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/shape.h"
@@ -76,6 +77,12 @@ namespace colossal::io {
 // would take 35 years, so a step past it is a damaged file (or a broken
 // caller), never a run. Saves and loads refuse it.
 inline constexpr int64_t kMaxCheckpointStep = int64_t{1} << 40;
+
+// OK for a step in [0, kMaxCheckpointStep]; else InvalidArgumentError saying
+// `subject` (what names the step, e.g. "SaveCheckpoint: step") must be in
+// that range. Saves and loads share it, so no step is written that a load
+// would refuse; a saved schedule's step count is held to the same range.
+absl::Status CheckStepRange(int64_t step, absl::string_view subject);
 
 // The small state of a training run, saved as trainer_state.json. Absent
 // parts are left out of the file and read back as nullopt / no entry.

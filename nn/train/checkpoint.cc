@@ -84,6 +84,10 @@ absl::StatusOr<TrainerState> LoadTrainerState(const std::string& dir) {
   if (auto it = t.sections.find(kLrScheduler); it != t.sections.end()) {
     absl::StatusOr<LrSchedulerState> v = lr_scheduler_state_from_json(it->second);
     if (!v.ok()) return section_error(path, kLrScheduler, v.status());
+    // The schedule steps once per optimizer step: no run gets further.
+    if (absl::Status r = io::CheckStepRange(v->step, "\"step\""); !r.ok()) {
+      return section_error(path, kLrScheduler, r);
+    }
     out.lr_scheduler = *v;
   }
   if (auto it = t.sections.find(kLossScaler); it != t.sections.end()) {

@@ -173,6 +173,16 @@ TEST(Checkpoint, UsageExampleRoundTripIsBitExact) {
   absl::StatusOr<nn::GPT2Config> c = ReadGPT2Config(*resolved);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->n_layer, 2);
+
+  // A schedule's saved step past any run's is refused, naming file and key.
+  const std::string state_path = *resolved + "/trainer_state.json";
+  ASSERT_TRUE(WriteFileAtomically(state_path, "{\"step\": 100, \"lr_scheduler\": {\"step\": 2199023255553}}").ok());
+  ts = LoadTrainerState(*resolved);
+  ASSERT_FALSE(ts.ok());
+  EXPECT_EQ(ts.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(ts.status().message(), "trainer_state.json: 'lr_scheduler': \"step\" must be in "
+                                                       "[0, 2^40 = 1099511627776], got 2199023255553"))
+      << ts.status();
   EXPECT_EQ(c->n_embd, 8);
   EXPECT_EQ(c->vocab_size, 11);
   EXPECT_EQ(c->max_seq_len, 4);
