@@ -242,10 +242,11 @@ COLOSSAL_AVX2 inline __m256 join8(const uint16_t* hi, const int16_t* lo) {
   return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(h, 16), l));
 }
 
-// The low 16 bits of each 32-bit lane, in order (values that fit: no saturation).
-COLOSSAL_AVX2 inline __m128i low_halves8(__m256i x, bool is_signed) {
-  const __m256i packed = is_signed ? _mm256_packs_epi32(x, x) : _mm256_packus_epi32(x, x);
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+// The low 16 bits of each 32-bit lane, in order: a truncation, as the scalar
+// cast and AVX-512's vpmovdw (masked first, so the unsigned pack never saturates).
+COLOSSAL_AVX2 inline __m128i low_halves8(__m256i x) {
+  const __m256i low = _mm256_and_si256(x, _mm256_set1_epi32(0xffff));
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(low, low), 0x08));
 }
 
 COLOSSAL_AVX2 inline void split8(__m256 p, uint16_t* hi, int16_t* lo) {
@@ -256,8 +257,8 @@ COLOSSAL_AVX2 inline void split8(__m256 p, uint16_t* hi, int16_t* lo) {
   const __m256i quiet = _mm256_or_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(0x40));
   h = _mm256_blendv_epi8(h, quiet, nan);
   const __m256i l = _mm256_sub_epi32(bits, _mm256_slli_epi32(h, 16));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), low_halves8(h, false));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), low_halves8(l, true));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi), low_halves8(h));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo), low_halves8(l));
 }
 
 template <typename G>

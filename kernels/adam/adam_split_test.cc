@@ -191,6 +191,44 @@ TEST(AdamSplitCpuTest, EveryIsaIsTheFloatMasterStepBitForBit) {
   }
 }
 
+// Masters that are NaN (quiet and signalling, either sign) or inf come out of
+// the step with the same halves on every ISA: the SIMD splits truncate lo as
+// the scalar one does, whatever the lane holds.
+TEST(AdamSplitCpuTest, NonFiniteMastersGiveTheSameHalvesOnEveryIsa) {
+  const int64_t n = 64;
+  Case base(n, 0, DType::kF32, 41);
+  const uint32_t specials[] = {0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffc12345u, 0x7fbfffffu,
+                               0x7f800000u, 0xff800000u, 0x7fff8000u};
+  std::vector<float> p = base.p;
+  for (int64_t i = 0; i < n; i += 3) p[i] = float_of(specials[(i / 3) % 8]);
+  base.fill_grads(DType::kF32, 42, 1.0f);
+  std::vector<uint16_t> want_hi;
+  std::vector<int16_t> want_lo;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (!cpu_isa_available(isa)) continue;
+    std::vector<uint16_t> hi(n);
+    std::vector<int16_t> lo(n);
+    ASSERT_TRUE(split_master_cpu(p.data(), hi.data(), lo.data(), n).ok());
+    std::vector<float> m = base.m, v = base.v;
+    AdamCpuOptions cpu;
+    cpu.isa = isa;
+    ASSERT_TRUE(adam_step_split_cpu(hi.data(), lo.data(), m.data(), v.data(), base.g.data(), nullptr, n,
+                                    DType::kF32, options_for(1, true, 1.0f), cpu)
+                    .ok());
+    for (int64_t i = 0; i < n; i += 3) {
+      const uint32_t joined = join_master_bits(hi[i], lo[i]);
+      EXPECT_EQ(is_nan_bits(joined), is_nan_bits(specials[(i / 3) % 8])) << cpu_isa_name(isa) << " " << i;
+    }
+    if (want_hi.empty()) {
+      want_hi = hi;
+      want_lo = lo;
+      continue;
+    }
+    EXPECT_EQ(hi, want_hi) << cpu_isa_name(isa);
+    EXPECT_EQ(lo, want_lo) << cpu_isa_name(isa);
+  }
+}
+
 TEST(AdamSplitCpuTest, FoundInfSkipsAndBadArgumentsAreRefused) {
   Case c(100, 0, DType::kF32, 5);
   c.fill_grads(DType::kF32, 6, 1.0f);
