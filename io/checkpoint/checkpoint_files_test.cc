@@ -134,15 +134,21 @@ TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
   }
 }
 
-// A model file written by an older version, which saved diverged runs: the
-// load refuses it naming the tensor and its file, before copying anything.
-TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
-  const std::string root = TestRoot("load_nan");
+// Step 1 of a float32 model of one tensor "w" of four ones.
+CheckpointToSave OneTensorStep() {
   CheckpointToSave save;
   save.step = 1;
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
   const Tensor w = Filled({4}, 1.0f);
   save.model = {{"w", w, w.shape()}};
+  return save;
+}
+
+// A model file written by an older version, which saved diverged runs: the
+// load refuses it naming the tensor and its file, before copying anything.
+TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
+  const std::string root = TestRoot("load_nan");
+  const CheckpointToSave save = OneTensorStep();
   absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
   ASSERT_TRUE(dir.ok()) << dir.status();
   for (float bad : {std::nanf(""), -INFINITY}) {
@@ -165,11 +171,7 @@ TEST(CheckpointFiles, NonFiniteModelIsRefusedAtLoadNamingTensorAndFile) {
 // refused at load, naming the file and the tensor.
 TEST(CheckpointFiles, NonFiniteOptimizerStateIsRefusedAtLoad) {
   const std::string root = TestRoot("optimizer_nan");
-  CheckpointToSave save;
-  save.step = 1;
-  save.config_json = "{\"torch_dtype\": \"float32\"}\n";
-  const Tensor w = Filled({4}, 1.0f);
-  save.model = {{"w", w, w.shape()}};
+  CheckpointToSave save = OneTensorStep();
   OptimizerFiles files;
   files.meta_json = "{}";
   Tensor m = Filled({4}, 0.5f);

@@ -76,19 +76,18 @@ TEST(SplitMasterTest, HalvesHoldEveryFloatAndHiIsTheNearestBfloat16) {
   }
 }
 
-TEST(SplitMasterTest, ArraysRoundTripOnTheCpu) {
-  const std::vector<uint32_t> pats = test_patterns();
-  const int64_t n = static_cast<int64_t>(pats.size());
-  std::vector<float> master(n), back(n);
-  for (int64_t i = 0; i < n; ++i) master[i] = float_of(pats[i]);
-  std::vector<uint16_t> hi(n);
-  std::vector<int16_t> lo(n);
-  testing::poison(hi.data(), n * 2);
-  testing::poison(lo.data(), n * 2);
-  testing::poison(back.data(), n * 4);
-  ASSERT_TRUE(split_master_cpu(master.data(), hi.data(), lo.data(), n).ok());
-  ASSERT_TRUE(join_master_cpu(hi.data(), lo.data(), back.data(), n).ok());
-  for (int64_t i = 0; i < n; ++i) {
+// The floats of the bit patterns.
+std::vector<float> floats_of(const std::vector<uint32_t>& pats) {
+  std::vector<float> out(pats.size());
+  for (size_t i = 0; i < pats.size(); ++i) out[i] = float_of(pats[i]);
+  return out;
+}
+
+// An array conversion's results: hi and lo as split_master_bits makes them,
+// and `back` (joined again) the pattern itself, NaNs aside.
+void expect_halves_of(const std::vector<uint32_t>& pats, const std::vector<uint16_t>& hi,
+                      const std::vector<int16_t>& lo, const std::vector<float>& back) {
+  for (size_t i = 0; i < pats.size(); ++i) {
     uint16_t h;
     int16_t l;
     split_master_bits(pats[i], &h, &l);
@@ -98,6 +97,20 @@ TEST(SplitMasterTest, ArraysRoundTripOnTheCpu) {
       ASSERT_EQ(bits_of(back[i]), pats[i]) << i;
     }
   }
+}
+
+TEST(SplitMasterTest, ArraysRoundTripOnTheCpu) {
+  const std::vector<uint32_t> pats = test_patterns();
+  const int64_t n = static_cast<int64_t>(pats.size());
+  std::vector<float> master = floats_of(pats), back(n);
+  std::vector<uint16_t> hi(n);
+  std::vector<int16_t> lo(n);
+  testing::poison(hi.data(), n * 2);
+  testing::poison(lo.data(), n * 2);
+  testing::poison(back.data(), n * 4);
+  ASSERT_TRUE(split_master_cpu(master.data(), hi.data(), lo.data(), n).ok());
+  ASSERT_TRUE(join_master_cpu(hi.data(), lo.data(), back.data(), n).ok());
+  ASSERT_NO_FATAL_FAILURE(expect_halves_of(pats, hi, lo, back));
   EXPECT_FALSE(split_master_cpu(master.data(), hi.data(), lo.data(), -1).ok());
   EXPECT_FALSE(join_master_cpu(nullptr, lo.data(), back.data(), 4).ok());
   EXPECT_TRUE(join_master_cpu(nullptr, nullptr, nullptr, 0).ok());
@@ -343,8 +356,7 @@ TEST(AdamSplitCudaTest, KernelAndConversionsAreTheCpuBitForBit) {
   {
     const std::vector<uint32_t> pats = test_patterns();
     const int64_t n = static_cast<int64_t>(pats.size());
-    std::vector<float> master(n);
-    for (int64_t i = 0; i < n; ++i) master[i] = float_of(pats[i]);
+    const std::vector<float> master = floats_of(pats);
     Dev<float> dm(n), back(n);
     Dev<uint16_t> hi(n);
     Dev<int16_t> lo(n);
@@ -358,16 +370,7 @@ TEST(AdamSplitCudaTest, KernelAndConversionsAreTheCpuBitForBit) {
     CUDA_OK(hi.down(h.data()));
     CUDA_OK(lo.down(l.data()));
     CUDA_OK(back.down(b.data()));
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t eh;
-      int16_t el;
-      split_master_bits(pats[i], &eh, &el);
-      ASSERT_EQ(h[i], eh) << i;
-      ASSERT_EQ(l[i], el) << i;
-      if (!is_nan_bits(pats[i])) {
-        ASSERT_EQ(bits_of(b[i]), pats[i]) << i;
-      }
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_halves_of(pats, h, l, b));
   }
 #endif
 }
