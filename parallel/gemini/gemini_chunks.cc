@@ -228,11 +228,8 @@ absl::Status GeminiPlugin::State::move_chunk(int c, bool to_device) {
   retire_downloads(/*wait=*/true);  // no gradient copy may land in the old tier
   COLOSSAL_RETURN_IF_ERROR(await_fold(c));
   drop_device_sum(k);  // its last sum is in grad (the update waited for the download)
-  if (k.prefetched.defined()) {
-    k.prefetch_ready->wait(stream);
-    k.prefetched = core::Tensor();
-    release_bytes(k.shard_size * esize());
-  }
+  drop_handover(k);
+  drop_prefetched(k);
   if (to_device) {
     COLOSSAL_RETURN_IF_ERROR(reserve(shard_bytes(k), c, absl::StrCat("chunk ", c)));
   } else {
@@ -390,6 +387,7 @@ absl::Status GeminiPlugin::State::prefetch_ahead() {
     // Not updated yet: nor are the chunks after it (the update follows this
     // order); the next access tries again.
     if (!updater.ready(c)) break;
+    adopt_handover(k);
     if (k.prefetched.defined()) continue;
     if (device_used + k.shard_size * esize() > device_limit()) break;  // gather copies it then
     COLOSSAL_RETURN_IF_ERROR(copy_in_ahead(k));
@@ -428,6 +426,7 @@ absl::Status GeminiPlugin::State::gather_ahead(int c) {
   // The values the last step wrote: every rank waits (host updates), so
   // every rank issues this gather here.
   COLOSSAL_RETURN_IF_ERROR(await_update(c));
+  adopt_handover(k);
   const int64_t n = k.spec.numel * esize();
   device_used += n;  // counted, never refused: refusing would differ between ranks
   device_peak = std::max(device_peak, device_used);
@@ -460,21 +459,101 @@ absl::Status GeminiPlugin::State::settle_gather(GeminiChunk& k, int c) {
   comm::WorkPtr work = std::move(k.gathering);
   k.gathering = nullptr;
   COLOSSAL_RETURN_IF_ERROR(finish(work, absl::StrCat("gemini: gathering chunk ", c)));
-  if (k.prefetched.defined()) {  // the host shard it read (the stream waited for the gather)
-    k.prefetched = core::Tensor();
-    release_bytes(k.shard_size * esize());
-  }
+  drop_prefetched(k);  // the host shard it read (the stream waited for the gather)
   return set_views(c);
 }
 
 void GeminiPlugin::State::drop_prefetches() {
-  for (GeminiChunk& k : chunks) {
-    if (!k.prefetched.defined()) continue;
-    k.prefetch_ready->wait(stream);  // the copy finishes before the memory is reused
-    k.prefetched = core::Tensor();
-    release_bytes(k.shard_size * esize());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    GeminiChunk& k = chunks[c];
+    // A chunk still updating may yet hand values over; they go at its use or
+    // at the next settle().
+    if (updater.ready(static_cast<int>(c))) drop_handover(k);
+    drop_prefetched(k);
   }
   if (copy_stream.has_value()) copy_stream->get().synchronize();
+}
+
+void GeminiPlugin::State::drop_prefetched(GeminiChunk& k) {
+  if (!k.prefetched.defined()) return;
+  k.prefetch_ready->wait(stream);  // the copy in finishes before the memory is reused
+  k.prefetched = core::Tensor();
+  if (k.prefetch_slot < 0) {
+    release_bytes(k.shard_size * esize());
+    return;
+  }
+  absl::StatusOr<core::Event> read = core::Event::create(stream.device());
+  if (read.ok()) read->record(stream);
+  // Without an event (the device failed) the slot stays busy: never reused.
+  if (read.ok()) give_back_slot(k.prefetch_slot, std::make_shared<core::Event>(*std::move(read)));
+  k.prefetch_slot = -1;
+}
+
+void GeminiPlugin::State::adopt_handover(GeminiChunk& k) {
+  if (k.handed_slot < 0) return;
+  if (k.prefetched.defined()) {  // cannot happen: a copy in waits for the update
+    drop_handover(k);
+    return;
+  }
+  absl::StatusOr<core::Tensor> view = value_slots[k.handed_slot].buffer.slice(0, k.shard_size);
+  if (!view.ok()) {  // cannot happen: the slot holds the largest host shard
+    drop_handover(k);
+    return;
+  }
+  k.prefetched = *std::move(view);
+  k.prefetch_ready = std::move(k.handed_ready);
+  k.prefetch_slot = k.handed_slot;
+  k.handed_slot = -1;
+}
+
+void GeminiPlugin::State::drop_handover(GeminiChunk& k) {
+  if (k.handed_slot < 0) return;
+  give_back_slot(k.handed_slot, std::move(k.handed_ready));  // no reader: free once written
+  k.handed_slot = -1;
+}
+
+absl::Status GeminiPlugin::State::settle() {
+  absl::Status s = updater.wait_all();
+  for (GeminiChunk& k : chunks) drop_handover(k);
+  return s;
+}
+
+absl::Status GeminiPlugin::State::ensure_value_slots() {
+  if (value_slots_tried || !cuda) return absl::OkStatus();
+  value_slots_tried = true;
+  int64_t largest = 0;
+  for (const GeminiChunk& k : chunks) {
+    if (host_updated(k)) largest = std::max(largest, k.shard_size);
+  }
+  // Two: one the forward reads while the lane fills the other (the lane
+  // keeps at most one chunk ahead of the forward's use without stalling).
+  constexpr int kSlots = 3;
+  const int64_t bytes = kSlots * largest * esize();
+  if (largest == 0 || device_used + bytes > device_limit()) return absl::OkStatus();
+  value_slots.resize(kSlots);
+  for (ValueSlot& slot : value_slots) {
+    COLOSSAL_ASSIGN_OR_RETURN(slot.buffer, core::Tensor::empty({largest}, dtype, stream));
+  }
+  device_used += bytes;
+  device_peak = std::max(device_peak, device_used);
+  return absl::OkStatus();
+}
+
+int GeminiPlugin::State::take_value_slot() {
+  std::lock_guard<std::mutex> lock(slots_mu);
+  for (size_t i = 0; i < value_slots.size(); ++i) {
+    ValueSlot& slot = value_slots[i];
+    if (slot.busy || (slot.free_at != nullptr && !slot.free_at->query())) continue;
+    slot.busy = true;
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void GeminiPlugin::State::give_back_slot(int slot, std::shared_ptr<core::Event> free_at) {
+  std::lock_guard<std::mutex> lock(slots_mu);
+  value_slots[slot].free_at = std::move(free_at);
+  value_slots[slot].busy = false;
 }
 
 absl::Status GeminiPlugin::State::gather(int c) {
@@ -482,6 +561,7 @@ absl::Status GeminiPlugin::State::gather(int c) {
   std::optional<core::trace::Span> span;  // at its use: what the compute stream waits for
   if (core::trace::enabled()) span.emplace("gemini", absl::StrCat("gather chunk ", c), &stream);
   COLOSSAL_RETURN_IF_ERROR(await_update(c));  // the values the last step wrote
+  adopt_handover(k);  // the GPU's lane left them on the device
   if (full_is_value(k)) {
     k.full = k.value;
     return set_views(c);
@@ -493,8 +573,7 @@ absl::Status GeminiPlugin::State::gather(int c) {
     if (k.prefetched.defined()) {
       k.prefetch_ready->wait(stream);
       COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.prefetched, stream));
-      k.prefetched = core::Tensor();
-      release_bytes(k.shard_size * esize());
+      drop_prefetched(k);
     } else {
       COLOSSAL_RETURN_IF_ERROR(k.full.copy_from(k.value, stream));
     }
@@ -504,12 +583,11 @@ absl::Status GeminiPlugin::State::gather(int c) {
   if (k.prefetched.defined()) {  // copied in ahead (prefetch_ahead)
     k.prefetch_ready->wait(stream);
     src = k.prefetched;
-    k.prefetched = core::Tensor();
-    release_bytes(k.shard_size * esize());
   } else if (cuda && !k.on_device) {  // the 16-bit shard crosses PCIe, then the gather
     COLOSSAL_ASSIGN_OR_RETURN(src, k.value.to(stream.device(), stream));
   }
   COLOSSAL_RETURN_IF_ERROR(finish(pg->all_gather(k.full, src, collective()), what));
+  drop_prefetched(k);  // after the gather that reads it (a value slot is reused then)
   ++gathers;
   return set_views(c);
 }

@@ -102,7 +102,8 @@ struct GpuRun {
   std::vector<char> skipped;
   std::vector<float> weights;  // float32 copy of the final weights
   int on_device = 0, chunks = 0;
-  int64_t gpu_host_updates = 0, device_sum_steps = 0, gathers_ahead = 0, copies_ahead = 0;
+  int64_t gpu_host_updates = 0, gpu_value_handovers = 0, device_sum_steps = 0, gathers_ahead = 0,
+          copies_ahead = 0;
   nn::OptimizerStateDict optimizer;
   std::optional<nn::ParameterStore> model;
 };
@@ -245,6 +246,7 @@ void gpu_rank_run(const GpuSpec& spec, int rank, int port, GpuRun* out) {
     out->on_device = gemini->chunks_on_device();
     out->chunks = static_cast<int>(gemini->layout().chunks.size());
     out->gpu_host_updates = gemini->gpu_host_updates();
+    out->gpu_value_handovers = gemini->gpu_value_handovers();
     out->device_sum_steps = gemini->device_sum_steps();
     out->gathers_ahead = gemini->gathers_ahead();
     out->copies_ahead = gemini->copies_ahead();
@@ -359,23 +361,35 @@ INSTANTIATE_TEST_SUITE_P(
 // CPU Adam's results bitwise (the CUDA and CPU Adam are bit-identical), and
 // it does take chunks; launched in slices of an odd size, so slice edges fall
 // inside the parameters and off the kernel's vector alignment, and the last
-// slice of a piece is short.
+// slice of a piece is short. Its chunks' values are updated in the value
+// slots and used there by the next forward (handovers), with and without
+// max_prefetch's copies ahead; with one micro-batch a step it reads the
+// gradients kept on the device from the second step on, with two their sums.
 TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
   COLOSSAL_REQUIRE_GPU();
-  GpuSpec a;
-  a.dtype = DType::kBF16;
-  a.gemini = gpu_chunks("cpu");
-  a.gemini.gpu_shares_host_adam = false;
-  const std::vector<GpuRun> cpu_alone = run_gpu(a);
-  a.gemini.gpu_shares_host_adam = true;
-  a.gemini.gpu_host_adam_slice = 1001;
-  const std::vector<GpuRun> shared = run_gpu(a);
-  ASSERT_TRUE(cpu_alone[0].done && shared[0].done);
-  EXPECT_EQ(cpu_alone[0].gpu_host_updates, 0);
-  EXPECT_GT(shared[0].gpu_host_updates, 0);
-  EXPECT_EQ(shared[0].loss, cpu_alone[0].loss);
-  EXPECT_EQ(shared[0].weights, cpu_alone[0].weights);
-  testing::expect_same_tensors(shared[0].optimizer, cpu_alone[0].optimizer);
+  for (int micro : {1, 2}) {
+    for (int prefetch : {0, 2}) {
+      const std::string what = absl::StrCat(micro, " micro-batches, max_prefetch ", prefetch);
+      GpuSpec a;
+      a.dtype = DType::kBF16;
+      a.micro = micro;
+      a.gemini = gpu_chunks("cpu");
+      a.gemini.max_prefetch = prefetch;
+      a.gemini.gpu_shares_host_adam = false;
+      const std::vector<GpuRun> cpu_alone = run_gpu(a);
+      a.gemini.gpu_shares_host_adam = true;
+      a.gemini.gpu_host_adam_slice = 1001;
+      const std::vector<GpuRun> shared = run_gpu(a);
+      ASSERT_TRUE(cpu_alone[0].done && shared[0].done) << what;
+      EXPECT_EQ(cpu_alone[0].gpu_host_updates, 0) << what;
+      EXPECT_GT(shared[0].gpu_host_updates, 0) << what;
+      EXPECT_GT(shared[0].gpu_value_handovers, 0) << what;
+      EXPECT_EQ(shared[0].device_sum_steps, a.steps - 1) << what;  // the first step decides nothing
+      EXPECT_EQ(shared[0].loss, cpu_alone[0].loss) << what;
+      EXPECT_EQ(shared[0].weights, cpu_alone[0].weights) << what;
+      testing::expect_same_tensors(shared[0].optimizer, cpu_alone[0].optimizer);
+    }
+  }
 }
 
 // Host chunks' gradients summed on the device over a step's micro-batches

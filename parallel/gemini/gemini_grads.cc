@@ -95,6 +95,21 @@ void GeminiPlugin::State::retire_downloads(bool wait) {
   }
 }
 
+absl::StatusOr<std::shared_ptr<core::Event>> GeminiPlugin::State::download(int c, const core::Tensor& src,
+                                                                            core::Tensor dst) {
+  COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
+  const core::Stream gs = grad_stream->get();
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced, core::Event::create(stream.device()));
+  reduced.record(stream);
+  reduced.wait(gs);
+  std::optional<core::trace::Span> span;
+  if (core::trace::enabled()) span.emplace("gemini", absl::StrCat("download chunk ", c, " gradients"), &gs);
+  COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, gs));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(stream.device()));
+  landed.record(gs);
+  return std::make_shared<core::Event>(std::move(landed));
+}
+
 absl::Status GeminiPlugin::State::ensure_grad_stream() {
   if (grad_stream.has_value()) return absl::OkStatus();
   COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream gs, core::OwnedStream::create(stream.device()));
@@ -114,12 +129,18 @@ void GeminiPlugin::State::drop_device_sum(GeminiChunk& k) {
   k.device_sum = core::Tensor();
   k.device_sum_bytes = 0;
   k.sum_pending = false;
+  k.sum_current = false;
 }
 
 absl::Status GeminiPlugin::State::choose_sum_on_device() {
   if (backwards > 0) last_step_backwards = backwards;
   backwards = 0;
-  bool want = options.device_grad_accumulation && cuda && last_step_backwards > 1 &&
+  // One backward a step: the sums serve the GPU's share of host Adam, which
+  // reads them where they are instead of the downloaded copy through PCIe
+  // (not under auto, whose device memory holds chunks instead).
+  const bool for_gpu_share = last_step_backwards == 1 && options.gpu_shares_host_adam &&
+                             options.placement_policy != "auto";
+  bool want = options.device_grad_accumulation && cuda && (last_step_backwards > 1 || for_gpu_share) &&
               !placement_changed && evictions == evictions_at_zero_grad;
   int64_t sums = 0, held = 0;  // bytes of every host chunk's sum; those allocated now
   for (const GeminiChunk& k : chunks) {
@@ -320,6 +341,15 @@ absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {
           device_peak = std::max(device_peak, device_used);
         }
         k.device_sum = std::move(mine);
+        k.sum_current = true;
+        if (last_step_backwards == 1) {
+          // One micro-batch expected: the sum crosses now, beside the
+          // backward, as a download would (a later part adds to the sum after
+          // this copy, on the same stream, and the step downloads it again).
+          COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Event> landed, download(c, k.device_sum, k.grad));
+          downloads.push_back({core::Tensor(), 0, std::move(landed)});  // the step waits for it
+          return reduced();
+        }
       } else {
         const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
         COLOSSAL_RETURN_IF_ERROR(add_to_device_sum(c, std::move(mine), counted));
@@ -328,27 +358,13 @@ absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {
       k.sum_pending = true;
       return reduced();
     }
-    COLOSSAL_RETURN_IF_ERROR(ensure_grad_stream());
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event reduced_event, core::Event::create(stream.device()));
-    reduced_event.record(stream);
-    reduced_event.wait(grad_stream->get());
-    std::optional<core::trace::Span> span;
-    if (core::trace::enabled()) {
-      span.emplace("gemini", absl::StrCat("download chunk ", c, " gradients"), &grad_stream->get());
-    }
     if (first) {
       COLOSSAL_RETURN_IF_ERROR(norm_before_download(c, mine));
-      COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(mine, grad_stream->get()));
-    } else {
-      if (!k.staging.defined()) {  // no zeros: the download overwrites it
-        COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
-        COLOSSAL_ASSIGN_OR_RETURN(k.staging, core::Tensor::empty({k.shard_size}, dtype, stream, pinned));
-      }
-      COLOSSAL_RETURN_IF_ERROR(k.staging.copy_from(mine, grad_stream->get()));
+    } else if (!k.staging.defined()) {  // no zeros: the download overwrites it
+      COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Allocator> pinned, core::pinned_host_allocator());
+      COLOSSAL_ASSIGN_OR_RETURN(k.staging, core::Tensor::empty({k.shard_size}, dtype, stream, pinned));
     }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Event event, core::Event::create(stream.device()));
-    event.record(grad_stream->get());
-    auto landed = std::make_shared<core::Event>(std::move(event));
+    COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Event> landed, download(c, mine, first ? k.grad : k.staging));
     if (!first) COLOSSAL_RETURN_IF_ERROR(queue_fold(c, landed));
     const int64_t counted = source_is_full ? k.spec.numel * esize() : 0;
     downloads.push_back({std::move(part), counted, std::move(landed)});

@@ -80,6 +80,7 @@ int64_t GeminiPlugin::gathers_ahead() const { return state_->gathers_ahead; }
 int64_t GeminiPlugin::copies_ahead() const { return state_->copies_ahead; }
 int64_t GeminiPlugin::evictions() const { return state_->evictions; }
 int64_t GeminiPlugin::gpu_host_updates() const { return state_->gpu_host_updates.load(); }
+int64_t GeminiPlugin::gpu_value_handovers() const { return state_->value_handovers.load(); }
 int64_t GeminiPlugin::device_sum_steps() const { return state_->device_sum_steps; }
 int GeminiPlugin::chunks_on_device() const {
   int n = 0;
@@ -359,6 +360,7 @@ absl::Status GeminiPlugin::zero_grad() {
     k.norm_on_device = false;
     k.norm_from_fold = false;
     k.sum_pending = false;
+    k.sum_current = false;
   }
   return s.choose_sum_on_device();
 }

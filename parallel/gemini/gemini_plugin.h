@@ -144,7 +144,12 @@ struct GeminiOptions {
   // setting): a second worker has the CUDA Adam kernel update a chunk's pinned
   // host state in place over PCIe while CPU Adam updates another; each takes
   // the next chunk of the queue as it finishes, so the split follows their
-  // speeds. Results are bitwise those of CPU Adam alone. false: CPU Adam alone.
+  // speeds. Its chunks' 16-bit values are updated in one of three device
+  // buffers of a host shard each (when the device has room) and copied back,
+  // and the next forward uses them there instead of copying them in; their
+  // gradients are read on the device when the step's sums are kept there
+  // (device_grad_accumulation). Results are bitwise those of CPU Adam alone.
+  // false: CPU Adam alone.
   bool gpu_shares_host_adam = true;
   // Elements of one launch of that share (> 0): the launches are kept small
   // so the next forward's kernels get SMs between them (gemini_step.cc). Not
@@ -154,9 +159,12 @@ struct GeminiOptions {
   // gradients are summed over the micro-batches of a step on the device and
   // cross PCIe once, at the step, while the updates run — instead of each
   // micro-batch's part crossing and being added on the host. Used for a step
-  // when the last step ran several backwards and its device memory peak
-  // plus the sums (2 bytes a host parameter, 16-bit) fit the capacity; the
-  // results are bitwise the same either way. false: always on the host.
+  // when the last step ran several backwards (or one, with
+  // gpu_shares_host_adam, outside auto: the gradients then cross during the
+  // backward as well, and the GPU's share reads them on the device) and its
+  // device memory peak plus the sums (2 bytes a host parameter, 16-bit) fit
+  // the capacity; the results are bitwise the same either way. false: always
+  // on the host.
   bool device_grad_accumulation = true;
   // Chunks of the recorded order brought in this many chunks ahead of their
   // use (Colossal-AI's max_prefetch; 0: at use): with W > 1 sharded chunks
@@ -229,6 +237,9 @@ class GeminiPlugin : public Plugin {
   int64_t evictions() const;
   // Host chunks' Adam updates the GPU ran (gpu_shares_host_adam) since materialize.
   int64_t gpu_host_updates() const;
+  // Of those, the updates that left the chunk's new 16-bit values on the
+  // device for the next forward (no copy in).
+  int64_t gpu_value_handovers() const;
   // Steps whose host chunks' gradients were summed on the device
   // (device_grad_accumulation) since materialize.
   int64_t device_sum_steps() const;

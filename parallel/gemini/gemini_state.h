@@ -10,6 +10,7 @@
 #include <deque>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,10 +81,19 @@ struct GeminiChunk {
   core::Tensor device_sum;
   int64_t device_sum_bytes = 0;
   bool sum_pending = false;  // device_sum holds this step's gradients, not yet in grad
+  bool sum_current = false;  // device_sum holds this step's gradients (in grad or not)
   // CUDA, host chunks: this rank's 16-bit shard copied to the device ahead of
   // its use on the copy stream (max_prefetch), ready when the event is.
+  // A view of value slot prefetch_slot (State::value_slots) when the GPU's
+  // share of host Adam left the values there (-1: its own memory, counted).
   core::Tensor prefetched;
   std::shared_ptr<core::Event> prefetch_ready;
+  int prefetch_slot = -1;
+  // Written by the updater's GPU lane while it runs the chunk's job, read by
+  // the caller's thread only once the update is done (State::adopt_handover):
+  // the value slot holding the new values (-1: none), ready at the event.
+  int handed_slot = -1;
+  std::shared_ptr<core::Event> handed_ready;
   core::Tensor full;       // the gathered chunk [numel] on the device, while gathered
   // The all_gather filling `full`, issued ahead of the chunk's use
   // (prefetch_ahead) and not waited for yet: its use (access) or release
@@ -139,6 +149,10 @@ struct GeminiPlugin::State {
   };
   std::optional<core::OwnedStream> grad_stream;
   absl::Status ensure_grad_stream();
+  // Copies chunk c's device gradients `src` into host `dst` on the gradient
+  // stream, after the compute stream's work so far; the event marks the landing.
+  absl::StatusOr<std::shared_ptr<core::Event>> download(int c, const core::Tensor& src,
+                                                        core::Tensor dst);
   std::deque<Download> downloads;
   // Frees the sources of landed downloads; with wait, waits for all first
   // (before the host reads or drops what they wrote).
@@ -152,9 +166,10 @@ struct GeminiPlugin::State {
   // CUDA, gradient accumulation on host chunks (device_grad_accumulation):
   // whether this step sums its micro-batches on the device (chunk.device_sum)
   // instead of downloading each part and folding it in on the host. Decided
-  // at zero_grad: the last step ran more than one backward, no chunk changed
-  // tier in it, and its sampled peak of device memory plus the sums fits
-  // under the capacity. The sums have the fold's bits (accumulate_cuda), so
+  // at zero_grad: the last step ran more than one backward (or one, for the
+  // GPU's share of host Adam to read: then the sum also crosses during the
+  // backward), no chunk changed tier in it, and its sampled peak of device
+  // memory plus the sums fits under the capacity. The sums have the fold's bits (accumulate_cuda), so
   // the choice changes no result. accum_scratch: accumulate_cuda's, used on
   // the gradient stream.
   bool sum_on_device = false;
@@ -175,6 +190,35 @@ struct GeminiPlugin::State {
   // its stream, and the chunk updates it ran (counted on the updater's lane).
   std::optional<core::OwnedStream> host_adam_stream;
   std::atomic<int64_t> gpu_host_updates{0};
+  // CUDA, that share: device buffers, each the size of the largest host
+  // shard, into which the GPU's lane copies a chunk's 16-bit values, updates
+  // them there (the rest of the state in place on the host) and copies them
+  // back, leaving the new values on the device for the next forward, which
+  // adopts them as the chunk's prefetched copy instead of copying in: the
+  // values cross PCIe twice, not three times, in the update's bandwidth-bound
+  // phase. Created at the first step that has room (counted in device_used
+  // once); a slot is taken by the lane (busy) and given back by the caller's
+  // thread when its reader is done (free_at, on `stream`); the lane takes
+  // only a slot free on the device already and otherwise updates in place.
+  struct ValueSlot {
+    core::Tensor buffer;
+    std::shared_ptr<core::Event> free_at;  // null: never read
+    bool busy = false;
+  };
+  std::vector<ValueSlot> value_slots;
+  bool value_slots_tried = false;
+  std::mutex slots_mu;
+  std::atomic<int64_t> value_handovers{0};
+  absl::Status ensure_value_slots();
+  int take_value_slot();                     // the lane: a free slot, or -1
+  void give_back_slot(int slot, std::shared_ptr<core::Event> free_at);
+  // The caller's thread, chunk c's update done: its handed-over values become
+  // its prefetched copy (unless it holds one) / are dropped.
+  void adopt_handover(GeminiChunk& k);
+  void drop_handover(GeminiChunk& k);
+  // Drops chunk k's prefetched copy once `stream` has read it (the stream
+  // waits for the copy in first): its counted bytes, or its value slot.
+  void drop_prefetched(GeminiChunk& k);
   bool materialized = false, boosted = false;
   ChunkLayout layout;
   std::vector<GeminiChunk> chunks;
@@ -321,7 +365,9 @@ struct GeminiPlugin::State {
   // reads them all for every update (settle): the step, checkpoints, moves.
   bool host_updated(const GeminiChunk& k) const { return !(cuda && k.on_device); }
   absl::Status await_update(int c) { return updater.wait(c); }
-  absl::Status settle() { return updater.wait_all(); }
+  // Also drops the values the GPU's lane handed over and nothing adopted (a
+  // caller may write the shards next).
+  absl::Status settle();
   // CUDA, host chunks under gradient accumulation: the folds of staged parts
   // into the gradient shards run on their own worker in the order the
   // downloads were enqueued, overlapping the backward. Whatever writes a

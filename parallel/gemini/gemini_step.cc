@@ -2,7 +2,8 @@
 // every rank's gradient shards, clipping and loss scaling folded into Adam's
 // grad_scale, the device shards updated by the CUDA Adam kernel and the host
 // shards by CPU Adam and (CUDA) the GPU's share of it on the updater's two
-// lanes, which write the 16-bit values the next gather copies in.
+// lanes, which write the 16-bit values the next gather copies in (or, from
+// the GPU's lane, leave on the device).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -131,6 +132,14 @@ struct AdamCall {
   int group;
   bool split;  // master and value are a split master's halves
 
+  // The call with its 16-bit values read and written at `values` instead of
+  // `from` (another buffer of the same layout).
+  AdamCall with_values(const void* from, void* values) const {
+    AdamCall p = *this;
+    p.value = static_cast<char*>(values) + (static_cast<char*>(value) - static_cast<const char*>(from));
+    return p;
+  }
+
   // The call's elements [at, at + n).
   AdamCall part(int64_t at, int64_t n, int64_t esize) const {
     AdamCall p = *this;
@@ -201,9 +210,8 @@ void await_event(const core::Event& e) {
 // kernels, which overlap the update, waited behind them (measured on the
 // 1.5B model: the forward ended ~65 ms after the last update, ~12 ms with
 // slices). 64 blocks still keep PCIe busy and leave most SMs to the forward.
-absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
-                           kernels::DType copy, int64_t slice, const core::Stream& stream) {
-  core::DeviceGuard guard(stream.device());  // the worker thread's device
+absl::Status enqueue_device_update(int c, const std::vector<AdamCall>& calls, kernels::DType dtype,
+                                   kernels::DType copy, int64_t slice, const core::Stream& stream) {
   const int64_t esize = static_cast<int64_t>(core::dtype_size(dtype));
   for (const AdamCall& a : calls) {
     for (int64_t at = 0; at < a.count; at += slice) {
@@ -212,10 +220,49 @@ absl::Status device_update(int c, const std::vector<AdamCall>& calls, kernels::D
           absl::StrCat("gemini: Adam step of chunk ", c, " on the GPU, group ", a.group)));
     }
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
-  done.record(stream);
-  await_event(done);
   return absl::OkStatus();
+}
+
+// Runs on the updater's GPU lane: chunk c's update, in place on the host, or,
+// when a value slot is free, with its 16-bit values copied into the slot,
+// updated there and copied back, the slot then handed over to the next
+// forward (State::value_slots).
+absl::Status device_update(GeminiPlugin::State& s, int c, const std::vector<AdamCall>& calls,
+                           kernels::DType dtype, kernels::DType copy, const core::Stream& stream) {
+  core::DeviceGuard guard(stream.device());  // the worker thread's device
+  GeminiChunk& k = s.chunks[c];
+  const int64_t slice = s.options.gpu_host_adam_slice;
+  const int slot = s.sixteen_bit() ? s.take_value_slot() : -1;
+  if (slot < 0) {
+    COLOSSAL_RETURN_IF_ERROR(enqueue_device_update(c, calls, dtype, copy, slice, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
+    done.record(stream);
+    await_event(done);
+    return absl::OkStatus();
+  }
+  // Until handed over, the slot is this lane's: an error gives it back.
+  absl::Status status = [&]() -> absl::Status {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor values, s.value_slots[slot].buffer.slice(0, k.shard_size));
+    COLOSSAL_RETURN_IF_ERROR(values.copy_from(k.value, stream));
+    std::vector<AdamCall> in_slot;
+    for (const AdamCall& a : calls) in_slot.push_back(a.with_values(k.value.raw_data(), values.raw_data()));
+    COLOSSAL_RETURN_IF_ERROR(enqueue_device_update(c, in_slot, dtype, copy, slice, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event updated, core::Event::create(stream.device()));
+    updated.record(stream);
+    COLOSSAL_RETURN_IF_ERROR(k.value.copy_from(values, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
+    done.record(stream);
+    await_event(done);
+    k.handed_ready = std::make_shared<core::Event>(std::move(updated));
+    k.handed_slot = slot;
+    ++s.value_handovers;
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    stream.synchronize();  // nothing enqueued may still write the slot
+    s.give_back_slot(slot, nullptr);
+  }
+  return status;
 }
 #endif
 
@@ -313,39 +360,41 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
   // The host shards: Adam on the updater's workers, chunk by chunk in the
   // next forward's order; the forward's gathers wait for their chunk only.
   // Lane 0 runs CPU Adam; lane 1 (CUDA) has the Adam kernel read and write
-  // the chunk's pinned host state in place (UVA) and waits for it.
+  // the chunk's pinned host state in place (UVA; its 16-bit values in a
+  // value slot when one is free) and waits for it.
   const int lanes = s.cuda && s.options.gpu_shares_host_adam ? 2 : 1;
   if (lanes == 2 && !s.host_adam_stream.has_value()) {
     COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream hs, core::OwnedStream::create(s.stream.device()));
     s.host_adam_stream.emplace(std::move(hs));
   }
   const core::Stream device_stream = lanes == 2 ? s.host_adam_stream->get() : s.stream;
+  if (lanes == 2) COLOSSAL_RETURN_IF_ERROR(s.ensure_value_slots());
   std::vector<std::pair<int, ChunkUpdater::Job>> jobs;
   for (int c : host_update_order(s)) {
     GeminiChunk& k = s.chunks[c];
     // A sum kept on the device (State::sum_on_device) crosses PCIe now, in
-    // the updates' order, while the earlier chunks update; the GPU's lane
-    // reads it where it is. Either lane waits for the copy before it ends,
-    // so the next reduction may replace the sum.
+    // the updates' order, while the earlier chunks update, unless it crossed
+    // during the backward (one micro-batch); the GPU's lane reads it where it
+    // is. Either lane waits for the copy before it ends, so the next
+    // reduction may replace the sum.
     std::shared_ptr<core::Event> landed;
     std::vector<AdamCall> device_calls;
+    if (k.sum_current) device_calls = adam_calls(s, k, k.device_sum, grad_scale);
     if (k.sum_pending) {
       COLOSSAL_ASSIGN_OR_RETURN(landed, download_sum(s, k));
-      device_calls = adam_calls(s, k, k.device_sum, grad_scale);
     }
-    jobs.emplace_back(c, [c, calls = adam_calls(s, k, k.grad, grad_scale),
+    jobs.emplace_back(c, [&s, c, calls = adam_calls(s, k, k.grad, grad_scale),
                           device_calls = std::move(device_calls), landed, dtype, copy, cpu,
-                          device_stream, slice = s.options.gpu_host_adam_slice,
-                          counter = &s.gpu_host_updates](int lane) -> absl::Status {
+                          device_stream](int lane) -> absl::Status {
       std::optional<core::trace::Span> span;
       if (core::trace::enabled()) {
         span.emplace("adam", absl::StrCat("adam chunk ", c, lane == 1 ? " (GPU lane)" : " (CPU)"));
       }
 #if COLOSSAL_WITH_CUDA
       if (lane == 1) {
-        ++*counter;
-        COLOSSAL_RETURN_IF_ERROR(device_update(c, landed ? device_calls : calls, dtype, copy, slice,
-                                               device_stream));
+        ++s.gpu_host_updates;
+        COLOSSAL_RETURN_IF_ERROR(
+            device_update(s, c, device_calls.empty() ? calls : device_calls, dtype, copy, device_stream));
         if (landed) await_event(*landed);
         return absl::OkStatus();
       }
