@@ -80,15 +80,90 @@ __device__ __forceinline__ void adam_element(float& p, float& m, float& v, float
   p = __fmaf_rn(k.neg_step_size, update, p);
 }
 
-template <typename G, typename C>
-__device__ __forceinline__ void scalar_at(const AdamDesc& d, int64_t i, const AdamConsts& k) {
-  float p = d.param[i], m = d.m[i], v = d.v[i];
-  adam_element(p, m, v, to_math(static_cast<const G*>(d.grad)[i]), k);
-  d.param[i] = p;
-  d.m[i] = m;
-  d.v[i] = v;
-  if (d.copy != nullptr) static_cast<C*>(d.copy)[i] = from_math<C>(p);
+// One block's walk over elements [begin, end) of a chunk: the elements before
+// the buffers' common vector boundary (`head`, -1: never aligned, all one by
+// one) and after the last whole vector one by one, the vectors kUnroll at a
+// time with every buffer's load issued before any math. `Access` is the
+// layout of the state: one(i) updates element i, load(j) reads vector j's
+// registers (an Access::Regs), update_store(j, r) runs the math on them and
+// writes them back.
+template <typename Access>
+__device__ __forceinline__ void walk_chunk(const Access& a, int64_t begin, int64_t end, int32_t head) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (head < 0) {  // buffers never share vector alignment
+    for (int64_t i = begin + tid; i < end; i += kThreads) a.one(i);
+    return;
+  }
+  // Chunk starts are multiples of kCudaVec, so begin + head is vector aligned in all buffers.
+  const int64_t vec_begin = begin + head < end ? begin + head : end;
+  const int nvec = static_cast<int>((end - vec_begin) / kCudaVec);
+  const int64_t vec_end = vec_begin + static_cast<int64_t>(nvec) * kCudaVec;
+  if (begin + tid < vec_begin) a.one(begin + tid);  // < kCudaVec elements
+  if (vec_end + tid < end) a.one(vec_end + tid);    // < kCudaVec elements
+  const Access v = a.at(vec_begin);  // vector j of v is elements vec_begin + kCudaVec * j
+  for (int base = tid; base < nvec; base += kThreads * kUnroll) {
+    typename Access::Regs r[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kThreads;
+      if (j < nvec) r[u] = v.load(j);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kThreads;
+      if (j < nvec) v.update_store(j, r[u]);
+    }
+  }
 }
+
+// Float32 masters (AdamDesc), gradients G, an optional model copy C.
+template <typename G, typename C>
+struct MasterAccess {
+  using FV = Vec<float, kCudaVec>;
+  using GV = Vec<G, kCudaVec>;
+  using CV = Vec<C, kCudaVec>;
+  struct Regs {
+    FV p, m, v;
+    GV g;
+  };
+  AdamDesc d;
+  AdamConsts k;
+
+  __device__ __forceinline__ void one(int64_t i) const {
+    float p = d.param[i], m = d.m[i], v = d.v[i];
+    adam_element(p, m, v, to_math(static_cast<const G*>(d.grad)[i]), k);
+    d.param[i] = p;
+    d.m[i] = m;
+    d.v[i] = v;
+    if (d.copy != nullptr) static_cast<C*>(d.copy)[i] = from_math<C>(p);
+  }
+  __device__ __forceinline__ MasterAccess at(int64_t i) const {
+    MasterAccess a = *this;
+    a.d.param += i;
+    a.d.m += i;
+    a.d.v += i;
+    a.d.grad = static_cast<const G*>(d.grad) + i;
+    if (d.copy != nullptr) a.d.copy = static_cast<C*>(d.copy) + i;
+    return a;
+  }
+  __device__ __forceinline__ Regs load(int j) const {
+    return Regs{reinterpret_cast<const FV*>(d.param)[j], reinterpret_cast<const FV*>(d.m)[j],
+                reinterpret_cast<const FV*>(d.v)[j], reinterpret_cast<const GV*>(d.grad)[j]};
+  }
+  __device__ __forceinline__ void update_store(int j, Regs& r) const {
+#pragma unroll
+    for (int e = 0; e < kCudaVec; ++e) adam_element(r.p.v[e], r.m.v[e], r.v.v[e], to_math(r.g.v[e]), k);
+    reinterpret_cast<FV*>(d.param)[j] = r.p;
+    reinterpret_cast<FV*>(d.m)[j] = r.m;
+    reinterpret_cast<FV*>(d.v)[j] = r.v;
+    if (d.copy != nullptr) {
+      CV c;
+#pragma unroll
+      for (int e = 0; e < kCudaVec; ++e) c.v[e] = from_math<C>(r.p.v[e]);
+      reinterpret_cast<CV*>(d.copy)[j] = c;
+    }
+  }
+};
 
 template <typename G, typename C, typename Table>
 __global__ void __launch_bounds__(kThreads)
@@ -102,63 +177,9 @@ __global__ void __launch_bounds__(kThreads)
     const int mid = (lo + hi + 1) >> 1;
     if (descs[mid].chunk_begin <= chunk) lo = mid; else hi = mid - 1;
   }
-  const AdamDesc d = descs[lo];
-  const int64_t begin = static_cast<int64_t>(chunk - d.chunk_begin) * kCudaChunk;
-  const int64_t end = begin + kCudaChunk < d.n ? begin + kCudaChunk : d.n;
-  const int tid = static_cast<int>(threadIdx.x);
-
-  if (d.head < 0) {  // buffers never share vector alignment
-    for (int64_t i = begin + tid; i < end; i += kThreads) scalar_at<G, C>(d, i, k);
-    return;
-  }
-  // Chunk starts are multiples of kCudaVec, so begin + head is vector aligned in all buffers.
-  const int64_t vec_begin = begin + d.head < end ? begin + d.head : end;
-  const int nvec = static_cast<int>((end - vec_begin) / kCudaVec);
-  const int64_t vec_end = vec_begin + static_cast<int64_t>(nvec) * kCudaVec;
-  if (begin + tid < vec_begin) scalar_at<G, C>(d, begin + tid, k);  // < kCudaVec elements
-  if (vec_end + tid < end) scalar_at<G, C>(d, vec_end + tid, k);    // < kCudaVec elements
-
-  using FV = Vec<float, kCudaVec>;
-  using GV = Vec<G, kCudaVec>;
-  using CV = Vec<C, kCudaVec>;
-  FV* P = reinterpret_cast<FV*>(d.param + vec_begin);
-  FV* M = reinterpret_cast<FV*>(d.m + vec_begin);
-  FV* V = reinterpret_cast<FV*>(d.v + vec_begin);
-  const GV* Gr = reinterpret_cast<const GV*>(static_cast<const G*>(d.grad) + vec_begin);
-  CV* Cp = d.copy != nullptr ? reinterpret_cast<CV*>(static_cast<C*>(d.copy) + vec_begin) : nullptr;
-  for (int base = tid; base < nvec; base += kThreads * kUnroll) {
-    FV p[kUnroll], m[kUnroll], v[kUnroll];
-    GV g[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * kThreads;
-      if (j < nvec) {
-        p[u] = P[j];
-        m[u] = M[j];
-        v[u] = V[j];
-        g[u] = Gr[j];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * kThreads;
-      if (j < nvec) {
-#pragma unroll
-        for (int e = 0; e < kCudaVec; ++e) {
-          adam_element(p[u].v[e], m[u].v[e], v[u].v[e], to_math(g[u].v[e]), k);
-        }
-        P[j] = p[u];
-        M[j] = m[u];
-        V[j] = v[u];
-        if (Cp != nullptr) {
-          CV c;
-#pragma unroll
-          for (int e = 0; e < kCudaVec; ++e) c.v[e] = from_math<C>(p[u].v[e]);
-          Cp[j] = c;
-        }
-      }
-    }
-  }
+  const MasterAccess<G, C> a{descs[lo], k};
+  const int64_t begin = static_cast<int64_t>(chunk - a.d.chunk_begin) * kCudaChunk;
+  walk_chunk(a, begin, begin + kCudaChunk < a.d.n ? begin + kCudaChunk : a.d.n, a.d.head);
 }
 
 // ---- split masters: one range, the chunked layout of adam_kernel ----
@@ -173,72 +194,61 @@ struct SplitArgs {
   int32_t head;  // as AdamDesc::head
 };
 
+// Split masters (hi, lo halves), gradients G.
 template <typename G>
-__device__ __forceinline__ void split_at(const SplitArgs& a, int64_t i, const AdamConsts& k) {
-  float p = __uint_as_float(join_master_bits(a.hi[i], a.lo[i]));
-  adam_element(p, a.m[i], a.v[i], to_math(static_cast<const G*>(a.grad)[i]), k);
-  split_master_bits(__float_as_uint(p), a.hi + i, a.lo + i);
-}
+struct SplitAccess {
+  using FV = Vec<float, kCudaVec>;
+  using HV = Vec<uint16_t, kCudaVec>;
+  using LV = Vec<int16_t, kCudaVec>;
+  using GV = Vec<G, kCudaVec>;
+  struct Regs {
+    HV h;
+    LV l;
+    FV m, v;
+    GV g;
+  };
+  SplitArgs a;
+  AdamConsts k;
+
+  __device__ __forceinline__ void one(int64_t i) const {
+    float p = __uint_as_float(join_master_bits(a.hi[i], a.lo[i]));
+    adam_element(p, a.m[i], a.v[i], to_math(static_cast<const G*>(a.grad)[i]), k);
+    split_master_bits(__float_as_uint(p), a.hi + i, a.lo + i);
+  }
+  __device__ __forceinline__ SplitAccess at(int64_t i) const {
+    SplitAccess s = *this;
+    s.a.hi += i;
+    s.a.lo += i;
+    s.a.m += i;
+    s.a.v += i;
+    s.a.grad = static_cast<const G*>(a.grad) + i;
+    return s;
+  }
+  __device__ __forceinline__ Regs load(int j) const {
+    return Regs{reinterpret_cast<const HV*>(a.hi)[j], reinterpret_cast<const LV*>(a.lo)[j],
+                reinterpret_cast<const FV*>(a.m)[j], reinterpret_cast<const FV*>(a.v)[j],
+                reinterpret_cast<const GV*>(a.grad)[j]};
+  }
+  __device__ __forceinline__ void update_store(int j, Regs& r) const {
+#pragma unroll
+    for (int e = 0; e < kCudaVec; ++e) {
+      float p = __uint_as_float(join_master_bits(r.h.v[e], r.l.v[e]));
+      adam_element(p, r.m.v[e], r.v.v[e], to_math(r.g.v[e]), k);
+      split_master_bits(__float_as_uint(p), &r.h.v[e], &r.l.v[e]);
+    }
+    reinterpret_cast<HV*>(a.hi)[j] = r.h;
+    reinterpret_cast<LV*>(a.lo)[j] = r.l;
+    reinterpret_cast<FV*>(a.m)[j] = r.m;
+    reinterpret_cast<FV*>(a.v)[j] = r.v;
+  }
+};
 
 template <typename G>
 __global__ void __launch_bounds__(kThreads)
     adam_split_kernel(const SplitArgs a, const AdamConsts k, const float* __restrict__ found_inf) {
   if (found_inf != nullptr && *found_inf != 0.0f) return;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kCudaChunk;
-  const int64_t end = begin + kCudaChunk < a.n ? begin + kCudaChunk : a.n;
-  const int tid = static_cast<int>(threadIdx.x);
-  if (a.head < 0) {
-    for (int64_t i = begin + tid; i < end; i += kThreads) split_at<G>(a, i, k);
-    return;
-  }
-  const int64_t vec_begin = begin + a.head < end ? begin + a.head : end;
-  const int nvec = static_cast<int>((end - vec_begin) / kCudaVec);
-  const int64_t vec_end = vec_begin + static_cast<int64_t>(nvec) * kCudaVec;
-  if (begin + tid < vec_begin) split_at<G>(a, begin + tid, k);
-  if (vec_end + tid < end) split_at<G>(a, vec_end + tid, k);
-
-  using FV = Vec<float, kCudaVec>;
-  using HV = Vec<uint16_t, kCudaVec>;
-  using LV = Vec<int16_t, kCudaVec>;
-  using GV = Vec<G, kCudaVec>;
-  HV* H = reinterpret_cast<HV*>(a.hi + vec_begin);
-  LV* L = reinterpret_cast<LV*>(a.lo + vec_begin);
-  FV* M = reinterpret_cast<FV*>(a.m + vec_begin);
-  FV* V = reinterpret_cast<FV*>(a.v + vec_begin);
-  const GV* Gr = reinterpret_cast<const GV*>(static_cast<const G*>(a.grad) + vec_begin);
-  for (int base = tid; base < nvec; base += kThreads * kUnroll) {
-    HV h[kUnroll];
-    LV l[kUnroll];
-    FV m[kUnroll], v[kUnroll];
-    GV g[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * kThreads;
-      if (j < nvec) {
-        h[u] = H[j];
-        l[u] = L[j];
-        m[u] = M[j];
-        v[u] = V[j];
-        g[u] = Gr[j];
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * kThreads;
-      if (j < nvec) {
-#pragma unroll
-        for (int e = 0; e < kCudaVec; ++e) {
-          float p = __uint_as_float(join_master_bits(h[u].v[e], l[u].v[e]));
-          adam_element(p, m[u].v[e], v[u].v[e], to_math(g[u].v[e]), k);
-          split_master_bits(__float_as_uint(p), &h[u].v[e], &l[u].v[e]);
-        }
-        H[j] = h[u];
-        L[j] = l[u];
-        M[j] = m[u];
-        V[j] = v[u];
-      }
-    }
-  }
+  walk_chunk(SplitAccess<G>{a, k}, begin, begin + kCudaChunk < a.n ? begin + kCudaChunk : a.n, a.head);
 }
 
 template <bool kSplit>
