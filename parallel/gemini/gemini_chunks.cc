@@ -396,11 +396,15 @@ absl::Status GeminiPlugin::State::prefetch_ahead() {
   return absl::OkStatus();
 }
 
+absl::Status GeminiPlugin::State::ensure_copy_stream() {
+  if (copy_stream.has_value()) return absl::OkStatus();
+  COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream s, core::OwnedStream::create(stream.device()));
+  copy_stream.emplace(std::move(s));
+  return absl::OkStatus();
+}
+
 absl::Status GeminiPlugin::State::copy_in_ahead(GeminiChunk& k) {
-  if (!copy_stream.has_value()) {
-    COLOSSAL_ASSIGN_OR_RETURN(core::OwnedStream s, core::OwnedStream::create(stream.device()));
-    copy_stream.emplace(std::move(s));
-  }
+  COLOSSAL_RETURN_IF_ERROR(ensure_copy_stream());
   const int64_t n = k.shard_size * esize();
   device_used += n;
   device_peak = std::max(device_peak, device_used);
@@ -435,9 +439,12 @@ absl::Status GeminiPlugin::State::gather_ahead(int c) {
   comm::CollectiveOptions o = collective();
   core::Tensor src = k.value;
   if (cuda && !k.on_device) {
-    // A host shard crosses PCIe on the copy stream first, and the gather
-    // follows it there; the copy stream also waits for the allocation above.
+    // A host shard crosses PCIe on the copy stream first (unless the GPU's
+    // Adam lane left it on the device), and the gather follows it there; the
+    // copy stream also waits for the allocation above.
+    COLOSSAL_RETURN_IF_ERROR(ensure_copy_stream());
     if (!k.prefetched.defined()) COLOSSAL_RETURN_IF_ERROR(copy_in_ahead(k));
+    k.prefetch_ready->wait(copy_stream->get());  // a no-op after its own copy in
     COLOSSAL_ASSIGN_OR_RETURN(core::Event allocated, core::Event::create(stream.device()));
     allocated.record(stream);
     allocated.wait(copy_stream->get());

@@ -299,6 +299,8 @@ TEST_P(GeminiCuda, MatchesLowLevelZero) {
   }
   if (c.placement == "cpu") {
     EXPECT_EQ(got[0].on_device, 0);
+    // The GPU's share of host Adam left 16-bit values on the device.
+    for (int r = 0; r < c.world && !f32; ++r) EXPECT_GT(got[r].gpu_value_handovers, 0) << "rank " << r;
   }
   if (c.placement == "auto") {
     EXPECT_GT(got[0].on_device, 0);
@@ -350,8 +352,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"cpu", DType::kF32, 1}, GpuCase{"cpu", DType::kBF16, 1},
                       GpuCase{"auto", DType::kBF16, 1}, GpuCase{"cuda", DType::kBF16, 2},
                       GpuCase{"cpu", DType::kBF16, 2}, GpuCase{"auto", DType::kF32, 2},
-                      // One micro-batch: host chunks' norms are taken on the device.
-                      GpuCase{"cpu", DType::kF32, 1, 1}, GpuCase{"cpu", DType::kBF16, 1, 1}),
+                      // One micro-batch: host chunks' norms are taken on the device
+                      // (and from the second step their gradients stay there too).
+                      GpuCase{"cpu", DType::kF32, 1, 1}, GpuCase{"cpu", DType::kBF16, 1, 1},
+                      GpuCase{"cpu", DType::kBF16, 2, 1}),
     [](const ::testing::TestParamInfo<GpuCase>& info) {
       return absl::StrCat(info.param.placement, "_", core::dtype_name(info.param.dtype), "_w",
                           info.param.world, info.param.micro == 1 ? "_m1" : "");
@@ -365,13 +369,17 @@ INSTANTIATE_TEST_SUITE_P(
 // slots and used there by the next forward (handovers), with and without
 // max_prefetch's copies ahead; with one micro-batch a step it reads the
 // gradients kept on the device from the second step on, with two their sums.
-TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
-  COLOSSAL_REQUIRE_GPU();
+// Two ranks shard every chunk: a handed-over shard is gathered (ahead, with
+// max_prefetch) from its value slot. GEMM autotuning off: it picks GEMM
+// algorithms by timing, so the two runs could pick differently.
+void expect_gpu_share_bitwise(int world) {
   for (int micro : {1, 2}) {
     for (int prefetch : {0, 2}) {
-      const std::string what = absl::StrCat(micro, " micro-batches, max_prefetch ", prefetch);
+      const std::string what = absl::StrCat(world, " ranks, ", micro, " micro-batches, max_prefetch ", prefetch);
       GpuSpec a;
       a.dtype = DType::kBF16;
+      a.world = world;
+      a.gemm_autotune = false;
       a.micro = micro;
       a.gemini = gpu_chunks("cpu");
       a.gemini.max_prefetch = prefetch;
@@ -380,16 +388,28 @@ TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
       a.gemini.gpu_shares_host_adam = true;
       a.gemini.gpu_host_adam_slice = 1001;
       const std::vector<GpuRun> shared = run_gpu(a);
-      ASSERT_TRUE(cpu_alone[0].done && shared[0].done) << what;
-      EXPECT_EQ(cpu_alone[0].gpu_host_updates, 0) << what;
-      EXPECT_GT(shared[0].gpu_host_updates, 0) << what;
-      EXPECT_GT(shared[0].gpu_value_handovers, 0) << what;
-      EXPECT_EQ(shared[0].device_sum_steps, a.steps - 1) << what;  // the first step decides nothing
-      EXPECT_EQ(shared[0].loss, cpu_alone[0].loss) << what;
-      EXPECT_EQ(shared[0].weights, cpu_alone[0].weights) << what;
-      testing::expect_same_tensors(shared[0].optimizer, cpu_alone[0].optimizer);
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(cpu_alone[r].done && shared[r].done) << what;
+        EXPECT_EQ(cpu_alone[r].gpu_host_updates, 0) << what;
+        EXPECT_GT(shared[r].gpu_host_updates, 0) << what << ", rank " << r;
+        EXPECT_GT(shared[r].gpu_value_handovers, 0) << what << ", rank " << r;
+        EXPECT_EQ(shared[r].device_sum_steps, a.steps - 1) << what;  // the first step decides nothing
+        EXPECT_EQ(shared[r].loss, cpu_alone[r].loss) << what << ", rank " << r;
+        EXPECT_EQ(shared[r].weights, cpu_alone[r].weights) << what << ", rank " << r;
+        testing::expect_same_tensors(shared[r].optimizer, cpu_alone[r].optimizer);
+      }
     }
   }
+}
+
+TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdam) {
+  COLOSSAL_REQUIRE_GPU();
+  expect_gpu_share_bitwise(1);
+}
+
+TEST(GeminiCudaHostAdam, GpuShareIsBitwiseCpuAdamOnTwoRanks) {
+  COLOSSAL_REQUIRE_GPUS(2);
+  expect_gpu_share_bitwise(2);
 }
 
 // Host chunks' gradients summed on the device over a step's micro-batches

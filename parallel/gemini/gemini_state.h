@@ -163,6 +163,7 @@ struct GeminiPlugin::State {
   core::Tensor chunk_norms, norm_scratch;
   absl::Status norm_before_download(int c, const core::Tensor& part);
   std::optional<core::OwnedStream> copy_stream;  // CUDA: prefetches (max_prefetch > 0)
+  absl::Status ensure_copy_stream();
   // CUDA, gradient accumulation on host chunks (device_grad_accumulation):
   // whether this step sums its micro-batches on the device (chunk.device_sum)
   // instead of downloading each part and folding it in on the host. Decided
