@@ -532,8 +532,8 @@ absl::Status GeminiPlugin::State::ensure_value_slots() {
   for (const GeminiChunk& k : chunks) {
     if (host_updated(k)) largest = std::max(largest, k.shard_size);
   }
-  // Two: one the forward reads while the lane fills the other (the lane
-  // keeps at most one chunk ahead of the forward's use without stalling).
+  // Three: one the forward reads, one the lane fills, one whose last reader
+  // the device has not reached yet (the lane takes only a slot free there).
   constexpr int kSlots = 3;
   const int64_t bytes = kSlots * largest * esize();
   if (largest == 0 || device_used + bytes > device_limit()) return absl::OkStatus();
@@ -546,9 +546,12 @@ absl::Status GeminiPlugin::State::ensure_value_slots() {
   return absl::OkStatus();
 }
 
-int GeminiPlugin::State::take_value_slot() {
+int GeminiPlugin::State::take_value_slot(int64_t elements) {
   std::lock_guard<std::mutex> lock(slots_mu);
   for (size_t i = 0; i < value_slots.size(); ++i) {
+    // Sized for the host chunks at the first step: auto may later evict a
+    // larger (outsized) chunk to the host.
+    if (value_slots[i].buffer.numel() < elements) return -1;
     ValueSlot& slot = value_slots[i];
     if (slot.busy || (slot.free_at != nullptr && !slot.free_at->query())) continue;
     slot.busy = true;

@@ -211,7 +211,7 @@ struct GeminiPlugin::State {
   std::mutex slots_mu;
   std::atomic<int64_t> value_handovers{0};
   absl::Status ensure_value_slots();
-  int take_value_slot();                     // the lane: a free slot, or -1
+  int take_value_slot(int64_t elements);  // the lane: a free slot that holds them, or -1
   void give_back_slot(int slot, std::shared_ptr<core::Event> free_at);
   // The caller's thread, chunk c's update done: its handed-over values become
   // its prefetched copy (unless it holds one) / are dropped.

@@ -232,7 +232,7 @@ absl::Status device_update(GeminiPlugin::State& s, int c, const std::vector<Adam
   core::DeviceGuard guard(stream.device());  // the worker thread's device
   GeminiChunk& k = s.chunks[c];
   const int64_t slice = s.options.gpu_host_adam_slice;
-  const int slot = s.sixteen_bit() ? s.take_value_slot() : -1;
+  const int slot = s.sixteen_bit() ? s.take_value_slot(k.shard_size) : -1;
   if (slot < 0) {
     COLOSSAL_RETURN_IF_ERROR(enqueue_device_update(c, calls, dtype, copy, slice, stream));
     COLOSSAL_ASSIGN_OR_RETURN(core::Event done, core::Event::create(stream.device()));
