@@ -203,8 +203,10 @@ absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
             COLOSSAL_ASSIGN_OR_RETURN(core::Tensor d, dst.slice(at, at + hi - lo));
             COLOSSAL_ASSIGN_OR_RETURN(core::Tensor value, k.value.slice(at, at + hi - lo));
             if (master && s.split_master()) {  // split on the host, then copied in
-              COLOSSAL_ASSIGN_OR_RETURN(src, src.to(core::Device::cpu(), s.stream));
-              if (s.cuda) s.stream.synchronize();
+              if (!src.device().is_cpu()) {  // a dict tensor on the device comes over first
+                COLOSSAL_ASSIGN_OR_RETURN(src, src.to(core::Device::cpu(), s.stream));
+                s.stream.synchronize();
+              }
               COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, core::Tensor::empty({hi - lo}, s.dtype, core::Stream::cpu()));
               COLOSSAL_ASSIGN_OR_RETURN(core::Tensor l, core::Tensor::empty({hi - lo}, core::DType::kU16,
                                                                           core::Stream::cpu()));
