@@ -15,8 +15,9 @@
 // inspect both (the embedded recipe loop does, to point at the recipe key).
 // An error caused by an environment variable (RaiseEnvironmentError) reads
 // "environment: <message naming the variable and its value>" (or the message
-// alone when it starts "environment variable "), without the Lua position, and its table has environment = true: the recipe loop then
-// blames no recipe key.
+// alone when it starts "environment variable "), without the Lua position,
+// and its table has environment = true: the recipe loop then blames no
+// recipe key.
 //
 // Userdata. Handle<T> objects live in a userdata as a std::shared_ptr<T> with
 // a metatable named T::kMetatable: other objects (an optimizer, a booster)

@@ -170,8 +170,8 @@ struct GeminiPlugin::State {
   // at zero_grad: the last step ran more than one backward (or one, for the
   // GPU's share of host Adam to read: then the sum also crosses during the
   // backward), no chunk changed tier in it, and its sampled peak of device
-  // memory plus the sums fits under the capacity. The sums have the fold's bits (accumulate_cuda), so
-  // the choice changes no result. accum_scratch: accumulate_cuda's, used on
+  // memory plus the sums fits under the capacity. The sums have the fold's
+  // bits (accumulate_cuda), so the choice changes no result. accum_scratch: accumulate_cuda's, used on
   // the gradient stream.
   bool sum_on_device = false;
   int backwards = 0, last_step_backwards = 0;  // backwards since / before the last zero_grad
@@ -197,8 +197,8 @@ struct GeminiPlugin::State {
   // back, leaving the new values on the device for the next forward, which
   // adopts them as the chunk's prefetched copy instead of copying in: the
   // values cross PCIe twice, not three times, in the update's bandwidth-bound
-  // phase. Created at the first step that has room (counted in device_used
-  // once); a slot is taken by the lane (busy) and given back by the caller's
+  // phase. Created at the first step, if the device has room then (counted
+  // in device_used once; not tried again); a slot is taken by the lane (busy) and given back by the caller's
   // thread when its reader is done (free_at, on `stream`); the lane takes
   // only a slot free on the device already and otherwise updates in place.
   struct ValueSlot {
