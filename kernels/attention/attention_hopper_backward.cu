@@ -14,10 +14,11 @@
 // of "full" (TMA transaction bytes) / "empty" (8 consumer warps) mbarriers.
 //
 // dkdv kernel: CTA = (batch, kv head, 128 keys); heaviest (lowest) key tiles
-// first, kv heads in L2 sections (tile_slot). K and V of the tile land once (TMA). Then, for each query head of
-// the kv head's group in order and each query step (64 queries; 128 at head
-// dim 64 without the fused dQ: kDkdvStep) from the step holding
-// the tile's first key to the end, the producer's first warp loads the step's
+// first (causal), or one kv head's key tiles together (full mask; tile_slot).
+// K and V of the tile land once (TMA). Then, for each query head of the kv
+// head's group in order and each query step (64 queries; 128 at head dim 64
+// without the fused dQ: kDkdvStep) from the step holding the tile's first
+// key to the end, the producer's first warp loads the step's
 // Q and dO (TMA, one lane) and its lse * log2 e (+inf past seq, so P = 0
 // there) and delta (0 past seq) into the stage (all 32 lanes, plain loads and
 // stores; the full barrier counts the 32 lanes' arrivals). Consumer
@@ -497,7 +498,7 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   sh.bars = smem_u32(bars);
   sh.stats = stats;
 
-  // Low (heaviest) key tiles first, in L2 sections of kv heads.
+  // Low (heaviest) key tiles first (causal), or a kv head's tiles together (full).
   const TileSlot slot = tile_slot(static_cast<int>(blockIdx.x), p.bkv, p.kv_blocks, p.kv_section);
   const int bkv = slot.head, kb = slot.rank;
   const int b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
@@ -808,11 +809,16 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   p.q_steps = static_cast<int>(ceil_div(longest, kQStep));
   p.q_blocks = static_cast<int>(ceil_div(longest, kDqBlock));
   p.kv_blocks = static_cast<int>(ceil_div(longest, kKvBlock));
-  // Full mask: L2 sections (reused: the group's Q and dO per kv head for
-  // dkdv, a query head's share of its kv head's K and V for dq). Causal: one
-  // section each (sections measured slower there: 0.87 against 0.77 ms for
-  // B4 H32 KV8 T2048 D64).
-  p.kv_section = full ? l2_section(g.group() * 2 * longest * D * 2, p.bkv, 1) : p.bkv;
+  // Full mask: dkdv takes one kv head's key tiles together (sections of one
+  // head: its CTAs walk the group's query steps side by side, so each step's
+  // Q and dO and its dQ parts are read from, and added into, L2 by all of
+  // them within a short time; wider sections of heads left DRAM at 30% of
+  // its bandwidth against 10%, 1.12 against 1.09 ms fwd+bwd for B4 H16 T2048
+  // D128); dq uses L2 sections (a query head's share of its kv head's K and
+  // V). Causal: one section each (sections measured slower there: 0.87
+  // against 0.77 ms for B4 H32 KV8 T2048 D64; the ranks' lengths differ, so
+  // a head's tiles would not run side by side anyway).
+  p.kv_section = full ? 1 : p.bkv;
   p.q_section = full ? l2_section(2 * longest * D * 2 / g.group(), p.bh, g.group()) : p.bh;
   p.full = full ? 1 : 0;
   p.scale = scale;
