@@ -52,7 +52,7 @@ struct MixedPrecisionStepOptions {
   // (norm / s + 1e-6)), as clip_grad_by_norm computes it.
   std::function<absl::StatusOr<GradNorm>(const std::vector<core::Tensor>& grads,
                                          const core::Stream& stream)>
-      global_norm;
+      global_norm{};
 };
 
 struct MixedPrecisionStepResult {

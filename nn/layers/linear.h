@@ -58,13 +58,13 @@ struct LinearOptions {
   WeightLayout layout = WeightLayout::kInOut;
   core::DType dtype = core::DType::kF32;
   Parallel parallel = Parallel::kNone;
-  TensorParallel tp;  // with kColumn / kRow
-  int blocks = 1;     // kColumn: equal output blocks split separately
+  TensorParallel tp{};  // with kColumn / kRow
+  int blocks = 1;       // kColumn: equal output blocks split separately
   // A column (or unsplit) layer that starts a parallel region: its backward
   // adds the input gradient into the region's sum and lets the reduction run
   // during its weight-gradient GEMM (see RegionGrad); it returns the
   // unreduced sum, which the region's owner replaces by region_grad->finish().
-  std::shared_ptr<RegionGrad> region_grad;
+  std::shared_ptr<RegionGrad> region_grad{};
   Activation activation = Activation::kNone;  // applied to the output (see above)
 };
 

@@ -57,7 +57,7 @@ struct TensorParallel {
   // heads, and back (heads_to_seq). Every parameter's gradient is then a
   // partial sum over the group, which the plugin reduces with the data-
   // parallel ones.
-  std::shared_ptr<comm::ProcessGroup> sequence_group;
+  std::shared_ptr<comm::ProcessGroup> sequence_group{};
 
   int size() const { return group != nullptr ? group->size() : 1; }
   int rank() const { return group != nullptr ? group->rank() : 0; }

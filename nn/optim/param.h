@@ -59,7 +59,7 @@ struct ParamRef {
   core::Tensor model_copy;  // optional (undefined: none); float32/float16/bfloat16
   // A declared parameter (declared_param): no tensors, only its name and
   // shape; ignored when master is defined.
-  core::Shape shape;
+  core::Shape shape{};
 };
 
 // A parameter whose memory belongs to a plugin (Gemini keeps the masters,
