@@ -89,6 +89,7 @@
 
 #include "kernels/attention/attention_hopper.h"
 #include "kernels/attention/attention_hopper_common.cuh"
+#include "kernels/attention/dq_parts.h"
 #include "kernels/common/cuda_utils.cuh"
 
 namespace colossal::kernels::attention::internal {
@@ -448,9 +449,10 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       if constexpr (kFusedDq) {
         fence_regs(dqa);
         // Stage the part (float pair j of thread tid at pair index j * 128 +
-        // tid: conflict-free 8-byte stores; the convert kernel undoes the
-        // order) once the previous reduction has read the buffer, then one
-        // thread adds it to dq_accum with a bulk reduction.
+        // tid: conflict-free 8-byte stores; dq_parts.h, whose dq_part_pair
+        // the convert kernel reads it by) once the previous reduction has
+        // read the buffer, then one thread adds it to dq_accum with a bulk
+        // reduction.
         const uint32_t stage = sh.staging + wg * kStageBytes;
         if (tid == 0) bulk_wait_read();
         named_bar_sync(kStageBar + wg, 128);
@@ -730,23 +732,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Fused dQ's last step: dq = scale * (the step parts of dq_accum), rounded.
-// Float pair j of consumer thread tid sits at pair index j * 128 + tid of its
-// warpgroup's 64 x 64 part (the staging order): accumulator elements 2j,
-// 2j + 1, i.e. row 16 (tid / 32) + (tid % 32) / 4 + 8 (j % 2), columns
-// 8 (j / 2) + 2 (tid % 4) and + 1 (the wgmma accumulator layout). D 128: part
-// w holds columns 64 w ..; D 64: both parts hold every column (sum them).
-// One block per step, each warp 8 of its rows, lane l the row's columns 2l
-// and 2l + 1 (and 64 + 2l, + 1 at D 128): a warp stores whole 128-byte runs
-// of a row, and its loads take 8 whole 32-byte sectors (4 lanes each). One
-// thread a pair, whose warps wrote 16 bytes into each of 8 rows a store, took
-// 102 us for the 134 MB of parts at B4 H32 T2048 D128 on an H200 (ncu).
+// A part is a warpgroup's 64 x 64 share in its staging order (dq_parts.h).
+// D 128: part w holds columns 64 w ..; D 64: both parts hold every column
+// (sum them). One block per step, each warp 8 of its rows, lane l the row's
+// columns 2l and 2l + 1 (and 64 + 2l, + 1 at D 128): a warp stores whole
+// 128-byte runs of a row, and its loads take 8 whole 32-byte sectors (4
+// lanes each). One thread a pair, whose warps wrote 16 bytes into each of 8
+// rows a store, took 102 us for the 134 MB of parts at B4 H32 T2048 D128 on
+// an H200 (ncu); this, 54 us.
 constexpr int kConvertThreads = 256;
 constexpr int kConvertRowsPerWarp = kQStep / (kConvertThreads / 32);
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kConvertThreads) hopper_dq_convert_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kPairs = kDqPart / 2;
+  static_assert(kDqPart == 2 * kDqPartPairs && kQStep == kDqPartRows, "dq_parts.h's part");
+  constexpr int kPairs = kDqPartPairs;
   const int64_t step = blockIdx.x;  // (b * heads + h) * q_steps + i
   const int i = static_cast<int>(step % p.q_steps);
   const int bh = static_cast<int>(step / p.q_steps);
@@ -758,8 +759,7 @@ __global__ void __launch_bounds__(kConvertThreads) hopper_dq_convert_kernel(cons
   float2 a[kConvertRowsPerWarp], c[kConvertRowsPerWarp];
 #pragma unroll
   for (int u = 0; u < kConvertRowsPerWarp; ++u) {
-    const int r = r0 + u, w = r / 16, g = r % 8, half = (r % 16) / 8;
-    const int idx = (2 * (l / 4) + half) * 128 + 32 * w + 4 * g + l % 4;
+    const int idx = dq_part_pair(r0 + u, l);
     a[u] = part[idx];
     c[u] = part[idx + kPairs];
   }
