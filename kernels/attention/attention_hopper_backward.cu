@@ -173,7 +173,7 @@ constexpr int dkdv_tile_bytes() {  // K, V, Q[stages], dO[stages] + alignment sl
 // tile [128 keys x 64 queries] in two buffers (steps alternate), and each
 // warpgroup's 64 x 64 fp32 dQ part staged for the bulk reduction.
 constexpr int kDsBytes = kKvBlock * kRowBytes;       // 16 KB: one chunk of 128 rows
-constexpr int kDqPart = 64 * 64;                      // floats of one warpgroup's part
+constexpr int kDqPart = kDqPartRows * kDqPartCols;    // floats of a warpgroup's part (dq_parts.h)
 constexpr int kStageBytes = kDqPart * 4;              // 16 KB
 template <int D, bool kFusedDq>
 constexpr int dkdv_smem_bytes() {
@@ -746,7 +746,7 @@ constexpr int kConvertRowsPerWarp = kQStep / (kConvertThreads / 32);
 template <typename T, int D>
 __global__ void __launch_bounds__(kConvertThreads) hopper_dq_convert_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(kDqPart == 2 * kDqPartPairs && kQStep == kDqPartRows, "dq_parts.h's part");
+  static_assert(kQStep == kDqPartRows, "a step's queries are a part's rows");
   constexpr int kPairs = kDqPartPairs;
   const int64_t step = blockIdx.x;  // (b * heads + h) * q_steps + i
   const int i = static_cast<int>(step % p.q_steps);

@@ -9,7 +9,7 @@
 // free of bank conflicts. In the accumulator layout that pair is row
 // 16 (tid / 32) + (tid % 32) / 4 + 8 (j % 2), columns 8 (j / 2) + 2 (tid % 4)
 // and + 1 (dq_part_cell). The convert kernel reads a row's pairs in column
-// order (dq_part_pair): four consecutive columns pairs are four consecutive
+// order (dq_part_pair): four consecutive column pairs are four consecutive
 // pair indices, one whole 32-byte sector.
 #ifndef COLOSSAL_KERNELS_ATTENTION_DQ_PARTS_H_
 #define COLOSSAL_KERNELS_ATTENTION_DQ_PARTS_H_
