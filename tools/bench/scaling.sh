@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data-parallel scaling table: GPT-2 124M ("gpt2") and 1.5B ("gpt2-xl") on 1, 2 and 4
+# Data-parallel scaling table: GPT-2 124M ("gpt2") and 1.5B ("gpt2-xl") on 1, 2, 4 and 8
 # GPUs of one host, colossal's plugins beside PyTorch's DDP and FSDP, from one run.
 #
 # Run on the GPU host, from the repository root:
@@ -33,7 +33,7 @@
 #   SCALING_DATA     folder for the tokenized corpus, shared by the colossal runs (each run's
 #                    ./data links to it); default $OUT/scaling/data. Point it at an existing
 #                    data/ folder (one holding shakespeare/manifest.json) to skip tokenizing.
-#   MODELS           "gpt2 gpt2-xl"            WORLDS  "1 2 4" (those above the GPU count are skipped)
+#   MODELS           "gpt2 gpt2-xl"            WORLDS  "1 2 4 8" (those above the GPU count are skipped)
 #   METHODS          "ddp zero1 zero2 zero2_offload torch_ddp torch_fsdp" (also: gemini, torch_fsdp2)
 #   MICRO_BATCH_GPT2 8   MICRO_BATCH_GPT2_XL 4 (sequences per GPU per step)
 #   STEPS 10  WARMUP 3  RUN_TIMEOUT 240 (seconds per run)  PYTHON python3  NGPU (default: counted)
@@ -55,7 +55,7 @@ RESULTS="$OUTDIR/results.jsonl"
 TABLE="$OUTDIR/table.md"
 SCALING_DATA="${SCALING_DATA:-$OUTDIR/data}"
 MODELS="${MODELS:-gpt2 gpt2-xl}"
-WORLDS="${WORLDS:-1 2 4}"
+WORLDS="${WORLDS:-1 2 4 8}"
 METHODS="${METHODS:-ddp zero1 zero2 zero2_offload torch_ddp torch_fsdp}"
 MICRO_BATCH_GPT2="${MICRO_BATCH_GPT2:-8}"
 MICRO_BATCH_GPT2_XL="${MICRO_BATCH_GPT2_XL:-4}"
