@@ -747,7 +747,6 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kConvertThreads) hopper_dq_convert_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kQStep == kDqPartRows, "a step's queries are a part's rows");
-  constexpr int kPairs = kDqPartPairs;
   const int64_t step = blockIdx.x;  // (b * heads + h) * q_steps + i
   const int i = static_cast<int>(step % p.q_steps);
   const int bh = static_cast<int>(step / p.q_steps);
@@ -761,7 +760,7 @@ __global__ void __launch_bounds__(kConvertThreads) hopper_dq_convert_kernel(cons
   for (int u = 0; u < kConvertRowsPerWarp; ++u) {
     const int idx = dq_part_pair(r0 + u, l);
     a[u] = part[idx];
-    c[u] = part[idx + kPairs];
+    c[u] = part[idx + kDqPartPairs];
   }
   T* out = static_cast<T*>(p.dq) + sv.row0 * p.qkv_stride + static_cast<int64_t>(h) * p.head_dim +
            2 * l;
