@@ -88,8 +88,9 @@ constexpr int kConsumers = 2;  // consumer warpgroups
 constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kProducerRegs = 24;  // setmaxnreg targets (multiples of 8)
 constexpr int kConsumerRegs = 240;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
-              "setmaxnreg: the warpgroups' registers must fit the register file");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <=
+                  launch_regs(kThreads) * kThreads,
+              "setmaxnreg: the warpgroups' registers must fit what the CTA is launched with");
 
 // Byte sizes of the shared tiles for head_dim D.
 template <int D>
@@ -158,7 +159,7 @@ struct Tile {
 __device__ __forceinline__ bool next_tile(const Params& p, int& k, Tile& w) {
   const int g = static_cast<int>(gridDim.x), c = static_cast<int>(blockIdx.x);
   for (;; ++k) {
-    const int64_t tau64 = static_cast<int64_t>(k) * g + ((k & 1) ? g - 1 - c : c);
+    const int64_t tau64 = snake_tile(k, c, g);
     if (tau64 >= p.tiles) return false;
     const int tau = static_cast<int>(tau64);
     const TileSlot slot = tile_slot(tau, p.bh, p.q_blocks, p.section);

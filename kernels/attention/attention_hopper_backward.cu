@@ -14,7 +14,8 @@
 // of "full" (TMA transaction bytes) / "empty" (8 consumer warps) mbarriers.
 //
 // dkdv kernel: CTA = (batch, kv head, 128 keys); heaviest (lowest) key tiles
-// first (causal), or one kv head's key tiles together (full mask; tile_slot).
+// first (causal), or one kv head's key tiles together (full mask, and causal
+// where a kv head's query side exceeds the L2; tile_slot, launch()).
 // K and V of the tile land once (TMA). Then, for each query head of the kv
 // head's group in order and each query step (64 queries; 128 at head dim 64
 // without the fused dQ: kDkdvStep) from the step holding the tile's first
@@ -103,8 +104,9 @@ constexpr int kThreads = 128 * (1 + kConsumers);
 constexpr int kConsumerWarps = 4 * kConsumers;  // arrivals that empty a stage
 constexpr int kProducerRegs = 24;               // setmaxnreg targets (multiples of 8)
 constexpr int kConsumerRegs = 240;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
-              "setmaxnreg: the warpgroups' registers must fit the register file");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <=
+                  launch_regs(kThreads) * kThreads,
+              "setmaxnreg: the warpgroups' registers must fit what the CTA is launched with");
 
 constexpr int kKvBlock = 128;  // dkdv: keys per CTA
 constexpr int kQStep = 64;     // dkdv: queries per step (the fused dQ's parts are per kQStep)
@@ -500,7 +502,8 @@ __device__ __forceinline__ void dkdv_body(const CUtensorMap* q_map, const CUtens
   sh.bars = smem_u32(bars);
   sh.stats = stats;
 
-  // Low (heaviest) key tiles first (causal), or a kv head's tiles together (full).
+  // Low (heaviest) key tiles first (causal), a kv head's tiles together
+  // (full, or causal past the L2: launch()).
   const TileSlot slot = tile_slot(static_cast<int>(blockIdx.x), p.bkv, p.kv_blocks, p.kv_section);
   const int bkv = slot.head, kb = slot.rank;
   const int b = bkv / p.kv_heads, kvh = bkv % p.kv_heads;
@@ -832,8 +835,15 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   // D128); dq uses L2 sections (a query head's share of its kv head's K and
   // V). Causal: one section each (sections measured slower there: 0.87
   // against 0.77 ms for B4 H32 KV8 T2048 D64; the ranks' lengths differ, so
-  // a head's tiles would not run side by side anyway).
-  p.kv_section = full ? 1 : p.bkv;
+  // a head's tiles would not run side by side anyway) -- except dkdv where
+  // one kv head's query side (its group's Q and dO, and the fused dQ's fp32
+  // parts) exceeds the whole L2: heads interleaved then share nothing in L2,
+  // and one head's tiles together at least share its Q / dO steps (B1 H32
+  // KV8 T16384 D128, 67 MB a head: 14.5 -> 14.3-14.4 ms fwd+bwd; at T
+  // 2048-8192, where a head's fit, sections measured 1-7% slower).
+  const int64_t l2 = l2_bytes();
+  const int64_t group_bytes = longest * D * g.group() * (2 + 2 + (dq_accum != nullptr ? 4 : 0));
+  p.kv_section = full || (l2 > 0 && group_bytes > l2) ? 1 : p.bkv;
   p.q_section = full ? l2_section(2 * longest * D * 2 / g.group(), p.bh, g.group()) : p.bh;
   p.full = full ? 1 : 0;
   p.scale = scale;

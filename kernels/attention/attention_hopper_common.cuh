@@ -31,6 +31,13 @@ constexpr int kChunkElems = kRowBytes / 2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Registers each thread of a CTA of `threads` threads is launched with under
+// __launch_bounds__(threads, 1): the 64K register file in the allocation's
+// unit of 8 a thread (168 for 384 threads). setmaxnreg only moves registers
+// between the CTA's warpgroups, so its targets must fit in this many times
+// `threads`, or setmaxnreg.inc waits for registers that never come free.
+constexpr int launch_regs(int threads) { return 65536 / threads / 8 * 8; }
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // PTX wrappers (sm_90a).
 
@@ -347,15 +354,21 @@ __device__ __forceinline__ SeqView seq_view(const int* cu_seqlens, int b, int se
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// section_heads() on the current device's L2 cache (tile_order.h).
-inline int l2_section(int64_t bytes_per_head, int64_t heads, int64_t group) {
+// The current device's L2 cache in bytes; 0 if the runtime cannot tell.
+inline int64_t l2_bytes() {
   int device = 0, l2 = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess) {
     (void)cudaGetLastError();
-    l2 = 0;  // one group per section
+    return 0;
   }
-  return section_heads(l2, bytes_per_head, heads, group);
+  return l2;
+}
+
+// section_heads() on the current device's L2 cache (tile_order.h); one group
+// per section where the size is unknown.
+inline int l2_section(int64_t bytes_per_head, int64_t heads, int64_t group) {
+  return section_heads(l2_bytes(), bytes_per_head, heads, group);
 }
 
 // ---------------------------------------------------------------------------

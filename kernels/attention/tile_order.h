@@ -40,6 +40,14 @@ COLOSSAL_HOST_DEVICE TileSlot tile_slot(int tau, int heads, int blocks, int sect
   return {head0 + r % width, r / width};
 }
 
+// The persistent kernels' dealing: G CTAs take the tiles in rounds of G,
+// CTA c tile r G + c in even rounds r and r G + G - 1 - c in odd ones (a
+// snake), so with tiles ordered heaviest first the CTAs' total work differs
+// by about a tile. Returns the tile of CTA c (0 <= c < G) in round r.
+COLOSSAL_HOST_DEVICE int64_t snake_tile(int round, int cta, int ctas) {
+  return static_cast<int64_t>(round) * ctas + ((round & 1) ? ctas - 1 - cta : cta);
+}
+
 // Heads per section: as many as keep `bytes_per_head` (a head's share of the
 // reused operand) within half of `l2_bytes`, a multiple of `group` (query
 // heads sharing a kv head), at least one group, at most `heads` (>= 1).

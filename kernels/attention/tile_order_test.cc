@@ -47,6 +47,30 @@ TEST(TileOrderTest, SlotsCoverEveryTileBySectionThenRankThenHead) {
   }
 }
 
+// Every tile dealt exactly once over the rounds; each round's G tiles are
+// that round's, and a CTA's share alternates ends of its rounds.
+TEST(TileOrderTest, SnakeDealsEveryTileOnceARound) {
+  for (int ctas : {1, 2, 7, 132}) {
+    const int tiles = 5 * ctas + 3;
+    std::vector<int> seen(tiles, 0);
+    for (int c = 0; c < ctas; ++c) {
+      for (int r = 0;; ++r) {
+        const int64_t tau = snake_tile(r, c, ctas);
+        if (tau >= tiles) break;
+        ASSERT_GE(tau, static_cast<int64_t>(r) * ctas);
+        ASSERT_LT(tau, static_cast<int64_t>(r + 1) * ctas);
+        ++seen[tau];
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << "ctas " << ctas;
+  }
+  // CTA 0 takes the first tile of even rounds and the last of odd ones.
+  EXPECT_EQ(snake_tile(0, 0, 4), 0);
+  EXPECT_EQ(snake_tile(1, 0, 4), 7);
+  EXPECT_EQ(snake_tile(2, 0, 4), 8);
+  EXPECT_EQ(snake_tile(1, 3, 4), 4);
+}
+
 TEST(TileOrderTest, SectionsHoldHalfTheL2InWholeGroups) {
   constexpr int64_t kMiB = int64_t{1} << 20;
   // 50 MiB of L2, 2 MiB a head: 12 heads fit in 25 MiB, 12 in groups of 4, 10 in groups of 5.
