@@ -1,11 +1,10 @@
 // CPU reference and backend for fused attention (causal or full mask): one
-// (batch, head) at a
-// time, every row of scores computed in double and never stored as a T x T
-// matrix; outputs rounded once to the tensor type. With grouped-query heads the
-// backward takes one (batch, kv head) at a time and sums dk, dv over the
-// group's query heads in double before rounding. The varlen layout runs the
-// same code on each sequence in turn (its rows, lse at row offset cu_seqlens[i]
-// of every head's total_tokens).
+// (batch, kv head) per OpenMP thread at a time, its group's query heads in
+// order, every row of scores computed in double and never stored as a T x T
+// matrix; outputs rounded once to the tensor type. The backward sums dk, dv
+// over the group's query heads in double before rounding. The varlen layout
+// runs the same code on each sequence in turn (its rows, lse at row offset
+// cu_seqlens[i] of every head's total_tokens).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -87,17 +86,20 @@ double softmax_row(std::vector<double>& p, const std::vector<double>& q,
 // lse of (b, h, t) at lse[b * heads * seq + h * lse_head_stride + t]: the
 // batch layout [batch, heads, seq] with lse_head_stride = seq; one sequence of
 // the varlen layout [heads, total_tokens] with lse_head_stride = total_tokens.
+// (batch, kv head) pairs in parallel, each its group's query heads in order:
+// a pair writes only its own heads' rows, so every output is the same
+// whatever the thread count.
 template <typename T>
 void forward_typed(T* o, float* lse, const T* q, const T* k, const T* v, const Geometry& g,
                    double scale, bool causal, int64_t lse_head_stride) {
-  const int64_t d = g.head_dim, T_ = g.seq;
-  std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t h = 0; h < g.heads; ++h) {
-      if (h % g.group() == 0) {
-        gather(kh, k, g, g.qkv_row_stride, b, h / g.group());
-        gather(vh, v, g, g.qkv_row_stride, b, h / g.group());
-      }
+  const int64_t d = g.head_dim, T_ = g.seq, pairs = g.batch * g.kv_heads;
+#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1)
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const int64_t b = pair / g.kv_heads, kvh = pair % g.kv_heads;
+    std::vector<double> qh, kh, vh, oh(static_cast<size_t>(T_ * d)), p(static_cast<size_t>(T_));
+    gather(kh, k, g, g.qkv_row_stride, b, kvh);
+    gather(vh, v, g, g.qkv_row_stride, b, kvh);
+    for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
       gather(qh, q, g, g.qkv_row_stride, b, h);
       for (int64_t t = 0; t < T_; ++t) {
         const int64_t n = keys_of(t, T_, causal);
@@ -152,27 +154,28 @@ void backward_head(std::vector<double>& dqh, std::vector<double>& dkh, std::vect
   }
 }
 
+// (batch, kv head) pairs in parallel, as the forward: a pair writes its kv
+// head's dk, dv and its query heads' dq alone.
 template <typename T>
 void backward_typed(T* dq, T* dk, T* dv, const T* d_o, const T* q, const T* k, const T* v,
                     const Geometry& g, double scale, bool causal) {
   const size_t n = static_cast<size_t>(g.seq * g.head_dim);
-  std::vector<double> qh, kh, vh, gh, dqh(n), dkh(n), dvh(n);
-  for (int64_t b = 0; b < g.batch; ++b) {
-    for (int64_t kvh = 0; kvh < g.kv_heads; ++kvh) {
-      gather(kh, k, g, g.qkv_row_stride, b, kvh);
-      gather(vh, v, g, g.qkv_row_stride, b, kvh);
-      std::fill(dkh.begin(), dkh.end(), 0.0);
-      std::fill(dvh.begin(), dvh.end(), 0.0);
-      // The group's query heads in order, each adding its share to dkh, dvh.
-      for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
-        gather(qh, q, g, g.qkv_row_stride, b, h);
-        gather(gh, d_o, g, g.o_row_stride, b, h);
-        backward_head(dqh, dkh, dvh, qh, kh, vh, gh, g.seq, g.head_dim, scale, causal);
-        scatter(dq, dqh, g, g.qkv_row_stride, b, h);
-      }
-      scatter(dk, dkh, g, g.qkv_row_stride, b, kvh);
-      scatter(dv, dvh, g, g.qkv_row_stride, b, kvh);
+  const int64_t pairs = g.batch * g.kv_heads;
+#pragma omp parallel for schedule(dynamic, 1) if (pairs > 1)
+  for (int64_t pair = 0; pair < pairs; ++pair) {
+    const int64_t b = pair / g.kv_heads, kvh = pair % g.kv_heads;
+    std::vector<double> qh, kh, vh, gh, dqh(n), dkh(n, 0.0), dvh(n, 0.0);
+    gather(kh, k, g, g.qkv_row_stride, b, kvh);
+    gather(vh, v, g, g.qkv_row_stride, b, kvh);
+    // The group's query heads in order, each adding its share to dkh, dvh.
+    for (int64_t h = kvh * g.group(); h < (kvh + 1) * g.group(); ++h) {
+      gather(qh, q, g, g.qkv_row_stride, b, h);
+      gather(gh, d_o, g, g.o_row_stride, b, h);
+      backward_head(dqh, dkh, dvh, qh, kh, vh, gh, g.seq, g.head_dim, scale, causal);
+      scatter(dq, dqh, g, g.qkv_row_stride, b, h);
     }
+    scatter(dk, dkh, g, g.qkv_row_stride, b, kvh);
+    scatter(dv, dvh, g, g.qkv_row_stride, b, kvh);
   }
 }
 
