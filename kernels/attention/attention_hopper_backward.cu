@@ -839,8 +839,9 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   // one kv head's query side (its group's Q and dO, and the fused dQ's fp32
   // parts) exceeds the whole L2: heads interleaved then share nothing in L2,
   // and one head's tiles together at least share its Q / dO steps (B1 H32
-  // KV8 T16384 D128, 67 MB a head: 14.5 -> 14.3-14.4 ms fwd+bwd; at T
-  // 2048-8192, where a head's fit, sections measured 1-7% slower).
+  // KV8 T16384 D128, 67 MB a head: 14.5-14.7 -> 14.3-14.5 ms fwd+bwd on an
+  // H200, three hosts; at T 2048-8192, where a head's fit, sections measured
+  // 1-7% slower).
   const int64_t l2 = l2_bytes();
   const int64_t group_bytes = longest * D * g.group() * (2 + 2 + (dq_accum != nullptr ? 4 : 0));
   p.kv_section = full || (l2 > 0 && group_bytes > l2) ? 1 : p.bkv;

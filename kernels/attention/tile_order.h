@@ -14,7 +14,8 @@
 //     fit in L2, rather than every head's (at short sequences the first wave
 //     of a grid covers every head, and their K/V together exceed L2). The
 //     kernels use sections under the full mask, where every tile reads its
-//     head's whole K/V; causal grids measured faster in one section.
+//     head's whole K/V; causal grids measured faster in one section, except
+//     dK/dV's where one kv head's query side alone exceeds the L2.
 #ifndef COLOSSAL_KERNELS_ATTENTION_TILE_ORDER_H_
 #define COLOSSAL_KERNELS_ATTENTION_TILE_ORDER_H_
 
