@@ -450,8 +450,8 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
       if (lane == 0) mbar_arrive(sh.bar(kKvBarEmpty + s));  // this warp is done with the stage
       if constexpr (kFusedDq) {
         fence_regs(dqa);
-        // Stage the part (float pair j of thread tid at pair index j * 128 +
-        // tid: conflict-free 8-byte stores; dq_parts.h, whose dq_part_pair
+        // Stage the part (float pair j of thread tid at dq_part_staged(j,
+        // tid): conflict-free 8-byte stores; dq_parts.h, whose dq_part_pair
         // the convert kernel reads it by) once the previous reduction has
         // read the buffer, then one thread adds it to dq_accum with a bulk
         // reduction.
@@ -459,7 +459,9 @@ __device__ __forceinline__ void dkdv_consume(const KvShared<D>& sh, const Params
         if (tid == 0) bulk_wait_read();
         named_bar_sync(kStageBar + wg, 128);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) st_shared_f32x2(stage + (j * 128 + tid) * 8, dqa[2 * j], dqa[2 * j + 1]);
+        for (int j = 0; j < 16; ++j) {
+          st_shared_f32x2(stage + dq_part_staged(j, tid) * 8, dqa[2 * j], dqa[2 * j + 1]);
+        }
         fence_proxy_async();
         named_bar_sync(kStageBar + wg, 128);
         if (tid == 0) {
@@ -845,7 +847,7 @@ KernelStatus launch(void* dq, void* dk, void* dv, const void* d_o, const void* q
   const int64_t l2 = l2_bytes();
   const int64_t group_bytes = longest * D * g.group() * (2 + 2 + (dq_accum != nullptr ? 4 : 0));
   p.kv_section = full || (l2 > 0 && group_bytes > l2) ? 1 : p.bkv;
-  p.q_section = full ? l2_section(2 * longest * D * 2 / g.group(), p.bh, g.group()) : p.bh;
+  p.q_section = full ? section_heads(l2, 2 * longest * D * 2 / g.group(), p.bh, g.group()) : p.bh;
   p.full = full ? 1 : 0;
   p.scale = scale;
   p.scale_log2 = scale * kLog2e;

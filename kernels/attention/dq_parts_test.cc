@@ -30,7 +30,7 @@ TEST(DqPartsTest, CellsAreABijectionAndPairInvertsThem) {
 TEST(DqPartsTest, PairsFollowTheAccumulatorLayout) {
   for (int tid = 0; tid < 128; ++tid) {
     for (int j = 0; j < 16; ++j) {
-      const DqPartCell c = dq_part_cell(j * 128 + tid);
+      const DqPartCell c = dq_part_cell(dq_part_staged(j, tid));
       EXPECT_EQ(c.row, 16 * (tid / 32) + (tid % 32) / 4 + 8 * (j % 2)) << tid << " " << j;
       EXPECT_EQ(c.col, 8 * (j / 2) + 2 * (tid % 4)) << tid << " " << j;
     }
