@@ -171,8 +171,8 @@ struct GeminiPlugin::State {
   // GPU's share of host Adam to read: then the sum also crosses during the
   // backward), no chunk changed tier in it, and its sampled peak of device
   // memory plus the sums fits under the capacity. The sums have the fold's
-  // bits (accumulate_cuda), so the choice changes no result. accum_scratch: accumulate_cuda's, used on
-  // the gradient stream.
+  // bits (accumulate_cuda), so the choice changes no result. accum_scratch:
+  // accumulate_cuda's, used on the gradient stream.
   bool sum_on_device = false;
   int backwards = 0, last_step_backwards = 0;  // backwards since / before the last zero_grad
   int64_t step_peak = 0;                       // device allocator bytes, sampled, since zero_grad
@@ -198,9 +198,10 @@ struct GeminiPlugin::State {
   // adopts them as the chunk's prefetched copy instead of copying in: the
   // values cross PCIe twice, not three times, in the update's bandwidth-bound
   // phase. Created at the first step, if the device has room then (counted
-  // in device_used once; not tried again); a slot is taken by the lane (busy) and given back by the caller's
-  // thread when its reader is done (free_at, on `stream`); the lane takes
-  // only a slot free on the device already and otherwise updates in place.
+  // in device_used once; not tried again); a slot is taken by the lane
+  // (busy) and given back by the caller's thread when its reader is done
+  // (free_at, on `stream`); the lane takes only a slot free on the device
+  // already and otherwise updates in place.
   struct ValueSlot {
     core::Tensor buffer;
     std::shared_ptr<core::Event> free_at;  // null: never read
