@@ -11,7 +11,11 @@
 # Prints one row per layout: ms/step, tokens/s, MFU (the recipe's: 6·params + attention FLOPs
 # per token over the GPUs' dense bf16 peak; the recomputation of checkpointing not counted), and
 # every rank's peak memory; a failed layout prints its log's tail.
-# GPT-2: RECIPE=recipes/gpt2_hybrid.lua PRESET=gpt2-xl SEQ=1024 (its presets' own context).
+# GPT-2: RECIPE=recipes/gpt2_hybrid.lua PRESET=gpt2-xl SEQ=1024 (its presets' own context; gpt2-xl's
+#   25 heads split over no tp > 1, so its layouts are dp and pp only).
+# VOCAB: the model's vocabulary. The bundled corpus is GPT-2 tokens (ids to 50256), which colossal
+#   refuses for a smaller vocabulary, so Llama-2 presets (32000) default to 50257: a Llama-2-7B
+#   shape with GPT-2's vocabulary, 6.89B parameters instead of 6.74B.
 # BIN: another build of the binary (e.g. an older commit's, for a before/after pair).
 # Usage: tools/bench/hybrid_layouts.sh BUNDLE   (BUNDLE: tools/gpu/bundle.sh //lua:colossal, data/)
 #   LAYOUTS="tp4 pp4i" GLOBAL_SEQS=16 STEPS=6 WARMUP=2 RUN_TIMEOUT=240 PRESET=llama2-7b SEQ=2048
@@ -30,6 +34,8 @@ WARMUP="${WARMUP:-2}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-240}"
 PRESET="${PRESET:-llama2-7b}"
 SEQ="${SEQ:-2048}"
+VOCAB="${VOCAB:-}"
+[[ -z "$VOCAB" && "$RECIPE" == *llama* && "$PRESET" == llama2* ]] && VOCAB=50257
 LAYOUTS="${LAYOUTS:-dp$N tp$N tp2dp$H pp$N pp${N}i pp2dp$H tp2pp$H tp2pp${H}i}"
 
 # layout -> "tp pp chunks zero micro_batch_size sp split_gather" (accumulation follows from
@@ -63,6 +69,13 @@ for layout in $LAYOUTS; do
   ((chunks > 1)) && style=interleaved
   dir="/tmp/hl_$layout"
   rm -rf "$dir" && mkdir -p "$dir" && ln -s "$repo/recipes" "$dir/recipes"
+  if [[ -n "$VOCAB" ]]; then
+    # --set changes only keys a recipe has, and the GPU model table names no vocab_size: the run
+    # gets a copy of the recipe whose preset line adds one.
+    rm "$dir/recipes" && mkdir -p "$dir/recipes"
+    sed -E "s/(preset = \"[^\"]+\",)/\1 vocab_size = $VOCAB,/" "$repo/$RECIPE" >"$dir/$RECIPE"
+    grep -q "vocab_size = $VOCAB," "$dir/$RECIPE" || { echo "hybrid_layouts: no preset line in $RECIPE for vocab_size" >&2; exit 1; }
+  fi
   port=$((port + 1))
   log="/tmp/hl_$layout.log"
   cmd=("$bin" run --nproc_per_node "$N" --master_port "$port" bench "$RECIPE"
@@ -92,7 +105,7 @@ for layout in $LAYOUTS; do
     awk '{printf "%s%.1f", (NR > 1 ? " / " : ""), $1 / 1e9}')
   rows+=("| $layout | tp $tp$( ((sg)) && echo " split_gather"), pp $pp ($style), sp $sp, dp $dp, B$mb x$accum | $ms | $tps | $mfu | $peaks |")
 done
-echo "=== $PRESET on $N GPUs, $GLOBAL_SEQS x $SEQ tokens a step"
+echo "=== $PRESET${VOCAB:+ (vocab_size $VOCAB)} on $N GPUs, $GLOBAL_SEQS x $SEQ tokens a step"
 echo "| layout | split, micro-batch x count per copy | ms/step | tokens/s | MFU | peak GB per rank |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
