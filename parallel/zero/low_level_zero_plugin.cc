@@ -72,9 +72,8 @@ const core::Tensor& LowLevelZeroPlugin::exp_avg_shard_tensor() const {
 const core::Tensor& LowLevelZeroPlugin::exp_avg_sq_shard_tensor() const {
   return state_->offload ? state_->offload->exp_avg_sq() : state_->d_exp_avg_sq;
 }
-const core::Tensor& LowLevelZeroPlugin::grad_shard_tensor() const {
-  static const core::Tensor* none = new core::Tensor();
-  return state_->grads != nullptr ? state_->grads->grad_shard() : *none;
+core::Tensor LowLevelZeroPlugin::grad_shard_tensor() const {
+  return state_->grads != nullptr ? state_->grads->grad_shard() : core::Tensor();
 }
 
 namespace {

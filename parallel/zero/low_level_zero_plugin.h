@@ -17,11 +17,13 @@
 //       stage 1: all-reduce (average) in place, as ddp; no_sync accumulates
 //                locally and the next synced backward reduces the sum;
 //       stage 2: reduce-scatter (average): each rank receives its slice's part
-//                of the bucket and adds it to its gradient shard; the
-//                bucket's range of the flat gradient buffer is then zeroed
-//                (after a stage-2 backward the model's gradients read 0; the
-//                reduced ones are grad_shard_tensor()). Accumulation: every backward
-//                reduces and the shards accumulate until Booster::zero_grad.
+//                of the bucket. After one backward the averaged slice is in
+//                this rank's range of the flat gradient buffer (other ranges
+//                hold partial values); accumulation: every backward reduces,
+//                the second moves the slice into a gradient shard and zeroes
+//                the buffer, later ones add their parts to the shard and zero
+//                each bucket's range, until Booster::zero_grad. The reduced
+//                gradients are grad_shard_tensor() either way.
 //                no_sync is refused (FailedPrecondition), as Colossal-AI
 //                refuses it for stage 2.
 //     At boost rank 0's parameters are broadcast.
@@ -262,17 +264,19 @@ class LowLevelZeroPlugin : public Plugin {
   // before reading them on the host). master / exp_avg / exp_avg_sq: float32
   // [shard().end - shard().begin] (with cpu_offload: pinned host tensors);
   // grad_shard_tensor (both paths): stage 2's averaged gradients of this
-  // rank's slice, param_dtype() [shard().size] (the tail past shard().end is
-  // padding), summed over the backwards since the last zero_grad; undefined
-  // for stage 1; on CUDA at world size 1 the model's flat gradient buffer
-  // itself.
+  // rank's slice, summed over the backwards since the last zero_grad, a view
+  // of param_dtype() with at least shard().end - shard().begin elements (the
+  // gradient shard, [shard().size], whose tail past shard().end is padding;
+  // after a single backward, the flat gradient buffer's range of the slice);
+  // undefined for stage 1; on CUDA at world size 1 the model's flat gradient
+  // buffer itself.
   // Valid after boost.
   bool on_cuda() const;
   core::DType param_dtype() const;
   const core::Tensor& master_shard_tensor() const;
   const core::Tensor& exp_avg_shard_tensor() const;
   const core::Tensor& exp_avg_sq_shard_tensor() const;
-  const core::Tensor& grad_shard_tensor() const;
+  core::Tensor grad_shard_tensor() const;
   // Bucket collectives issued so far, and how many from a module's backward
   // hook (the rest when the model's backward returned).
   int64_t reductions_issued() const;

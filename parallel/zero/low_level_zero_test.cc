@@ -427,6 +427,61 @@ TEST(LowLevelZero, Stage2RefusesNoSyncAndAccumulatesShards) {
   });
 }
 
+// Stage 2 with one backward a step (no accumulation): the averaged slice stays
+// in the flat gradient buffer, where the step reads it, and no shard is made.
+// Against two backwards a step of the same batch at half the loss scale (the
+// second moves the first's slice into the shard and adds its own parts):
+// halving is exact and so is x/2 + x/2, so both runs step on the same
+// gradients and end bit for bit equal (world 3 pads the last slice; small
+// buckets put some across slices).
+TEST(LowLevelZero, Stage2WithOneBackwardAStepReadsTheFlatBuffer) {
+  constexpr int W = 3;
+  std::vector<float> weights[2];  // by backwards a step - 1
+  std::vector<float> norms[2];
+  for (int backwards : {1, 2}) {
+    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      auto model = make_zero_model(kSeed + r);
+      auto adam = make_adam(*model);
+      LowLevelZeroOptions o;
+      o.stage = 2;
+      o.reduce_bucket_size_in_m = 1.0 / 4096;
+      auto plugin = *LowLevelZeroPlugin::create(pg, o);
+      LowLevelZeroPlugin* zero = plugin.get();
+      Booster booster(std::move(plugin));
+      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      for (int step = 0; step < 3; ++step) {
+        ASSERT_TRUE(booster.zero_grad().ok());
+        for (int b = 0; b < backwards; ++b) {
+          booster_micro_step(*ctx, booster, *model, micro_batch(step, r, 0), 1.0f / backwards);
+        }
+        ASSERT_TRUE(booster.plugin().before_step(Stream::cpu()).ok());
+        const ZeroShard sh = zero->shard();
+        const std::vector<float> mine = floats_of(zero->grad_shard_tensor());
+        const std::vector<float> flat = floats_of(model->store().flat_grads(DType::kF32));
+        ASSERT_GE(static_cast<int64_t>(mine.size()), sh.end - sh.begin);
+        EXPECT_TRUE(std::any_of(mine.begin(), mine.end(), [](float x) { return x != 0.0f; }));
+        if (backwards == 1) {  // the flat buffer's range itself
+          EXPECT_EQ(static_cast<int64_t>(mine.size()), sh.end - sh.begin);
+          EXPECT_TRUE(std::equal(mine.begin(), mine.end(), flat.begin() + sh.begin));
+        } else {  // the shard; the flat buffer was zeroed for the second backward
+          EXPECT_EQ(static_cast<int64_t>(mine.size()), sh.size);
+          EXPECT_TRUE(std::all_of(flat.begin(), flat.end(), [](float x) { return x == 0.0f; }));
+        }
+        auto result = booster.step({.max_norm = kMaxNorm});
+        ASSERT_TRUE(result.ok()) << result.status();
+        if (r == 0) norms[backwards - 1].push_back(result->grad_norm);
+      }
+      ASSERT_TRUE(booster.sync_weights().ok());
+      if (r == 0) weights[backwards - 1] = floats_of(model->store().flat_values(DType::kF32));
+    });
+  }
+  ASSERT_EQ(norms[0].size(), 3u);
+  EXPECT_EQ(norms[1], norms[0]);
+  ASSERT_FALSE(weights[0].empty());
+  EXPECT_EQ(weights[1], weights[0]);
+}
+
 // overlap_communication = false: every bucket is issued after the backward
 // returns, none from the hooks, and the results are those with the overlap
 // bit for bit (the same collectives on the same data, in the same order), for

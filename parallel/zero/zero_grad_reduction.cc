@@ -89,11 +89,9 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
     }
     r->buckets_.push_back(sc);
   }
-  if (options.shard_is_flat_buffer) {
-    r->grad_shard_ = store.flat_grads(dtype);  // shard.size == numel: the whole buffer
-  } else {
-    COLOSSAL_ASSIGN_OR_RETURN(r->grad_shard_, zero_filled(shard.size, dtype, stream));
-  }
+  // Otherwise the shard buffer is made when a second backward first needs it
+  // (fold_into_shard).
+  if (options.shard_is_flat_buffer) r->grad_shard_ = store.flat_grads(dtype);  // the whole buffer
   return r;
 }
 
@@ -184,10 +182,24 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   // reduction's own stream.
   const core::Stream add_on = !on.is_cuda() && stream_.is_cuda() ? stream_ : on;
   const core::Tensor flat = store_.flat_grads(dtype_);
+  // The first backward since zero_grad leaves its averaged slice in the flat
+  // buffer: nothing to add or zero for buckets all-reduced in place, a copy
+  // of this rank's received part for the others.
+  const bool in_place = !shard_summed_ && !slice_in_flat_ && !pending_.empty();
   absl::Status first;
   for (const InFlight& f : pending_) {
     const Bucket& sc = buckets_[f.bucket];
     const GradBucket& bucket = reducer_->buckets()[f.bucket];
+    if (in_place) {
+      if (sc.owner >= 0 || sc.mine_n == 0) continue;
+      absl::StatusOr<core::Tensor> dst = flat.slice(sc.mine_lo, sc.mine_lo + sc.mine_n);
+      absl::StatusOr<core::Tensor> src = f.recv.slice(0, sc.mine_n);
+      const absl::Status s = !dst.ok()   ? dst.status()
+                             : !src.ok() ? src.status()
+                                         : dst->copy_from(*src, add_on);
+      if (first.ok() && !s.ok()) first = s;
+      continue;
+    }
     // In-place buckets: the averaged gradients are in the flat buffer.
     const char* src = sc.owner >= 0 ? static_cast<const char*>(flat.raw_data()) +
                                           bucket.offset * esize()
@@ -217,11 +229,36 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
     }
   }
   pending_.clear();
+  if (in_place) slice_in_flat_ = true;
   return first;
+}
+
+absl::Status ZeroGradReduction::fold_into_shard(const core::Stream& on) {
+  if (!grad_shard_.defined()) {
+    COLOSSAL_ASSIGN_OR_RETURN(grad_shard_, zero_filled(shard_.size, dtype_, stream_));
+    if (on.is_cuda() && on.handle() != stream_.handle()) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Event made, core::Event::create(stream_.device()));
+      core::wait_stream(on, stream_, made);  // the zeroing before the copy below
+    }
+  }
+  core::Tensor flat = store_.flat_grads(dtype_);
+  const int64_t n = shard_.end - shard_.begin;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, grad_shard_.slice(0, n));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat.slice(shard_.begin, shard_.end));
+  COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, on));
+  // Every rank's range of the buckets all-reduced in place holds averages:
+  // the next backward accumulates afresh.
+  COLOSSAL_RETURN_IF_ERROR(flat.set_zero(on));
+  slice_in_flat_ = false;
+  shard_summed_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status ZeroGradReduction::begin_backward(const core::Stream& compute, bool sync) {
   COLOSSAL_RETURN_IF_ERROR(wait(compute));
+  // A second backward before zero_grad (gradient accumulation): the first's
+  // averaged slice moves into the shard, to which this one's parts are added.
+  if (slice_in_flat_) COLOSSAL_RETURN_IF_ERROR(fold_into_shard(compute));
   return reducer_->begin_backward(compute, sync);
 }
 
@@ -232,13 +269,24 @@ absl::Status ZeroGradReduction::end_backward(bool ok) {
 }
 
 absl::Status ZeroGradReduction::zero_grad() {
-  if (!grad_shard_.defined() || options_.shard_is_flat_buffer) return absl::OkStatus();
+  slice_in_flat_ = false;  // the optimizer zeroed the flat buffer
+  if (!shard_summed_) return absl::OkStatus();
+  shard_summed_ = false;
   return grad_shard_.set_zero(stream_);
+}
+
+core::Tensor ZeroGradReduction::grad_shard() const {
+  if (options_.stage != 2) return core::Tensor();
+  if (options_.shard_is_flat_buffer || shard_summed_) return grad_shard_;
+  // This rank's range of the flat buffer: the averaged slice of the one
+  // backward since zero_grad, or zeros before any.
+  absl::StatusOr<core::Tensor> mine = store_.flat_grads(dtype_).slice(shard_.begin, shard_.end);
+  return mine.ok() ? *std::move(mine) : core::Tensor();
 }
 
 absl::StatusOr<core::Tensor> ZeroGradReduction::slice_grads() const {
   if (options_.stage == 1) return store_.flat_grads(dtype_).slice(shard_.begin, shard_.end);
-  return grad_shard_.slice(0, shard_.end - shard_.begin);
+  return grad_shard().slice(0, shard_.end - shard_.begin);
 }
 
 void ZeroGradReduction::track(comm::WorkPtr work) { reducer_->track(std::move(work)); }

@@ -5,10 +5,14 @@
 //   stage 1: each bucket is all-reduced (average) in place; no_sync
 //            accumulates locally and the next synced backward reduces the sum.
 //   stage 2: each bucket is reduce-scattered (average): this rank receives its
-//            slice's part (zero_shard.h) and adds it to its gradient shard;
-//            the bucket's range of the flat buffer is zeroed, so the next
-//            backward accumulates afresh and the shards accumulate until
-//            zero_grad().
+//            slice's part (zero_shard.h). The first backward since
+//            zero_grad() leaves the averaged slice in this rank's range of
+//            the flat buffer (what stage 1 leaves there too: no shard buffer,
+//            no additions). A second backward first moves it into the
+//            gradient shard (made then) and zeroes the flat buffer; from then
+//            on each bucket's part is added to the shard and the bucket's
+//            range zeroed, so the next backward accumulates afresh and the
+//            shard accumulates until zero_grad().
 //
 // One code path for both devices: buffers are tensors on the gradients'
 // device, collectives take the stream their input was written on, and the
@@ -87,11 +91,14 @@ class ZeroGradReduction {
   absl::Status zero_grad();
 
   // This rank's averaged gradients of [shard.begin, shard.end) once wait()
-  // returned: the flat buffer's range (stage 1) or the shard's head (stage 2).
+  // returned, summed over the backwards since zero_grad(): the flat buffer's
+  // range (stage 1, and stage 2 after one backward) or the shard's head.
   absl::StatusOr<core::Tensor> slice_grads() const;
-  // Stage 2's shard: dtype [shard.size] (the tail past shard.end is padding);
-  // undefined for stage 1.
-  const core::Tensor& grad_shard() const { return grad_shard_; }
+  // Stage 2: where those gradients are, a view of dtype with at least
+  // shard.end - shard.begin elements (the shard: [shard.size], the tail past
+  // shard.end padding; the flat buffer's range: exactly those). Undefined for
+  // stage 1.
+  core::Tensor grad_shard() const;
   // Waited for (on the host) with the reductions before buffers go: the
   // step's own collectives (the parameter all_gather).
   void track(comm::WorkPtr work);
@@ -104,6 +111,9 @@ class ZeroGradReduction {
   ZeroGradReduction() = default;
   absl::StatusOr<comm::WorkPtr> launch(size_t b, const comm::CollectiveOptions& o);
   absl::StatusOr<comm::WorkPtr> launch_bucket(size_t b, const comm::CollectiveOptions& o);
+  // Stage 2, on `on`: the shard (made on first use) takes this rank's range
+  // of the flat buffer, which is then zeroed whole.
+  absl::Status fold_into_shard(const core::Stream& on);
   // Rank j's part [lo, lo + n) of flat range [a, e).
   void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const;
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype_)); }
@@ -119,7 +129,9 @@ class ZeroGradReduction {
   std::vector<Bucket> buckets_;
   std::vector<InFlight> pending_;  // stage 2: issued, not yet added to the shard
   core::Stream buffer_stream_;     // where the pending buffers were allocated
-  core::Tensor grad_shard_;
+  core::Tensor grad_shard_;  // stage 2: made by fold_into_shard (or the flat buffer at world 1)
+  bool slice_in_flat_ = false;  // the averaged slice of the one backward since zero_grad is in flat
+  bool shard_summed_ = false;   // grad_shard_ holds the sums since zero_grad
 };
 
 }  // namespace colossal::parallel
