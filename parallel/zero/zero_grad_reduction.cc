@@ -186,6 +186,13 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   // buffer: nothing to add or zero for buckets all-reduced in place, a copy
   // of this rank's received part for the others.
   const bool in_place = !shard_summed_ && !slice_in_flat_ && !pending_.empty();
+  if (!in_place && !pending_.empty() && !grad_shard_.defined()) {
+    // begin_backward folds a slice left in the flat buffer before the next
+    // backward issues anything; parts to add and no shard break that order.
+    pending_.clear();
+    return absl::InternalError(
+        "low_level_zero: stage-2 parts to add before the gradient shard exists");
+  }
   absl::Status first;
   for (const InFlight& f : pending_) {
     const Bucket& sc = buckets_[f.bucket];
