@@ -98,6 +98,24 @@ TEST_P(CollectivesTest, AllReduce) {
   });
 }
 
+// reduce: the root's buffer holds the reduction (this backend runs an
+// all-reduce, which the contract allows).
+TEST_P(CollectivesTest, Reduce) {
+  run([&](ProcessGroup& pg) {
+    uint32_t seed = 50;
+    for (const ReduceCase& c : reduce_cases()) {
+      const int root = (seed % pg.size());
+      auto in = all_inputs(c.dtype, c.count, pg.size(), seed++);
+      std::vector<uint8_t> buf = in[pg.rank()];
+      wait_ok(pg.reduce(Buffer{buf.data(), c.count, c.dtype}, c.op, root), name_of(c));
+      if (pg.rank() == root) {
+        EXPECT_EQ(check_reduction(c.dtype, c.op, in, 0, buf.data(), c.count), "")
+            << "reduce " << name_of(c) << " to root " << root;
+      }
+    }
+  });
+}
+
 TEST_P(CollectivesTest, ReduceScatter) {
   run([&](ProcessGroup& pg) {
     uint32_t seed = 100;

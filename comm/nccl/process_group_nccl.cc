@@ -477,6 +477,20 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_broadcast(const OpInfo& info, const
   return impl_->finish(info);
 }
 
+absl::StatusOr<WorkPtr> ProcessGroupNccl::do_reduce(const OpInfo& info, const Buffer& buffer,
+                                                    ReduceOp op, int root) {
+  COLOSSAL_ASSIGN_OR_RETURN(ncclDataType_t dt, nccl_dtype(buffer.dtype));
+  COLOSSAL_ASSIGN_OR_RETURN(Impl::Enqueue e, impl_->begin(info));
+  ncclComm_t comm = e.comm;
+  core::DeviceGuard guard(impl_->device());
+  // In place: the other ranks' buffers are only read.
+  COLOSSAL_NCCL_ENQUEUE(ncclReduce(buffer.data, buffer.data, buffer.count, dt, nccl_op(op), root,
+                                   comm, impl_->stream().handle()));
+  e.span.reset();
+  e.lock.unlock();
+  return impl_->finish(info);
+}
+
 absl::StatusOr<WorkPtr> ProcessGroupNccl::do_batch_send_recv(const OpInfo& info,
                                                              std::vector<P2POp> ops) {
   std::vector<ncclDataType_t> types;
@@ -557,6 +571,9 @@ absl::StatusOr<WorkPtr> ProcessGroupNccl::do_all_to_all(const OpInfo&, const Buf
   no_group_without_cuda();
 }
 absl::StatusOr<WorkPtr> ProcessGroupNccl::do_broadcast(const OpInfo&, const Buffer&, int) {
+  no_group_without_cuda();
+}
+absl::StatusOr<WorkPtr> ProcessGroupNccl::do_reduce(const OpInfo&, const Buffer&, ReduceOp, int) {
   no_group_without_cuda();
 }
 absl::StatusOr<WorkPtr> ProcessGroupNccl::do_batch_send_recv(const OpInfo&, std::vector<P2POp>) {

@@ -94,6 +94,8 @@ class ProcessGroupNccl : public ProcessGroup {
                                         std::vector<int64_t> input_counts) override;
   absl::StatusOr<WorkPtr> do_broadcast(const OpInfo& info, const Buffer& buffer,
                                        int root) override;
+  absl::StatusOr<WorkPtr> do_reduce(const OpInfo& info, const Buffer& buffer, ReduceOp op,
+                                    int root) override;
   absl::StatusOr<WorkPtr> do_batch_send_recv(const OpInfo& info,
                                              std::vector<P2POp> ops) override;
   absl::StatusOr<WorkPtr> do_barrier(const OpInfo& info) override;

@@ -83,7 +83,7 @@ absl::Status finish(absl::StatusOr<WorkPtr> w) {
   return (*w)->wait(absl::Seconds(60));
 }
 
-TEST(ProcessGroupNcclTest, AllReduceAndReduceScatterMatchReferences) {
+TEST(ProcessGroupNcclTest, AllReduceReduceAndReduceScatterMatchReferences) {
   COLOSSAL_REQUIRE_GPUS(kWorld);
   with_nccl([](ProcessGroupNccl& pg, Store&) {
     const core::Device dev = core::Device::cuda(pg.rank());
@@ -100,6 +100,19 @@ TEST(ProcessGroupNcclTest, AllReduceAndReduceScatterMatchReferences) {
           auto got = to_host(d, in[0].size());
           EXPECT_EQ(testing::check_reduction(dtype, op, in, 0, got.data(), n), "")
               << reduce_op_name(op) << " " << core::dtype_name(dtype) << " x " << n;
+          cudaFree(d);
+          // reduce to the last rank, in place: the root has the reduction,
+          // the others' buffers are as they were (NCCL only reads them).
+          const int root = kWorld - 1;
+          d = to_device(in[pg.rank()]);
+          ASSERT_TRUE(finish(pg.reduce(Buffer{d, n, dtype, dev}, op, root)).ok());
+          got = to_host(d, in[0].size());
+          if (pg.rank() == root) {
+            EXPECT_EQ(testing::check_reduction(dtype, op, in, 0, got.data(), n), "")
+                << "reduce " << reduce_op_name(op) << " " << core::dtype_name(dtype) << " x " << n;
+          } else {
+            EXPECT_EQ(got, in[pg.rank()]) << "reduce changed a non-root buffer";
+          }
           cudaFree(d);
           // reduce_scatter: n per rank.
           std::vector<std::vector<uint8_t>> full;

@@ -35,6 +35,7 @@ const char* op_type_name(OpType type) {
     case OpType::kRecv: return "recv";
     case OpType::kBatchSendRecv: return "batch_send_recv";
     case OpType::kBarrier: return "barrier";
+    case OpType::kReduce: return "reduce";
   }
   return "unknown";
 }
@@ -145,20 +146,20 @@ absl::Status ProcessGroup::check_buffer(const char* what, const Buffer& buffer,
   return core::annotate(check_device(buffer.device), absl::StrCat(op, ": ", what));
 }
 
-absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp op,
-                                                 const CollectiveOptions& options) {
-  COLOSSAL_RETURN_IF_ERROR(check_buffer("buffer", buffer, "all_reduce"));
+absl::Status ProcessGroup::check_reduction(const char* op_name, const Buffer& buffer,
+                                           ReduceOp op) const {
+  COLOSSAL_RETURN_IF_ERROR(check_buffer("buffer", buffer, op_name));
   if (op == ReduceOp::kAvg && !core::dtype_is_floating(buffer.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "all_reduce: avg needs a floating-point dtype, not ", core::dtype_name(buffer.dtype),
+        op_name, ": avg needs a floating-point dtype, not ", core::dtype_name(buffer.dtype),
         " (reduce with sum and divide)"));
   }
-  std::lock_guard<std::mutex> lock(issue_mu_);
-  OpInfo info = next_op(OpType::kAllReduce, options,
-                        absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes());
-  // One rank: the identity (avg divides by one exactly). Host buffers need
-  // nothing; device buffers on a given input stream get a Work that still
-  // orders what waits for it after that stream's work so far.
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::alone(const OpInfo& info, const Buffer& buffer) const {
+  // Host buffers need nothing; device buffers on a given input stream get a
+  // Work that still orders what waits for it after that stream's work so far.
   if (size_ == 1 && buffer.device.is_cpu()) {
     return WorkPtr(std::make_shared<IdentityWork>(info.description, std::nullopt));
   }
@@ -168,7 +169,34 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp 
     issued.record(*info.stream);
     return WorkPtr(std::make_shared<IdentityWork>(info.description, std::move(issued)));
   }
+  return WorkPtr();
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp op,
+                                                 const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_reduction("all_reduce", buffer, op));
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  OpInfo info = next_op(OpType::kAllReduce, options,
+                        absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes());
+  COLOSSAL_ASSIGN_OR_RETURN(WorkPtr done, alone(info, buffer));
+  if (done != nullptr) return done;
   return do_all_reduce(std::move(info), buffer, op);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::reduce(const Buffer& buffer, ReduceOp op, int root,
+                                             const CollectiveOptions& options) {
+  COLOSSAL_RETURN_IF_ERROR(check_reduction("reduce", buffer, op));
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reduce: root ", root, " is not a rank of this group of ", size_));
+  }
+  std::lock_guard<std::mutex> lock(issue_mu_);
+  OpInfo info = next_op(OpType::kReduce, options,
+                        absl::StrCat(reduce_op_name(op), " to root ", root, ", ", buffer.to_string()),
+                        buffer.nbytes());
+  COLOSSAL_ASSIGN_OR_RETURN(WorkPtr done, alone(info, buffer));
+  if (done != nullptr) return done;
+  return do_reduce(std::move(info), buffer, op, root);
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const Buffer& output, const Buffer& input,
@@ -355,6 +383,12 @@ absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const core::Tensor& tensor, int 
                                                 const CollectiveOptions& options) {
   COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
   return broadcast(b, root, options);
+}
+
+absl::StatusOr<WorkPtr> ProcessGroup::reduce(const core::Tensor& tensor, ReduceOp op, int root,
+                                             const CollectiveOptions& options) {
+  COLOSSAL_ASSIGN_OR_RETURN(Buffer b, Buffer::of(tensor));
+  return reduce(b, op, root, options);
 }
 absl::StatusOr<WorkPtr> ProcessGroup::send(const core::Tensor& tensor, int peer,
                                            const CollectiveOptions& options) {

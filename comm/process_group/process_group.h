@@ -86,6 +86,7 @@ enum class OpType : int {
   kRecv,
   kBatchSendRecv,
   kBarrier,
+  kReduce,
 };
 
 // "all_reduce", "reduce_scatter", ...
@@ -144,6 +145,12 @@ class ProcessGroup {
                                      const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> broadcast(const Buffer& buffer, int root,
                                     const CollectiveOptions& options = {});
+  // In place: root's buffer receives the reduction of every rank's buffer.
+  // The other ranks' buffers are unspecified afterwards (the NCCL backend
+  // leaves them as they were; a backend without a reduce of its own runs an
+  // all-reduce, which leaves the result there too).
+  absl::StatusOr<WorkPtr> reduce(const Buffer& buffer, ReduceOp op, int root,
+                                 const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> send(const Buffer& buffer, int peer,
                                const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> recv(const Buffer& buffer, int peer,
@@ -163,6 +170,8 @@ class ProcessGroup {
                                      const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> broadcast(const core::Tensor& tensor, int root,
                                     const CollectiveOptions& options = {});
+  absl::StatusOr<WorkPtr> reduce(const core::Tensor& tensor, ReduceOp op, int root,
+                                 const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> send(const core::Tensor& tensor, int peer,
                                const CollectiveOptions& options = {});
   absl::StatusOr<WorkPtr> recv(const core::Tensor& tensor, int peer,
@@ -195,6 +204,12 @@ class ProcessGroup {
                                                 std::vector<int64_t> input_counts) = 0;
   virtual absl::StatusOr<WorkPtr> do_broadcast(const OpInfo& info, const Buffer& buffer,
                                                int root) = 0;
+  // Default: an all-reduce (the reduce's contract allows the result on every
+  // rank).
+  virtual absl::StatusOr<WorkPtr> do_reduce(const OpInfo& info, const Buffer& buffer, ReduceOp op,
+                                            int root) {
+    return do_all_reduce(info, buffer, op);
+  }
   // send/recv arrive here as a batch of one.
   virtual absl::StatusOr<WorkPtr> do_batch_send_recv(const OpInfo& info,
                                                      std::vector<P2POp> ops) = 0;
@@ -208,6 +223,11 @@ class ProcessGroup {
  private:
   // Resolves options into an OpInfo with the next sequence number.
   OpInfo next_op(OpType type, const CollectiveOptions& options, std::string detail, size_t bytes);
+  // A group of one rank: the identity of a reduction (avg divides by one
+  // exactly), done at once; nullptr when the backend must run it.
+  absl::StatusOr<WorkPtr> alone(const OpInfo& info, const Buffer& buffer) const;
+  // all_reduce's and reduce's checks of the buffer and the operation.
+  absl::Status check_reduction(const char* op_name, const Buffer& buffer, ReduceOp op) const;
   absl::Status check_buffer(const char* what, const Buffer& buffer, const char* op) const;
 
   const int rank_;

@@ -173,11 +173,18 @@ TEST(ProcessGroupTest, RootsAndPeers) {
   FakeGroup g(1, 2);
   float x = 0;
   expect_invalid(g.broadcast(Buffer::cpu(&x, 1), 2), "root 2");
+  expect_invalid(g.reduce(Buffer::cpu(&x, 1), ReduceOp::kSum, -1), "root -1");
+  std::vector<int32_t> ints(2, 7);
+  expect_invalid(g.reduce(Buffer::cpu(ints.data(), 2), ReduceOp::kAvg, 0), "avg");
+  // A backend without a reduce of its own runs an all-reduce for it.
+  ASSERT_TRUE(g.reduce(Buffer::cpu(&x, 1), ReduceOp::kSum, 0).ok());
+  EXPECT_EQ(g.ops.back().type, OpType::kReduce);
+  EXPECT_EQ(g.ops.back().description, "reduce #0 (sum to root 0, float32 x 1 on cpu)");
   expect_invalid(g.send(Buffer::cpu(&x, 1), 1), "is this rank");
   expect_invalid(g.recv(Buffer::cpu(&x, 1), -1), "not a rank");
   EXPECT_TRUE(g.send(Buffer::cpu(&x, 1), 0).ok());
   EXPECT_EQ(g.ops.back().type, OpType::kSend);
-  EXPECT_EQ(g.ops.back().description, "send #0 (send to rank 0: float32 x 1 on cpu)");
+  EXPECT_EQ(g.ops.back().description, "send #1 (send to rank 0: float32 x 1 on cpu)");
   expect_invalid(g.batch_send_recv({}), "no operations");
 }
 

@@ -204,7 +204,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   ZeroGradReductionOptions ro;
   ro.stage = s.options.stage;
   ro.bucket_bytes = cap_bytes;
-  ro.all_reduce_owned_buckets = cuda;
+  ro.reduce_owned_buckets = cuda;
   ro.shard_is_flat_buffer = s.local;
   ro.overlap_communication = s.options.overlap_communication;
   COLOSSAL_ASSIGN_OR_RETURN(s.grads, ZeroGradReduction::create(s.pg, model, store, dtype, s.shard,

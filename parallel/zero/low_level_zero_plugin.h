@@ -65,11 +65,12 @@
 //     before_step: the optimizer's) wait for the collectives with
 //     Work::wait_stream (no host wait), and stage 2 adds the received parts
 //     to the gradient shard there. Stage 2 buckets that lie in one rank's
-//     slice (all but at most W-1) are all-reduced in place, and the owner
-//     adds the range to its shard before every rank zeroes it; the others
-//     pack the ranks' parts into a send buffer (zeroing the range) and
-//     reduce-scatter it, with buffers taken from the device pool for the
-//     bucket's lifetime only;
+//     slice (all but at most W-1) are reduced in place to that rank (NCCL's
+//     reduce: about half an all-reduce's bytes), where the average stays
+//     or, when accumulating, is added to the shard before every rank zeroes
+//     the range; the others pack the ranks' parts into a send buffer
+//     (zeroing the range) and reduce-scatter it, with buffers taken from the
+//     device pool for the bucket's lifetime only;
 //   * gradients are reduced in the gradient dtype (16-bit for a 16-bit
 //     model), as Colossal-AI's low-level ZeRO does: half the bytes of fp32,
 //     no cast buffers, and on one rank exactly nn::Adam's input. The price:

@@ -14,13 +14,13 @@ namespace colossal::parallel {
 struct ZeroGradReduction::Bucket {
   int64_t chunk = 0;                // elements per rank in the reduce-scatter
   int64_t mine_lo = 0, mine_n = 0;  // this rank's part of the bucket
-  // The one rank whose slice holds the whole bucket (all_reduce_owned_buckets), else -1.
+  // The one rank whose slice holds the whole bucket (reduce_owned_buckets), else -1.
   int owner = -1;
 };
 
 struct ZeroGradReduction::InFlight {
   size_t bucket = 0;
-  core::Tensor send, recv;  // undefined for a bucket all-reduced in place
+  core::Tensor send, recv;  // undefined for a bucket reduced in place
 };
 
 namespace {
@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
         sc.mine_lo = lo;
         sc.mine_n = cnt;
       }
-      if (cnt == bucket.count && options.all_reduce_owned_buckets) sc.owner = j;
+      if (cnt == bucket.count && options.reduce_owned_buckets) sc.owner = j;
     }
     r->buckets_.push_back(sc);
   }
@@ -134,8 +134,11 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     buffer.count = bucket.count;
     buffer.dtype = dtype_;
     buffer.device = flat.device();
-    absl::StatusOr<comm::WorkPtr> w = pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co);
-    // Stage 2: the owner adds the range to its shard and every rank zeroes it in wait().
+    // Stage 2: the owner's range receives the average (the others' are
+    // left unspecified); wait() leaves it there or adds it to the shard.
+    absl::StatusOr<comm::WorkPtr> w =
+        options_.stage == 1 ? pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co)
+                            : pg_->reduce(buffer, comm::ReduceOp::kAvg, buckets_[b].owner, co);
     if (w.ok() && options_.stage == 2 && !options_.shard_is_flat_buffer) {
       pending_.push_back(InFlight{b, {}, {}});
     }
@@ -183,7 +186,7 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   const core::Stream add_on = !on.is_cuda() && stream_.is_cuda() ? stream_ : on;
   const core::Tensor flat = store_.flat_grads(dtype_);
   // The first backward since zero_grad leaves its averaged slice in the flat
-  // buffer: nothing to add or zero for buckets all-reduced in place, a copy
+  // buffer: nothing to add or zero for buckets reduced in place, a copy
   // of this rank's received part for the others.
   const bool in_place = !shard_summed_ && !slice_in_flat_ && !pending_.empty();
   if (!in_place && !pending_.empty() && !grad_shard_.defined()) {
@@ -253,8 +256,8 @@ absl::Status ZeroGradReduction::fold_into_shard(const core::Stream& on) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, grad_shard_.slice(0, n));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat.slice(shard_.begin, shard_.end));
   COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, on));
-  // Every rank's range of the buckets all-reduced in place holds averages:
-  // the next backward accumulates afresh.
+  // Other ranks' ranges of the buckets reduced in place hold averages or this
+  // rank's own gradients: the next backward accumulates afresh.
   COLOSSAL_RETURN_IF_ERROR(flat.set_zero(on));
   slice_in_flat_ = false;
   shard_summed_ = true;

@@ -18,11 +18,12 @@
 // device, collectives take the stream their input was written on, and the
 // received parts are added on the stream that waits for them (the CPU stream
 // waits on the host). Two policies are device choices:
-//   * all_reduce_owned_buckets (CUDA): a stage-2 bucket inside one rank's
-//     slice is all-reduced in place and that rank adds it to its shard: no
-//     send/receive buffers, 2(W-1)/W of its size on the wire instead of (W-1)
-//     sizes of a reduce-scatter padded for ranks with no part in it. The CPU
-//     keeps reduce-scatter for every bucket (its tests pin the sums bit for bit);
+//   * reduce_owned_buckets (CUDA): a stage-2 bucket inside one rank's slice
+//     is reduced (average) in place to that rank: no send/receive buffers,
+//     each rank sends about its size once (NCCL's reduce) instead of (W-1)
+//     sizes of a reduce-scatter padded for ranks with no part in it, or the
+//     2(W-1)/W of an all-reduce. The CPU keeps reduce-scatter for every bucket
+//     (its tests pin the sums bit for bit);
 //   * shard_is_flat_buffer (CUDA at world size 1): the shard is the flat
 //     gradient buffer itself, which then accumulates as stage 1's does.
 // Stage 2's send/receive buffers come from the allocator when a bucket is
@@ -59,7 +60,7 @@ absl::StatusOr<core::Tensor> zero_filled(int64_t n, core::DType dtype, const cor
 struct ZeroGradReductionOptions {
   int stage = 1;                          // 1 or 2
   int64_t bucket_bytes = 12 << 20;        // bucket cap, bytes of the gradient dtype
-  bool all_reduce_owned_buckets = false;  // see the file comment
+  bool reduce_owned_buckets = false;  // see the file comment
   bool shard_is_flat_buffer = false;      // see the file comment (world size 1)
   // false: buckets are reduced when the backward returns, none beside it
   // (BucketedGradReducer's overlap; Colossal-AI's overlap_communication).
