@@ -221,33 +221,49 @@ TEST(LowLevelZero, OverlappedGatherIsBitwiseTheStepsGather) {
   }
 }
 
+// One rank's tiny GPT-2 (seed `seed`) boosted with stage 2 and 1 KiB buckets
+// (several, some across slices) on the CPU: what the stage-2 tests below
+// start from.
+struct Stage2Rank {
+  std::unique_ptr<core::Context> ctx;
+  std::unique_ptr<nn::GPT2> model;
+  std::unique_ptr<nn::Adam> adam;
+  LowLevelZeroPlugin* zero = nullptr;  // owned by the booster
+  std::unique_ptr<Booster> booster;
+};
+
+void boost_stage2(std::shared_ptr<comm::ProcessGroup> pg, uint64_t seed, Stage2Rank* out) {
+  out->ctx = std::move(*core::Context::create(core::Device::cpu()));
+  out->model = make_zero_model(seed);
+  out->adam = make_adam(*out->model);
+  LowLevelZeroOptions o;
+  o.stage = 2;
+  o.reduce_bucket_size_in_m = 1.0 / 4096;
+  auto plugin = LowLevelZeroPlugin::create(std::move(pg), o);
+  ASSERT_TRUE(plugin.ok()) << plugin.status();
+  out->zero = plugin->get();
+  out->booster = std::make_unique<Booster>(std::move(*plugin));
+  ASSERT_TRUE(out->booster->boost(*out->model, out->model->store(), *out->adam).ok());
+}
+
 // After an overlapped step the weights' pieces may still be in flight: the
 // model's state dict (what a checkpoint saves) waits for them itself, and
 // equals the weights sync_weights() then shows, on every rank.
 TEST(LowLevelZero, StateDictAfterAnOverlappedStepIsCurrent) {
   run_ranks(2, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-    std::unique_ptr<nn::GPT2> model = make_zero_model(kSeed + r);
-    std::unique_ptr<nn::Adam> adam = make_adam(*model);
-    LowLevelZeroOptions o;
-    o.stage = 2;
-    o.reduce_bucket_size_in_m = 1.0 / 4096;
-    auto plugin = LowLevelZeroPlugin::create(std::move(pg), o);
-    ASSERT_TRUE(plugin.ok()) << plugin.status();
-    LowLevelZeroPlugin* zero = plugin->get();
-    Booster booster(std::move(*plugin));
-    ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+    Stage2Rank run;
+    ASSERT_NO_FATAL_FAILURE(boost_stage2(std::move(pg), kSeed + r, &run));
     for (int step = 0; step < 2; ++step) {
-      ASSERT_TRUE(booster.zero_grad().ok());
-      booster_micro_step(*ctx, booster, *model, micro_batch(step, r, 0), 1.0f);
-      ASSERT_TRUE(booster.step({.max_norm = kMaxNorm}).ok());
+      ASSERT_TRUE(run.booster->zero_grad().ok());
+      booster_micro_step(*run.ctx, *run.booster, *run.model, micro_batch(step, r, 0), 1.0f);
+      ASSERT_TRUE(run.booster->step({.max_norm = kMaxNorm}).ok());
     }
-    EXPECT_GT(zero->gathers_issued(), 2);
-    absl::StatusOr<nn::ParameterStore> sd = booster.model_state_dict(-1, Stream::cpu());
+    EXPECT_GT(run.zero->gathers_issued(), 2);
+    absl::StatusOr<nn::ParameterStore> sd = run.booster->model_state_dict(-1, Stream::cpu());
     ASSERT_TRUE(sd.ok()) << sd.status();
-    ASSERT_TRUE(booster.sync_weights().ok());
+    ASSERT_TRUE(run.booster->sync_weights().ok());
     EXPECT_EQ(floats_of(sd->flat_values(DType::kF32)),
-              floats_of(model->store().flat_values(DType::kF32)))
+              floats_of(run.model->store().flat_values(DType::kF32)))
         << "rank " << r;
   });
 }
@@ -384,36 +400,28 @@ TEST(LowLevelZero, Stage2RefusesNoSyncAndAccumulatesShards) {
     bad.stage = 3;
     EXPECT_EQ(LowLevelZeroPlugin::create(pg, bad).status().code(),
               absl::StatusCode::kInvalidArgument);
-    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-    auto model = make_zero_model(kSeed);
-    auto adam = make_adam(*model);
-    LowLevelZeroOptions o;
-    o.stage = 2;
-    o.reduce_bucket_size_in_m = 1.0 / 4096;
-    auto plugin = *LowLevelZeroPlugin::create(pg, o);
-    LowLevelZeroPlugin* zero = plugin.get();
-    Booster booster(std::move(plugin));
-    ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
-    ASSERT_TRUE(booster.zero_grad().ok());
+    Stage2Rank run;
+    ASSERT_NO_FATAL_FAILURE(boost_stage2(pg, kSeed, &run));
+    ASSERT_TRUE(run.booster->zero_grad().ok());
     {
-      auto no_sync = booster.no_sync();
-      auto out = model->forward(*ctx, micro_batch(0, 0, 0).tokens);
+      auto no_sync = run.booster->no_sync();
+      auto out = run.model->forward(*run.ctx, micro_batch(0, 0, 0).tokens);
       ASSERT_TRUE(out.ok());
       Tensor dy = *Tensor::empty(out->output.shape(), DType::kF32, Stream::cpu());
       ASSERT_TRUE(dy.set_zero(Stream::cpu()).ok());
-      const absl::Status s = booster.backward(*ctx, *model, *out->saved, dy).status();
+      const absl::Status s = run.booster->backward(*run.ctx, *run.model, *out->saved, dy).status();
       EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
       EXPECT_NE(s.message().find("no_sync"), std::string::npos) << s;
     }
     // Two backwards: the shard holds the sum; the model's buffer is zeroed.
-    booster_micro_step(*ctx, booster, *model, micro_batch(0, 0, 0), 1.0f);
-    ASSERT_TRUE(booster.plugin().before_step(Stream::cpu()).ok());
-    const std::vector<float> one = floats_of(zero->grad_shard_tensor());
-    booster_micro_step(*ctx, booster, *model, micro_batch(0, 0, 0), 1.0f);
-    ASSERT_TRUE(booster.plugin().before_step(Stream::cpu()).ok());
-    const std::vector<float> grads = floats_of(model->store().flat_grads(DType::kF32));
+    booster_micro_step(*run.ctx, *run.booster, *run.model, micro_batch(0, 0, 0), 1.0f);
+    ASSERT_TRUE(run.booster->plugin().before_step(Stream::cpu()).ok());
+    const std::vector<float> one = floats_of(run.zero->grad_shard_tensor());
+    booster_micro_step(*run.ctx, *run.booster, *run.model, micro_batch(0, 0, 0), 1.0f);
+    ASSERT_TRUE(run.booster->plugin().before_step(Stream::cpu()).ok());
+    const std::vector<float> grads = floats_of(run.model->store().flat_grads(DType::kF32));
     EXPECT_TRUE(std::all_of(grads.begin(), grads.end(), [](float x) { return x == 0.0f; }));
-    const std::vector<float> two = floats_of(zero->grad_shard_tensor());
+    const std::vector<float> two = floats_of(run.zero->grad_shard_tensor());
     ASSERT_EQ(two.size(), one.size());
     double nonzero = 0;
     for (size_t i = 0; i < one.size(); ++i) {
@@ -421,8 +429,8 @@ TEST(LowLevelZero, Stage2RefusesNoSyncAndAccumulatesShards) {
       nonzero += one[i] != 0.0f;
     }
     EXPECT_GT(nonzero, 0);
-    ASSERT_TRUE(booster.zero_grad().ok());
-    const std::vector<float> zeroed = floats_of(zero->grad_shard_tensor());
+    ASSERT_TRUE(run.booster->zero_grad().ok());
+    const std::vector<float> zeroed = floats_of(run.zero->grad_shard_tensor());
     EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float x) { return x == 0.0f; }));
   });
 }
@@ -440,25 +448,18 @@ TEST(LowLevelZero, Stage2WithOneBackwardAStepReadsTheFlatBuffer) {
   std::vector<float> norms[2];
   for (int backwards : {1, 2}) {
     run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-      auto model = make_zero_model(kSeed + r);
-      auto adam = make_adam(*model);
-      LowLevelZeroOptions o;
-      o.stage = 2;
-      o.reduce_bucket_size_in_m = 1.0 / 4096;
-      auto plugin = *LowLevelZeroPlugin::create(pg, o);
-      LowLevelZeroPlugin* zero = plugin.get();
-      Booster booster(std::move(plugin));
-      ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+      Stage2Rank run;
+      ASSERT_NO_FATAL_FAILURE(boost_stage2(std::move(pg), kSeed + r, &run));
       for (int step = 0; step < 3; ++step) {
-        ASSERT_TRUE(booster.zero_grad().ok());
+        ASSERT_TRUE(run.booster->zero_grad().ok());
         for (int b = 0; b < backwards; ++b) {
-          booster_micro_step(*ctx, booster, *model, micro_batch(step, r, 0), 1.0f / backwards);
+          booster_micro_step(*run.ctx, *run.booster, *run.model, micro_batch(step, r, 0),
+                             1.0f / backwards);
         }
-        ASSERT_TRUE(booster.plugin().before_step(Stream::cpu()).ok());
-        const ZeroShard sh = zero->shard();
-        const std::vector<float> mine = floats_of(zero->grad_shard_tensor());
-        const std::vector<float> flat = floats_of(model->store().flat_grads(DType::kF32));
+        ASSERT_TRUE(run.booster->plugin().before_step(Stream::cpu()).ok());
+        const ZeroShard sh = run.zero->shard();
+        const std::vector<float> mine = floats_of(run.zero->grad_shard_tensor());
+        const std::vector<float> flat = floats_of(run.model->store().flat_grads(DType::kF32));
         ASSERT_GE(static_cast<int64_t>(mine.size()), sh.end - sh.begin);
         EXPECT_TRUE(std::any_of(mine.begin(), mine.end(), [](float x) { return x != 0.0f; }));
         if (backwards == 1) {  // the flat buffer's range itself
@@ -468,12 +469,12 @@ TEST(LowLevelZero, Stage2WithOneBackwardAStepReadsTheFlatBuffer) {
           EXPECT_EQ(static_cast<int64_t>(mine.size()), sh.size);
           EXPECT_TRUE(std::all_of(flat.begin(), flat.end(), [](float x) { return x == 0.0f; }));
         }
-        auto result = booster.step({.max_norm = kMaxNorm});
+        auto result = run.booster->step({.max_norm = kMaxNorm});
         ASSERT_TRUE(result.ok()) << result.status();
         if (r == 0) norms[backwards - 1].push_back(result->grad_norm);
       }
-      ASSERT_TRUE(booster.sync_weights().ok());
-      if (r == 0) weights[backwards - 1] = floats_of(model->store().flat_values(DType::kF32));
+      ASSERT_TRUE(run.booster->sync_weights().ok());
+      if (r == 0) weights[backwards - 1] = floats_of(run.model->store().flat_values(DType::kF32));
     });
   }
   ASSERT_EQ(norms[0].size(), 3u);
