@@ -55,15 +55,17 @@ class HybridParallelSpec : public PrecisionOwningSpec {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSource& options) {
+  // Every option is read before any is judged: the front end reports keys
+  // nobody read as unknown, so an early return would blame the wrong key.
   HybridParallelOptions o;
-  COLOSSAL_ASSIGN_OR_RETURN(o.tp_size, int_option(options, "tp_size", 1));
-  COLOSSAL_ASSIGN_OR_RETURN(o.pp_size, int_option(options, "pp_size", 1));
+  const absl::StatusOr<int> tp_size = int_option(options, "tp_size", 1);
+  const absl::StatusOr<int> pp_size = int_option(options, "pp_size", 1);
   const std::string pp_style = options.string("pp_style", "1f1b");
   const int64_t num_model_chunks = options.integer("num_model_chunks", 1);
   const int64_t sp_size = options.integer("sp_size", 1);
   o.sequence_parallel = options.boolean("enable_sequence_parallelism", false);
   const std::string sp_mode = options.string("sequence_parallelism_mode", "split_gather");
-  COLOSSAL_ASSIGN_OR_RETURN(o.zero_stage, int_option(options, "zero_stage", 0));
+  const absl::StatusOr<int> zero_stage = int_option(options, "zero_stage", 0);
   const std::string precision = options.string("precision", "fp32");
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
   o.zero_bucket_size_in_m = options.number("zero_bucket_size_in_m", 12.0);
@@ -74,7 +76,11 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   const int64_t microbatch_size = options.integer("microbatch_size", 0);
   o.layers_per_stage = options.integers("num_layers_per_stage").value_or(std::vector<int64_t>{});
   const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);  // Colossal-AI: 2^16
+  const bool vocab_multiple = options.has("make_vocab_size_divisible_by");
 
+  COLOSSAL_ASSIGN_OR_RETURN(o.tp_size, tp_size);
+  COLOSSAL_ASSIGN_OR_RETURN(o.pp_size, pp_size);
+  COLOSSAL_ASSIGN_OR_RETURN(o.zero_stage, zero_stage);
   if (o.tp_size < 1) return option_error("tp_size", "must be at least 1");
   if (o.pp_size < 1) return option_error("pp_size", "must be at least 1");
   if (pp_style != "1f1b" && pp_style != "interleaved") {
@@ -121,7 +127,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
       }
     }
   }
-  if (options.has("make_vocab_size_divisible_by")) {
+  if (vocab_multiple) {
     return option_error("make_vocab_size_divisible_by",
                         "is not available: the model pads its vocabulary itself "
                         "(model.padded_vocab_multiple, which tp_size must divide)");

@@ -42,13 +42,11 @@ bool valid_precision(const std::string& p) { return p == "fp32" || p == "bf16" |
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSource& options) {
+  // Every option is read before any is judged: the front end reports keys
+  // nobody read as unknown, so an early return would blame the wrong key.
   LowLevelZeroOptions o;
-  COLOSSAL_ASSIGN_OR_RETURN(o.stage, int_option(options, "stage", 1));
+  const absl::StatusOr<int> stage = int_option(options, "stage", 1);
   const std::string precision = options.string("precision", "fp32");
-  if (!valid_precision(precision)) {
-    return option_error("precision", absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"",
-                                                  precision, "\""));
-  }
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
   o.reduce_bucket_size_in_m = options.number("reduce_bucket_size_in_m", 12.0);
   o.overlap_communication = options.boolean("overlap_communication", true);
@@ -58,12 +56,18 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
   // Colossal-AI's default (None): gradients are reduced in the parameters' dtype.
   const std::string comm_dtype =
       options.has("communication_dtype") ? options.string("communication_dtype", "fp32") : precision;
+  // Colossal-AI's LowLevelZeroPlugin starts at 2^32.
+  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 4294967296.0);
+
+  COLOSSAL_ASSIGN_OR_RETURN(o.stage, stage);
+  if (!valid_precision(precision)) {
+    return option_error("precision", absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"",
+                                                  precision, "\""));
+  }
   if (!valid_precision(comm_dtype)) {
     return option_error("communication_dtype",
                         absl::StrCat("must be \"fp32\", \"bf16\" or \"fp16\", got \"", comm_dtype, "\""));
   }
-  // Colossal-AI's LowLevelZeroPlugin starts at 2^32.
-  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 4294967296.0);
   if (o.stage != 1 && o.stage != 2) return option_error("stage", "must be 1 or 2");
   if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
   if (!(o.reduce_bucket_size_in_m > 0)) return option_error("reduce_bucket_size_in_m", "must be positive");
