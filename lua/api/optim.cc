@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/module_params.h"
@@ -181,6 +182,22 @@ int SetLr(lua_State* L) {
   return 0;
 }
 
+// nn's schedule errors read "lr schedule[ kind]: <field> ..." with the
+// recipe's field names: raised at the line that set the field, else at the
+// table's.
+void FailAtScheduleField(lua_State* L, OptionTable& o, const absl::Status& status) {
+  absl::string_view message = status.message();
+  const size_t colon = message.find(": ");
+  if (colon != absl::string_view::npos) {
+    const absl::string_view rest = message.substr(colon + 2);
+    for (const char* key : {"warmup_steps", "total_steps", "eta_min"}) {
+      const std::string field = absl::StrCat(key, " ");
+      if (absl::StartsWith(rest, field)) o.fail(key, rest.substr(field.size()));
+    }
+  }
+  ThrowIfError(L, o.what(), status);
+}
+
 // colossal.lr_scheduler.<kind>(optimizer, {...}) with Colossal-AI's names:
 //   cosine_annealing_warmup {warmup_steps, total_steps, eta_min}  (CosineAnnealingWarmupLR)
 //   linear_warmup {warmup_steps, total_steps, eta_min}           (LinearWarmupLR + linear decay)
@@ -196,17 +213,18 @@ int MakeScheduler(lua_State* L) {
            : kKind == 1 ? nn::LrScheduleKind::kLinear
                         : nn::LrScheduleKind::kConstant;
   s.warmup_steps = o.integer("warmup_steps", 0);
+  const bool has_total = o.has("total_steps");
   if (kKind != 2) {
-    s.total_steps = o.integer("total_steps", -1);
-    s.min_lr = o.number("eta_min", 0.0);
+    s.total_steps = o.integer("total_steps", 0);
+    s.eta_min = o.number("eta_min", 0.0);
   }
   o.finish();
-  if (kKind != 2 && s.total_steps < 0) o.fail("total_steps", "is required");
+  if (kKind != 2 && !has_total) o.fail("total_steps", "is required");
   auto sched = std::make_shared<Scheduler>();
   sched->optim = optim;
   sched->name = name;
   absl::StatusOr<nn::LrScheduler> made = nn::LrScheduler::create(s, OptimizerLrs(*optim));
-  ThrowIfError(L, o.what(), made.status());
+  if (!made.ok()) FailAtScheduleField(L, o, made.status());
   sched->schedule = *std::move(made);
   ThrowIfError(L, o.what(), SetOptimizerLrs(*optim, sched->schedule->lrs()));
   PushHandle(L, std::move(sched));

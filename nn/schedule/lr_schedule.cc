@@ -46,9 +46,9 @@ absl::Status validate_lr_schedule(const LrScheduleOptions& o) {
         "lr schedule ", lr_schedule_name(o.kind), ": total_steps (", o.total_steps,
         ") must be >= warmup_steps (", o.warmup_steps, ")"));
   }
-  if (!std::isfinite(o.min_lr) || o.min_lr < 0) {
+  if (!std::isfinite(o.eta_min) || o.eta_min < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lr schedule ", lr_schedule_name(o.kind),
-                                                   ": min_lr must be >= 0, got ", o.min_lr));
+                                                   ": eta_min must be >= 0, got ", o.eta_min));
   }
   return absl::OkStatus();
 }
@@ -59,13 +59,13 @@ double lr_at(const LrScheduleOptions& o, double base_lr, int64_t step) {
   if (step < w) return base_lr * static_cast<double>(step + 1) / static_cast<double>(w);
   if (o.kind == LrScheduleKind::kConstant) return base_lr;
   const int64_t t = o.total_steps;
-  if (step >= t) return o.min_lr;
+  if (step >= t) return o.eta_min;
   const double span = static_cast<double>(t - w);
   if (o.kind == LrScheduleKind::kCosine) {
     const double progress = static_cast<double>(step - w) / span;
-    return o.min_lr + (base_lr - o.min_lr) * 0.5 * (1.0 + std::cos(kPi * progress));
+    return o.eta_min + (base_lr - o.eta_min) * 0.5 * (1.0 + std::cos(kPi * progress));
   }
-  return o.min_lr + (base_lr - o.min_lr) * static_cast<double>(t - step) / span;
+  return o.eta_min + (base_lr - o.eta_min) * static_cast<double>(t - step) / span;
 }
 
 std::string lr_scheduler_state_to_json(const LrSchedulerState& state) {
@@ -98,9 +98,9 @@ absl::StatusOr<LrScheduler> LrScheduler::create(const LrScheduleOptions& options
       return absl::InvalidArgumentError(
           absl::StrCat("lr schedule: the base lr of group ", g, " must be >= 0, got ", lr));
     }
-    if (options.kind != LrScheduleKind::kConstant && lr < options.min_lr) {
-      return absl::InvalidArgumentError(absl::StrCat("lr schedule: the base lr of group ", g, " (",
-                                                     lr, ") is below min_lr (", options.min_lr,
+    if (options.kind != LrScheduleKind::kConstant && lr < options.eta_min) {
+      return absl::InvalidArgumentError(absl::StrCat("lr schedule: eta_min (", options.eta_min,
+                                                     ") is above the base lr of group ", g, " (", lr,
                                                      ")"));
     }
   }

@@ -1,9 +1,9 @@
 // colossal::nn — learning-rate schedules: constant, linear warmup + cosine
-// decay to min_lr, linear warmup + linear decay to min_lr.
+// decay to eta_min, linear warmup + linear decay to eta_min.
 //
 // A schedule is a pure function of the step: lr_at(options, base_lr, step) is
 // the learning rate of the optimizer step taken after `step` earlier steps
-// (0 for the first). With W = warmup_steps, T = total_steps, m = min_lr:
+// (0 for the first). With W = warmup_steps, T = total_steps, m = eta_min:
 //
 //   warmup (every kind)  step < W:   base_lr * (step + 1) / W
 //   constant             step >= W:  base_lr
@@ -13,10 +13,12 @@
 //
 // This is llm.c's and Colossal-AI's CosineAnnealingWarmupLR's warmup (the
 // first step already gets base_lr / W and step W - 1 reaches base_lr) and
-// torch's cosine annealing with eta_min = min_lr. Colossal-AI's
+// torch's cosine annealing to eta_min. Colossal-AI's
 // LinearWarmupLR warms up as (step + 1) / (W + 1) instead and always decays
-// to 0; set min_lr = 0 for its decay. min_lr is absolute, shared by every
-// parameter group (torch's eta_min), and may not exceed any group's base lr.
+// to 0; set eta_min = 0 for its decay. eta_min is absolute, shared by every
+// parameter group (as torch's), and may not exceed any group's base lr.
+// Errors name the field first ("lr schedule[ kind]: <field> ..."), so a
+// front end can point at the setting.
 //
 // An LrScheduler applies a schedule to an optimizer's groups and keeps its
 // only state, the step count:
@@ -25,7 +27,7 @@
 //   s.kind = LrScheduleKind::kCosine;
 //   s.warmup_steps = 700;
 //   s.total_steps = 18865;
-//   s.min_lr = 6e-5;
+//   s.eta_min = 6e-5;
 //   COLOSSAL_ASSIGN_OR_RETURN(LrScheduler sched, LrScheduler::create(s, opt->lrs()));
 //   for (...) {
 //     COLOSSAL_RETURN_IF_ERROR(opt->set_lrs(sched.lrs()));
@@ -62,12 +64,12 @@ absl::StatusOr<LrScheduleKind> parse_lr_schedule(absl::string_view text);
 struct LrScheduleOptions {
   LrScheduleKind kind = LrScheduleKind::kConstant;
   int64_t warmup_steps = 0;
-  int64_t total_steps = 0;  // cosine and linear: where the decay reaches min_lr
-  double min_lr = 0.0;      // cosine and linear
+  int64_t total_steps = 0;  // cosine and linear: where the decay reaches eta_min
+  double eta_min = 0.0;     // cosine and linear
 };
 
 // InvalidArgument naming the option: warmup_steps < 0; for cosine and linear,
-// total_steps < warmup_steps or min_lr negative or not finite.
+// total_steps < warmup_steps or eta_min negative or not finite.
 absl::Status validate_lr_schedule(const LrScheduleOptions& options);
 
 // The learning rate for the step after `step` earlier ones (the formulas
@@ -89,7 +91,7 @@ class LrScheduler {
  public:
   // A schedule over groups whose base (peak) learning rates are `base_lrs`.
   // Errors: validate_lr_schedule's; a base lr negative or not finite, or
-  // below min_lr (naming the group).
+  // below eta_min (naming the group).
   static absl::StatusOr<LrScheduler> create(const LrScheduleOptions& options,
                                             absl::Span<const double> base_lrs);
 

@@ -14,7 +14,7 @@ LrScheduleOptions opts(LrScheduleKind kind) {
   o.kind = kind;
   o.warmup_steps = 4;
   o.total_steps = 12;
-  o.min_lr = 0.1;
+  o.eta_min = 0.1;
   return o;
 }
 
@@ -82,8 +82,8 @@ TEST(LrScheduleTest, ParseAndValidate) {
   o.total_steps = 3;
   EXPECT_NE(validate_lr_schedule(o).message().find("total_steps"), std::string::npos);
   o = opts(LrScheduleKind::kLinear);
-  o.min_lr = -1;
-  EXPECT_NE(validate_lr_schedule(o).message().find("min_lr"), std::string::npos);
+  o.eta_min = -1;
+  EXPECT_NE(validate_lr_schedule(o).message().find("eta_min"), std::string::npos);
   o = opts(LrScheduleKind::kConstant);
   o.warmup_steps = -1;
   EXPECT_NE(validate_lr_schedule(o).message().find("warmup_steps"), std::string::npos);

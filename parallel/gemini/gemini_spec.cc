@@ -82,7 +82,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
   const std::string precision = options.string("precision", "fp32");
   const float max_norm = static_cast<float>(options.number("max_norm", 0.0));
   // Colossal-AI's GeminiPlugin starts at 2^16.
-  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);
+  const absl::StatusOr<nn::DynamicLossScalerOptions> scaler = read_loss_scaler(options, 65536.0);
 
   for (const absl::StatusOr<bool>* both : {&old_range, &old_min, &old_grids}) {
     if (!both->ok()) return both->status();
@@ -121,13 +121,9 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
                         "> 0 is not available yet: auto places the optimizer state with its chunk "
                         "(leave it at 0)");
   }
-  absl::Status valid = validate_gemini_options(g);
-  if (!valid.ok()) {
-    // "gemini: <key> must be ...": point the recipe at the key.
-    std::string message(valid.message());
-    std::string key = message.substr(8, message.find(' ', 8) - 8);
-    return option_error(key, message.substr(8 + key.size() + 1));
-  }
+  // "gemini: <key> must be ...": point the recipe at the key.
+  COLOSSAL_RETURN_IF_ERROR(option_error_from(validate_gemini_options(g), "gemini: "));
+  COLOSSAL_ASSIGN_OR_RETURN(const nn::DynamicLossScalerOptions s, scaler);
   return std::unique_ptr<PluginSpec>(std::make_unique<GeminiSpec>(std::move(g), precision, max_norm, s));
 }
 

@@ -75,7 +75,8 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
   const int64_t num_microbatches = options.integer("num_microbatches", 0);
   const int64_t microbatch_size = options.integer("microbatch_size", 0);
   o.layers_per_stage = options.integers("num_layers_per_stage").value_or(std::vector<int64_t>{});
-  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 65536.0);  // Colossal-AI: 2^16
+  const absl::StatusOr<nn::DynamicLossScalerOptions> scaler =
+      read_loss_scaler(options, 65536.0);  // Colossal-AI: 2^16
   const bool vocab_multiple = options.has("make_vocab_size_divisible_by");
 
   COLOSSAL_ASSIGN_OR_RETURN(o.tp_size, tp_size);
@@ -180,6 +181,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_hybrid_parallel_spec(OptionSour
     return option_error("cpu_offload",
                         "needs zero_stage 1 or 2 (the optimizer state it offloads is ZeRO's)");
   }
+  COLOSSAL_ASSIGN_OR_RETURN(const nn::DynamicLossScalerOptions s, scaler);
   return std::unique_ptr<PluginSpec>(
       std::make_unique<HybridParallelSpec>(o, precision, max_norm, s, num_microbatches,
                                            microbatch_size));

@@ -229,6 +229,19 @@ TEST(PluginRegistry, BadOptionsNameTheirKey) {
   MapOptions hybrid_no_overlap(std::map<std::string, std::string>{{"overlap_communication", "false"}});
   EXPECT_TRUE(make_plugin_spec("hybrid_parallel", hybrid_no_overlap).ok());
   expect_bad_option("torch_ddp", {{"bucket_cap_mb", "0"}}, "bucket_cap_mb");
+  // fp16 loss scaling is checked at any precision: the same recipe must not
+  // pass on the CPU (fp32) and fail on a GPU (fp16).
+  for (const char* plugin : {"low_level_zero", "gemini", "hybrid_parallel"}) {
+    const std::pair<std::map<std::string, std::string>, const char*> scaler_cases[] = {
+        {{{"initial_scale", "-7"}}, "initial_scale"},
+        {{{"growth_factor", "1"}}, "growth_factor"},
+        {{{"backoff_factor", "0"}}, "backoff_factor"},
+        {{{"growth_interval", "0"}}, "growth_interval"},
+        {{{"hysteresis", "-1"}}, "hysteresis"},
+        {{{"min_scale", "4"}, {"max_scale", "2"}}, "min_scale"},
+    };
+    for (const auto& [values, key] : scaler_cases) expect_bad_option(plugin, values, key);
+  }
   EXPECT_EQ(option_key(absl::InvalidArgumentError("x")), std::nullopt);
 }
 

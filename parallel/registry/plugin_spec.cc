@@ -5,13 +5,15 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace colossal::parallel {
 namespace {
 constexpr char kOptionKeyUrl[] = "colossal.dev/option_key";
 }
 
-nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double initial_scale) {
+absl::StatusOr<nn::DynamicLossScalerOptions> read_loss_scaler(OptionSource& options,
+                                                              double initial_scale) {
   nn::DynamicLossScalerOptions s;
   s.initial_scale = options.number("initial_scale", initial_scale);
   s.min_scale = options.number("min_scale", s.min_scale);
@@ -20,7 +22,17 @@ nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double init
   s.backoff_factor = options.number("backoff_factor", s.backoff_factor);
   s.growth_interval = options.integer("growth_interval", s.growth_interval);
   s.hysteresis = options.integer("hysteresis", s.hysteresis);
+  absl::Status valid = nn::DynamicLossScaler::create(s).status();
+  if (!valid.ok()) return option_error_from(valid, "dynamic loss scaler: ");
   return s;
+}
+
+absl::Status option_error_from(const absl::Status& status, absl::string_view prefix) {
+  absl::string_view message = status.message();
+  if (status.ok() || !absl::ConsumePrefix(&message, prefix)) return status;
+  const size_t space = message.find(' ');
+  if (space == 0 || space == absl::string_view::npos) return status;
+  return option_error(message.substr(0, space), message.substr(space + 1));
 }
 
 absl::StatusOr<int> int_option(OptionSource& options, absl::string_view key, int fallback) {

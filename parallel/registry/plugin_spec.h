@@ -59,8 +59,16 @@ std::optional<std::string> option_key(const absl::Status& status);
 // fp16 loss scaling as Colossal-AI's plugins take it: initial_scale (default
 // `initial_scale`, which differs between plugins), min_scale, max_scale,
 // growth_factor, backoff_factor, growth_interval, hysteresis (defaults:
-// nn::DynamicLossScalerOptions's, Colossal-AI's).
-nn::DynamicLossScalerOptions read_loss_scaler(OptionSource& options, double initial_scale);
+// nn::DynamicLossScalerOptions's, Colossal-AI's). Checked whatever the
+// precision (an fp32 run of a recipe must not accept what its fp16 run
+// refuses): an option_error naming the key, e.g. growth_factor <= 1.
+absl::StatusOr<nn::DynamicLossScalerOptions> read_loss_scaler(OptionSource& options,
+                                                              double initial_scale);
+
+// `status`, whose message reads "<prefix><key> <rest>" (as nn's and the
+// plugins' validators write theirs), as an option_error naming <key>; other
+// statuses unchanged.
+absl::Status option_error_from(const absl::Status& status, absl::string_view prefix);
 
 // What the front end needs to know about a plugin without knowing which it is.
 struct PluginCapabilities {

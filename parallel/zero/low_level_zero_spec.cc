@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
   const std::string comm_dtype =
       options.has("communication_dtype") ? options.string("communication_dtype", "fp32") : precision;
   // Colossal-AI's LowLevelZeroPlugin starts at 2^32.
-  const nn::DynamicLossScalerOptions s = read_loss_scaler(options, 4294967296.0);
+  const absl::StatusOr<nn::DynamicLossScalerOptions> scaler = read_loss_scaler(options, 4294967296.0);
 
   COLOSSAL_ASSIGN_OR_RETURN(o.stage, stage);
   if (!valid_precision(precision)) {
@@ -77,6 +77,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
                                      "parameters' dtype (precision = \"", precision,
                                      "\"), Colossal-AI's default; leave it out or set it to that"));
   }
+  COLOSSAL_ASSIGN_OR_RETURN(const nn::DynamicLossScalerOptions s, scaler);
   return std::unique_ptr<PluginSpec>(std::make_unique<LowLevelZeroSpec>(o, precision, max_norm, s));
 }
 

@@ -97,7 +97,7 @@ nn::LrScheduleOptions Schedule() {
   s.kind = nn::LrScheduleKind::kCosine;
   s.warmup_steps = 3;
   s.total_steps = kSteps;
-  s.min_lr = 1e-3;
+  s.eta_min = 1e-3;
   return s;
 }
 
