@@ -250,6 +250,11 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
 
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   if (IsFile(path + "/" + kConfigFile)) return path;
+  if (IsFile(path)) {  // e.g. the model.safetensors inside a step folder
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", path, "' is a file; a checkpoint is a folder: a step folder (holding ", kConfigFile,
+        ") or a root with a 'latest' file"));
+  }
   return LatestStepDir(path);
 }
 

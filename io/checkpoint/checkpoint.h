@@ -137,7 +137,8 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
                                            const CheckpointOptions& options = {});
 
 // `path` if it is a step directory (holds config.json), else the directory
-// that `path`/latest names. NotFound saying what was looked for.
+// that `path`/latest names. NotFound saying what was looked for; InvalidArgument
+// when `path` is a file.
 absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
 
 // `dir`/config.json's text.

@@ -82,6 +82,10 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
   EXPECT_TRUE(absl::StrContains(s.message(), "'w' has shape [2, 2], the model wants [4, 1]")) << s;
   s = LoadModelTensors(*dir, {{"x", DType::kF32, {2}, b2}, {"b", DType::kF32, {2}, b2}});
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  // A file inside the step folder is named as a file, not looked into.
+  absl::StatusOr<std::string> file = ResolveCheckpoint(*dir + "/model.safetensors");
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(file.status().message(), "model.safetensors' is a file")) << file.status();
 
   absl::StatusOr<OptimizerFiles> o = LoadOptimizerFiles(*dir);
   ASSERT_TRUE(o.ok()) << o.status();
