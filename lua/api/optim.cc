@@ -18,6 +18,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/module_params.h"
 #include "nn/optim/param.h"
@@ -138,8 +139,8 @@ int ZeroGrad(lua_State* L) {
 float PositiveFinite(lua_State* L, int index, const char* what) {
   int ok = 0;
   const double v = lua_tonumberx(L, index, &ok);
-  if (!ok || !(v > 0) || !std::isfinite(v)) {
-    RaiseError(L, absl::StrCat(what, ": wants a positive, finite number"), kErrorUsage);
+  if (!ok || !(v > 0) || !std::isfinite(static_cast<float>(v))) {  // 1e300 would become inf
+    RaiseError(L, absl::StrCat(what, ": wants a positive number, finite as a float32"), kErrorUsage);
   }
   return static_cast<float>(v);
 }
@@ -267,6 +268,8 @@ absl::Status SetOptimizerLrs(Optim& optim, const std::vector<double>& lrs) {
     return absl::InvalidArgumentError(absl::StrCat(lrs.size(), " learning rates for ",
                                                    optim.pending_lrs.size(), " groups"));
   }
+  // Checked now as the built optimizer would, not when it is built.
+  for (double lr : lrs) COLOSSAL_RETURN_IF_ERROR(nn::require_float_hyper("lr", lr));
   optim.pending_lrs = lrs;
   return absl::OkStatus();
 }

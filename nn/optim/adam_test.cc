@@ -223,6 +223,9 @@ TEST(AdamTest, LearningRatesAndZeroGrad) {
   EXPECT_EQ(opt->set_lrs({1.0}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(opt->set_lr(2, 1.0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(opt->set_lr(0, -1.0).code(), absl::StatusCode::kInvalidArgument);
+  // Finite as a double but not as the float the kernels take.
+  EXPECT_EQ(opt->set_lr(0, 1e300).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(opt->set_lrs({1e-3, 1e39}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(opt->lrs(), (std::vector<double>{2e-3, 4e-3}));
   ASSERT_TRUE(opt->zero_grad().ok());
   for (const Tensor& g : opt->grads()) {

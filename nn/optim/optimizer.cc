@@ -278,9 +278,9 @@ absl::Status Optimizer::set_lr(int group, double lr) {
     return absl::InvalidArgumentError(
         absl::StrCat(type_, ": set_lr: group ", group, " out of range (", num_groups(), " groups)"));
   }
-  if (!std::isfinite(lr) || lr < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(type_, ": set_lr: lr of group ", group, " must be >= 0 and finite, got ", lr));
+  if (!valid_float_hyper(lr)) {  // the kernels take it as a float: 1e300 would step by inf
+    return absl::InvalidArgumentError(absl::StrCat(
+        type_, ": set_lr: lr of group ", group, " must be >= 0 (a finite float32), got ", lr));
   }
   groups_[group].hyper.lr = lr;
   return absl::OkStatus();
@@ -292,7 +292,7 @@ absl::Status Optimizer::set_lrs(absl::Span<const double> lrs) {
                                                    " learning rates for ", num_groups(), " groups"));
   }
   for (int g = 0; g < num_groups(); ++g) {
-    if (!std::isfinite(lrs[g]) || lrs[g] < 0) return set_lr(g, lrs[g]);  // its error
+    if (!valid_float_hyper(lrs[g])) return set_lr(g, lrs[g]);  // its error
   }
   for (int g = 0; g < num_groups(); ++g) groups_[g].hyper.lr = lrs[g];
   return absl::OkStatus();
