@@ -483,7 +483,10 @@ function recipe.run(t, file, bench)
       end
     end
     if ck and ck.every_steps > 0 and (step % ck.every_steps == 0 or step == r.steps) then
-      local path = booster:save_checkpoint(ck.dir, { step = step, keep = ck.keep })
+      -- A failed save (a full disk) names the recipe's checkpoint.dir; the
+      -- step folders already saved stay as they were.
+      local path = call(file, "checkpoint.dir", r.checkpoint, booster.save_checkpoint, booster, ck.dir,
+        { step = step, keep = ck.keep })
       say("saved %s", path)
     end
     t0 = colossal.clock()  -- evaluation and saving do not count as training time
