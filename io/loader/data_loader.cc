@@ -146,6 +146,9 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
     return absl::InvalidArgumentError(absl::StrCat("data loader: rank ", options.rank, " is not in [0, world_size = ",
                                                    options.world_size, ")"));
   }
+  if (options.vocab_size < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("data loader: vocab_size must be >= 0, got ", options.vocab_size));
+  }
   if (options.prefetch_depth < 0) {
     return absl::InvalidArgumentError(absl::StrCat("data loader: prefetch_depth must be >= 0, got ", options.prefetch_depth));
   }
@@ -265,6 +268,20 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
     // The window's T + 1 tokens, as int32 whatever the shard's width.
     shards_[shard].CopyTokens(window * T, T, in + r * T);
     shards_[shard].CopyTokens(window * T + 1, T, tg + r * T);
+    if (options_.vocab_size > 0) {
+      // The row's T + 1 tokens: the inputs and the last target.
+      for (int64_t i = 0; i <= T; ++i) {
+        const int32_t id = i < T ? in[r * T + i] : tg[r * T + T - 1];
+        if (id < 0 || id >= options_.vocab_size) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "data loader: token id ", static_cast<uint32_t>(id),  // as the shard holds it
+              " at token ", window * T + i, " of shard '", shards_[shard].path(),
+              "' is outside the model's vocabulary [0, ", options_.vocab_size,
+              "): the shard was made with another tokenizer (prepare it with the model's, or give "
+              "the model a vocabulary that holds it)"));
+        }
+      }
+    }
   }
   out.inputs = *std::move(inputs);
   out.targets = *std::move(targets);

@@ -98,6 +98,11 @@ struct DataLoaderOptions {
   // Where the batches will be used: a CUDA device makes the loader use
   // pinned host memory (and fail if none can be had); the CPU plain memory.
   core::Device device = core::Device::cpu();
+  // > 0: the model's vocabulary. A batch holding a token id outside
+  // [0, vocab_size) fails (InvalidArgument naming the id, the shard and the
+  // position) instead of reaching the embedding, which on a GPU cannot stop
+  // the run there. Shards made with another tokenizer are the usual cause.
+  int64_t vocab_size = 0;
 };
 
 // Where a loader is: the next batch this rank hands out is batch `batch` of

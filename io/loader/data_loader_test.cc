@@ -365,6 +365,50 @@ TEST(DataLoader, Uint32ShardsGiveTheSameBatches) {
   EXPECT_EQ(batch[1], std::vector<int32_t>(large.begin() + 1, large.end()));
 }
 
+// A shard of another tokenizer: the batch holding the first id past the
+// vocabulary fails, naming the id, its position and the shard; the batches
+// before it come whole. The id at 40 is window 4's last target (and window
+// 5's first input), so the row's extra token is checked too.
+TEST(DataLoader, TokenIdsOutsideTheVocabularyAreRefused) {
+  const std::string dir = MakeTestDir();
+  std::vector<int32_t> ids(81);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i % 100);
+  ids[40] = 5000;
+  ASSERT_TRUE(WriteTokenShard(dir + "/narrow_000.bin", ids, TokenWidth::kUint16).ok());
+  for (int prefetch : {0, 2}) {
+    DataLoaderOptions o = Options(dir + "/narrow_*.bin", 1, 8);
+    o.shuffle = false;
+    o.prefetch_depth = prefetch;
+    o.vocab_size = 100;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    for (int b = 0; b < 4; ++b) EXPECT_TRUE(l->next_batch().ok()) << b;
+    absl::StatusOr<Batch> bad = l->next_batch();
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(bad.status().message(), "token id 5000 at token 40 of shard '" + dir +
+                                                              "/narrow_000.bin' is outside the model's "
+                                                              "vocabulary [0, 100)"))
+        << bad.status();
+    o.vocab_size = 5001;  // holds it
+    l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(Take(*l, 10).size(), 20u);
+  }
+  // A uint32 shard.
+  std::vector<int32_t> wide(17, 7);
+  wide[3] = 2000000000;  // past any vocabulary
+  ASSERT_TRUE(WriteTokenShard(dir + "/wide_000.bin", wide, TokenWidth::kUint32).ok());
+  DataLoaderOptions o = Options(dir + "/wide_*.bin", 1, 16);
+  o.vocab_size = 128256;
+  std::unique_ptr<DataLoader> l = OpenOrDie(o);
+  ASSERT_NE(l, nullptr);
+  absl::StatusOr<Batch> bad = l->next_batch();
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "token id 2000000000 at token 3 of shard"))
+      << bad.status();
+  o.vocab_size = -1;
+  EXPECT_EQ(DataLoader::Open(o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(DataLoader, Errors) {
   const std::string dir = MakeTestDir();
   absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(Options(dir + "/nothing_*.bin", 2, 4));

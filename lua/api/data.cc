@@ -41,7 +41,7 @@ std::string DataDir() {
   return absl::StrCat(home ? home : "", "/.cache/colossal/data");
 }
 
-// colossal.data.loader{pattern, batch_size, seq_len, shuffle, seed, prefetch} -> DataLoader
+// colossal.data.loader{pattern, batch_size, seq_len, shuffle, seed, prefetch, vocab_size} -> DataLoader
 int MakeLoader(lua_State* L) {
   OptionTable o(L, 1, "colossal.data.loader");
   std::shared_ptr<Runtime> rt = GetRuntime(L);
@@ -53,10 +53,12 @@ int MakeLoader(lua_State* L) {
   options.shuffle = o.boolean("shuffle", true);
   options.seed = static_cast<uint64_t>(o.integer("seed", static_cast<int64_t>(rt->seed)));
   options.prefetch_depth = o.int32("prefetch", 2);
+  options.vocab_size = o.integer("vocab_size", 0);  // the model's: ids past it are refused
   o.finish();
   if (options.pattern.empty()) o.fail("pattern", "is required (a glob of token shards)");
   if (options.batch_size <= 0) o.fail("batch_size", "must be a positive integer");
   if (options.seq_len <= 0) o.fail("seq_len", "must be a positive integer");
+  if (options.vocab_size < 0) o.fail("vocab_size", "must be >= 0 (0: unchecked)");
   options.rank = rt->rank.rank;
   options.world_size = rt->rank.world_size;
   options.device = rt->device;

@@ -351,6 +351,7 @@ function recipe.run(t, file, bench)
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
+    vocab_size = cfg.vocab_size,
   })
   -- Boost gives the model its memory: without a plugin, what fails there
   -- (a model larger than the machine) is the model's.
@@ -391,9 +392,12 @@ function recipe.run(t, file, bench)
   local function open_val()
     return call(file, "data.val", d, colossal.data.loader, {
       pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
-      prefetch = 0,
+      prefetch = 0, vocab_size = cfg.vocab_size,
     })
   end
+  -- A batch the loader refuses (a token id past the model's vocabulary: the
+  -- shards of another tokenizer) names the recipe's data key.
+  local function next_batch(l, key) return call(file, key, d, l.next, l) end
   -- Every evaluation reads the same first eval.batches batches of the val
   -- split (a fresh, unshuffled loader each time, as llm.c resets its val
   -- loader): val losses compare across steps, and a resumed run's equal an
@@ -402,7 +406,7 @@ function recipe.run(t, file, bench)
     if not val_pattern then return nil end
     local val_loader = open_val()
     local sum = 0
-    for _ = 1, ev.batches do sum = sum + model:evaluate(val_loader:next()) end
+    for _ = 1, ev.batches do sum = sum + model:evaluate(next_batch(val_loader, "data.val")) end
     return sum / ev.batches
   end
 
@@ -423,11 +427,11 @@ function recipe.run(t, file, bench)
     if caps.pipeline then
       -- The step's micro-batches through the stages (1F1B); the mean loss back.
       local batches = {}
-      for micro = 1, accum do batches[micro] = loader:next() end
+      for micro = 1, accum do batches[micro] = next_batch(loader, "data.train") end
       loss_sum = booster:execute_pipeline(model, batches)
     end
     for micro = 1, caps.pipeline and 0 or accum do
-      local loss = model(loader:next()) / accum
+      local loss = model(next_batch(loader, "data.train")) / accum
       if micro < accum and caps.supports_no_sync then
         local _ <close> = booster:no_sync(model)
         booster:backward(loss, optimizer)
