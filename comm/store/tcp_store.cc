@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "comm/store/tcp_store_protocol.h"
@@ -54,7 +55,15 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(const TcpStoreOptions
   std::string connect_host = options.host;
   int port = options.port;
   if (options.is_master) {
-    COLOSSAL_ASSIGN_OR_RETURN(server, TcpStoreServer::start(options.listen_address, options.port));
+    absl::StatusOr<std::unique_ptr<TcpStoreServer>> started =
+        TcpStoreServer::start(options.listen_address, options.port);
+    if (!started.ok() && absl::StrContains(started.status().message(), "Address already in use")) {
+      // Two jobs on one machine with the default port: say how to part them.
+      return absl::UnavailableError(absl::StrCat(
+          started.status().message(), " (another job on this machine has port ", options.port,
+          "? give this one another: colossal run --master_port P, or MASTER_PORT=P)"));
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(server, std::move(started));
     port = server->port();
     // The master's own client talks to its server over the loopback when the
     // server listens everywhere, else on the address it listens on.

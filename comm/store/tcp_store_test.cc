@@ -235,6 +235,20 @@ TEST(TcpStoreTest, ServerGoingAwayIsUnavailable) {
   EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) << s;
 }
 
+// A second job's master on the port of a running one: Unavailable saying how
+// to give it another port.
+TEST(TcpStoreTest, PortInUseSaysHowToPickAnother) {
+  auto first = TcpStore::create(master_options());
+  ASSERT_TRUE(first.ok()) << first.status();
+  TcpStoreOptions o = master_options();
+  o.port = (*first)->port();
+  auto second = TcpStore::create(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
+  EXPECT_NE(second.status().message().find("Address already in use"), std::string::npos) << second.status();
+  EXPECT_NE(second.status().message().find("--master_port"), std::string::npos) << second.status();
+}
+
 TEST(TcpStoreTest, BadPortIsInvalidArgument) {
   TcpStoreOptions o;
   o.port = 0;
