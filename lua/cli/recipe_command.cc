@@ -103,6 +103,15 @@ int BenchCommand(const Args& args) {
   }
   const std::vector<std::string> sets =
       flags->has("--set") ? flags->values.at("--set") : std::vector<std::string>{};
+  for (const std::string& set : sets) {
+    // bench sets the step count itself; a --set steps would look obeyed.
+    if (absl::StartsWith(set, "steps=")) {
+      return Fail("bench", absl::StrCat(flags->positional[0], ": --set ", set,
+                                        ": bench runs --warmup + --steps steps (",
+                                        bench.warmup, " + ", bench.steps, "); use --steps N"),
+                  kExitUsage, usage);
+    }
+  }
   return RunRecipe("bench", flags->positional[0], sets, &bench);
 }
 
