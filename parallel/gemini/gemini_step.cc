@@ -266,16 +266,14 @@ absl::Status device_update(GeminiPlugin::State& s, int c, const std::vector<Adam
 }
 #endif
 
-// Chunk k's device sum copied into its gradient shard on the gradient stream;
-// the event marks the landing.
-absl::StatusOr<std::shared_ptr<core::Event>> download_sum(GeminiPlugin::State& s, GeminiChunk& k) {
-  COLOSSAL_RETURN_IF_ERROR(s.ensure_grad_stream());
-  const core::Stream gs = s.grad_stream->get();
-  COLOSSAL_RETURN_IF_ERROR(k.grad.copy_from(k.device_sum, gs));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Event landed, core::Event::create(s.stream.device()));
-  landed.record(gs);
+// Chunk c's device sum copied into its gradient shard (State::download: on
+// the gradient stream, after the compute stream's work); the event marks the
+// landing.
+absl::StatusOr<std::shared_ptr<core::Event>> download_sum(GeminiPlugin::State& s, int c) {
+  GeminiChunk& k = s.chunks[c];
+  COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<core::Event> landed, s.download(c, k.device_sum, k.grad));
   k.sum_pending = false;
-  return std::make_shared<core::Event>(std::move(landed));
+  return landed;
 }
 
 // The host-updated chunks in the order of the next forward's first uses
@@ -381,7 +379,7 @@ absl::StatusOr<nn::MixedPrecisionStepResult> GeminiPlugin::step(nn::DynamicLossS
     std::vector<AdamCall> device_calls;
     if (k.sum_current) device_calls = adam_calls(s, k, k.device_sum, grad_scale);
     if (k.sum_pending) {
-      COLOSSAL_ASSIGN_OR_RETURN(landed, download_sum(s, k));
+      COLOSSAL_ASSIGN_OR_RETURN(landed, download_sum(s, c));
     }
     jobs.emplace_back(c, [&s, c, calls = adam_calls(s, k, k.grad, grad_scale),
                           device_calls = std::move(device_calls), landed, dtype, copy, cpu,
