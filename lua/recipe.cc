@@ -89,7 +89,14 @@ absl::Status ApplyOverride(lua_State* L, int index, absl::string_view assignment
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string& key = parts[i];
     const std::string so_far = absl::StrJoin(parts.begin(), parts.begin() + i + 1, ".");
-    lua_getfield(L, -1, key.c_str());
+    // A list's entries go by position: optimizer.betas.2=0.99.
+    int64_t position = 0;
+    const bool by_position = absl::SimpleAtoi(key, &position) && position >= 1;
+    if (by_position) {
+      lua_geti(L, -1, position);
+    } else {
+      lua_getfield(L, -1, key.c_str());
+    }
     const int type = lua_type(L, -1);
     if (type == LUA_TNIL) {
       const std::vector<std::string> keys = TableKeys(L, -2);
@@ -135,7 +142,11 @@ absl::Status ApplyOverride(lua_State* L, int index, absl::string_view assignment
           "; set one of its keys instead (a number, boolean or string)"));
       break;
     }
-    lua_setfield(L, -2, key.c_str());
+    if (by_position) {
+      lua_seti(L, -2, position);
+    } else {
+      lua_setfield(L, -2, key.c_str());
+    }
   }
   lua_settop(L, top);
   return result;

@@ -72,7 +72,10 @@ local function check(file, path, t, spec)
     local ok = got == want or (want == "number" and got == "integer") or want == "any"
     if not ok then
       local article = want:match("^[aeiou]") and "an " or "a "
-      usage_error(file, key, "must be " .. article .. want .. ", got " .. (got:match("^[aeiou]") and "an " or "a ") .. got)
+      -- A float where an integer goes says its value (1e3 and 2.5 read alike otherwise).
+      local shown = got == "number" and (" " .. tostring(v)) or ""
+      usage_error(file, key, "must be " .. article .. want .. ", got " .. (got:match("^[aeiou]") and "an " or "a ")
+        .. got .. shown)
     end
     -- NaN slips past every comparison (v < 0 is false) and inf past most:
     -- no recipe number means either.

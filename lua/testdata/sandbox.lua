@@ -10,5 +10,5 @@ return {
   has_io = io ~= nil,
   has_os = os ~= nil,
   has_dofile = dofile ~= nil,
-  nested = { lr = 1e-3, steps = 10, name = "x", on = false },
+  nested = { lr = 1e-3, steps = 10, name = "x", on = false, betas = { 0.9, 0.95 } },
 }

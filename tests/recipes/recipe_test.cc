@@ -120,6 +120,18 @@ TEST_F(RecipeTest, Overrides) {
             absl::string_view::npos);
   EXPECT_NE(ApplyOverride(L, -1, "novalue").message().find("wants key=value"),
             absl::string_view::npos);
+  // A list's entries by position (optimizer.betas.2=0.99), only those it has.
+  ASSERT_TRUE(ApplyOverride(L, -1, "nested.betas.2=0.99").ok());
+  lua_getfield(L, -1, "nested");
+  lua_getfield(L, -1, "betas");
+  EXPECT_EQ(Field(L, "1"), "nil");  // positions are integer keys, not strings
+  lua_geti(L, -1, 2);
+  EXPECT_EQ(lua_tonumber(L, -1), 0.99);
+  lua_pop(L, 3);
+  EXPECT_EQ(ApplyOverride(L, -1, "nested.betas.3=1").message(),
+            "--set nested.betas.3: the recipe has no key 'nested.betas.3'");
+  EXPECT_EQ(ApplyOverride(L, -1, "nested.betas.0=1").message(),
+            "--set nested.betas.0: the recipe has no key 'nested.betas.0'");
   EXPECT_EQ(lua_gettop(L), 1);
 }
 
