@@ -1,6 +1,9 @@
 #include "lua/recipe.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -38,7 +41,9 @@ absl::Status LoadRecipe(lua_State* L, const std::string& path) {
   const int status = luaL_loadfilex(L, path.c_str(), "t");
   if (status == LUA_ERRFILE) {
     std::string message = ErrorText(L);  // "cannot open <path>: <reason>"
-    return absl::NotFoundError(message);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return absl::NotFoundError(message);
+    return absl::FailedPreconditionError(message);  // there, but not readable (a folder, no access)
   }
   if (status != LUA_OK) return absl::InvalidArgumentError(ErrorText(L));
   lua_pushcfunction(L, Traceback);

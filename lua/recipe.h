@@ -26,7 +26,8 @@ namespace colossal::lua {
 
 // Runs the recipe at `path` and pushes what it returns: a table (a
 // declarative recipe) or nil (a script that ran its own loop). On error
-// nothing is pushed: NotFoundError when the file cannot be read,
+// nothing is pushed: NotFoundError when there is no such file,
+// FailedPreconditionError when it is there but cannot be read,
 // InvalidArgumentError for syntax errors, the script's own mistakes, errors of
 // the colossal module with code 2 and a result of another type;
 // AbortedError for the module's runtime failures (code 1).

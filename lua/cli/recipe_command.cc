@@ -141,8 +141,11 @@ int RunRecipe(const char* command, const std::string& path, const std::vector<st
   lua_State* L = state->get();
   SetOverrides(L, sets);
   if (absl::Status s = LoadRecipe(L, path); !s.ok()) {
+    // No such file: a mistake on the command line (2); one that cannot be read: 1.
     return Fail(command, s.message(),
-                s.code() == absl::StatusCode::kNotFound ? kExitFailure : StatusExit(s));
+                s.code() == absl::StatusCode::kNotFound          ? kExitUsage
+                : s.code() == absl::StatusCode::kFailedPrecondition ? kExitFailure
+                                                                   : StatusExit(s));
   }
   if (lua_isnil(L, -1)) {  // a script that trained by itself
     // ... or did nothing at all: an empty file, or one that never touched the

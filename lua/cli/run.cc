@@ -1,10 +1,13 @@
 // `colossal run`: start workers of this node through comm/launch, each
 // running this same binary with the remaining arguments, like torchrun.
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/launch/launch.h"
 #include "lua/cli/commands.h"
@@ -55,6 +58,11 @@ int RunCommand(const Args& args, const std::string& self) {
                 kExitUsage, usage);
   }
   if (what == "run") return Fail("run", "workers cannot start workers (run inside run)", kExitUsage);
+  // A recipe that is not there fails here, once, instead of in every worker.
+  struct stat st;
+  if (absl::EndsWith(what, ".lua") && ::stat(what.c_str(), &st) != 0 && errno == ENOENT) {
+    return Fail("run", absl::StrCat("cannot open ", what, ": no such file"), kExitUsage);
+  }
   comm::LaunchOptions o;
   auto nproc = IntFlag(*flags, "--nproc_per_node", 1, 1, 1024);
   auto nnodes = IntFlag(*flags, "--nnodes", 1, 1, 65536);

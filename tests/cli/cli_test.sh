@@ -111,7 +111,14 @@ run_cli 2 run --nproc_per_node 2 data prepare --input "$tmp/absent" --output "$t
 run_cli 2 lua/testdata/syntax_error.lua &&
   expect "$err" "^colossal recipe: lua/testdata/syntax_error.lua:4: '}' expected"
 run_cli 2 lua/testdata/not_a_table.lua && expect "$err" 'must return a table.*returned number$'
-run_cli 1 lua/testdata/absent.lua && expect "$err" '^colossal recipe: cannot open lua/testdata/absent.lua'
+# No such recipe: a command-line mistake (2, as python's "can't open file"); a
+# recipe that is there but cannot be read (here a folder): 1.
+run_cli 2 lua/testdata/absent.lua && expect "$err" '^colossal recipe: cannot open lua/testdata/absent.lua'
+run_cli 2 bench lua/testdata/absent.lua && expect "$err" '^colossal bench: cannot open lua/testdata/absent.lua'
+run_cli 2 run --nproc_per_node 2 lua/testdata/absent.lua &&
+  expect "$err" '^colossal run: cannot open lua/testdata/absent.lua: no such file'
+mkdir -p "$tmp/folder.lua"
+run_cli 1 "$tmp/folder.lua" && expect "$err" "^colossal recipe: cannot .* $tmp/folder.lua"
 run_cli 2 recipes/gpt2_zero.lua --set optimizer.lrr=1 &&
   expect "$err" "the recipe has no key 'optimizer.lrr'; did you mean \"lr\"\\?"
 

@@ -94,6 +94,9 @@ TEST_F(RecipeTest, NotATableOrMissing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(s.message().find("cannot open lua/testdata/absent.lua"), absl::string_view::npos)
       << s.message();
+  s = LoadRecipe(L, "lua/testdata");  // there, but a folder
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(lua_gettop(L), 0);
 }
 
 TEST_F(RecipeTest, Overrides) {
