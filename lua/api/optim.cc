@@ -214,8 +214,9 @@ int MakeScheduler(lua_State* L) {
            : kKind == 1 ? nn::LrScheduleKind::kLinear
                         : nn::LrScheduleKind::kConstant;
   s.warmup_steps = o.integer("warmup_steps", 0);
-  const bool has_total = o.has("total_steps");
+  bool has_total = false;  // constant takes no total_steps: left unread, finish() names it
   if (kKind != 2) {
+    has_total = o.has("total_steps");
     s.total_steps = o.integer("total_steps", 0);
     s.eta_min = o.number("eta_min", 0.0);
   }
