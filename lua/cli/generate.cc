@@ -14,6 +14,7 @@
 // bytes go to stdout as they are produced; it stops at <|endoftext|> (not
 // printed) or after --max_new_tokens tokens.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -190,6 +191,15 @@ int GenerateCommand(const Args& args) {
                 kExitUsage, usage);
   }
   std::string tokenizer = flags->value("--tokenizer");
+  // A path that names nothing is a mistake on the command line (2); one that
+  // is there but unusable fails below (1).
+  for (const char* flag : {"--checkpoint", "--tokenizer"}) {
+    const std::string path = flags->value(flag);
+    struct stat st;
+    if (!path.empty() && stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+      return Fail("generate", absl::StrCat(flag, " ", path, ": no such file or folder"), kExitUsage);
+    }
+  }
   if (tokenizer.empty()) {
     // The checkpoint folder's own tokenizer when it has one (a Hugging Face
     // model folder), else GPT-2's.

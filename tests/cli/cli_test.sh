@@ -316,12 +316,16 @@ run_cli 2 "${gen[@]}" --temprature 0 && expect "$err" 'unknown flag --temprature
 run_cli 2 "${gen[@]}" --temperature -1 && expect "$err" '^colossal generate: --temperature must be a finite number >= 0'
 run_cli 2 "${gen[@]}" --top_k many && expect "$err" "^colossal generate: --top_k wants an integer, got 'many'$"
 run_cli 2 "${gen[@]}" --seed -3 && expect "$err" '^colossal generate: --seed wants an integer'
-run_cli 1 generate --checkpoint "$tmp/no_ckpt" --tokenizer "$tok" --prompt hi &&
-  expect "$err" "^colossal generate: .*$tmp/no_ckpt"
+# A path that names nothing: 2; a folder that holds no checkpoint: 1.
+run_cli 2 generate --checkpoint "$tmp/no_ckpt" --tokenizer "$tok" --prompt hi &&
+  expect "$err" "^colossal generate: --checkpoint $tmp/no_ckpt: no such file or folder"
+mkdir -p "$tmp/empty_ckpt"
+run_cli 1 generate --checkpoint "$tmp/empty_ckpt" --tokenizer "$tok" --prompt hi &&
+  expect "$err" "^colossal generate: no checkpoint in '$tmp/empty_ckpt'"
 COLOSSAL_DATA="$tmp/nothing" run_cli 1 generate --checkpoint "$ckpt" --prompt hi &&
   expect "$err" "^colossal generate: no GPT-2 tokenizer at $tmp/nothing/gpt2.tiktoken; fetch it with tools/data/fetch_gpt2_ranks.sh"
-run_cli 1 generate --checkpoint "$ckpt" --tokenizer "$tmp/absent.tiktoken" --prompt hi &&
-  expect "$err" "^colossal generate: tokenizer $tmp/absent.tiktoken: "
+run_cli 2 generate --checkpoint "$ckpt" --tokenizer "$tmp/absent.tiktoken" --prompt hi &&
+  expect "$err" "^colossal generate: --tokenizer $tmp/absent.tiktoken: no such file or folder"
 # A config.json that does not match the weights.
 cp -r "$ckpt/step_000007" "$tmp/mismatch"
 sed -i 's/"n_embd": 16/"n_embd": 32/' "$tmp/mismatch/config.json"
