@@ -175,9 +175,14 @@ int GetLr(lua_State* L) {
   return 1;
 }
 
+// optimizer:set_lr(lr): every group's; lr >= 0 as in a recipe (0 holds the
+// weights still), kept as the double given (the optimizer checks it against
+// float32's range).
 int SetLr(lua_State* L) {
   std::shared_ptr<Optim> optim = CheckHandle<Optim>(L, 1);
-  const double lr = PositiveFinite(L, 2, "optimizer:set_lr(lr)");
+  int ok = 0;
+  const double lr = lua_tonumberx(L, 2, &ok);
+  if (!ok) RaiseError(L, "optimizer:set_lr(lr): wants a number", kErrorUsage);
   std::vector<double> lrs(OptimizerLrs(*optim).size(), lr);
   ThrowIfError(L, "optimizer:set_lr", SetOptimizerLrs(*optim, lrs));
   return 0;

@@ -1,4 +1,4 @@
--- expect: line 8: optimizer:set_lr(lr): wants a positive number, finite as a float32
+-- expect: line 8: optimizer:set_lr: lr must be >= 0 (a finite float32), got 1e+300
 -- A learning rate finite as a double but not as the float the kernels take
 -- (1e300 became inf and every weight NaN at the first step).
 local colossal = require("colossal")
