@@ -1,15 +1,13 @@
 #include "lua/recipe.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "core/status/suggest.h"
+#include "io/common/file_util.h"
 #include "lua/api/lua_util.h"
 
 extern "C" {
@@ -41,8 +39,7 @@ absl::Status LoadRecipe(lua_State* L, const std::string& path) {
   const int status = luaL_loadfilex(L, path.c_str(), "t");
   if (status == LUA_ERRFILE) {
     std::string message = ErrorText(L);  // "cannot open <path>: <reason>"
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 && errno == ENOENT) return absl::NotFoundError(message);
+    if (io::NoSuchPath(path)) return absl::NotFoundError(message);
     return absl::FailedPreconditionError(message);  // there, but not readable (a folder, no access)
   }
   if (status != LUA_OK) return absl::InvalidArgumentError(ErrorText(L));

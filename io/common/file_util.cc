@@ -40,6 +40,11 @@ absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) 
   }
 }
 
+bool NoSuchPath(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) != 0 && errno == ENOENT;
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "cannot open", path);

@@ -26,6 +26,10 @@ namespace colossal::io {
 // ENAMETOOLONG/EROFS/ELOOP FailedPrecondition; anything else Internal.
 absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path);
 
+// True when `path` names nothing (stat(2) says ENOENT): front ends call that a
+// mistake on the command line, apart from a path that is there but unusable.
+bool NoSuchPath(const std::string& path);
+
 // The whole contents of the regular file at `path`.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

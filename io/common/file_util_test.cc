@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -49,6 +50,17 @@ TEST(FileUtilTest, ErrnoCodes) {
   EXPECT_EQ(ErrnoStatus(ENOSPC, "cannot write", "x").code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(ErrnoStatus(EEXIST, "cannot create", "x").code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(ErrnoStatus(EIO, "cannot read", "x").code(), absl::StatusCode::kInternal);
+}
+
+// Only a path that names nothing: an existing file or folder, or a path
+// through a file (ENOTDIR: there, but unusable), is not.
+TEST(FileUtilTest, NoSuchPath) {
+  const std::string file = TempDir() + "/no_such_path_probe";
+  ASSERT_TRUE(std::ofstream(file).good());
+  EXPECT_FALSE(NoSuchPath(file));
+  EXPECT_FALSE(NoSuchPath(TempDir()));
+  EXPECT_TRUE(NoSuchPath(TempDir() + "/absent"));
+  EXPECT_FALSE(NoSuchPath(file + "/inside"));
 }
 
 TEST(FileUtilTest, TemporaryPathsAreUniqueAndBeside) {

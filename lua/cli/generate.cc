@@ -14,7 +14,6 @@
 // bytes go to stdout as they are produced; it stops at <|endoftext|> (not
 // printed) or after --max_new_tokens tokens.
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +34,7 @@
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
 #include "io/checkpoint/checkpoint.h"
+#include "io/common/file_util.h"
 #include "nn/train/checkpoint.h"
 #include "io/tokenizer/load_tokenizer.h"
 #include "io/tokenizer/text_tokenizer.h"
@@ -195,8 +195,7 @@ int GenerateCommand(const Args& args) {
   // is there but unusable fails below (1).
   for (const char* flag : {"--checkpoint", "--tokenizer"}) {
     const std::string path = flags->value(flag);
-    struct stat st;
-    if (!path.empty() && stat(path.c_str(), &st) != 0 && errno == ENOENT) {
+    if (!path.empty() && io::NoSuchPath(path)) {
       return Fail("generate", absl::StrCat(flag, " ", path, ": no such file or folder"), kExitUsage);
     }
   }

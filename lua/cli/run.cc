@@ -1,15 +1,14 @@
 // `colossal run`: start workers of this node through comm/launch, each
 // running this same binary with the remaining arguments, like torchrun.
 #include <signal.h>
-#include <sys/stat.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/launch/launch.h"
+#include "io/common/file_util.h"
 #include "lua/cli/commands.h"
 #include "lua/cli/flags.h"
 
@@ -59,8 +58,7 @@ int RunCommand(const Args& args, const std::string& self) {
   }
   if (what == "run") return Fail("run", "workers cannot start workers (run inside run)", kExitUsage);
   // A recipe that is not there fails here, once, instead of in every worker.
-  struct stat st;
-  if (absl::EndsWith(what, ".lua") && ::stat(what.c_str(), &st) != 0 && errno == ENOENT) {
+  if (absl::EndsWith(what, ".lua") && io::NoSuchPath(what)) {
     return Fail("run", absl::StrCat("cannot open ", what, ": no such file"), kExitUsage);
   }
   comm::LaunchOptions o;
