@@ -108,6 +108,26 @@ absl::Status AtomicFileWriter::WriteAt(uint64_t offset, const void* data, size_t
   return absl::OkStatus();
 }
 
+absl::Status AtomicFileWriter::Allocate(uint64_t bytes) {
+  if (!error_.ok()) return error_;
+  if (finished_) {
+    return absl::FailedPreconditionError(absl::StrCat("writer for '", path_, "' is already finished"));
+  }
+  if (bytes <= bytes_written_) return absl::OkStatus();
+  // posix_fallocate returns the error instead of setting errno. Filesystems
+  // without fallocate get glibc's emulation, which writes every block.
+  int err;
+  do {
+    err = ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes));
+  } while (err == EINTR);
+  if (err != 0) {
+    error_ = ErrnoStatus(err, absl::StrCat("cannot reserve ", bytes, " bytes for"), temp_path_);
+    return error_;
+  }
+  bytes_written_ = bytes;
+  return absl::OkStatus();
+}
+
 absl::Status AtomicFileWriter::Commit() {
   if (!error_.ok()) return error_;
   if (finished_) {

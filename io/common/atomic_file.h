@@ -55,6 +55,11 @@ class AtomicFileWriter {
   // Overwrites bytes already written, at `offset` (a header whose values are
   // known only at the end). InvalidArgument past bytes_written().
   absl::Status WriteAt(uint64_t offset, const void* data, size_t bytes);
+  // Makes the file `bytes` long (if it is shorter), with the disk space
+  // reserved (posix_fallocate), so that WriteAt may then fill any part of it
+  // in any order: a file laid out before its contents arrive. A full disk
+  // is reported here (ResourceExhausted), not halfway through the writes.
+  absl::Status Allocate(uint64_t bytes);
   // fsync, close, rename over the destination, fsync the folder. The writer is
   // finished afterwards, whatever the result.
   absl::Status Commit();

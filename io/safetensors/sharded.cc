@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <iterator>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -90,10 +91,9 @@ std::vector<std::vector<size_t>> PlanSafetensorsShards(std::span<const Safetenso
   return shards;
 }
 
-absl::StatusOr<ShardedWriteResult> WriteShardedSafetensors(const std::string& dir,
-                                                           std::span<const SafetensorsEntry> tensors,
-                                                           const SafetensorsMetadata& metadata,
-                                                           const ShardedWriteOptions& options) {
+absl::StatusOr<ShardedSafetensorsWriter> ShardedSafetensorsWriter::Create(
+    const std::string& dir, std::span<const SafetensorsEntry> tensors, const SafetensorsMetadata& metadata,
+    const ShardedWriteOptions& options) {
   const std::string where = absl::StrCat("checkpoint '", JoinPath(dir, options.prefix), "'");
   if (options.prefix.empty() || options.prefix.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(
@@ -102,43 +102,136 @@ absl::StatusOr<ShardedWriteResult> WriteShardedSafetensors(const std::string& di
   if (options.max_shard_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": max_shard_bytes must be positive"));
   }
-  // Everything is checked before the first file is written.
+  // Everything is checked before the first file is created.
   absl::StatusOr<std::string> all = EncodeSafetensorsHeader(tensors, metadata, options.file_options, where);
   if (!all.ok()) return all.status();
 
+  ShardedSafetensorsWriter out;
+  out.dir_ = dir;
+  out.where_ = where;
+  out.prefix_ = options.prefix;
+  out.places_.resize(tensors.size());
   const std::vector<std::vector<size_t>> plan = PlanSafetensorsShards(tensors, options.max_shard_bytes);
-  ShardedWriteResult result;
   Json weight_map = Json::object();
-  for (size_t s = 0; s < plan.size(); ++s) {
+  for (size_t f = 0; f < plan.size(); ++f) {
     const std::string name = plan.size() == 1 ? absl::StrCat(options.prefix, ".safetensors")
-                                              : SafetensorsShardName(options.prefix, s + 1, plan.size());
+                                              : SafetensorsShardName(options.prefix, f + 1, plan.size());
     std::vector<SafetensorsEntry> part;
-    part.reserve(plan[s].size());
-    for (size_t i : plan[s]) {
-      part.push_back(tensors[i]);
+    part.reserve(plan[f].size());
+    for (size_t i : plan[f]) part.push_back(tensors[i]);
+    absl::StatusOr<std::string> header = EncodeSafetensorsHeader(part, metadata, options.file_options, where);
+    if (!header.ok()) return header.status();
+    uint64_t offset = header->size();
+    for (size_t i : plan[f]) {
+      out.places_[i] = Place{tensors[i].name, f, offset, tensors[i].bytes, {}};
+      offset += tensors[i].bytes;
       weight_map[tensors[i].name] = name;
-      result.total_size += tensors[i].bytes;
+      out.total_size_ += tensors[i].bytes;
     }
-    if (absl::Status st = WriteSafetensors(JoinPath(dir, name), part, metadata, options.file_options); !st.ok()) {
-      return st;
-    }
-    result.files.push_back(name);
+    absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(JoinPath(dir, name));
+    if (!file.ok()) return file.status();
+    if (absl::Status st = file->Write(*header); !st.ok()) return st;
+    if (absl::Status st = file->Allocate(offset); !st.ok()) return st;
+    out.files_.push_back(*std::move(file));
+    out.file_names_.push_back(name);
   }
   if (plan.size() > 1) {
-    result.index_file = absl::StrCat(options.prefix, ".safetensors.index.json");
-    Json index = {{"metadata", {{"total_size", result.total_size}}}, {"weight_map", std::move(weight_map)}};
-    std::string text;
+    Json index = {{"metadata", {{"total_size", out.total_size_}}}, {"weight_map", std::move(weight_map)}};
     try {
-      text = index.dump(2) + "\n";
+      out.index_text_ = index.dump(2) + "\n";
     } catch (const Json::exception&) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": a tensor name is not valid UTF-8"));
     }
-    if (absl::Status st = WriteFileAtomically(JoinPath(dir, result.index_file), text); !st.ok()) return st;
+  }
+  return out;
+}
+
+absl::Status ShardedSafetensorsWriter::Write(size_t tensor, uint64_t byte_offset, const void* data, size_t bytes) {
+  if (!error_.ok()) return error_;
+  if (tensor >= places_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(where_, ": tensor ", tensor, " of ", places_.size()));
+  }
+  Place& p = places_[tensor];
+  if (byte_offset > p.bytes || bytes > p.bytes - byte_offset) {
+    return absl::InvalidArgumentError(absl::StrCat(where_, ": tensor '", p.name, "': bytes [", byte_offset, ", ",
+                                                   byte_offset + bytes, ") past its ", p.bytes));
+  }
+  if (bytes == 0) return absl::OkStatus();
+  uint64_t begin = byte_offset, end = byte_offset + bytes;
+  // The first written range ending after `begin` must start at or after `end`.
+  auto next = p.written.upper_bound(begin);
+  auto prev = next == p.written.begin() ? p.written.end() : std::prev(next);
+  if ((prev != p.written.end() && prev->second > begin) || (next != p.written.end() && next->first < end)) {
+    return absl::InvalidArgumentError(absl::StrCat(where_, ": tensor '", p.name, "': bytes [", begin, ", ", end,
+                                                   ") overlap bytes written before"));
+  }
+  if (absl::Status st = files_[p.file].WriteAt(p.offset + byte_offset, data, bytes); !st.ok()) {
+    error_ = st;
+    return st;
+  }
+  if (prev != p.written.end() && prev->second == begin) {
+    begin = prev->first;
+    p.written.erase(prev);
+  }
+  if (next != p.written.end() && next->first == end) {
+    end = next->second;
+    p.written.erase(next);
+  }
+  p.written.emplace(begin, end);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardedWriteResult> ShardedSafetensorsWriter::Commit() {
+  if (!error_.ok()) return error_;
+  for (const Place& p : places_) {
+    const uint64_t have = p.written.empty() ? 0 : p.written.begin()->second - p.written.begin()->first;
+    if (p.bytes > 0 && (p.written.size() != 1 || have != p.bytes)) {
+      error_ = absl::FailedPreconditionError(absl::StrCat(where_, ": tensor '", p.name, "' has ",
+                                                          p.bytes, " bytes, not all of them written"));
+      return error_;
+    }
+  }
+  ShardedWriteResult result;
+  result.total_size = total_size_;
+  for (size_t f = 0; f < files_.size(); ++f) {
+    if (absl::Status st = files_[f].Commit(); !st.ok()) {
+      error_ = st;
+      return st;
+    }
+    result.files.push_back(file_names_[f]);
+  }
+  if (!index_text_.empty()) {
+    result.index_file = absl::StrCat(prefix_, ".safetensors.index.json");
+    if (absl::Status st = WriteFileAtomically(JoinPath(dir_, result.index_file), index_text_); !st.ok()) {
+      error_ = st;
+      return st;
+    }
   }
   std::set<std::string> keep(result.files.begin(), result.files.end());
   if (!result.index_file.empty()) keep.insert(result.index_file);
-  if (absl::Status st = RemoveStaleFiles(dir, options.prefix, keep); !st.ok()) return st;
+  if (absl::Status st = RemoveStaleFiles(dir_, prefix_, keep); !st.ok()) {
+    error_ = st;
+    return st;
+  }
+  error_ = absl::FailedPreconditionError(absl::StrCat(where_, ": already committed"));
   return result;
+}
+
+absl::StatusOr<ShardedWriteResult> WriteShardedSafetensors(const std::string& dir,
+                                                           std::span<const SafetensorsEntry> tensors,
+                                                           const SafetensorsMetadata& metadata,
+                                                           const ShardedWriteOptions& options) {
+  absl::StatusOr<ShardedSafetensorsWriter> out = ShardedSafetensorsWriter::Create(dir, tensors, metadata, options);
+  if (!out.ok()) return out.status();
+  // Checked after Create's own checks, whose messages come first.
+  if (absl::Status st = CheckSafetensorsData(tensors, absl::StrCat("checkpoint '", JoinPath(dir, options.prefix), "'"));
+      !st.ok()) {
+    return st;
+  }
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (absl::Status st = out->Write(i, 0, tensors[i].data, tensors[i].bytes); !st.ok()) return st;
+  }
+  return out->Commit();
 }
 
 // ---------------------------------------------------------------------------

@@ -51,6 +51,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/common/atomic_file.h"
 #include "io/safetensors/reader.h"
 #include "io/safetensors/writer.h"
 
@@ -70,6 +71,62 @@ struct ShardedWriteResult {
   std::vector<std::string> files;  // names within the folder, in order
   std::string index_file;          // the index's name, or "" for one file
   uint64_t total_size = 0;         // tensor-data bytes over all files
+};
+
+// The same files, laid out first and filled after, piece by piece and in any
+// order: for a caller that gathers a model too large to hold at once.
+//
+//   absl::StatusOr<ShardedSafetensorsWriter> out =
+//       ShardedSafetensorsWriter::Create("out", layout, {{"format", "pt"}}, options);
+//   COLOSSAL_RETURN_IF_ERROR(out->Write(tensor, byte_offset, data, bytes));  // any order
+//   absl::StatusOr<ShardedWriteResult> saved = out->Commit();
+//
+//  * Create validates `tensors` as WriteShardedSafetensors does (their data
+//    pointers are not read), creates every file at its temporary name with
+//    its header, and reserves its whole size on disk: a disk too small fails
+//    here, before any data is gathered.
+//  * Write copies `bytes` bytes at `data` to bytes [byte_offset,
+//    byte_offset + bytes) of tensor `tensor`'s data. InvalidArgument naming
+//    the tensor for a range past its end or one that overlaps bytes already
+//    written (a caller's bug that would leave a gap elsewhere).
+//  * Commit checks that every byte of every tensor was written
+//    (FailedPrecondition naming the first tensor with a gap), then commits
+//    the files and the index and removes stale files as
+//    WriteShardedSafetensors does. Destroyed before a successful Commit, the
+//    writer removes its temporary files and the folder is as it was.
+//  * After an error every later call returns that error.
+class ShardedSafetensorsWriter {
+ public:
+  static absl::StatusOr<ShardedSafetensorsWriter> Create(const std::string& dir,
+                                                         std::span<const SafetensorsEntry> tensors,
+                                                         const SafetensorsMetadata& metadata = {},
+                                                         const ShardedWriteOptions& options = {});
+  ShardedSafetensorsWriter(ShardedSafetensorsWriter&&) noexcept = default;
+  ShardedSafetensorsWriter& operator=(ShardedSafetensorsWriter&&) noexcept = default;
+
+  absl::Status Write(size_t tensor, uint64_t byte_offset, const void* data, size_t bytes);
+  absl::StatusOr<ShardedWriteResult> Commit();
+
+ private:
+  // Where tensor i's data goes, and which of its bytes have come.
+  struct Place {
+    std::string name;
+    size_t file = 0;
+    uint64_t offset = 0;  // of the tensor's first byte in the file
+    uint64_t bytes = 0;
+    std::map<uint64_t, uint64_t> written;  // begin -> end, disjoint, merged when adjacent
+  };
+  ShardedSafetensorsWriter() = default;
+
+  std::string dir_;
+  std::string where_;
+  std::string prefix_;
+  std::vector<AtomicFileWriter> files_;
+  std::vector<std::string> file_names_;
+  std::vector<Place> places_;
+  std::string index_text_;  // "" for one file
+  uint64_t total_size_ = 0;
+  absl::Status error_;
 };
 
 // Writes `tensors` into the folder `dir` (which must exist) as described above.

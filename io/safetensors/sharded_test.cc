@@ -160,6 +160,59 @@ TEST(ShardedSafetensorsTest, InvalidTensorsWriteNothing) {
   EXPECT_TRUE(ListDir(dir).empty());
 }
 
+// Laid out first, filled in pieces out of order and across shard files:
+// the same files as a write from memory.
+TEST(ShardedSafetensorsTest, StreamedWriteInAnyOrderEqualsOneWrite) {
+  const std::string dir = MakeTestDir();
+  const std::string whole = MakeTestDir();
+  const Tensors tensors({40, 30, 50, 10, 20});
+  ASSERT_TRUE(WriteShardedSafetensors(whole, tensors.entries, {{"format", "pt"}}, MaxShardBytes(70)).ok());
+  std::vector<SafetensorsEntry> layout = tensors.entries;
+  for (SafetensorsEntry& e : layout) e.data = nullptr;  // a layout only
+  absl::StatusOr<ShardedSafetensorsWriter> out =
+      ShardedSafetensorsWriter::Create(dir, layout, {{"format", "pt"}}, MaxShardBytes(70));
+  ASSERT_TRUE(out.ok()) << out.status();
+  // Every tensor in two or three pieces, last tensor first, back half first.
+  for (size_t i = tensors.entries.size(); i-- > 0;) {
+    const std::string& data = tensors.payloads[i];
+    const size_t a = data.size() / 3, b = data.size() / 2;
+    ASSERT_TRUE(out->Write(i, b, data.data() + b, data.size() - b).ok());
+    ASSERT_TRUE(out->Write(i, 0, data.data(), a).ok());
+    ASSERT_TRUE(out->Write(i, a, data.data() + a, b - a).ok());
+  }
+  absl::StatusOr<ShardedWriteResult> saved = out->Commit();
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->total_size, 150u);
+  EXPECT_EQ(ListDir(dir), ListDir(whole));
+  for (const std::string& name : ListDir(dir)) {
+    EXPECT_EQ(ReadAll(dir + "/" + name), ReadAll(whole + "/" + name)) << name;
+  }
+}
+
+TEST(ShardedSafetensorsTest, StreamedWriteRefusesOverlapsGapsAndRangesPastTheEnd) {
+  const std::string dir = MakeTestDir();
+  const Tensors tensors({16, 8});
+  {
+    absl::StatusOr<ShardedSafetensorsWriter> out = ShardedSafetensorsWriter::Create(dir, tensors.entries);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->Write(0, 4, "xxxx", 4).ok());
+    absl::Status overlap = out->Write(0, 6, "yyyy", 4);
+    EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(overlap.message(), "tensor 't0': bytes [6, 10) overlap")) << overlap;
+    absl::Status past = out->Write(1, 6, "yyyy", 4);
+    EXPECT_TRUE(absl::StrContains(past.message(), "tensor 't1': bytes [6, 10) past its 8")) << past;
+    ASSERT_TRUE(out->Write(1, 0, "12345678", 8).ok());
+    ASSERT_TRUE(out->Write(0, 0, "abcd", 4).ok());
+    ASSERT_TRUE(out->Write(0, 12, "abcd", 4).ok());  // bytes 8..12 of t0 never come
+    absl::StatusOr<ShardedWriteResult> saved = out->Commit();
+    EXPECT_EQ(saved.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(saved.status().message(), "tensor 't0' has 16 bytes, not all of them written"))
+        << saved.status();
+  }
+  // Nothing was published, and the temporary files are gone.
+  EXPECT_TRUE(ListDir(dir).empty());
+}
+
 TEST(ShardedSafetensorsTest, BadIndexesGetClearErrors) {
   const std::string dir = MakeTestDir();
   const Tensors tensors({10, 10});

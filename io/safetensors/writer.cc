@@ -20,6 +20,15 @@ absl::Status Invalid(std::string_view where, std::string_view what) {
 
 }  // namespace
 
+absl::Status CheckSafetensorsData(std::span<const SafetensorsEntry> tensors, std::string_view where) {
+  for (const SafetensorsEntry& t : tensors) {
+    if (t.data == nullptr && t.bytes > 0) {
+      return Invalid(where, absl::StrCat("tensor '", t.name, "' has no data pointer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> EncodeSafetensorsHeader(std::span<const SafetensorsEntry> tensors,
                                                     const SafetensorsMetadata& metadata,
                                                     const SafetensorsWriteOptions& options, std::string_view where) {
@@ -52,9 +61,6 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(std::span<const SafetensorsE
       return Invalid(where, absl::StrCat("tensor '", t.name, "': dtype ", t.dtype, " and shape ", ShapeString(t.shape),
                                          " need ", *bytes, " bytes, but ", t.bytes, " were given"));
     }
-    if (t.data == nullptr && t.bytes > 0) {
-      return Invalid(where, absl::StrCat("tensor '", t.name, "' has no data pointer"));
-    }
     OrderedJson entry = OrderedJson::object();
     entry["dtype"] = t.dtype;
     entry["shape"] = t.shape;
@@ -80,9 +86,10 @@ absl::StatusOr<std::string> EncodeSafetensorsHeader(std::span<const SafetensorsE
 
 absl::Status WriteSafetensors(const std::string& path, std::span<const SafetensorsEntry> tensors,
                               const SafetensorsMetadata& metadata, const SafetensorsWriteOptions& options) {
-  absl::StatusOr<std::string> header =
-      EncodeSafetensorsHeader(tensors, metadata, options, absl::StrCat("safetensors file '", path, "'"));
+  const std::string where = absl::StrCat("safetensors file '", path, "'");
+  absl::StatusOr<std::string> header = EncodeSafetensorsHeader(tensors, metadata, options, where);
   if (!header.ok()) return header.status();
+  if (absl::Status s = CheckSafetensorsData(tensors, where); !s.ok()) return s;
   absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create(path);
   if (!out.ok()) return out.status();
   if (absl::Status s = out->Write(*header); !s.ok()) return s;

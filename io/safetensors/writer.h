@@ -67,11 +67,17 @@ absl::Status WriteSafetensors(const std::string& path, std::span<const Safetenso
                               const SafetensorsMetadata& metadata = {}, const SafetensorsWriteOptions& options = {});
 
 // The first 8 + N bytes of the file WriteSafetensors would write: the length
-// prefix and the padded JSON header. Validates as WriteSafetensors does;
-// `where` prefixes messages (e.g. "safetensors file 'out/model.safetensors'").
+// prefix and the padded JSON header. Validates as WriteSafetensors does, but
+// for the data pointers, which it does not read (a layout may come before its
+// data: sharded.h's ShardedSafetensorsWriter); `where` prefixes messages
+// (e.g. "safetensors file 'out/model.safetensors'").
 absl::StatusOr<std::string> EncodeSafetensorsHeader(std::span<const SafetensorsEntry> tensors,
                                                     const SafetensorsMetadata& metadata,
                                                     const SafetensorsWriteOptions& options, std::string_view where);
+
+// InvalidArgument (prefixed by `where`) for a tensor of bytes > 0 whose data
+// is null: the check the writers add to the header's.
+absl::Status CheckSafetensorsData(std::span<const SafetensorsEntry> tensors, std::string_view where);
 
 }  // namespace colossal::io
 
