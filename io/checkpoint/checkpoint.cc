@@ -3,7 +3,10 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <map>
 #include <set>
 #include <string_view>
@@ -161,7 +164,93 @@ int64_t FirstNonFinite(const void* data, core::DType dtype, int64_t numel) {
   }
 }
 
-absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save, const CheckpointOptions& options) {
+SafetensorsEntry LayoutEntry(const TensorLayout& t) {
+  return SafetensorsEntry{t.name, std::string(SafetensorsDTypeName(t.dtype)),
+                          std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end()), nullptr,
+                          static_cast<uint64_t>(t.shape.numel()) * core::dtype_size(t.dtype)};
+}
+
+// A sink into tensors [first, first + layout.size()) of `out`, or, with `out`
+// null, one that drops everything (a save whose files could not be laid out).
+class FileSink : public TensorSink {
+ public:
+  FileSink(ShardedSafetensorsWriter* out, size_t first, std::span<const TensorLayout> layout, bool check_finite)
+      : out_(out), first_(first), layout_(layout), check_finite_(check_finite) {}
+
+  void write(size_t index, int64_t offset, const void* data, int64_t count) override {
+    if (out_ == nullptr || !error_.ok()) return;
+    if (index >= layout_.size() || offset < 0 || count < 0) {
+      error_ = absl::InvalidArgumentError(absl::StrCat("streamed write of ", count, " elements at ", offset,
+                                                       " into tensor ", index, " of ", layout_.size()));
+      return;
+    }
+    const TensorLayout& t = layout_[index];
+    count = std::min(count, std::max<int64_t>(0, t.shape.numel() - offset));  // the tail past the shape
+    if (count == 0) return;
+    if (check_finite_) {
+      if (const int64_t bad = FirstNonFinite(data, t.dtype, count); bad >= 0) {
+        error_ = absl::FailedPreconditionError(absl::StrCat(
+            "model tensor '", t.name, "' holds NaN or inf (element ", offset + bad,
+            "): the run has diverged; this step is not saved and the earlier checkpoints are kept"));
+        return;
+      }
+    }
+    const uint64_t size = core::dtype_size(t.dtype);
+    error_ = out_->Write(first_ + index, static_cast<uint64_t>(offset) * size, data, static_cast<size_t>(count) * size);
+  }
+  const absl::Status& status() const { return error_; }
+
+ private:
+  ShardedSafetensorsWriter* out_;
+  size_t first_;
+  std::span<const TensorLayout> layout_;
+  bool check_finite_;
+  absl::Status error_;
+};
+
+// Which streamed parts a save has called (each exactly once: StreamedTensors).
+struct StreamCalls {
+  bool model = false;
+  bool optimizer = false;
+};
+
+// Calls `part.write` with a sink into `out` (null: dropping); its own error
+// first, then the sink's.
+absl::Status RunStreamed(const StreamedTensors& part, ShardedSafetensorsWriter* out, size_t first,
+                         bool check_finite, bool& called) {
+  called = true;
+  if (part.tensors.empty()) return absl::OkStatus();
+  if (!part.write) return absl::InvalidArgumentError("streamed tensors without a write function");
+  FileSink sink(out, first, part.tensors, check_finite);
+  if (absl::Status s = part.write(sink); !s.ok()) return s;
+  return sink.status();
+}
+
+// After a failed save: the streamed parts not yet called, with dropping sinks,
+// so other ranks' matching collectives complete. Their errors are dropped:
+// the save's own error is the one to report.
+void DrainStreams(const CheckpointToSave& save, StreamCalls& calls) {
+  if (!calls.model) (void)RunStreamed(save.streamed_model, nullptr, 0, false, calls.model);
+  if (save.optimizer != nullptr && !calls.optimizer) {
+    (void)RunStreamed(save.optimizer->streamed, nullptr, 0, false, calls.optimizer);
+  }
+}
+
+absl::Status WriteModel(const std::string& dir, const CheckpointToSave& save, const CheckpointOptions& options,
+                        StreamCalls& calls) {
+  ShardedWriteOptions shard_options;
+  shard_options.max_shard_bytes = options.max_shard_bytes;
+  const SafetensorsMetadata metadata = {{"format", "pt"}};
+  if (!save.streamed_model.tensors.empty()) {
+    std::vector<SafetensorsEntry> entries;
+    for (const TensorLayout& t : save.streamed_model.tensors) entries.push_back(LayoutEntry(t));
+    absl::StatusOr<ShardedSafetensorsWriter> out = ShardedSafetensorsWriter::Create(dir, entries, metadata, shard_options);
+    if (!out.ok()) return out.status();
+    if (absl::Status s = RunStreamed(save.streamed_model, &*out, 0, /*check_finite=*/true, calls.model); !s.ok()) {
+      return s;
+    }
+    return out->Commit().status();
+  }
   std::vector<core::Tensor> host;  // keeps device copies alive during the write
   std::vector<SafetensorsEntry> entries;
   for (const TensorToSave& t : save.model) {
@@ -181,14 +270,57 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
                                        std::vector<int64_t>(t.shape.dims().begin(), t.shape.dims().end()), h->raw_data(),
                                        static_cast<uint64_t>(t.shape.numel()) * core::dtype_size(t.tensor.dtype())});
   }
-  ShardedWriteOptions shard_options;
-  shard_options.max_shard_bytes = options.max_shard_bytes;
-  absl::StatusOr<ShardedWriteResult> written = WriteShardedSafetensors(dir, entries, {{"format", "pt"}}, shard_options);
-  if (!written.ok()) return written.status();
+  return WriteShardedSafetensors(dir, entries, metadata, shard_options).status();
+}
+
+absl::Status WriteOptimizerFiles(const std::string& dir, const OptimizerFiles& state, bool& called) {
+  // The folder and its missing parents.
+  for (size_t end = dir.find('/', 1); ; end = dir.find('/', end + 1)) {
+    const std::string prefix = dir.substr(0, end);
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, "cannot create the optimizer folder", prefix);
+    }
+    if (end == std::string::npos) break;
+  }
+  // One file: the streamed tensors (the large ones, aligned) first, then the
+  // held ones sorted by name.
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorLayout& t : state.streamed.tensors) entries.push_back(LayoutEntry(t));
+  std::vector<core::Tensor> host;  // keeps the host copies alive while writing
+  for (const auto& [name, t] : state.tensors) {
+    absl::StatusOr<core::Tensor> h = OnHost(t);
+    if (!h.ok()) return h.status();
+    host.push_back(*h);
+    entries.push_back(SafetensorsEntry{name, std::string(SafetensorsDTypeName(t.dtype())),
+                                       std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
+                                       h->raw_data(), t.nbytes()});
+  }
+  ShardedWriteOptions options;
+  options.prefix = "optimizer";
+  options.max_shard_bytes = std::numeric_limits<uint64_t>::max();
+  absl::StatusOr<ShardedSafetensorsWriter> out =
+      ShardedSafetensorsWriter::Create(dir, entries, {{"format", "pt"}}, options);
+  if (!out.ok()) return out.status();
+  if (absl::Status s = CheckSafetensorsData(std::span(entries).subspan(state.streamed.tensors.size()),
+                                            absl::StrCat("'", dir, "/", kOptimizerTensors, "'"));
+      !s.ok()) {
+    return s;
+  }
+  for (size_t i = state.streamed.tensors.size(); i < entries.size(); ++i) {
+    if (absl::Status s = out->Write(i, 0, entries[i].data, entries[i].bytes); !s.ok()) return s;
+  }
+  if (absl::Status s = RunStreamed(state.streamed, &*out, 0, /*check_finite=*/false, called); !s.ok()) return s;
+  if (absl::Status s = out->Commit().status(); !s.ok()) return s;
+  return WriteFileAtomically(dir + "/" + kOptimizerMeta, state.meta_json);
+}
+
+absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save, const CheckpointOptions& options,
+                           StreamCalls& calls) {
+  if (absl::Status s = WriteModel(dir, save, options, calls); !s.ok()) return s;
   absl::Status s = WriteFileAtomically(dir + "/" + kConfigFile, save.config_json);
   if (!s.ok()) return s;
   if (save.optimizer != nullptr) {
-    s = SaveOptimizerFiles(dir, *save.optimizer);
+    s = WriteOptimizerFiles(dir, *save.optimizer, calls.optimizer);
     if (!s.ok()) return s;
   }
   TrainerState trainer = save.trainer;
@@ -199,50 +331,41 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
 }  // namespace
 
 absl::Status SaveOptimizerFiles(const std::string& dir, const OptimizerFiles& state) {
-  // The folder and its missing parents.
-  for (size_t end = dir.find('/', 1); ; end = dir.find('/', end + 1)) {
-    const std::string prefix = dir.substr(0, end);
-    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-      return ErrnoStatus(errno, "cannot create the optimizer folder", prefix);
-    }
-    if (end == std::string::npos) break;
-  }
-  std::vector<SafetensorsEntry> entries;
-  std::vector<core::Tensor> host;  // keeps the host copies alive while writing
-  for (const auto& [name, t] : state.tensors) {  // sorted by name
-    absl::StatusOr<core::Tensor> h = OnHost(t);
-    if (!h.ok()) return h.status();
-    host.push_back(*h);
-    entries.push_back(SafetensorsEntry{name, std::string(SafetensorsDTypeName(t.dtype())),
-                                       std::vector<int64_t>(t.shape().dims().begin(), t.shape().dims().end()),
-                                       h->raw_data(), t.nbytes()});
-  }
-  absl::Status s = WriteSafetensors(dir + "/" + kOptimizerTensors, entries, {{"format", "pt"}});
-  if (s.ok()) s = WriteFileAtomically(dir + "/" + kOptimizerMeta, state.meta_json);
+  bool called = false;
+  absl::Status s = WriteOptimizerFiles(dir, state, called);
+  if (!called) (void)RunStreamed(state.streamed, nullptr, 0, false, called);  // see StreamedTensors
   return s;
 }
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& save,
                                            const CheckpointOptions& options) {
-  if (save.config_json.empty() || save.model.empty()) {
-    return absl::InvalidArgumentError("SaveCheckpoint: a config and model tensors are required");
-  }
-  if (options.keep_last < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
-  }
-  // A step no load would accept is not written.
-  if (absl::Status r = CheckStepRange(save.step, "SaveCheckpoint: step"); !r.ok()) return r;
-  absl::StatusOr<std::string> tmp = BeginStepDir(root, save.step);
-  if (!tmp.ok()) return tmp.status();
-  absl::Status s = WriteContents(*tmp, save, options);
-  absl::StatusOr<std::string> dir = s.ok() ? PublishStepDir(root, save.step, *tmp) : absl::StatusOr<std::string>(s);
+  StreamCalls calls;
+  absl::StatusOr<std::string> dir = [&]() -> absl::StatusOr<std::string> {
+    if (save.config_json.empty() || (save.model.empty() == save.streamed_model.tensors.empty())) {
+      return absl::InvalidArgumentError(
+          "SaveCheckpoint: a config and model tensors (held or streamed, not both) are required");
+    }
+    if (options.keep_last < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("SaveCheckpoint: keep_last must be >= 0, got ", options.keep_last));
+    }
+    // A step no load would accept is not written.
+    if (absl::Status r = CheckStepRange(save.step, "SaveCheckpoint: step"); !r.ok()) return r;
+    absl::StatusOr<std::string> tmp = BeginStepDir(root, save.step);
+    if (!tmp.ok()) return tmp.status();
+    absl::Status s = WriteContents(*tmp, save, options, calls);
+    absl::StatusOr<std::string> published = s.ok() ? PublishStepDir(root, save.step, *tmp) : absl::StatusOr<std::string>(s);
+    if (!published.ok()) {
+      (void)RemoveTree(*tmp);  // best effort; the next save removes it otherwise
+      return absl::Status(published.status().code(), absl::StrCat("saving checkpoint step ", save.step, " in '", root,
+                                                                  "': ", published.status().message()));
+    }
+    return published;
+  }();
   if (!dir.ok()) {
-    (void)RemoveTree(*tmp);  // best effort; the next save removes it otherwise
-    return absl::Status(dir.status().code(),
-                        absl::StrCat("saving checkpoint step ", save.step, " in '", root, "': ", dir.status().message()));
+    DrainStreams(save, calls);
+    return dir.status();
   }
-  s = PruneStepDirs(root, options.keep_last);
-  if (!s.ok()) return s;
+  if (absl::Status s = PruneStepDirs(root, options.keep_last); !s.ok()) return s;
   return dir;
 }
 
@@ -326,6 +449,40 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
   return absl::OkStatus();
 }
 
+namespace {
+
+// The memory of one read-only file mapping as a core allocator's single
+// allocation, so that tensors can view a loaded file without copying it:
+// the optimizer state of a model that fills the host stays in the page
+// cache, which the kernel can drop, instead of in the process's memory. The
+// mapping lives as long as the allocator (held by every Storage made from it).
+class MappedFileAllocator : public core::Allocator {
+ public:
+  explicit MappedFileAllocator(SafetensorsFile file) : file_(std::move(file)) {}
+
+  core::Device device() const override { return core::Device::cpu(); }
+  core::MemoryKind kind() const override { return core::MemoryKind::kHost; }
+  std::string name() const override { return absl::StrCat("mapped('", file_.path(), "')"); }
+  // The whole file, whatever is asked (Storage::allocate asks for its size).
+  absl::StatusOr<void*> allocate(size_t bytes, const core::Stream&) override {
+    if (bytes > file_.file_bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), " holds ", file_.file_bytes(), " bytes, not ", bytes));
+    }
+    return const_cast<void*>(static_cast<const void*>(file_.mapping().data()));
+  }
+  void deallocate(void*, size_t, const core::Stream&) override {}
+  core::AllocatorStats stats() const override { return {}; }
+  void reset_peak_stats() override {}
+  void release_cached_memory() override {}
+
+  const SafetensorsFile& file() const { return file_; }
+
+ private:
+  SafetensorsFile file_;
+};
+
+}  // namespace
+
 absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
   const std::string tensors_path = dir + "/" + kOptimizerTensors;
   const std::string meta_path = dir + "/" + kOptimizerMeta;
@@ -339,7 +496,12 @@ absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
   sd.meta_json = *std::move(meta_text);
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(tensors_path);
   if (!file.ok()) return file.status();
-  for (const SafetensorsTensor& t : file->tensors()) {
+  if (file->tensors().empty()) return sd;
+  auto mapped = std::make_shared<MappedFileAllocator>(*std::move(file));
+  absl::StatusOr<std::shared_ptr<core::Storage>> storage =
+      core::Storage::allocate(mapped, mapped->file().file_bytes(), core::Stream::cpu());
+  if (!storage.ok()) return storage.status();
+  for (const SafetensorsTensor& t : mapped->file().tensors()) {
     absl::StatusOr<core::DType> dtype = KernelDType(t.dtype);
     if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("'", tensors_path, "': tensor '", t.name, "': ", dtype.status().message()));
     absl::StatusOr<core::Shape> shape = ToShape(t.shape);
@@ -351,9 +513,14 @@ absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
           "'", tensors_path, "': tensor '", t.name, "' holds NaN or inf (element ", bad,
           "): saved from a run that had diverged; load an earlier step instead"));
     }
-    absl::StatusOr<core::Tensor> out = core::Tensor::empty(*shape, *dtype, core::Stream::cpu());
+    // A view where the file aligns the tensor to its element size (our
+    // saves do for every large tensor); a copy otherwise.
+    const size_t at = mapped->file().data_start() + t.begin;
+    absl::StatusOr<core::Tensor> out = at % core::dtype_size(*dtype) == 0
+                                           ? core::Tensor::from_storage(*storage, at, *shape, *dtype)
+                                           : core::Tensor::empty(*shape, *dtype, core::Stream::cpu());
     if (!out.ok()) return out.status();
-    if (!t.data.empty()) std::memcpy(out->raw_data(), t.data.data(), t.data.size());
+    if (out->storage() != *storage && !t.data.empty()) std::memcpy(out->raw_data(), t.data.data(), t.data.size());
     sd.tensors.emplace(t.name, *std::move(out));
   }
   return sd;

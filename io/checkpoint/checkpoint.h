@@ -56,6 +56,7 @@
 #define COLOSSAL_IO_CHECKPOINT_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -109,15 +110,57 @@ struct TensorToSave {
   core::Shape shape;
 };
 
+// A tensor whose data arrives after the files are laid out.
+struct TensorLayout {
+  std::string name;
+  core::DType dtype = core::DType::kF32;
+  core::Shape shape;
+};
+
+// Where a streamed tensor's data goes: `count` elements of the tensor's dtype
+// at `data` (host memory, valid during the call) become elements [offset,
+// offset + count) of tensor `index` of the layout, flattened; elements past
+// its shape are dropped (a padded parameter's tail). A sink does not fail its
+// caller: it keeps its first error (a full disk, elements written twice, a
+// model value that is NaN or inf), drops every later write, and the save
+// returns that error once the writer has returned. So a plugin gathering on
+// every rank goes through all its collectives even when the saving rank's
+// files fail, and no rank is left waiting.
+class TensorSink {
+ public:
+  virtual ~TensorSink() = default;
+  virtual void write(size_t index, int64_t offset, const void* data, int64_t count) = 0;
+};
+
+// Tensors written piece by piece (a plugin's state too large to gather on
+// one host): their layout and the function that writes every element of each
+// of them into the sink. A save calls `write` exactly once, whatever fails
+// before it (then with a sink that drops everything), so the ranks' calls
+// stay matched; an error `write` returns itself (a collective's) ends the
+// save at once.
+struct StreamedTensors {
+  std::vector<TensorLayout> tensors;
+  std::function<absl::Status(TensorSink&)> write;
+};
+
 // An optimizer's state as files: its tensors and a JSON description.
 struct OptimizerFiles {
-  std::map<std::string, core::Tensor> tensors;  // any device; loaded ones are host tensors
+  // Any device. Loaded ones are host tensors that view the file's mapping
+  // where the file aligns them (no copy: the page cache holds them, not the
+  // process), copies otherwise.
+  std::map<std::string, core::Tensor> tensors;
   std::string meta_json;
+  // Saving only: more tensors, streamed into the same file after `tensors`.
+  StreamedTensors streamed;
 };
 
 struct CheckpointToSave {
   int64_t step = 0;                          // in [0, kMaxCheckpointStep]; names the directory
-  std::vector<TensorToSave> model;           // required: at least one tensor
+  // Required: at least one tensor, in `model` or in `streamed_model` (one of
+  // the two): the model held, or streamed (each model tensor checked finite
+  // as its pieces arrive).
+  std::vector<TensorToSave> model;
+  StreamedTensors streamed_model;
   std::string config_json;                   // required: config.json
   const OptimizerFiles* optimizer = nullptr;  // optional
   TrainerState trainer;                      // trainer.step is set to `step`

@@ -15,6 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/common/atomic_file.h"
+#include "io/common/file_util.h"
 #include "io/safetensors/writer.h"
 
 namespace colossal::io {
@@ -104,6 +106,93 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
 
 // A diverged model (NaN or inf in a tensor, in any floating dtype) is not
 // saved: nothing is published, `latest` and the kept step folders stay.
+
+// Streamed tensors: a writer that sends each tensor in pieces, out of order,
+// with a padded tail past the shape; counts its calls.
+struct PieceWriter {
+  std::vector<Tensor> values;  // tensor i's values (numel >= its layout's)
+  int calls = 0;
+  absl::Status operator()(TensorSink& sink) {
+    ++calls;
+    for (size_t i = values.size(); i-- > 0;) {
+      const float* v = values[i].data<float>();
+      const int64_t n = values[i].numel(), half = n / 2;
+      sink.write(i, half, v + half, n - half);
+      sink.write(i, 0, v, half);
+    }
+    return absl::OkStatus();
+  }
+};
+
+// A streamed model and optimizer write the same files as held ones, and the
+// loaded optimizer tensors view the file's mapping instead of copying it.
+TEST(CheckpointFiles, StreamedModelAndOptimizerEqualHeldOnes) {
+  const Tensor w = Filled({3, 2}, 1.0f), b = Filled({2}, -3.0f), m = Filled({5}, 7.0f);
+  CheckpointToSave held;
+  held.step = 1;
+  held.model = {{"w", w, core::Shape{2, 2}}, {"b", b, b.shape()}};
+  held.config_json = "{}\n";
+  OptimizerFiles held_opt{{{"state.w.exp_avg", m}}, "{}"};
+  held.optimizer = &held_opt;
+  absl::StatusOr<std::string> a = SaveCheckpoint(TestRoot("held"), held);
+  ASSERT_TRUE(a.ok()) << a.status();
+
+  CheckpointToSave streamed;
+  streamed.step = 1;
+  streamed.config_json = held.config_json;
+  auto model = std::make_shared<PieceWriter>(PieceWriter{{w, b}});
+  streamed.streamed_model = {{{"w", DType::kF32, {2, 2}}, {"b", DType::kF32, {2}}},
+                             [model](TensorSink& sink) { return (*model)(sink); }};
+  auto moments = std::make_shared<PieceWriter>(PieceWriter{{m}});
+  OptimizerFiles opt{{}, "{}", {{{"state.w.exp_avg", DType::kF32, {5}}}, [moments](TensorSink& sink) { return (*moments)(sink); }}};
+  streamed.optimizer = &opt;
+  absl::StatusOr<std::string> c = SaveCheckpoint(TestRoot("streamed"), streamed);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(model->calls, 1);
+  EXPECT_EQ(moments->calls, 1);
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    absl::StatusOr<std::string> x = ReadFileToString(*a + "/" + file), y = ReadFileToString(*c + "/" + file);
+    ASSERT_TRUE(x.ok() && y.ok());
+    EXPECT_EQ(*x, *y) << file;
+  }
+  absl::StatusOr<OptimizerFiles> o = LoadOptimizerFiles(*c);
+  ASSERT_TRUE(o.ok()) << o.status();
+  const Tensor& loaded = o->tensors.at("state.w.exp_avg");
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(loaded.data<float>()[i], m.data<float>()[i]);
+  EXPECT_TRUE(absl::StrContains(loaded.storage()->allocator().name(), "mapped(")) << loaded.storage()->allocator().name();
+}
+
+// A streamed model holding NaN is not saved, and the writers are still
+// called once each when the save fails before them (here: the root is a
+// file), so other ranks' collectives inside them complete.
+TEST(CheckpointFiles, StreamedSaveFailuresStillCallEveryWriterOnce) {
+  Tensor w = Filled({4}, 1.0f);
+  w.data<float>()[2] = std::nanf("");
+  auto model = std::make_shared<PieceWriter>(PieceWriter{{w}});
+  auto moments = std::make_shared<PieceWriter>(PieceWriter{{Filled({4}, 0.0f)}});
+  CheckpointToSave save;
+  save.step = 3;
+  save.config_json = "{}\n";
+  save.streamed_model = {{{"w", DType::kF32, {4}}}, [model](TensorSink& sink) { return (*model)(sink); }};
+  OptimizerFiles opt{{}, "{}", {{{"state.w.exp_avg", DType::kF32, {4}}}, [moments](TensorSink& sink) { return (*moments)(sink); }}};
+  save.optimizer = &opt;
+  const std::string root = TestRoot("nan");
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  EXPECT_EQ(dir.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(dir.status().message(), "model tensor 'w' holds NaN or inf (element 2)")) << dir.status();
+  EXPECT_EQ(model->calls, 1);
+  EXPECT_EQ(moments->calls, 1);
+  EXPECT_FALSE(ResolveCheckpoint(root).ok());  // nothing published
+
+  const std::string file = TestRoot("a_file");
+  ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
+  w.data<float>()[2] = 0.0f;
+  dir = SaveCheckpoint(file, save);
+  EXPECT_FALSE(dir.ok());
+  EXPECT_EQ(model->calls, 2);
+  EXPECT_EQ(moments->calls, 2);
+}
+
 TEST(CheckpointFiles, NonFiniteModelIsNotSavedAndKeepsTheLastGoodSteps) {
   const std::string root = TestRoot("diverged");
   CheckpointToSave save;

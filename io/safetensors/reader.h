@@ -105,6 +105,11 @@ class SafetensorsFile {
   // Where the data section starts in the file: 8 + N.
   uint64_t data_start() const { return 8 + header_bytes_; }
   uint64_t file_bytes() const { return mapping_bytes_; }
+  // The whole file as mapped (page-aligned): tensor t's data starts at byte
+  // data_start() + t.begin of it.
+  std::span<const std::byte> mapping() const {
+    return {static_cast<const std::byte*>(mapping_), mapping_bytes_};
+  }
 
  private:
   SafetensorsFile() = default;
