@@ -198,6 +198,9 @@ class FileSink : public TensorSink {
     const uint64_t size = core::dtype_size(t.dtype);
     error_ = out_->Write(first_ + index, static_cast<uint64_t>(offset) * size, data, static_cast<size_t>(count) * size);
   }
+  void fail(absl::Status error) override {
+    if (error_.ok()) error_ = std::move(error);
+  }
   const absl::Status& status() const { return error_; }
 
  private:

@@ -130,6 +130,9 @@ class TensorSink {
  public:
   virtual ~TensorSink() = default;
   virtual void write(size_t index, int64_t offset, const void* data, int64_t count) = 0;
+  // Keeps `error` as the sink's error unless it has one already: a writer's
+  // own check (a piece of the wrong dtype) ends the save the same way.
+  virtual void fail(absl::Status error) = 0;
 };
 
 // Tensors written piece by piece (a plugin's state too large to gather on

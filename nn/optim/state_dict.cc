@@ -1,10 +1,13 @@
 #include "nn/optim/state_dict.h"
 
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
 #include "core/status/suggest.h"
 #include "nlohmann/json.hpp"
 
@@ -145,6 +148,33 @@ absl::StatusOr<OptimizerMeta> optimizer_meta_from_json(absl::string_view text) {
     meta.groups.push_back(std::move(g));
   }
   return meta;
+}
+
+absl::StatusOr<OptimizerStateDict> collect_streamed(StreamedOptimizerState state, bool hold) {
+  OptimizerStateDict out = std::move(state.held);
+  std::vector<core::Tensor> whole;
+  if (hold) {
+    for (const StateTensorDecl& d : state.streamed) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty(d.shape, d.dtype, core::Stream::cpu()));
+      whole.push_back(t);
+    }
+  }
+  absl::Status bad_piece;
+  COLOSSAL_RETURN_IF_ERROR(state.write([&](size_t index, int64_t offset, const core::Tensor& piece) {
+    if (!hold || !bad_piece.ok()) return;
+    if (index >= whole.size() || offset < 0 || piece.numel() > whole[index].numel() - offset ||
+        piece.dtype() != whole[index].dtype()) {
+      bad_piece = absl::InvalidArgumentError(absl::StrCat(
+          "a piece ", piece.to_string(), " at ", offset, " does not fit state tensor ", index,
+          index < whole.size() ? absl::StrCat(" '", state.streamed[index].key, "' ", whole[index].to_string()) : ""));
+      return;
+    }
+    std::memcpy(static_cast<char*>(whole[index].raw_data()) + offset * core::dtype_size(piece.dtype()),
+                piece.raw_data(), piece.nbytes());
+  }));
+  COLOSSAL_RETURN_IF_ERROR(bad_piece);
+  for (size_t i = 0; i < whole.size(); ++i) out.tensors[state.streamed[i].key] = std::move(whole[i]);
+  return out;
 }
 
 }  // namespace colossal::nn

@@ -28,12 +28,16 @@
 #ifndef COLOSSAL_NN_OPTIM_STATE_DICT_H_
 #define COLOSSAL_NN_OPTIM_STATE_DICT_H_
 
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/status/status.h"
+#include "core/tensor/shape.h"
 #include "core/tensor/tensor.h"
 #include "nn/optim/param.h"
 
@@ -68,6 +72,36 @@ bool is_adam_type(absl::string_view type);
 
 // The JSON above (doubles round-trip exactly).
 std::string optimizer_meta_to_json(const OptimizerMeta& meta);
+
+// Pieces of state tensors handed out one at a time: elements [offset, offset
+// + piece.numel()) of tensor `index`, flattened (`piece`: a host tensor of
+// the tensor's dtype, valid during the call).
+using StatePieceFn = std::function<void(size_t index, int64_t offset, const core::Tensor& piece)>;
+
+// A tensor declared before its values come.
+struct StateTensorDecl {
+  std::string key;
+  core::DType dtype = core::DType::kF32;
+  core::Shape shape;
+};
+
+// An optimizer's state with its large tensors declared rather than held: a
+// plugin whose state does not fit one host (gemini) streams them into a
+// checkpoint. `write` calls its argument with every element of every
+// `streamed` tensor (on the rank that asked for them; on others it is not
+// called) and is a collective for a plugin that gathers: every rank calls
+// it once.
+struct StreamedOptimizerState {
+  OptimizerStateDict held;  // the meta, and small tensors (step counts)
+  std::vector<StateTensorDecl> streamed;
+  std::function<absl::Status(const StatePieceFn&)> write;
+};
+
+// The whole state as one dict: runs `state.write` (on every rank, as a
+// collective must) and, where `hold` is true, gathers the pieces into new
+// host tensors beside the held ones; elsewhere the streamed tensors are left
+// out. InvalidArgument for a piece outside its tensor or of another dtype.
+absl::StatusOr<OptimizerStateDict> collect_streamed(StreamedOptimizerState state, bool hold);
 
 // Parses optimizer_meta_to_json's output. InvalidArgument naming the key for
 // malformed JSON, an unknown "type" (with a suggestion), a missing or mistyped

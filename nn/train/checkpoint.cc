@@ -1,6 +1,8 @@
 #include "nn/train/checkpoint.h"
 
+#include <functional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
@@ -12,7 +14,31 @@ constexpr char kLrScheduler[] = "lr_scheduler";
 constexpr char kLossScaler[] = "loss_scaler";
 
 io::OptimizerFiles optimizer_files(const OptimizerStateDict& state) {
-  return io::OptimizerFiles{state.tensors, optimizer_meta_to_json(state.meta)};
+  return io::OptimizerFiles{state.tensors, optimizer_meta_to_json(state.meta), {}};
+}
+
+// `write`'s pieces as sink writes; a piece of another dtype than its
+// tensor's fails the save.
+std::function<absl::Status(io::TensorSink&)> to_sink(std::function<absl::Status(const StatePieceFn&)> write,
+                                                     std::vector<io::TensorLayout> layout) {
+  return [write = std::move(write), layout = std::move(layout)](io::TensorSink& sink) {
+    return write([&](size_t index, int64_t offset, const core::Tensor& piece) {
+      if (index < layout.size() && piece.dtype() != layout[index].dtype) {
+        sink.fail(absl::InvalidArgumentError(absl::StrCat("a piece ", piece.to_string(), " of tensor '",
+                                                          layout[index].name, "', which is ",
+                                                          core::dtype_name(layout[index].dtype))));
+        return;
+      }
+      sink.write(index, offset, piece.raw_data(), piece.numel());
+    });
+  };
+}
+
+io::OptimizerFiles streamed_optimizer_files(const StreamedOptimizerState& state) {
+  io::OptimizerFiles files = optimizer_files(state.held);
+  for (const StateTensorDecl& d : state.streamed) files.streamed.tensors.push_back({d.key, d.dtype, d.shape});
+  files.streamed.write = to_sink(state.write, files.streamed.tensors);
+  return files;
 }
 
 io::TrainerState to_io(const TrainerState& t) {
@@ -35,30 +61,43 @@ absl::Status section_error(const std::string& path, const char* key, const absl:
 
 absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const CheckpointToSave& save,
                                            const io::CheckpointOptions& options) {
-  if (save.architecture == nullptr || save.model == nullptr) {
-    return absl::InvalidArgumentError("SaveCheckpoint: architecture and model are required");
+  if (save.architecture == nullptr || (save.model == nullptr) == !save.write_model ||
+      (save.optimizer != nullptr && save.streamed_optimizer != nullptr)) {
+    return absl::InvalidArgumentError(
+        "SaveCheckpoint: an architecture and the model (held or streamed, not both) are required; "
+        "the optimizer state is optional (held or streamed)");
   }
-  if (!save.model->materialized()) {
+  if (save.model != nullptr && !save.model->materialized()) {
     return absl::FailedPreconditionError(
         "SaveCheckpoint: the model's parameters have no memory on this process");
   }
   io::CheckpointToSave files;
   files.step = save.step;
-  files.model = HuggingFaceTensors(*save.architecture, *save.model);
-  const core::DType dtype =
-      save.model->parameters().empty() ? core::DType::kF32 : save.model->parameters().back().value.dtype();
+  core::DType dtype = save.architecture->dtype();
+  if (save.model != nullptr) {
+    files.model = HuggingFaceTensors(*save.architecture, *save.model);
+    if (!save.model->parameters().empty()) dtype = save.model->parameters().back().value.dtype();
+  } else {
+    for (const ParameterEntry& e : save.architecture->table().entries()) {
+      files.streamed_model.tensors.push_back({e.name, e.dtype, save.architecture->hugging_face_shape(e)});
+    }
+    files.streamed_model.write = to_sink(save.write_model, files.streamed_model.tensors);
+  }
   files.config_json = save.architecture->hugging_face_config_json(dtype);
   std::optional<io::OptimizerFiles> optimizer;
-  if (save.optimizer != nullptr) {
-    optimizer = optimizer_files(*save.optimizer);
-    files.optimizer = &*optimizer;
-  }
+  if (save.optimizer != nullptr) optimizer = optimizer_files(*save.optimizer);
+  if (save.streamed_optimizer != nullptr) optimizer = streamed_optimizer_files(*save.streamed_optimizer);
+  if (optimizer) files.optimizer = &*optimizer;
   files.trainer = to_io(save.trainer);
   return io::SaveCheckpoint(root, files, options);
 }
 
 absl::Status SaveOptimizerState(const std::string& dir, const OptimizerStateDict& state) {
   return io::SaveOptimizerFiles(dir, optimizer_files(state));
+}
+
+absl::Status SaveOptimizerState(const std::string& dir, const StreamedOptimizerState& state) {
+  return io::SaveOptimizerFiles(dir, streamed_optimizer_files(state));
 }
 
 absl::StatusOr<OptimizerStateDict> LoadOptimizerState(const std::string& dir) {

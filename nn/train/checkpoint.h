@@ -31,6 +31,7 @@
 #define COLOSSAL_NN_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -64,8 +65,14 @@ struct CheckpointToSave {
   // files take; `model` holds the values (a store of its table, e.g. gathered
   // on the host by a plugin).
   const CausalLM* architecture = nullptr;
-  const ParameterStore* model = nullptr;          // required, materialized
-  const OptimizerStateDict* optimizer = nullptr;  // optional
+  const ParameterStore* model = nullptr;          // materialized; or, instead:
+  // The values streamed (a plugin's gather, one chunk at a time): calls its
+  // argument with every element of every parameter, by index in the
+  // architecture's table (nn/optim/state_dict.h's StatePieceFn; called
+  // exactly once per save, as io::StreamedTensors says).
+  std::function<absl::Status(const StatePieceFn&)> write_model;
+  const OptimizerStateDict* optimizer = nullptr;               // optional
+  const StreamedOptimizerState* streamed_optimizer = nullptr;  // or this
   TrainerState trainer;                           // trainer.step is set to `step`
 };
 
@@ -76,6 +83,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
 
 // Writes `state` as `dir`/optimizer.safetensors + optimizer.json.
 absl::Status SaveOptimizerState(const std::string& dir, const OptimizerStateDict& state);
+absl::Status SaveOptimizerState(const std::string& dir, const StreamedOptimizerState& state);
 // optimizer.safetensors + optimizer.json as a state dict of host tensors.
 // NotFound when the checkpoint has no optimizer state; InvalidArgument naming
 // the file and key for a malformed optimizer.json.

@@ -167,4 +167,22 @@ absl::Status Booster::load_model_state_dict(const nn::ParameterStore& state,
   return plugin_->load_model_state_dict(store_, state, stream);
 }
 
+absl::Status Booster::stream_model_state(int to_rank, const nn::StatePieceFn& piece) {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::stream_model_state before Booster::boost");
+  }
+  return plugin_->stream_model_state(store_, to_rank, piece);
+}
+
+absl::StatusOr<nn::StreamedOptimizerState> Booster::stream_optimizer_state(int to_rank) {
+  if (optimizer_ == nullptr) {
+    return absl::FailedPreconditionError("Booster::stream_optimizer_state before Booster::boost");
+  }
+  absl::StatusOr<nn::StreamedOptimizerState> sd = plugin_->stream_optimizer_state(*optimizer_, to_rank);
+  if (!sd.ok()) {
+    return core::annotate(sd.status(), absl::StrCat("plugin ", plugin_->name(), ": stream_optimizer_state"));
+  }
+  return sd;
+}
+
 }  // namespace colossal::parallel

@@ -165,6 +165,14 @@ class Booster {
   // the mismatch (nn::Optimizer::load_state_dict's, the plugin's).
   [[nodiscard]] absl::Status load_optimizer_state_dict(const nn::OptimizerStateDict& state);
 
+  // Whether the plugin streams its state for checkpoints (Plugin::streams_state),
+  // and the streams: the model's parameters by table index, and the
+  // optimizer state with its large tensors written by the result's `write`.
+  // Collectives: call on every rank. Errors: not boosted; the plugin's.
+  bool streams_state() const { return plugin_->streams_state(); }
+  [[nodiscard]] absl::Status stream_model_state(int to_rank, const nn::StatePieceFn& piece);
+  absl::StatusOr<nn::StreamedOptimizerState> stream_optimizer_state(int to_rank);
+
  private:
   // FailedPrecondition before boost, InvalidArgument for another model.
   absl::Status check_model(const nn::Module& model, const char* what) const;

@@ -40,6 +40,7 @@
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
 #include "nn/optim/optimizer.h"
+#include "nn/optim/state_dict.h"
 
 namespace colossal::parallel {
 
@@ -175,6 +176,27 @@ class Plugin {
   [[nodiscard]] virtual absl::Status load_optimizer_state_dict(
       nn::Optimizer& optimizer, const nn::OptimizerStateDict& state) {
     return optimizer.load_state_dict(state);
+  }
+
+  // Plugins whose state may not fit one host (gemini: models larger than the
+  // GPU fill the host too) hand it out in pieces for checkpoints, which then
+  // never hold the whole model or optimizer state at once: streams_state()
+  // true, and saves call the two functions below instead of
+  // model_state_dict / optimizer_state_dict.
+  virtual bool streams_state() const { return false; }
+  // Calls `piece` on `to_rank` with every element of every parameter of
+  // `store`'s table (by table index), in one process's layout, on the host.
+  // A collective: every rank calls it; on other ranks `piece` is not called.
+  [[nodiscard]] virtual absl::Status stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                                        const nn::StatePieceFn& piece) {
+    return absl::UnimplementedError("this plugin does not stream its model state");
+  }
+  // The optimizer state of optimizer_state_dict, its large tensors declared
+  // and streamed to `to_rank` by the result's `write` (a collective: every
+  // rank calls it once).
+  virtual absl::StatusOr<nn::StreamedOptimizerState> stream_optimizer_state(const nn::Optimizer& optimizer,
+                                                                            int to_rank) {
+    return absl::UnimplementedError("this plugin does not stream its optimizer state");
   }
 
  protected:

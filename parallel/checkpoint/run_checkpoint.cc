@@ -1,5 +1,6 @@
 #include "parallel/checkpoint/run_checkpoint.h"
 
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,16 @@ absl::StatusOr<nn::OptimizerStateDict> optimizer_state(const RunParts& run) {
   return sd;
 }
 
+bool streams(const RunParts& run) { return run.booster != nullptr && run.booster->streams_state(); }
+
+// The model's values streamed to rank 0 (a plugin that streams its state);
+// every rank calls the result once (SaveCheckpoint does on rank 0).
+std::function<absl::Status(const nn::StatePieceFn&)> model_stream(const RunParts& run) {
+  return [booster = run.booster](const nn::StatePieceFn& piece) {
+    return booster->stream_model_state(/*to_rank=*/0, piece);
+  };
+}
+
 absl::Status load_optimizer_state(const nn::OptimizerStateDict& state, const RunParts& run) {
   return run.booster != nullptr ? run.booster->load_optimizer_state_dict(state)
                                 : run.optimizer->load_state_dict(state);
@@ -93,21 +104,43 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("save_run_checkpoint: step ", step, " < 0"));
   }
-  absl::StatusOr<nn::OptimizerStateDict> optimizer = optimizer_state(run);
-  if (!optimizer.ok()) return core::annotate(optimizer.status(), "optimizer state");
-  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore model, model_state(run));
+  // A plugin that streams its state (gemini) never holds it whole: the
+  // writes below gather one chunk at a time, on every rank.
+  nn::StreamedOptimizerState streamed;
+  absl::StatusOr<nn::OptimizerStateDict> optimizer;
+  if (streams(run)) {
+    absl::StatusOr<nn::StreamedOptimizerState> st = run.booster->stream_optimizer_state(/*to_rank=*/0);
+    if (!st.ok()) return core::annotate(st.status(), "optimizer state");
+    streamed = *std::move(st);
+  } else {
+    optimizer = optimizer_state(run);
+    if (!optimizer.ok()) return core::annotate(optimizer.status(), "optimizer state");
+  }
+  absl::StatusOr<nn::ParameterStore> model;
+  if (!streams(run)) {
+    model = model_state(run);
+    if (!model.ok()) return model.status();
+  }
   std::string path;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.step = step;
     save.architecture = run.architecture;
-    save.model = &model;
-    save.optimizer = &*optimizer;
+    if (streams(run)) {
+      save.write_model = model_stream(run);
+      save.streamed_optimizer = &streamed;
+    } else {
+      save.model = &*model;
+      save.optimizer = &*optimizer;
+    }
     if (run.scheduler != nullptr) save.trainer.lr_scheduler = run.scheduler->state();
     if (run.scaler != nullptr) save.trainer.loss_scaler = run.scaler->state();
     if (run.context != nullptr) save.trainer.rng = run.context->rng_state();
     if (run.loader != nullptr) save.trainer.data_loader = run.loader->state();
     COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, options));
+  } else if (streams(run)) {  // the same gathers as rank 0's save, in its order
+    COLOSSAL_RETURN_IF_ERROR(model_stream(run)([](size_t, int64_t, const core::Tensor&) {}));
+    COLOSSAL_RETURN_IF_ERROR(streamed.write([](size_t, int64_t, const core::Tensor&) {}));
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
   if (path.empty()) path = absl::StrCat(root, "/", io::StepDirName(step));  // what rank 0 wrote
@@ -145,13 +178,23 @@ absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunPar
 
 absl::StatusOr<std::string> save_run_model(const std::string& root, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_model", /*optimizer=*/false));
-  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore model, model_state(run));
+  absl::StatusOr<nn::ParameterStore> model;
+  if (!streams(run)) {
+    model = model_state(run);
+    if (!model.ok()) return model.status();
+  }
   std::string path;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.architecture = run.architecture;
-    save.model = &model;
+    if (streams(run)) {
+      save.write_model = model_stream(run);
+    } else {
+      save.model = &*model;
+    }
     COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, {.keep_last = 0}));
+  } else if (streams(run)) {
+    COLOSSAL_RETURN_IF_ERROR(model_stream(run)([](size_t, int64_t, const core::Tensor&) {}));
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
   return path;
@@ -173,6 +216,16 @@ absl::Status load_run_model(const std::string& dir, const RunParts& run) {
 
 absl::Status save_run_optimizer(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_optimizer", /*optimizer=*/true));
+  if (streams(run)) {
+    absl::StatusOr<nn::StreamedOptimizerState> state = run.booster->stream_optimizer_state(/*to_rank=*/0);
+    if (!state.ok()) return core::annotate(state.status(), "optimizer state");
+    if (run.rank == 0) {
+      COLOSSAL_RETURN_IF_ERROR(nn::SaveOptimizerState(dir, *state));
+    } else {
+      COLOSSAL_RETURN_IF_ERROR(state->write([](size_t, int64_t, const core::Tensor&) {}));
+    }
+    return core::annotate(barrier(run), "waiting for rank 0");
+  }
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict state, optimizer_state(run));
   if (run.rank == 0) COLOSSAL_RETURN_IF_ERROR(nn::SaveOptimizerState(dir, state));
   return core::annotate(barrier(run), "waiting for rank 0");

@@ -5,7 +5,11 @@
 // (model parameters, optimizer state) for rank 0; rank 0 writes the step
 // directory (nn/train/checkpoint.h: GPT-2 under Hugging Face names, the
 // optimizer state, trainer_state.json); every rank waits at a barrier until it
-// has. Loading: every rank reads the files and hands each part to the plugin,
+// has. A plugin that streams its state (Plugin::streams_state: gemini) is
+// never gathered whole: rank 0 lays the files out and writes each chunk's
+// pieces as every rank gathers them, one chunk at a time, so a model that
+// fills the host is saved too. Loading: every rank reads the files (the
+// optimizer's as views of the file mapping) and hands each part to the plugin,
 // which keeps its share. Without a booster (one process, no plugin) the same
 // happens with the model's store and the optimizer directly.
 //

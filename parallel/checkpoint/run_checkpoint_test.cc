@@ -16,6 +16,8 @@
 #include "nn/train/checkpoint.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/gemini/gemini_test_util.h"
+#include "parallel/zero/zero_test_util.h"
 
 namespace colossal::parallel {
 namespace {
@@ -97,6 +99,63 @@ TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
       EXPECT_EQ(ctx->rng_state(), saved_rng);
     }
     EXPECT_EQ(schedule.state().step, 1);
+  });
+}
+
+// Gemini streams its state into the files (never gathering it whole): on 2
+// ranks with sharded chunks the files hold what its state dicts hold, bit for
+// bit, and a load restores them.
+TEST(RunCheckpoint, GeminiStreamsTheFilesItsStateDictsWouldHold) {
+  const std::string root = TestDir("gemini");
+  testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    auto model = testing::declare_zero_model(testing::Family::kGpt2);
+    auto plugin = GeminiPlugin::create(pg, testing::small_chunks("cpu"));
+    ASSERT_TRUE(plugin.ok()) << plugin.status();
+    Booster booster(*std::move(plugin));
+    ASSERT_TRUE(booster.materialize(model->store(), testing::kSeed, core::Stream::cpu()).ok());
+    auto adam = testing::declared_adam(*model);
+    ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+    ASSERT_TRUE(booster.streams_state());
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(booster.zero_grad().ok());
+      testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(s, rank, 0), 1.0f);
+      ASSERT_TRUE(booster.step().ok());
+    }
+    RunParts run;
+    run.architecture = model.get();
+    run.model = &model->store();
+    run.optimizer = adam.get();
+    run.booster = &booster;
+    run.group = pg.get();
+    run.rank = rank;
+    run.stream = &ctx->compute_stream();
+    absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    const nn::ParameterStore weights = *booster.model_state_dict(-1, core::Stream::cpu());
+    const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
+
+    // The files, read back into one process's layout, are the state dicts.
+    auto whole = testing::declare_zero_model(testing::Family::kGpt2);
+    ASSERT_TRUE(whole->store().allocate(core::Stream::cpu()).ok());
+    ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, *whole, whole->store()).ok());
+    EXPECT_EQ(floats_of(whole->store().flat_values(core::DType::kF32)),
+              floats_of(weights.flat_values(core::DType::kF32)));
+    absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(*dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    EXPECT_EQ(files->meta, state.meta);
+    testing::expect_same_tensors(*files, state);
+
+    // Train on (diverge), then resume from the files on both ranks.
+    ASSERT_TRUE(booster.zero_grad().ok());
+    testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(3, rank, 0), 1.0f);
+    ASSERT_TRUE(booster.step().ok());
+    absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(*step, 3);
+    EXPECT_EQ(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
+              floats_of(weights.flat_values(core::DType::kF32)));
+    testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
   });
 }
 

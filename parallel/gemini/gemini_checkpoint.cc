@@ -35,27 +35,40 @@ absl::StatusOr<core::Tensor> dict_tensor(const nn::OptimizerStateDict& state, co
 
 }  // namespace
 
+absl::Status GeminiPlugin::stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                             const nn::StatePieceFn& piece) {
+  State& s = *state_;
+  if (!s.materialized) return absl::FailedPreconditionError("gemini: model state before materialize");
+  COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates
+  const nn::ParameterTable& table = s.store.table();
+  const bool mine = to_rank < 0 || to_rank == s.rank();
+  for (const GeminiChunk& k : s.chunks) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, k.value));
+    if (!mine) continue;
+    for (size_t i = 0; i < k.spec.params.size(); ++i) {
+      const int64_t numel = table.entries()[k.spec.params[i]].numel();
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, whole.slice(k.spec.offsets[i], k.spec.offsets[i] + numel));
+      piece(k.spec.params[i], 0, src);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<nn::ParameterStore> GeminiPlugin::model_state_dict(const nn::ParameterStore& store,
                                                                   int to_rank,
                                                                   const core::Stream& stream) {
   State& s = *state_;
   if (!s.materialized) return absl::FailedPreconditionError("gemini: model_state_dict before materialize");
-  COLOSSAL_RETURN_IF_ERROR(s.settle());  // the last step's host updates
-  const nn::ParameterTable& table = s.store.table();
   const bool mine = to_rank < 0 || to_rank == s.rank();
-  nn::ParameterStore out = nn::ParameterStore::declare(table);
+  nn::ParameterStore out = nn::ParameterStore::declare(s.store.table());
   if (mine) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
-  for (const GeminiChunk& k : s.chunks) {
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, k.value));
-    if (!mine) continue;
-    for (size_t i = 0; i < k.spec.params.size(); ++i) {
-      const nn::Parameter& p = out.parameters()[k.spec.params[i]];
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
-                                whole.slice(k.spec.offsets[i], k.spec.offsets[i] + p.value.numel()));
-      COLOSSAL_ASSIGN_OR_RETURN(src, src.reshape(p.value.shape().dims()));
-      COLOSSAL_RETURN_IF_ERROR(const_cast<core::Tensor&>(p.value).copy_from(src, core::Stream::cpu()));
-    }
-  }
+  absl::Status copied;
+  COLOSSAL_RETURN_IF_ERROR(stream_model_state(store, to_rank, [&](size_t param, int64_t, const core::Tensor& src) {
+    core::Tensor dst = out.parameters()[param].value;
+    absl::StatusOr<core::Tensor> flat = dst.reshape({dst.numel()});
+    if (copied.ok()) copied = flat.ok() ? flat->copy_from(src, core::Stream::cpu()) : flat.status();
+  }));
+  COLOSSAL_RETURN_IF_ERROR(copied);
   return out;
 }
 
@@ -98,66 +111,86 @@ absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,
   return absl::OkStatus();
 }
 
-absl::StatusOr<nn::OptimizerStateDict> GeminiPlugin::optimizer_state_dict(
+absl::StatusOr<nn::StreamedOptimizerState> GeminiPlugin::stream_optimizer_state(
     const nn::Optimizer& optimizer, int to_rank) {
   State& s = *state_;
   if (!s.boosted || &optimizer != s.optimizer) {
-    return absl::FailedPreconditionError("gemini: optimizer_state_dict of an optimizer it did not boost");
+    return absl::FailedPreconditionError("gemini: the optimizer state of an optimizer it did not boost");
   }
-  COLOSSAL_RETURN_IF_ERROR(s.settle());
   const nn::ParameterTable& table = s.store.table();
   const bool mine = to_rank < 0 || to_rank == s.rank();
-  nn::OptimizerStateDict out;
-  out.meta.type = optimizer.type();
-  std::vector<char> in_optimizer(table.size(), 0);
+  nn::StreamedOptimizerState out;
+  out.held.meta.type = optimizer.type();
+  // Per optimizer parameter (table index), its tensors' indices in `streamed`.
+  const bool masters = s.sixteen_bit();  // as nn::Adam's for a model copy
+  const std::vector<const char*> parts =
+      masters ? std::vector<const char*>{"exp_avg", "exp_avg_sq", "master"} : std::vector<const char*>{"exp_avg", "exp_avg_sq"};
+  auto index_of = std::make_shared<std::vector<int64_t>>(table.size(), -1);
   for (int g = 0; g < optimizer.num_groups(); ++g) {
     nn::GroupState gs;
     gs.hyper = optimizer.group_hyper(g);
-    for (const nn::ParamRef& p : optimizer.group_params(g)) {
-      gs.params.push_back(p.name);
-      in_optimizer[table.find(p.name) - table.entries().data()] = 1;
-    }
-    out.meta.groups.push_back(std::move(gs));
+    for (const nn::ParamRef& p : optimizer.group_params(g)) gs.params.push_back(p.name);
+    out.held.meta.groups.push_back(std::move(gs));
   }
-  for (const GeminiChunk& k : s.chunks) {
-    std::vector<std::pair<const char*, const core::Tensor*>> parts = {{"exp_avg", &k.exp_avg},
-                                                                      {"exp_avg_sq", &k.exp_avg_sq}};
-    if (s.sixteen_bit()) parts.emplace_back("master", &k.master);  // as nn::Adam's for a model copy
-    for (const auto& [name, tensor] : parts) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, *tensor));
-      if (s.split_master() && tensor == &k.master) {  // the halves joined: float32 masters
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor high, s.gather_whole(k, k.value));
-        if (!mine) continue;
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor joined,
-                                  core::Tensor::empty({whole.numel()}, core::DType::kF32, core::Stream::cpu()));
-        COLOSSAL_RETURN_IF_ERROR(join_into(joined, high, whole, core::Stream::cpu()));
-        whole = std::move(joined);
-      }
-      if (!mine) continue;
-      for (size_t i = 0; i < k.spec.params.size(); ++i) {
-        const nn::ParameterEntry& e = table.entries()[k.spec.params[i]];
-        if (!in_optimizer[k.spec.params[i]]) continue;
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
-                                  whole.slice(k.spec.offsets[i], k.spec.offsets[i] + e.numel()));
-        COLOSSAL_ASSIGN_OR_RETURN(src, src.reshape(e.shape.dims()));
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                                  core::Tensor::empty(e.shape, core::DType::kF32, core::Stream::cpu()));
-        COLOSSAL_RETURN_IF_ERROR(t.copy_from(src, core::Stream::cpu()));
-        out.tensors[nn::state_key(e.name, name)] = std::move(t);
-      }
+  // Table order, so the file follows the chunks' parameters.
+  for (const nn::GroupState& g : out.held.meta.groups) {
+    for (const std::string& name : g.params) {
+      const nn::ParameterEntry* e = table.find(name);
+      (*index_of)[e - table.entries().data()] = 0;
     }
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    if ((*index_of)[i] < 0) continue;
+    const nn::ParameterEntry& e = table.entries()[i];
+    (*index_of)[i] = static_cast<int64_t>(out.streamed.size());
+    for (const char* part : parts) out.streamed.push_back({nn::state_key(e.name, part), core::DType::kF32, e.shape});
   }
   if (mine) {
-    for (const nn::GroupState& g : out.meta.groups) {
+    for (const nn::GroupState& g : out.held.meta.groups) {
       for (const std::string& name : g.params) {
         COLOSSAL_ASSIGN_OR_RETURN(core::Tensor step, core::Tensor::empty(core::Shape(), core::DType::kI64,
                                                                          core::Stream::cpu()));
         *step.data<int64_t>() = s.steps;
-        out.tensors[nn::state_key(name, "step")] = std::move(step);
+        out.held.tensors[nn::state_key(name, "step")] = std::move(step);
       }
     }
   }
+  out.write = [this, index_of, mine, masters](const nn::StatePieceFn& piece) -> absl::Status {
+    State& s = *state_;
+    COLOSSAL_RETURN_IF_ERROR(s.settle());
+    const nn::ParameterTable& table = s.store.table();
+    for (const GeminiChunk& k : s.chunks) {
+      const std::vector<std::pair<int, const core::Tensor*>> parts = {{0, &k.exp_avg}, {1, &k.exp_avg_sq}, {2, &k.master}};
+      for (const auto& [part, tensor] : parts) {
+        if (part == 2 && !masters) continue;
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor whole, s.gather_whole(k, *tensor));
+        if (s.split_master() && part == 2) {  // the halves joined: float32 masters
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor high, s.gather_whole(k, k.value));
+          if (!mine) continue;
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor joined,
+                                    core::Tensor::empty({whole.numel()}, core::DType::kF32, core::Stream::cpu()));
+          COLOSSAL_RETURN_IF_ERROR(join_into(joined, high, whole, core::Stream::cpu()));
+          whole = std::move(joined);
+        }
+        if (!mine) continue;
+        for (size_t i = 0; i < k.spec.params.size(); ++i) {
+          const int64_t at = (*index_of)[k.spec.params[i]];
+          if (at < 0) continue;  // not an optimizer parameter
+          const int64_t numel = table.entries()[k.spec.params[i]].numel();
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, whole.slice(k.spec.offsets[i], k.spec.offsets[i] + numel));
+          piece(static_cast<size_t>(at + part), 0, src);
+        }
+      }
+    }
+    return absl::OkStatus();
+  };
   return out;
+}
+
+absl::StatusOr<nn::OptimizerStateDict> GeminiPlugin::optimizer_state_dict(
+    const nn::Optimizer& optimizer, int to_rank) {
+  COLOSSAL_ASSIGN_OR_RETURN(nn::StreamedOptimizerState streamed, stream_optimizer_state(optimizer, to_rank));
+  return nn::collect_streamed(std::move(streamed), to_rank < 0 || to_rank == state_->rank());
 }
 
 absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,

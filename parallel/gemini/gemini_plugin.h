@@ -62,10 +62,12 @@
 // checked across the ranks (a small all_gather), and a difference stops
 // every rank with an error naming the first differing parameter.
 //
-// Checkpoints: model_state_dict gathers the chunks into one process's
-// replicated layout (any world size loads it, as do ddp and low_level_zero);
-// optimizer_state_dict gathers the shards into nn::Adam's state_dict of one
-// process; both load at any world size.
+// Checkpoints: the model in one process's replicated layout (any world size
+// loads it, as do ddp and low_level_zero) and the optimizer state as
+// nn::Adam's state_dict of one process; both load at any world size. Saves
+// stream them (streams_state): one chunk at a time is gathered, handed to
+// the writer and dropped, so a model that fills the host can be saved.
+// model_state_dict and optimizer_state_dict collect the same stream whole.
 //
 // CUDA (materialize on a CUDA stream; NCCL group): chunks hold the model's
 // dtype (bf16, fp16 or fp32) with float32 masters and moments. Every chunk
@@ -218,6 +220,11 @@ class GeminiPlugin : public Plugin {
                                                               int to_rank = -1) override;
   absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
                                          const nn::OptimizerStateDict& state) override;
+  bool streams_state() const override { return true; }
+  absl::Status stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                  const nn::StatePieceFn& piece) override;
+  absl::StatusOr<nn::StreamedOptimizerState> stream_optimizer_state(const nn::Optimizer& optimizer,
+                                                                    int to_rank) override;
 
   // What materialize planned (valid after it).
   const ChunkLayout& layout() const;

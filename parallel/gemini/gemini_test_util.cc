@@ -32,15 +32,11 @@ int64_t auto_capacity_bytes(Family family) {
   return family == Family::kGpt2 ? 8 << 10 : 24 << 10;
 }
 
-namespace {
-
 std::unique_ptr<nn::Adam> declared_adam(const nn::CausalLM& model) {
   nn::AdamOptions o;
   o.lr = 1e-2;
   return *nn::make_adamw(nn::split_decay_groups(nn::declared_params(model.table()), kWeightDecay), o);
 }
-
-}  // namespace
 
 void expect_same_tensors(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b) {
   ASSERT_EQ(a.tensors.size(), b.tensors.size());

@@ -10,7 +10,9 @@
 #include <string>
 
 #include "comm/process_group/process_group.h"
+#include "nn/models/causal_lm/causal_lm.h"
 #include "nn/module/parameter.h"
+#include "nn/optim/adam.h"
 #include "nn/optim/state_dict.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/gemini/gemini_plugin.h"
@@ -42,6 +44,10 @@ struct RunSpec {
   const nn::OptimizerStateDict* load_optimizer = nullptr;
   nn::ParameterStore* save_model = nullptr;
 };
+
+// AdamW (lr 1e-2, decay groups) over `model`'s declared parameters: what
+// gemini_rank_run boosts.
+std::unique_ptr<nn::Adam> declared_adam(const nn::CausalLM& model);
 
 // The two states hold the same keys with bitwise equal tensors (host tensors).
 void expect_same_tensors(const nn::OptimizerStateDict& a, const nn::OptimizerStateDict& b);
