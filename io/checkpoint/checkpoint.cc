@@ -384,18 +384,71 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   return LatestStepDir(path);
 }
 
-absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorToLoad>& expected) {
-  absl::StatusOr<ShardedSafetensors> ckpt = ShardedSafetensors::Open(dir);
-  if (!ckpt.ok()) return ckpt.status();
-  const std::vector<std::string> names = ckpt->names();
+namespace {
+
+// The memory of one read-only file mapping as a core allocator's single
+// allocation, so that tensors can view a loaded file without copying it: the
+// state of a model that fills the host stays in the page cache, which the
+// kernel can drop, instead of in the process's memory. `owner` (the open
+// file) lives as long as the allocator, which every Storage made from it holds.
+class MappedFileAllocator : public core::Allocator {
+ public:
+  MappedFileAllocator(std::shared_ptr<const void> owner, std::span<const std::byte> mapping, std::string path)
+      : owner_(std::move(owner)), mapping_(mapping), path_(std::move(path)) {}
+
+  core::Device device() const override { return core::Device::cpu(); }
+  core::MemoryKind kind() const override { return core::MemoryKind::kHost; }
+  std::string name() const override { return absl::StrCat("mapped('", path_, "')"); }
+  // The whole mapping, whatever is asked (Storage::allocate asks for its size).
+  absl::StatusOr<void*> allocate(size_t bytes, const core::Stream&) override {
+    if (bytes > mapping_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(name(), " holds ", mapping_.size(), " bytes, not ", bytes));
+    }
+    return const_cast<void*>(static_cast<const void*>(mapping_.data()));
+  }
+  void deallocate(void*, size_t, const core::Stream&) override {}
+  core::AllocatorStats stats() const override { return {}; }
+  void reset_peak_stats() override {}
+  void release_cached_memory() override {}
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::span<const std::byte> mapping_;
+  std::string path_;
+};
+
+// `file`'s whole mapping as a Storage that keeps `owner` alive.
+absl::StatusOr<std::shared_ptr<core::Storage>> MappedStorage(std::shared_ptr<const void> owner,
+                                                            const SafetensorsFile& file) {
+  auto allocator = std::make_shared<MappedFileAllocator>(std::move(owner), file.mapping(), file.path());
+  return core::Storage::allocate(allocator, file.mapping().size(), core::Stream::cpu());
+}
+
+// Tensor `t` of `file` (mapped as `storage`) as `shape` and `dtype`: a view
+// of the mapping where the file aligns it to its element size (our saves do
+// for every large tensor), a copy otherwise.
+absl::StatusOr<core::Tensor> MappedTensor(const std::shared_ptr<core::Storage>& storage, const SafetensorsFile& file,
+                                          const SafetensorsTensor& t, const core::Shape& shape, core::DType dtype) {
+  const size_t at = file.data_start() + t.begin;
+  if (at % core::dtype_size(dtype) == 0) return core::Tensor::from_storage(storage, at, shape, dtype);
+  absl::StatusOr<core::Tensor> out = core::Tensor::empty(shape, dtype, core::Stream::cpu());
+  if (out.ok() && !t.data.empty()) std::memcpy(out->raw_data(), t.data.data(), t.data.size());
+  return out;
+}
+
+// The tensors of `ckpt` that `expected` names, validated (see
+// LoadModelTensors' contract) before anything is copied.
+absl::StatusOr<std::vector<const SafetensorsTensor*>> ValidateModelTensors(const ShardedSafetensors& ckpt,
+                                                                          const std::string& dir,
+                                                                          std::span<const TensorToMap> expected) {
+  const std::vector<std::string> names = ckpt.names();
   std::vector<absl::string_view> candidates(names.begin(), names.end());
   const std::string where = absl::StrCat("checkpoint '", dir, "'");
-  // Validate everything before changing anything.
   std::vector<const SafetensorsTensor*> found;
   std::set<std::string, std::less<>> wanted;
-  for (const TensorToLoad& e : expected) {
+  for (const TensorToMap& e : expected) {
     wanted.insert(e.name);
-    const SafetensorsTensor* t = ckpt->Find(e.name);
+    const SafetensorsTensor* t = ckpt.Find(e.name);
     if (t == nullptr) {
       return absl::NotFoundError(absl::StrCat(where, " has no tensor '", e.name, "'",
                                               core::did_you_mean(e.name, candidates)));
@@ -409,29 +462,45 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
       return absl::InvalidArgumentError(absl::StrCat(where, ": tensor '", e.name, "' has shape ", ShapeString(t->shape),
                                                      ", the model wants ", e.shape.to_string()));
     }
-    if (e.dst.dtype() != e.dtype || e.dst.numel() < e.shape.numel()) {
-      return absl::InvalidArgumentError(absl::StrCat("loading '", e.name, "' into ", e.dst.to_string(),
-                                                     ": not ", core::dtype_name(e.dtype), " of at least ",
-                                                     e.shape.numel(), " elements"));
-    }
     // Saves refuse a diverged model now; older versions wrote them, and
     // training (or sampling) from NaN weights only gives NaN.
     if (const int64_t bad = FirstNonFinite(t->data.data(), e.dtype, e.shape.numel()); bad >= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": tensor '", e.name, "' in '", ckpt->FileOf(e.name), "' holds NaN or inf (element ", bad,
+          where, ": tensor '", e.name, "' in '", ckpt.FileOf(e.name), "' holds NaN or inf (element ", bad,
           "): saved from a run that had diverged; load an earlier step instead"));
     }
     found.push_back(t);
   }
   std::vector<absl::string_view> expected_names;
-  for (const TensorToLoad& e : expected) expected_names.push_back(e.name);
+  for (const TensorToMap& e : expected) expected_names.push_back(e.name);
   for (const std::string& n : names) {
     if (!wanted.contains(n)) {
       return absl::InvalidArgumentError(absl::StrCat(where, " has an unexpected tensor '", n, "' that the model lacks",
                                                      core::did_you_mean(n, expected_names)));
     }
   }
-  for (size_t i = 0; i < found.size(); ++i) {
+  return found;
+}
+
+}  // namespace
+
+absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorToLoad>& expected) {
+  absl::StatusOr<ShardedSafetensors> ckpt = ShardedSafetensors::Open(dir);
+  if (!ckpt.ok()) return ckpt.status();
+  // Validate everything before changing anything.
+  std::vector<TensorToMap> wanted;
+  for (const TensorToLoad& e : expected) wanted.push_back({e.name, e.dtype, e.shape, e.dst.shape()});
+  absl::StatusOr<std::vector<const SafetensorsTensor*>> found = ValidateModelTensors(*ckpt, dir, wanted);
+  if (!found.ok()) return found.status();
+  for (const TensorToLoad& e : expected) {
+    if (e.dst.dtype() != e.dtype || e.dst.numel() < e.shape.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("loading '", e.name, "' into ", e.dst.to_string(),
+                                                     ": not ", core::dtype_name(e.dtype), " of at least ",
+                                                     e.shape.numel(), " elements"));
+    }
+  }
+  for (size_t i = 0; i < found->size(); ++i) {
+    const SafetensorsTensor& from = *(*found)[i];
     const core::Tensor& target = expected[i].dst;
     core::Tensor dst = target;
     const bool device = dst.device().is_cuda();
@@ -441,8 +510,8 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
       dst = *staging;
     }
     // The checkpoint's elements, then zeros (e.g. padding rows).
-    std::memcpy(dst.raw_data(), found[i]->data.data(), found[i]->data.size());
-    std::memset(static_cast<char*>(dst.raw_data()) + found[i]->data.size(), 0, dst.nbytes() - found[i]->data.size());
+    std::memcpy(dst.raw_data(), from.data.data(), from.data.size());
+    std::memset(static_cast<char*>(dst.raw_data()) + from.data.size(), 0, dst.nbytes() - from.data.size());
     if (device) {
       core::Tensor out = target;
       absl::Status s = out.copy_from(dst, target.storage()->stream());
@@ -452,39 +521,49 @@ absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorTo
   return absl::OkStatus();
 }
 
-namespace {
-
-// The memory of one read-only file mapping as a core allocator's single
-// allocation, so that tensors can view a loaded file without copying it:
-// the optimizer state of a model that fills the host stays in the page
-// cache, which the kernel can drop, instead of in the process's memory. The
-// mapping lives as long as the allocator (held by every Storage made from it).
-class MappedFileAllocator : public core::Allocator {
- public:
-  explicit MappedFileAllocator(SafetensorsFile file) : file_(std::move(file)) {}
-
-  core::Device device() const override { return core::Device::cpu(); }
-  core::MemoryKind kind() const override { return core::MemoryKind::kHost; }
-  std::string name() const override { return absl::StrCat("mapped('", file_.path(), "')"); }
-  // The whole file, whatever is asked (Storage::allocate asks for its size).
-  absl::StatusOr<void*> allocate(size_t bytes, const core::Stream&) override {
-    if (bytes > file_.file_bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat(name(), " holds ", file_.file_bytes(), " bytes, not ", bytes));
+absl::StatusOr<std::vector<core::Tensor>> MapModelTensors(const std::string& dir,
+                                                          const std::vector<TensorToMap>& expected) {
+  absl::StatusOr<ShardedSafetensors> opened = ShardedSafetensors::Open(dir);
+  if (!opened.ok()) return opened.status();
+  auto ckpt = std::make_shared<const ShardedSafetensors>(*std::move(opened));
+  for (const TensorToMap& e : expected) {
+    if (e.as.numel() < e.shape.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("MapModelTensors: '", e.name, "' as ", e.as.to_string(),
+                                                     " is smaller than its ", e.shape.to_string()));
     }
-    return const_cast<void*>(static_cast<const void*>(file_.mapping().data()));
   }
-  void deallocate(void*, size_t, const core::Stream&) override {}
-  core::AllocatorStats stats() const override { return {}; }
-  void reset_peak_stats() override {}
-  void release_cached_memory() override {}
-
-  const SafetensorsFile& file() const { return file_; }
-
- private:
-  SafetensorsFile file_;
-};
-
-}  // namespace
+  absl::StatusOr<std::vector<const SafetensorsTensor*>> found = ValidateModelTensors(*ckpt, dir, expected);
+  if (!found.ok()) return found.status();
+  std::vector<std::shared_ptr<core::Storage>> storages;
+  for (const SafetensorsFile& file : ckpt->files()) {
+    absl::StatusOr<std::shared_ptr<core::Storage>> storage = MappedStorage(ckpt, file);
+    if (!storage.ok()) return storage.status();
+    storages.push_back(*std::move(storage));
+  }
+  std::vector<core::Tensor> out;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const TensorToMap& e = expected[i];
+    const SafetensorsTensor& t = *(*found)[i];
+    if (e.as.numel() > e.shape.numel()) {  // padded: a copy with zeros after the file's elements
+      absl::StatusOr<core::Tensor> padded = core::Tensor::empty(e.as, e.dtype, core::Stream::cpu());
+      if (!padded.ok()) return padded.status();
+      std::memcpy(padded->raw_data(), t.data.data(), t.data.size());
+      std::memset(static_cast<char*>(padded->raw_data()) + t.data.size(), 0, padded->nbytes() - t.data.size());
+      out.push_back(*std::move(padded));
+      continue;
+    }
+    size_t f = 0;  // the file whose mapping holds the tensor
+    while (f + 1 < ckpt->files().size() &&
+           !(t.data.data() >= ckpt->files()[f].mapping().data() &&
+             t.data.data() < ckpt->files()[f].mapping().data() + ckpt->files()[f].mapping().size())) {
+      ++f;
+    }
+    absl::StatusOr<core::Tensor> view = MappedTensor(storages[f], ckpt->files()[f], t, e.as, e.dtype);
+    if (!view.ok()) return view.status();
+    out.push_back(*std::move(view));
+  }
+  return out;
+}
 
 absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
   const std::string tensors_path = dir + "/" + kOptimizerTensors;
@@ -497,14 +576,12 @@ absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
   if (!meta_text.ok()) return meta_text.status();
   OptimizerFiles sd;
   sd.meta_json = *std::move(meta_text);
-  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(tensors_path);
-  if (!file.ok()) return file.status();
-  if (file->tensors().empty()) return sd;
-  auto mapped = std::make_shared<MappedFileAllocator>(*std::move(file));
-  absl::StatusOr<std::shared_ptr<core::Storage>> storage =
-      core::Storage::allocate(mapped, mapped->file().file_bytes(), core::Stream::cpu());
+  absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(tensors_path);
+  if (!opened.ok()) return opened.status();
+  auto file = std::make_shared<const SafetensorsFile>(*std::move(opened));
+  absl::StatusOr<std::shared_ptr<core::Storage>> storage = MappedStorage(file, *file);
   if (!storage.ok()) return storage.status();
-  for (const SafetensorsTensor& t : mapped->file().tensors()) {
+  for (const SafetensorsTensor& t : file->tensors()) {
     absl::StatusOr<core::DType> dtype = KernelDType(t.dtype);
     if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat("'", tensors_path, "': tensor '", t.name, "': ", dtype.status().message()));
     absl::StatusOr<core::Shape> shape = ToShape(t.shape);
@@ -516,14 +593,8 @@ absl::StatusOr<OptimizerFiles> LoadOptimizerFiles(const std::string& dir) {
           "'", tensors_path, "': tensor '", t.name, "' holds NaN or inf (element ", bad,
           "): saved from a run that had diverged; load an earlier step instead"));
     }
-    // A view where the file aligns the tensor to its element size (our
-    // saves do for every large tensor); a copy otherwise.
-    const size_t at = mapped->file().data_start() + t.begin;
-    absl::StatusOr<core::Tensor> out = at % core::dtype_size(*dtype) == 0
-                                           ? core::Tensor::from_storage(*storage, at, *shape, *dtype)
-                                           : core::Tensor::empty(*shape, *dtype, core::Stream::cpu());
+    absl::StatusOr<core::Tensor> out = MappedTensor(*storage, *file, t, *shape, *dtype);
     if (!out.ok()) return out.status();
-    if (out->storage() != *storage && !t.data.empty()) std::memcpy(out->raw_data(), t.data.data(), t.data.size());
     sd.tensors.emplace(t.name, *std::move(out));
   }
   return sd;

@@ -206,6 +206,22 @@ struct TensorToLoad {
 // (all of them, before writing any) and copies them (see the file comment).
 absl::Status LoadModelTensors(const std::string& dir, const std::vector<TensorToLoad>& expected);
 
+// A model tensor a load expects, as MapModelTensors returns it: `shape` in
+// the file, `as` in memory (as many elements or more: the rest are zero).
+struct TensorToMap {
+  std::string name;
+  core::DType dtype = core::DType::kF32;
+  core::Shape shape;
+  core::Shape as;
+};
+// Validates the model tensors of `dir` as LoadModelTensors does and returns
+// them as host tensors of the `as` shapes, in `expected`'s order: views of
+// the files' mapping (no copy: the page cache holds a model that fills the
+// host, not the process) where a tensor is as large as its file's and
+// aligned to its element size; copies otherwise (padded rows).
+absl::StatusOr<std::vector<core::Tensor>> MapModelTensors(const std::string& dir,
+                                                          const std::vector<TensorToMap>& expected);
+
 // Writes `files` as `dir`/optimizer.safetensors + optimizer.json (`dir` is
 // created if missing), each file atomically.
 absl::Status SaveOptimizerFiles(const std::string& dir, const OptimizerFiles& files);

@@ -162,6 +162,33 @@ TEST(CheckpointFiles, StreamedModelAndOptimizerEqualHeldOnes) {
   EXPECT_TRUE(absl::StrContains(loaded.storage()->allocator().name(), "mapped(")) << loaded.storage()->allocator().name();
 }
 
+// Mapped model tensors: views of the file where the tensor fills its result,
+// a zero-padded copy where the result is larger; validated as loads are.
+TEST(CheckpointFiles, MappedModelTensorsViewTheFileAndPadCopies) {
+  CheckpointToSave save;
+  save.step = 2;
+  const Tensor w = Filled({3, 2}, 1.0f), b = Filled({2}, -3.0f);
+  save.model = {{"w", w, core::Shape{2, 2}}, {"b", b, b.shape()}};
+  save.config_json = "{}\n";
+  absl::StatusOr<std::string> dir = SaveCheckpoint(TestRoot("mapped"), save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::StatusOr<std::vector<Tensor>> got =
+      MapModelTensors(*dir, {{"w", DType::kF32, {2, 2}, {3, 2}}, {"b", DType::kF32, {2}, {2}}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  const Tensor& pw = (*got)[0];
+  const Tensor& pb = (*got)[1];
+  EXPECT_EQ(pw.shape(), (core::Shape{3, 2}));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(pw.data<float>()[i], w.data<float>()[i]);
+  EXPECT_EQ(pw.data<float>()[4], 0.0f);
+  EXPECT_EQ(pw.data<float>()[5], 0.0f);
+  EXPECT_FALSE(absl::StrContains(pw.storage()->allocator().name(), "mapped("));
+  EXPECT_EQ(pb.data<float>()[1], b.data<float>()[1]);
+  EXPECT_TRUE(absl::StrContains(pb.storage()->allocator().name(), "mapped(")) << pb.storage()->allocator().name();
+  absl::StatusOr<std::vector<Tensor>> bad =
+      MapModelTensors(*dir, {{"w", DType::kF32, {4, 1}, {4, 1}}, {"b", DType::kF32, {2}, {2}}});
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), "'w' has shape [2, 2], the model wants [4, 1]")) << bad.status();
+}
+
 // A streamed model holding NaN is not saved, and the writers are still
 // called once each when the save fails before them (here: the root is a
 // file), so other ranks' collectives inside them complete.

@@ -207,6 +207,16 @@ absl::Status load_run_model(const std::string& dir, const RunParts& run) {
   const nn::CausalLM& arch = *run.architecture;
   COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> whole,
                             arch.redeclare(arch.dtype(), nn::ModelSplit{}));
+  // A plugin that streams its state (a model that may fill the host) reads
+  // views of the files instead of a copy of the whole model, when they hold
+  // its dtype.
+  if (streams(run)) {
+    absl::StatusOr<core::DType> saved = io::ReadCheckpointDType(dir);
+    if (saved.ok() && *saved == arch.dtype()) {
+      COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore mapped, nn::MapHuggingFaceModel(dir, *whole));
+      return run.booster->load_model_state_dict(mapped, *run.stream);
+    }
+  }
   COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore host,
                             nn::ParameterStore::create(whole->table(), core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(nn::LoadHuggingFaceModelConverting(dir, *run.architecture, host));

@@ -33,6 +33,21 @@ absl::Status LoadHuggingFaceModel(const std::string& dir, const CausalLM& model,
   return io::LoadModelTensors(dir, expected);
 }
 
+absl::StatusOr<ParameterStore> MapHuggingFaceModel(const std::string& dir, const CausalLM& model) {
+  const ParameterTable& table = model.table();
+  std::vector<io::TensorToMap> expected;
+  expected.reserve(table.size());
+  for (const ParameterEntry& e : table.entries()) {
+    expected.push_back({e.name, e.dtype, model.hugging_face_shape(e), e.shape});
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(std::vector<core::Tensor> views, io::MapModelTensors(dir, expected));
+  ParameterStore store = ParameterStore::declare(table);
+  for (size_t i = 0; i < views.size(); ++i) {
+    COLOSSAL_RETURN_IF_ERROR(store.set_views(i, std::move(views[i]), core::Tensor()));
+  }
+  return store;
+}
+
 absl::Status LoadHuggingFaceModelConverting(const std::string& dir, const CausalLM& model,
                                             ParameterStore& store) {
   const core::DType want = model.dtype();

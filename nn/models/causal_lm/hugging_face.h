@@ -35,6 +35,15 @@ std::vector<io::TensorToSave> HuggingFaceTensors(const CausalLM& model, const Pa
 absl::Status LoadHuggingFaceModel(const std::string& dir, const CausalLM& model,
                                   ParameterStore& store);
 
+// The same tensors, validated alike, as a store of `model`'s table whose
+// parameters view the files' mapping (io::MapModelTensors): no copy but the
+// padded rows, so a plugin keeping its share of a model that fills the host
+// (gemini) loads it without a second copy in memory. The store has views,
+// not flat buffers (ParameterStore::set_views). The files must hold
+// `model`'s dtype (InvalidArgument otherwise: LoadHuggingFaceModelConverting
+// converts).
+absl::StatusOr<ParameterStore> MapHuggingFaceModel(const std::string& dir, const CausalLM& model);
+
 // LoadHuggingFaceModel into a host `store` (ParameterStore::create on the
 // CPU) whatever dtype the files hold: when config.json's torch_dtype is not
 // the store's, they are read in their own dtype and rounded (or widened) once.
