@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -263,9 +264,12 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
       if (fds[0].revents & POLLIN) {
         unsigned char sig = 0;
         while (read(signals.read_fd(), &sig, 1) == 1) {
+          // The first signal lets the workers save and stop at a step
+          // boundary; the second stops them now.
+          const absl::Duration wait = interrupted == 0 ? o.stop_timeout : o.grace_period;
           interrupted = sig;
           signal_workers(workers, sig);
-          if (kill_at == absl::InfiniteFuture()) kill_at = absl::Now() + o.grace_period;
+          kill_at = std::min(kill_at, absl::Now() + wait);
         }
       }
       k = 1;
@@ -292,13 +296,17 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
       w.running = false;
       --running;
       w.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (w.exit_code != 0 && failed < 0 && interrupted == 0) {
+      // A worker that stops on a forwarded signal exits with 128 + it (after
+      // saving); any other failure stops the rest (a SIGTERM: at once, for
+      // workers already stopping), so none waits on it in a collective.
+      const bool stopped_as_asked = interrupted != 0 && w.exit_code == 128 + interrupted;
+      if (w.exit_code != 0 && failed < 0 && !stopped_as_asked) {
         failed = i;
         failure = WIFEXITED(status)
                       ? absl::StrCat("exited with code ", w.exit_code)
                       : absl::StrCat("was killed by ", signal_name(WTERMSIG(status)));
         signal_workers(workers, SIGTERM);
-        kill_at = absl::Now() + o.grace_period;
+        kill_at = std::min(kill_at, absl::Now() + o.grace_period);
       }
       if (running == 0) drain_until = absl::Now() + absl::Seconds(1);
     }

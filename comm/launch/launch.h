@@ -46,6 +46,11 @@ struct LaunchOptions {
   std::vector<std::pair<std::string, std::string>> env;
   // How long stopped workers get between SIGTERM and SIGKILL.
   absl::Duration grace_period = absl::Seconds(10);
+  // After a SIGINT or SIGTERM forwarded to the workers, how long they may
+  // take to finish their step, save and exit (comm/launch/stop_request.h)
+  // before SIGKILL. A second signal is forwarded too (workers then stop at
+  // once) and SIGKILL follows after grace_period.
+  absl::Duration stop_timeout = absl::Minutes(10);
   // "[rank N] " before every line of output.
   bool prefix_output = true;
   // Where the workers' stdout and stderr lines go.

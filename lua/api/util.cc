@@ -19,7 +19,10 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+
 #include "absl/strings/str_cat.h"
+#include "comm/launch/stop_request.h"
 #include "absl/strings/str_split.h"
 #include "core/alloc/default_allocator.h"
 #include "core/trace/trace.h"
@@ -89,6 +92,50 @@ int Env(lua_State* L) {
 int Clock(lua_State* L) {
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   lua_pushnumber(L, std::chrono::duration<double>(now).count());
+  return 1;
+}
+
+// colossal.catch_stop_signals(): from now on the first SIGINT or SIGTERM
+// asks the run to stop at a step boundary (comm/launch/stop_request.h); a
+// second one stops it at once.
+int CatchStopSignals(lua_State* L) {
+  comm::InstallStopHandlers();
+  return 0;
+}
+
+// colossal.stop_requested() -> "SIGTERM" | "SIGINT" | nil: whether any
+// process of the job received one (since catch_stop_signals). With several
+// processes a collective (a one-element max over every rank) that all of
+// them call at the same point, so they agree on the step they stop at.
+int StopRequested(lua_State* L) {
+  float signo = static_cast<float>(comm::StopSignal());
+  std::shared_ptr<Runtime> rt = GetRuntime(L);
+  if (rt->rank.world_size > 1) {
+    absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = rt->process_group();
+    ThrowIfError(L, "colossal.stop_requested", pg.status());
+    const core::Stream& stream = rt->ctx->compute_stream();
+    absl::StatusOr<core::Tensor> host = core::Tensor::empty({1}, core::DType::kF32, core::Stream::cpu());
+    ThrowIfError(L, "colossal.stop_requested", host.status());
+    *host->data<float>() = signo;
+    absl::StatusOr<core::Tensor> flag = host->to(rt->device, stream);
+    ThrowIfError(L, "colossal.stop_requested", flag.status());
+    absl::StatusOr<comm::Buffer> buffer = comm::Buffer::of(*flag);
+    ThrowIfError(L, "colossal.stop_requested", buffer.status());
+    absl::StatusOr<comm::WorkPtr> work = (*pg)->all_reduce(*buffer, comm::ReduceOp::kMax, {.stream = stream});
+    ThrowIfError(L, "colossal.stop_requested", work.status());
+    ThrowIfError(L, "colossal.stop_requested", (*work)->wait_on(stream));
+    absl::StatusOr<core::Tensor> back = flag->to(core::Device::cpu(), stream);
+    ThrowIfError(L, "colossal.stop_requested", back.status());
+    stream.synchronize();
+    signo = *back->data<float>();
+  }
+  if (signo == SIGTERM) {
+    lua_pushstring(L, "SIGTERM");
+  } else if (signo == SIGINT) {
+    lua_pushstring(L, "SIGINT");
+  } else {
+    lua_pushnil(L);
+  }
   return 1;
 }
 
@@ -478,6 +525,8 @@ int OpenUtil(lua_State* L) {
   const luaL_Reg functions[] = {{"launch", Protected<Launch>},
                                 {"env", Protected<Env>},
                                 {"clock", Clock},
+                                {"catch_stop_signals", Protected<CatchStopSignals>},
+                                {"stop_requested", Protected<StopRequested>},
                                 {"memory", Protected<Memory>},
                                 {"reset_peak_memory", Protected<ResetPeakMemory>},
                                 {"trace_start", Protected<TraceStart>},

@@ -5,6 +5,7 @@
 // training by itself through the imperative API (recipes/custom_loop.lua).
 // --set overrides apply to the returned table, or, for a script, to the table
 // it passes to colossal.settings{...}. (`colossal generate`: generate.cc.)
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -196,9 +197,16 @@ int RunRecipe(const char* command, const std::string& path, const std::vector<st
       lua_setfield(L, -2, "trace");
     }
   }
-  if (lua_pcall(L, bench != nullptr ? 3 : 2, 0, 0) != LUA_OK) {
+  if (lua_pcall(L, bench != nullptr ? 3 : 2, 1, 0) != LUA_OK) {
     const ErrorInfo error = ErrorFromStack(L, -1);
     return Fail(command, error.message, error.code);
+  }
+  // A run stopped by SIGTERM or SIGINT (after saving) exits as the signal
+  // would have: 128 + its number, which schedulers and launchers read.
+  if (lua_istable(L, -1)) {
+    lua_getfield(L, -1, "stopped_by");
+    const char* by = lua_tostring(L, -1);
+    if (by != nullptr) return 128 + (std::string(by) == "SIGINT" ? SIGINT : SIGTERM);
   }
   return kExitOk;
 }

@@ -365,8 +365,9 @@ function recipe.run(t, file, bench)
   if ck and ck.resume then
     local latest = call(file, "checkpoint.dir", r.checkpoint, colossal.checkpoint.latest, ck.dir)
     if latest then
+      local t_load = colossal.clock()
       start = call(file, "checkpoint.dir", r.checkpoint, booster.load_checkpoint, booster, latest)
-      say("resumed from %s (step %d)", latest, start)
+      say("resumed from %s (step %d, %.1f s)", latest, start, colossal.clock() - t_load)
     end
   end
 
@@ -420,7 +421,19 @@ function recipe.run(t, file, bench)
     if tr.step <= start then say("colossal: trace.step %d is before the resumed step %d: no trace", tr.step, start + 1) end
   end
 
-  local first_loss, last_loss
+  -- A SIGTERM or SIGINT (a scheduler's preemption, Ctrl-C) now stops the run
+  -- at the end of its step, which is saved first; a second one stops it at once.
+  colossal.catch_stop_signals()
+  local function save(step)
+    local t_save = colossal.clock()
+    -- A failed save (a full disk) names the recipe's checkpoint.dir; the
+    -- step folders already saved stay as they were.
+    local path = call(file, "checkpoint.dir", r.checkpoint, booster.save_checkpoint, booster, ck.dir,
+      { step = step, keep = ck.keep })
+    say("saved %s (%.1f s)", path, colossal.clock() - t_save)
+  end
+
+  local first_loss, last_loss, stopped_by
   local t0 = colossal.clock()
   for step = start + 1, r.steps do
     local tracing = tr and step == tr.step
@@ -489,15 +502,23 @@ function recipe.run(t, file, bench)
           string.rep(".", width - done), step, r.steps, loss_sum))
       end
     end
-    if ck and ck.every_steps > 0 and (step % ck.every_steps == 0 or step == r.steps) then
-      -- A failed save (a full disk) names the recipe's checkpoint.dir; the
-      -- step folders already saved stay as they were.
-      local path = call(file, "checkpoint.dir", r.checkpoint, booster.save_checkpoint, booster, ck.dir,
-        { step = step, keep = ck.keep })
-      say("saved %s", path)
+    local saved = ck and ck.every_steps > 0 and (step % ck.every_steps == 0 or step == r.steps)
+    if saved then save(step) end
+    -- Every rank agrees on the step to stop at (a collective): each saw the
+    -- signal at its own moment.
+    stopped_by = colossal.stop_requested()
+    if stopped_by then
+      if ck and not saved then
+        save(step)
+        saved = true
+      end
+      say("colossal: stopped by %s after step %d of %d; %s", stopped_by, step, r.steps,
+        saved and "the same command resumes from there" or "nothing saved (the recipe has no checkpoint)")
+      break
     end
     t0 = colossal.clock()  -- evaluation and saving do not count as training time
   end
+  if stopped_by then return { stopped_by = stopped_by } end
   if first_loss then say("loss %.4f -> %.4f over steps %d..%d", first_loss, last_loss, start + 1, r.steps) end
   -- Every rank's own peak (a scaling table takes the maximum over ranks).
   if bench and world > 1 and timed.steps > 0 then

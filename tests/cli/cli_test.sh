@@ -147,7 +147,7 @@ train "$tmp/straight" 0 "$tiny" --set steps=6 &&
 # straight run's, bit for bit (model, ZeRO shards, schedule, data order, RNG).
 train "$tmp/resumed" 0 "$tiny" --set steps=4 && expect "$out" 'saved checkpoints/tiny/step_000004'
 train "$tmp/resumed" 0 "$tiny" --set steps=6 &&
-  expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4\)$' && expect "$out" '^step +6/6'
+  expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4, [0-9.]+ s\)$' && expect "$out" '^step +6/6'
 # Evaluations read the same val batches every time: step 6's val loss (the
 # straight run's third evaluation, the resumed run's first) is equal too.
 for step in 5 6; do
@@ -227,7 +227,7 @@ if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"
 # Their checkpoint resumes on one worker: ZeRO's shards regather and the data
 # continues at the same window of the epoch.
 train "$tmp/two" 0 "$tiny" --set steps=6 &&
-  expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4\)$' && expect "$out" '^step +6/6'
+  expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4, [0-9.]+ s\)$' && expect "$out" '^step +6/6'
 # A worker killed mid-run: the launcher stops the other and exits non-zero
 # naming it, and the last checkpoint resumes (saves are atomic).
 children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
@@ -246,8 +246,35 @@ fi
 expect "$tmp/killed.err" 'colossal run: worker rank [01] \(local rank [01], pid [0-9]+, .*\) was killed by SIGKILL'
 last=$(sed 's/^step_0*//' "$tmp/killed/checkpoints/tiny/latest" 2>/dev/null)
 train "$tmp/killed" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" --set steps=$((last + 2)) &&
-  expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last\\)$" &&
+  expect "$out" "^\\[rank 0\\] resumed from checkpoints/tiny/step_0*$last \\(step $last, [0-9.]+ s\\)$" &&
   expect "$out" "^\\[rank 0\\] step +$((last + 2))/$((last + 2))"
+
+# SIGTERM (a scheduler's preemption) or SIGINT: the run finishes its step,
+# saves it, and exits 128 + the signal; the same command resumes from it.
+# One process, then two under the launcher (which forwards the signal; the
+# workers agree on the step to stop at).
+stop_test() {  # NAME SIGNAL CODE LAUNCH...
+  local name="$1" sig="$2" code="$3"
+  shift 3
+  mkdir -p "$tmp/$name" && cp -r "$here/lua/testdata/corpus" "$tmp/$name/corpus"
+  (cd "$tmp/$name" && exec "$bin" "$@" "$tiny" --set steps=1000000 >"$tmp/$name.out" 2>"$tmp/$name.err") &
+  local pid=$!
+  for _ in $(seq 1 600); do [[ -f "$tmp/$name/checkpoints/tiny/latest" ]] && break; sleep 0.1; done
+  kill -"$sig" "$pid"
+  wait "$pid"
+  local got=$?
+  [[ "$got" == "$code" ]] || { echo "FAIL: $name: exit code $got, want $code"; cat "$tmp/$name.err"; failures=$((failures + 1)); }
+  expect "$tmp/$name.out" "stopped by SIG$sig after step [0-9]+ of 1000000; the same command resumes from there"
+  local at
+  at=$(grep -oE "stopped by SIG$sig after step [0-9]+" "$tmp/$name.out" | grep -oE '[0-9]+$')
+  last=$(sed 's/^step_0*//' "$tmp/$name/checkpoints/tiny/latest" 2>/dev/null)
+  [[ -n "$at" && "$at" == "$last" ]] || { echo "FAIL: $name: stopped after step '$at', latest is step '$last'"; failures=$((failures + 1)); }
+}
+stop_test stop_one TERM 143
+train "$tmp/stop_one" 0 "$tiny" --set steps=$((last + 1)) &&
+  expect "$out" "^resumed from checkpoints/tiny/step_0*$last \\(step $last, [0-9.]+ s\\)$"
+stop_test stop_two INT 130 run --nproc_per_node 2 --master_port $(port)
+expect "$tmp/stop_two.err" 'colossal run: interrupted by SIGINT; forwarded to 2 worker\(s\)'
 
 # colossal bench: warm-up, timed steps, a summary and a JSON line; nothing saved.
 train "$tmp/bench" 0 bench "$tiny" --steps 2 --warmup 1 &&
