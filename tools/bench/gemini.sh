@@ -11,14 +11,16 @@
 #                                        # picks; LARGE_SETS="k=v ..." adds --set's to both)
 #   tools/bench/gemini.sh BUNDLE checkpoint # gemini auto saving and resuming (SIZES="1.5 6.6"
 #                                        # picks): 2 steps + a save, a resume for 2 more, and 4 steps
-#                                        # without saves; host peaks and losses side by side
-#                                        # (CKPT_DIR: where the checkpoints go, default /tmp)
+#                                        # without saves (SKIP_STRAIGHT=1 leaves them out); host peaks
+#                                        # and losses side by side (CKPT_DIR: where the checkpoints
+#                                        # go, default /tmp; NPROC=2: two GPUs)
 #   tools/bench/gemini.sh BUNDLE dynamics # the first steps' losses of an 8 x 4096 GPT-2, ours
 #                                        # (gemini cuda) and PyTorch's (tools/bench/torch_gpt2_losses.py),
 #                                        # at the recipe's peak lr and at LRS (default "3e-4 1.2e-4 6e-5")
 #
 # SKIP_TORCH=1 leaves the PyTorch run out. Every run prints its own lines; the last lines are a table: what, ms/step,
-# tokens/s, GPU peak, host peak (max RSS of the process), and the losses of the
+# tokens/s, GPU peak, host peak (max RSS of the process, and the largest anonymous
+# memory sampled every 0.1 s: RSS also counts mapped file pages), and the losses of the
 # training runs. bf16, sequence 1024.
 set -uo pipefail
 bundle="$1"
@@ -37,17 +39,51 @@ run() {
   local log
   log=$(mktemp)
   /usr/bin/env python3 - "$limit" "$@" <<'PY' 2>&1 | tee "$log"
-import resource, subprocess, sys
+# max RSS of the process (and of its workers), and, sampled every 0.1 s, the
+# largest anonymous memory any of them held: max RSS also counts the pages of
+# files they map (a checkpoint loaded as views), which the kernel can drop.
+import os, resource, subprocess, sys, time
 limit = int(sys.argv[1])
-try:
-    code = subprocess.run(sys.argv[2:], timeout=limit).returncode
-except subprocess.TimeoutExpired:
-    code = "timeout"
-print(f"host_peak_gib {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.1f} exit {code}")
+def tree(root):
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
+            except OSError:
+                pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+anon = 0
+proc = subprocess.Popen(sys.argv[2:])
+start = time.time()
+code = None
+while code is None:
+    for p in tree(proc.pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        anon = max(anon, int(line.split()[1]))
+        except OSError:
+            pass
+    code = proc.poll()
+    if code is None and time.time() - start > limit:
+        proc.kill()
+        proc.wait()
+        code = "timeout"
+    time.sleep(0.1)
+print(f"host_peak_gib {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20:.1f} "
+      f"anon_peak_gib {anon / 2**20:.1f} exit {code}")
 PY
   local summary host losses
   summary=$(grep -E '^\{.*(tokens_per_s|ms_per_step)|^step ' "$log" | tail -1)
-  host=$(grep -oE 'host_peak_gib [0-9.]+ exit [^ ]+' "$log" | tail -1)
+  host=$(grep -oE 'host_peak_gib [0-9.]+ anon_peak_gib [0-9.]+ exit [^ ]+' "$log" | tail -1)
   losses=$(grep -oE '^step .*\| loss [0-9.]+' "$log" | grep -oE '[0-9.]+$' | tr '\n' ' ')
   rows+=("$label | ${summary:0:240} | $host | $losses")
 }
@@ -91,21 +127,26 @@ case "$what" in
   checkpoint)
     # The save streams one chunk at a time (parallel/checkpoint): its host
     # peak should stay near the training run's, not grow by the state's
-    # 14 bytes a parameter. The resumed steps' losses equal the straight run's.
+    # 14 bytes a parameter. The resumed steps' losses equal the straight run's
+    # (bit for bit with COLOSSAL_DETERMINISTIC=1). NPROC=2: every chunk
+    # sharded over two GPUs (colossal run).
     root="${CKPT_DIR:-/tmp}/gemini_ckpt"
     common=(--set log.every_steps=1 --set eval.every_steps=0 --set sample.max_new_tokens=0)
+    launch=()
+    (( ${NPROC:-1} > 1 )) && launch=(run --nproc_per_node "$NPROC" --master_port 29655)
     for size in ${SIZES:-1.5 6.6}; do
       shape=(); [[ $size == 6.6 ]] && shape=(--set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096
                                               --set data.micro_batch_size=4)
+      tag="gemini auto $size B x${NPROC:-1}"
       rm -rf "$root"; mkdir -p "$root"
-      run "gemini auto $size B: 2 steps + save" 540 "$bin" recipes/gpt2_gemini.lua --set steps=2 "${common[@]}" \
-        "${shape[@]}" --set checkpoint.dir="$root/run" --set checkpoint.every_steps=2
-      du -sh "$root/run"/step_* 2>/dev/null
-      run "gemini auto $size B: resume, 2 more + save" 540 "$bin" recipes/gpt2_gemini.lua --set steps=4 \
+      run "$tag: 2 steps + save" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua --set steps=2 \
         "${common[@]}" "${shape[@]}" --set checkpoint.dir="$root/run" --set checkpoint.every_steps=2
+      du -sh "$root/run"/step_* 2>/dev/null
+      run "$tag: resume, 2 more" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua --set steps=4 \
+        "${common[@]}" "${shape[@]}" --set checkpoint.dir="$root/run" --set checkpoint.every_steps=0
       rm -rf "$root"
-      run "gemini auto $size B: 4 steps, no save" 540 "$bin" recipes/gpt2_gemini.lua --set steps=4 "${common[@]}" \
-        "${shape[@]}" --set checkpoint.every_steps=0
+      [[ -n ${SKIP_STRAIGHT:-} ]] || run "$tag: 4 steps, no save" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua \
+        --set steps=4 "${common[@]}" "${shape[@]}" --set checkpoint.every_steps=0
     done
     ;;
   dynamics)
