@@ -1,5 +1,6 @@
 #include "parallel/booster/plugin.h"
 
+#include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 
@@ -48,7 +49,22 @@ absl::Status load_replicated_model_state(nn::ParameterStore& store, const nn::Pa
       return absl::InvalidArgumentError("load_model_state_dict: the state has another layout");
     }
     core::Tensor out = store.flat_values(dtype);
-    COLOSSAL_RETURN_IF_ERROR(out.copy_from(state.flat_values(dtype), stream));
+    const core::Tensor in = state.flat_values(dtype);
+    if (in.defined()) {
+      COLOSSAL_RETURN_IF_ERROR(out.copy_from(in, stream));
+      continue;
+    }
+    // A state of views (a checkpoint's mapping): parameter by parameter.
+    for (size_t i = 0; i < mine.size(); ++i) {
+      if (mine.entries()[i].dtype != dtype) continue;
+      const core::Tensor& from = state.parameters()[i].value;
+      if (!from.defined() || from.shape() != mine.entries()[i].shape) {
+        return absl::InvalidArgumentError(absl::StrCat("load_model_state_dict: the state's \"",
+                                                       mine.entries()[i].name, "\" is ", from.to_string()));
+      }
+      core::Tensor to = store.parameters()[i].value;
+      COLOSSAL_RETURN_IF_ERROR(to.copy_from(from, stream));
+    }
   }
   stream.synchronize();
   return absl::OkStatus();

@@ -17,6 +17,7 @@
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/gemini/gemini_test_util.h"
+#include "parallel/zero/low_level_zero_plugin.h"
 #include "parallel/zero/zero_test_util.h"
 
 namespace colossal::parallel {
@@ -155,6 +156,52 @@ TEST(RunCheckpoint, GeminiStreamsTheFilesItsStateDictsWouldHold) {
     EXPECT_EQ(*step, 3);
     EXPECT_EQ(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
               floats_of(weights.flat_values(core::DType::kF32)));
+    testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
+  });
+}
+
+// low_level_zero streams too (a parameter, then a gathered chunk of Adam
+// state, at a time): on 2 ranks at stage 2 its files hold its state dicts
+// and a resume from them (the model read as views of the files) restores them.
+TEST(RunCheckpoint, LowLevelZeroStreamsAndResumesFromMappedFiles) {
+  const std::string root = TestDir("zero");
+  testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    auto model = testing::make_zero_model(testing::kSeed);
+    auto adam = testing::make_adam(*model);
+    LowLevelZeroOptions o;
+    o.stage = 2;
+    Booster booster(*LowLevelZeroPlugin::create(pg, o));
+    ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
+    ASSERT_TRUE(booster.streams_state());
+    for (int s = 0; s < 3; ++s) {
+      ASSERT_TRUE(booster.zero_grad().ok());
+      testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(s, rank, 0), 1.0f);
+      ASSERT_TRUE(booster.step().ok());
+    }
+    RunParts run;
+    run.architecture = model.get();
+    run.model = &model->store();
+    run.optimizer = adam.get();
+    run.booster = &booster;
+    run.group = pg.get();
+    run.rank = rank;
+    run.stream = &ctx->compute_stream();
+    absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    const std::vector<float> weights = floats_of(model->store().flat_values(core::DType::kF32));
+    const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
+    absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(*dir);
+    ASSERT_TRUE(files.ok()) << files.status();
+    testing::expect_same_tensors(*files, state);
+
+    ASSERT_TRUE(booster.zero_grad().ok());
+    testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(3, rank, 0), 1.0f);
+    ASSERT_TRUE(booster.step().ok());
+    ASSERT_NE(floats_of(model->store().flat_values(core::DType::kF32)), weights);
+    absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
+    ASSERT_TRUE(step.ok()) << step.status();
+    EXPECT_EQ(floats_of(model->store().flat_values(core::DType::kF32)), weights);
     testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
   });
 }

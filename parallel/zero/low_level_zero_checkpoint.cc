@@ -1,6 +1,7 @@
 #include "parallel/zero/low_level_zero_checkpoint.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -23,19 +24,18 @@ absl::StatusOr<const nn::ParameterEntry*> entry_of(const nn::ParameterTable& tab
   return e;
 }
 
-// The whole dict, built from gathered pieces of the ranks' slices: its
-// tensors (CPU float32, the parameters' shapes) are allocated first and
-// filled chunk by chunk, so no second full-size copy of the state exists.
-class StateBuilder {
+// Where gathered pieces of the ranks' slices go: for each optimizer
+// parameter (by flat offset), its K streamed tensors (the dict's keys).
+class StateLayout {
  public:
   // K moments: 0 exp_avg, 1 exp_avg_sq, 2 master (16-bit models).
   // tensors = false: the meta alone (a rank that does not write the file).
-  static absl::StatusOr<StateBuilder> create(const nn::ParameterTable& table,
-                                             const nn::Optimizer& optimizer, int K,
-                                             int64_t step_count, bool tensors = true) {
-    StateBuilder b;
+  static absl::StatusOr<StateLayout> create(const nn::ParameterTable& table,
+                                            const nn::Optimizer& optimizer, int K,
+                                            int64_t step_count, bool tensors) {
+    StateLayout b;
     b.K_ = K;
-    b.out_.meta.type = optimizer.type();
+    b.out_.held.meta.type = optimizer.type();
     const char* names[3] = {"exp_avg", "exp_avg_sq", "master"};
     for (int g = 0; g < optimizer.num_groups(); ++g) {
       nn::GroupState gs;
@@ -44,57 +44,57 @@ class StateBuilder {
         gs.params.push_back(p.name);
         if (!tensors) continue;
         COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
-        Run run{e->offset, e->numel(), {nullptr, nullptr, nullptr}};
+        b.runs_.push_back(Run{e->offset, e->numel(), b.out_.streamed.size()});
         for (int m = 0; m < K; ++m) {
-          COLOSSAL_ASSIGN_OR_RETURN(
-              core::Tensor t, core::Tensor::empty(e->shape, core::DType::kF32, core::Stream::cpu()));
-          run.dst[m] = t.data<float>();
-          b.out_.tensors[nn::state_key(p.name, names[m])] = std::move(t);
+          b.out_.streamed.push_back({nn::state_key(p.name, names[m]), core::DType::kF32, e->shape});
         }
-        b.runs_.push_back(run);
         COLOSSAL_ASSIGN_OR_RETURN(
             core::Tensor step,
             core::Tensor::empty(core::Shape(), core::DType::kI64, core::Stream::cpu()));
         *step.data<int64_t>() = step_count;
-        b.out_.tensors[nn::state_key(p.name, "step")] = std::move(step);
+        b.out_.held.tensors[nn::state_key(p.name, "step")] = std::move(step);
       }
-      b.out_.meta.groups.push_back(std::move(gs));
+      b.out_.held.meta.groups.push_back(std::move(gs));
     }
     std::sort(b.runs_.begin(), b.runs_.end(),
               [](const Run& x, const Run& y) { return x.offset < y.offset; });
     return b;
   }
 
-  // `block` holds, for every rank j in order, K runs of `len` floats: moment
-  // m of j's slice elements [at, at + len), i.e. flat elements
-  // [j*S + at, j*S + at + len). Elements outside every parameter (padding,
-  // alignment gaps, frozen parameters) are skipped.
-  void add(const float* block, int world, int64_t S, int64_t at, int64_t len) {
+  // `block` (host) holds, for every rank j in order, K runs of `len` floats:
+  // moment m of j's slice elements [at, at + len), i.e. flat elements
+  // [j*S + at, j*S + at + len). Each part inside a parameter goes to
+  // `piece`; elements outside every parameter (padding, alignment gaps,
+  // frozen parameters) are skipped.
+  absl::Status add(const core::Tensor& block, int world, int64_t S, int64_t at, int64_t len,
+                   const nn::StatePieceFn& piece) const {
     for (int j = 0; j < world; ++j) {
       for (int m = 0; m < K_; ++m) {
-        const float* src = block + (static_cast<int64_t>(j) * K_ + m) * len;
+        const int64_t src = (static_cast<int64_t>(j) * K_ + m) * len;
         const int64_t lo = j * S + at, hi = lo + len;
         // The first parameter ending after lo.
         auto it = std::upper_bound(runs_.begin(), runs_.end(), lo,
                                    [](int64_t v, const Run& r) { return v < r.offset + r.numel; });
         for (; it != runs_.end() && it->offset < hi; ++it) {
           const int64_t a = std::max(lo, it->offset), e = std::min(hi, it->offset + it->numel);
-          std::copy(src + (a - lo), src + (e - lo), it->dst[m] + (a - it->offset));
+          COLOSSAL_ASSIGN_OR_RETURN(core::Tensor part, block.slice(src + (a - lo), src + (e - lo)));
+          piece(it->first + m, a - it->offset, part);
         }
       }
     }
+    return absl::OkStatus();
   }
 
-  nn::OptimizerStateDict take() { return std::move(out_); }
+  nn::StreamedOptimizerState take() { return std::move(out_); }
 
  private:
   struct Run {
     int64_t offset, numel;
-    float* dst[3];
+    size_t first;  // its exp_avg's index in the streamed tensors
   };
   int K_ = 2;
   std::vector<Run> runs_;  // by offset
-  nn::OptimizerStateDict out_;
+  nn::StreamedOptimizerState out_;
 };
 
 // Slice elements per collective when gathering slices: bounds the staging
@@ -104,13 +104,11 @@ constexpr int64_t kGatherChunk = int64_t{8} << 20;
 
 }  // namespace
 
-absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
+absl::StatusOr<nn::StreamedOptimizerState> stream_zero_adam_state(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
-    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,
-    bool whole, int64_t chunk_elements) {
-  const int64_t S = shard.size;
+    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream, bool whole,
+    int64_t chunk_elements) {
   const int64_t n = shard.end - shard.begin;
-  const int world = pg.size();
   const int K = slice.master.defined() ? 3 : 2;
   const core::Tensor* parts[3] = {&slice.exp_avg, &slice.exp_avg_sq, &slice.master};
   for (int m = 0; m < K && n > 0; ++m) {
@@ -119,48 +117,66 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
                                               parts[m]->to_string()));
     }
   }
-  COLOSSAL_ASSIGN_OR_RETURN(StateBuilder builder,
-                            StateBuilder::create(table, optimizer, K, slice.step, whole));
+  COLOSSAL_ASSIGN_OR_RETURN(StateLayout layout, StateLayout::create(table, optimizer, K, slice.step, whole));
+  auto where = std::make_shared<const StateLayout>(layout);
+  nn::StreamedOptimizerState out = layout.take();
   // Chunk by chunk of the slice: rank j's send block is [m][len] (zeros past
-  // its slice), the gathered one [j][m][len], copied to the host and into
-  // the dict's tensors.
-  const int64_t C =
-      std::max<int64_t>(1, std::min(S, chunk_elements > 0 ? chunk_elements : kGatherChunk));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send,
-                            core::Tensor::empty({K * C}, core::DType::kF32, stream));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv,
-                            core::Tensor::empty({world * K * C}, core::DType::kF32, stream));
-  core::Tensor host;  // only where the dict is built
-  if (whole) {
-    COLOSSAL_ASSIGN_OR_RETURN(host, core::Tensor::empty({world * K * C}, core::DType::kF32,
-                                                        core::Stream::cpu()));
-  }
-  for (int64_t at = 0; at < S; at += C) {
-    const int64_t len = std::min(C, S - at);
-    const int64_t mine = std::clamp<int64_t>(n - at, 0, len);  // real elements of this chunk
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor snd, send.slice(0, K * len));
-    if (mine < len) COLOSSAL_RETURN_IF_ERROR(snd.set_zero(stream));
-    for (int m = 0; m < K && mine > 0; ++m) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, send.slice(m * len, m * len + mine));
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, parts[m]->slice(at, at + mine));
-      COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+  // its slice), the gathered one [j][m][len], copied to the host and handed
+  // out in pieces. Runs later (the save calls it): it holds what it reads.
+  out.write = [&pg, shard, slice, stream, whole, chunk_elements, K, where](const nn::StatePieceFn& piece)
+      -> absl::Status {
+    const int64_t S = shard.size;
+    const int64_t n = shard.end - shard.begin;
+    const int world = pg.size();
+    const core::Tensor* parts[3] = {&slice.exp_avg, &slice.exp_avg_sq, &slice.master};
+    const int64_t C =
+        std::max<int64_t>(1, std::min(S, chunk_elements > 0 ? chunk_elements : kGatherChunk));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, core::Tensor::empty({K * C}, core::DType::kF32, stream));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv,
+                              core::Tensor::empty({world * K * C}, core::DType::kF32, stream));
+    core::Tensor host;  // only where the state is written
+    if (whole) {
+      COLOSSAL_ASSIGN_OR_RETURN(host, core::Tensor::empty({world * K * C}, core::DType::kF32,
+                                                          core::Stream::cpu()));
     }
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rcv, recv.slice(0, world * K * len));
-    {
-      comm::CollectiveOptions o;
-      o.stream = stream;
-      COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pg.all_gather(rcv, snd, o));
-      COLOSSAL_RETURN_IF_ERROR(core::annotate(
-          w->wait(), absl::StrCat("low_level_zero: gathering Adam states (elements ", at, "..",
-                                  at + len, " of each slice's ", S, ")")));
+    for (int64_t at = 0; at < S; at += C) {
+      const int64_t len = std::min(C, S - at);
+      const int64_t mine = std::clamp<int64_t>(n - at, 0, len);  // real elements of this chunk
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor snd, send.slice(0, K * len));
+      if (mine < len) COLOSSAL_RETURN_IF_ERROR(snd.set_zero(stream));
+      for (int m = 0; m < K && mine > 0; ++m) {
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, send.slice(m * len, m * len + mine));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, parts[m]->slice(at, at + mine));
+        COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, stream));
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rcv, recv.slice(0, world * K * len));
+      {
+        comm::CollectiveOptions o;
+        o.stream = stream;
+        COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr w, pg.all_gather(rcv, snd, o));
+        COLOSSAL_RETURN_IF_ERROR(core::annotate(
+            w->wait(), absl::StrCat("low_level_zero: gathering Adam states (elements ", at, "..",
+                                    at + len, " of each slice's ", S, ")")));
+      }
+      if (!whole) continue;  // (the collective waited on the host: send / recv are free)
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host.slice(0, world * K * len));
+      COLOSSAL_RETURN_IF_ERROR(h.copy_from(rcv, stream));
+      stream.synchronize();  // the host reads `h`; the next chunk reuses send / recv
+      COLOSSAL_RETURN_IF_ERROR(where->add(h, world, S, at, len, piece));
     }
-    if (!whole) continue;  // (the collective waited on the host: send / recv are free)
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host.slice(0, world * K * len));
-    COLOSSAL_RETURN_IF_ERROR(h.copy_from(rcv, stream));
-    stream.synchronize();  // the host reads `h`; the next chunk reuses send / recv
-    builder.add(h.data<float>(), world, S, at, len);
-  }
-  return builder.take();
+    return absl::OkStatus();
+  };
+  return out;
+}
+
+absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
+    comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
+    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,
+    bool whole, int64_t chunk_elements) {
+  COLOSSAL_ASSIGN_OR_RETURN(nn::StreamedOptimizerState streamed,
+                            stream_zero_adam_state(pg, table, optimizer, shard, slice, stream, whole,
+                                                   chunk_elements));
+  return nn::collect_streamed(std::move(streamed), whole);
 }
 
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,

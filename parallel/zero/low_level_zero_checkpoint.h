@@ -61,6 +61,18 @@ struct ZeroAdamTensors {
 // (float32; steps int64), whatever the device of the model. chunk_elements:
 // slice elements per chunk (0: 8M; tests pass small ones to exercise many
 // chunks). Errors: the collective's.
+// The same state streamed (nn::StreamedOptimizerState): `held` the meta and
+// the step counts, `streamed` the K float32 tensors of each optimizer
+// parameter (by flat offset), declared on every rank; `write` runs the same
+// chunked all_gathers (every rank calls it once) and, where `whole`, hands
+// each gathered piece to its function, so the writing rank never holds more
+// than one chunk. `write` uses `pg` when called, which must outlive it (the
+// plugin's own group); the slice tensors it keeps.
+absl::StatusOr<nn::StreamedOptimizerState> stream_zero_adam_state(
+    comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
+    const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,
+    bool whole = true, int64_t chunk_elements = 0);
+
 absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
     comm::ProcessGroup& pg, const nn::ParameterTable& table, const nn::Optimizer& optimizer,
     const ZeroShard& shard, const ZeroAdamTensors& slice, const core::Stream& stream,

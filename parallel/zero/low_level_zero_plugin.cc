@@ -369,7 +369,26 @@ absl::Status LowLevelZeroPlugin::load_model_state_dict(nn::ParameterStore& store
 }
 
 
-absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
+absl::Status LowLevelZeroPlugin::stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                                    const nn::StatePieceFn& piece) {
+  State& s = *state_;
+  COLOSSAL_RETURN_IF_ERROR(s.settle_weights(core::Stream::cpu()));
+  if (to_rank >= 0 && to_rank != s.pg->rank()) return absl::OkStatus();  // every rank holds the model
+  // One parameter at a time on the host, not the whole model.
+  for (size_t i = 0; i < store.parameters().size(); ++i) {
+    const core::Tensor& value = store.parameters()[i].value;
+    core::Tensor host = value;
+    if (value.device().is_cuda()) {
+      COLOSSAL_ASSIGN_OR_RETURN(host, value.to(core::Device::cpu(), s.stream));
+      s.stream.synchronize();
+    }
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, host.reshape({host.numel()}));
+    piece(i, 0, flat);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::StreamedOptimizerState> LowLevelZeroPlugin::stream_optimizer_state(
     const nn::Optimizer& optimizer, int to_rank) {
   const State& s = *state_;
   COLOSSAL_RETURN_IF_ERROR(s.check_optimizer(optimizer, "optimizer_state_dict"));
@@ -392,8 +411,14 @@ absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
     if (s.sixteen_bit()) slice.master = s.d_master;
   }
   slice.step = s.adam.step;
-  return gather_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, slice,
+  return stream_zero_adam_state(*s.pg, s.store.table(), optimizer, s.shard, slice,
                                 s.cuda ? s.stream : core::Stream::cpu(), whole);
+}
+
+absl::StatusOr<nn::OptimizerStateDict> LowLevelZeroPlugin::optimizer_state_dict(
+    const nn::Optimizer& optimizer, int to_rank) {
+  COLOSSAL_ASSIGN_OR_RETURN(nn::StreamedOptimizerState streamed, stream_optimizer_state(optimizer, to_rank));
+  return nn::collect_streamed(std::move(streamed), to_rank < 0 || to_rank == state_->pg->rank());
 }
 
 absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,

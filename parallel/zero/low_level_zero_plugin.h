@@ -245,6 +245,14 @@ class LowLevelZeroPlugin : public Plugin {
                                          const nn::OptimizerStateDict& state) override;
   // Plugin's (every rank holds the whole model), once the weights' gather
   // after the last step has finished (overlap_allgather).
+  // Saves stream (Plugin::streams_state): the model a parameter at a time,
+  // the Adam state a gathered chunk at a time (stream_zero_adam_state), so
+  // a model whose offloaded state fills the host is saved too.
+  bool streams_state() const override { return true; }
+  absl::Status stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                  const nn::StatePieceFn& piece) override;
+  absl::StatusOr<nn::StreamedOptimizerState> stream_optimizer_state(const nn::Optimizer& optimizer,
+                                                                    int to_rank) override;
   absl::StatusOr<nn::ParameterStore> model_state_dict(const nn::ParameterStore& store, int to_rank,
                                                       const core::Stream& stream) override;
   absl::Status load_model_state_dict(nn::ParameterStore& store, const nn::ParameterStore& state,
