@@ -13,7 +13,8 @@
 #                                        # picks): 2 steps + a save, a resume for 2 more, and 4 steps
 #                                        # without saves (SKIP_STRAIGHT=1 leaves them out); host peaks
 #                                        # and losses side by side (CKPT_DIR: where the checkpoints
-#                                        # go, default /tmp; NPROC=2: two GPUs)
+#                                        # go, default /tmp; NPROC=2: two GPUs; CKPT_RECIPE=recipes/
+#                                        # gpt2_zero.lua CKPT_SETS="model.preset=gpt2-xl ...": another)
 #   tools/bench/gemini.sh BUNDLE dynamics # the first steps' losses of an 8 x 4096 GPT-2, ours
 #                                        # (gemini cuda) and PyTorch's (tools/bench/torch_gpt2_losses.py),
 #                                        # at the recipe's peak lr and at LRS (default "3e-4 1.2e-4 6e-5")
@@ -134,18 +135,20 @@ case "$what" in
     common=(--set log.every_steps=1 --set eval.every_steps=0 --set sample.max_new_tokens=0)
     launch=()
     (( ${NPROC:-1} > 1 )) && launch=(run --nproc_per_node "$NPROC" --master_port 29655)
+    recipe="${CKPT_RECIPE:-recipes/gpt2_gemini.lua}"
     for size in ${SIZES:-1.5 6.6}; do
       shape=(); [[ $size == 6.6 ]] && shape=(--set model.n_layer=32 --set model.n_head=32 --set model.n_embd=4096
                                               --set data.micro_batch_size=4)
-      tag="gemini auto $size B x${NPROC:-1}"
+      for set in ${CKPT_SETS:-}; do shape+=(--set "$set"); done  # e.g. CKPT_SETS="plugin.cpu_offload=true"
+      tag="$(basename "$recipe" .lua) $size x${NPROC:-1}"
       rm -rf "$root"; mkdir -p "$root"
-      run "$tag: 2 steps + save" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua --set steps=2 \
+      run "$tag: 2 steps + save" 540 "$bin" "${launch[@]}" "$recipe" --set steps=2 \
         "${common[@]}" "${shape[@]}" --set checkpoint.dir="$root/run" --set checkpoint.every_steps=2
       du -sh "$root/run"/step_* 2>/dev/null
-      run "$tag: resume, 2 more" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua --set steps=4 \
+      run "$tag: resume, 2 more" 540 "$bin" "${launch[@]}" "$recipe" --set steps=4 \
         "${common[@]}" "${shape[@]}" --set checkpoint.dir="$root/run" --set checkpoint.every_steps=0
       rm -rf "$root"
-      [[ -n ${SKIP_STRAIGHT:-} ]] || run "$tag: 4 steps, no save" 540 "$bin" "${launch[@]}" recipes/gpt2_gemini.lua \
+      [[ -n ${SKIP_STRAIGHT:-} ]] || run "$tag: 4 steps, no save" 540 "$bin" "${launch[@]}" "$recipe" \
         --set steps=4 "${common[@]}" "${shape[@]}" --set checkpoint.every_steps=0
     done
     ;;
