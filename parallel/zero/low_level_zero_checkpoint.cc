@@ -182,7 +182,8 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,
                                                    nn::Optimizer& optimizer,
-                                                   const ZeroShard& shard, bool with_master) {
+                                                   const ZeroShard& shard, bool with_master,
+                                                   const ZeroAdamTargets* into) {
   // One step count for the slice: refuse differing counts before the
   // optimizer changes (malformed step tensors are left to its checks).
   std::string first_name;  // empty: no step count seen yet
@@ -215,9 +216,31 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
 
   ZeroAdamSlice out;
   const int64_t n = shard.end - shard.begin;
-  out.exp_avg.assign(n, 0.0f);  // alignment gaps and non-optimizer parameters stay 0
-  out.exp_avg_sq.assign(n, 0.0f);
-  if (with_master) out.master.assign(n, 0.0f);
+  // Every parameter of the slice has a master to load (the dict's, or its
+  // 16-bit weight), checked before anything is written.
+  for (int g = 0; g < optimizer.num_groups() && with_master; ++g) {
+    for (const nn::ParamRef& p : optimizer.group_params(g)) {
+      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
+      if (std::max(e->offset, shard.begin) >= std::min(e->offset + e->numel(), shard.end)) continue;
+      const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
+      const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
+      if (!src_t.defined() || src_t.numel() != e->numel()) {
+        return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
+      }
+    }
+  }
+  if (into == nullptr) {
+    out.exp_avg.resize(n);
+    out.exp_avg_sq.resize(n);
+    if (with_master) out.master.resize(n);
+  }
+  float* const exp_avg = into != nullptr ? into->exp_avg : out.exp_avg.data();
+  float* const exp_avg_sq = into != nullptr ? into->exp_avg_sq : out.exp_avg_sq.data();
+  float* const master = into != nullptr ? into->master : out.master.data();
+  // Alignment gaps and non-optimizer parameters stay 0.
+  std::fill(exp_avg, exp_avg + n, 0.0f);
+  std::fill(exp_avg_sq, exp_avg_sq + n, 0.0f);
+  if (with_master) std::fill(master, master + n, 0.0f);
   const core::Stream& stream = optimizer.stream();
   // A host copy of `t` (a dict tensor on the optimizer's device, or a model
   // copy), or `t` itself.
@@ -239,25 +262,21 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       const int64_t lo = std::max(e->offset, shard.begin);
       const int64_t hi = std::min(e->offset + e->numel(), shard.end);
       if (lo >= hi) continue;
-      for (auto [name, dst] :
-           {std::pair{"exp_avg", &out.exp_avg}, std::pair{"exp_avg_sq", &out.exp_avg_sq}}) {
+      for (auto [name, dst] : {std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
         // Adam-family states always hold both (check_state_dict: float32, the shape).
         COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
                                   on_host(state.tensors.at(nn::state_key(p.name, name))));
         const float* src = t.data<float>() + (lo - e->offset);
-        std::copy(src, src + (hi - lo), dst->data() + (lo - shard.begin));
+        std::copy(src, src + (hi - lo), dst + (lo - shard.begin));
       }
       if (!with_master) continue;
-      // The dict's master, else the 16-bit weight.
+      // The dict's master, else the 16-bit weight (both checked above).
       const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
-      if (!src_t.defined() || src_t.numel() != e->numel()) {
-        return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
-      }
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, on_host(src_t));
       const char* base = static_cast<const char*>(h.raw_data()) +
                          (lo - e->offset) * static_cast<int64_t>(core::dtype_size(h.dtype()));
       COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::cast_cpu(out.master.data() + (lo - shard.begin), base, hi - lo,
+          kernels::elementwise::cast_cpu(master + (lo - shard.begin), base, hi - lo,
                                          core::DType::kF32, h.dtype()),
           absl::StrCat("low_level_zero: the master of ", p.name)));
     }

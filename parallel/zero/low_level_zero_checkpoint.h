@@ -93,11 +93,23 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 // parameter at a time). with_master (16-bit models): also the slice of the
 // float32 masters: a parameter's state.<name>.master when the dict has one,
 // else its 16-bit weight (the optimizer's model copy) widened.
+//
+// `into` (host memory of shard.end - shard.begin floats each; `master` only
+// with_master): the slice is written there (the plugin's pinned offloaded
+// shards, so a resume makes no second copy of this rank's state) and the
+// returned slice holds only the step count. Every check runs before it is
+// written.
+struct ZeroAdamTargets {
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  float* master = nullptr;
+};
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,
                                                    nn::Optimizer& optimizer,
                                                    const ZeroShard& shard,
-                                                   bool with_master = false);
+                                                   bool with_master = false,
+                                                   const ZeroAdamTargets* into = nullptr);
 
 }  // namespace colossal::parallel
 

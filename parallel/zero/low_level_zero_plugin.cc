@@ -435,23 +435,24 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   // Every device tensor written on the step's stream (ordered after the
   // previous step's work), from host copies that live until the stream is
   // synchronised.
+  // Offloaded: straight into the pinned shards (no copy of the slice made
+  // first), once the last step's work no longer reads them.
+  std::optional<ZeroAdamTargets> pinned;
+  if (s.offload) {
+    s.stream.synchronize();
+    pinned = ZeroAdamTargets{s.offload->exp_avg().data<float>(), s.offload->exp_avg_sq().data<float>(),
+                             s.sixteen_bit() ? s.offload->master().data<float>() : nullptr};
+  }
   COLOSSAL_ASSIGN_OR_RETURN(
       ZeroAdamSlice loaded,
-      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit()));
+      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit(),
+                           pinned ? &*pinned : nullptr));
   // (The optimizer's own state was never allocated for the load; release
   // any a caller made it allocate before, e.g. through state_dict().)
   s.stream.synchronize();
   optimizer.release_state();
   const int64_t n = s.shard.end - s.shard.begin;
-  if (n > 0 && s.offload) {
-    // (The stream was synchronised above: no copy still uses the host slices.)
-    std::vector<std::pair<const std::vector<float>*, const core::Tensor*>> copies = {
-        {&loaded.exp_avg, &s.offload->exp_avg()}, {&loaded.exp_avg_sq, &s.offload->exp_avg_sq()}};
-    if (s.sixteen_bit()) copies.emplace_back(&loaded.master, &s.offload->master());
-    for (auto& [src, dst] : copies) {
-      std::memcpy(dst->data<float>(), src->data(), sizeof(float) * src->size());
-    }
-  } else if (n > 0) {
+  if (n > 0 && !s.offload) {
     std::vector<std::pair<const std::vector<float>*, core::Tensor*>> uploads = {
         {&loaded.exp_avg, &s.d_exp_avg}, {&loaded.exp_avg_sq, &s.d_exp_avg_sq}};
     if (s.sixteen_bit()) uploads.emplace_back(&loaded.master, &s.d_master);
