@@ -1,6 +1,7 @@
 #include "parallel/checkpoint/run_checkpoint.h"
 
 #include <functional>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -59,12 +60,58 @@ absl::StatusOr<nn::OptimizerStateDict> optimizer_state(const RunParts& run) {
 
 bool streams(const RunParts& run) { return run.booster != nullptr && run.booster->streams_state(); }
 
-// The model's values streamed to rank 0 (a plugin that streams its state);
-// every rank calls the result once (SaveCheckpoint does on rank 0).
-std::function<absl::Status(const nn::StatePieceFn&)> model_stream(const RunParts& run) {
-  return [booster = run.booster](const nn::StatePieceFn& piece) {
-    return booster->stream_model_state(/*to_rank=*/0, piece);
-  };
+// What a save writes: the model and (optionally) the optimizer state, held
+// on rank 0 (gathered whole) or, from a plugin that streams its state
+// (gemini, low_level_zero), to be gathered piece by piece as rank 0 writes.
+struct SaveState {
+  bool streamed = false;
+  nn::ParameterStore model;
+  std::optional<nn::OptimizerStateDict> optimizer;
+  std::function<absl::Status(const nn::StatePieceFn&)> write_model;
+  std::optional<nn::StreamedOptimizerState> streamed_optimizer;
+
+  // Rank 0's save gets the parts.
+  void fill(nn::CheckpointToSave& save) const {
+    if (streamed) {
+      save.write_model = write_model;
+      if (streamed_optimizer) save.streamed_optimizer = &*streamed_optimizer;
+    } else {
+      save.model = &model;
+      if (optimizer) save.optimizer = &*optimizer;
+    }
+  }
+  // Other ranks run the gathers rank 0's save runs, in its order (the model,
+  // then the optimizer state), as partners of its collectives.
+  absl::Status take_part() const {
+    if (!streamed) return absl::OkStatus();
+    const nn::StatePieceFn drop = [](size_t, int64_t, const core::Tensor&) {};
+    COLOSSAL_RETURN_IF_ERROR(write_model(drop));
+    return streamed_optimizer ? streamed_optimizer->write(drop) : absl::OkStatus();
+  }
+};
+
+// The state to save (every rank calls it: a plugin that shards gathers).
+absl::StatusOr<SaveState> state_to_save(const RunParts& run, bool with_optimizer) {
+  SaveState st;
+  st.streamed = streams(run);
+  if (st.streamed) {
+    st.write_model = [booster = run.booster](const nn::StatePieceFn& piece) {
+      return booster->stream_model_state(/*to_rank=*/0, piece);
+    };
+    if (with_optimizer) {
+      absl::StatusOr<nn::StreamedOptimizerState> o = run.booster->stream_optimizer_state(/*to_rank=*/0);
+      if (!o.ok()) return core::annotate(o.status(), "optimizer state");
+      st.streamed_optimizer = *std::move(o);
+    }
+    return st;
+  }
+  if (with_optimizer) {
+    absl::StatusOr<nn::OptimizerStateDict> o = optimizer_state(run);
+    if (!o.ok()) return core::annotate(o.status(), "optimizer state");
+    st.optimizer = *std::move(o);
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(st.model, model_state(run));
+  return st;
 }
 
 absl::Status load_optimizer_state(const nn::OptimizerStateDict& state, const RunParts& run) {
@@ -104,43 +151,20 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("save_run_checkpoint: step ", step, " < 0"));
   }
-  // A plugin that streams its state (gemini) never holds it whole: the
-  // writes below gather one chunk at a time, on every rank.
-  nn::StreamedOptimizerState streamed;
-  absl::StatusOr<nn::OptimizerStateDict> optimizer;
-  if (streams(run)) {
-    absl::StatusOr<nn::StreamedOptimizerState> st = run.booster->stream_optimizer_state(/*to_rank=*/0);
-    if (!st.ok()) return core::annotate(st.status(), "optimizer state");
-    streamed = *std::move(st);
-  } else {
-    optimizer = optimizer_state(run);
-    if (!optimizer.ok()) return core::annotate(optimizer.status(), "optimizer state");
-  }
-  absl::StatusOr<nn::ParameterStore> model;
-  if (!streams(run)) {
-    model = model_state(run);
-    if (!model.ok()) return model.status();
-  }
+  COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/true));
   std::string path;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.step = step;
     save.architecture = run.architecture;
-    if (streams(run)) {
-      save.write_model = model_stream(run);
-      save.streamed_optimizer = &streamed;
-    } else {
-      save.model = &*model;
-      save.optimizer = &*optimizer;
-    }
+    state.fill(save);
     if (run.scheduler != nullptr) save.trainer.lr_scheduler = run.scheduler->state();
     if (run.scaler != nullptr) save.trainer.loss_scaler = run.scaler->state();
     if (run.context != nullptr) save.trainer.rng = run.context->rng_state();
     if (run.loader != nullptr) save.trainer.data_loader = run.loader->state();
     COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, options));
-  } else if (streams(run)) {  // the same gathers as rank 0's save, in its order
-    COLOSSAL_RETURN_IF_ERROR(model_stream(run)([](size_t, int64_t, const core::Tensor&) {}));
-    COLOSSAL_RETURN_IF_ERROR(streamed.write([](size_t, int64_t, const core::Tensor&) {}));
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(state.take_part());
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
   if (path.empty()) path = absl::StrCat(root, "/", io::StepDirName(step));  // what rank 0 wrote
@@ -178,23 +202,15 @@ absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunPar
 
 absl::StatusOr<std::string> save_run_model(const std::string& root, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_model", /*optimizer=*/false));
-  absl::StatusOr<nn::ParameterStore> model;
-  if (!streams(run)) {
-    model = model_state(run);
-    if (!model.ok()) return model.status();
-  }
+  COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/false));
   std::string path;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.architecture = run.architecture;
-    if (streams(run)) {
-      save.write_model = model_stream(run);
-    } else {
-      save.model = &*model;
-    }
+    state.fill(save);
     COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, {.keep_last = 0}));
-  } else if (streams(run)) {
-    COLOSSAL_RETURN_IF_ERROR(model_stream(run)([](size_t, int64_t, const core::Tensor&) {}));
+  } else {
+    COLOSSAL_RETURN_IF_ERROR(state.take_part());
   }
   COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
   return path;
