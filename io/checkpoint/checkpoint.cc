@@ -2,12 +2,12 @@
 
 #include <sys/stat.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <limits>
-#include <span>
 #include <map>
+#include <span>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -170,12 +170,13 @@ SafetensorsEntry LayoutEntry(const TensorLayout& t) {
                           static_cast<uint64_t>(t.shape.numel()) * core::dtype_size(t.dtype)};
 }
 
-// A sink into tensors [first, first + layout.size()) of `out`, or, with `out`
-// null, one that drops everything (a save whose files could not be laid out).
+// A sink into the first layout.size() tensors of `out` (a streamed part is
+// laid out first in its file), or, with `out` null, one that drops everything
+// (a save whose files could not be laid out).
 class FileSink : public TensorSink {
  public:
-  FileSink(ShardedSafetensorsWriter* out, size_t first, std::span<const TensorLayout> layout, bool check_finite)
-      : out_(out), first_(first), layout_(layout), check_finite_(check_finite) {}
+  FileSink(ShardedSafetensorsWriter* out, std::span<const TensorLayout> layout, bool check_finite)
+      : out_(out), layout_(layout), check_finite_(check_finite) {}
 
   void write(size_t index, int64_t offset, const void* data, int64_t count) override {
     if (out_ == nullptr || !error_.ok()) return;
@@ -196,7 +197,7 @@ class FileSink : public TensorSink {
       }
     }
     const uint64_t size = core::dtype_size(t.dtype);
-    error_ = out_->Write(first_ + index, static_cast<uint64_t>(offset) * size, data, static_cast<size_t>(count) * size);
+    error_ = out_->Write(index, static_cast<uint64_t>(offset) * size, data, static_cast<size_t>(count) * size);
   }
   void fail(absl::Status error) override {
     if (error_.ok()) error_ = std::move(error);
@@ -205,7 +206,6 @@ class FileSink : public TensorSink {
 
  private:
   ShardedSafetensorsWriter* out_;
-  size_t first_;
   std::span<const TensorLayout> layout_;
   bool check_finite_;
   absl::Status error_;
@@ -219,12 +219,12 @@ struct StreamCalls {
 
 // Calls `part.write` with a sink into `out` (null: dropping); its own error
 // first, then the sink's.
-absl::Status RunStreamed(const StreamedTensors& part, ShardedSafetensorsWriter* out, size_t first,
-                         bool check_finite, bool& called) {
+absl::Status RunStreamed(const StreamedTensors& part, ShardedSafetensorsWriter* out, bool check_finite,
+                         bool& called) {
   called = true;
   if (part.tensors.empty()) return absl::OkStatus();
   if (!part.write) return absl::InvalidArgumentError("streamed tensors without a write function");
-  FileSink sink(out, first, part.tensors, check_finite);
+  FileSink sink(out, part.tensors, check_finite);
   if (absl::Status s = part.write(sink); !s.ok()) return s;
   return sink.status();
 }
@@ -233,9 +233,9 @@ absl::Status RunStreamed(const StreamedTensors& part, ShardedSafetensorsWriter* 
 // so other ranks' matching collectives complete. Their errors are dropped:
 // the save's own error is the one to report.
 void DrainStreams(const CheckpointToSave& save, StreamCalls& calls) {
-  if (!calls.model) (void)RunStreamed(save.streamed_model, nullptr, 0, false, calls.model);
+  if (!calls.model) (void)RunStreamed(save.streamed_model, nullptr, false, calls.model);
   if (save.optimizer != nullptr && !calls.optimizer) {
-    (void)RunStreamed(save.optimizer->streamed, nullptr, 0, false, calls.optimizer);
+    (void)RunStreamed(save.optimizer->streamed, nullptr, false, calls.optimizer);
   }
 }
 
@@ -249,7 +249,7 @@ absl::Status WriteModel(const std::string& dir, const CheckpointToSave& save, co
     for (const TensorLayout& t : save.streamed_model.tensors) entries.push_back(LayoutEntry(t));
     absl::StatusOr<ShardedSafetensorsWriter> out = ShardedSafetensorsWriter::Create(dir, entries, metadata, shard_options);
     if (!out.ok()) return out.status();
-    if (absl::Status s = RunStreamed(save.streamed_model, &*out, 0, /*check_finite=*/true, calls.model); !s.ok()) {
+    if (absl::Status s = RunStreamed(save.streamed_model, &*out, /*check_finite=*/true, calls.model); !s.ok()) {
       return s;
     }
     return out->Commit().status();
@@ -312,7 +312,7 @@ absl::Status WriteOptimizerFiles(const std::string& dir, const OptimizerFiles& s
   for (size_t i = state.streamed.tensors.size(); i < entries.size(); ++i) {
     if (absl::Status s = out->Write(i, 0, entries[i].data, entries[i].bytes); !s.ok()) return s;
   }
-  if (absl::Status s = RunStreamed(state.streamed, &*out, 0, /*check_finite=*/false, called); !s.ok()) return s;
+  if (absl::Status s = RunStreamed(state.streamed, &*out, /*check_finite=*/false, called); !s.ok()) return s;
   if (absl::Status s = out->Commit().status(); !s.ok()) return s;
   return WriteFileAtomically(dir + "/" + kOptimizerMeta, state.meta_json);
 }
@@ -336,7 +336,7 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
 absl::Status SaveOptimizerFiles(const std::string& dir, const OptimizerFiles& state) {
   bool called = false;
   absl::Status s = WriteOptimizerFiles(dir, state, called);
-  if (!called) (void)RunStreamed(state.streamed, nullptr, 0, false, called);  // see StreamedTensors
+  if (!called) (void)RunStreamed(state.streamed, nullptr, false, called);  // see StreamedTensors
   return s;
 }
 
