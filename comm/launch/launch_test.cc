@@ -220,6 +220,50 @@ TEST(LaunchMainTest, ForwardsSigintToWorkers) {
   EXPECT_TRUE(contains(text, "interrupted by SIGINT; forwarded to 2 worker(s)")) << text;
 }
 
+// SIGTERM (a preemption) to the launcher: the workers get time to save
+// beyond the grace period (stop_timeout), and the launcher reports the
+// interruption. Two signals: the workers stop at once, unsaved.
+TEST(LaunchMainTest, WorkersSaveBeforeStoppingUnlessSignalledTwice) {
+  for (const int signals : {1, 2}) {
+    const std::string dir = tmp_path(absl::StrCat("saving_", signals));
+    mkdir(dir.c_str(), 0755);
+    Capture out(absl::StrCat("saving_", signals, ".out"));
+    // The save (1.5 s) outlasts the grace period (1 s).
+    std::vector<std::string> args = {kLauncher, "--nproc_per_node", "2", "--grace_seconds", "1",
+                                     "--", kWorker, "saving", dir, "1500"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
+    pid_t pid = 0;
+    ASSERT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&actions);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    for (int r = 0; r < 2; ++r) {
+      const std::string ready = absl::StrCat(dir, "/ready.", r);
+      while (access(ready.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    }
+    ASSERT_EQ(kill(pid, SIGTERM), 0);
+    if (signals == 2) {
+      absl::SleepFor(absl::Milliseconds(200));
+      ASSERT_EQ(kill(pid, SIGTERM), 0);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+    const std::string text = out.read();
+    EXPECT_TRUE(contains(text, "interrupted by SIGTERM; forwarded to 2 worker(s)")) << text;
+    for (int r = 0; r < 2; ++r) {
+      const bool saved = access(absl::StrCat(dir, "/saved.", r).c_str(), F_OK) == 0;
+      EXPECT_EQ(saved, signals == 1) << "rank " << r << " after " << signals << " signal(s)\n" << text;
+    }
+  }
+}
+
 TEST(LaunchMainTest, FailureExitCodeAndUnknownFlag) {
   Capture out("main_fail.out");
   auto run = [&](std::vector<std::string> args) {

@@ -4,6 +4,9 @@
 //   stubborn RANK CODE  as fail, but the others ignore SIGTERM (they need SIGKILL)
 //   crash RANK          rank RANK aborts (SIGABRT); the others wait
 //   signal DIR          write DIR/ready.<rank>, wait for SIGINT/SIGTERM, report it, exit 0
+//   saving DIR MS       a training loop with stop_request.h's handlers: write DIR/ready.<rank>,
+//                       and on the first SIGINT/SIGTERM "save" for MS ms (write DIR/saved.<rank>
+//                       after it), then exit 128 + the signal; a second signal kills it
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "comm/launch/stop_request.h"
 
 namespace {
 
@@ -63,6 +68,15 @@ int main(int argc, char** argv) {
     while (got == 0) pause();
     std::printf("got signal %d\n", static_cast<int>(got));
     return 0;
+  }
+  if (mode == "saving" && argc >= 4) {
+    colossal::comm::InstallStopHandlers();
+    const std::string dir = argv[2];
+    close(open((dir + "/ready." + std::to_string(rank)).c_str(), O_CREAT | O_WRONLY, 0644));
+    while (colossal::comm::StopSignal() == 0) usleep(10 * 1000);  // the steps
+    usleep(std::atoi(argv[3]) * 1000);                            // the save
+    close(open((dir + "/saved." + std::to_string(rank)).c_str(), O_CREAT | O_WRONLY, 0644));
+    return 128 + colossal::comm::StopSignal();
   }
   return 64;
 }
