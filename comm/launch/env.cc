@@ -112,9 +112,26 @@ std::string first_slurm_host(absl::string_view nodelist) {
   return out;
 }
 
+namespace {
+
+std::string job_id_of(const EnvLookup& env) {
+  if (auto id = env("COLOSSAL_JOB_ID"); id && !id->empty()) return *id;
+  if (auto id = env("TORCHELASTIC_RUN_ID"); id && !id->empty() && *id != "none") {
+    return absl::StrCat("torchrun:", *id);
+  }
+  if (auto id = env("SLURM_JOB_ID"); id && !id->empty()) {
+    const std::optional<std::string> step = env("SLURM_STEP_ID");
+    return absl::StrCat("slurm:", *id, step ? absl::StrCat(".", *step) : "");
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<RankInfo> discover_rank(const EnvLookup& env) {
   RankInfo r;
   r.master_port = kDefaultMasterPort;
+  r.job_id = job_id_of(env);
   if (env("RANK") && env("WORLD_SIZE")) {
     r.source = "torchrun";
     COLOSSAL_ASSIGN_OR_RETURN(r.rank, int_var(env, "RANK"));

@@ -14,6 +14,12 @@
 // MASTER_ADDR and MASTER_PORT, when set, override what a scheduler implies;
 // the port defaults to 29500 (torch's).
 //
+// The job's id, which the rendezvous store checks so that two jobs given one
+// port refuse each other instead of joining: COLOSSAL_JOB_ID (`colossal run`
+// sets a random one on one node; set it yourself, the same on every node,
+// across nodes), else torchrun's TORCHELASTIC_RUN_ID (but its default
+// "none"), else Slurm's SLURM_JOB_ID.SLURM_STEP_ID; "" (no check) otherwise.
+//
 //   COLOSSAL_ASSIGN_OR_RETURN(RankInfo me, discover_rank());
 //   TcpStoreOptions so;  so.host = me.master_addr;  so.port = me.master_port;
 //   so.is_master = me.rank == 0;
@@ -41,6 +47,8 @@ struct RankInfo {
   int master_port = 29500;
   // "torchrun", "slurm", "openmpi" or "default".
   std::string source = "default";
+  // The job's id (above), or "".
+  std::string job_id;
 };
 
 inline constexpr int kDefaultMasterPort = 29500;

@@ -124,5 +124,14 @@ TEST(EnvTest, ProcessEnvReadsGetenv) {
   EXPECT_EQ(process_env()("COLOSSAL_ENV_TEST_UNSET_VAR"), std::nullopt);
 }
 
+TEST(EnvTest, JobId) {
+  EXPECT_EQ(discover_rank(fake({}))->job_id, "");
+  EXPECT_EQ(discover_rank(fake({{"COLOSSAL_JOB_ID", "abc"}, {"SLURM_JOB_ID", "7"}}))->job_id, "abc");
+  EXPECT_EQ(discover_rank(fake({{"TORCHELASTIC_RUN_ID", "r1"}}))->job_id, "torchrun:r1");
+  EXPECT_EQ(discover_rank(fake({{"TORCHELASTIC_RUN_ID", "none"}}))->job_id, "");  // torchrun's default
+  EXPECT_EQ(discover_rank(fake({{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "2"}}))->job_id, "slurm:7.2");
+  EXPECT_EQ(discover_rank(fake({{"SLURM_JOB_ID", "7"}}))->job_id, "slurm:7");
+}
+
 }  // namespace
 }  // namespace colossal::comm

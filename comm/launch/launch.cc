@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -166,6 +168,16 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
     return absl::FailedPreconditionError("launch: another launch() is running in this process");
   }
   SignalScope signals(o.forward_signals);
+  // The job's id for the workers' rendezvous (comm/launch/env.h), random on
+  // one node; across nodes every node's launcher would draw its own, so
+  // there the user's COLOSSAL_JOB_ID (inherited) is the only one.
+  std::vector<std::pair<std::string, std::string>> job;
+  const char* given = std::getenv("COLOSSAL_JOB_ID");
+  if ((given == nullptr || *given == '\0') && o.nnodes == 1) {
+    std::random_device random;
+    job.emplace_back("COLOSSAL_JOB_ID", absl::StrCat(absl::Hex(random(), absl::kZeroPad8),
+                                                     absl::Hex(random(), absl::kZeroPad8)));
+  }
 
   std::vector<Worker> workers(o.nproc_per_node);
   std::string failure;
@@ -189,6 +201,7 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
     }
     // Environment: ours, minus what we set, plus the worker's.
     std::vector<std::pair<std::string, std::string>> extra = worker_environment(o, lr);
+    extra.insert(extra.end(), job.begin(), job.end());
     extra.insert(extra.end(), o.env.begin(), o.env.end());
     std::vector<std::string> vars;
     for (char** e = environ; *e != nullptr; ++e) {

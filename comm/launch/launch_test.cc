@@ -105,6 +105,27 @@ TEST(LaunchTest, WorkersGetTorchrunVariablesAndPrefixedOutput) {
   }
 }
 
+// On one node the workers share a random job id (their rendezvous refuses
+// another job's workers); across nodes only the user's COLOSSAL_JOB_ID.
+TEST(LaunchTest, OneNodesWorkersShareAJobId) {
+  Capture out("job.out"), err("job.err");
+  LaunchOptions o = options({"env"}, out, err);
+  o.nproc_per_node = 2;
+  auto r = launch(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string text = out.read();
+  std::string ids[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string key = absl::StrCat("[rank ", rank, "] COLOSSAL_JOB_ID=");
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << text;
+    ids[rank] = text.substr(at + key.size(), text.find('\n', at) - at - key.size());
+  }
+  EXPECT_EQ(ids[0], ids[1]);
+  EXPECT_EQ(ids[0].size(), 16u) << ids[0];
+  EXPECT_NE(ids[0], "(unset)");
+}
+
 TEST(LaunchTest, WithoutPrefix) {
   Capture out("plain.out"), err("plain.err");
   LaunchOptions o = options({"env"}, out, err);

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   const int rank = env_int("RANK");
   if (mode == "env") {
     for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                             "MASTER_ADDR", "MASTER_PORT", "EXTRA"}) {
+                             "MASTER_ADDR", "MASTER_PORT", "EXTRA", "COLOSSAL_JOB_ID"}) {
       const char* v = std::getenv(name);
       std::printf("%s=%s\n", name, v ? v : "(unset)");
     }

@@ -26,6 +26,8 @@ constexpr absl::Duration kReplyGrace = absl::Seconds(30);
 // Key counted by every client at creation (TcpStoreOptions::world_size).
 constexpr char kJoinedKey[] = "__colossal_store/joined";
 constexpr char kAllJoinedKey[] = "__colossal_store/all_joined";
+// The job id the first client recorded (TcpStoreOptions::job_id).
+constexpr char kJobKey[] = "__colossal_store/job";
 
 int64_t to_ms(absl::Duration d) {
   if (d == absl::InfiniteDuration()) return -1;
@@ -84,6 +86,15 @@ absl::StatusOr<std::unique_ptr<TcpStore>> TcpStore::create(const TcpStoreOptions
   {
     std::lock_guard<std::mutex> lock(store->mu_);
     COLOSSAL_RETURN_IF_ERROR(store->connect(absl::Now() + options.timeout));
+  }
+  if (!options.job_id.empty()) {
+    COLOSSAL_ASSIGN_OR_RETURN(const std::string job, store->compare_set(kJobKey, "", options.job_id));
+    if (job != options.job_id) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          store->describe(), " belongs to another job (job id '", job, "'; this process's is '",
+          options.job_id, "'): two jobs were given port ", port,
+          "; give this one another (colossal run --master_port P, or MASTER_PORT=P)"));
+    }
   }
   if (options.world_size > 0) {
     COLOSSAL_ASSIGN_OR_RETURN(const int64_t joined, store->add(kJoinedKey, 1));

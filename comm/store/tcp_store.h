@@ -78,6 +78,11 @@ struct TcpStoreOptions {
   std::string listen_address;
   // Default wait of get()/wait(), and how long connecting is retried.
   absl::Duration timeout = absl::Minutes(5);
+  // The job this process belongs to (comm/launch/env.h's job id): the first
+  // client to connect records it, and a client of another job is refused
+  // (FailedPrecondition naming both ids), so two jobs given one port never
+  // join each other's rendezvous. "" skips the check.
+  std::string job_id;
   // With world_size > 0, every client counts itself in at creation and the
   // master's create() waits (up to `timeout`) until world_size have.
   int world_size = -1;

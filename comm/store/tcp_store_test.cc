@@ -51,6 +51,30 @@ TEST(TcpStoreTest, SetGetBetweenClients) {
   EXPECT_EQ(*worker->get("k"), binary);
 }
 
+// Two jobs given one port: a client of another job is refused, naming both
+// ids, instead of joining this job's rendezvous.
+TEST(TcpStoreTest, AClientOfAnotherJobIsRefused) {
+  TcpStoreOptions m = master_options();
+  m.job_id = "job-a";
+  auto master = TcpStore::create(m);
+  ASSERT_TRUE(master.ok()) << master.status();
+  TcpStoreOptions o;
+  o.host = "127.0.0.1";
+  o.port = (*master)->port();
+  o.timeout = absl::Seconds(20);
+  o.job_id = "job-a";
+  EXPECT_TRUE(TcpStore::create(o).ok());
+  o.job_id = "";  // no id: no check
+  EXPECT_TRUE(TcpStore::create(o).ok());
+  o.job_id = "job-b";
+  auto other = TcpStore::create(o);
+  EXPECT_EQ(other.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(other.status().message().find("belongs to another job (job id 'job-a'; this process's is 'job-b')"),
+            std::string::npos)
+      << other.status();
+  EXPECT_NE(other.status().message().find("--master_port"), std::string::npos) << other.status();
+}
+
 TEST(TcpStoreTest, GetWaitsForALaterSet) {
   auto master = TcpStore::create(master_options());
   ASSERT_TRUE(master.ok());

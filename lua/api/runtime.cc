@@ -38,6 +38,7 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
   so.port = rank.world_size == 1 ? 0 : rank.master_port;
   so.is_master = rank.rank == 0;
   so.listen_address = rank.world_size == 1 ? "127.0.0.1" : "";
+  so.job_id = rank.job_id;  // a job given another job's port is refused, not joined
   COLOSSAL_ASSIGN_OR_RETURN(auto store_unique, comm::TcpStore::create(so));
   std::shared_ptr<comm::Store> store(std::move(store_unique));
   if (device.is_cuda()) {

@@ -276,6 +276,30 @@ train "$tmp/stop_one" 0 "$tiny" --set steps=$((last + 1)) &&
 stop_test stop_two INT 130 run --nproc_per_node 2 --master_port $(port)
 expect "$tmp/stop_two.err" 'colossal run: interrupted by SIGINT; forwarded to 2 worker\(s\)'
 
+# Two jobs given one port: the second is refused (its rank 0 cannot bind the
+# port, its other ranks are refused by the first job's store, which names both
+# job ids), and the first trains on undisturbed, then stops cleanly.
+shared=$(port)
+mkdir -p "$tmp/first" && cp -r "$here/lua/testdata/corpus" "$tmp/first/corpus"
+(cd "$tmp/first" && exec "$bin" run --nproc_per_node 2 --master_port $shared "$tiny" --set steps=1000000 \
+  >"$tmp/first.out" 2>"$tmp/first.err") &
+first=$!
+for _ in $(seq 1 600); do [[ -f "$tmp/first/checkpoints/tiny/latest" ]] && break; sleep 0.1; done
+mkdir -p "$tmp/second" && cp -r "$here/lua/testdata/corpus" "$tmp/second/corpus"
+(cd "$tmp/second" && "$bin" run --nproc_per_node 2 --master_port $shared "$tiny" --set steps=4 \
+  >"$tmp/second.out" 2>"$tmp/second.err")
+code=$?
+[[ "$code" != 0 ]] || { echo "FAIL: a second job on port $shared ran"; failures=$((failures + 1)); }
+grep -qE "belongs to another job \(job id '[0-9a-f]+'; this process's is '[0-9a-f]+'\)|already in use" "$tmp/second.err" ||
+  { echo "FAIL: the second job's refusal:"; cat "$tmp/second.err"; failures=$((failures + 1)); }
+before=$(cat "$tmp/first/checkpoints/tiny/latest")
+for _ in $(seq 1 600); do [[ "$(cat "$tmp/first/checkpoints/tiny/latest")" != "$before" ]] && break; sleep 0.1; done
+kill -TERM "$first"
+wait "$first"
+code=$?
+[[ "$code" == 143 ]] || { echo "FAIL: the first job ended with $code after the second was refused"; cat "$tmp/first.err"; failures=$((failures + 1)); }
+expect "$tmp/first.out" "stopped by SIGTERM after step [0-9]+ of 1000000"
+
 # colossal bench: warm-up, timed steps, a summary and a JSON line; nothing saved.
 train "$tmp/bench" 0 bench "$tiny" --steps 2 --warmup 1 &&
   expect "$out" '^bench: 2 steps after 1 warm-up: [0-9.]+ ms/step, [0-9.]+k? tokens/s, MFU -, peak memory ' &&
