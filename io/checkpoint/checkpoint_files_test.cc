@@ -48,7 +48,7 @@ TEST(CheckpointFiles, TensorsSectionsAndOptimizerRoundTrip) {
   const Tensor b = Filled({2}, -3.0f);
   save.model = {{"w", w, core::Shape{2, 2}}, {"b", b, b.shape()}};
   save.config_json = "{\"torch_dtype\": \"float32\"}\n";
-  OptimizerFiles opt{{{"state.w.exp_avg", Filled({5}, 7.0f)}}, "{\"kind\": 1}"};
+  OptimizerFiles opt{{{"state.w.exp_avg", Filled({5}, 7.0f)}}, "{\"kind\": 1}", {}};
   save.optimizer = &opt;
   save.trainer.sections["lr_scheduler"] = "{\"last_step\":17}";
   save.trainer.rng = core::RngState{5, 6};
@@ -132,7 +132,7 @@ TEST(CheckpointFiles, StreamedModelAndOptimizerEqualHeldOnes) {
   held.step = 1;
   held.model = {{"w", w, core::Shape{2, 2}}, {"b", b, b.shape()}};
   held.config_json = "{}\n";
-  OptimizerFiles held_opt{{{"state.w.exp_avg", m}}, "{}"};
+  OptimizerFiles held_opt{{{"state.w.exp_avg", m}}, "{}", {}};
   held.optimizer = &held_opt;
   absl::StatusOr<std::string> a = SaveCheckpoint(TestRoot("held"), held);
   ASSERT_TRUE(a.ok()) << a.status();
