@@ -21,6 +21,8 @@ constexpr FlagSpec kRunFlags[] = {
     {"--node_rank", FlagKind::kValue, "R", "this node's index, 0..nnodes-1 (0)"},
     {"--master_addr", FlagKind::kValue, "HOST", "rank 0's host (127.0.0.1)"},
     {"--master_port", FlagKind::kValue, "PORT", "rank 0's port (29500)"},
+    {"--stop_timeout", FlagKind::kValue, "S",
+     "after a SIGINT/SIGTERM, seconds the workers get to save and stop (600)"},
 };
 
 std::string RunUsage() {
@@ -30,8 +32,11 @@ std::string RunUsage() {
       "WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT); each runs\n"
       "`colossal <recipe.lua | command> [args...]`. Output lines are prefixed with\n"
       "\"[rank N] \"; when a worker fails the others are stopped and its exit code\n"
-      "is returned. Multi-node: one `colossal run` per node, same --nnodes,\n"
-      "--master_addr and --master_port, --node_rank 0..nnodes-1.\n\n"
+      "is returned. SIGINT and SIGTERM are passed on: the workers finish their step,\n"
+      "save it and exit (a second signal stops them at once). Multi-node: one\n"
+      "`colossal run` per node, same --nnodes, --master_addr and --master_port,\n"
+      "--node_rank 0..nnodes-1, and the same COLOSSAL_JOB_ID on every node if two\n"
+      "jobs could share the port.\n\n"
       "  colossal run --nproc_per_node 2 check\n\n",
       FlagHelp(kRunFlags));
 }
@@ -66,7 +71,9 @@ int RunCommand(const Args& args, const std::string& self) {
   auto nnodes = IntFlag(*flags, "--nnodes", 1, 1, 65536);
   auto node_rank = IntFlag(*flags, "--node_rank", 0, 0, 65535);
   auto port = IntFlag(*flags, "--master_port", comm::LaunchOptions().master_port, 1, 65535);
-  for (const auto* v : {&nproc, &nnodes, &node_rank, &port}) {
+  auto stop_timeout = IntFlag(*flags, "--stop_timeout",
+                              absl::ToInt64Seconds(comm::LaunchOptions().stop_timeout), 1, 7 * 24 * 3600);
+  for (const auto* v : {&nproc, &nnodes, &node_rank, &port, &stop_timeout}) {
     if (!v->ok()) return FailStatus("run", v->status(), usage);
   }
   if (*node_rank >= *nnodes) {
@@ -77,6 +84,7 @@ int RunCommand(const Args& args, const std::string& self) {
   o.nnodes = *nnodes;
   o.node_rank = *node_rank;
   o.master_port = *port;
+  o.stop_timeout = absl::Seconds(*stop_timeout);
   o.master_addr = flags->value("--master_addr", o.master_addr);
   o.command.push_back(self);
   o.command.insert(o.command.end(), flags->positional.begin(), flags->positional.end());

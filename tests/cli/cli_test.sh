@@ -55,6 +55,7 @@ run_cli 2 run --nproc_per_nod 2 check &&
 run_cli 2 data prepare --inputs a --output b &&
   expect "$err" '^colossal data prepare: unknown flag --inputs; did you mean "--input"\?$'
 run_cli 2 run --nproc_per_node two check && expect "$err" "wants an integer, got 'two'"
+run_cli 2 run --stop_timeout 0 check && expect "$err" "stop_timeout"
 run_cli 2 run --nproc_per_node 2 chekc && expect "$err" "did you mean \"check\"\\?"
 run_cli 2 run && expect "$err" '^colossal run: no recipe or command to run$'
 
@@ -273,7 +274,7 @@ stop_test() {  # NAME SIGNAL CODE LAUNCH...
 stop_test stop_one TERM 143
 train "$tmp/stop_one" 0 "$tiny" --set steps=$((last + 1)) &&
   expect "$out" "^resumed from checkpoints/tiny/step_0*$last \\(step $last, [0-9.]+ s\\)$"
-stop_test stop_two INT 130 run --nproc_per_node 2 --master_port $(port)
+stop_test stop_two INT 130 run --nproc_per_node 2 --master_port $(port) --stop_timeout 120
 expect "$tmp/stop_two.err" 'colossal run: interrupted by SIGINT; forwarded to 2 worker\(s\)'
 
 # Two jobs given one port: the second is refused (its rank 0 cannot bind the
