@@ -9,6 +9,7 @@
 #include <chrono>
 #include <climits>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,11 +20,9 @@
 #include <string>
 #include <vector>
 
-#include <csignal>
-
 #include "absl/strings/str_cat.h"
-#include "comm/launch/stop_request.h"
 #include "absl/strings/str_split.h"
+#include "comm/launch/stop_request.h"
 #include "core/alloc/default_allocator.h"
 #include "core/trace/trace.h"
 #include "lua/api/lua_util.h"
