@@ -202,8 +202,17 @@ absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& sto
 absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dict(
     const nn::Optimizer& optimizer, int to_rank) {
   State& s = *state_;
+  // A save (to_rank 0): only the data-parallel copy world rank 0 belongs to
+  // (inner rank 0 of each dp group; its tp and pipeline groups are all such
+  // ranks) gathers over tp and the stages; the others take part in the inner
+  // plugin's gather alone and never hold their stage's whole state.
+  const bool saving = to_rank == 0;
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
-                            s.inner->optimizer_state_dict(optimizer, /*to_rank=*/-1));
+                            s.inner->optimizer_state_dict(optimizer, saving ? 0 : -1));
+  if (saving && s.inner->dp_rank() != 0) {
+    sd.tensors.clear();
+    return sd;
+  }
   for (auto& [key, tensor] : sd.tensors) {
     const nn::ParameterEntry* e = s.split_entry_of(key, tensor, /*want_whole=*/false);
     if (e == nullptr || absl::EndsWith(key, ".step")) {

@@ -1,6 +1,7 @@
 #include "parallel/hybrid/hybrid_test_util.h"
 
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <utility>
@@ -157,7 +158,26 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
   out.run.weights = floats_of(whole->flat_values(DType::kF32));
   auto sd = booster.optimizer_state_dict(/*to_rank=*/-1);
   EXPECT_TRUE(sd.ok()) << sd.status();
-  if (sd.ok()) out.optimizer = *std::move(sd);
+  if (!sd.ok()) return out;
+  // A save's dict (to_rank 0): the same state on rank 0, no tensors on the
+  // others (only world rank 0's data-parallel copy gathers whole).
+  auto saved = booster.optimizer_state_dict(/*to_rank=*/0);
+  EXPECT_TRUE(saved.ok()) << saved.status();
+  if (saved.ok()) {
+    if (world->rank() == 0) {
+      EXPECT_TRUE(saved->meta == sd->meta);
+      EXPECT_EQ(saved->tensors.size(), sd->tensors.size());
+      for (const auto& [key, t] : sd->tensors) {
+        auto it = saved->tensors.find(key);
+        const bool same = it != saved->tensors.end() && it->second.nbytes() == t.nbytes() &&
+                          std::memcmp(it->second.raw_data(), t.raw_data(), t.nbytes()) == 0;
+        EXPECT_TRUE(same) << key << ": the save's dict differs from the whole one";
+      }
+    } else {
+      EXPECT_TRUE(saved->tensors.empty()) << "rank " << world->rank();
+    }
+  }
+  out.optimizer = *std::move(sd);
   return out;
 }
 
