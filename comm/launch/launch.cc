@@ -253,7 +253,8 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
   }
 
   int failed = -1;          // index of the first failed worker
-  int interrupted = 0;      // the signal we forwarded, if any
+  int interrupted = 0;      // the signal we forwarded last, if any
+  int first_interrupt = 0;  // and the first (a worker stopping on it exits 128 + it)
   absl::Time kill_at = absl::InfiniteFuture();
   int running = o.nproc_per_node;
   absl::Time drain_until = absl::InfiniteFuture();  // output after the last exit
@@ -280,6 +281,7 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
           // The first signal lets the workers save and stop at a step
           // boundary; the second stops them now.
           const absl::Duration wait = interrupted == 0 ? o.stop_timeout : o.grace_period;
+          if (interrupted == 0) first_interrupt = sig;
           interrupted = sig;
           signal_workers(workers, sig);
           kill_at = std::min(kill_at, absl::Now() + wait);
@@ -312,7 +314,8 @@ absl::StatusOr<LaunchResult> launch(const LaunchOptions& o) {
       // A worker that stops on a forwarded signal exits with 128 + it (after
       // saving); any other failure stops the rest (a SIGTERM: at once, for
       // workers already stopping), so none waits on it in a collective.
-      const bool stopped_as_asked = interrupted != 0 && w.exit_code == 128 + interrupted;
+      const bool stopped_as_asked =
+          interrupted != 0 && (w.exit_code == 128 + interrupted || w.exit_code == 128 + first_interrupt);
       if (w.exit_code != 0 && failed < 0 && !stopped_as_asked) {
         failed = i;
         failure = WIFEXITED(status)
