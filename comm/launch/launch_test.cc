@@ -56,6 +56,32 @@ class Capture {
   int fd_;
 };
 
+// Starts the launcher binary with `args` (its own path first), its stdout
+// and stderr into `out`; the pid, or 0 (a test failure) when it did not start.
+pid_t spawn_launcher(std::vector<std::string> args, const Capture& out) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0);
+  return rc == 0 ? pid : 0;
+}
+
+// Waits (up to 20 s) until workers 0..n-1 wrote `dir`/ready.<rank>.
+void wait_ready(const std::string& dir, int n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  for (int r = 0; r < n; ++r) {
+    const std::string ready = absl::StrCat(dir, "/ready.", r);
+    while (access(ready.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  }
+}
+
 LaunchOptions options(std::vector<std::string> args, const Capture& out, const Capture& err) {
   LaunchOptions o;
   o.command = {kWorker};
@@ -213,23 +239,10 @@ TEST(LaunchMainTest, ForwardsSigintToWorkers) {
   const std::string dir = tmp_path("signal_ready");
   mkdir(dir.c_str(), 0755);
   Capture out("main.out");
-  std::vector<std::string> args = {kLauncher, "--nproc_per_node", "2", "--grace_seconds", "5",
-                                   "--", kWorker, "signal", dir};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  for (int r = 0; r < 2; ++r) {
-    const std::string ready = absl::StrCat(dir, "/ready.", r);
-    while (access(ready.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-  }
+  const pid_t pid = spawn_launcher(
+      {kLauncher, "--nproc_per_node", "2", "--grace_seconds", "5", "--", kWorker, "signal", dir}, out);
+  ASSERT_NE(pid, 0);
+  wait_ready(dir, 2);
   ASSERT_EQ(kill(pid, SIGINT), 0);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
@@ -250,23 +263,11 @@ TEST(LaunchMainTest, WorkersSaveBeforeStoppingUnlessSignalledTwice) {
     mkdir(dir.c_str(), 0755);
     Capture out(absl::StrCat("saving_", signals, ".out"));
     // The save (1.5 s) outlasts the grace period (1 s).
-    std::vector<std::string> args = {kLauncher, "--nproc_per_node", "2", "--grace_seconds", "1",
-                                     "--", kWorker, "saving", dir, "1500"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
-    pid_t pid = 0;
-    ASSERT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    for (int r = 0; r < 2; ++r) {
-      const std::string ready = absl::StrCat(dir, "/ready.", r);
-      while (access(ready.c_str(), F_OK) != 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
-    }
+    const pid_t pid = spawn_launcher({kLauncher, "--nproc_per_node", "2", "--grace_seconds", "1", "--",
+                                      kWorker, "saving", dir, "1500"},
+                                     out);
+    ASSERT_NE(pid, 0);
+    wait_ready(dir, 2);
     ASSERT_EQ(kill(pid, SIGTERM), 0);
     if (signals == 2) {
       absl::SleepFor(absl::Milliseconds(200));
@@ -288,16 +289,7 @@ TEST(LaunchMainTest, WorkersSaveBeforeStoppingUnlessSignalledTwice) {
 TEST(LaunchMainTest, FailureExitCodeAndUnknownFlag) {
   Capture out("main_fail.out");
   auto run = [&](std::vector<std::string> args) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out.fd(), STDERR_FILENO);
-    pid_t pid = 0;
-    EXPECT_EQ(posix_spawn(&pid, kLauncher, &actions, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&actions);
+    const pid_t pid = spawn_launcher(std::move(args), out);
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -53,6 +53,29 @@ void train(core::Context& ctx, Booster* booster, nn::GPT2& model, nn::Optimizer&
   }
 }
 
+// `steps` steps of `booster` on this rank's batches from step `first` on.
+void train_boosted(core::Context& ctx, Booster& booster, nn::CausalLM& model, int rank, int first, int steps) {
+  for (int s = first; s < first + steps; ++s) {
+    ASSERT_TRUE(booster.zero_grad().ok());
+    testing::booster_micro_step(ctx, booster, model, testing::micro_batch(s, rank, 0), 1.0f);
+    ASSERT_TRUE(booster.step().ok());
+  }
+}
+
+// The parts of a boosted run on `rank` of `pg`: model, optimizer, booster, stream.
+RunParts boosted_parts(nn::CausalLM& model, nn::Optimizer& optimizer, Booster& booster,
+                       comm::ProcessGroup& pg, core::Context& ctx) {
+  RunParts run;
+  run.architecture = &model;
+  run.model = &model.store();
+  run.optimizer = &optimizer;
+  run.booster = &booster;
+  run.group = &pg;
+  run.rank = pg.rank();
+  run.stream = &ctx.compute_stream();
+  return run;
+}
+
 TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
   const std::string root = TestDir("ddp");
   testing::run_ranks(2, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
@@ -118,19 +141,9 @@ TEST(RunCheckpoint, GeminiStreamsTheFilesItsStateDictsWouldHold) {
     auto adam = testing::declared_adam(*model);
     ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
     ASSERT_TRUE(booster.streams_state());
-    for (int s = 0; s < 3; ++s) {
-      ASSERT_TRUE(booster.zero_grad().ok());
-      testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(s, rank, 0), 1.0f);
-      ASSERT_TRUE(booster.step().ok());
-    }
-    RunParts run;
-    run.architecture = model.get();
-    run.model = &model->store();
-    run.optimizer = adam.get();
-    run.booster = &booster;
-    run.group = pg.get();
-    run.rank = rank;
-    run.stream = &ctx->compute_stream();
+    train_boosted(*ctx, booster, *model, rank, 0, 3);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    const RunParts run = boosted_parts(*model, *adam, booster, *pg, *ctx);
     absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
     ASSERT_TRUE(dir.ok()) << dir.status();
     const nn::ParameterStore weights = *booster.model_state_dict(-1, core::Stream::cpu());
@@ -148,9 +161,8 @@ TEST(RunCheckpoint, GeminiStreamsTheFilesItsStateDictsWouldHold) {
     testing::expect_same_tensors(*files, state);
 
     // Train on (diverge), then resume from the files on both ranks.
-    ASSERT_TRUE(booster.zero_grad().ok());
-    testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(3, rank, 0), 1.0f);
-    ASSERT_TRUE(booster.step().ok());
+    train_boosted(*ctx, booster, *model, rank, 3, 1);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
     absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
     ASSERT_TRUE(step.ok()) << step.status();
     EXPECT_EQ(*step, 3);
@@ -174,19 +186,9 @@ TEST(RunCheckpoint, LowLevelZeroStreamsAndResumesFromMappedFiles) {
     Booster booster(*LowLevelZeroPlugin::create(pg, o));
     ASSERT_TRUE(booster.boost(*model, model->store(), *adam).ok());
     ASSERT_TRUE(booster.streams_state());
-    for (int s = 0; s < 3; ++s) {
-      ASSERT_TRUE(booster.zero_grad().ok());
-      testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(s, rank, 0), 1.0f);
-      ASSERT_TRUE(booster.step().ok());
-    }
-    RunParts run;
-    run.architecture = model.get();
-    run.model = &model->store();
-    run.optimizer = adam.get();
-    run.booster = &booster;
-    run.group = pg.get();
-    run.rank = rank;
-    run.stream = &ctx->compute_stream();
+    train_boosted(*ctx, booster, *model, rank, 0, 3);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    const RunParts run = boosted_parts(*model, *adam, booster, *pg, *ctx);
     absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
     ASSERT_TRUE(dir.ok()) << dir.status();
     const std::vector<float> weights = floats_of(model->store().flat_values(core::DType::kF32));
@@ -195,9 +197,8 @@ TEST(RunCheckpoint, LowLevelZeroStreamsAndResumesFromMappedFiles) {
     ASSERT_TRUE(files.ok()) << files.status();
     testing::expect_same_tensors(*files, state);
 
-    ASSERT_TRUE(booster.zero_grad().ok());
-    testing::booster_micro_step(*ctx, booster, *model, testing::micro_batch(3, rank, 0), 1.0f);
-    ASSERT_TRUE(booster.step().ok());
+    train_boosted(*ctx, booster, *model, rank, 3, 1);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
     ASSERT_NE(floats_of(model->store().flat_values(core::DType::kF32)), weights);
     absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
     ASSERT_TRUE(step.ok()) << step.status();
