@@ -1,6 +1,7 @@
 #include "nn/optim/state_dict.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -148,6 +149,40 @@ absl::StatusOr<OptimizerMeta> optimizer_meta_from_json(absl::string_view text) {
     meta.groups.push_back(std::move(g));
   }
   return meta;
+}
+
+absl::StatusOr<StreamedOptimizerState> stream_held(OptimizerStateDict sd, bool mine,
+                                                   const core::Stream& stream) {
+  StreamedOptimizerState out;
+  out.held.meta = std::move(sd.meta);
+  auto streamed = std::make_shared<std::vector<core::Tensor>>();
+  for (auto& [key, t] : sd.tensors) {
+    if (!mine) continue;
+    if (t.numel() == 1) {
+      core::Tensor host = t;
+      if (t.device().is_cuda()) {
+        COLOSSAL_ASSIGN_OR_RETURN(host, t.to(core::Device::cpu(), stream));
+        stream.synchronize();
+      }
+      out.held.tensors.emplace(key, std::move(host));
+    } else {
+      out.streamed.push_back({key, t.dtype(), t.shape()});
+      streamed->push_back(std::move(t));
+    }
+  }
+  out.write = [streamed, stream](const StatePieceFn& piece) -> absl::Status {
+    for (size_t i = 0; i < streamed->size(); ++i) {
+      core::Tensor host = (*streamed)[i];
+      if (host.device().is_cuda()) {
+        COLOSSAL_ASSIGN_OR_RETURN(host, host.to(core::Device::cpu(), stream));
+        stream.synchronize();
+      }
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, host.reshape({host.numel()}));
+      piece(i, 0, flat);
+    }
+    return absl::OkStatus();
+  };
+  return out;
 }
 
 absl::StatusOr<OptimizerStateDict> collect_streamed(StreamedOptimizerState state, bool hold) {

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "core/device/stream.h"
 #include "core/tensor/shape.h"
 #include "core/tensor/tensor.h"
 #include "nn/optim/param.h"
@@ -96,6 +97,15 @@ struct StreamedOptimizerState {
   std::vector<StateTensorDecl> streamed;
   std::function<absl::Status(const StatePieceFn&)> write;
 };
+
+// A held state (`sd`: ddp's optimizer, views of its memory) handed out as
+// a stream, for callers that take the state of every plugin so: its
+// one-element tensors (step counts) stay held, every other tensor is
+// streamed whole, one at a time (device tensors are copied to the host on
+// `stream`). Where `mine` is false the result holds the meta alone and
+// `write` calls nothing.
+absl::StatusOr<StreamedOptimizerState> stream_held(OptimizerStateDict sd, bool mine,
+                                                   const core::Stream& stream);
 
 // The whole state as one dict: runs `state.write` (on every rank, as a
 // collective must) and, where `hold` is true, gathers the pieces into new

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 
 namespace colossal::nn {
@@ -85,6 +86,48 @@ TEST(StateKeyTest, Format) {
   EXPECT_EQ(state_key("h.0.attn.bias", "exp_avg"), "state.h.0.attn.bias.exp_avg");
   EXPECT_TRUE(is_adam_type("cpu_adam"));
   EXPECT_FALSE(is_adam_type("sgd"));
+}
+
+// A held state handed out as a stream and collected again is the same dict,
+// bit for bit: step counts held, the rest streamed whole; a rank that does
+// not write keeps the meta alone.
+TEST(StreamHeldTest, CollectsBackToTheSameDict) {
+  OptimizerStateDict sd;
+  sd.meta = adam_meta();
+  auto filled = [](core::Shape shape, core::DType dtype, float first) {
+    core::Tensor t = *core::Tensor::empty(shape, dtype, core::Stream::cpu());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      if (dtype == core::DType::kI64) t.data<int64_t>()[i] = 7 + i;
+      else t.data<float>()[i] = first + 0.37f * static_cast<float>(i);
+    }
+    return t;
+  };
+  sd.tensors[state_key("wte.weight", "exp_avg")] = filled(core::Shape({3, 4}), core::DType::kF32, -1.5f);
+  sd.tensors[state_key("wte.weight", "exp_avg_sq")] = filled(core::Shape({3, 4}), core::DType::kF32, 2.25f);
+  sd.tensors[state_key("wte.weight", "step")] = filled(core::Shape(), core::DType::kI64, 0);
+  sd.tensors[state_key("h.0.ln_1.weight", "exp_avg")] = filled(core::Shape({5}), core::DType::kF32, 0.5f);
+
+  StreamedOptimizerState streamed = *stream_held(sd, /*mine=*/true, core::Stream::cpu());
+  EXPECT_EQ(streamed.held.tensors.size(), 1u);  // the step count
+  EXPECT_EQ(streamed.streamed.size(), 3u);
+  absl::StatusOr<OptimizerStateDict> back = collect_streamed(std::move(streamed), /*hold=*/true);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->meta, sd.meta);
+  ASSERT_EQ(back->tensors.size(), sd.tensors.size());
+  for (const auto& [key, t] : sd.tensors) {
+    auto it = back->tensors.find(key);
+    ASSERT_NE(it, back->tensors.end()) << key;
+    EXPECT_EQ(it->second.shape(), t.shape()) << key;
+    ASSERT_EQ(it->second.nbytes(), t.nbytes()) << key;
+    EXPECT_EQ(std::memcmp(it->second.raw_data(), t.raw_data(), t.nbytes()), 0) << key;
+  }
+
+  StreamedOptimizerState other = *stream_held(sd, /*mine=*/false, core::Stream::cpu());
+  EXPECT_TRUE(other.held.tensors.empty());
+  EXPECT_TRUE(other.streamed.empty());
+  int pieces = 0;
+  ASSERT_TRUE(other.write([&](size_t, int64_t, const core::Tensor&) { ++pieces; }).ok());
+  EXPECT_EQ(pieces, 0);
 }
 
 }  // namespace

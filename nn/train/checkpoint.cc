@@ -1,6 +1,7 @@
 #include "nn/train/checkpoint.h"
 
 #include <functional>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -78,8 +79,20 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
     files.model = HuggingFaceTensors(*save.architecture, *save.model);
     if (!save.model->parameters().empty()) dtype = save.model->parameters().back().value.dtype();
   } else {
-    for (const ParameterEntry& e : save.architecture->table().entries()) {
-      files.streamed_model.tensors.push_back({e.name, e.dtype, save.architecture->hugging_face_shape(e)});
+    // The whole model's table (the architecture may be one rank's split of it).
+    absl::StatusOr<std::unique_ptr<CausalLM>> redeclared =
+        save.architecture->redeclare(save.architecture->dtype(), ModelSplit{});
+    if (!redeclared.ok()) {
+      // Streamed writers run exactly once, failed saves too: the other
+      // ranks' gathers wait for this rank's part.
+      const StatePieceFn drop = [](size_t, int64_t, const core::Tensor&) {};
+      save.write_model(drop).IgnoreError();
+      if (save.streamed_optimizer != nullptr) save.streamed_optimizer->write(drop).IgnoreError();
+      return redeclared.status();
+    }
+    const std::unique_ptr<CausalLM> whole = *std::move(redeclared);
+    for (const ParameterEntry& e : whole->table().entries()) {
+      files.streamed_model.tensors.push_back({e.name, e.dtype, whole->hugging_face_shape(e)});
     }
     files.streamed_model.write = to_sink(save.write_model, files.streamed_model.tensors);
   }

@@ -67,9 +67,10 @@ struct CheckpointToSave {
   const CausalLM* architecture = nullptr;
   const ParameterStore* model = nullptr;          // materialized; or, instead:
   // The values streamed (a plugin's gather, one chunk at a time): calls its
-  // argument with every element of every parameter, by index in the
-  // architecture's table (nn/optim/state_dict.h's StatePieceFn; called
-  // exactly once per save, as io::StreamedTensors says).
+  // argument with every element of every parameter, by index in the whole
+  // model's table (the architecture's, or the whole model's where the
+  // architecture is one rank's split of it; nn/optim/state_dict.h's
+  // StatePieceFn; called exactly once per save, as io::StreamedTensors says).
   std::function<absl::Status(const StatePieceFn&)> write_model;
   const OptimizerStateDict* optimizer = nullptr;               // optional
   const StreamedOptimizerState* streamed_optimizer = nullptr;  // or this

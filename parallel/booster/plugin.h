@@ -184,8 +184,9 @@ class Plugin {
   // true, and saves call the two functions below instead of
   // model_state_dict / optimizer_state_dict.
   virtual bool streams_state() const { return false; }
-  // Calls `piece` on `to_rank` with every element of every parameter of
-  // `store`'s table (by table index), in one process's layout, on the host.
+  // Calls `piece` on `to_rank` with every element of every parameter of the
+  // whole model (by index in its table: `store`'s, unless the plugin splits
+  // the model: hybrid_parallel), in one process's layout, on the host.
   // A collective: every rank calls it; on other ranks `piece` is not called.
   [[nodiscard]] virtual absl::Status stream_model_state(const nn::ParameterStore& store, int to_rank,
                                                         const nn::StatePieceFn& piece) {

@@ -17,6 +17,7 @@
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
 #include "parallel/gemini/gemini_test_util.h"
+#include "parallel/hybrid/hybrid_test_util.h"
 #include "parallel/zero/low_level_zero_plugin.h"
 #include "parallel/zero/zero_test_util.h"
 
@@ -205,6 +206,54 @@ TEST(RunCheckpoint, LowLevelZeroStreamsAndResumesFromMappedFiles) {
     EXPECT_EQ(floats_of(model->store().flat_values(core::DType::kF32)), weights);
     testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
   });
+}
+
+// hybrid_parallel streams too (each tensor gathered over tp and sent on from
+// its pipeline stage): at tp2 x pp2 x dp2 under ZeRO-1 (GPT-2, whose tied
+// head both end stages hold) and at tp2 x pp2 under ddp (Llama), its files
+// hold its state dicts, and a resume from them (the model read as views of
+// the files) restores them on every rank.
+TEST(RunCheckpoint, HybridStreamsEveryStageAndResumes) {
+  for (const testing::HybridCase& c : {testing::HybridCase{testing::Family::kGpt2, 8, 2, 1, 2},
+                                       testing::HybridCase{testing::Family::kLlama, 4, 2, 0, 2}}) {
+    SCOPED_TRACE(testing::case_name(c));
+    const std::string root = TestDir(testing::case_name(c));
+    testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      testing::BoostedCase b = testing::boost_case(pg, c);
+      ASSERT_NE(b.model, nullptr);
+      Booster& booster = *b.booster;
+      ASSERT_TRUE(booster.streams_state());
+      ASSERT_TRUE(testing::train_case(*ctx, booster, *b.model, c, 0, 3, nullptr));
+      const RunParts run = boosted_parts(*b.model, *b.adam, booster, *pg, *ctx);
+      absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
+      ASSERT_TRUE(dir.ok()) << dir.status();
+      const nn::ParameterStore weights = *booster.model_state_dict(-1, core::Stream::cpu());
+      const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
+
+      // The files, read back into one process's layout, are the state dicts.
+      auto whole = testing::declare_case_model(c);
+      ASSERT_TRUE(whole->store().allocate(core::Stream::cpu()).ok());
+      ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, *whole, whole->store()).ok());
+      EXPECT_EQ(floats_of(whole->store().flat_values(core::DType::kF32)),
+                floats_of(weights.flat_values(core::DType::kF32)));
+      absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(*dir);
+      ASSERT_TRUE(files.ok()) << files.status();
+      EXPECT_EQ(files->meta, state.meta);
+      testing::expect_same_tensors(*files, state);
+
+      // Train on (diverge), then resume from the files on every rank.
+      ASSERT_TRUE(testing::train_case(*ctx, booster, *b.model, c, 3, 1, nullptr));
+      ASSERT_NE(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
+                floats_of(weights.flat_values(core::DType::kF32)));
+      absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
+      ASSERT_TRUE(step.ok()) << step.status();
+      EXPECT_EQ(*step, 3);
+      EXPECT_EQ(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
+                floats_of(weights.flat_values(core::DType::kF32)));
+      testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
+    });
+  }
 }
 
 TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {

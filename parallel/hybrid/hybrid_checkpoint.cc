@@ -100,16 +100,46 @@ absl::StatusOr<core::Tensor> HybridParallelPlugin::State::piece_of(nn::Parameter
 // to, when it is a split one and the tensor has the parameter's `shape`
 // (a piece: want_whole false) or its whole shape (true).
 const nn::ParameterEntry* HybridParallelPlugin::State::split_entry_of(const std::string& key,
-                                                                      const core::Tensor& t,
+                                                                      const core::Shape& shape,
                                                                       bool want_whole) const {
+  if (absl::EndsWith(key, ".step")) return nullptr;  // held whole by every tp rank
   const nn::ParameterEntry* e = store.table().find(nn::param_of_state_key(key));
   if (e == nullptr || !e->split.active()) return nullptr;
-  return t.shape() == (want_whole ? e->global_shape : e->shape) ? e : nullptr;
+  return shape == (want_whole ? e->global_shape : e->shape) ? e : nullptr;
+}
+
+absl::StatusOr<nn::ParameterTable> HybridParallelPlugin::State::whole_model_table() const {
+  if (pipeline.stages == 1) return nn::whole_table(store.table());
+  if (whole == nullptr) return absl::FailedPreconditionError("hybrid_parallel: checkpoint before boost");
+  return whole->table();
+}
+
+absl::StatusOr<nn::ParameterTable> HybridParallelPlugin::State::stage_table(int stage) const {
+  if (whole == nullptr) return absl::FailedPreconditionError("hybrid_parallel: checkpoint before boost");
+  COLOSSAL_ASSIGN_OR_RETURN(nn::PipelineStage st,
+                            nn::pipeline_stage(whole->num_layers(), pipeline.stages, stage,
+                                               pipeline.chunks, options.layers_per_stage));
+  COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> names,
+                            whole->redeclare(whole->dtype(), nn::ModelSplit{{}, st}));
+  return names->table();
 }
 
 absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
     const nn::ParameterStore& store, int to_rank, const core::Stream& stream) {
   State& s = *state_;
+  if (to_rank == 0) {
+    // A save's: the stream rank 0 writes, collected.
+    COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable whole, s.whole_model_table());
+    nn::ParameterStore out = nn::ParameterStore::declare(whole);  // no memory but on rank 0
+    if (s.world->rank() == 0) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
+    absl::Status copied;
+    COLOSSAL_RETURN_IF_ERROR(stream_model_state(store, 0, [&](size_t i, int64_t, const core::Tensor& t) {
+      absl::StatusOr<core::Tensor> dst = out.parameters()[i].value.reshape({t.numel()});
+      if (copied.ok()) copied = dst.ok() ? dst->copy_from(t, core::Stream::cpu()) : dst.status();
+    }));
+    COLOSSAL_RETURN_IF_ERROR(copied);
+    return out;
+  }
   // The inner plugin may still be gathering the last step's weights (ZeRO's overlap_allgather).
   COLOSSAL_RETURN_IF_ERROR(s.inner->sync_weights());
   s.stream = stream;
@@ -154,14 +184,10 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
   }
   for (int stage = 1; stage < s.pipeline.stages; ++stage) {
     if (!gatherer && s.pipeline.stage != stage) continue;
-    COLOSSAL_ASSIGN_OR_RETURN(nn::PipelineStage st,
-                              nn::pipeline_stage(s.whole->num_layers(), s.pipeline.stages, stage,
-                                                 s.pipeline.chunks, s.options.layers_per_stage));
-    COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<nn::CausalLM> names,
-                              s.whole->redeclare(s.whole->dtype(), nn::ModelSplit{{}, st}));
+    COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable names, s.stage_table(stage));
     const std::vector<std::string> tied = s.whole->tied_parameters();
-    for (size_t i = 0; i < names->table().size(); ++i) {
-      const std::string& name = names->table().entries()[i].name;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string& name = names.entries()[i].name;
       if (std::find(tied.begin(), tied.end(), name) != tied.end()) continue;  // stage 0's copy
       if (gatherer) {
         COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, slot(name));
@@ -202,20 +228,14 @@ absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& sto
 absl::StatusOr<nn::OptimizerStateDict> HybridParallelPlugin::optimizer_state_dict(
     const nn::Optimizer& optimizer, int to_rank) {
   State& s = *state_;
-  // A save (to_rank 0): only the data-parallel copy world rank 0 belongs to
-  // (inner rank 0 of each dp group; its tp and pipeline groups are all such
-  // ranks) gathers over tp and the stages; the others take part in the inner
-  // plugin's gather alone and never hold their stage's whole state.
-  const bool saving = to_rank == 0;
-  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd,
-                            s.inner->optimizer_state_dict(optimizer, saving ? 0 : -1));
-  if (saving && s.inner->dp_rank() != 0) {
-    sd.tensors.clear();
-    return sd;
+  if (to_rank == 0) {  // a save's: the stream rank 0 writes, collected
+    COLOSSAL_ASSIGN_OR_RETURN(nn::StreamedOptimizerState streamed, stream_optimizer_state(optimizer, 0));
+    return nn::collect_streamed(std::move(streamed), s.world->rank() == 0);
   }
+  COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict sd, s.inner->optimizer_state_dict(optimizer, -1));
   for (auto& [key, tensor] : sd.tensors) {
-    const nn::ParameterEntry* e = s.split_entry_of(key, tensor, /*want_whole=*/false);
-    if (e == nullptr || absl::EndsWith(key, ".step")) {
+    const nn::ParameterEntry* e = s.split_entry_of(key, tensor.shape(), /*want_whole=*/false);
+    if (e == nullptr) {
       // A state every tp rank holds whole: on the host, as the default gives it.
       continue;
     }
@@ -248,8 +268,8 @@ absl::Status HybridParallelPlugin::load_optimizer_state_dict(nn::Optimizer& opti
   // This stage's parameters only (all of them without pipelines).
   nn::OptimizerStateDict local = stage_part(state, s.store.table());
   for (auto& [key, tensor] : local.tensors) {
-    const nn::ParameterEntry* e = s.split_entry_of(key, tensor, /*want_whole=*/true);
-    if (e == nullptr || absl::EndsWith(key, ".step")) continue;
+    const nn::ParameterEntry* e = s.split_entry_of(key, tensor.shape(), /*want_whole=*/true);
+    if (e == nullptr) continue;
     core::Tensor host = tensor;
     if (tensor.device().is_cuda()) {
       COLOSSAL_ASSIGN_OR_RETURN(host, tensor.to(core::Device::cpu(), s.stream));

@@ -131,6 +131,18 @@ class HybridParallelPlugin : public Plugin {
                                                               int to_rank) override;
   absl::Status load_optimizer_state_dict(nn::Optimizer& optimizer,
                                          const nn::OptimizerStateDict& state) override;
+  // Saves stream (to rank 0 only; InvalidArgument for another to_rank): each
+  // tensor is gathered whole over tp by the data-parallel copy rank 0
+  // belongs to and sent on from its stage, so no rank holds more than a few
+  // whole tensors beyond the inner plugin's own gathers. Pieces are indexed
+  // by the whole model's table (and the whole state's list). A save's
+  // model_state_dict / optimizer_state_dict (to_rank 0) collect the same
+  // streams.
+  bool streams_state() const override { return true; }
+  absl::Status stream_model_state(const nn::ParameterStore& store, int to_rank,
+                                  const nn::StatePieceFn& piece) override;
+  absl::StatusOr<nn::StreamedOptimizerState> stream_optimizer_state(const nn::Optimizer& optimizer,
+                                                                    int to_rank) override;
 
   struct State;
 

@@ -65,8 +65,24 @@ struct HybridParallelPlugin::State {
   // The parameter an optimizer state key ("state.<param>.<state>") belongs
   // to, when it is a split one and the tensor has the parameter's `shape`
   // (a piece: want_whole false) or its whole shape (true).
-  const nn::ParameterEntry* split_entry_of(const std::string& key, const core::Tensor& t,
+  const nn::ParameterEntry* split_entry_of(const std::string& key, const core::Shape& shape,
                                            bool want_whole) const;
+  // The parameter table of pipeline stage `stage`, in its order (after boost).
+  absl::StatusOr<nn::ParameterTable> stage_table(int stage) const;
+  // The whole model's table, one process's: every stage's parameters, whole
+  // over tp (with pipelines, after boost).
+  absl::StatusOr<nn::ParameterTable> whole_model_table() const;
+
+  // Streamed saves (hybrid_stream.cc). The data-parallel copy world rank 0
+  // belongs to writes them (inner rank 0 of each dp group): its tp ranks
+  // gather each tensor whole, and its tp rank 0 of every later stage sends
+  // it to rank 0.
+  bool in_saving_copy() const { return inner->dp_rank() == 0; }
+  // Parameters this stage leaves to stage 0 in a save: the tied weight.
+  std::vector<std::string> left_to_stage_0() const {
+    if (pipeline.stage == 0 || whole == nullptr) return {};
+    return whole->tied_parameters();
+  }
 };
 
 }  // namespace colossal::parallel

@@ -1,5 +1,6 @@
 #include "parallel/hybrid/hybrid_test_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -115,17 +116,8 @@ BoostedCase boost_case(std::shared_ptr<comm::ProcessGroup> world, const HybridCa
   return out;
 }
 
-RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
-                        int first_step,
-                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost) {
-  RankRun out;
-  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  BoostedCase boosted = boost_case(world, c);
-  if (boosted.model == nullptr) return out;
-  nn::CausalLM* model = boosted.model.get();
-  Booster& booster = *boosted.booster;
-  nn::Adam* optimizer = boosted.adam.get();
-  if (after_boost) after_boost(booster, *optimizer);
+bool train_case(core::Context& ctx, Booster& booster, nn::CausalLM& model, const HybridCase& c,
+                int first_step, int steps, EquivalenceRun* out) {
   const int data_rank = booster.plugin().dp_rank();
   for (int step = first_step; step < first_step + steps; ++step) {
     EXPECT_TRUE(booster.zero_grad().ok());
@@ -133,29 +125,59 @@ RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridC
     if (c.pp > 1) {
       std::vector<nn::MicroBatch> mbs;
       for (int i = 0; i < c.micro; ++i) mbs.push_back(micro_batch(step, data_rank, i));
-      auto r = execute_pipeline(*ctx, booster, *model, mbs);
+      auto r = execute_pipeline(ctx, booster, model, mbs);
       EXPECT_TRUE(r.ok()) << r.status();
-      if (!r.ok()) return out;
+      if (!r.ok()) return false;
       sum = r->loss * c.micro;
     }
     for (int i = 0; i < c.micro && c.pp == 1; ++i) {
       std::optional<Booster::NoSync> no_sync;
       if (c.zero_stage < 2 && i + 1 < c.micro) no_sync.emplace(booster.no_sync());
-      sum += booster_micro_step(*ctx, booster, *model, micro_batch(step, data_rank, i),
-                                1.0f / c.micro);
+      sum += booster_micro_step(ctx, booster, model, micro_batch(step, data_rank, i), 1.0f / c.micro);
     }
     auto r = booster.step({.max_norm = kMaxNorm});
     EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return out;
-    out.run.loss.push_back(static_cast<float>(sum / c.micro));
-    out.run.clipped.push_back(r->clip_coef < 1.0f);
-    out.run.grad_norm.push_back(r->grad_norm);
+    if (!r.ok()) return false;
+    if (out == nullptr) continue;
+    out->loss.push_back(static_cast<float>(sum / c.micro));
+    out->clipped.push_back(r->clip_coef < 1.0f);
+    out->grad_norm.push_back(r->grad_norm);
   }
+  return true;
+}
+
+RankRun hybrid_rank_run(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c, int steps,
+                        int first_step,
+                        const std::function<void(Booster&, nn::Optimizer&)>& after_boost) {
+  RankRun out;
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  BoostedCase boosted = boost_case(world, c);
+  if (boosted.model == nullptr) return out;
+  Booster& booster = *boosted.booster;
+  if (after_boost) after_boost(booster, *boosted.adam);
+  if (!train_case(*ctx, booster, *boosted.model, c, first_step, steps, &out.run)) return out;
   auto whole = booster.model_state_dict(/*to_rank=*/-1, Stream::cpu());
   EXPECT_TRUE(whole.ok()) << whole.status();
   if (!whole.ok()) return out;
   out.whole = *whole;
   out.run.weights = floats_of(whole->flat_values(DType::kF32));
+  // A save's model (to_rank 0, streamed): the same values on rank 0, no memory elsewhere.
+  auto saved_model = booster.model_state_dict(/*to_rank=*/0, Stream::cpu());
+  EXPECT_TRUE(saved_model.ok()) << saved_model.status();
+  if (saved_model.ok()) {
+    EXPECT_EQ(saved_model->materialized(), world->rank() == 0) << "rank " << world->rank();
+    if (world->rank() == 0) {
+      EXPECT_EQ(saved_model->table().size(), whole->table().size());
+      for (size_t i = 0; i < std::min(whole->table().size(), saved_model->table().size()); ++i) {
+        EXPECT_EQ(saved_model->table().entries()[i].name, whole->table().entries()[i].name);
+      }
+      for (core::DType dt : whole->table().dtypes()) {
+        const core::Tensor a = whole->flat_values(dt), b = saved_model->flat_values(dt);
+        EXPECT_TRUE(a.nbytes() == b.nbytes() && std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0)
+            << "the save's model differs from the whole one";
+      }
+    }
+  }
   auto sd = booster.optimizer_state_dict(/*to_rank=*/-1);
   EXPECT_TRUE(sd.ok()) << sd.status();
   if (!sd.ok()) return out;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/process_group/process_group.h"
+#include "core/context/context.h"
 #include "nn/models/causal_lm/causal_lm.h"
 #include "nn/optim/adam.h"
 #include "nn/optim/state_dict.h"
@@ -73,6 +74,13 @@ struct BoostedCase {
   std::unique_ptr<Booster> booster;
 };
 BoostedCase boost_case(std::shared_ptr<comm::ProcessGroup> world, const HybridCase& c);
+
+// Steps [first_step, first_step + steps) of case `c` on a boosted rank (its
+// data-parallel rank's micro-batches; 1F1B with pipelines), each step's
+// loss, clipping and norm appended to `out` (may be null). GTest failures
+// and false on errors.
+bool train_case(core::Context& ctx, Booster& booster, nn::CausalLM& model, const HybridCase& c,
+                int first_step, int steps, EquivalenceRun* out);
 
 struct RankRun {
   EquivalenceRun run;

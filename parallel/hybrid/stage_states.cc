@@ -16,14 +16,9 @@ bool contains(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2P& p2p) {
-  nlohmann::json manifest;
-  manifest["meta"] = nn::optimizer_meta_to_json(sd.meta);
-  manifest["tensors"] = nlohmann::json::array();
-  for (const auto& [key, t] : sd.tensors) {
-    manifest["tensors"].push_back({key, core::dtype_name(t.dtype()), t.shape().dims()});
-  }
-  const std::string text = manifest.dump();
+// A JSON text to / from stage `peer`: its length, then its bytes.
+absl::Status send_json(const nlohmann::json& j, int peer, const HostP2P& p2p) {
+  const std::string text = j.dump();
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n,
                             core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
   n.data<int64_t>()[0] = static_cast<int64_t>(text.size());
@@ -32,12 +27,10 @@ absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2
       core::Tensor bytes, core::Tensor::empty({static_cast<int64_t>(text.size())}, core::DType::kU8,
                                               core::Stream::cpu()));
   std::memcpy(bytes.raw_data(), text.data(), text.size());
-  COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, true));
-  for (const auto& [key, t] : sd.tensors) COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, true));
-  return absl::OkStatus();
+  return p2p(bytes, peer, true);
 }
 
-absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) {
+absl::StatusOr<nlohmann::json> recv_json(int peer, const HostP2P& p2p) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor n,
                             core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(p2p(n, peer, false));
@@ -46,21 +39,67 @@ absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) 
       core::Tensor::empty({n.data<int64_t>()[0]}, core::DType::kU8, core::Stream::cpu()));
   COLOSSAL_RETURN_IF_ERROR(p2p(bytes, peer, false));
   const std::string text(static_cast<const char*>(bytes.raw_data()), bytes.numel());
-  const nlohmann::json manifest = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (manifest.is_discarded() || !manifest.contains("meta") || !manifest.contains("tensors")) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::DataLossError(absl::StrCat("pipeline stage ", peer, " sent a bad state manifest"));
+  }
+  return j;
+}
+
+// [key, dtype, shape] of each tensor.
+nlohmann::json decl_list(const std::vector<nn::StateTensorDecl>& decls) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const nn::StateTensorDecl& d : decls) {
+    out.push_back({d.key, core::dtype_name(d.dtype), d.shape.dims()});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<nn::StateTensorDecl>> decls_of(const nlohmann::json& list, int peer) {
+  std::vector<nn::StateTensorDecl> out;
+  const auto bad = [peer] {
+    return absl::DataLossError(absl::StrCat("pipeline stage ", peer, " sent a bad state manifest"));
+  };
+  if (!list.is_array()) return bad();
+  for (const nlohmann::json& e : list) {
+    if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !e[1].is_string() || !e[2].is_array()) {
+      return bad();
+    }
+    nn::StateTensorDecl d;
+    d.key = e[0].get<std::string>();
+    COLOSSAL_ASSIGN_OR_RETURN(d.dtype, core::parse_dtype(e[1].get<std::string>()));
+    COLOSSAL_ASSIGN_OR_RETURN(d.shape, core::Shape::make(e[2].get<std::vector<int64_t>>()));
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+absl::Status send_state(const nn::OptimizerStateDict& sd, int peer, const HostP2P& p2p) {
+  nlohmann::json manifest;
+  manifest["meta"] = nn::optimizer_meta_to_json(sd.meta);
+  std::vector<nn::StateTensorDecl> decls;
+  for (const auto& [key, t] : sd.tensors) decls.push_back({key, t.dtype(), t.shape()});
+  manifest["tensors"] = decl_list(decls);
+  COLOSSAL_RETURN_IF_ERROR(send_json(manifest, peer, p2p));
+  for (const auto& [key, t] : sd.tensors) COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, true));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<nn::OptimizerStateDict> recv_state(int peer, const HostP2P& p2p) {
+  COLOSSAL_ASSIGN_OR_RETURN(const nlohmann::json manifest, recv_json(peer, p2p));
+  if (!manifest.contains("meta") || !manifest["meta"].is_string() || !manifest.contains("tensors")) {
     return absl::DataLossError(absl::StrCat("pipeline stage ", peer, " sent a bad state manifest"));
   }
   nn::OptimizerStateDict sd;
   COLOSSAL_ASSIGN_OR_RETURN(sd.meta,
                             nn::optimizer_meta_from_json(manifest["meta"].get<std::string>()));
-  for (const nlohmann::json& e : manifest["tensors"]) {
-    COLOSSAL_ASSIGN_OR_RETURN(core::DType dtype, core::parse_dtype(e[1].get<std::string>()));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape,
-                              core::Shape::make(e[2].get<std::vector<int64_t>>()));
+  COLOSSAL_ASSIGN_OR_RETURN(const std::vector<nn::StateTensorDecl> decls,
+                            decls_of(manifest["tensors"], peer));
+  for (const nn::StateTensorDecl& d : decls) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                              core::Tensor::empty(shape, dtype, core::Stream::cpu()));
+                              core::Tensor::empty(d.shape, d.dtype, core::Stream::cpu()));
     COLOSSAL_RETURN_IF_ERROR(p2p(t, peer, false));
-    sd.tensors.emplace(e[0].get<std::string>(), std::move(t));
+    sd.tensors.emplace(d.key, std::move(t));
   }
   return sd;
 }
@@ -117,6 +156,21 @@ nn::OptimizerStateDict stage_part(const nn::OptimizerStateDict& whole,
     if (local.find(nn::param_of_state_key(key)) != nullptr) part.tensors.emplace(key, t);
   }
   return part;
+}
+
+absl::StatusOr<std::vector<std::vector<nn::StateTensorDecl>>> gather_stage_decls(
+    std::vector<nn::StateTensorDecl> mine, int stage, int stages, const HostP2P& p2p) {
+  if (stage != 0) {
+    COLOSSAL_RETURN_IF_ERROR(send_json(decl_list(mine), 0, p2p));
+    return std::vector<std::vector<nn::StateTensorDecl>>{std::move(mine)};
+  }
+  std::vector<std::vector<nn::StateTensorDecl>> out = {std::move(mine)};
+  for (int s = 1; s < stages; ++s) {
+    COLOSSAL_ASSIGN_OR_RETURN(const nlohmann::json list, recv_json(s, p2p));
+    COLOSSAL_ASSIGN_OR_RETURN(std::vector<nn::StateTensorDecl> theirs, decls_of(list, s));
+    out.push_back(std::move(theirs));
+  }
+  return out;
 }
 
 }  // namespace colossal::parallel

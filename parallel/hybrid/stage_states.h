@@ -5,8 +5,9 @@
 // point-to-point messages (a JSON manifest of keys, dtypes and shapes, then
 // the tensors), where the groups' parameter lists are joined in stage order
 // (a tied weight's state from stage 0 only), as one process's optimizer
-// would list them. stage_part cuts the part of a whole state dict that a
-// stage's table holds.
+// would list them. gather_stage_decls does the same for the declarations of
+// a streamed state (nn::StreamedOptimizerState). stage_part cuts the part of
+// a whole state dict that a stage's table holds.
 #ifndef COLOSSAL_PARALLEL_HYBRID_STAGE_STATES_H_
 #define COLOSSAL_PARALLEL_HYBRID_STAGE_STATES_H_
 
@@ -31,6 +32,11 @@ absl::StatusOr<nn::OptimizerStateDict> gather_stage_states(nn::OptimizerStateDic
                                                            int stages,
                                                            const std::vector<std::string>& tied,
                                                            bool to_all, const HostP2P& p2p);
+
+// The declarations of each stage's streamed state tensors, on stage 0 (one
+// list per stage, in stage order); the other stages get theirs back alone.
+absl::StatusOr<std::vector<std::vector<nn::StateTensorDecl>>> gather_stage_decls(
+    std::vector<nn::StateTensorDecl> mine, int stage, int stages, const HostP2P& p2p);
 
 // The entries of `whole` for the parameters `local` holds (keys, and group
 // lists in `local`'s order, as an optimizer over that table lists them).
