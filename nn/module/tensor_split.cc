@@ -1,6 +1,7 @@
 #include "nn/module/tensor_split.h"
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/dtype/dtype.h"
@@ -59,6 +60,21 @@ absl::Status copy_piece_from_whole(const ParameterEntry& entry, const core::Tens
 absl::Status copy_piece_into_whole(const ParameterEntry& entry, const core::Tensor& piece,
                                    const core::Tensor& whole) {
   return copy_runs(entry, piece, whole, /*into=*/true);
+}
+
+absl::StatusOr<core::Tensor> piece_of_whole(const ParameterEntry& entry, const core::Tensor& whole) {
+  const std::vector<SplitRun> runs = split_runs(entry);
+  if (runs.size() == 1 && runs[0].count == entry.numel() && whole.defined() &&
+      whole.numel() == entry.global_shape.numel() && whole.dtype() == entry.dtype &&
+      !whole.device().is_cuda()) {
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, whole.reshape({whole.numel()}));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor run, flat.slice(runs[0].global, runs[0].global + runs[0].count));
+    return run.reshape(entry.shape.dims());
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor piece,
+                            core::Tensor::empty(entry.shape, entry.dtype, core::Stream::cpu()));
+  COLOSSAL_RETURN_IF_ERROR(copy_piece_from_whole(entry, whole, piece));
+  return piece;
 }
 
 ParameterEntry entry_of_part(const ParameterEntry& entry, int index) {

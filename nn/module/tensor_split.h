@@ -32,6 +32,12 @@ absl::Status copy_piece_from_whole(const ParameterEntry& entry, const core::Tens
 absl::Status copy_piece_into_whole(const ParameterEntry& entry, const core::Tensor& piece,
                                    const core::Tensor& whole);
 
+// `entry`'s piece of `whole` (a host tensor of entry.global_shape; its
+// dtype is the piece's): a view of `whole` where the piece is one contiguous
+// run of it (a split of the first dimension, e.g. a column-parallel weight),
+// else a new host tensor it is copied into. Errors as copy_piece_from_whole.
+absl::StatusOr<core::Tensor> piece_of_whole(const ParameterEntry& entry, const core::Tensor& whole);
+
 // `entry` as tensor-parallel rank `index` of the same split holds it.
 ParameterEntry entry_of_part(const ParameterEntry& entry, int index);
 

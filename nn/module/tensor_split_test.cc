@@ -100,6 +100,31 @@ TEST(TensorSplitTest, FusedBlocksSplitEachBlock) {
   EXPECT_EQ(runs[3].local, 6);
 }
 
+// piece_of_whole: a view of the whole tensor for a piece that is one run of
+// it (col: rows split), a copy otherwise (qkv, row: columns split); both
+// hold what copy_piece_from_whole copies.
+TEST(TensorSplitTest, PieceOfWholeViewsContiguousPiecesAndCopiesTheRest) {
+  ParameterStore whole = *ParameterStore::create(table(1, 0), Stream::cpu());
+  ASSERT_TRUE(whole.initialize(/*seed=*/3).ok());
+  const ParameterTable pieces = table(2, 1);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const ParameterEntry& e = pieces.entries()[i];
+    const core::Tensor& w = whole.parameters()[i].value;
+    absl::StatusOr<core::Tensor> piece = piece_of_whole(e, w);
+    ASSERT_TRUE(piece.ok()) << piece.status();
+    EXPECT_EQ(piece->shape(), e.shape) << e.name;
+    core::Tensor expect = *core::Tensor::empty(e.shape, DType::kF32, Stream::cpu());
+    ASSERT_TRUE(copy_piece_from_whole(e, w, expect).ok());
+    EXPECT_EQ(values_of(*piece), values_of(expect)) << e.name;
+    const char* at = static_cast<const char*>(piece->raw_data());
+    const char* base = static_cast<const char*>(w.raw_data());
+    const bool view = at >= base && at < base + w.nbytes();
+    EXPECT_EQ(view, e.name == "col" || e.name == "bias") << e.name;
+  }
+  core::Tensor small = *core::Tensor::empty({3}, DType::kF32, Stream::cpu());
+  EXPECT_EQ(piece_of_whole(pieces.entries()[1], small).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TensorSplitTest, SplitsThatDoNotDivideAreRefused) {
   ParameterTable t;
   const absl::Status s = t.add("w", {6, 10}, DType::kF32, InitRule::zeros(), {1, 3, 2, 0});

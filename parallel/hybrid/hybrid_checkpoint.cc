@@ -90,10 +90,7 @@ absl::Status HybridParallelPlugin::State::broadcast_host(core::Tensor& t, int ro
 absl::StatusOr<core::Tensor> HybridParallelPlugin::State::piece_of(nn::ParameterEntry entry,
                                                                    const core::Tensor& whole) {
   entry.dtype = whole.dtype();
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor piece,
-                            core::Tensor::empty(entry.shape, entry.dtype, core::Stream::cpu()));
-  COLOSSAL_RETURN_IF_ERROR(nn::copy_piece_from_whole(entry, whole, piece));
-  return piece;
+  return nn::piece_of_whole(entry, whole);  // a view where the piece is contiguous
 }
 
 // The parameter an optimizer state key ("state.<param>.<state>") belongs

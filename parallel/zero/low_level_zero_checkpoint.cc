@@ -1,9 +1,11 @@
 #include "parallel/zero/low_level_zero_checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
@@ -101,6 +103,9 @@ class StateLayout {
 // to world * K * 4 bytes * this (96 MiB per rank for a 16-bit model) however
 // large the model.
 constexpr int64_t kGatherChunk = int64_t{8} << 20;
+// Masters widened to float32 per piece of this many elements when loading
+// (32 MiB of staging, whatever the parameter's size).
+constexpr int64_t kMasterPiece = int64_t{8} << 20;
 
 }  // namespace
 
@@ -229,19 +234,40 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       }
     }
   }
+  const core::Stream& stream = optimizer.stream();
+  // Alignment gaps and non-optimizer parameters stay 0.
   if (into == nullptr) {
     out.exp_avg.resize(n);
     out.exp_avg_sq.resize(n);
     if (with_master) out.master.resize(n);
+  } else if (n > 0) {
+    std::vector<const core::Tensor*> targets = {&into->exp_avg, &into->exp_avg_sq};
+    if (with_master) targets.push_back(&into->master);
+    for (const core::Tensor* t : targets) {
+      if (!t->defined() || t->dtype() != core::DType::kF32 || t->numel() < n) {
+        return absl::InternalError(absl::StrCat("low_level_zero: a load target is ", t->to_string()));
+      }
+    }
+    for (const core::Tensor* t : targets) {
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor slice, t->slice(0, n));
+      COLOSSAL_RETURN_IF_ERROR(slice.set_zero(t->device().is_cuda() ? stream : core::Stream::cpu()));
+    }
   }
-  float* const exp_avg = into != nullptr ? into->exp_avg : out.exp_avg.data();
-  float* const exp_avg_sq = into != nullptr ? into->exp_avg_sq : out.exp_avg_sq.data();
-  float* const master = into != nullptr ? into->master : out.master.data();
-  // Alignment gaps and non-optimizer parameters stay 0.
-  std::fill(exp_avg, exp_avg + n, 0.0f);
-  std::fill(exp_avg_sq, exp_avg_sq + n, 0.0f);
-  if (with_master) std::fill(master, master + n, 0.0f);
-  const core::Stream& stream = optimizer.stream();
+  // Elements [at, at + piece.numel()) of the slice's part `part` (0
+  // exp_avg, 1 exp_avg_sq, 2 master) from `piece` (float32 on the host).
+  auto put = [&](int part, int64_t at, const core::Tensor& piece) -> absl::Status {
+    if (into == nullptr) {
+      std::vector<float>& v = part == 0 ? out.exp_avg : part == 1 ? out.exp_avg_sq : out.master;
+      std::memcpy(v.data() + at, piece.raw_data(), piece.nbytes());
+      return absl::OkStatus();
+    }
+    const core::Tensor& t = part == 0 ? into->exp_avg : part == 1 ? into->exp_avg_sq : into->master;
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, t.slice(at, at + piece.numel()));
+    if (!t.device().is_cuda()) return dst.copy_from(piece, core::Stream::cpu());
+    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(piece, stream));
+    stream.synchronize();  // `piece` may be a buffer freed or reused next
+    return absl::OkStatus();
+  };
   // A host copy of `t` (a dict tensor on the optimizer's device, or a model
   // copy), or `t` itself.
   auto on_host = [&](const core::Tensor& t) -> absl::StatusOr<core::Tensor> {
@@ -262,23 +288,31 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       const int64_t lo = std::max(e->offset, shard.begin);
       const int64_t hi = std::min(e->offset + e->numel(), shard.end);
       if (lo >= hi) continue;
-      for (auto [name, dst] : {std::pair{"exp_avg", exp_avg}, std::pair{"exp_avg_sq", exp_avg_sq}}) {
+      for (int part : {0, 1}) {
         // Adam-family states always hold both (check_state_dict: float32, the shape).
-        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                                  on_host(state.tensors.at(nn::state_key(p.name, name))));
-        const float* src = t.data<float>() + (lo - e->offset);
-        std::copy(src, src + (hi - lo), dst + (lo - shard.begin));
+        COLOSSAL_ASSIGN_OR_RETURN(
+            core::Tensor t,
+            on_host(state.tensors.at(nn::state_key(p.name, part == 0 ? "exp_avg" : "exp_avg_sq"))));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, t.reshape({t.numel()}));
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat.slice(lo - e->offset, hi - e->offset));
+        COLOSSAL_RETURN_IF_ERROR(put(part, lo - shard.begin, src));
       }
       if (!with_master) continue;
-      // The dict's master, else the 16-bit weight (both checked above).
+      // The dict's master, else the 16-bit weight (both checked above),
+      // widened a bounded piece at a time.
       const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, on_host(src_t));
-      const char* base = static_cast<const char*>(h.raw_data()) +
-                         (lo - e->offset) * static_cast<int64_t>(core::dtype_size(h.dtype()));
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::cast_cpu(master + (lo - shard.begin), base, hi - lo,
-                                         core::DType::kF32, h.dtype()),
-          absl::StrCat("low_level_zero: the master of ", p.name)));
+      const int64_t width = static_cast<int64_t>(core::dtype_size(h.dtype()));
+      for (int64_t at = lo; at < hi; at += kMasterPiece) {
+        const int64_t len = std::min(kMasterPiece, hi - at);
+        COLOSSAL_ASSIGN_OR_RETURN(core::Tensor wide,
+                                  core::Tensor::empty({len}, core::DType::kF32, core::Stream::cpu()));
+        const char* base = static_cast<const char*>(h.raw_data()) + (at - e->offset) * width;
+        COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+            kernels::elementwise::cast_cpu(wide.raw_data(), base, len, core::DType::kF32, h.dtype()),
+            absl::StrCat("low_level_zero: the master of ", p.name)));
+        COLOSSAL_RETURN_IF_ERROR(put(2, at - shard.begin, wide));
+      }
     }
   }
   // Now the optimizer's hyper-parameters and step counts, and the model

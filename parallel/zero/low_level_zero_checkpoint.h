@@ -94,15 +94,18 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 // float32 masters: a parameter's state.<name>.master when the dict has one,
 // else its 16-bit weight (the optimizer's model copy) widened.
 //
-// `into` (host memory of shard.end - shard.begin floats each; `master` only
-// with_master): the slice is written there (the plugin's pinned offloaded
-// shards, so a resume makes no second copy of this rank's state) and the
-// returned slice holds only the step count. Every check runs before it is
+// `into` (float32 tensors of at least shard.end - shard.begin elements;
+// `master` only with_master): the slice is written there and the returned
+// slice holds only the step count. Host tensors (the plugin's pinned
+// offloaded shards) are written in place; device tensors (its slices on the
+// GPU) a parameter's piece at a time on the optimizer's stream, straight
+// from the dict's memory (views of a checkpoint's mapping), so a resume
+// makes no host copy of this rank's state. Every check runs before any is
 // written.
 struct ZeroAdamTargets {
-  float* exp_avg = nullptr;
-  float* exp_avg_sq = nullptr;
-  float* master = nullptr;
+  core::Tensor exp_avg;
+  core::Tensor exp_avg_sq;
+  core::Tensor master;
 };
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
                                                    const nn::ParameterTable& table,

@@ -432,38 +432,24 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
     optimizer.release_state();  // only the slices stay (see the CUDA path below)
     return s.read_master();  // a .master in the dict was written into the weights
   }
-  // Every device tensor written on the step's stream (ordered after the
-  // previous step's work), from host copies that live until the stream is
-  // synchronised.
-  // Offloaded: straight into the pinned shards (no copy of the slice made
-  // first), once the last step's work no longer reads them.
-  std::optional<ZeroAdamTargets> pinned;
+  // Straight into the slices, without a host copy of them first: on the
+  // GPU on the step's stream (ordered after the previous step's work); the
+  // offloaded pinned shards once the last step's work no longer reads them.
+  ZeroAdamTargets targets;
   if (s.offload) {
     s.stream.synchronize();
-    pinned = ZeroAdamTargets{s.offload->exp_avg().data<float>(), s.offload->exp_avg_sq().data<float>(),
-                             s.sixteen_bit() ? s.offload->master().data<float>() : nullptr};
+    targets = {s.offload->exp_avg(), s.offload->exp_avg_sq(),
+               s.sixteen_bit() ? s.offload->master() : core::Tensor()};
+  } else {
+    targets = {s.d_exp_avg, s.d_exp_avg_sq, s.sixteen_bit() ? s.d_master : core::Tensor()};
   }
   COLOSSAL_ASSIGN_OR_RETURN(
       ZeroAdamSlice loaded,
-      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit(),
-                           pinned ? &*pinned : nullptr));
+      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit(), &targets));
   // (The optimizer's own state was never allocated for the load; release
   // any a caller made it allocate before, e.g. through state_dict().)
   s.stream.synchronize();
   optimizer.release_state();
-  const int64_t n = s.shard.end - s.shard.begin;
-  if (n > 0 && !s.offload) {
-    std::vector<std::pair<const std::vector<float>*, core::Tensor*>> uploads = {
-        {&loaded.exp_avg, &s.d_exp_avg}, {&loaded.exp_avg_sq, &s.d_exp_avg_sq}};
-    if (s.sixteen_bit()) uploads.emplace_back(&loaded.master, &s.d_master);
-    std::vector<core::Tensor> keep;
-    for (auto& [src, dst] : uploads) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, host_tensor(*src));
-      COLOSSAL_RETURN_IF_ERROR(dst->copy_from(h, s.stream));
-      keep.push_back(std::move(h));
-    }
-    s.stream.synchronize();
-  }
   s.adam.step = loaded.step;
   return s.read_master();  // float32: the weights (a .master was written into them)
 }
