@@ -208,16 +208,16 @@ absl::Status HybridParallelPlugin::load_model_state_dict(nn::ParameterStore& sto
                                                          const nn::ParameterStore& state,
                                                          const core::Stream& stream) {
   COLOSSAL_RETURN_IF_ERROR(state_->inner->sync_weights());  // no gather may write over the load
-  // Each parameter this rank holds (its stage's, its tp piece) by name.
+  // Each parameter this rank holds (its stage's, its tp piece) by name: a
+  // view of the state's tensor where the piece is contiguous in it.
   const nn::ParameterTable& table = store.table();
-  COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterStore local,
-                            nn::ParameterStore::create(table, core::Stream::cpu()));
+  nn::ParameterStore local = nn::ParameterStore::declare(table);
   for (size_t i = 0; i < table.size(); ++i) {
     const nn::ParameterEntry& e = table.entries()[i];
     absl::StatusOr<nn::Parameter> whole = state.find(e.name);
     if (!whole.ok()) return core::annotate(whole.status(), "hybrid_parallel: the state to load");
-    COLOSSAL_RETURN_IF_ERROR(
-        nn::copy_piece_from_whole(e, whole->value, local.parameters()[i].value));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor piece, nn::piece_of_whole(e, whole->value));
+    COLOSSAL_RETURN_IF_ERROR(local.set_views(i, std::move(piece), core::Tensor()));
   }
   return state_->inner->load_model_state_dict(store, local, stream);
 }
