@@ -7,12 +7,16 @@
 // ranks of each stage gather each tensor whole, in the same order (their
 // pieces have equal shapes, so their inner streams run alike); tp rank 0 of
 // stage 0 is rank 0, which writes its stage's tensors as they come, and tp
-// rank 0 of every later stage sends each of its tensors to rank 0, which
-// takes them stage after stage once its own are written.
+// rank 0 of every later stage sends each of its tensors to rank 0. Rank 0
+// takes one tensor from each later stage after each of its own, then the
+// rest in turns, so no stage waits for whole stages to be written (a
+// collective's timeout bounds every wait).
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +66,35 @@ absl::StatusOr<int64_t> recv_index(HybridParallelPlugin::State& s, int stage) {
   return *t.data<int64_t>();
 }
 
+// Rank 0's side of the later stages' sends: `counts[stage]` tensors from
+// each, taken by `take(stage)` one from each stage per turn.
+class LaterStages {
+ public:
+  LaterStages(std::vector<int64_t> counts, std::function<absl::Status(int stage)> take)
+      : left_(std::move(counts)), take_(std::move(take)) {}
+
+  // One tensor from each stage that has any left.
+  absl::Status take_one_each() {
+    for (size_t stage = 1; stage < left_.size(); ++stage) {
+      if (left_[stage] == 0) continue;
+      --left_[stage];
+      COLOSSAL_RETURN_IF_ERROR(take_(static_cast<int>(stage)));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status take_rest() {
+    while (std::any_of(left_.begin() + std::min<size_t>(1, left_.size()), left_.end(),
+                       [](int64_t n) { return n > 0; })) {
+      COLOSSAL_RETURN_IF_ERROR(take_one_each());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::vector<int64_t> left_;  // by stage (stage 0's unused)
+  std::function<absl::Status(int stage)> take_;
+};
+
 // What a streamed optimizer state's write needs beyond the inner plugin's.
 struct OptimizerPlan {
   std::vector<nn::StateTensorDecl> pieces;       // the inner stream's tensors (this rank's pieces)
@@ -75,8 +108,10 @@ struct OptimizerPlan {
 // copy), and hands each one on, gathered whole over tp, once complete.
 class StageTensors {
  public:
-  StageTensors(HybridParallelPlugin::State& s, const OptimizerPlan& plan, const nn::StatePieceFn& piece)
-      : s_(s), plan_(plan), piece_(piece) {}
+  // `later`: rank 0's receiver of the later stages' tensors (null elsewhere).
+  StageTensors(HybridParallelPlugin::State& s, const OptimizerPlan& plan, const nn::StatePieceFn& piece,
+               LaterStages* later)
+      : s_(s), plan_(plan), piece_(piece), later_(later) {}
 
   void add(size_t index, int64_t offset, const core::Tensor& part) {
     if (error_.ok()) error_ = take(index, offset, part);
@@ -132,42 +167,48 @@ class StageTensors {
     }
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, flat_view(whole));
     piece_(static_cast<size_t>(place), 0, flat);  // stage 0's places come first
-    return absl::OkStatus();
+    return later_ != nullptr ? later_->take_one_each() : absl::OkStatus();
   }
 
   HybridParallelPlugin::State& s_;
   const OptimizerPlan& plan_;
   const nn::StatePieceFn& piece_;
+  LaterStages* later_;
   std::map<size_t, Pending> pending_;
   absl::Status error_;
 };
 
-// Rank 0: every later stage's tensors, as their tp rank 0 sends them.
-absl::Status receive_later_stages(HybridParallelPlugin::State& s, const OptimizerPlan& plan,
-                                  const nn::StatePieceFn& piece) {
+// Rank 0: the state tensors of pipeline stage `stage` as its tp rank 0
+// sends them (each after its index in the stage's list).
+LaterStages later_state_tensors(HybridParallelPlugin::State& s, const OptimizerPlan& plan,
+                                const nn::StatePieceFn& piece) {
+  std::vector<int64_t> counts(s.pipeline.stages, 0);
+  auto seen = std::make_shared<std::vector<std::vector<bool>>>(s.pipeline.stages);
   for (int stage = 1; stage < s.pipeline.stages; ++stage) {
-    const int64_t first = plan.first[stage];
-    const int64_t count = (stage + 1 < s.pipeline.stages ? plan.first[stage + 1]
-                                                        : static_cast<int64_t>(plan.whole.size())) - first;
-    std::vector<bool> seen(count, false);
-    for (int64_t n = 0; n < count; ++n) {
-      COLOSSAL_ASSIGN_OR_RETURN(const int64_t place, recv_index(s, stage));
-      if (place < 0 || place >= count) {
-        return absl::DataLossError(absl::StrCat("pipeline stage ", stage, " sent state tensor ", place,
-                                                ", not one of its ", count));
-      }
-      if (seen[place]) {
-        return absl::DataLossError(absl::StrCat("pipeline stage ", stage, " sent state tensor ", place, " twice"));
-      }
-      seen[place] = true;
-      const nn::StateTensorDecl& d = plan.whole[first + place];
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty(d.shape, d.dtype, core::Stream::cpu()));
-      COLOSSAL_RETURN_IF_ERROR(s.p2p(t, stage, /*send=*/false));
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, flat_view(t));
-      piece(static_cast<size_t>(first + place), 0, flat);
-    }
+    const int64_t end = stage + 1 < s.pipeline.stages ? plan.first[stage + 1]
+                                                      : static_cast<int64_t>(plan.whole.size());
+    counts[stage] = end - plan.first[stage];
+    (*seen)[stage].assign(counts[stage], false);
   }
-  return absl::OkStatus();
+  return LaterStages(counts, [&s, &plan, &piece, seen](int stage) -> absl::Status {
+    std::vector<bool>& got = (*seen)[stage];
+    COLOSSAL_ASSIGN_OR_RETURN(const int64_t place, recv_index(s, stage));
+    if (place < 0 || place >= static_cast<int64_t>(got.size())) {
+      return absl::DataLossError(absl::StrCat("pipeline stage ", stage, " sent state tensor ", place,
+                                              ", not one of its ", got.size()));
+    }
+    if (got[place]) {
+      return absl::DataLossError(absl::StrCat("pipeline stage ", stage, " sent state tensor ", place, " twice"));
+    }
+    got[place] = true;
+    const int64_t at = plan.first[stage] + place;
+    const nn::StateTensorDecl& d = plan.whole[at];
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty(d.shape, d.dtype, core::Stream::cpu()));
+    COLOSSAL_RETURN_IF_ERROR(s.p2p(t, stage, /*send=*/false));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, flat_view(t));
+    piece(static_cast<size_t>(at), 0, flat);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace
@@ -181,6 +222,31 @@ absl::Status HybridParallelPlugin::stream_model_state(const nn::ParameterStore& 
   if (!s.in_saving_copy()) return absl::OkStatus();  // every copy holds the same weights
   COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable whole, s.whole_model_table());
   const std::vector<std::string> left = s.left_to_stage_0();
+  // Rank 0 takes the later stages' parameters, in their tables' order, one
+  // from each stage after each of its own.
+  std::optional<LaterStages> later;
+  std::vector<std::vector<size_t>> sent(s.pipeline.stages);  // per stage: whole-table indices
+  if (s.world->rank() == 0) {
+    std::vector<int64_t> counts(s.pipeline.stages, 0);
+    for (int stage = 1; stage < s.pipeline.stages; ++stage) {
+      COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable names, s.stage_table(stage));
+      const std::vector<std::string> tied = s.whole->tied_parameters();
+      for (const nn::ParameterEntry& e : names.entries()) {
+        if (contains(tied, e.name)) continue;
+        COLOSSAL_ASSIGN_OR_RETURN(const size_t at, index_in(whole, e.name));
+        sent[stage].push_back(at);
+      }
+      counts[stage] = static_cast<int64_t>(sent[stage].size());
+    }
+    later.emplace(counts, [&, next = std::vector<size_t>(s.pipeline.stages, 0)](int stage) mutable -> absl::Status {
+      const size_t at = sent[stage][next[stage]++];
+      const nn::ParameterEntry& w = whole.entries()[at];
+      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({w.numel()}, w.dtype, core::Stream::cpu()));
+      COLOSSAL_RETURN_IF_ERROR(s.p2p(t, stage, /*send=*/false));
+      piece(at, 0, t);
+      return absl::OkStatus();
+    });
+  }
   // This stage's parameters, each gathered whole over tp: written by rank 0
   // on stage 0, sent to it from the others, in table order.
   for (size_t i = 0; i < store.parameters().size(); ++i) {
@@ -195,22 +261,9 @@ absl::Status HybridParallelPlugin::stream_model_state(const nn::ParameterStore& 
     COLOSSAL_ASSIGN_OR_RETURN(const size_t at, index_in(whole, e.name));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flat, flat_view(t));
     piece(at, 0, flat);
+    if (later) COLOSSAL_RETURN_IF_ERROR(later->take_one_each());
   }
-  if (s.pipeline.stage != 0 || s.tp->rank() != 0) return absl::OkStatus();
-  // Rank 0: the later stages' parameters, in their tables' order.
-  for (int stage = 1; stage < s.pipeline.stages; ++stage) {
-    COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable names, s.stage_table(stage));
-    const std::vector<std::string> tied = s.whole->tied_parameters();
-    for (const nn::ParameterEntry& e : names.entries()) {
-      if (contains(tied, e.name)) continue;
-      COLOSSAL_ASSIGN_OR_RETURN(const size_t at, index_in(whole, e.name));
-      const nn::ParameterEntry& w = whole.entries()[at];
-      COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({w.numel()}, w.dtype, core::Stream::cpu()));
-      COLOSSAL_RETURN_IF_ERROR(s.p2p(t, stage, /*send=*/false));
-      piece(at, 0, t);
-    }
-  }
-  return absl::OkStatus();
+  return later ? later->take_rest() : absl::OkStatus();
 }
 
 absl::StatusOr<nn::StreamedOptimizerState> HybridParallelPlugin::stream_optimizer_state(
@@ -272,13 +325,14 @@ absl::StatusOr<nn::StreamedOptimizerState> HybridParallelPlugin::stream_optimize
   out.streamed = writer ? plan->whole : mine;
   out.write = [this, plan, inner_write = std::move(inner.write)](const nn::StatePieceFn& piece) -> absl::Status {
     State& s = *state_;
-    StageTensors tensors(s, *plan, piece);
+    std::optional<LaterStages> later;
+    if (s.world->rank() == 0) later.emplace(later_state_tensors(s, *plan, piece));
+    StageTensors tensors(s, *plan, piece, later ? &*later : nullptr);
     COLOSSAL_RETURN_IF_ERROR(inner_write([&tensors](size_t index, int64_t offset, const core::Tensor& part) {
       tensors.add(index, offset, part);
     }));
     COLOSSAL_RETURN_IF_ERROR(tensors.finish());
-    if (s.world->rank() != 0) return absl::OkStatus();
-    return receive_later_stages(s, *plan, piece);
+    return later ? later->take_rest() : absl::OkStatus();
   };
   return out;
 }
