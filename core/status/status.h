@@ -19,6 +19,8 @@
 #define COLOSSAL_CORE_STATUS_STATUS_H_
 
 #include "absl/strings/string_view.h"
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/base/optimization.h"
@@ -28,10 +30,21 @@
 
 namespace colossal::core {
 
-// `status` with "context: " prepended to its message; the code is kept. An OK
-// status is returned unchanged. Use it to leave a breadcrumb on the way up:
+// `status` with "context: " prepended to its message; the code and payloads
+// (an option key) are kept. An OK status is returned unchanged. Use it to
+// leave a breadcrumb on the way up:
 //   return annotate(s, "layer 3 (attention)");  // "layer 3 (attention): shape ..."
 absl::Status annotate(const absl::Status& status, absl::string_view context);
+
+// Errors about one option of the user's (a recipe key, a config field)
+// carry the key beside the message, so a front end points at the line that
+// set it without reading the message:
+//   option_error("stage", "must be 1 or 2")  // InvalidArgument "stage must be 1 or 2", key "stage"
+//   with_option_key(status, "n_head")        // `status` tagged, its message unchanged (OK stays OK)
+//   option_key(status)                       // the key, if it has one
+absl::Status option_error(absl::string_view key, absl::string_view why);
+absl::Status with_option_key(absl::Status status, absl::string_view key);
+std::optional<std::string> option_key(const absl::Status& status);
 
 // The absl::Status for a kernel's result, with `context` (e.g. the op name)
 // before the kernel's message: kInvalidArgument -> InvalidArgumentError,

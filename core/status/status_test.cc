@@ -95,6 +95,22 @@ TEST(StatusTest, AnnotateKeepsCodeAndPrefixesMessage) {
   EXPECT_EQ(annotate(absl::InternalError("x"), "").message(), "x");
 }
 
+TEST(StatusTest, OptionErrorsCarryTheirKeyThroughAnnotate) {
+  const absl::Status e = option_error("stage", "must be 1 or 2");
+  EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.message(), "stage must be 1 or 2");
+  EXPECT_EQ(option_key(e), std::optional<std::string>("stage"));
+  const absl::Status up = annotate(e, "low_level_zero");
+  EXPECT_EQ(up.message(), "low_level_zero: stage must be 1 or 2");
+  EXPECT_EQ(option_key(up), std::optional<std::string>("stage"));
+  const absl::Status tagged = with_option_key(absl::OutOfRangeError("n_head is 0"), "n_head");
+  EXPECT_EQ(tagged.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(tagged.message(), "n_head is 0");
+  EXPECT_EQ(option_key(tagged), std::optional<std::string>("n_head"));
+  EXPECT_TRUE(with_option_key(absl::OkStatus(), "x").ok());
+  EXPECT_EQ(option_key(absl::InvalidArgumentError("stage must be 1")), std::nullopt);
+}
+
 TEST(StatusTest, FromKernelStatus) {
   using kernels::KernelStatus;
   EXPECT_TRUE(from_kernel_status(KernelStatus(), "reduce").ok());

@@ -94,13 +94,8 @@ int MakePluginSpec(lua_State* L) {
   LuaOptions options(o);
   absl::StatusOr<std::unique_ptr<parallel::PluginSpec>> spec =
       parallel::make_plugin_spec(name, options);
-  o.finish();  // unknown keys first, then the values
-  if (!spec.ok()) {
-    if (std::optional<std::string> key = parallel::option_key(spec.status())) {
-      o.fail(key->c_str(), spec.status().message());
-    }
-    ThrowIfError(L, o.what(), spec.status());
-  }
+  o.finish();  // unknown keys first, then the values (an error naming its key)
+  ThrowIfError(L, o.what(), spec.status());
   auto object = std::make_shared<PluginObject>();
   object->spec = *std::move(spec);
   PushHandle(L, std::move(object));

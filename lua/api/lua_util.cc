@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
 #include "core/status/suggest.h"
 
 namespace colossal::lua {
@@ -27,13 +28,13 @@ int ExitCodeOf(absl::StatusCode code) {
   return usage ? kErrorUsage : kErrorRuntime;
 }
 
-void RaiseError(lua_State* L, absl::string_view message, int code) {
-  throw LuaError{absl::StrCat(Where(L), message), code};
+void RaiseError(lua_State* L, absl::string_view message, int code, absl::string_view key) {
+  throw LuaError{absl::StrCat(Where(L), message), code, /*environment=*/false, std::string(key)};
 }
 
 void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& status) {
   RaiseError(L, absl::StrCat(context, context.empty() ? "" : ": ", status.message()),
-             ExitCodeOf(status.code()));
+             ExitCodeOf(status.code()), core::option_key(status).value_or(""));
 }
 
 void RaiseEnvironmentError(const absl::Status& status) {
@@ -46,7 +47,7 @@ void RaiseEnvironmentError(const absl::Status& status) {
 }
 
 void PushError(lua_State* L, const LuaError& error) {
-  lua_createtable(L, 0, 3);
+  lua_createtable(L, 0, 4);
   lua_pushlstring(L, error.message.data(), error.message.size());
   lua_setfield(L, -2, "message");
   lua_pushinteger(L, error.code);
@@ -54,6 +55,10 @@ void PushError(lua_State* L, const LuaError& error) {
   if (error.environment) {
     lua_pushboolean(L, 1);
     lua_setfield(L, -2, "environment");
+  }
+  if (!error.key.empty()) {
+    lua_pushlstring(L, error.key.data(), error.key.size());
+    lua_setfield(L, -2, "key");
   }
   lua_pushcfunction(L, [](lua_State* S) -> int {
     lua_getfield(S, 1, "message");
@@ -104,7 +109,7 @@ int OptionTable::fetch(const char* key) {
 }
 
 void OptionTable::fail(const char* key, absl::string_view why) {
-  RaiseError(L_, absl::StrCat(what_, ": ", key, " ", why), kErrorUsage);
+  RaiseError(L_, absl::StrCat(what_, ": ", key, " ", why), kErrorUsage, key);
 }
 
 bool OptionTable::has(const char* key) {
@@ -245,7 +250,7 @@ void OptionTable::finish() {
       lua_pop(L_, 1);
       RaiseError(L_,
                  absl::StrCat(what_, ": unknown option '", key, "'", core::did_you_mean(key, names)),
-                 kErrorUsage);
+                 kErrorUsage, key);
     }
   }
 }

@@ -59,6 +59,10 @@ struct LuaError {
   std::string message;  // with the caller's "file:line: " in front (not for the environment's)
   int code = kErrorRuntime;
   bool environment = false;  // caused by an environment variable, not by the calling code
+  // The option (a key of the table the binding took, a config field) the
+  // error is about, when it is about one: the recipe loop raises the error
+  // at the line that set it. Empty otherwise.
+  std::string key;
 };
 
 // The exit code of an error of status `code`: kErrorUsage for the user's
@@ -68,9 +72,11 @@ struct LuaError {
 // with one code either way.
 int ExitCodeOf(absl::StatusCode code);
 
-// Throws LuaError{where .. message, code}.
-[[noreturn]] void RaiseError(lua_State* L, absl::string_view message, int code);
-// RaiseError with `context: status.message()`, code ExitCodeOf(status.code()).
+// Throws LuaError{where .. message, code, key}.
+[[noreturn]] void RaiseError(lua_State* L, absl::string_view message, int code,
+                             absl::string_view key = {});
+// RaiseError with `context: status.message()`, code ExitCodeOf(status.code())
+// and the option key the status carries (core::option_key), if any.
 [[noreturn]] void RaiseStatus(lua_State* L, absl::string_view context, const absl::Status& status);
 // Raises `status`, whose message names an environment variable and its
 // value, as the environment's mistake (see above); codes as RaiseStatus.
@@ -80,7 +86,7 @@ inline void ThrowIfError(lua_State* L, absl::string_view context, const absl::St
   if (!status.ok()) RaiseStatus(L, context, status);
 }
 
-// Pushes { message = ..., code = ... [, environment = true] }.
+// Pushes { message = ..., code = ... [, environment = true] [, key = ...] }.
 void PushError(lua_State* L, const LuaError& error);
 
 // The C function Lua calls for binding F: runs F, turning a LuaError (or any

@@ -188,22 +188,6 @@ int SetLr(lua_State* L) {
   return 0;
 }
 
-// nn's schedule errors read "lr schedule[ kind]: <field> ..." with the
-// recipe's field names: raised at the line that set the field, else at the
-// table's.
-void FailAtScheduleField(lua_State* L, OptionTable& o, const absl::Status& status) {
-  absl::string_view message = status.message();
-  const size_t colon = message.find(": ");
-  if (colon != absl::string_view::npos) {
-    const absl::string_view rest = message.substr(colon + 2);
-    for (const char* key : {"warmup_steps", "total_steps", "eta_min"}) {
-      const std::string field = absl::StrCat(key, " ");
-      if (absl::StartsWith(rest, field)) o.fail(key, rest.substr(field.size()));
-    }
-  }
-  ThrowIfError(L, o.what(), status);
-}
-
 // colossal.lr_scheduler.<kind>(optimizer, {...}) with Colossal-AI's names:
 //   cosine_annealing_warmup {warmup_steps, total_steps, eta_min}  (CosineAnnealingWarmupLR)
 //   linear_warmup {warmup_steps, total_steps, eta_min}           (LinearWarmupLR + linear decay)
@@ -230,8 +214,10 @@ int MakeScheduler(lua_State* L) {
   auto sched = std::make_shared<Scheduler>();
   sched->optim = optim;
   sched->name = name;
+  // The schedule's checks name the recipe's field (the error carries it).
+  ThrowIfError(L, o.what(), nn::validate_lr_schedule(s, OptimizerLrs(*optim)));
   absl::StatusOr<nn::LrScheduler> made = nn::LrScheduler::create(s, OptimizerLrs(*optim));
-  if (!made.ok()) FailAtScheduleField(L, o, made.status());
+  ThrowIfError(L, o.what(), made.status());
   sched->schedule = *std::move(made);
   ThrowIfError(L, o.what(), SetOptimizerLrs(*optim, sched->schedule->lrs()));
   PushHandle(L, std::move(sched));

@@ -25,18 +25,16 @@ local function usage_error(file, path, message)
   error({ message = where(file, path) .. (path and (path .. ": ") or "") .. message, code = 2 }, 0)
 end
 
--- An error from a binding, rethrown at the recipe key it comes from. One
--- caused by an environment variable (RANK, COLOSSAL_DETERMINISTIC, ...) names
--- the variable and its value, and no recipe key.
+-- An error from a binding, rethrown at the recipe key it comes from (the
+-- option the binding names in err.key). One caused by an environment
+-- variable (RANK, COLOSSAL_DETERMINISTIC, ...) names the variable and its
+-- value, and no recipe key.
 local function rethrow(file, section, t, err)
   if type(err) == "table" and err.environment then error(err, 0) end
   local message = type(err) == "table" and err.message or tostring(err)
   local code = type(err) == "table" and err.code or 1
   message = message:gsub("^[^:\n]*:%d+: ", "")
-  local key = message:match("unknown option '([%w_]+)'")
-      or message:match("^colossal%.[%w_.]+: ([%w_]+) ")
-      or message:match("^colossal%.[%w_.]+: ([%w_]+) must")
-      or message:match("config: ([%w_]+) ")
+  local key = type(err) == "table" and err.key or nil
   local path = section
   if key and type(t) == "table" and t[key] ~= nil then path = section .. "." .. key end
   error({ message = where(file, path) .. section .. ": " .. message, code = code }, 0)

@@ -4,14 +4,14 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
 #include "nlohmann/json.hpp"
 
 namespace colossal::nn {
 namespace {
 
 absl::Status bad_option(absl::string_view name, double value, absl::string_view rule) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("dynamic loss scaler: ", name, " ", rule, ", got ", value));
+  return core::option_error(name, absl::StrCat(rule, ", got ", value));
 }
 
 bool valid_scale(float s) { return std::isfinite(s) && s > 0.0f; }
@@ -19,6 +19,11 @@ bool valid_scale(float s) { return std::isfinite(s) && s > 0.0f; }
 }  // namespace
 
 absl::StatusOr<DynamicLossScaler> DynamicLossScaler::create(const DynamicLossScalerOptions& o) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(validate_dynamic_loss_scaler(o), "dynamic loss scaler"));
+  return DynamicLossScaler(o);
+}
+
+absl::Status validate_dynamic_loss_scaler(const DynamicLossScalerOptions& o) {
   if (!std::isfinite(o.initial_scale) || !(o.initial_scale > 0) ||
       o.initial_scale > std::numeric_limits<float>::max()) {
     return bad_option("initial_scale", o.initial_scale, "must be a positive finite float32");
@@ -42,10 +47,10 @@ absl::StatusOr<DynamicLossScaler> DynamicLossScaler::create(const DynamicLossSca
     return bad_option("max_scale", o.max_scale, "must be >= 0 (0: no maximum)");
   }
   if (o.min_scale > 0 && o.max_scale > 0 && o.min_scale > o.max_scale) {
-    return absl::InvalidArgumentError(absl::StrCat("dynamic loss scaler: min_scale (", o.min_scale,
-                                                   ") is above max_scale (", o.max_scale, ")"));
+    return core::option_error("min_scale", absl::StrCat("(", o.min_scale, ") is above max_scale (",
+                                                        o.max_scale, ")"));
   }
-  return DynamicLossScaler(o);
+  return absl::OkStatus();
 }
 
 DynamicLossScaler::DynamicLossScaler(const DynamicLossScalerOptions& options)

@@ -70,6 +70,10 @@ std::string loss_scaler_state_to_json(const LossScalerState& state);
 // key, a non-positive scale or negative counters.
 absl::StatusOr<LossScalerState> loss_scaler_state_from_json(absl::string_view json);
 
+// create's checks: InvalidArgument naming the option (core::option_error:
+// the message starts with the key, which it carries).
+absl::Status validate_dynamic_loss_scaler(const DynamicLossScalerOptions& options);
+
 class DynamicLossScaler {
  public:
   // Errors (InvalidArgument naming the option), as Colossal-AI's sanity
@@ -77,6 +81,7 @@ class DynamicLossScaler {
   // backoff_factor outside (0, 1), growth_interval < 1, hysteresis < 0,
   // min_scale or max_scale negative or not finite, min_scale > max_scale
   // (both set), initial_scale not representable as a float32.
+  // The messages are validate_dynamic_loss_scaler's after "dynamic loss scaler: ".
   static absl::StatusOr<DynamicLossScaler> create(const DynamicLossScalerOptions& options = {});
 
   // The current scale: multiply the loss by it before backward.

@@ -60,14 +60,12 @@ GroupHyperParams adam_hyper(const AdamOptions& options) {
 absl::Status check_adam_hyper(const GroupHyperParams& h, AdamVariant variant) {
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("lr", h.lr));
   if (!valid_float_hyper(h.beta1) || h.beta1 >= 1 || !valid_float_hyper(h.beta2) || h.beta2 >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("betas must be in [0, 1), got (", h.beta1, ", ", h.beta2, ")"));
+    return core::option_error("betas", absl::StrCat("must be in [0, 1), got (", h.beta1, ", ", h.beta2, ")"));
   }
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("eps", h.eps));
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("weight_decay", h.weight_decay));
   if (variant == AdamVariant::kAdamW && !h.adamw_mode) {
-    return absl::InvalidArgumentError(
-        "adamw_mode = false is Adam with L2 decay, not AdamW; use cpu_adam or hybrid_adam");
+    return core::option_error("adamw_mode", "= false is Adam with L2 decay, not AdamW; use cpu_adam or hybrid_adam");
   }
   return absl::OkStatus();
 }

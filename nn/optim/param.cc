@@ -99,8 +99,7 @@ bool valid_float_hyper(double x) {
 
 absl::Status require_float_hyper(absl::string_view name, double value) {
   if (valid_float_hyper(value)) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, " must be >= 0 (a finite float32), got ", value));
+  return core::option_error(name, absl::StrCat("must be >= 0 (a finite float32), got ", value));
 }
 
 }  // namespace colossal::nn

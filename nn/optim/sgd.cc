@@ -34,14 +34,12 @@ absl::Status check_sgd_hyper(const GroupHyperParams& h) {
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("lr", h.lr));
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("momentum", h.momentum));
   if (!valid_float_hyper(h.dampening) || h.dampening > 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dampening must be in [0, 1], got ", h.dampening));
+    return core::option_error("dampening", absl::StrCat("must be in [0, 1], got ", h.dampening));
   }
   COLOSSAL_RETURN_IF_ERROR(require_float_hyper("weight_decay", h.weight_decay));
   if (h.nesterov && (h.momentum <= 0 || h.dampening != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nesterov needs momentum > 0 and dampening = 0 (momentum ", h.momentum,
-                     ", dampening ", h.dampening, ")"));
+    return core::option_error("nesterov", absl::StrCat("needs momentum > 0 and dampening = 0 (momentum ",
+                                                       h.momentum, ", dampening ", h.dampening, ")"));
   }
   return absl::OkStatus();
 }

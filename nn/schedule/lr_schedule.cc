@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/status/status.h"
 #include "core/status/suggest.h"
 #include "nlohmann/json.hpp"
 
@@ -35,20 +36,26 @@ absl::StatusOr<LrScheduleKind> parse_lr_schedule(absl::string_view text) {
                                                  " (accepted: constant, cosine, linear)"));
 }
 
-absl::Status validate_lr_schedule(const LrScheduleOptions& o) {
+absl::Status validate_lr_schedule(const LrScheduleOptions& o, absl::Span<const double> base_lrs) {
   if (o.warmup_steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("lr schedule: warmup_steps must be >= 0, got ", o.warmup_steps));
+    return core::option_error("warmup_steps", absl::StrCat("must be >= 0, got ", o.warmup_steps));
   }
-  if (o.kind == LrScheduleKind::kConstant) return absl::OkStatus();
-  if (o.total_steps < o.warmup_steps) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "lr schedule ", lr_schedule_name(o.kind), ": total_steps (", o.total_steps,
-        ") must be >= warmup_steps (", o.warmup_steps, ")"));
+  if (o.kind != LrScheduleKind::kConstant && o.total_steps < o.warmup_steps) {
+    return core::option_error("total_steps", absl::StrCat("(", o.total_steps, ") must be >= warmup_steps (",
+                                                          o.warmup_steps, ")"));
   }
-  if (!std::isfinite(o.eta_min) || o.eta_min < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("lr schedule ", lr_schedule_name(o.kind),
-                                                   ": eta_min must be >= 0, got ", o.eta_min));
+  if (o.kind != LrScheduleKind::kConstant && (!std::isfinite(o.eta_min) || o.eta_min < 0)) {
+    return core::option_error("eta_min", absl::StrCat("must be >= 0, got ", o.eta_min));
+  }
+  for (size_t g = 0; g < base_lrs.size(); ++g) {
+    const double lr = base_lrs[g];
+    if (!std::isfinite(lr) || lr < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("the base lr of group ", g, " must be >= 0, got ", lr));
+    }
+    if (o.kind != LrScheduleKind::kConstant && lr < o.eta_min) {
+      return core::option_error("eta_min", absl::StrCat("(", o.eta_min, ") is above the base lr of group ", g,
+                                                        " (", lr, ")"));
+    }
   }
   return absl::OkStatus();
 }
@@ -91,19 +98,8 @@ absl::StatusOr<LrSchedulerState> lr_scheduler_state_from_json(absl::string_view 
 
 absl::StatusOr<LrScheduler> LrScheduler::create(const LrScheduleOptions& options,
                                                 absl::Span<const double> base_lrs) {
-  if (absl::Status s = validate_lr_schedule(options); !s.ok()) return s;
-  for (size_t g = 0; g < base_lrs.size(); ++g) {
-    const double lr = base_lrs[g];
-    if (!std::isfinite(lr) || lr < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("lr schedule: the base lr of group ", g, " must be >= 0, got ", lr));
-    }
-    if (options.kind != LrScheduleKind::kConstant && lr < options.eta_min) {
-      return absl::InvalidArgumentError(absl::StrCat("lr schedule: eta_min (", options.eta_min,
-                                                     ") is above the base lr of group ", g, " (", lr,
-                                                     ")"));
-    }
-  }
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(validate_lr_schedule(options, base_lrs),
+                                          absl::StrCat("lr schedule ", lr_schedule_name(options.kind))));
   return LrScheduler(options, std::vector<double>(base_lrs.begin(), base_lrs.end()));
 }
 

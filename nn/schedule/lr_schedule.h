@@ -68,9 +68,13 @@ struct LrScheduleOptions {
   double eta_min = 0.0;     // cosine and linear
 };
 
-// InvalidArgument naming the option: warmup_steps < 0; for cosine and linear,
-// total_steps < warmup_steps or eta_min negative or not finite.
-absl::Status validate_lr_schedule(const LrScheduleOptions& options);
+// InvalidArgument naming the option (core::option_error: the message starts
+// with the key, which it carries): warmup_steps < 0; for cosine and linear,
+// total_steps < warmup_steps, eta_min negative or not finite, or above a
+// group's base lr in `base_lrs`. A base lr negative or not finite:
+// InvalidArgument naming the group.
+absl::Status validate_lr_schedule(const LrScheduleOptions& options,
+                                  absl::Span<const double> base_lrs = {});
 
 // The learning rate for the step after `step` earlier ones (the formulas
 // above). `options` must be valid; a negative step counts as 0.
@@ -90,8 +94,8 @@ absl::StatusOr<LrSchedulerState> lr_scheduler_state_from_json(absl::string_view 
 class LrScheduler {
  public:
   // A schedule over groups whose base (peak) learning rates are `base_lrs`.
-  // Errors: validate_lr_schedule's; a base lr negative or not finite, or
-  // below eta_min (naming the group).
+  // Errors: validate_lr_schedule's (options, base_lrs), after "lr schedule
+  // <kind>: ".
   static absl::StatusOr<LrScheduler> create(const LrScheduleOptions& options,
                                             absl::Span<const double> base_lrs);
 

@@ -22,7 +22,7 @@ namespace {
 
 absl::Status option_range(bool ok, const char* key, const std::string& want) {
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("gemini: ", key, " must be ", want));
+  return core::option_error(key, absl::StrCat("must be ", want));
 }
 
 }  // namespace
@@ -60,7 +60,7 @@ GeminiPlugin::~GeminiPlugin() = default;
 absl::StatusOr<std::unique_ptr<GeminiPlugin>> GeminiPlugin::create(
     std::shared_ptr<comm::ProcessGroup> pg, const GeminiOptions& options) {
   if (pg == nullptr) return absl::InvalidArgumentError("gemini: a null process group");
-  COLOSSAL_RETURN_IF_ERROR(validate_gemini_options(options));
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(validate_gemini_options(options), "gemini"));
   auto state = std::make_shared<State>();
   state->pg = std::move(pg);
   state->options = options;

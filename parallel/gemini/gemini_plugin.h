@@ -180,7 +180,9 @@ struct GeminiOptions {
 };
 
 // Validates options (placement name, fractions in [0, 1], ratios in (0, 1],
-// offload_param_frac <= offload_optim_frac). Errors: InvalidArgument naming the key.
+// offload_param_frac <= offload_optim_frac). Errors: InvalidArgument naming
+// the key (core::option_error: the message starts with it, and carries it);
+// GeminiPlugin::create puts "gemini: " before them.
 absl::Status validate_gemini_options(const GeminiOptions& options);
 
 class GeminiPlugin : public Plugin {

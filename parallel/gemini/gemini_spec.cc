@@ -121,8 +121,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_gemini_spec(OptionSource& optio
                         "> 0 is not available yet: auto places the optimizer state with its chunk "
                         "(leave it at 0)");
   }
-  // "gemini: <key> must be ...": point the recipe at the key.
-  COLOSSAL_RETURN_IF_ERROR(option_error_from(validate_gemini_options(g), "gemini: "));
+  COLOSSAL_RETURN_IF_ERROR(validate_gemini_options(g));  // naming the key, as the options above
   COLOSSAL_ASSIGN_OR_RETURN(const nn::DynamicLossScalerOptions s, scaler);
   return std::unique_ptr<PluginSpec>(std::make_unique<GeminiSpec>(std::move(g), precision, max_norm, s));
 }

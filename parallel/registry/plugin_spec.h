@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/process_group/process_group.h"
+#include "core/status/status.h"
 #include "nn/amp/loss_scaler.h"
 #include "parallel/booster/plugin.h"
 
@@ -50,11 +51,10 @@ class OptionSource {
 // value is past int's range (casting would wrap: stage = 2^32 + 1 ran as 1).
 absl::StatusOr<int> int_option(OptionSource& options, absl::string_view key, int fallback);
 
-// An InvalidArgumentError about option `key` (the payload option_key() reads
-// back), so the front end can point at the recipe line that set it.
-absl::Status option_error(absl::string_view key, absl::string_view message);
-// The key an option_error names, if `status` is one.
-std::optional<std::string> option_key(const absl::Status& status);
+// Specs refuse an option with core::option_error(key, why) ("<key> <why>",
+// carrying the key), so the front end points at the recipe line that set it.
+using core::option_error;
+using core::option_key;
 
 // fp16 loss scaling as Colossal-AI's plugins take it: initial_scale (default
 // `initial_scale`, which differs between plugins), min_scale, max_scale,
@@ -64,11 +64,6 @@ std::optional<std::string> option_key(const absl::Status& status);
 // refuses): an option_error naming the key, e.g. growth_factor <= 1.
 absl::StatusOr<nn::DynamicLossScalerOptions> read_loss_scaler(OptionSource& options,
                                                               double initial_scale);
-
-// `status`, whose message reads "<prefix><key> <rest>" (as nn's and the
-// plugins' validators write theirs), as an option_error naming <key>; other
-// statuses unchanged.
-absl::Status option_error_from(const absl::Status& status, absl::string_view prefix);
 
 // What the front end needs to know about a plugin without knowing which it is.
 struct PluginCapabilities {

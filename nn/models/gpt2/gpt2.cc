@@ -1,6 +1,7 @@
 #include "nn/models/gpt2/gpt2.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,13 @@ absl::StatusOr<GPT2Config> GPT2Config::preset(absl::string_view name) {
                                           " (known: gpt2, gpt2-medium, gpt2-large, gpt2-xl)"));
 }
 
+namespace {
+// A config error about `field` (it names the recipe key: core::option_key).
+absl::Status config_error(absl::string_view field, const std::string& message) {
+  return core::with_option_key(absl::InvalidArgumentError(message), field);
+}
+}  // namespace
+
 absl::Status GPT2Config::validate() const {
   const std::pair<const char*, int64_t> fields[] = {
       {"n_layer", n_layer},         {"n_head", n_head},         {"n_embd", n_embd},
@@ -55,38 +63,37 @@ absl::Status GPT2Config::validate() const {
       {"padded_vocab_multiple", padded_vocab_multiple}};
   for (const auto& [field, value] : fields) {
     if (value <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GPT-2 config: ", field, " is ", value, "; it must be positive"));
+      return config_error(field, absl::StrCat("GPT-2 config: ", field, " is ", value, "; it must be positive"));
     }
   }
   if (!(checkpoint_ratio >= 0.0 && checkpoint_ratio <= 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: checkpoint_ratio is ",
-                                                   checkpoint_ratio, "; it must be in [0, 1]"));
+    return config_error("checkpoint_ratio", absl::StrCat("GPT-2 config: checkpoint_ratio is ",
+                                                         checkpoint_ratio, "; it must be in [0, 1]"));
   }
   const std::pair<const char*, double> drops[] = {{"embd_pdrop", embd_pdrop},
                                                   {"resid_pdrop", resid_pdrop}};
   for (const auto& [field, value] : drops) {
     if (!(value >= 0.0 && value < 1.0)) {
-      return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: ", field, " is ", value,
-                                                     "; it must be in [0, 1) (0 = no dropout)"));
+      return config_error(field, absl::StrCat("GPT-2 config: ", field, " is ", value,
+                                              "; it must be in [0, 1) (0 = no dropout)"));
     }
   }
   if (attn_pdrop != 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return config_error("attn_pdrop", absl::StrCat(
         "GPT-2 config: attn_pdrop is ", attn_pdrop,
         "; attention-probability dropout is not supported (the fused attention kernel has "
         "none): set attn_pdrop = 0 (embd_pdrop and resid_pdrop are supported)"));
   }
   if (n_embd % n_head != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: n_embd ", n_embd,
-                                                   " is not a multiple of n_head ", n_head));
+    return config_error("n_embd", absl::StrCat("GPT-2 config: n_embd ", n_embd,
+                                               " is not a multiple of n_head ", n_head));
   }
   // Sizes, before anything is allocated: the kernels take these as int32, and
   // no tensor (nor the flat parameter buffer) may pass core::Shape's limit.
   for (const auto& [field, value] : fields) {
     if (value > kMaxDim) {
-      return absl::InvalidArgumentError(absl::StrCat("GPT-2 config: ", field, " is ", value,
-                                                     "; the limit is 2^31 - 1 = ", kMaxDim));
+      return config_error(field, absl::StrCat("GPT-2 config: ", field, " is ", value,
+                                              "; the limit is 2^31 - 1 = ", kMaxDim));
     }
   }
   const long double limit = static_cast<long double>(core::Shape::kMaxNumel);
@@ -95,7 +102,7 @@ absl::Status GPT2Config::validate() const {
   if (total > limit) {
     // Blame n_embd when even one layer is too big, else the layer count.
     const bool width = embeddings + layer + 2 * c > limit;
-    return absl::InvalidArgumentError(absl::StrFormat(
+    return config_error(width ? "n_embd" : "n_layer", absl::StrFormat(
         "GPT-2 config: %s is %d: n_layer %d x n_embd %d gives %.3Lg parameters; the limit is "
         "2^48 = %.3Lg elements in one buffer",
         width ? "n_embd" : "n_layer", width ? n_embd : n_layer, n_layer, n_embd, total, limit));
@@ -181,17 +188,18 @@ absl::StatusOr<std::unique_ptr<GPT2>> GPT2::declare(const GPT2Config& config, co
         " tensor-parallel ranks (make padded_vocab_multiple a multiple of tp_size)"));
   }
   if (config.n_head % split.tp.size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return config_error("n_head", absl::StrCat(
         "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),
         " tensor-parallel ranks (tp_size must divide it)"));
   }
   if (config.n_head % (split.tp.size() * split.tp.sequence_size()) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return config_error("n_head", absl::StrCat(
         "GPT-2 config: n_head ", config.n_head, " does not split over ", split.tp.size(),
         " tensor-parallel x ", split.tp.sequence_size(),
         " sequence-parallel ranks (all_to_all: tp_size x sp_size must divide it)"));
   }
-  COLOSSAL_RETURN_IF_ERROR(check_stage(split.stage, config.n_layer, "GPT-2 config: n_layer"));
+  COLOSSAL_RETURN_IF_ERROR(
+      core::with_option_key(check_stage(split.stage, config.n_layer, "GPT-2 config: n_layer"), "n_layer"));
   std::unique_ptr<GPT2> model(new GPT2(config, dtype, split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   if (split.stage.count > 1) {

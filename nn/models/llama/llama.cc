@@ -1,6 +1,7 @@
 #include "nn/models/llama/llama.h"
 
 #include <cmath>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,8 +61,10 @@ std::vector<Preset> presets() {
 }
 
 
+// A config error about `field` (it names the recipe key: core::option_key).
 absl::Status field_error(absl::string_view field, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat("Llama config: ", field, " ", why));
+  return core::with_option_key(absl::InvalidArgumentError(absl::StrCat("Llama config: ", field, " ", why)),
+                               field);
 }
 
 }  // namespace
@@ -237,28 +240,31 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
       {"num_attention_heads", config.num_attention_heads},
       {"num_key_value_heads", config.kv_heads()},
       {"intermediate_size", config.intermediate_size},
-      {"the padded vocabulary (padded_vocab_multiple)", config.padded_vocab_size()}};
+      {"padded_vocab_multiple", config.padded_vocab_size()}};
   for (const auto& [field, value] : widths) {
     if (value % tp.size() != 0) {
+      const std::string why =
+          absl::StrCat(value, " does not split over ", tp.size(), " tensor-parallel ranks (tp_size must divide it)");
+      if (absl::string_view(field) != "padded_vocab_multiple") return field_error(field, why);
       return absl::InvalidArgumentError(
-          absl::StrCat("Llama config: ", field, " ", value, " does not split over ", tp.size(),
-                       " tensor-parallel ranks (tp_size must divide it)"));
+          absl::StrCat("Llama config: the padded vocabulary (padded_vocab_multiple) ", why));
     }
   }
   // all_to_all sequence parallelism gives each rank heads / sp_size whole heads.
   for (const auto& [field, value] : {widths[0], widths[1]}) {
     if (value % (tp.size() * tp.sequence_size()) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Llama config: ", field, " ", value, " does not split over ", tp.size(),
-          " tensor-parallel x ", tp.sequence_size(),
-          " sequence-parallel ranks (all_to_all: tp_size x sp_size must divide it)"));
+      return field_error(field, absl::StrCat(value, " does not split over ", tp.size(), " tensor-parallel x ",
+                                             tp.sequence_size(),
+                                             " sequence-parallel ranks (all_to_all: tp_size x sp_size "
+                                             "must divide it)"));
     }
   }
   COLOSSAL_ASSIGN_OR_RETURN(std::shared_ptr<RotaryTable> rope,
                             RotaryTable::create(config.head_size(), config.rope_theta,
                                                 config.rope_scaling));
   COLOSSAL_RETURN_IF_ERROR(
-      check_stage(split.stage, config.num_hidden_layers, "Llama config: num_hidden_layers"));
+      core::with_option_key(check_stage(split.stage, config.num_hidden_layers, "Llama config: num_hidden_layers"),
+                            "num_hidden_layers"));
   std::unique_ptr<Llama> model(new Llama(config, dtype, std::move(rope), split));
   COLOSSAL_ASSIGN_OR_RETURN(ParameterTable table, model->declared_table());
   if (split.stage.count > 1) {
