@@ -24,11 +24,29 @@ absl::Status check_parts(const RunParts& run, const char* what, bool optimizer) 
   return absl::OkStatus();
 }
 
-// Waits until every process got here (after rank 0 wrote).
-absl::Status barrier(const RunParts& run) {
-  if (run.group == nullptr || run.group->size() == 1) return absl::OkStatus();
-  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr work, run.group->barrier());
-  return work->wait();
+// After rank 0 wrote (`written`: its outcome there, OK elsewhere): every
+// rank learns it from rank 0, so a save that failed there fails on every
+// rank, in step, instead of leaving the others waiting for it.
+absl::Status agree_with_rank0(const RunParts& run, const absl::Status& written) {
+  if (run.group == nullptr || run.group->size() == 1) return written;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor flag,
+                            core::Tensor::empty({1}, core::DType::kI32, core::Stream::cpu()));
+  *flag.data<int32_t>() = written.ok() ? 0 : 1;
+  const core::Stream& stream = *run.stream;
+  core::Tensor buf = flag;
+  comm::CollectiveOptions o;
+  if (stream.is_cuda()) {  // NCCL broadcasts device memory
+    COLOSSAL_ASSIGN_OR_RETURN(buf, flag.to(stream.device(), stream));
+    o.stream = stream;
+  }
+  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr work, run.group->broadcast(buf, /*root=*/0, o));
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(work->wait(), "waiting for rank 0"));
+  if (stream.is_cuda()) {
+    COLOSSAL_RETURN_IF_ERROR(flag.copy_from(buf, stream));
+    stream.synchronize();
+  }
+  if (run.rank == 0 || *flag.data<int32_t>() == 0) return written;
+  return absl::AbortedError("rank 0 could not write the checkpoint (its log says why)");
 }
 
 // The whole model's values on the host for rank 0 (the plugin gathers what
@@ -153,6 +171,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
   }
   COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/true));
   std::string path;
+  absl::Status written;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.step = step;
@@ -162,11 +181,13 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
     if (run.scaler != nullptr) save.trainer.loss_scaler = run.scaler->state();
     if (run.context != nullptr) save.trainer.rng = run.context->rng_state();
     if (run.loader != nullptr) save.trainer.data_loader = run.loader->state();
-    COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, options));
+    absl::StatusOr<std::string> saved = nn::SaveCheckpoint(root, save, options);
+    written = saved.status();
+    if (saved.ok()) path = *std::move(saved);
   } else {
-    COLOSSAL_RETURN_IF_ERROR(state.take_part());
+    written = state.take_part();
   }
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
+  COLOSSAL_RETURN_IF_ERROR(agree_with_rank0(run, written));
   if (path.empty()) path = absl::StrCat(root, "/", io::StepDirName(step));  // what rank 0 wrote
   return path;
 }
@@ -204,15 +225,18 @@ absl::StatusOr<std::string> save_run_model(const std::string& root, const RunPar
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_model", /*optimizer=*/false));
   COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/false));
   std::string path;
+  absl::Status written;
   if (run.rank == 0) {
     nn::CheckpointToSave save;
     save.architecture = run.architecture;
     state.fill(save);
-    COLOSSAL_ASSIGN_OR_RETURN(path, nn::SaveCheckpoint(root, save, {.keep_last = 0}));
+    absl::StatusOr<std::string> saved = nn::SaveCheckpoint(root, save, {.keep_last = 0});
+    written = saved.status();
+    if (saved.ok()) path = *std::move(saved);
   } else {
-    COLOSSAL_RETURN_IF_ERROR(state.take_part());
+    written = state.take_part();
   }
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(barrier(run), "waiting for rank 0"));
+  COLOSSAL_RETURN_IF_ERROR(agree_with_rank0(run, written));
   return path;
 }
 
@@ -245,16 +269,13 @@ absl::Status save_run_optimizer(const std::string& dir, const RunParts& run) {
   if (streams(run)) {
     absl::StatusOr<nn::StreamedOptimizerState> state = run.booster->stream_optimizer_state(/*to_rank=*/0);
     if (!state.ok()) return core::annotate(state.status(), "optimizer state");
-    if (run.rank == 0) {
-      COLOSSAL_RETURN_IF_ERROR(nn::SaveOptimizerState(dir, *state));
-    } else {
-      COLOSSAL_RETURN_IF_ERROR(state->write([](size_t, int64_t, const core::Tensor&) {}));
-    }
-    return core::annotate(barrier(run), "waiting for rank 0");
+    const absl::Status written = run.rank == 0
+                                     ? nn::SaveOptimizerState(dir, *state)
+                                     : state->write([](size_t, int64_t, const core::Tensor&) {});
+    return agree_with_rank0(run, written);
   }
   COLOSSAL_ASSIGN_OR_RETURN(nn::OptimizerStateDict state, optimizer_state(run));
-  if (run.rank == 0) COLOSSAL_RETURN_IF_ERROR(nn::SaveOptimizerState(dir, state));
-  return core::annotate(barrier(run), "waiting for rank 0");
+  return agree_with_rank0(run, run.rank == 0 ? nn::SaveOptimizerState(dir, state) : absl::OkStatus());
 }
 
 absl::Status load_run_optimizer(const std::string& dir, const RunParts& run) {

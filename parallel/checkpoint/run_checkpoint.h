@@ -4,8 +4,10 @@
 // Every rank calls these functions. Saving: the plugin gathers what it shards
 // (model parameters, optimizer state) for rank 0; rank 0 writes the step
 // directory (nn/train/checkpoint.h: GPT-2 under Hugging Face names, the
-// optimizer state, trainer_state.json); every rank waits at a barrier until it
-// has. A plugin that streams its state (Plugin::streams_state: gemini) is
+// optimizer state, trainer_state.json); then rank 0 tells every rank whether
+// it wrote, so a failed write fails the save on every rank, in step. A
+// plugin that streams its state (Plugin::streams_state: gemini,
+// low_level_zero, hybrid_parallel) is
 // never gathered whole: rank 0 lays the files out and writes each chunk's
 // pieces as every rank gathers them, one chunk at a time, so a model that
 // fills the host is saved too. Loading: every rank reads the files (the
@@ -58,8 +60,8 @@ struct RunParts {
 
 // Saves step `step` under `root` (model, optimizer, scheduler, scaler, RNG,
 // data loader); returns the step directory (on every rank). Errors: missing
-// required parts (InvalidArgument); the plugin's; rank 0's write (other ranks
-// get the barrier's error if rank 0 fails before it).
+// required parts (InvalidArgument); the plugin's; rank 0's write (there; on
+// the other ranks Aborted: rank 0 could not write).
 absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t step,
                                                 const RunParts& run,
                                                 const io::CheckpointOptions& options = {});

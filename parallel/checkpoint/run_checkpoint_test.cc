@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -254,6 +255,30 @@ TEST(RunCheckpoint, HybridStreamsEveryStageAndResumes) {
       testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
     });
   }
+}
+
+// A hybrid save that fails on rank 0 (its folder cannot be made) still runs
+// every rank's part of the stream: no rank is left waiting, every rank
+// reports the failure (rank 0 its cause), and the ranks train on in step.
+TEST(RunCheckpoint, HybridSaveFailingOnRankZeroLeavesNoRankWaiting) {
+  const testing::HybridCase c{testing::Family::kLlama, 4, 2, 0, 2};
+  const std::string blocker = TestDir("blocker");
+  { std::ofstream(blocker) << "a file, not a folder"; }
+  testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    testing::BoostedCase b = testing::boost_case(pg, c);
+    ASSERT_NE(b.model, nullptr);
+    ASSERT_TRUE(testing::train_case(*ctx, *b.booster, *b.model, c, 0, 1, nullptr));
+    const RunParts run = boosted_parts(*b.model, *b.adam, *b.booster, *pg, *ctx);
+    absl::StatusOr<std::string> dir = save_run_checkpoint(blocker + "/run", 1, run);
+    ASSERT_FALSE(dir.ok());
+    if (rank == 0) {
+      EXPECT_NE(dir.status().message().find(blocker), std::string::npos) << dir.status();
+    } else {
+      EXPECT_EQ(dir.status().code(), absl::StatusCode::kAborted) << "rank " << rank << ": " << dir.status();
+    }
+    ASSERT_TRUE(testing::train_case(*ctx, *b.booster, *b.model, c, 1, 1, nullptr));
+  });
 }
 
 TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
