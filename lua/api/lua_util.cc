@@ -43,7 +43,7 @@ void RaiseEnvironmentError(const absl::Status& status) {
   // gets no "environment: " in front.
   const bool says_so = absl::StartsWith(status.message(), "environment variable ");
   throw LuaError{absl::StrCat(says_so ? "" : "environment: ", status.message()), ExitCodeOf(status.code()),
-                 /*environment=*/true};
+                 /*environment=*/true, /*key=*/{}};
 }
 
 void PushError(lua_State* L, const LuaError& error) {

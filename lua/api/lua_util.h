@@ -99,7 +99,7 @@ int Protected(lua_State* L) {
   } catch (const LuaError& e) {
     error = e;
   } catch (const std::exception& e) {
-    error = LuaError{e.what(), kErrorRuntime};
+    error = LuaError{e.what(), kErrorRuntime, /*environment=*/false, /*key=*/{}};
   }
   PushError(L, error);
   error = LuaError{};  // nothing left to destroy when lua_error jumps

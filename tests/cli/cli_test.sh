@@ -229,6 +229,14 @@ if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"
 # continues at the same window of the epoch.
 train "$tmp/two" 0 "$tiny" --set steps=6 &&
   expect "$out" '^resumed from checkpoints/tiny/step_000004 \(step 4, [0-9.]+ s\)$' && expect "$out" '^step +6/6'
+# A save that fails on rank 0 (a file has its step folder's name): every
+# rank stops at once with the save's error, rank 1 naming rank 0, instead of
+# waiting for rank 0 until a collective's timeout.
+mkdir -p "$tmp/blocked/checkpoints/tiny" && echo x >"$tmp/blocked/checkpoints/tiny/step_000002"
+train "$tmp/blocked" 1 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
+  cat "$out" "$err" >"$tmp/blocked.all" &&
+  expect "$tmp/blocked.all" "^\\[rank 0\\] .*cannot rename checkpoint folder to '.*step_000002'" &&
+  expect "$tmp/blocked.all" '^\[rank 1\] .*rank 0 could not write the checkpoint'
 # A worker killed mid-run: the launcher stops the other and exits non-zero
 # naming it, and the last checkpoint resumes (saves are atomic).
 children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
