@@ -39,13 +39,15 @@ absl::Status agree_with_rank0(const RunParts& run, const absl::Status& written) 
     COLOSSAL_ASSIGN_OR_RETURN(buf, flag.to(stream.device(), stream));
     o.stream = stream;
   }
-  COLOSSAL_ASSIGN_OR_RETURN(comm::WorkPtr work, run.group->broadcast(buf, /*root=*/0, o));
-  COLOSSAL_RETURN_IF_ERROR(core::annotate(work->wait(), "waiting for rank 0"));
+  absl::StatusOr<comm::WorkPtr> work = run.group->broadcast(buf, /*root=*/0, o);
+  const absl::Status shared = work.ok() ? (*work)->wait() : work.status();
+  if (!written.ok()) return written;  // this rank's own failure names the cause
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(shared, "waiting for rank 0"));
   if (stream.is_cuda()) {
     COLOSSAL_RETURN_IF_ERROR(flag.copy_from(buf, stream));
     stream.synchronize();
   }
-  if (run.rank == 0 || *flag.data<int32_t>() == 0) return written;
+  if (run.rank == 0 || *flag.data<int32_t>() == 0) return absl::OkStatus();
   return absl::AbortedError("rank 0 could not write the checkpoint (its log says why)");
 }
 
