@@ -1,5 +1,7 @@
 #include "parallel/booster/plugin.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
@@ -35,6 +37,27 @@ absl::StatusOr<nn::ParameterStore> replicated_model_state(const nn::ParameterSto
   }
   stream.synchronize();
   return host;
+}
+
+absl::StatusOr<nn::ParameterStore> collected_model_state(
+    const nn::ParameterTable& table, bool hold,
+    const std::function<absl::Status(const nn::StatePieceFn&)>& stream) {
+  nn::ParameterStore out = nn::ParameterStore::declare(table);
+  if (hold) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
+  absl::Status copied;
+  COLOSSAL_RETURN_IF_ERROR(stream([&](size_t param, int64_t offset, const core::Tensor& piece) {
+    if (!hold || !copied.ok()) return;
+    const core::Tensor* dst = param < table.size() ? &out.parameters()[param].value : nullptr;
+    if (dst == nullptr || offset < 0 || piece.numel() > dst->numel() - offset || piece.dtype() != dst->dtype()) {
+      copied = absl::InvalidArgumentError(absl::StrCat("a piece ", piece.to_string(), " at ", offset,
+                                                       " does not fit parameter ", param));
+      return;
+    }
+    std::memcpy(static_cast<char*>(dst->raw_data()) + offset * core::dtype_size(piece.dtype()),
+                piece.raw_data(), piece.nbytes());
+  }));
+  COLOSSAL_RETURN_IF_ERROR(copied);
+  return out;
 }
 
 absl::Status load_replicated_model_state(nn::ParameterStore& store, const nn::ParameterStore& state,

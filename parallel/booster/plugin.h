@@ -26,6 +26,7 @@
 #define COLOSSAL_PARALLEL_BOOSTER_PLUGIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -52,6 +53,13 @@ absl::StatusOr<nn::ParameterStore> replicated_model_state(const nn::ParameterSto
                                                           const core::Stream& stream);
 absl::Status load_replicated_model_state(nn::ParameterStore& store, const nn::ParameterStore& state,
                                          const core::Stream& stream);
+// The whole model as a plugin streams it (Plugin::stream_model_state, run by
+// `stream` on every rank: a collective), collected: a host store of `table`
+// holding every piece where `hold`, declared only (no memory) elsewhere.
+// InvalidArgument for a piece outside its parameter or of another dtype.
+absl::StatusOr<nn::ParameterStore> collected_model_state(
+    const nn::ParameterTable& table, bool hold,
+    const std::function<absl::Status(const nn::StatePieceFn&)>& stream);
 
 class Plugin {
  public:

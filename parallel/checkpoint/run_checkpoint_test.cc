@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,35 @@ RunParts boosted_parts(nn::CausalLM& model, nn::Optimizer& optimizer, Booster& b
   run.rank = pg.rank();
   run.stream = &ctx.compute_stream();
   return run;
+}
+
+// The step-3 checkpoint `dir` that `run` saved holds what the booster's state
+// dicts hold: its model read back into `whole` (the whole model, declared)
+// and its optimizer files. After `train_on` moves the run on, a resume from
+// the files restores both on this rank.
+void expect_files_hold_and_resume(const std::string& dir, const RunParts& run, Booster& booster,
+                                  nn::CausalLM& whole, const std::function<void()>& train_on) {
+  const auto model_floats = [&booster] {
+    return floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32));
+  };
+  const std::vector<float> weights = model_floats();
+  const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
+  ASSERT_TRUE(whole.store().allocate(core::Stream::cpu()).ok());
+  ASSERT_TRUE(nn::LoadHuggingFaceModel(dir, whole, whole.store()).ok());
+  EXPECT_EQ(floats_of(whole.store().flat_values(core::DType::kF32)), weights);
+  absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(dir);
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_EQ(files->meta, state.meta);
+  testing::expect_same_tensors(*files, state);
+
+  train_on();
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  ASSERT_NE(model_floats(), weights);
+  absl::StatusOr<int64_t> step = load_run_checkpoint(dir, run);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 3);
+  EXPECT_EQ(model_floats(), weights);
+  testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
 }
 
 TEST(RunCheckpoint, TwoRanksSaveOnRankZeroAndResumeTheSameRun) {
@@ -148,29 +178,9 @@ TEST(RunCheckpoint, GeminiStreamsTheFilesItsStateDictsWouldHold) {
     const RunParts run = boosted_parts(*model, *adam, booster, *pg, *ctx);
     absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
     ASSERT_TRUE(dir.ok()) << dir.status();
-    const nn::ParameterStore weights = *booster.model_state_dict(-1, core::Stream::cpu());
-    const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
-
-    // The files, read back into one process's layout, are the state dicts.
     auto whole = testing::declare_zero_model(testing::Family::kGpt2);
-    ASSERT_TRUE(whole->store().allocate(core::Stream::cpu()).ok());
-    ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, *whole, whole->store()).ok());
-    EXPECT_EQ(floats_of(whole->store().flat_values(core::DType::kF32)),
-              floats_of(weights.flat_values(core::DType::kF32)));
-    absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(*dir);
-    ASSERT_TRUE(files.ok()) << files.status();
-    EXPECT_EQ(files->meta, state.meta);
-    testing::expect_same_tensors(*files, state);
-
-    // Train on (diverge), then resume from the files on both ranks.
-    train_boosted(*ctx, booster, *model, rank, 3, 1);
-    ASSERT_FALSE(::testing::Test::HasFatalFailure());
-    absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
-    ASSERT_TRUE(step.ok()) << step.status();
-    EXPECT_EQ(*step, 3);
-    EXPECT_EQ(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
-              floats_of(weights.flat_values(core::DType::kF32)));
-    testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
+    expect_files_hold_and_resume(*dir, run, booster, *whole,
+                                 [&] { train_boosted(*ctx, booster, *model, rank, 3, 1); });
   });
 }
 
@@ -229,30 +239,10 @@ TEST(RunCheckpoint, HybridStreamsEveryStageAndResumes) {
       const RunParts run = boosted_parts(*b.model, *b.adam, booster, *pg, *ctx);
       absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
       ASSERT_TRUE(dir.ok()) << dir.status();
-      const nn::ParameterStore weights = *booster.model_state_dict(-1, core::Stream::cpu());
-      const nn::OptimizerStateDict state = *booster.optimizer_state_dict(-1);
-
-      // The files, read back into one process's layout, are the state dicts.
       auto whole = testing::declare_case_model(c);
-      ASSERT_TRUE(whole->store().allocate(core::Stream::cpu()).ok());
-      ASSERT_TRUE(nn::LoadHuggingFaceModel(*dir, *whole, whole->store()).ok());
-      EXPECT_EQ(floats_of(whole->store().flat_values(core::DType::kF32)),
-                floats_of(weights.flat_values(core::DType::kF32)));
-      absl::StatusOr<nn::OptimizerStateDict> files = nn::LoadOptimizerState(*dir);
-      ASSERT_TRUE(files.ok()) << files.status();
-      EXPECT_EQ(files->meta, state.meta);
-      testing::expect_same_tensors(*files, state);
-
-      // Train on (diverge), then resume from the files on every rank.
-      ASSERT_TRUE(testing::train_case(*ctx, booster, *b.model, c, 3, 1, nullptr));
-      ASSERT_NE(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
-                floats_of(weights.flat_values(core::DType::kF32)));
-      absl::StatusOr<int64_t> step = load_run_checkpoint(*dir, run);
-      ASSERT_TRUE(step.ok()) << step.status();
-      EXPECT_EQ(*step, 3);
-      EXPECT_EQ(floats_of(booster.model_state_dict(-1, core::Stream::cpu())->flat_values(core::DType::kF32)),
-                floats_of(weights.flat_values(core::DType::kF32)));
-      testing::expect_same_tensors(*booster.optimizer_state_dict(-1), state);
+      expect_files_hold_and_resume(*dir, run, booster, *whole, [&] {
+        ASSERT_TRUE(testing::train_case(*ctx, booster, *b.model, c, 3, 1, nullptr));
+      });
     });
   }
 }

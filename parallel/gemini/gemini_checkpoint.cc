@@ -59,17 +59,8 @@ absl::StatusOr<nn::ParameterStore> GeminiPlugin::model_state_dict(const nn::Para
                                                                   const core::Stream& stream) {
   State& s = *state_;
   if (!s.materialized) return absl::FailedPreconditionError("gemini: model_state_dict before materialize");
-  const bool mine = to_rank < 0 || to_rank == s.rank();
-  nn::ParameterStore out = nn::ParameterStore::declare(s.store.table());
-  if (mine) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
-  absl::Status copied;
-  COLOSSAL_RETURN_IF_ERROR(stream_model_state(store, to_rank, [&](size_t param, int64_t, const core::Tensor& src) {
-    core::Tensor dst = out.parameters()[param].value;
-    absl::StatusOr<core::Tensor> flat = dst.reshape({dst.numel()});
-    if (copied.ok()) copied = flat.ok() ? flat->copy_from(src, core::Stream::cpu()) : flat.status();
-  }));
-  COLOSSAL_RETURN_IF_ERROR(copied);
-  return out;
+  return collected_model_state(s.store.table(), to_rank < 0 || to_rank == s.rank(),
+                               [&](const nn::StatePieceFn& piece) { return stream_model_state(store, to_rank, piece); });
 }
 
 absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,

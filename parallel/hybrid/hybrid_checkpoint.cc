@@ -127,15 +127,8 @@ absl::StatusOr<nn::ParameterStore> HybridParallelPlugin::model_state_dict(
   if (to_rank == 0) {
     // A save's: the stream rank 0 writes, collected.
     COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterTable whole, s.whole_model_table());
-    nn::ParameterStore out = nn::ParameterStore::declare(whole);  // no memory but on rank 0
-    if (s.world->rank() == 0) COLOSSAL_RETURN_IF_ERROR(out.allocate(core::Stream::cpu()));
-    absl::Status copied;
-    COLOSSAL_RETURN_IF_ERROR(stream_model_state(store, 0, [&](size_t i, int64_t, const core::Tensor& t) {
-      absl::StatusOr<core::Tensor> dst = out.parameters()[i].value.reshape({t.numel()});
-      if (copied.ok()) copied = dst.ok() ? dst->copy_from(t, core::Stream::cpu()) : dst.status();
-    }));
-    COLOSSAL_RETURN_IF_ERROR(copied);
-    return out;
+    return collected_model_state(whole, s.world->rank() == 0,
+                                 [&](const nn::StatePieceFn& piece) { return stream_model_state(store, 0, piece); });
   }
   // The inner plugin may still be gathering the last step's weights (ZeRO's overlap_allgather).
   COLOSSAL_RETURN_IF_ERROR(s.inner->sync_weights());
