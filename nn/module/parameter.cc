@@ -20,6 +20,7 @@ struct StoreState {
   absl::flat_hash_map<int, core::Tensor> values, grads;  // flat buffers by dtype
   std::vector<Parameter> parameters;                      // table order
   ParameterStore::Fetcher fetcher;                        // may be null
+  bool grads_released = false;                            // release_grads()
 };
 }  // namespace internal
 
@@ -263,7 +264,9 @@ absl::Status ParameterStore::allocate(const core::Stream& stream) {
 bool ParameterStore::materialized() const {
   if (state_ == nullptr) return false;
   return std::all_of(state_->parameters.begin(), state_->parameters.end(),
-                     [](const Parameter& p) { return p.value.defined() && p.grad.defined(); });
+                     [this](const Parameter& p) {
+                       return p.value.defined() && (p.grad.defined() || state_->grads_released);
+                     });
 }
 
 absl::Status ParameterStore::initialize(uint64_t seed, const core::Stream& stream) {
@@ -323,6 +326,39 @@ absl::StatusOr<Parameter> ParameterStore::find(absl::string_view name) const {
   return state_->parameters[i];
 }
 
+absl::Status ParameterStore::release_grads() {
+  if (state_ == nullptr || state_->values.empty() || state_->grads.empty()) {
+    return absl::FailedPreconditionError(
+        "release_grads: the store has no flat gradient buffers (allocate it first)");
+  }
+  state_->grads.clear();
+  for (Parameter& p : state_->parameters) p.grad = core::Tensor();
+  state_->grads_released = true;
+  return absl::OkStatus();
+}
+
+bool ParameterStore::grads_released() const {
+  return state_ != nullptr && state_->grads_released;
+}
+
+absl::Status ParameterStore::set_grad(size_t index, core::Tensor grad) {
+  if (state_ == nullptr || index >= state_->parameters.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("set_grad: no parameter at index ", index));
+  }
+  const ParameterEntry& e = state_->table.entries()[index];
+  if (!state_->grads_released) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "set_grad: parameter \"", e.name, "\"'s gradient is the store's (release_grads first)"));
+  }
+  if (grad.defined() && (grad.shape() != e.shape || grad.dtype() != e.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat("set_grad: parameter \"", e.name, "\" is ",
+                                                   core::dtype_name(e.dtype), " ",
+                                                   e.shape.to_string(), ", given ", grad.to_string()));
+  }
+  state_->parameters[index].grad = std::move(grad);
+  return absl::OkStatus();
+}
+
 absl::Status ParameterStore::set_views(size_t index, core::Tensor value, core::Tensor grad) {
   if (state_ == nullptr || index >= state_->parameters.size()) {
     return absl::InvalidArgumentError(absl::StrCat("set_views: no parameter at index ", index));
@@ -358,6 +394,10 @@ absl::StatusOr<ParameterHandle> ParameterStore::handle(absl::string_view name) c
 absl::Status ParameterStore::zero_grad(const core::Stream& stream) {
   if (state_ == nullptr) return absl::OkStatus();
   for (auto& [key, grads] : state_->grads) COLOSSAL_RETURN_IF_ERROR(grads.set_zero(stream));
+  if (!state_->grads_released) return absl::OkStatus();
+  for (Parameter& p : state_->parameters) {
+    if (p.grad.defined()) COLOSSAL_RETURN_IF_ERROR(p.grad.set_zero(stream));
+  }
   return absl::OkStatus();
 }
 

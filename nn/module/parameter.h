@@ -218,7 +218,8 @@ class ParameterStore {
   // checked before anything is allocated when the device is smaller than that;
   // the device is not available.
   absl::Status allocate(const core::Stream& stream);
-  // Every parameter has memory on this process.
+  // Every parameter has memory on this process: its value, and its gradient
+  // or, after release_grads(), a plugin that gives the gradient memory.
   bool materialized() const;
   // Bytes the replicated layout takes: values and gradients, padding included.
   int64_t replicated_bytes() const;
@@ -241,8 +242,27 @@ class ParameterStore {
   absl::StatusOr<Parameter> find(absl::string_view name) const;
   // A handle on the parameter called `name` (NotFoundError as find()).
   absl::StatusOr<ParameterHandle> handle(absl::string_view name) const;
-  // Sets every gradient (the whole flat gradient buffers) to zero.
+  // Sets every gradient (the whole flat gradient buffers) to zero; after
+  // release_grads(), the gradients that have memory.
   absl::Status zero_grad(const core::Stream& stream);
+
+  // --- For a plugin that keeps only part of the gradients (low_level_zero
+  // stage 2: a bucket's gradients have memory while the backward writes and
+  // reduces them, then only this rank's shard of their sums stays). ---
+  //
+  // Drops the flat gradient buffers of an allocated store: every gradient is
+  // absent until set_grad() gives it memory; values stay in their flat
+  // buffers, and the store still counts as materialized. The buffers' memory
+  // goes when no other holder (an optimizer's gradient views:
+  // nn::Optimizer::drop_grads) remains. Errors: FailedPrecondition when the
+  // store has no flat buffers.
+  absl::Status release_grads();
+  // Whether release_grads() was called: gradients are the plugin's.
+  bool grads_released() const;
+  // Points the gradient of parameter `index` at `grad` (undefined: absent),
+  // after release_grads(). Errors: InvalidArgument naming the parameter for
+  // another shape or dtype; FailedPrecondition before release_grads().
+  absl::Status set_grad(size_t index, core::Tensor grad);
 
   // --- For plugins that keep parameters in memory of their own (Gemini's
   // chunks: a parameter has memory only while its chunk is gathered). ---

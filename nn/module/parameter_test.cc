@@ -115,6 +115,49 @@ TEST(ParameterStoreTest, HandlesBoundBeforeAllocationSeeTheMemory) {
   EXPECT_EQ(w.grad()->raw_data(), store.flat_grads(DType::kF32).raw_data());
 }
 
+// A plugin that keeps only part of the gradients: after release_grads the
+// values stay in their flat buffer, each gradient has the memory set_grad
+// gives it (through the fetcher, the first time a handle asks), and the
+// store still counts as materialized.
+TEST(ParameterStoreTest, ReleasedGradientsComeFromThePlugin) {
+  absl::StatusOr<ParameterStore> store = ParameterStore::create(small_table(DType::kF32), Stream::cpu());
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ(store->set_grad(0, core::Tensor()).code(), absl::StatusCode::kFailedPrecondition);
+  ParameterHandle w = *store->handle("fc.weight");
+  const void* values = store->flat_values(DType::kF32).raw_data();
+  ASSERT_TRUE(store->release_grads().ok());
+  EXPECT_TRUE(store->grads_released());
+  EXPECT_TRUE(store->materialized());
+  EXPECT_FALSE(store->flat_grads(DType::kF32).defined());
+  EXPECT_EQ(store->flat_values(DType::kF32).raw_data(), values);
+  EXPECT_EQ(w.value()->raw_data(), values);
+  EXPECT_EQ(w.grad().status().code(), absl::StatusCode::kFailedPrecondition);  // no fetcher
+  EXPECT_EQ(store->release_grads().code(), absl::StatusCode::kFailedPrecondition);
+
+  std::vector<size_t> fetched;
+  core::Tensor bucket = *core::Tensor::empty({15}, DType::kF32, Stream::cpu());
+  store->set_fetcher([&](size_t index, bool want_grad) -> absl::Status {
+    EXPECT_TRUE(want_grad);
+    fetched.push_back(index);
+    return store->set_grad(index, *bucket.reshape({5, 3}));
+  });
+  absl::StatusOr<core::Tensor> g = w.grad();
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->raw_data(), bucket.raw_data());
+  EXPECT_TRUE(w.grad().ok());
+  EXPECT_EQ(fetched, std::vector<size_t>({0}));  // once: the view stays until the plugin drops it
+  for (int i = 0; i < 15; ++i) bucket.data<float>()[i] = 1.0f + i;
+  ASSERT_TRUE(store->zero_grad(Stream::cpu()).ok());  // the gradients with memory
+  for (int i = 0; i < 15; ++i) EXPECT_EQ(bucket.data<float>()[i], 0.0f);
+
+  absl::Status wrong = store->set_grad(1, *core::Tensor::empty({4}, DType::kF32, Stream::cpu()));
+  EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("\"fc.bias\""), std::string::npos) << wrong;
+  ASSERT_TRUE(store->set_grad(0, core::Tensor()).ok());
+  EXPECT_FALSE(store->parameters()[0].grad.defined());
+  EXPECT_TRUE(store->materialized());
+}
+
 // The rules, element by element, against kernels/random's stream.
 TEST(ParameterStoreTest, InitializeFollowsTheRulesAndTheFlatOffset) {
   absl::StatusOr<ParameterStore> store = ParameterStore::create(small_table(DType::kF32), Stream::cpu());

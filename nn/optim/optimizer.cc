@@ -150,6 +150,13 @@ void Optimizer::drop_masters() {
   masters_dropped_ = true;
 }
 
+void Optimizer::drop_grads() {
+  for (Group& g : groups_) {
+    for (Slot& slot : g.slots) slot.ref.grad = core::Tensor();
+  }
+  grads_dropped_ = true;
+}
+
 void Optimizer::release_state() {
   for (Group& g : groups_) {
     for (Slot& slot : g.slots) slot.state.clear();
@@ -215,10 +222,10 @@ absl::Status Optimizer::allocate_slot_state(Slot& slot) {
 
 absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
   COLOSSAL_RETURN_IF_ERROR(check_not_declared("step"));
-  if (masters_dropped_) {
+  if (masters_dropped_ || grads_dropped_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        type_, ": step: the float32 masters were dropped (a plugin such as low_level_zero "
-               "keeps its own and steps instead)"));
+        type_, ": step: the ", masters_dropped_ ? "float32 masters" : "gradients",
+        " were dropped (a plugin such as low_level_zero keeps its own and steps instead)"));
   }
   if (!std::isfinite(options.grad_scale) || !(options.grad_scale > 0.0f)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -236,7 +243,8 @@ absl::StatusOr<StepResult> Optimizer::step(const StepOptions& options) {
 }
 
 absl::Status Optimizer::zero_grad() {
-  if (declared_) return absl::OkStatus();  // the plugin's gradients: Plugin::zero_grad
+  // The plugin's gradients: Plugin::zero_grad.
+  if (declared_ || grads_dropped_) return absl::OkStatus();
   for (Group& g : groups_) {
     for (Slot& slot : g.slots) {
       COLOSSAL_ASSIGN_OR_RETURN(core::Stream s,

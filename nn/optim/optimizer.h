@@ -131,6 +131,12 @@ class Optimizer {
   // them again, zeroed).
   void drop_masters();
   void release_state();
+  // For a plugin that keeps only its shard of the gradients (low_level_zero
+  // stage 2, nn::ParameterStore::release_grads): forgets the gradient views,
+  // so that the store's flat gradient buffer can go. group_params() then
+  // gives them undefined; zero_grad() has nothing to zero and step() fails
+  // (FailedPrecondition), as after drop_masters().
+  void drop_grads();
   // True when the parameters are declared (declared_param): no tensors.
   bool declared() const { return declared_; }
   // For the same plugin, whose checkpoint load keeps only its slice of a
@@ -191,6 +197,7 @@ class Optimizer {
   core::Stream stream_;
   bool state_allocated_ = false;
   bool masters_dropped_ = false;
+  bool grads_dropped_ = false;
   bool declared_ = false;  // every parameter is a declared_param
 };
 

@@ -153,6 +153,29 @@ TEST(OptimizerStateTest, DroppedMastersAndReleasedState) {
   for (int64_t i = 0; i < m.numel(); ++i) ASSERT_EQ(m.data<float>()[i], 0.0f);
 }
 
+// A plugin that keeps only its shard of the gradients (low_level_zero stage
+// 2) drops the optimizer's gradient views: none stays, zero_grad() leaves the
+// memory alone, step() refuses, and the state still saves and loads.
+TEST(OptimizerStateTest, DroppedGradients) {
+  Model a(1);
+  auto oa = make_hybrid_adam(split_decay_groups(a.params, 0.1)).value();
+  a.fill_grads(3);
+  ASSERT_TRUE(oa->step().ok());
+  const Saved saved = save(*oa);
+  const std::vector<uint8_t> grad = testing::to_bytes(a.params[0].grad);
+  oa->drop_grads();
+  for (int g = 0; g < oa->num_groups(); ++g) {
+    for (const ParamRef& p : oa->group_params(g)) EXPECT_FALSE(p.grad.defined()) << p.name;
+  }
+  ASSERT_TRUE(oa->zero_grad().ok());
+  EXPECT_EQ(testing::to_bytes(a.params[0].grad), grad);  // not zeroed: the plugin's now
+  absl::StatusOr<StepResult> step = oa->step();
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(step.status().message().find("gradients were dropped"), std::string::npos)
+      << step.status();
+  ASSERT_TRUE(oa->load_state_dict(restore(saved)).ok());
+}
+
 // The same plugin's checkpoint load: check_state_dict() only checks;
 // load_state_meta() restores hyper-parameters and step counts, and neither
 // touches the state tensors, masters or model copies.

@@ -16,8 +16,13 @@ namespace colossal::nn {
 absl::StatusOr<ParamRef> make_master_param(std::string name, const core::Tensor& model_weight,
                                            core::Tensor grad, const core::Stream& stream) {
   const std::string what = absl::StrCat("parameter \"", name, "\"");
-  if (!model_weight.defined() || !grad.defined()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": undefined weight or gradient"));
+  if (!model_weight.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": undefined weight"));
+  }
+  if (!grad.defined()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": undefined gradient (a plugin that keeps only a shard of the gradients, such as "
+              "low_level_zero stage 2, took them at boost: build the optimizer before boost)"));
   }
   const core::DType dt = model_weight.dtype();
   if (dt != core::DType::kF32 && dt != core::DType::kF16 && dt != core::DType::kBF16) {

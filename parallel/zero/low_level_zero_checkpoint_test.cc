@@ -399,12 +399,14 @@ TEST(LowLevelZeroCheckpoint, Errors) {
       EXPECT_EQ(x.zero->exp_avg_shard(), before) << "changed on an error";
       EXPECT_EQ(x.zero->step_count(), 2);
     };
-    // Another optimizer than the boosted one.
-    auto other = make_adam(*x.model);
+    // Another optimizer than the boosted one (over a twin: stage 2 took the
+    // boosted model's gradients).
+    auto twin = make_zero_model(kSeed);
+    auto other = make_adam(*twin);
     EXPECT_EQ(x.booster->plugin().optimizer_state_dict(*other).status().code(),
               absl::StatusCode::kInvalidArgument);
     // An SGD state.
-    auto sgd = make_sgd(*x.model);
+    auto sgd = make_sgd(*twin);
     expect_invalid(*sgd->state_dict(), "sgd");
     // A parameter missing (another model's state).
     nn::OptimizerStateDict missing = good;

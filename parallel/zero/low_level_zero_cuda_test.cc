@@ -133,6 +133,20 @@ std::vector<float> download(const Tensor& t, const Stream& stream) {
   return out;
 }
 
+// What a backward does to the gradients: adds `add` (the flat layout's
+// values) to every parameter's gradient, read through a handle as a layer
+// reads it (stage 2 gives a bucket's gradients memory then).
+void add_to_grads(const nn::ParameterStore& store, const std::vector<float>& add,
+                  const Stream& stream) {
+  for (const nn::ParameterEntry& e : store.table().entries()) {
+    absl::StatusOr<Tensor> grad = store.handle(e.name)->grad();
+    ASSERT_TRUE(grad.ok()) << grad.status();
+    std::vector<float> g = download(*grad, stream);
+    for (int64_t i = 0; i < e.numel(); ++i) g[i] += add[e.offset + i];
+    upload(*grad, g, stream);
+  }
+}
+
 // Host floats rounded to `dtype` and back (what a 16-bit buffer holds).
 std::vector<float> round_to(const std::vector<float>& v, DType dtype) {
   if (dtype == DType::kF32) return v;
@@ -382,18 +396,18 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     ASSERT_TRUE(zero.zero_grad().ok());
     // Stage 2 (float32 / bfloat16): two backwards of half the gradients,
     // whose reduced shards accumulate to exactly the whole (halving is exact).
-    // Each adds to the gradient buffer as a backward does: at world size 1
-    // the buffer is the shard and holds the first half when the second comes.
+    // Each adds to the gradients as a backward does: at world size 1 the
+    // flat buffer is the shard and holds the first half when the second
+    // comes; above, each backward's buckets start from zero.
     const int micro = c.stage == 2 && c.dtype != DType::kF16 ? 2 : 1;
     for (int m = 0; m < micro; ++m) {
       ASSERT_TRUE(zero.begin_backward(*ctx, /*sync=*/true).ok());
-      std::vector<float> g = download(store->flat_grads(c.dtype), stream);
-      const std::vector<float> add =
-          rank_grads(table, step, rank, c.dtype, scale / micro, inf ? inf_at : -1);
-      for (size_t i = 0; i < g.size(); ++i) g[i] += add[i];
-      upload(store->flat_grads(c.dtype), g, stream);
+      ASSERT_NO_FATAL_FAILURE(add_to_grads(
+          *store, rank_grads(table, step, rank, c.dtype, scale / micro, inf ? inf_at : -1), stream));
       ASSERT_TRUE(zero.end_backward(true).ok());
     }
+    // Partitioned gradients: none outside a backward (no flat buffer).
+    if (c.stage == 2 && c.world > 1) ASSERT_FALSE(store->flat_grads(c.dtype).defined());
     ASSERT_TRUE(zero.before_step(adam->stream()).ok());
     if (c.fp16_overflow && step == kOverflowStep) {
       ASSERT_TRUE(zero.sync_weights().ok());  // the last step's pieces (overlap_allgather)

@@ -215,11 +215,21 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
     COLOSSAL_ASSIGN_OR_RETURN(s.gather, ZeroParamGather::create(s.pg, model, store, dtype, s.shard,
                                                                 cap_bytes / dsize));
   }
+  // Stage 2 keeps only this rank's shard of the gradients (ZeRO-2's
+  // partitioned gradients; zero_grad_reduction.h): the store's flat gradient
+  // buffer goes, once nothing else can fail, with the optimizer's views of it.
+  const auto release_grads = [&]() -> absl::Status {
+    if (s.options.stage != 2 || s.local) return absl::OkStatus();
+    COLOSSAL_RETURN_IF_ERROR(s.store.release_grads());
+    optimizer.drop_grads();
+    return absl::OkStatus();
+  };
   if (!cuda) {
     COLOSSAL_RETURN_IF_ERROR(s.read_master());
     s.adam.exp_avg.assign(n, 0.0f);
     s.adam.exp_avg_sq.assign(n, 0.0f);
     if (s.gather == nullptr) s.gathered.assign(s.shard.padded, 0.0f);
+    COLOSSAL_RETURN_IF_ERROR(release_grads());
     s.boosted = true;
     return absl::OkStatus();
   }
@@ -277,6 +287,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   // This plugin keeps the master slice: the optimizer's full-size float32
   // masters would cost 4 bytes per parameter on every rank. (Dropped last, so
   // that a failed boost leaves the optimizer whole.)
+  COLOSSAL_RETURN_IF_ERROR(release_grads());
   if (s.sixteen_bit()) optimizer.drop_masters();
   s.boosted = true;
   return absl::OkStatus();

@@ -9,23 +9,25 @@
 // on parameter boundaries.
 //
 //   * Gradients are reduced in buckets of reduce_bucket_size_in_m elements
-//     over the flat gradient buffer, each issued from the module backward
+//     of the flat gradient layout, each issued from the module backward
 //     hooks as soon as its parameters are final, while the backward goes on
 //     (parallel/zero/zero_grad_reduction.h over parallel/common/grad_buckets.h,
 //     the ddp plugin's machinery; Colossal-AI's overlap_communication =
 //     true; with false every bucket is issued after the backward returns):
 //       stage 1: all-reduce (average) in place, as ddp; no_sync accumulates
 //                locally and the next synced backward reduces the sum;
-//       stage 2: reduce-scatter (average): each rank receives its slice's part
-//                of the bucket. After one backward the averaged slice is in
-//                this rank's range of the flat gradient buffer (other ranges
-//                hold partial values); accumulation: every backward reduces,
-//                the second moves the slice into a gradient shard and zeroes
-//                the buffer, later ones add their parts to the shard and zero
-//                each bucket's range, until Booster::zero_grad. The reduced
-//                gradients are grad_shard_tensor() either way.
+//       stage 2: partitioned gradients. At boost the store's flat gradient
+//                buffer goes (ParameterStore::release_grads; the optimizer's
+//                views with it: nn::Optimizer::drop_grads): a bucket's
+//                gradients have memory only from the backward's first write
+//                to their reduce-scatter (average), after which each rank
+//                adds its slice's part to its gradient shard (1/W of the
+//                gradients), which accumulates over the backwards until
+//                Booster::zero_grad: grad_shard_tensor(). Outside a backward
+//                a parameter's gradient() is an error naming it.
 //                no_sync is refused (FailedPrecondition), as Colossal-AI
-//                refuses it for stage 2.
+//                refuses it for stage 2. At world size 1 on CUDA nothing is
+//                reduced and the flat buffer is the shard.
 //     At boost rank 0's parameters are broadcast.
 //   * Booster::step (this plugin owns the step): each rank computes the
 //     squared L2 norm of its gradient slice, one all_reduce(sum) gives the
@@ -66,11 +68,10 @@
 //     Work::wait_stream (no host wait), and stage 2 adds the received parts
 //     to the gradient shard there. Stage 2 buckets that lie in one rank's
 //     slice (all but at most W-1) are reduced in place to that rank (NCCL's
-//     reduce: about half an all-reduce's bytes), where the average stays
-//     or, when accumulating, is added to the shard before every rank zeroes
-//     the range; the others pack the ranks' parts into a send buffer
-//     (zeroing the range) and reduce-scatter it, with buffers taken from the
-//     device pool for the bucket's lifetime only;
+//     reduce: about half an all-reduce's bytes), which adds the average to
+//     its shard; the others pack the ranks' parts into a send buffer and
+//     reduce-scatter it; a bucket's memory and buffers come from the device
+//     pool for the bucket's lifetime only;
 //   * gradients are reduced in the gradient dtype (16-bit for a 16-bit
 //     model), as Colossal-AI's low-level ZeRO does: half the bytes of fp32,
 //     no cast buffers, and on one rank exactly nn::Adam's input. The price:
@@ -127,9 +128,10 @@
 //     its own state_dict() is meaningless after boost. Memory per rank beyond the 16-bit weights and
 //     gradients: the slice's 12 bytes per element (master, moments; none on
 //     the GPU with cpu_offload) plus, on CUDA, the gather buffer (one 16-bit
-//     copy of the weights; none at world size 1) and in stage 2 the gradient shard and per-bucket
-//     send / receive buffers (about one more copy of the gradients): the
-//     model's full flat gradient buffer is not freed per bucket. Loading a
+//     copy of the weights; none at world size 1). Gradients: stage 1 the
+//     model's flat gradient buffer; stage 2 (world size > 1) the gradient
+//     shard, 1/W of them, and the buckets in flight (a bucket's memory and,
+//     when it spans ranks, its send / receive buffers). Loading a
 //     checkpoint allocates only the slice on the device (the whole dict is
 //     host memory, read by every rank).
 //     One step count for the whole slice (every parameter steps together), so
@@ -275,8 +277,7 @@ class LowLevelZeroPlugin : public Plugin {
   // grad_shard_tensor (both paths): stage 2's averaged gradients of this
   // rank's slice, summed over the backwards since the last zero_grad, a view
   // of param_dtype() with at least shard().end - shard().begin elements (the
-  // gradient shard, [shard().size], whose tail past shard().end is padding;
-  // after a single backward, the flat gradient buffer's range of the slice);
+  // gradient shard, [shard().size], whose tail past shard().end is padding);
   // undefined for stage 1; on CUDA at world size 1 the model's flat gradient
   // buffer itself.
   // Valid after boost.

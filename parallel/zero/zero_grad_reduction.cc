@@ -20,7 +20,8 @@ struct ZeroGradReduction::Bucket {
 
 struct ZeroGradReduction::InFlight {
   size_t bucket = 0;
-  core::Tensor send, recv;  // undefined for a bucket reduced in place
+  core::Tensor grads;       // a bucket reduced in place: its memory
+  core::Tensor send, recv;  // a reduce-scattered bucket's buffers
 };
 
 namespace {
@@ -89,15 +90,74 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
     }
     r->buckets_.push_back(sc);
   }
-  // Otherwise the shard buffer is made when a second backward first needs it
-  // (fold_into_shard).
-  if (options.shard_is_flat_buffer) r->grad_shard_ = store.flat_grads(dtype);  // the whole buffer
+  if (options.shard_is_flat_buffer) {
+    r->grad_shard_ = store.flat_grads(dtype);  // the whole buffer
+    return r;
+  }
+  r->partitioned_ = true;
+  COLOSSAL_ASSIGN_OR_RETURN(r->grad_shard_, zero_filled(shard.size, dtype, stream));
+  const nn::ParameterTable& table = store.table();
+  r->bucket_of_.assign(table.size(), -1);
+  for (const GradBucket& bucket : r->reducer_->buckets()) {
+    std::vector<size_t> own;
+    for (const std::string& name : bucket.params) {
+      const nn::ParameterEntry* e = table.find(name);
+      if (e == nullptr) return absl::InternalError(absl::StrCat("low_level_zero: no ", name));
+      own.push_back(static_cast<size_t>(e - table.entries().data()));
+      r->bucket_of_[own.back()] = static_cast<int>(r->bucket_params_.size());
+    }
+    r->bucket_params_.push_back(std::move(own));
+  }
+  r->live_.resize(r->bucket_params_.size());
+  r->self_ = std::make_shared<ZeroGradReduction*>(raw);
+  std::weak_ptr<ZeroGradReduction*> self = r->self_;
+  r->store_.set_fetcher([self](size_t index, bool want_grad) -> absl::Status {
+    const std::shared_ptr<ZeroGradReduction*> alive = self.lock();
+    return alive ? (*alive)->fetch_grad(index, want_grad) : absl::OkStatus();
+  });
   return r;
 }
 
 ZeroGradReduction::~ZeroGradReduction() {
   // Finish unfinished collectives before the buffers they use go away.
   if (reducer_ != nullptr) wait(core::Stream::cpu()).IgnoreError();
+  if (!partitioned_) return;
+  self_.reset();  // the store's fetcher answers nothing from here on
+  for (size_t b = 0; b < live_.size(); ++b) take_memory(b);
+}
+
+absl::Status ZeroGradReduction::fetch_grad(size_t index, bool want_grad) {
+  // Values are the store's flat buffer: a missing one is for the handle to report.
+  if (!want_grad || index >= bucket_of_.size() || bucket_of_[index] < 0) return absl::OkStatus();
+  if (!backward_stream_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "low_level_zero stage 2 keeps only this rank's shard of the gradients: parameter \"",
+        store_.table().entries()[index].name,
+        "\" has a whole gradient only during a backward (Booster::backward)"));
+  }
+  return give_memory(static_cast<size_t>(bucket_of_[index]), *backward_stream_);
+}
+
+absl::Status ZeroGradReduction::give_memory(size_t b, const core::Stream& on) {
+  if (live_[b].defined()) return absl::OkStatus();
+  const GradBucket& bucket = reducer_->buckets()[b];
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor memory, zero_filled(bucket.count, dtype_, on));
+  buffer_stream_ = on;
+  for (size_t index : bucket_params_[b]) {
+    const nn::ParameterEntry& e = store_.table().entries()[index];
+    COLOSSAL_ASSIGN_OR_RETURN(
+        core::Tensor view,
+        core::Tensor::from_storage(memory.storage(), (e.offset - bucket.offset) * esize(), e.shape,
+                                   e.dtype));
+    COLOSSAL_RETURN_IF_ERROR(store_.set_grad(index, std::move(view)));
+  }
+  live_[b] = std::move(memory);
+  return absl::OkStatus();
+}
+
+core::Tensor ZeroGradReduction::take_memory(size_t b) {
+  for (size_t index : bucket_params_[b]) store_.set_grad(index, core::Tensor()).IgnoreError();
+  return std::move(live_[b]);
 }
 
 void ZeroGradReduction::part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const {
@@ -117,36 +177,43 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch(size_t b,
                                      buckets[b].params.front(), " ...)"));
 }
 
-// Stage 1 (and owned stage-2 buckets): all-reduce the bucket's range of the
-// flat buffer in place. Stage 2: pack the ranks' parts into a send buffer,
-// zero the range, and reduce-scatter, all enqueued on the input stream (after
-// the backward that wrote the gradients); the collective runs after it.
+// Stage 1: all-reduce the bucket's range of the flat buffer in place. Stage
+// 2: the bucket's memory (zeros for a bucket the backward never wrote) is
+// reduced in place to its owner, or packed into a send buffer of the ranks'
+// parts and reduce-scattered, all enqueued on the input stream (after the
+// backward that wrote the gradients); the collective runs after it. The
+// bucket's parameters lose their gradient views.
 absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
                                                                const comm::CollectiveOptions& o) {
   const GradBucket& bucket = reducer_->buckets()[b];
-  const core::Tensor flat = store_.flat_grads(dtype_);
   comm::CollectiveOptions co = o;
   if (stream_.is_cuda() && (!co.stream.has_value() || !co.stream->is_cuda())) co.stream = stream_;
   const core::Stream in = co.stream.has_value() ? *co.stream : core::Stream::cpu();
-  if (options_.stage == 1 || buckets_[b].owner >= 0) {
+  if (options_.stage == 1 || options_.shard_is_flat_buffer) {
+    const core::Tensor flat = store_.flat_grads(dtype_);
     comm::Buffer buffer;
     buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
     buffer.count = bucket.count;
     buffer.dtype = dtype_;
     buffer.device = flat.device();
-    // Stage 2: the owner's range receives the average (the others' are
-    // left unspecified); wait() leaves it there or adds it to the shard.
-    absl::StatusOr<comm::WorkPtr> w =
-        options_.stage == 1 ? pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co)
-                            : pg_->reduce(buffer, comm::ReduceOp::kAvg, buckets_[b].owner, co);
-    if (w.ok() && options_.stage == 2 && !options_.shard_is_flat_buffer) {
-      pending_.push_back(InFlight{b, {}, {}});
-    }
+    return pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co);
+  }
+  COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
+  InFlight f{b, take_memory(b), {}, {}};
+  const Bucket& sc = buckets_[b];
+  if (sc.owner >= 0) {
+    // The owner's memory receives the average (the others' is left
+    // unspecified); wait() adds it to the owner's shard.
+    comm::Buffer buffer;
+    buffer.data = f.grads.raw_data();
+    buffer.count = bucket.count;
+    buffer.dtype = dtype_;
+    buffer.device = f.grads.device();
+    absl::StatusOr<comm::WorkPtr> w = pg_->reduce(buffer, comm::ReduceOp::kAvg, sc.owner, co);
+    if (w.ok()) pending_.push_back(std::move(f));
     return w;
   }
-  const Bucket& sc = buckets_[b];
   const int world = pg_->size();
-  InFlight f{b, {}, {}};
   COLOSSAL_ASSIGN_OR_RETURN(f.send, core::Tensor::empty({std::max<int64_t>(sc.chunk * world, 1)},
                                                         dtype_, in));
   COLOSSAL_ASSIGN_OR_RETURN(f.recv, core::Tensor::empty({std::max<int64_t>(sc.chunk, 1)}, dtype_, in));
@@ -157,12 +224,11 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     part(bucket.offset, bucket.offset + bucket.count, j, &lo, &n);
     if (n == 0) continue;
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, f.send.slice(j * sc.chunk, j * sc.chunk + n));
-    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat.slice(lo, lo + n));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
+                              f.grads.slice(lo - bucket.offset, lo - bucket.offset + n));
     COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, in));
   }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor range,
-                            flat.slice(bucket.offset, bucket.offset + bucket.count));
-  COLOSSAL_RETURN_IF_ERROR(range.set_zero(in));
+  f.grads = core::Tensor();  // packed: back to the pool, after the copies on `in`
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, f.recv.slice(0, sc.chunk));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, f.send.slice(0, sc.chunk * world));
   absl::StatusOr<comm::WorkPtr> w = pg_->reduce_scatter(recv, send, comm::ReduceOp::kAvg, co);
@@ -184,52 +250,22 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   // Where the additions run: `on`, or for a host wait on device tensors the
   // reduction's own stream.
   const core::Stream add_on = !on.is_cuda() && stream_.is_cuda() ? stream_ : on;
-  const core::Tensor flat = store_.flat_grads(dtype_);
-  // The first backward since zero_grad leaves its averaged slice in the flat
-  // buffer: nothing to add or zero for buckets reduced in place, a copy
-  // of this rank's received part for the others.
-  const bool in_place = !shard_summed_ && !slice_in_flat_ && !pending_.empty();
-  if (!in_place && !pending_.empty() && !grad_shard_.defined()) {
-    // begin_backward folds a slice left in the flat buffer before the next
-    // backward issues anything; parts to add and no shard break that order.
-    pending_.clear();
-    return absl::InternalError(
-        "low_level_zero: stage-2 parts to add before the gradient shard exists");
-  }
   absl::Status first;
   for (const InFlight& f : pending_) {
     const Bucket& sc = buckets_[f.bucket];
+    if (sc.mine_n == 0) continue;
     const GradBucket& bucket = reducer_->buckets()[f.bucket];
-    if (in_place) {
-      if (sc.owner >= 0 || sc.mine_n == 0) continue;
-      absl::StatusOr<core::Tensor> dst = flat.slice(sc.mine_lo, sc.mine_lo + sc.mine_n);
-      absl::StatusOr<core::Tensor> src = f.recv.slice(0, sc.mine_n);
-      const absl::Status s = !dst.ok()   ? dst.status()
-                             : !src.ok() ? src.status()
-                                         : dst->copy_from(*src, add_on);
-      if (first.ok() && !s.ok()) first = s;
-      continue;
-    }
-    // In-place buckets: the averaged gradients are in the flat buffer.
-    const char* src = sc.owner >= 0 ? static_cast<const char*>(flat.raw_data()) +
-                                          bucket.offset * esize()
-                                    : static_cast<const char*>(f.recv.raw_data());
-    if (sc.mine_n > 0) {
-      char* dst =
-          static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
-      const absl::Status s = add_into(dst, src, sc.mine_n, dtype_, add_on);
-      if (first.ok() && !s.ok()) first = s;
-    }
-    if (sc.owner >= 0) {  // the next backward accumulates afresh
-      absl::StatusOr<core::Tensor> range = flat.slice(bucket.offset, bucket.offset + bucket.count);
-      const absl::Status s = range.ok() ? range->set_zero(add_on) : range.status();
-      if (first.ok() && !s.ok()) first = s;
-    }
+    // A bucket reduced in place to this rank: its average is in its memory.
+    const char* src = f.grads.defined() ? static_cast<const char*>(f.grads.raw_data()) +
+                                              (sc.mine_lo - bucket.offset) * esize()
+                                        : static_cast<const char*>(f.recv.raw_data());
+    char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
+    const absl::Status s = add_into(dst, src, sc.mine_n, dtype_, add_on);
+    if (first.ok() && !s.ok()) first = s;
   }
   // The buffers go back to the pool on their allocation stream: it must
   // first wait for the additions (and so the collectives) done on `add_on`.
-  const bool buffers = std::any_of(pending_.begin(), pending_.end(),
-                                   [](const InFlight& f) { return f.send.defined(); });
+  const bool buffers = !pending_.empty();
   if (buffers && buffer_stream_.is_cuda() && buffer_stream_.handle() != add_on.handle()) {
     absl::StatusOr<core::Event> done = core::Event::create(add_on.device());
     if (done.ok()) {
@@ -239,64 +275,40 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
     }
   }
   pending_.clear();
-  if (in_place) slice_in_flat_ = true;
   return first;
-}
-
-absl::Status ZeroGradReduction::fold_into_shard(const core::Stream& on) {
-  if (!grad_shard_.defined()) {
-    COLOSSAL_ASSIGN_OR_RETURN(grad_shard_, zero_filled(shard_.size, dtype_, stream_));
-    if (on.is_cuda() && on.handle() != stream_.handle()) {
-      COLOSSAL_ASSIGN_OR_RETURN(core::Event made, core::Event::create(stream_.device()));
-      core::wait_stream(on, stream_, made);  // the zeroing before the copy below
-    }
-  }
-  core::Tensor flat = store_.flat_grads(dtype_);
-  const int64_t n = shard_.end - shard_.begin;
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, grad_shard_.slice(0, n));
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src, flat.slice(shard_.begin, shard_.end));
-  COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, on));
-  // Other ranks' ranges of the buckets reduced in place hold averages or this
-  // rank's own gradients: the next backward accumulates afresh.
-  COLOSSAL_RETURN_IF_ERROR(flat.set_zero(on));
-  slice_in_flat_ = false;
-  shard_summed_ = true;
-  return absl::OkStatus();
 }
 
 absl::Status ZeroGradReduction::begin_backward(const core::Stream& compute, bool sync) {
   COLOSSAL_RETURN_IF_ERROR(wait(compute));
-  // A second backward before zero_grad (gradient accumulation): the first's
-  // averaged slice moves into the shard, to which this one's parts are added.
-  if (slice_in_flat_) COLOSSAL_RETURN_IF_ERROR(fold_into_shard(compute));
-  return reducer_->begin_backward(compute, sync);
+  COLOSSAL_RETURN_IF_ERROR(reducer_->begin_backward(compute, sync));
+  if (partitioned_) backward_stream_ = compute;
+  return absl::OkStatus();
 }
 
 absl::Status ZeroGradReduction::end_backward(bool ok) {
   const absl::Status s = reducer_->end_backward(ok);
+  backward_stream_.reset();
   if (!ok) wait(core::Stream::cpu()).IgnoreError();
+  // After a failed backward (or launch), buckets never reduced: their
+  // gradients are dropped with the step.
+  for (size_t b = 0; b < live_.size(); ++b) {
+    if (live_[b].defined()) take_memory(b);
+  }
   return s;
 }
 
 absl::Status ZeroGradReduction::zero_grad() {
-  slice_in_flat_ = false;  // the optimizer zeroed the flat buffer
-  if (!shard_summed_) return absl::OkStatus();
-  shard_summed_ = false;
-  return grad_shard_.set_zero(stream_);
+  // (shard_is_flat_buffer: the optimizer zeroed the flat buffer.)
+  return partitioned_ ? grad_shard_.set_zero(stream_) : absl::OkStatus();
 }
 
 core::Tensor ZeroGradReduction::grad_shard() const {
-  if (options_.stage != 2) return core::Tensor();
-  if (options_.shard_is_flat_buffer || shard_summed_) return grad_shard_;
-  // This rank's range of the flat buffer: the averaged slice of the one
-  // backward since zero_grad, or zeros before any.
-  absl::StatusOr<core::Tensor> mine = store_.flat_grads(dtype_).slice(shard_.begin, shard_.end);
-  return mine.ok() ? *std::move(mine) : core::Tensor();
+  return options_.stage == 2 ? grad_shard_ : core::Tensor();
 }
 
 absl::StatusOr<core::Tensor> ZeroGradReduction::slice_grads() const {
   if (options_.stage == 1) return store_.flat_grads(dtype_).slice(shard_.begin, shard_.end);
-  return grad_shard().slice(0, shard_.end - shard_.begin);
+  return grad_shard_.slice(0, shard_.end - shard_.begin);
 }
 
 void ZeroGradReduction::track(comm::WorkPtr work) { reducer_->track(std::move(work)); }

@@ -1,18 +1,20 @@
-// colossal::parallel — ZeRO's gradient side: the flat gradient buffer reduced
-// over a data-parallel group in buckets issued from the module backward hooks
+// colossal::parallel — ZeRO's gradient side: the gradients reduced over a
+// data-parallel group in buckets issued from the module backward hooks
 // (parallel/common/grad_buckets.h), while the backward goes on.
 //
-//   stage 1: each bucket is all-reduced (average) in place; no_sync
-//            accumulates locally and the next synced backward reduces the sum.
-//   stage 2: each bucket is reduce-scattered (average): this rank receives its
-//            slice's part (zero_shard.h). The first backward since
-//            zero_grad() leaves the averaged slice in this rank's range of
-//            the flat buffer (what stage 1 leaves there too: no shard buffer,
-//            no additions). A second backward first moves it into the
-//            gradient shard (made then) and zeroes the flat buffer; from then
-//            on each bucket's part is added to the shard and the bucket's
-//            range zeroed, so the next backward accumulates afresh and the
-//            shard accumulates until zero_grad().
+//   stage 1: each bucket of the store's flat gradient buffer is all-reduced
+//            (average) in place; no_sync accumulates locally and the next
+//            synced backward reduces the sum.
+//   stage 2: the gradients are partitioned (ZeRO-2): the store has no flat
+//            gradient buffer (ParameterStore::release_grads, which the plugin
+//            calls at boost). A bucket's gradients get memory when the
+//            backward first asks for one of them (the store's fetcher), zeroed,
+//            and lose it when the bucket is reduced: each bucket is
+//            reduce-scattered (average) and this rank adds its part to its
+//            gradient shard [shard.size], which accumulates over the backwards
+//            until zero_grad(). Between backwards only the shard exists: the
+//            gradient memory of a step is the shard plus the buckets in
+//            flight, not the model's size.
 //
 // One code path for both devices: buffers are tensors on the gradients'
 // device, collectives take the stream their input was written on, and the
@@ -24,13 +26,16 @@
 //     sizes of a reduce-scatter padded for ranks with no part in it, or the
 //     2(W-1)/W of an all-reduce. The CPU keeps reduce-scatter for every bucket
 //     (its tests pin the sums bit for bit);
-//   * shard_is_flat_buffer (CUDA at world size 1): the shard is the flat
-//     gradient buffer itself, which then accumulates as stage 1's does.
-// Stage 2's send/receive buffers come from the allocator when a bucket is
-// issued and are freed once its part is added (none exist during the forward).
+//   * shard_is_flat_buffer (CUDA at world size 1): nothing is reduced, and the
+//     store keeps its flat gradient buffer, which is the shard and
+//     accumulates as stage 1's does.
+// A bucket's memory and its send/receive buffers come from the allocator on
+// the backward's stream and go back once its part is added (none exist
+// during the forward).
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(auto grads, ZeroGradReduction::create(pg, model, store, dtype,
 //                                                                  shard, stream, options));
+//   stage 2 (world > 1): store.release_grads() once the rest of boost succeeded
 //   per backward: grads->begin_backward(compute, sync); model.backward(...); grads->end_backward(ok);
 //   before the step: grads->wait(step_stream); then grads->slice_grads() are final.
 #ifndef COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
@@ -38,6 +43,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -69,10 +75,12 @@ struct ZeroGradReductionOptions {
 
 class ZeroGradReduction {
  public:
-  // Over `store`'s flat gradient buffer of `dtype` (one dtype per model),
-  // hooked into `model`'s modules. `stream`: the default input stream of the
-  // collectives (CUDA: the optimizer's; the CPU stream otherwise). Stage 2
-  // allocates the zeroed shard [shard.size] on it.
+  // Over `store`'s gradients of `dtype` (one dtype per model), hooked into
+  // `model`'s modules. `stream`: the default input stream of the collectives
+  // (CUDA: the optimizer's; the CPU stream otherwise). Stage 2 allocates the
+  // zeroed shard [shard.size] on it and, unless shard_is_flat_buffer,
+  // becomes the store's fetcher: the store's gradients are then this
+  // object's to give, once the caller released them (see the file comment).
   static absl::StatusOr<std::unique_ptr<ZeroGradReduction>> create(
       std::shared_ptr<comm::ProcessGroup> pg, nn::Module& model, const nn::ParameterStore& store,
       core::DType dtype, const ZeroShard& shard, const core::Stream& stream,
@@ -81,23 +89,25 @@ class ZeroGradReduction {
 
   // Around the model's backward (sync false: accumulate locally, stage 1
   // only). begin_backward first waits (on `compute`) for the previous
-  // backward's collectives, whose results this one adds to.
+  // backward's collectives, whose results this one adds to. Stage 2's
+  // gradients have memory only in between: a layer asking for one outside
+  // gets FailedPrecondition naming the parameter.
   absl::Status begin_backward(const core::Stream& compute, bool sync);
   absl::Status end_backward(bool ok);
   // Waits for the issued collectives on `on` (the CPU stream: the host waits)
   // and adds stage 2's received parts to the shard there. Errors: the first
   // collective's or addition's.
   absl::Status wait(const core::Stream& on);
-  // Stage 2: zeroes the shard (after the optimizer zeroed the flat buffer).
+  // Stage 2: zeroes the shard (shard_is_flat_buffer: the optimizer zeroed it).
   absl::Status zero_grad();
 
   // This rank's averaged gradients of [shard.begin, shard.end) once wait()
   // returned, summed over the backwards since zero_grad(): the flat buffer's
-  // range (stage 1, and stage 2 after one backward) or the shard's head.
+  // range (stage 1) or the shard's head (stage 2).
   absl::StatusOr<core::Tensor> slice_grads() const;
   // Stage 2: where those gradients are, a view of dtype with at least
   // shard.end - shard.begin elements (the shard: [shard.size], the tail past
-  // shard.end padding; the flat buffer's range: exactly those). Undefined for
+  // shard.end padding; shard_is_flat_buffer: the flat buffer). Undefined for
   // stage 1.
   core::Tensor grad_shard() const;
   // Waited for (on the host) with the reductions before buffers go: the
@@ -112,9 +122,13 @@ class ZeroGradReduction {
   ZeroGradReduction() = default;
   absl::StatusOr<comm::WorkPtr> launch(size_t b, const comm::CollectiveOptions& o);
   absl::StatusOr<comm::WorkPtr> launch_bucket(size_t b, const comm::CollectiveOptions& o);
-  // Stage 2, on `on`: the shard (made on first use) takes this rank's range
-  // of the flat buffer, which is then zeroed whole.
-  absl::Status fold_into_shard(const core::Stream& on);
+  // Stage 2: the fetcher's answer for parameter `index` (see begin_backward).
+  absl::Status fetch_grad(size_t index, bool want_grad);
+  // Stage 2: bucket `b`'s gradient memory, zeroed on `on`, its parameters'
+  // gradients views into it (once per backward).
+  absl::Status give_memory(size_t b, const core::Stream& on);
+  // Stage 2: bucket `b`'s parameters lose their gradient views; returns its memory.
+  core::Tensor take_memory(size_t b);
   // Rank j's part [lo, lo + n) of flat range [a, e).
   void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const;
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype_)); }
@@ -128,11 +142,17 @@ class ZeroGradReduction {
   core::Stream stream_;
   std::shared_ptr<BucketedGradReducer> reducer_;
   std::vector<Bucket> buckets_;
+  bool partitioned_ = false;       // stage 2 without shard_is_flat_buffer
   std::vector<InFlight> pending_;  // stage 2: issued, not yet added to the shard
   core::Stream buffer_stream_;     // where the pending buffers were allocated
-  core::Tensor grad_shard_;  // stage 2: made by fold_into_shard (or the flat buffer at world 1)
-  bool slice_in_flat_ = false;  // the averaged slice of the one backward since zero_grad is in flat
-  bool shard_summed_ = false;   // grad_shard_ holds the sums since zero_grad
+  core::Tensor grad_shard_;  // stage 2: [shard.size] (shard_is_flat_buffer: the flat buffer)
+  // Partitioned stage 2, per bucket: its parameters' table indices, and its
+  // gradient memory while the backward writes it.
+  std::vector<std::vector<size_t>> bucket_params_;
+  std::vector<int> bucket_of_;  // per table entry (-1: another dtype)
+  std::vector<core::Tensor> live_;
+  std::optional<core::Stream> backward_stream_;  // set between begin_ and end_backward
+  std::shared_ptr<ZeroGradReduction*> self_;     // the fetcher's weak link to this object
 };
 
 }  // namespace colossal::parallel
