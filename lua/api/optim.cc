@@ -33,11 +33,11 @@ using MakeFn = decltype(Optim::make);
 
 absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::CausalLM& model, const core::Stream& stream,
                                                    double weight_decay) {
-  // A model whose memory a plugin keeps (gemini) gets an optimizer of
-  // declared parameters: groups and hyper-parameters, the plugin steps them.
+  // A model whose memory a plugin keeps (gemini's chunks, ZeRO-2's
+  // gradients) gets an optimizer of declared parameters: groups and
+  // hyper-parameters, the plugin steps them.
   absl::StatusOr<std::vector<nn::ParamRef>> params =
-      model.store().materialized() ? nn::optimizer_params(model.store().parameters(), stream)
-                                   : nn::declared_params(model.table());
+      nn::model_optimizer_params(model.store(), stream);
   if (!params.ok()) return params.status();
   return nn::split_decay_groups(*std::move(params), weight_decay);
 }

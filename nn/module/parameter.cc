@@ -210,7 +210,7 @@ int64_t ParameterStore::replicated_bytes() const {
   return bytes;
 }
 
-absl::Status ParameterStore::allocate(const core::Stream& stream) {
+absl::Status ParameterStore::allocate(const core::Stream& stream, Gradients gradients) {
   if (state_ == nullptr) return absl::FailedPreconditionError("allocating an empty ParameterStore");
   internal::StoreState& s = *state_;
   if (!s.values.empty() || std::any_of(s.parameters.begin(), s.parameters.end(),
@@ -218,10 +218,12 @@ absl::Status ParameterStore::allocate(const core::Stream& stream) {
     return absl::FailedPreconditionError("the parameters have memory already");
   }
   const core::Device device = stream.device();
-  const int64_t needed = replicated_bytes();
+  const bool flat_grads = gradients == Gradients::kFlat;
+  const int64_t needed = flat_grads ? replicated_bytes() : replicated_bytes() / 2;
   const std::string what = absl::StrFormat(
-      "materializing %d parameters (%s of values and gradients) on %s", s.table.parameter_count(),
-      core::format_bytes(static_cast<uint64_t>(needed)), device.to_string());
+      "materializing %d parameters (%s of values%s) on %s", s.table.parameter_count(),
+      core::format_bytes(static_cast<uint64_t>(needed)), flat_grads ? " and gradients" : "",
+      device.to_string());
   // A model far larger than the device fails here, before any allocation (a
   // host that overcommits memory would otherwise accept it and die on first touch).
   absl::StatusOr<uint64_t> capacity = core::memory_capacity(device);
@@ -234,11 +236,12 @@ absl::Status ParameterStore::allocate(const core::Stream& stream) {
     const int64_t n = s.table.buffer_numel(dtype);
     absl::StatusOr<core::Tensor> v = core::Tensor::empty({n}, dtype, stream);
     if (!v.ok()) return core::annotate(v.status(), what);
+    COLOSSAL_RETURN_IF_ERROR(v->set_zero(stream));
+    values[static_cast<int>(dtype)] = *std::move(v);
+    if (!flat_grads) continue;
     absl::StatusOr<core::Tensor> g = core::Tensor::empty({n}, dtype, stream);
     if (!g.ok()) return core::annotate(g.status(), what);
-    COLOSSAL_RETURN_IF_ERROR(v->set_zero(stream));
     COLOSSAL_RETURN_IF_ERROR(g->set_zero(stream));
-    values[static_cast<int>(dtype)] = *std::move(v);
     grads[static_cast<int>(dtype)] = *std::move(g);
   }
   std::vector<Parameter> parameters;
@@ -250,13 +253,16 @@ absl::Status ParameterStore::allocate(const core::Stream& stream) {
     COLOSSAL_ASSIGN_OR_RETURN(p.value, core::Tensor::from_storage(
                                            values[static_cast<int>(e.dtype)].storage(),
                                            byte_offset, e.shape, e.dtype));
-    COLOSSAL_ASSIGN_OR_RETURN(p.grad, core::Tensor::from_storage(
-                                          grads[static_cast<int>(e.dtype)].storage(),
-                                          byte_offset, e.shape, e.dtype));
+    if (flat_grads) {
+      COLOSSAL_ASSIGN_OR_RETURN(p.grad, core::Tensor::from_storage(
+                                            grads[static_cast<int>(e.dtype)].storage(),
+                                            byte_offset, e.shape, e.dtype));
+    }
     parameters.push_back(std::move(p));
   }
   s.values = std::move(values);
   s.grads = std::move(grads);
+  s.grads_released = !flat_grads;
   s.parameters = std::move(parameters);
   return absl::OkStatus();
 }

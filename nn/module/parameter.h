@@ -212,12 +212,15 @@ class ParameterStore {
                                                const core::Stream& stream);
 
   // Replicated layout: one flat value and one flat gradient buffer per dtype
-  // on `stream`'s device, zeroed, every parameter a view into them.
-  // Errors: FailedPrecondition when already materialized; ResourceExhausted
-  // naming the bytes needed (values and gradients) and what the device has,
+  // on `stream`'s device, zeroed, every parameter a view into them. With
+  // Gradients::kPlugin only the value buffers: the gradients are a plugin's
+  // from the start, as after release_grads() (low_level_zero stage 2 never
+  // holds them whole). Errors: FailedPrecondition when already materialized;
+  // ResourceExhausted naming the bytes needed and what the device has,
   // checked before anything is allocated when the device is smaller than that;
   // the device is not available.
-  absl::Status allocate(const core::Stream& stream);
+  enum class Gradients { kFlat, kPlugin };
+  absl::Status allocate(const core::Stream& stream, Gradients gradients = Gradients::kFlat);
   // Every parameter has memory on this process: its value, and its gradient
   // or, after release_grads(), a plugin that gives the gradient memory.
   bool materialized() const;

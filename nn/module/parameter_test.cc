@@ -150,6 +150,16 @@ TEST(ParameterStoreTest, ReleasedGradientsComeFromThePlugin) {
   ASSERT_TRUE(store->zero_grad(Stream::cpu()).ok());  // the gradients with memory
   for (int i = 0; i < 15; ++i) EXPECT_EQ(bucket.data<float>()[i], 0.0f);
 
+  // Values only from the start: the same, without a gradient buffer ever.
+  ParameterStore values_only = ParameterStore::declare(small_table(DType::kF32));
+  ASSERT_TRUE(values_only.allocate(Stream::cpu(), ParameterStore::Gradients::kPlugin).ok());
+  EXPECT_TRUE(values_only.grads_released());
+  EXPECT_TRUE(values_only.materialized());
+  EXPECT_TRUE(values_only.flat_values(DType::kF32).defined());
+  EXPECT_FALSE(values_only.flat_grads(DType::kF32).defined());
+  EXPECT_FALSE(values_only.parameters()[0].grad.defined());
+  EXPECT_TRUE(values_only.initialize(1, Stream::cpu()).ok());
+
   absl::Status wrong = store->set_grad(1, *core::Tensor::empty({4}, DType::kF32, Stream::cpu()));
   EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.message().find("\"fc.bias\""), std::string::npos) << wrong;

@@ -25,4 +25,12 @@ std::vector<ParamRef> declared_params(const ParameterTable& table) {
   return out;
 }
 
+absl::StatusOr<std::vector<ParamRef>> model_optimizer_params(const ParameterStore& store,
+                                                             const core::Stream& stream) {
+  if (store.materialized() && !store.grads_released()) {
+    return optimizer_params(store.parameters(), stream);
+  }
+  return declared_params(store.table());
+}
+
 }  // namespace colossal::nn

@@ -34,6 +34,14 @@ absl::StatusOr<std::vector<ParamRef>> optimizer_params(absl::Span<const Paramete
 // (gemini).
 std::vector<ParamRef> declared_params(const ParameterTable& table);
 
+// The parameters of an optimizer for `store`'s model: optimizer_params while
+// the store holds every value and gradient, else declared_params (a plugin
+// keeps the memory: gemini's chunks, or low_level_zero stage 2's gradients,
+// ParameterStore::grads_released), so no float32 masters are made that the
+// plugin would only drop.
+absl::StatusOr<std::vector<ParamRef>> model_optimizer_params(const ParameterStore& store,
+                                                             const core::Stream& stream);
+
 }  // namespace colossal::nn
 
 #endif  // COLOSSAL_NN_OPTIM_MODULE_PARAMS_H_

@@ -124,8 +124,8 @@ std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model) {
 }
 
 std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model) {
-  std::vector<nn::ParamRef> params =
-      *nn::optimizer_params(model.store().parameters(), Stream::cpu());
+  // Declared when a plugin keeps the gradients (materialized by ZeRO-2).
+  std::vector<nn::ParamRef> params = *nn::model_optimizer_params(model.store(), Stream::cpu());
   nn::AdamOptions o;
   o.lr = 1e-2;
   return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);

@@ -75,7 +75,8 @@ std::unique_ptr<nn::CausalLM> make_model(Family family, uint64_t seed,
 std::unique_ptr<nn::CausalLM> materialized(std::unique_ptr<nn::CausalLM> model, uint64_t seed);
 // SGD over the model's parameters (lr 0.1).
 std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model);
-// AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms.
+// AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms; over
+// nn::model_optimizer_params (declared where a plugin keeps the gradients).
 std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model);
 std::vector<float> floats_of(const core::Tensor& t);
 // A float vector to a binary stream (its length, then the values) and back

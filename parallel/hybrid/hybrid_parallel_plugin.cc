@@ -171,7 +171,8 @@ absl::Status HybridParallelPlugin::materialize(nn::ParameterStore& store, uint64
   }
   s.stream = stream;
   s.store = store;
-  return Plugin::materialize(store, seed, stream);
+  // As the data-parallel plugin lays it out (ZeRO-2: no flat gradient buffer).
+  return s.inner->materialize(store, seed, stream);
 }
 
 absl::Status HybridParallelPlugin::boost(nn::Module& model, const nn::ParameterStore& store,

@@ -185,10 +185,17 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 }
 
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
-                                                   const nn::ParameterTable& table,
+                                                   const nn::ParameterStore& store,
                                                    nn::Optimizer& optimizer,
                                                    const ZeroShard& shard, bool with_master,
                                                    const ZeroAdamTargets* into) {
+  const nn::ParameterTable& table = store.table();
+  // The model's weight called `name` (16-bit: the optimizer's model copy;
+  // float32: its own master), or undefined.
+  const auto weight = [&store](const std::string& name) {
+    absl::StatusOr<nn::Parameter> p = store.find(name);
+    return p.ok() ? p->value : core::Tensor();
+  };
   // One step count for the slice: refuse differing counts before the
   // optimizer changes (malformed step tensors are left to its checks).
   std::string first_name;  // empty: no step count seen yet
@@ -228,7 +235,7 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       COLOSSAL_ASSIGN_OR_RETURN(const nn::ParameterEntry* e, entry_of(table, p.name));
       if (std::max(e->offset, shard.begin) >= std::min(e->offset + e->numel(), shard.end)) continue;
       const auto saved = state.tensors.find(nn::state_key(p.name, "master"));
-      const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
+      const core::Tensor src_t = saved != state.tensors.end() ? saved->second : weight(p.name);
       if (!src_t.defined() || src_t.numel() != e->numel()) {
         return absl::InternalError(absl::StrCat("low_level_zero: no master for ", p.name));
       }
@@ -300,7 +307,7 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
       if (!with_master) continue;
       // The dict's master, else the 16-bit weight (both checked above),
       // widened a bounded piece at a time.
-      const core::Tensor& src_t = saved != state.tensors.end() ? saved->second : p.model_copy;
+      const core::Tensor src_t = saved != state.tensors.end() ? saved->second : weight(p.name);
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor h, on_host(src_t));
       const int64_t width = static_cast<int64_t>(core::dtype_size(h.dtype()));
       for (int64_t at = lo; at < hi; at += kMasterPiece) {
@@ -326,7 +333,7 @@ absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict&
     }
   }
   for (auto& [p, master] : rounded) {
-    core::Tensor& target = p.model_copy.defined() ? p.model_copy : p.master;
+    core::Tensor target = weight(p.name);
     if (!target.defined()) continue;
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor m, on_host(master));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor c, core::Tensor::empty(target.shape(), target.dtype(),

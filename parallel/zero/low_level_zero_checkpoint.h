@@ -82,9 +82,10 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 // family, groups, parameter names, shapes, hyper-parameters, step counts)
 // and returns `shard`'s slice of it; then restores the optimizer's
 // hyper-parameters and step counts (load_state_meta: the plugin steps with
-// them) and writes every saved master into the model, as
-// nn::Optimizer::load_state_dict would: its rounding into a 16-bit model
-// copy, its values into float32 weights (their own masters). The optimizer's
+// them) and writes every saved master into the model's weights (`store`'s
+// values), as nn::Optimizer::load_state_dict would: its rounding into 16-bit
+// weights (the model copies), its values into float32 weights (their own
+// masters). The optimizer may be declared (no tensors). The optimizer's
 // own state tensors are never allocated: a resume costs the slice, not a
 // full-size copy of the state on the device. Nothing changes on a checking
 // error: InvalidArgument naming the mismatch, or step counts that differ
@@ -92,7 +93,7 @@ absl::StatusOr<nn::OptimizerStateDict> gather_zero_adam_state(
 // the CPU or on the optimizer's CUDA device (copied to the host one
 // parameter at a time). with_master (16-bit models): also the slice of the
 // float32 masters: a parameter's state.<name>.master when the dict has one,
-// else its 16-bit weight (the optimizer's model copy) widened.
+// else its 16-bit weight widened.
 //
 // `into` (float32 tensors of at least shard.end - shard.begin elements;
 // `master` only with_master): the slice is written there and the returned
@@ -108,7 +109,7 @@ struct ZeroAdamTargets {
   core::Tensor master;
 };
 absl::StatusOr<ZeroAdamSlice> load_zero_adam_state(const nn::OptimizerStateDict& state,
-                                                   const nn::ParameterTable& table,
+                                                   const nn::ParameterStore& store,
                                                    nn::Optimizer& optimizer,
                                                    const ZeroShard& shard,
                                                    bool with_master = false,

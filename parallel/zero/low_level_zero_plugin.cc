@@ -109,6 +109,16 @@ absl::StatusOr<core::Tensor> host_tensor(const std::vector<float>& v) {
 
 }  // namespace
 
+absl::Status LowLevelZeroPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
+                                             const core::Stream& stream) {
+  State& s = *state_;
+  if (s.options.stage != 2 || (stream.is_cuda() && s.pg->size() == 1)) {
+    return Plugin::materialize(store, seed, stream);
+  }
+  COLOSSAL_RETURN_IF_ERROR(store.allocate(stream, nn::ParameterStore::Gradients::kPlugin));
+  return store.initialize(seed, stream);
+}
+
 absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterStore& store,
                                        nn::Optimizer& optimizer) {
   State& s = *state_;
@@ -153,7 +163,15 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
         " but the optimizer's stream is not a CUDA stream of that device"));
   }
   const bool sixteen = dtype != core::DType::kF32;
-  for (int g = 0; g < optimizer.num_groups(); ++g) {
+  const bool partitioned = s.options.stage == 2 && !(cuda && s.pg->size() == 1);
+  if (store.grads_released() && !partitioned) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "low_level_zero: the model's gradients have no flat buffer, which stage ",
+        s.options.stage, s.options.stage == 2 ? " on one GPU" : "",
+        " reduces in place; materialize the model with this plugin (Booster::materialize)"));
+  }
+  // A declared optimizer (no tensors) has nothing to check against the store.
+  for (int g = 0; g < optimizer.num_groups() && !optimizer.declared(); ++g) {
     for (const nn::ParamRef& p : optimizer.group_params(g)) {
       absl::StatusOr<nn::Parameter> mine = store.find(p.name);
       if (!mine.ok()) {
@@ -219,8 +237,8 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   // partitioned gradients; zero_grad_reduction.h): the store's flat gradient
   // buffer goes, once nothing else can fail, with the optimizer's views of it.
   const auto release_grads = [&]() -> absl::Status {
-    if (s.options.stage != 2 || s.local) return absl::OkStatus();
-    COLOSSAL_RETURN_IF_ERROR(s.store.release_grads());
+    if (!partitioned) return absl::OkStatus();
+    if (!s.store.grads_released()) COLOSSAL_RETURN_IF_ERROR(s.store.release_grads());
     optimizer.drop_grads();
     return absl::OkStatus();
   };
@@ -439,7 +457,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   COLOSSAL_RETURN_IF_ERROR(s.settle_weights(core::Stream::cpu()));  // it may write the weights
   if (!s.cuda) {
     COLOSSAL_ASSIGN_OR_RETURN(s.adam,
-                              load_zero_adam_state(state, s.store.table(), optimizer, s.shard));
+                              load_zero_adam_state(state, s.store, optimizer, s.shard));
     optimizer.release_state();  // only the slices stay (see the CUDA path below)
     return s.read_master();  // a .master in the dict was written into the weights
   }
@@ -456,7 +474,7 @@ absl::Status LowLevelZeroPlugin::load_optimizer_state_dict(nn::Optimizer& optimi
   }
   COLOSSAL_ASSIGN_OR_RETURN(
       ZeroAdamSlice loaded,
-      load_zero_adam_state(state, s.store.table(), optimizer, s.shard, s.sixteen_bit(), &targets));
+      load_zero_adam_state(state, s.store, optimizer, s.shard, s.sixteen_bit(), &targets));
   // (The optimizer's own state was never allocated for the load; release
   // any a caller made it allocate before, e.g. through state_dict().)
   s.stream.synchronize();

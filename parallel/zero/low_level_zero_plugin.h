@@ -122,7 +122,10 @@
 //     else the weights, become the master slice);
 //   * the optimizer must be Adam-family (adamw, cpu_adam, hybrid_adam), its
 //     parameters made by optimizer_params (float32: the weights are their own
-//     masters). It supplies the groups, hyper-parameters and zero_grad; its
+//     masters) or declared (nn::declared_params: no tensors, so no full-size
+//     float32 masters exist even before boost; what colossal's Lua API
+//     builds for a store whose gradients are the plugin's, stage 2). It
+//     supplies the groups, hyper-parameters and zero_grad; its
 //     own step() is not used and its state tensors stay unallocated (a
 //     checkpoint load restores only its hyper-parameters and step counts), so
 //     its own state_dict() is meaningless after boost. Memory per rank beyond the 16-bit weights and
@@ -223,6 +226,11 @@ class LowLevelZeroPlugin : public Plugin {
   int dp_rank() const override;
   int dp_size() const override;
 
+  // Stage 2 above one CUDA rank: the values only (ParameterStore::Gradients::
+  // kPlugin), since a step never holds the gradients whole. Otherwise
+  // Plugin's (values and the flat gradient buffer).
+  absl::Status materialize(nn::ParameterStore& store, uint64_t seed,
+                           const core::Stream& stream) override;
   absl::Status boost(nn::Module& model, const nn::ParameterStore& store,
                      nn::Optimizer& optimizer) override;
   absl::Status begin_forward(core::Context& ctx) override;

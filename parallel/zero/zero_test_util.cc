@@ -18,16 +18,24 @@ EquivalenceRun adam_reference_run(int world, Family family) {
 }
 
 ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
-                 bool use_no_sync, Family family) {
+                 bool use_no_sync, Family family, bool by_plugin) {
   ZeroRun out;
   EquivalenceRun& run = out.run;
   const int rank = pg->rank();
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));
-  auto model = make_zero_model(family, kSeed + rank);  // boost broadcasts rank 0's
-  auto adam = make_adam(*model);
   auto* zero = dynamic_cast<LowLevelZeroPlugin*>(plugin.get());
   auto* ddp = dynamic_cast<DdpPlugin*>(plugin.get());
   Booster booster(std::move(plugin));
+  // Boost broadcasts rank 0's weights.
+  std::unique_ptr<nn::CausalLM> model =
+      by_plugin ? declare_zero_model(family) : make_zero_model(family, kSeed + rank);
+  if (by_plugin) {
+    const absl::Status made = booster.materialize(model->store(), kSeed + rank, core::Stream::cpu());
+    EXPECT_TRUE(made.ok()) << made;
+    if (!made.ok()) return out;
+  }
+  auto adam = make_adam(*model);
+  out.declared_optimizer = adam->declared();
   const absl::Status boosted = booster.boost(*model, model->store(), *adam);
   EXPECT_TRUE(boosted.ok()) << boosted;
   if (!boosted.ok()) return out;
@@ -69,11 +77,12 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
 }
 
 ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options,
-                      Family family) {
+                      Family family, bool by_plugin) {
   auto plugin = LowLevelZeroPlugin::create(pg, options);
   EXPECT_TRUE(plugin.ok()) << plugin.status();
   if (!plugin.ok()) return {};
-  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1, family);
+  return rank_run(std::move(pg), std::move(*plugin), /*use_no_sync=*/options.stage == 1, family,
+                  by_plugin);
 }
 
 }  // namespace colossal::parallel::testing

@@ -106,17 +106,21 @@ struct ZeroRun {
   int64_t gathers = 0;  // the weights' rounds of pieces (overlap_allgather)
   int64_t numel = 0;
   std::vector<std::pair<int64_t, int64_t>> key_bias;  // (offset, numel) of c_attn's key bias
+  bool declared_optimizer = false;  // make_adam gave declared parameters
 };
 
 // This rank's kSteps of make_zero_model(family) through a Booster with
 // `plugin` (make_adam; GTest failures on errors). The slice fields are filled
 // for low_level_zero. no_sync on all micro-batches but the last (ddp, stage
 // 1), or every micro-batch reduced (stage 2: the gradient shards accumulate).
+// by_plugin: the model is declared and the Booster has the plugin
+// materialize it (the same values), and its optimizer's parameters are
+// nn::model_optimizer_params's (declared where the plugin keeps the gradients).
 ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
-                 bool use_no_sync = true, Family family = Family::kGpt2);
+                 bool use_no_sync = true, Family family = Family::kGpt2, bool by_plugin = false);
 // rank_run with a low_level_zero plugin of `options`.
 ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options,
-                      Family family = Family::kGpt2);
+                      Family family = Family::kGpt2, bool by_plugin = false);
 
 }  // namespace colossal::parallel::testing
 

@@ -5,6 +5,7 @@
 # GLOBAL_SEQS sequences a step in every layout, `colossal bench` (STEPS timed after WARMUP):
 #   tp N; tp 2 x dp N/2 (ZeRO-1); pp N and pp 2 x dp N/2 (1F1B, ZeRO-1); pp N interleaved
 #   (two model chunks a stage); tp 2 x pp N/2, 1F1B and interleaved; dp N (ZeRO-1, tp = pp = 1);
+#   dpNz2 (dp N with ZeRO-2; not in the default list);
 #   sp N (all_to_all sequence parallelism over every GPU), tp2sp2 and pp2sp2 (all_to_all with
 #   tensor or pipeline parallelism), tp2sgpp2 (split_gather with pipeline stages); not in the
 #   default list.
@@ -43,6 +44,7 @@ LAYOUTS="${LAYOUTS:-dp$N tp$N tp2dp$H pp$N pp${N}i pp2dp$H tp2pp$H tp2pp${H}i}"
 spec() {
   case "$1" in
     dp$N) echo "1 1 1 1 4 1 0" ;;
+    dp${N}z2) echo "1 1 1 2 4 1 0" ;;
     tp$N) echo "$N 1 1 1 4 1 0" ;;
     sp$N) echo "1 1 1 1 4 $N 0" ;;
     tp2dp$H) echo "2 1 1 1 4 1 0" ;;
