@@ -263,6 +263,8 @@ int Boost(lua_State* L) {
       LoadPretrainedWeights(L, *model, split->splits() ? b->booster.get() : nullptr);
     }
   }
+  // (An optimizer built before boost keeps its tensors: the plugins take both.)
+  if (b->booster) model->declared_optimizer = b->booster->plugin().steps_declared_optimizer();
   nn::Optimizer& opt = BuiltOptimizer(L, *optim);  // materializes a model left declared
   if (b->booster) ThrowIfError(L, what, b->booster->boost(*model->net, model->net->store(), opt));
   // from_pretrained's weights into a plugin's own memory (gemini: its shards

@@ -48,6 +48,10 @@ struct Model {
   // The plugin keeps the parameters in memory of its own (gemini's chunks):
   // the store has no views, and nothing must allocate the replicated layout.
   bool plugin_memory = false;
+  // Set by booster:boost when its plugin steps an optimizer of declared
+  // parameters (Plugin::steps_declared_optimizer): the optimizer built then
+  // has no tensors (no float32 masters made only to be dropped).
+  bool declared_optimizer = false;
   // Set by booster:boost: forward, evaluate and generate run through it.
   std::weak_ptr<BoosterObject> booster;
 };
@@ -104,9 +108,11 @@ struct Optim {
   // The groups' learning rates while `opt` is null (set_lr and LR schedulers
   // work before boost); handed to `opt` when it is built.
   std::vector<double> pending_lrs;
-  // Builds `opt` over a model's parameters: booster:boost calls it again
-  // when it converts the model to 16-bit (the parameters are new tensors).
-  std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(nn::CausalLM&, const core::Stream&)>
+  // Builds `opt` over a model's parameters (BuiltOptimizer gives them):
+  // booster:boost calls it again when it converts the model to 16-bit (the
+  // parameters are new tensors).
+  std::function<absl::StatusOr<std::unique_ptr<nn::Optimizer>>(std::vector<nn::ParamRef>,
+                                                               const core::Stream&)>
       make;
   std::string name;
   double weight_decay = 0.0;

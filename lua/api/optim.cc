@@ -31,18 +31,7 @@ namespace {
 
 using MakeFn = decltype(Optim::make);
 
-absl::StatusOr<std::vector<nn::ParamGroup>> Groups(nn::CausalLM& model, const core::Stream& stream,
-                                                   double weight_decay) {
-  // A model whose memory a plugin keeps (gemini's chunks, ZeRO-2's
-  // gradients) gets an optimizer of declared parameters: groups and
-  // hyper-parameters, the plugin steps them.
-  absl::StatusOr<std::vector<nn::ParamRef>> params =
-      nn::model_optimizer_params(model.store(), stream);
-  if (!params.ok()) return params.status();
-  return nn::split_decay_groups(*std::move(params), weight_decay);
-}
-
-// Groups() splits the parameters into two groups (decay, no decay), each
+// nn::split_decay_groups splits the parameters into two groups (decay, no decay), each
 // starting at the optimizer's lr.
 constexpr size_t kGroups = 2;
 
@@ -87,14 +76,13 @@ int MakeAdam(lua_State* L) {
                                                   nn::AdamVariant::kCpuAdam};
   ThrowIfError(L, o.what(), nn::check_adam_hyper(nn::adam_hyper(a), kVariants[kVariant]));
   PushOptimizer(L, model, name, a.lr, a.weight_decay,
-                [a](nn::CausalLM& net, const core::Stream& stream)
+                [a](std::vector<nn::ParamRef> params, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
-                  auto groups = Groups(net, stream, a.weight_decay);
-                  if (!groups.ok()) return groups.status();
+                  std::vector<nn::ParamGroup> groups = nn::split_decay_groups(std::move(params), a.weight_decay);
                   absl::StatusOr<std::unique_ptr<nn::Adam>> opt =
-                      kVariant == 0   ? nn::make_adamw(*std::move(groups), a, stream)
-                      : kVariant == 1 ? nn::make_hybrid_adam(*std::move(groups), a, stream)
-                                      : nn::make_cpu_adam(*std::move(groups), a);
+                      kVariant == 0   ? nn::make_adamw(std::move(groups), a, stream)
+                      : kVariant == 1 ? nn::make_hybrid_adam(std::move(groups), a, stream)
+                                      : nn::make_cpu_adam(std::move(groups), a);
                   if (!opt.ok()) return opt.status();
                   return std::unique_ptr<nn::Optimizer>(*std::move(opt));
                 });
@@ -114,12 +102,11 @@ int MakeSgd(lua_State* L) {
   o.finish();
   ThrowIfError(L, o.what(), nn::check_sgd_hyper(nn::sgd_hyper(s)));
   PushOptimizer(L, model, "sgd", s.lr, s.weight_decay,
-                [s](nn::CausalLM& net, const core::Stream& stream)
+                [s](std::vector<nn::ParamRef> params, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
-                  auto groups = Groups(net, stream, s.weight_decay);
-                  if (!groups.ok()) return groups.status();
+                  std::vector<nn::ParamGroup> groups = nn::split_decay_groups(std::move(params), s.weight_decay);
                   absl::StatusOr<std::unique_ptr<nn::Sgd>> opt =
-                      nn::Sgd::create(*std::move(groups), s, stream);
+                      nn::Sgd::create(std::move(groups), s, stream);
                   if (!opt.ok()) return opt.status();
                   return std::unique_ptr<nn::Optimizer>(*std::move(opt));
                 });
@@ -242,8 +229,16 @@ nn::Optimizer& BuiltOptimizer(lua_State* L, Optim& optim) {
   if (optim.opt != nullptr) return *optim.opt;
   MaterializeModel(L, *optim.model);
   const std::string what = absl::StrCat("colossal.optim.", optim.name);
-  absl::StatusOr<std::unique_ptr<nn::Optimizer>> opt =
-      optim.make(*optim.model->net, optim.rt->ctx->compute_stream());
+  const core::Stream& stream = optim.rt->ctx->compute_stream();
+  // A model whose memory a plugin keeps (gemini's chunks, ZeRO-2's
+  // gradients), or whose plugin steps the optimizer itself, gets declared
+  // parameters: groups and hyper-parameters, the plugin steps them.
+  const nn::ParameterStore& store = optim.model->net->store();
+  absl::StatusOr<std::vector<nn::ParamRef>> params =
+      optim.model->declared_optimizer ? nn::declared_params(store.table())
+                                      : nn::model_optimizer_params(store, stream);
+  ThrowIfError(L, what, params.status());
+  absl::StatusOr<std::unique_ptr<nn::Optimizer>> opt = optim.make(*std::move(params), stream);
   ThrowIfError(L, what, opt.status());
   ThrowIfError(L, what, (*opt)->set_lrs(optim.pending_lrs));
   optim.opt = *std::move(opt);

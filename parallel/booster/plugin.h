@@ -137,8 +137,15 @@ class Plugin {
   // after before_step() instead of nn::mixed_precision_step on the optimizer
   // (same result fields and clipping semantics: global norm over every rank).
   virtual bool owns_step() const { return false; }
+  // A plugin that owns the step and keeps its own masters and state may
+  // take an optimizer of declared parameters (nn::declared_params: groups,
+  // hyper-parameters, names and shapes, no tensors): whoever builds the
+  // optimizer for it then makes no float32 masters the plugin would only
+  // drop at boost (4 bytes a parameter of a 16-bit model). Default: false.
+  virtual bool steps_declared_optimizer() const { return false; }
   // After the optimizer's zero_grad (Booster::zero_grad): plugins keeping
-  // gradients of their own (ZeRO-2's gradient shard) clear them.
+  // gradients of their own (ZeRO-2's gradient shard), or stepping a
+  // declared optimizer, clear them.
   [[nodiscard]] virtual absl::Status zero_grad() { return absl::OkStatus(); }
   // Makes the weights in the model's store current for reads other than the
   // forward's (tests, direct copies): a plugin that finishes the step's

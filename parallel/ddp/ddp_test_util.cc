@@ -123,9 +123,10 @@ std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model) {
   return *nn::Sgd::create({nn::ParamGroup{std::move(params)}}, o);
 }
 
-std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model) {
-  // Declared when a plugin keeps the gradients (materialized by ZeRO-2).
-  std::vector<nn::ParamRef> params = *nn::model_optimizer_params(model.store(), Stream::cpu());
+std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model, bool declared) {
+  std::vector<nn::ParamRef> params =
+      declared ? nn::declared_params(model.store().table())
+               : *nn::model_optimizer_params(model.store(), Stream::cpu());
   nn::AdamOptions o;
   o.lr = 1e-2;
   return *nn::make_adamw(nn::split_decay_groups(std::move(params), kWeightDecay), o);

@@ -76,8 +76,9 @@ std::unique_ptr<nn::CausalLM> materialized(std::unique_ptr<nn::CausalLM> model, 
 // SGD over the model's parameters (lr 0.1).
 std::unique_ptr<nn::Sgd> make_sgd(nn::CausalLM& model);
 // AdamW (lr 1e-2), decay kWeightDecay on matrices, none on biases and norms; over
-// nn::model_optimizer_params (declared where a plugin keeps the gradients).
-std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model);
+// nn::model_optimizer_params (declared where a plugin keeps the gradients),
+// or declared parameters (a plugin that steps_declared_optimizer).
+std::unique_ptr<nn::Adam> make_adam(nn::CausalLM& model, bool declared = false);
 std::vector<float> floats_of(const core::Tensor& t);
 // A float vector to a binary stream (its length, then the values) and back
 // (empty on a short or oversized read): how spawned ranks hand results to the

@@ -211,6 +211,7 @@ class GeminiPlugin : public Plugin {
   absl::Status end_backward(bool ok) override;
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
+  bool steps_declared_optimizer() const override { return true; }
   absl::Status zero_grad() override;
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,
                                                     float max_norm) override;

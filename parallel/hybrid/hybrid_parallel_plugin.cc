@@ -253,6 +253,9 @@ absl::Status HybridParallelPlugin::before_step(const core::Stream& stream) {
   return absl::OkStatus();
 }
 absl::Status HybridParallelPlugin::zero_grad() { return state_->inner->zero_grad(); }
+bool HybridParallelPlugin::steps_declared_optimizer() const {
+  return state_->inner->steps_declared_optimizer();
+}
 absl::Status HybridParallelPlugin::sync_weights() { return state_->inner->sync_weights(); }
 
 absl::StatusOr<nn::MixedPrecisionStepResult> HybridParallelPlugin::step(

@@ -116,6 +116,8 @@ class HybridParallelPlugin : public Plugin {
   absl::Status end_backward(bool ok) override;
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
+  // With ZeRO over dp (low_level_zero's); ddp steps the optimizer's tensors.
+  bool steps_declared_optimizer() const override;
   absl::Status zero_grad() override;
   absl::Status sync_weights() override;
   absl::StatusOr<nn::MixedPrecisionStepResult> step(nn::DynamicLossScaler* scaler,

@@ -366,8 +366,13 @@ absl::Status LowLevelZeroPlugin::before_step(const core::Stream& stream) {
 
 absl::Status LowLevelZeroPlugin::zero_grad() {
   State& s = *state_;
-  // (local: the shard is the gradient buffer, which the optimizer zeroed.)
-  return s.grads != nullptr ? s.grads->zero_grad() : absl::OkStatus();
+  if (s.grads == nullptr) return absl::OkStatus();
+  // An optimizer of tensors zeroed the flat buffer (its gradients are views
+  // of it); a declared one zeroes nothing.
+  if (s.optimizer->declared() && s.store.flat_grads(s.dtype).defined()) {
+    COLOSSAL_RETURN_IF_ERROR(s.store.zero_grad(s.cuda ? s.stream : core::Stream::cpu()));
+  }
+  return s.grads->zero_grad();
 }
 
 absl::Status LowLevelZeroPlugin::sync_weights() {

@@ -239,6 +239,9 @@ class LowLevelZeroPlugin : public Plugin {
   absl::Status end_backward(bool ok) override;
   absl::Status before_step(const core::Stream& stream) override;
   bool owns_step() const override { return true; }
+  bool steps_declared_optimizer() const override { return true; }
+  // The gradient shard (stage 2) and, for a declared optimizer, which
+  // zeroes nothing, the model's flat gradient buffer.
   absl::Status zero_grad() override;
   absl::Status sync_weights() override;
   // Errors: a loss scaler on the CPU path (float32 only: Unimplemented); a

@@ -490,16 +490,21 @@ TEST(LowLevelZero, Stage2AccumulatesMicroBatchesInTheShardExactly) {
   EXPECT_EQ(weights[1], weights[0]);
 }
 
-// The plugin materializes a stage-2 model without a gradient buffer, and
-// its optimizer is declared (no float32 masters, which boost would drop):
-// the same training, bit for bit, as a model created whole (world 3 pads;
-// GPT-2 ties its head, Llama does not).
-TEST(LowLevelZero, Stage2MaterializedByThePluginTrainsTheSame) {
-  constexpr int W = 3;
-  LowLevelZeroOptions o;
-  o.stage = 2;
-  o.reduce_bucket_size_in_m = 1.0 / 4096;
-  for (Family family : {Family::kGpt2, Family::kLlama}) {
+// The plugin materializes the model (stage 2: without a gradient buffer)
+// and steps a declared optimizer (no float32 masters, which boost would
+// drop; the plugin zeroes the flat gradient buffer itself): the same
+// training, bit for bit, as a model created whole with an optimizer of
+// tensors (world 3 pads; GPT-2 ties its head, Llama does not; world 1 keeps
+// stage 2's flat buffer on CUDA only).
+TEST(LowLevelZero, MaterializedByThePluginWithADeclaredOptimizerTrainsTheSame) {
+  for (const auto& [stage, W, family] :
+       {std::tuple{2, 3, Family::kGpt2}, std::tuple{2, 3, Family::kLlama},
+        std::tuple{1, 3, Family::kGpt2}, std::tuple{1, 1, Family::kLlama},
+        std::tuple{2, 1, Family::kGpt2}}) {
+    SCOPED_TRACE(::testing::Message() << "stage " << stage << ", world " << W);
+    LowLevelZeroOptions o;
+    o.stage = stage;
+    o.reduce_bucket_size_in_m = 1.0 / 4096;
     std::vector<ZeroRun> whole(W), by_plugin(W);
     run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
       whole[r] = zero_rank_run(std::move(pg), o, family);

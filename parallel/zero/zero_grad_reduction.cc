@@ -298,7 +298,7 @@ absl::Status ZeroGradReduction::end_backward(bool ok) {
 }
 
 absl::Status ZeroGradReduction::zero_grad() {
-  // (shard_is_flat_buffer: the optimizer zeroed the flat buffer.)
+  // (shard_is_flat_buffer: the plugin zeroes the flat buffer, or its optimizer.)
   return partitioned_ ? grad_shard_.set_zero(stream_) : absl::OkStatus();
 }
 

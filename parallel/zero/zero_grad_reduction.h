@@ -98,7 +98,8 @@ class ZeroGradReduction {
   // and adds stage 2's received parts to the shard there. Errors: the first
   // collective's or addition's.
   absl::Status wait(const core::Stream& on);
-  // Stage 2: zeroes the shard (shard_is_flat_buffer: the optimizer zeroed it).
+  // Stage 2: zeroes the shard (shard_is_flat_buffer: the flat buffer, which
+  // its owner zeroes).
   absl::Status zero_grad();
 
   // This rank's averaged gradients of [shard.begin, shard.end) once wait()

@@ -34,7 +34,7 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
     EXPECT_TRUE(made.ok()) << made;
     if (!made.ok()) return out;
   }
-  auto adam = make_adam(*model);
+  auto adam = make_adam(*model, by_plugin && booster.plugin().steps_declared_optimizer());
   out.declared_optimizer = adam->declared();
   const absl::Status boosted = booster.boost(*model, model->store(), *adam);
   EXPECT_TRUE(boosted.ok()) << boosted;

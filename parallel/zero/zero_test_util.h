@@ -114,8 +114,8 @@ struct ZeroRun {
 // for low_level_zero. no_sync on all micro-batches but the last (ddp, stage
 // 1), or every micro-batch reduced (stage 2: the gradient shards accumulate).
 // by_plugin: the model is declared and the Booster has the plugin
-// materialize it (the same values), and its optimizer's parameters are
-// nn::model_optimizer_params's (declared where the plugin keeps the gradients).
+// materialize it (the same values), and its optimizer is declared where the
+// plugin steps_declared_optimizer (as colossal's Lua API builds it).
 ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin> plugin,
                  bool use_no_sync = true, Family family = Family::kGpt2, bool by_plugin = false);
 // rank_run with a low_level_zero plugin of `options`.
