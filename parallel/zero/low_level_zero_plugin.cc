@@ -382,6 +382,9 @@ absl::Status LowLevelZeroPlugin::sync_weights() {
 int64_t LowLevelZeroPlugin::reductions_issued() const {
   return state_->grads != nullptr ? state_->grads->issued() : 0;
 }
+int64_t LowLevelZeroPlugin::reductions_most_in_flight() const {
+  return state_->grads != nullptr ? state_->grads->most_in_flight() : 0;
+}
 int64_t LowLevelZeroPlugin::reductions_issued_in_hooks() const {
   return state_->grads != nullptr ? state_->grads->issued_in_hooks() : 0;
 }

@@ -301,6 +301,8 @@ class LowLevelZeroPlugin : public Plugin {
   // Bucket collectives issued so far, and how many from a module's backward
   // hook (the rest when the model's backward returned).
   int64_t reductions_issued() const;
+  // Stage 2: the most buckets whose collectives ran at once beside a backward.
+  int64_t reductions_most_in_flight() const;
   int64_t reductions_issued_in_hooks() const;
   // Rounds of the weights' pieces issued so far (overlap_allgather).
   int64_t gathers_issued() const;

@@ -443,6 +443,10 @@ TEST(LowLevelZero, Stage2RefusesNoSyncAndAccumulatesShards) {
       nonzero += one[i] != 0.0f;
     }
     EXPECT_GT(nonzero, 0);
+    // Many buckets, few in flight at once: the rest were added to the shard
+    // while the backward went on.
+    EXPECT_GE(run.zero->reductions_issued(), 10);  // two backwards
+    EXPECT_EQ(run.zero->reductions_most_in_flight(), 4);
     ASSERT_TRUE(run.booster->zero_grad().ok());
     const std::vector<float> zeroed = floats_of(run.zero->grad_shard_tensor());
     EXPECT_TRUE(std::all_of(zeroed.begin(), zeroed.end(), [](float x) { return x == 0.0f; }));

@@ -22,7 +22,18 @@ struct ZeroGradReduction::InFlight {
   size_t bucket = 0;
   core::Tensor grads;       // a bucket reduced in place: its memory
   core::Tensor send, recv;  // a reduce-scattered bucket's buffers
+  comm::WorkPtr work;       // its collective
 };
+
+namespace {
+// Partitioned stage 2: buckets whose collectives may still run while the
+// backward goes on. Older ones are retired as the next is launched (see
+// retire_beyond), so a backward holds the buckets it writes and these, not
+// every bucket's gradients: a few collectives of overlap is what hides them
+// behind the backward (a bucket reduces far faster than the backward fills
+// the next one over NVLink or InfiniBand).
+constexpr size_t kInFlightBuckets = 4;
+}  // namespace
 
 namespace {
 
@@ -210,7 +221,10 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     buffer.dtype = dtype_;
     buffer.device = f.grads.device();
     absl::StatusOr<comm::WorkPtr> w = pg_->reduce(buffer, comm::ReduceOp::kAvg, sc.owner, co);
-    if (w.ok()) pending_.push_back(std::move(f));
+    if (!w.ok()) return w;
+    f.work = *w;
+    pending_.push_back(std::move(f));
+    COLOSSAL_RETURN_IF_ERROR(retire_beyond(kInFlightBuckets, in));
     return w;
   }
   const int world = pg_->size();
@@ -232,8 +246,41 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, f.recv.slice(0, sc.chunk));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, f.send.slice(0, sc.chunk * world));
   absl::StatusOr<comm::WorkPtr> w = pg_->reduce_scatter(recv, send, comm::ReduceOp::kAvg, co);
-  if (w.ok()) pending_.push_back(std::move(f));
+  if (!w.ok()) return w;
+  f.work = *w;
+  pending_.push_back(std::move(f));
+  COLOSSAL_RETURN_IF_ERROR(retire_beyond(kInFlightBuckets, in));
   return w;
+}
+
+absl::Status ZeroGradReduction::add_part(const InFlight& f, const core::Stream& on) {
+  const Bucket& sc = buckets_[f.bucket];
+  if (sc.mine_n == 0) return absl::OkStatus();
+  const GradBucket& bucket = reducer_->buckets()[f.bucket];
+  // A bucket reduced in place to this rank: its average is in its memory.
+  const char* src = f.grads.defined() ? static_cast<const char*>(f.grads.raw_data()) +
+                                            (sc.mine_lo - bucket.offset) * esize()
+                                      : static_cast<const char*>(f.recv.raw_data());
+  char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
+  return add_into(dst, src, sc.mine_n, dtype_, on);
+}
+
+absl::Status ZeroGradReduction::retire_beyond(size_t keep, const core::Stream& on) {
+  // Only where the buffers were allocated: there the pool reuses them after
+  // the addition, in the stream's order (wait() frees the rest otherwise).
+  if (on.is_cuda() != buffer_stream_.is_cuda() ||
+      (on.is_cuda() && on.handle() != buffer_stream_.handle())) {
+    return absl::OkStatus();
+  }
+  while (pending_.size() > keep) {
+    const InFlight& f = pending_.front();
+    COLOSSAL_RETURN_IF_ERROR(f.work->wait_on(on));  // CUDA: the stream waits; the CPU: the host
+    COLOSSAL_RETURN_IF_ERROR(add_part(f, on));
+    pending_.pop_front();
+    retired_on_ = on;
+  }
+  most_in_flight_ = std::max<int64_t>(most_in_flight_, static_cast<int64_t>(pending_.size()));
+  return absl::OkStatus();
 }
 
 absl::Status ZeroGradReduction::wait(const core::Stream& on) {
@@ -251,16 +298,20 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   // reduction's own stream.
   const core::Stream add_on = !on.is_cuda() && stream_.is_cuda() ? stream_ : on;
   absl::Status first;
+  // The parts retired during the backward were added on its stream.
+  if (retired_on_.has_value()) {
+    if (retired_on_->is_cuda() && retired_on_->handle() != add_on.handle()) {
+      absl::StatusOr<core::Event> added = core::Event::create(retired_on_->device());
+      if (added.ok()) {
+        core::wait_stream(add_on, *retired_on_, *added);
+      } else {
+        retired_on_->synchronize();  // no event: the host waits instead
+      }
+    }
+    retired_on_.reset();
+  }
   for (const InFlight& f : pending_) {
-    const Bucket& sc = buckets_[f.bucket];
-    if (sc.mine_n == 0) continue;
-    const GradBucket& bucket = reducer_->buckets()[f.bucket];
-    // A bucket reduced in place to this rank: its average is in its memory.
-    const char* src = f.grads.defined() ? static_cast<const char*>(f.grads.raw_data()) +
-                                              (sc.mine_lo - bucket.offset) * esize()
-                                        : static_cast<const char*>(f.recv.raw_data());
-    char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
-    const absl::Status s = add_into(dst, src, sc.mine_n, dtype_, add_on);
+    const absl::Status s = add_part(f, add_on);
     if (first.ok() && !s.ok()) first = s;
   }
   // The buffers go back to the pool on their allocation stream: it must

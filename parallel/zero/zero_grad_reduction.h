@@ -31,7 +31,10 @@
 //     accumulates as stage 1's does.
 // A bucket's memory and its send/receive buffers come from the allocator on
 // the backward's stream and go back once its part is added (none exist
-// during the forward).
+// during the forward). Stage 2 adds a bucket's part while the backward goes
+// on once four newer buckets were launched (the backward's stream waits for
+// its collective there, long done unless the network is slower than the
+// backward), so a backward holds about five buckets being reduced, not all.
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(auto grads, ZeroGradReduction::create(pg, model, store, dtype,
 //                                                                  shard, stream, options));
@@ -42,6 +45,7 @@
 #define COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -116,6 +120,9 @@ class ZeroGradReduction {
   void track(comm::WorkPtr work);
   int64_t issued() const;
   int64_t issued_in_hooks() const;
+  // Stage 2: the most buckets that waited for their collectives at once
+  // during a backward (at most four once the next is launched).
+  int64_t most_in_flight() const { return most_in_flight_; }
 
  private:
   struct Bucket;  // per-bucket reduce-scatter geometry
@@ -130,6 +137,13 @@ class ZeroGradReduction {
   absl::Status give_memory(size_t b, const core::Stream& on);
   // Stage 2: bucket `b`'s parameters lose their gradient views; returns its memory.
   core::Tensor take_memory(size_t b);
+  // Stage 2: adds in-flight bucket `f`'s part to the shard on `on` (its
+  // collective done there).
+  absl::Status add_part(const InFlight& f, const core::Stream& on);
+  // Stage 2: retires the oldest in-flight buckets beyond `keep`: `on` (the
+  // stream their buffers came from) waits for each one's collective and adds
+  // its part; the buffers go back to the pool in `on`'s order.
+  absl::Status retire_beyond(size_t keep, const core::Stream& on);
   // Rank j's part [lo, lo + n) of flat range [a, e).
   void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const;
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype_)); }
@@ -144,8 +158,10 @@ class ZeroGradReduction {
   std::shared_ptr<BucketedGradReducer> reducer_;
   std::vector<Bucket> buckets_;
   bool partitioned_ = false;       // stage 2 without shard_is_flat_buffer
-  std::vector<InFlight> pending_;  // stage 2: issued, not yet added to the shard
-  core::Stream buffer_stream_;     // where the pending buffers were allocated
+  std::deque<InFlight> pending_;  // stage 2: issued, not yet added to the shard
+  core::Stream buffer_stream_;    // where the pending buffers were allocated
+  std::optional<core::Stream> retired_on_;  // where retire_beyond added parts since wait()
+  int64_t most_in_flight_ = 0;
   core::Tensor grad_shard_;  // stage 2: [shard.size] (shard_is_flat_buffer: the flat buffer)
   // Partitioned stage 2, per bucket: its parameters' table indices, and its
   // gradient memory while the backward writes it.
