@@ -43,6 +43,7 @@ parallel::RunParts Parts(lua_State* L, BoosterObject& b, const char* what) {
     absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = b.rt->process_group();
     ThrowIfError(L, absl::StrCat(what, ": the process group"), pg.status());
     run.group = pg->get();
+    run.store = b.rt->store();  // a save checks that every rank takes part
   }
   run.rank = b.rt->rank.rank;
   run.stream = &b.rt->ctx->compute_stream();

@@ -41,6 +41,7 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
   so.job_id = rank.job_id;  // a job given another job's port is refused, not joined
   COLOSSAL_ASSIGN_OR_RETURN(auto store_unique, comm::TcpStore::create(so));
   std::shared_ptr<comm::Store> store(std::move(store_unique));
+  store_ = store;
   if (device.is_cuda()) {
     // NVLink SHARP (multicast) is not used on this project's machines.
     setenv("NCCL_NVLS_ENABLE", "0", 0);

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "comm/launch/env.h"
 #include "comm/process_group/process_group.h"
+#include "comm/store/store.h"
 #include "core/context/context.h"
 #include "core/device/device.h"
 
@@ -44,9 +45,13 @@ struct Runtime {
   // The group of every process of the job (NCCL on CUDA, the builtin ring on
   // the CPU), created on first use: a collective call every rank makes.
   absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> process_group();
+  // The job's store (the process group's rendezvous); null before
+  // process_group().
+  comm::Store* store() const { return store_.get(); }
 
  private:
   std::shared_ptr<comm::ProcessGroup> pg_;
+  std::shared_ptr<comm::Store> store_;
 };
 
 // What the runtime reads from the environment, every value checked up front:

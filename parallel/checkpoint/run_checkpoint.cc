@@ -2,9 +2,13 @@
 
 #include <functional>
 #include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "core/status/status.h"
 #include "io/checkpoint/checkpoint.h"
 #include "nlohmann/json.hpp"
@@ -21,6 +25,40 @@ absl::Status check_parts(const RunParts& run, const char* what, bool optimizer) 
         what, ": the run's architecture, model store, stream", optimizer ? " and optimizer" : "",
         " are required"));
   }
+  return absl::OkStatus();
+}
+
+// Before a save's first collective: every rank of the group announces
+// itself in the job's store and waits for the others (RunParts::store).
+// Saves of one kind count their arrivals, so the n-th save of every rank
+// meets the n-th of the others; a rank deletes its key of the save before,
+// which every rank has passed once this one's keys are all there.
+absl::Status every_rank_enters(const RunParts& run, const char* what) {
+  if (run.store == nullptr || run.group == nullptr || run.group->size() == 1) return absl::OkStatus();
+  comm::Store& store = *run.store;
+  const int world = run.group->size();
+  const std::string base = absl::StrCat("colossal/", what, "/");
+  COLOSSAL_ASSIGN_OR_RETURN(int64_t arrival, store.add(base + "arrivals", 1));
+  const int64_t save = (arrival - 1) / world;
+  const auto key = [&](int64_t n, int rank) { return absl::StrCat(base, n, "/rank_", rank); };
+  COLOSSAL_RETURN_IF_ERROR(store.set(key(save, run.rank), "1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(key(save, r));
+  const absl::Status waited = store.wait(keys, store.timeout());
+  if (!waited.ok()) {
+    std::vector<int> missing;
+    for (int r = 0; r < world; ++r) {
+      absl::StatusOr<bool> there = store.check({key(save, r)});
+      if (there.ok() && !*there) missing.push_back(r);
+    }
+    if (missing.empty()) return core::annotate(waited, absl::StrCat(what, ": waiting for every rank"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        what, ": rank(s) ", absl::StrJoin(missing, ", "), " of ", world, " did not start this save within ",
+        absl::FormatDuration(store.timeout()),
+        "; every rank must save together (as the recipe loop does): a rank that skips a save "
+        "would leave the others waiting in its gathers"));
+  }
+  if (save > 0) store.delete_key(key(save - 1, run.rank)).IgnoreError();
   return absl::OkStatus();
 }
 
@@ -171,6 +209,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat("save_run_checkpoint: step ", step, " < 0"));
   }
+  COLOSSAL_RETURN_IF_ERROR(every_rank_enters(run, "save_run_checkpoint"));
   COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/true));
   std::string path;
   absl::Status written;
@@ -225,6 +264,7 @@ absl::StatusOr<int64_t> load_run_checkpoint(const std::string& dir, const RunPar
 
 absl::StatusOr<std::string> save_run_model(const std::string& root, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_model", /*optimizer=*/false));
+  COLOSSAL_RETURN_IF_ERROR(every_rank_enters(run, "save_run_model"));
   COLOSSAL_ASSIGN_OR_RETURN(const SaveState state, state_to_save(run, /*with_optimizer=*/false));
   std::string path;
   absl::Status written;
@@ -268,6 +308,7 @@ absl::Status load_run_model(const std::string& dir, const RunParts& run) {
 
 absl::Status save_run_optimizer(const std::string& dir, const RunParts& run) {
   COLOSSAL_RETURN_IF_ERROR(check_parts(run, "save_run_optimizer", /*optimizer=*/true));
+  COLOSSAL_RETURN_IF_ERROR(every_rank_enters(run, "save_run_optimizer"));
   if (streams(run)) {
     absl::StatusOr<nn::StreamedOptimizerState> state = run.booster->stream_optimizer_state(/*to_rank=*/0);
     if (!state.ok()) return core::annotate(state.status(), "optimizer state");

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "comm/process_group/process_group.h"
+#include "comm/store/store.h"
 #include "core/context/context.h"
 #include "io/checkpoint/checkpoint.h"
 #include "io/loader/data_loader.h"
@@ -50,6 +51,13 @@ struct RunParts {
   nn::Optimizer* optimizer = nullptr;      // required by the optimizer functions
   Booster* booster = nullptr;              // null: one process without a plugin
   comm::ProcessGroup* group = nullptr;     // null: one process (no barrier)
+  // The job's store (null: no check). Every rank must take part in a save;
+  // with a store each rank first announces itself there and waits (the
+  // store's timeout) for the others, so a rank that skips a save (a script
+  // saving on rank 0 only) fails it on the ranks that came, naming the
+  // missing ones, instead of leaving them in the plugin's gathers or pairing
+  // its next collectives with theirs.
+  comm::Store* store = nullptr;
   int rank = 0;                            // this process's rank; rank 0 writes
   const core::Stream* stream = nullptr;    // required: the model's stream
   nn::LrScheduler* scheduler = nullptr;
@@ -60,8 +68,9 @@ struct RunParts {
 
 // Saves step `step` under `root` (model, optimizer, scheduler, scaler, RNG,
 // data loader); returns the step directory (on every rank). Errors: missing
-// required parts (InvalidArgument); the plugin's; rank 0's write (there; on
-// the other ranks Aborted: rank 0 could not write).
+// required parts (InvalidArgument); a rank that did not take part
+// (DeadlineExceeded naming it, with RunParts::store); the plugin's; rank 0's
+// write (there; on the other ranks Aborted: rank 0 could not write).
 absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t step,
                                                 const RunParts& run,
                                                 const io::CheckpointOptions& options = {});

@@ -7,12 +7,16 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/time/time.h"
+#include "comm/store/tcp_store.h"
 #include "gtest/gtest.h"
 #include "nn/layers/cross_entropy.h"
 #include "nn/train/checkpoint.h"
@@ -269,6 +273,53 @@ TEST(RunCheckpoint, HybridSaveFailingOnRankZeroLeavesNoRankWaiting) {
     }
     ASSERT_TRUE(testing::train_case(*ctx, *b.booster, *b.model, c, 1, 1, nullptr));
   });
+}
+
+// With the job's store, a save first checks that every rank came: two saves
+// together pass; when rank 1 skips the third (a script saving on rank 0
+// only), rank 0's fails before any collective, naming rank 1, and both
+// ranks train on in step.
+TEST(RunCheckpoint, ARankSkippingASaveIsNamedNotWaitedFor) {
+  const std::string root = TestDir("skipped");
+  auto master = testing::serve_loopback_store();
+  ASSERT_TRUE(master.ok()) << master.status();
+  const int port = (*master)->port();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto pg = testing::connect_builtin_group(port, rank, 2, comm::TransportKind::kInproc);
+      ASSERT_TRUE(pg.ok()) << pg.status();
+      comm::TcpStoreOptions so;
+      so.host = "127.0.0.1";
+      so.port = port;
+      so.timeout = absl::Seconds(2);  // how long the ranks that came wait
+      auto store = comm::TcpStore::create(so);
+      ASSERT_TRUE(store.ok()) << store.status();
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      auto model = testing::make_model(testing::kSeed + rank);
+      auto sgd = testing::make_sgd(*model);
+      Booster booster(std::move(*DdpPlugin::create(*pg, {})));
+      ASSERT_TRUE(booster.boost(*model, model->store(), *sgd).ok());
+      RunParts run = boosted_parts(*model, *sgd, booster, **pg, *ctx);
+      run.store = store->get();
+      for (int step : {1, 2}) {
+        train_boosted(*ctx, booster, *model, rank, step - 1, 1);
+        absl::StatusOr<std::string> dir = save_run_checkpoint(root, step, run);
+        ASSERT_TRUE(dir.ok()) << "rank " << rank << ": " << dir.status();
+      }
+      if (rank == 0) {
+        absl::StatusOr<std::string> dir = save_run_checkpoint(root, 3, run);
+        EXPECT_EQ(dir.status().code(), absl::StatusCode::kDeadlineExceeded) << dir.status();
+        EXPECT_NE(dir.status().message().find("rank(s) 1 of 2 did not start this save"),
+                  std::string::npos)
+            << dir.status();
+      }
+      train_boosted(*ctx, booster, *model, rank, 2, 2);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_TRUE(std::filesystem::exists(root + "/step_000002"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/step_000003"));
 }
 
 TEST(RunCheckpoint, OneProcessWithoutABoosterAndAnotherModelIsRefused) {
