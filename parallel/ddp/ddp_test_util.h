@@ -23,6 +23,7 @@
 #include "comm/process_group/process_group.h"
 #include "comm/store/tcp_store.h"
 #include "core/context/context.h"
+#include "nn/layers/linear.h"
 #include "nn/models/causal_lm/causal_lm.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/models/llama/llama.h"
@@ -138,6 +139,31 @@ EquivalenceRun reference_run(int world, const DdpRunSpec& spec = {});
 // the ddp plugin (GTest failures on errors).
 EquivalenceRun ddp_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const DdpOptions& options,
                             const DdpRunSpec& spec = {});
+
+// Two linear branches: forward uses `a`, or `b` when use_b; backward the same
+// (the other branch's parameters are never reached: an unused parameter).
+class Branches : public nn::Module {
+ public:
+  explicit Branches(bool use_b)
+      : Module("net"), a_("net.a", 4, 4, {}), b_("net.b", 4, 4, {}), use_b_(use_b) {
+    register_child(&a_);
+    register_child(&b_);
+  }
+  const char* type() const override { return "Branches"; }
+
+ protected:
+  absl::StatusOr<nn::ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& x) override {
+    return (use_b_ ? b_ : a_).forward(ctx, x);
+  }
+  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, nn::Saved& saved,
+                                             const core::Tensor& dy) override {
+    return (use_b_ ? b_ : a_).backward(ctx, saved, dy);
+  }
+
+ private:
+  nn::Linear a_, b_;
+  bool use_b_;
+};
 
 }  // namespace colossal::parallel::testing
 

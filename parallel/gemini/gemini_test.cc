@@ -282,30 +282,6 @@ TEST(Gemini, BadOptionsNameTheKey) {
   EXPECT_NE(validate_gemini_options(o).message().find("offload_param_frac"), std::string::npos);
 }
 
-// Two linear branches: forward uses `a`, or `b` when use_b; backward the same.
-class Branches : public nn::Module {
- public:
-  explicit Branches(bool use_b)
-      : Module("net"), a_("net.a", 4, 4, {}), b_("net.b", 4, 4, {}), use_b_(use_b) {
-    register_child(&a_);
-    register_child(&b_);
-  }
-  const char* type() const override { return "Branches"; }
-
- protected:
-  absl::StatusOr<nn::ForwardResult> forward_impl(core::Context& ctx, const core::Tensor& x) override {
-    return (use_b_ ? b_ : a_).forward(ctx, x);
-  }
-  absl::StatusOr<core::Tensor> backward_impl(core::Context& ctx, nn::Saved& saved,
-                                             const core::Tensor& dy) override {
-    return (use_b_ ? b_ : a_).backward(ctx, saved, dy);
-  }
-
- private:
-  nn::Linear a_, b_;
-  bool use_b_;
-};
-
 // One step of Branches; the status of the first failure.
 absl::Status branches_step(std::shared_ptr<comm::ProcessGroup> pg, bool use_b) {
   auto ctx = std::move(*core::Context::create(core::Device::cpu()));

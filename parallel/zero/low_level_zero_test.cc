@@ -528,6 +528,53 @@ TEST(LowLevelZero, MaterializedByThePluginWithADeclaredOptimizerTrainsTheSame) {
   }
 }
 
+// A parameter the backward never reaches gets a zero gradient, also when a
+// bucket holds only such parameters (8-element buckets: one a tensor): stage
+// 2 gives an unwritten bucket zeros when it is launched. Adam without decay
+// then leaves that branch exactly as it was; the used branch moves.
+TEST(LowLevelZero, Stage2UnusedParameterGetsAZeroGradient) {
+  run_ranks(2, [](int, std::shared_ptr<comm::ProcessGroup> pg) {
+    auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+    Branches net(/*use_b=*/false);
+    nn::ParameterTable table;
+    ASSERT_TRUE(net.declare(table).ok());
+    nn::ParameterStore store = nn::ParameterStore::declare(table);
+    ASSERT_TRUE(net.bind(store).ok());
+    LowLevelZeroOptions o;
+    o.stage = 2;
+    o.reduce_bucket_size_in_m = 8.0 / (1024 * 1024);
+    auto plugin = LowLevelZeroPlugin::create(std::move(pg), o);
+    ASSERT_TRUE(plugin.ok()) << plugin.status();
+    Booster booster(std::move(*plugin));
+    ASSERT_TRUE(booster.materialize(store, 7, Stream::cpu()).ok());
+    nn::AdamOptions no_decay;
+    no_decay.weight_decay = 0.0;
+    auto adam = *nn::make_adamw({nn::ParamGroup{nn::declared_params(table)}}, no_decay);
+    ASSERT_TRUE(booster.boost(net, store, *adam).ok());
+    const std::vector<float> before = floats_of(store.flat_values(DType::kF32));
+    Tensor x = *Tensor::empty({2, 4}, DType::kF32, Stream::cpu());
+    for (int i = 0; i < 8; ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i + 1);
+    ASSERT_TRUE(booster.zero_grad().ok());
+    auto out = booster.forward(*ctx, net, x);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(booster.backward(*ctx, net, *out->saved, out->output).ok());
+    auto stepped = booster.step({});
+    ASSERT_TRUE(stepped.ok()) << stepped.status();
+    ASSERT_TRUE(booster.sync_weights().ok());
+    const std::vector<float> after = floats_of(store.flat_values(DType::kF32));
+    for (const nn::ParameterEntry& e : table.entries()) {
+      const bool unused = e.name.rfind("net.b.", 0) == 0;
+      int64_t moved = 0;
+      for (int64_t i = e.offset; i < e.offset + e.numel(); ++i) moved += after[i] != before[i];
+      if (unused) {
+        EXPECT_EQ(moved, 0) << e.name;
+      } else {
+        EXPECT_GT(moved, 0) << e.name;
+      }
+    }
+  });
+}
+
 // overlap_communication = false: every bucket is issued after the backward
 // returns, none from the hooks, and the results are those with the overlap
 // bit for bit (the same collectives on the same data, in the same order), for
