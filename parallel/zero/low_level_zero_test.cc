@@ -47,6 +47,7 @@
 #include "parallel/booster/booster.h"
 #include "parallel/ddp/ddp_plugin.h"
 #include "parallel/ddp/ddp_test_util.h"
+#include "parallel/zero/zero_grad_reduction.h"
 #include "parallel/zero/zero_test_util.h"
 
 namespace colossal::parallel {
@@ -573,6 +574,49 @@ TEST(LowLevelZero, Stage2UnusedParameterGetsAZeroGradient) {
       }
     }
   });
+}
+
+// The CUDA policy of reducing a bucket that lies in one rank's slice to that
+// rank in place (reduce_owned_buckets), on the CPU: two ranks' gradient
+// shards after two backwards are bitwise those of reduce-scatters for every
+// bucket (a sum of two is the same either way), and the views are gone.
+TEST(ZeroGradReductionTest, OwnedBucketsReducedInPlaceGiveTheReduceScatterShard) {
+  constexpr int W = 2;
+  std::vector<float> shards[2][W];
+  for (bool owned : {false, true}) {
+    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      auto model = make_zero_model(Family::kGpt2, kSeed);
+      nn::ParameterStore& store = model->store();
+      const int64_t numel = store.table().buffer_numel(DType::kF32);
+      const ZeroShard shard = zero_shard(numel, W, r);
+      ZeroGradReductionOptions o;
+      o.stage = 2;
+      o.bucket_bytes = 4 * 40;  // 40 elements: some buckets in one slice, some across
+      o.reduce_owned_buckets = owned;
+      auto grads = ZeroGradReduction::create(pg, *model, store, DType::kF32, shard, Stream::cpu(), o);
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      ASSERT_TRUE(store.release_grads().ok());
+      for (int micro = 0; micro < 2; ++micro) {
+        const nn::MicroBatch mb = micro_batch(0, r, micro);
+        auto out = model->forward(*ctx, mb.tokens);
+        ASSERT_TRUE(out.ok()) << out.status();
+        auto ce = model->loss(*ctx, out->output, mb.targets, {});
+        ASSERT_TRUE(ce.ok()) << ce.status();
+        ASSERT_TRUE((*grads)->begin_backward(Stream::cpu(), /*sync=*/true).ok());
+        ASSERT_TRUE(model->backward(*ctx, *out->saved, ce->dlogits).ok());
+        ASSERT_TRUE((*grads)->end_backward(true).ok());
+      }
+      ASSERT_TRUE((*grads)->wait(Stream::cpu()).ok());
+      for (const nn::Parameter& p : store.parameters()) EXPECT_FALSE(p.grad.defined()) << p.name;
+      shards[owned][r] = floats_of(*(*grads)->slice_grads());
+    });
+  }
+  for (int r = 0; r < W; ++r) {
+    ASSERT_FALSE(shards[0][r].empty());
+    EXPECT_TRUE(std::any_of(shards[0][r].begin(), shards[0][r].end(), [](float x) { return x != 0.0f; }));
+    EXPECT_EQ(shards[1][r], shards[0][r]) << "rank " << r;
+  }
 }
 
 // overlap_communication = false: every bucket is issued after the backward
