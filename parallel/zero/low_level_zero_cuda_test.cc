@@ -33,6 +33,8 @@
 // At world 2 the tiny model's flat buffer splits evenly, so the step gathers
 // in place in the weights; the cpu_offload cases gather into a buffer and
 // copy (the path of worlds that pad).
+// ZeroCudaPartitioned runs stage 2's partitioned gradients (bucket memory,
+// in-place reduces, retiring) on one GPU.
 // Without 1 (or 2) GPUs every case skips (COLOSSAL_REQUIRE_GPUS).
 #include <gtest/gtest.h>
 
@@ -64,6 +66,8 @@
 #include "nn/optim/param.h"
 #include "parallel/zero/low_level_zero_checkpoint.h"
 #include "parallel/zero/low_level_zero_plugin.h"
+#include "parallel/zero/zero_grad_reduction.h"
+#include "parallel/zero/zero_shard.h"
 #include "parallel/zero/zero_test_util.h"
 #include "tests/util/gpu_test.h"
 
@@ -495,6 +499,62 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
     EXPECT_EQ(download(store->flat_values(c.dtype), stream), ref.weights);
   }
   out->done = true;
+}
+
+// ZeRO-2's partitioned gradients on the GPU, on one: a world-1 NCCL group
+// with the shard kept apart from the gradients (the layout of larger worlds,
+// which the plugin uses above one GPU). Buckets of 40 elements, all this
+// rank's, so each is reduced in place (NCCL's reduce) and retired while
+// later ones are launched (the compute stream waits for its collective,
+// adds it to the shard; the memory goes back to the pool in that order).
+// Two backwards of the same gradients give the shard exactly twice them
+// (x + x is exact); between backwards no parameter has a gradient.
+TEST(ZeroCudaPartitioned, OneRankReducesBucketsInPlaceIntoTheShard) {
+  COLOSSAL_REQUIRE_GPUS(1);
+  auto master = serve_loopback_store();
+  ASSERT_TRUE(master.ok()) << master.status();
+  const core::Device dev = core::Device::cuda(0);
+  core::DeviceGuard guard(dev);
+  std::unique_ptr<core::Context> ctx = std::move(*core::Context::create(dev));
+  const Stream stream = ctx->compute_stream();
+  comm::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = (*master)->port();
+  auto store_client = comm::TcpStore::create(so);
+  ASSERT_TRUE(store_client.ok()) << store_client.status();
+  comm::NcclOptions no;
+  no.device = dev;
+  auto pg = comm::ProcessGroupNccl::create(std::shared_ptr<comm::Store>(std::move(*store_client)),
+                                           0, 1, no);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(core::dtype_name(dtype));
+    auto model = make_zero_model(kSeed);  // the module tree for the hooks
+    const nn::ParameterTable table = table_in(model->store().table(), dtype);
+    auto store = nn::ParameterStore::declare(table);
+    ASSERT_TRUE(store.allocate(stream, nn::ParameterStore::Gradients::kPlugin).ok());
+    const int64_t numel = table.buffer_numel(dtype);
+    ZeroGradReductionOptions o;
+    o.stage = 2;
+    o.bucket_bytes = 40 * static_cast<int64_t>(core::dtype_size(dtype));
+    o.reduce_owned_buckets = true;
+    auto grads = ZeroGradReduction::create(*pg, *model, store, dtype, zero_shard(numel, 1, 0),
+                                           stream, o);
+    ASSERT_TRUE(grads.ok()) << grads.status();
+    const std::vector<float> g = rank_grads(table, 0, 0, dtype, 1.0f);
+    for (int backward = 0; backward < 2; ++backward) {
+      ASSERT_TRUE((*grads)->begin_backward(stream, /*sync=*/true).ok());
+      ASSERT_NO_FATAL_FAILURE(add_to_grads(store, g, stream));
+      ASSERT_TRUE((*grads)->end_backward(true).ok());
+      for (const nn::Parameter& p : store.parameters()) EXPECT_FALSE(p.grad.defined()) << p.name;
+    }
+    ASSERT_TRUE((*grads)->wait(stream).ok());
+    EXPECT_GT((*grads)->issued(), 2 * 10);
+    EXPECT_EQ((*grads)->most_in_flight(), 4);
+    std::vector<float> twice(g.size());
+    for (size_t i = 0; i < g.size(); ++i) twice[i] = 2.0f * g[i];
+    EXPECT_EQ(download(*(*grads)->slice_grads(), stream), twice);
+  }
 }
 
 class ZeroCuda : public ::testing::TestWithParam<CudaCase> {};
