@@ -110,6 +110,7 @@ ProcessGroupBuiltin::ProcessGroupBuiltin(std::shared_ptr<Store> store, int rank,
   if (options.transport == TransportKind::kCudaIpc) {
     cuda_ipc_ = static_cast<builtin::CudaIpcTransport*>(transport_.get());
   }
+  check_collectives_through(store_, options.group_name);
   worker_ = std::thread([this] { worker_loop(); });
 }
 

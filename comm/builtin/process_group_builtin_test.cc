@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <atomic>
 #include <string>
 #include <vector>
@@ -94,6 +96,42 @@ TEST(ProcessGroupBuiltinTest, DifferentCollectivesAreReportedNotHung) {
     EXPECT_TRUE(absl::IsFailedPrecondition(later)) << later;
     EXPECT_NE(later.message().find("earlier failure"), std::string::npos) << later;
   });
+}
+
+// COLOSSAL_CHECK_COLLECTIVES=1: ranks post each collective in the store
+// before issuing it. Agreeing ranks run as before (subgroups too); ranks
+// that differ are told at the call, every rank's listed; a rank that never
+// comes is named when the operation's timeout runs out.
+TEST(ProcessGroupBuiltinTest, CheckedCollectivesNameTheRanksThatDiffer) {
+  ASSERT_EQ(setenv("COLOSSAL_CHECK_COLLECTIVES", "1", 1), 0);
+  with_group(2, TransportKind::kInproc, [](ProcessGroupBuiltin& pg, Store&) {
+    std::vector<float> buf(4, 1.0f + pg.rank());
+    ASSERT_TRUE(run(pg.all_reduce(Buffer::cpu(buf.data(), buf.size()), ReduceOp::kSum)).ok());
+    EXPECT_EQ(buf[0], 3.0f);
+    ASSERT_TRUE(run(pg.broadcast(Buffer::cpu(buf.data(), buf.size()), 1)).ok());
+    auto sub = pg.new_group({0, 1});
+    ASSERT_TRUE(sub.ok()) << sub.status();
+    ASSERT_TRUE(run((*sub)->barrier()).ok());
+    std::vector<float> mine(pg.rank() == 0 ? 8 : 9, 1.0f);
+    absl::StatusOr<WorkPtr> differ =
+        pg.all_reduce(Buffer::cpu(mine.data(), mine.size()), ReduceOp::kSum);
+    EXPECT_TRUE(absl::IsFailedPrecondition(differ.status())) << differ.status();
+    EXPECT_NE(differ.status().message().find(
+                  "the ranks issue different collectives; world rank 0: all_reduce (sum, float32 x "
+                  "8); world rank 1: all_reduce (sum, float32 x 9)"),
+              std::string::npos)
+        << differ.status();
+  });
+  with_group(2, TransportKind::kInproc, [](ProcessGroupBuiltin& pg, Store&) {
+    if (pg.rank() == 1) return;  // skips the collective
+    CollectiveOptions o;
+    o.timeout = absl::Seconds(1);
+    absl::StatusOr<WorkPtr> alone = pg.barrier(o);
+    EXPECT_EQ(alone.status().code(), absl::StatusCode::kDeadlineExceeded) << alone.status();
+    EXPECT_NE(alone.status().message().find("world rank(s) 1 did not issue it"), std::string::npos)
+        << alone.status();
+  });
+  ASSERT_EQ(unsetenv("COLOSSAL_CHECK_COLLECTIVES"), 0);
 }
 
 TEST(ProcessGroupBuiltinTest, TagsMustAgree) {

@@ -602,7 +602,9 @@ ProcessGroupNccl::ProcessGroupNccl(std::shared_ptr<Store> store, int rank, int s
     : ProcessGroup(rank, size, std::move(world_ranks), options.timeout),
       store_(std::move(store)),
       options_(options),
-      impl_(std::move(impl)) {}
+      impl_(std::move(impl)) {
+  check_collectives_through(store_, options.group_name);
+}
 
 ProcessGroupNccl::~ProcessGroupNccl() = default;
 

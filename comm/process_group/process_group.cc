@@ -1,9 +1,12 @@
 #include "comm/process_group/process_group.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -118,8 +121,73 @@ class IdentityWork : public Work {
 
 ProcessGroup::~ProcessGroup() = default;
 
-OpInfo ProcessGroup::next_op(OpType type, const CollectiveOptions& options, std::string detail,
-                             size_t bytes) {
+absl::StatusOr<bool> collective_check_from_env() {
+  const char* v = std::getenv("COLOSSAL_CHECK_COLLECTIVES");
+  if (v == nullptr || std::string(v).empty() || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "COLOSSAL_CHECK_COLLECTIVES=\"", v, "\": want 1 (check that every rank issues the same "
+      "collectives) or 0"));
+}
+
+void ProcessGroup::check_collectives_through(std::shared_ptr<Store> store,
+                                             const std::string& group_name) {
+  const absl::StatusOr<bool> on = collective_check_from_env();
+  if (!on.ok() || !*on || size_ == 1) return;
+  check_store_ = std::move(store);
+  check_prefix_ = absl::StrCat("colossal/check_collectives/", group_name, "/");
+}
+
+namespace {
+
+// `detail` without its buffers' devices (" on cuda:1"): ranks of one
+// collective name their own device.
+std::string without_devices(std::string detail) {
+  size_t at;
+  while ((at = detail.find(" on ")) != std::string::npos) {
+    const size_t end = detail.find_first_of(" ,;)", at + 4);  // devices name no spaces
+    detail.erase(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return detail;
+}
+
+}  // namespace
+
+absl::Status ProcessGroup::check_same_collective(const OpInfo& info, const std::string& what) {
+  Store& store = *check_store_;
+  const uint64_t n = checked_++;
+  const auto key = [&](uint64_t i, int r) { return absl::StrCat(check_prefix_, i, "/", r); };
+  COLOSSAL_RETURN_IF_ERROR(store.set(key(n, rank_), what));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(key(n, r));
+  const std::string which = absl::StrCat("COLOSSAL_CHECK_COLLECTIVES: collective ", n,
+                                         " of this group (", info.description, ")");
+  if (!store.wait(keys, info.timeout).ok()) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      absl::StatusOr<bool> there = store.check({key(n, r)});
+      if (there.ok() && !*there) missing.push_back(world_ranks_[r]);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        which, ": world rank(s) ", absl::StrJoin(missing, ", "), " did not issue it within ",
+        absl::FormatDuration(info.timeout), " (they skipped it, or wait elsewhere)"));
+  }
+  std::vector<std::string> theirs;
+  bool same = true;
+  for (int r = 0; r < size_; ++r) {
+    COLOSSAL_ASSIGN_OR_RETURN(std::string t, store.get(key(n, r)));
+    same = same && t == what;
+    theirs.push_back(absl::StrCat("world rank ", world_ranks_[r], ": ", t));
+  }
+  // Every rank read key n - 1 before posting key n: this rank's may go.
+  if (n > 0) store.delete_key(key(n - 1, rank_)).IgnoreError();
+  if (same) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      which, ": the ranks issue different collectives; ", absl::StrJoin(theirs, "; ")));
+}
+
+absl::StatusOr<OpInfo> ProcessGroup::next_op(OpType type, const CollectiveOptions& options,
+                                             std::string detail, size_t bytes) {
   OpInfo info;
   info.type = type;
   info.seq = next_seq_++;
@@ -127,9 +195,15 @@ OpInfo ProcessGroup::next_op(OpType type, const CollectiveOptions& options, std:
   info.timeout = options.timeout > absl::ZeroDuration() ? options.timeout : timeout_;
   info.stream = options.stream;
   info.bytes = bytes;
-  info.description = absl::StrCat(op_type_name(type), " #", info.seq,
-                                   options.tag != 0 ? absl::StrCat(" tag ", options.tag) : "",
+  const std::string tag = options.tag != 0 ? absl::StrCat(" tag ", options.tag) : "";
+  info.description = absl::StrCat(op_type_name(type), " #", info.seq, tag,
                                    detail.empty() ? "" : " (", detail, detail.empty() ? "" : ")");
+  const bool p2p = type == OpType::kSend || type == OpType::kRecv || type == OpType::kBatchSendRecv;
+  if (check_store_ != nullptr && !p2p) {
+    COLOSSAL_RETURN_IF_ERROR(check_same_collective(
+        info, absl::StrCat(op_type_name(type), tag, detail.empty() ? "" : " (",
+                           without_devices(detail), detail.empty() ? "" : ")")));
+  }
   return info;
 }
 
@@ -176,8 +250,9 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp 
                                                  const CollectiveOptions& options) {
   COLOSSAL_RETURN_IF_ERROR(check_reduction("all_reduce", buffer, op));
   std::lock_guard<std::mutex> lock(issue_mu_);
-  OpInfo info = next_op(OpType::kAllReduce, options,
-                        absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes());
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info, next_op(OpType::kAllReduce, options,
+                           absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes()));
   COLOSSAL_ASSIGN_OR_RETURN(WorkPtr done, alone(info, buffer));
   if (done != nullptr) return done;
   return do_all_reduce(std::move(info), buffer, op);
@@ -191,9 +266,11 @@ absl::StatusOr<WorkPtr> ProcessGroup::reduce(const Buffer& buffer, ReduceOp op, 
         absl::StrCat("reduce: root ", root, " is not a rank of this group of ", size_));
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  OpInfo info = next_op(OpType::kReduce, options,
-                        absl::StrCat(reduce_op_name(op), " to root ", root, ", ", buffer.to_string()),
-                        buffer.nbytes());
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info,
+      next_op(OpType::kReduce, options,
+              absl::StrCat(reduce_op_name(op), " to root ", root, ", ", buffer.to_string()),
+              buffer.nbytes()));
   COLOSSAL_ASSIGN_OR_RETURN(WorkPtr done, alone(info, buffer));
   if (done != nullptr) return done;
   return do_reduce(std::move(info), buffer, op, root);
@@ -225,10 +302,10 @@ absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const Buffer& output, const
         "reduce_scatter: output overlaps input other than at this rank's slice (in place)");
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_reduce_scatter(
-      next_op(OpType::kReduceScatter, options,
-              absl::StrCat(reduce_op_name(op), ", ", input.to_string()), input.nbytes()),
-      output, input, op);
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info, next_op(OpType::kReduceScatter, options,
+                           absl::StrCat(reduce_op_name(op), ", ", input.to_string()), input.nbytes()));
+  return do_reduce_scatter(std::move(info), output, input, op);
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::all_gather(const Buffer& output, const Buffer& input,
@@ -252,8 +329,9 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_gather(const Buffer& output, const Buf
         "all_gather: input overlaps output other than as this rank's slice (in place)");
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_all_gather(
-      next_op(OpType::kAllGather, options, output.to_string(), output.nbytes()), output, input);
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info, next_op(OpType::kAllGather, options, output.to_string(), output.nbytes()));
+  return do_all_gather(std::move(info), output, input);
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const Buffer& output, const Buffer& input,
@@ -286,10 +364,12 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const Buffer& output,
     return absl::InvalidArgumentError("all_to_all: input and output overlap");
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_all_to_all(
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info,
       next_op(OpType::kAllToAll, options,
-              absl::StrCat(input.to_string(), " -> ", output.count, " elements"), input.nbytes()),
-      output, std::vector<int64_t>(output_counts.begin(), output_counts.end()), input,
+              absl::StrCat(input.to_string(), " -> ", output.count, " elements"), input.nbytes()));
+  return do_all_to_all(
+      std::move(info), output, std::vector<int64_t>(output_counts.begin(), output_counts.end()), input,
       std::vector<int64_t>(input_counts.begin(), input_counts.end()));
 }
 
@@ -301,10 +381,10 @@ absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const Buffer& buffer, int root,
         absl::StrCat("broadcast: root ", root, " is not a rank of this group of ", size_));
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_broadcast(next_op(OpType::kBroadcast, options,
-                              absl::StrCat("root ", root, ", ", buffer.to_string()),
-                              buffer.nbytes()),
-                      buffer, root);
+  COLOSSAL_ASSIGN_OR_RETURN(OpInfo info, next_op(OpType::kBroadcast, options,
+                                                 absl::StrCat("root ", root, ", ", buffer.to_string()),
+                                                 buffer.nbytes()));
+  return do_broadcast(std::move(info), buffer, root);
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::send(const Buffer& buffer, int peer,
@@ -343,13 +423,14 @@ absl::StatusOr<WorkPtr> ProcessGroup::batch_send_recv(absl::Span<const P2POp> op
                       : ops[0].kind == P2POp::Kind::kSend ? OpType::kSend
                                                           : OpType::kRecv;
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_batch_send_recv(next_op(type, options, absl::StrJoin(parts, "; "), bytes),
-                            std::vector<P2POp>(ops.begin(), ops.end()));
+  COLOSSAL_ASSIGN_OR_RETURN(OpInfo info, next_op(type, options, absl::StrJoin(parts, "; "), bytes));
+  return do_batch_send_recv(std::move(info), std::vector<P2POp>(ops.begin(), ops.end()));
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::barrier(const CollectiveOptions& options) {
   std::lock_guard<std::mutex> lock(issue_mu_);
-  return do_barrier(next_op(OpType::kBarrier, options, "", 0));
+  COLOSSAL_ASSIGN_OR_RETURN(OpInfo info, next_op(OpType::kBarrier, options, "", 0));
+  return do_barrier(std::move(info));
 }
 
 // Tensor overloads.

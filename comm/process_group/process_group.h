@@ -53,6 +53,16 @@
 //     later calls fail with that first error (peers may be out of step).
 //   * Thread safety: calls may come from any thread, but the order in which
 //     they are issued is the order they run; ranks must agree on it.
+//   * Checking that ranks agree (a debugging aid for hangs): with
+//     COLOSSAL_CHECK_COLLECTIVES=1 in the environment, a group whose backend
+//     gave it the job's store checks every collective before issuing it (not
+//     sends and receives, which only a pair takes part in): each rank posts
+//     what it is about to issue, the group's n-th collective, in the store
+//     and reads the others'. Ranks that differ (another operation, count,
+//     dtype, reduce op or root) all get FailedPrecondition listing every
+//     rank's; ranks that do not come within the operation's timeout are
+//     named (DeadlineExceeded), instead of a hang or a mismatched pair. It
+//     costs a few store round trips a collective.
 #ifndef COLOSSAL_COMM_PROCESS_GROUP_PROCESS_GROUP_H_
 #define COLOSSAL_COMM_PROCESS_GROUP_PROCESS_GROUP_H_
 
@@ -69,6 +79,7 @@
 #include "absl/types/span.h"
 #include "comm/process_group/types.h"
 #include "comm/process_group/work.h"
+#include "comm/store/store.h"
 
 namespace colossal::core {
 class Tensor;
@@ -91,6 +102,10 @@ enum class OpType : int {
 
 // "all_reduce", "reduce_scatter", ...
 const char* op_type_name(OpType type);
+
+// COLOSSAL_CHECK_COLLECTIVES: unset or "0" false, "1" true (see the file
+// comment). Errors: another value, naming it.
+absl::StatusOr<bool> collective_check_from_env();
 
 // One operation of batch_send_recv.
 struct P2POp {
@@ -187,6 +202,11 @@ class ProcessGroup {
  protected:
   ProcessGroup(int rank, int size, std::vector<int> world_ranks, absl::Duration timeout);
 
+  // Backends call it from their constructor with the job's store and the
+  // group's name (unique among its groups): COLOSSAL_CHECK_COLLECTIVES then
+  // checks every collective through the store (see the file comment).
+  void check_collectives_through(std::shared_ptr<Store> store, const std::string& group_name);
+
   // OK when the backend can run collectives on memory of `device`; otherwise
   // an error saying which devices it supports.
   virtual absl::Status check_device(const core::Device& device) const = 0;
@@ -222,7 +242,11 @@ class ProcessGroup {
 
  private:
   // Resolves options into an OpInfo with the next sequence number.
-  OpInfo next_op(OpType type, const CollectiveOptions& options, std::string detail, size_t bytes);
+  // Collectives are first checked against the other ranks' (when enabled).
+  absl::StatusOr<OpInfo> next_op(OpType type, const CollectiveOptions& options, std::string detail,
+                                 size_t bytes);
+  // The check: `what` is the collective without its sequence number or devices.
+  absl::Status check_same_collective(const OpInfo& info, const std::string& what);
   // A group of one rank: the identity of a reduction (avg divides by one
   // exactly), done at once; nullptr when the backend must run it.
   absl::StatusOr<WorkPtr> alone(const OpInfo& info, const Buffer& buffer) const;
@@ -238,6 +262,11 @@ class ProcessGroup {
   std::mutex issue_mu_;
   uint64_t next_seq_ = 0;
   std::map<std::vector<int>, int> subgroups_created_;
+  // COLOSSAL_CHECK_COLLECTIVES: the store, the group's key prefix, and how
+  // many collectives (sends and receives aside) were checked.
+  std::shared_ptr<Store> check_store_;
+  std::string check_prefix_;
+  uint64_t checked_ = 0;
 };
 
 }  // namespace colossal::comm

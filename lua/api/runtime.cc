@@ -67,6 +67,7 @@ absl::StatusOr<comm::RankInfo> ReadEnvironment() {
   // reported as the environment's before any work, not as the device's (the
   // context) or at the first forward (the attention).
   COLOSSAL_RETURN_IF_ERROR(core::parse_deterministic(std::getenv("COLOSSAL_DETERMINISTIC")).status());
+  COLOSSAL_RETURN_IF_ERROR(comm::collective_check_from_env().status());
   COLOSSAL_RETURN_IF_ERROR(core::parse_gemm_autotune(std::getenv("COLOSSAL_GEMM_AUTOTUNE")).status());
   COLOSSAL_RETURN_IF_ERROR(nn::attention_impl_from_env().status());
   return rank;

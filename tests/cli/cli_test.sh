@@ -196,7 +196,8 @@ for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
   "RANK=0 WORLD_SIZE=0|WORLD_SIZE=0 must be >= 1" \
   "COLOSSAL_DETERMINISTIC=maybe|COLOSSAL_DETERMINISTIC=\"maybe\"" \
   "COLOSSAL_GEMM_AUTOTUNE=sometimes|COLOSSAL_GEMM_AUTOTUNE=\"sometimes\"" \
-  "COLOSSAL_ATTENTION=bogus|COLOSSAL_ATTENTION=\"bogus\""; do
+  "COLOSSAL_ATTENTION=bogus|COLOSSAL_ATTENTION=\"bogus\"" \
+  "COLOSSAL_CHECK_COLLECTIVES=yes|COLOSSAL_CHECK_COLLECTIVES=\"yes\""; do
   IFS='|' read -r vars message <<<"$case"
   # shellcheck disable=SC2086
   (cd "$tmp/straight" && env $vars "$bin" "$tiny" --set steps=8 >"$out" 2>"$err")
@@ -225,6 +226,9 @@ COLOSSAL_DATA="$tmp/nothing" run_cli 1 recipes/gpt2_zero.lua &&
 train "$tmp/two" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 if grep -q '^\[rank 1\] step' "$out"; then echo "FAIL: rank 1 printed log lines"; failures=$((failures + 1)); fi
+# The same with every collective checked across the ranks first: it trains alike.
+COLOSSAL_CHECK_COLLECTIVES=1 train "$tmp/checked" 0 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
+  expect "$out" '^\[rank 0\] step +4/4 \| loss ' && expect "$out" '^\[rank 0\] saved checkpoints/tiny/step_000004'
 # Their checkpoint resumes on one worker: ZeRO's shards regather and the data
 # continues at the same window of the epoch.
 train "$tmp/two" 0 "$tiny" --set steps=6 &&
