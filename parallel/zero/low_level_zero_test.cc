@@ -577,9 +577,11 @@ TEST(LowLevelZero, Stage2UnusedParameterGetsAZeroGradient) {
 }
 
 // The CUDA policy of reducing a bucket that lies in one rank's slice to that
-// rank in place (reduce_owned_buckets), on the CPU: two ranks' gradient
-// shards after two backwards are bitwise those of reduce-scatters for every
-// bucket (a sum of two is the same either way), and the views are gone.
+// rank in place (reduce_owned_buckets; in the first backward since zero_grad
+// the owner's gradients are the shard's own range), on the CPU: two ranks'
+// gradient shards after two backwards are bitwise those of reduce-scatters
+// for every bucket (a sum of two is the same either way), and the views are
+// gone.
 TEST(ZeroGradReductionTest, OwnedBucketsReducedInPlaceGiveTheReduceScatterShard) {
   constexpr int W = 2;
   std::vector<float> shards[2][W];
@@ -609,6 +611,7 @@ TEST(ZeroGradReductionTest, OwnedBucketsReducedInPlaceGiveTheReduceScatterShard)
       }
       ASSERT_TRUE((*grads)->wait(Stream::cpu()).ok());
       for (const nn::Parameter& p : store.parameters()) EXPECT_FALSE(p.grad.defined()) << p.name;
+      EXPECT_LE((*grads)->most_in_flight(), 4);
       shards[owned][r] = floats_of(*(*grads)->slice_grads());
     });
   }

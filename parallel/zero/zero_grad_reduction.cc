@@ -23,6 +23,7 @@ struct ZeroGradReduction::InFlight {
   core::Tensor grads;       // a bucket reduced in place: its memory
   core::Tensor send, recv;  // a reduce-scattered bucket's buffers
   comm::WorkPtr work;       // its collective
+  bool in_shard = false;    // `grads` is the shard's own range: nothing to add
 };
 
 namespace {
@@ -152,14 +153,24 @@ absl::Status ZeroGradReduction::fetch_grad(size_t index, bool want_grad) {
 absl::Status ZeroGradReduction::give_memory(size_t b, const core::Stream& on) {
   if (live_[b].defined()) return absl::OkStatus();
   const GradBucket& bucket = reducer_->buckets()[b];
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor memory, zero_filled(bucket.count, dtype_, on));
-  buffer_stream_ = on;
+  core::Tensor memory;
+  if (in_shard(b)) {
+    // This rank's own bucket in the first backward since zero_grad: the
+    // backward writes into the shard's (zero) range and the reduce averages
+    // it there, so the bucket needs no memory and its part no addition.
+    COLOSSAL_ASSIGN_OR_RETURN(memory, grad_shard_.slice(bucket.offset - shard_.begin,
+                                                        bucket.offset - shard_.begin + bucket.count));
+  } else {
+    COLOSSAL_ASSIGN_OR_RETURN(memory, zero_filled(bucket.count, dtype_, on));
+  }
+  buffer_stream_ = on;  // the stream whose order retires it (retire_beyond)
   for (size_t index : bucket_params_[b]) {
     const nn::ParameterEntry& e = store_.table().entries()[index];
     COLOSSAL_ASSIGN_OR_RETURN(
         core::Tensor view,
-        core::Tensor::from_storage(memory.storage(), (e.offset - bucket.offset) * esize(), e.shape,
-                                   e.dtype));
+        core::Tensor::from_storage(memory.storage(),
+                                   memory.byte_offset() + (e.offset - bucket.offset) * esize(),
+                                   e.shape, e.dtype));
     COLOSSAL_RETURN_IF_ERROR(store_.set_grad(index, std::move(view)));
   }
   live_[b] = std::move(memory);
@@ -210,7 +221,7 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     return pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co);
   }
   COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
-  InFlight f{b, take_memory(b), {}, {}};
+  InFlight f{b, take_memory(b), {}, {}, {}, in_shard(b)};
   const Bucket& sc = buckets_[b];
   if (sc.owner >= 0) {
     // The owner's memory receives the average (the others' is left
@@ -255,7 +266,7 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
 
 absl::Status ZeroGradReduction::add_part(const InFlight& f, const core::Stream& on) {
   const Bucket& sc = buckets_[f.bucket];
-  if (sc.mine_n == 0) return absl::OkStatus();
+  if (sc.mine_n == 0 || f.in_shard) return absl::OkStatus();
   const GradBucket& bucket = reducer_->buckets()[f.bucket];
   // A bucket reduced in place to this rank: its average is in its memory.
   const char* src = f.grads.defined() ? static_cast<const char*>(f.grads.raw_data()) +
@@ -332,8 +343,16 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
 absl::Status ZeroGradReduction::begin_backward(const core::Stream& compute, bool sync) {
   COLOSSAL_RETURN_IF_ERROR(wait(compute));
   COLOSSAL_RETURN_IF_ERROR(reducer_->begin_backward(compute, sync));
-  if (partitioned_) backward_stream_ = compute;
+  if (partitioned_) {
+    backward_stream_ = compute;
+    first_since_zero_ = !shard_written_;
+    shard_written_ = true;
+  }
   return absl::OkStatus();
+}
+
+bool ZeroGradReduction::in_shard(size_t b) const {
+  return first_since_zero_ && buckets_[b].owner == pg_->rank();
 }
 
 absl::Status ZeroGradReduction::end_backward(bool ok) {
@@ -350,7 +369,9 @@ absl::Status ZeroGradReduction::end_backward(bool ok) {
 
 absl::Status ZeroGradReduction::zero_grad() {
   // (shard_is_flat_buffer: the plugin zeroes the flat buffer, or its optimizer.)
-  return partitioned_ ? grad_shard_.set_zero(stream_) : absl::OkStatus();
+  if (!partitioned_) return absl::OkStatus();
+  shard_written_ = false;
+  return grad_shard_.set_zero(stream_);
 }
 
 core::Tensor ZeroGradReduction::grad_shard() const {

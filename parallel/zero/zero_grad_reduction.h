@@ -14,7 +14,9 @@
 //            gradient shard [shard.size], which accumulates over the backwards
 //            until zero_grad(). Between backwards only the shard exists: the
 //            gradient memory of a step is the shard plus the buckets in
-//            flight, not the model's size.
+//            flight, not the model's size. (In the first backward since
+//            zero_grad, a bucket reduced in place to this rank, below, is the
+//            shard's own range: no memory, no addition.)
 //
 // One code path for both devices: buffers are tensors on the gradients'
 // device, collectives take the stream their input was written on, and the
@@ -135,6 +137,9 @@ class ZeroGradReduction {
   // Stage 2: bucket `b`'s gradient memory, zeroed on `on`, its parameters'
   // gradients views into it (once per backward).
   absl::Status give_memory(size_t b, const core::Stream& on);
+  // Stage 2: whether bucket `b` is reduced in place to this rank in the first
+  // backward since zero_grad: its gradients are then the shard's range.
+  bool in_shard(size_t b) const;
   // Stage 2: bucket `b`'s parameters lose their gradient views; returns its memory.
   core::Tensor take_memory(size_t b);
   // Stage 2: adds in-flight bucket `f`'s part to the shard on `on` (its
@@ -162,6 +167,8 @@ class ZeroGradReduction {
   core::Stream buffer_stream_;    // where the pending buffers were allocated
   std::optional<core::Stream> retired_on_;  // where retire_beyond added parts since wait()
   int64_t most_in_flight_ = 0;
+  bool shard_written_ = false;    // a backward added to the shard since zero_grad
+  bool first_since_zero_ = false;  // this backward is the first since zero_grad
   core::Tensor grad_shard_;  // stage 2: [shard.size] (shard_is_flat_buffer: the flat buffer)
   // Partitioned stage 2, per bucket: its parameters' table indices, and its
   // gradient memory while the backward writes it.
