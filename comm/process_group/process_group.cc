@@ -251,8 +251,9 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_reduce(const Buffer& buffer, ReduceOp 
   COLOSSAL_RETURN_IF_ERROR(check_reduction("all_reduce", buffer, op));
   std::lock_guard<std::mutex> lock(issue_mu_);
   COLOSSAL_ASSIGN_OR_RETURN(
-      OpInfo info, next_op(OpType::kAllReduce, options,
-                           absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes()));
+      OpInfo info,
+      next_op(OpType::kAllReduce, options,
+              absl::StrCat(reduce_op_name(op), ", ", buffer.to_string()), buffer.nbytes()));
   COLOSSAL_ASSIGN_OR_RETURN(WorkPtr done, alone(info, buffer));
   if (done != nullptr) return done;
   return do_all_reduce(std::move(info), buffer, op);
@@ -303,8 +304,9 @@ absl::StatusOr<WorkPtr> ProcessGroup::reduce_scatter(const Buffer& output, const
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
   COLOSSAL_ASSIGN_OR_RETURN(
-      OpInfo info, next_op(OpType::kReduceScatter, options,
-                           absl::StrCat(reduce_op_name(op), ", ", input.to_string()), input.nbytes()));
+      OpInfo info,
+      next_op(OpType::kReduceScatter, options,
+              absl::StrCat(reduce_op_name(op), ", ", input.to_string()), input.nbytes()));
   return do_reduce_scatter(std::move(info), output, input, op);
 }
 
@@ -369,8 +371,8 @@ absl::StatusOr<WorkPtr> ProcessGroup::all_to_all(const Buffer& output,
       next_op(OpType::kAllToAll, options,
               absl::StrCat(input.to_string(), " -> ", output.count, " elements"), input.nbytes()));
   return do_all_to_all(
-      std::move(info), output, std::vector<int64_t>(output_counts.begin(), output_counts.end()), input,
-      std::vector<int64_t>(input_counts.begin(), input_counts.end()));
+      std::move(info), output, std::vector<int64_t>(output_counts.begin(), output_counts.end()),
+      input, std::vector<int64_t>(input_counts.begin(), input_counts.end()));
 }
 
 absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const Buffer& buffer, int root,
@@ -381,9 +383,9 @@ absl::StatusOr<WorkPtr> ProcessGroup::broadcast(const Buffer& buffer, int root,
         absl::StrCat("broadcast: root ", root, " is not a rank of this group of ", size_));
   }
   std::lock_guard<std::mutex> lock(issue_mu_);
-  COLOSSAL_ASSIGN_OR_RETURN(OpInfo info, next_op(OpType::kBroadcast, options,
-                                                 absl::StrCat("root ", root, ", ", buffer.to_string()),
-                                                 buffer.nbytes()));
+  COLOSSAL_ASSIGN_OR_RETURN(
+      OpInfo info, next_op(OpType::kBroadcast, options,
+                           absl::StrCat("root ", root, ", ", buffer.to_string()), buffer.nbytes()));
   return do_broadcast(std::move(info), buffer, root);
 }
 

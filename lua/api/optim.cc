@@ -31,8 +31,8 @@ namespace {
 
 using MakeFn = decltype(Optim::make);
 
-// nn::split_decay_groups splits the parameters into two groups (decay, no decay), each
-// starting at the optimizer's lr.
+// nn::split_decay_groups splits the parameters into two groups (decay, no
+// decay), each starting at the optimizer's lr.
 constexpr size_t kGroups = 2;
 
 // The optimizer is built over the parameters when they have memory: now for
@@ -78,7 +78,8 @@ int MakeAdam(lua_State* L) {
   PushOptimizer(L, model, name, a.lr, a.weight_decay,
                 [a](std::vector<nn::ParamRef> params, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
-                  std::vector<nn::ParamGroup> groups = nn::split_decay_groups(std::move(params), a.weight_decay);
+                  std::vector<nn::ParamGroup> groups =
+                      nn::split_decay_groups(std::move(params), a.weight_decay);
                   absl::StatusOr<std::unique_ptr<nn::Adam>> opt =
                       kVariant == 0   ? nn::make_adamw(std::move(groups), a, stream)
                       : kVariant == 1 ? nn::make_hybrid_adam(std::move(groups), a, stream)
@@ -104,7 +105,8 @@ int MakeSgd(lua_State* L) {
   PushOptimizer(L, model, "sgd", s.lr, s.weight_decay,
                 [s](std::vector<nn::ParamRef> params, const core::Stream& stream)
                     -> absl::StatusOr<std::unique_ptr<nn::Optimizer>> {
-                  std::vector<nn::ParamGroup> groups = nn::split_decay_groups(std::move(params), s.weight_decay);
+                  std::vector<nn::ParamGroup> groups =
+                      nn::split_decay_groups(std::move(params), s.weight_decay);
                   absl::StatusOr<std::unique_ptr<nn::Sgd>> opt =
                       nn::Sgd::create(std::move(groups), s, stream);
                   if (!opt.ok()) return opt.status();

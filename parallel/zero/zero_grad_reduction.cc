@@ -158,8 +158,8 @@ absl::Status ZeroGradReduction::give_memory(size_t b, const core::Stream& on) {
     // This rank's own bucket in the first backward since zero_grad: the
     // backward writes into the shard's (zero) range and the reduce averages
     // it there, so the bucket needs no memory and its part no addition.
-    COLOSSAL_ASSIGN_OR_RETURN(memory, grad_shard_.slice(bucket.offset - shard_.begin,
-                                                        bucket.offset - shard_.begin + bucket.count));
+    const int64_t at = bucket.offset - shard_.begin;
+    COLOSSAL_ASSIGN_OR_RETURN(memory, grad_shard_.slice(at, at + bucket.count));
   } else {
     COLOSSAL_ASSIGN_OR_RETURN(memory, zero_filled(bucket.count, dtype_, on));
   }
