@@ -6,8 +6,9 @@
 //            (average) in place; no_sync accumulates locally and the next
 //            synced backward reduces the sum.
 //   stage 2: the gradients are partitioned (ZeRO-2): the store has no flat
-//            gradient buffer (ParameterStore::release_grads, which the plugin
-//            calls at boost). A bucket's gradients get memory when the
+//            gradient buffer (the plugin materializes it without one,
+//            ParameterStore::Gradients::kPlugin, or releases it at boost,
+//            release_grads). A bucket's gradients get memory when the
 //            backward first asks for one of them (the store's fetcher), zeroed,
 //            and lose it when the bucket is reduced: each bucket is
 //            reduce-scattered (average) and this rank adds its part to its
@@ -40,7 +41,8 @@
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(auto grads, ZeroGradReduction::create(pg, model, store, dtype,
 //                                                                  shard, stream, options));
-//   stage 2 (world > 1): store.release_grads() once the rest of boost succeeded
+//   stage 2 (not shard_is_flat_buffer): store.release_grads() once the rest of boost
+//   succeeded, unless the store was allocated without gradients
 //   per backward: grads->begin_backward(compute, sync); model.backward(...); grads->end_backward(ok);
 //   before the step: grads->wait(step_stream); then grads->slice_grads() are final.
 #ifndef COLOSSAL_PARALLEL_ZERO_ZERO_GRAD_REDUCTION_H_
