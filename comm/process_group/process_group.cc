@@ -154,20 +154,14 @@ std::string without_devices(std::string detail) {
 }  // namespace
 
 absl::Status ProcessGroup::check_same_collective(const OpInfo& info, const std::string& what) {
-  Store& store = *check_store_;
-  const uint64_t n = checked_++;
-  const auto key = [&](uint64_t i, int r) { return absl::StrCat(check_prefix_, i, "/", r); };
-  COLOSSAL_RETURN_IF_ERROR(store.set(key(n, rank_), what));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size_; ++r) keys.push_back(key(n, r));
-  const std::string which = absl::StrCat("COLOSSAL_CHECK_COLLECTIVES: collective ", n,
+  const std::string which = absl::StrCat("COLOSSAL_CHECK_COLLECTIVES: collective ", checked_,
                                          " of this group (", info.description, ")");
-  if (!store.wait(keys, info.timeout).ok()) {
+  absl::StatusOr<ExchangeRound> round =
+      exchange_round(*check_store_, check_prefix_, checked_++, rank_, size_, what, info.timeout);
+  if (!round.ok()) return core::annotate(round.status(), which);
+  if (!round->missing.empty()) {
     std::vector<int> missing;
-    for (int r = 0; r < size_; ++r) {
-      absl::StatusOr<bool> there = store.check({key(n, r)});
-      if (there.ok() && !*there) missing.push_back(world_ranks_[r]);
-    }
+    for (int r : round->missing) missing.push_back(world_ranks_[r]);
     return absl::DeadlineExceededError(absl::StrCat(
         which, ": world rank(s) ", absl::StrJoin(missing, ", "), " did not issue it within ",
         absl::FormatDuration(info.timeout), " (they skipped it, or wait elsewhere)"));
@@ -175,12 +169,9 @@ absl::Status ProcessGroup::check_same_collective(const OpInfo& info, const std::
   std::vector<std::string> theirs;
   bool same = true;
   for (int r = 0; r < size_; ++r) {
-    COLOSSAL_ASSIGN_OR_RETURN(std::string t, store.get(key(n, r)));
-    same = same && t == what;
-    theirs.push_back(absl::StrCat("world rank ", world_ranks_[r], ": ", t));
+    same = same && round->values[r] == what;
+    theirs.push_back(absl::StrCat("world rank ", world_ranks_[r], ": ", round->values[r]));
   }
-  // Every rank read key n - 1 before posting key n: this rank's may go.
-  if (n > 0) store.delete_key(key(n - 1, rank_)).IgnoreError();
   if (same) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       which, ": the ranks issue different collectives; ", absl::StrJoin(theirs, "; ")));

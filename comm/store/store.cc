@@ -1,6 +1,8 @@
 #include "comm/store/store.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
@@ -62,6 +64,31 @@ absl::Status barrier(Store& store, absl::string_view name, int world_size, absl:
       "barrier '", name, "' on ", store.describe(), ": timed out after ",
       absl::FormatDuration(timeout), " with ", now.ok() ? absl::StrCat(*now) : "?", " of ",
       world_size, " ranks arrived"));
+}
+
+absl::StatusOr<ExchangeRound> exchange_round(Store& store, absl::string_view prefix, int64_t round,
+                                             int rank, int size, absl::string_view value,
+                                             absl::Duration timeout) {
+  const auto key = [&](int64_t n, int r) { return absl::StrCat(prefix, n, "/", r); };
+  COLOSSAL_RETURN_IF_ERROR(store.set(key(round, rank), value));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(key(round, r));
+  ExchangeRound out;
+  const absl::Status waited = store.wait(keys, timeout);
+  if (!waited.ok()) {
+    for (int r = 0; r < size; ++r) {
+      absl::StatusOr<bool> there = store.check({keys[r]});
+      if (there.ok() && !*there) out.missing.push_back(r);
+    }
+    if (out.missing.empty()) return waited;
+    return out;
+  }
+  for (const std::string& k : keys) {
+    COLOSSAL_ASSIGN_OR_RETURN(std::string v, store.get(k));
+    out.values.push_back(std::move(v));
+  }
+  if (round > 0) store.delete_key(key(round - 1, rank)).IgnoreError();
+  return out;
 }
 
 }  // namespace colossal::comm

@@ -105,6 +105,21 @@ class PrefixStore : public Store {
 // counter) every time. Keys used: "<name>/arrived" and "<name>/done".
 absl::Status barrier(Store& store, absl::string_view name, int world_size, absl::Duration timeout);
 
+// One round of an exchange among `size` ranks: each posts `value` under
+// "<prefix><round>/<rank>" and reads every rank's, waiting up to `timeout`.
+// Every rank makes the rounds of one prefix in the same order. On a timeout
+// `values` is empty and `missing` lists the ranks that never posted (a rank
+// that skipped the round, or waits elsewhere). This rank's key of round - 1
+// goes: every rank has read it once this round's keys are all there.
+// Errors: the store's (a timeout with no rank missing among them).
+struct ExchangeRound {
+  std::vector<std::string> values;  // by rank
+  std::vector<int> missing;
+};
+absl::StatusOr<ExchangeRound> exchange_round(Store& store, absl::string_view prefix, int64_t round,
+                                             int rank, int size, absl::string_view value,
+                                             absl::Duration timeout);
+
 }  // namespace colossal::comm
 
 #endif  // COLOSSAL_COMM_STORE_STORE_H_

@@ -31,35 +31,22 @@ absl::Status check_parts(const RunParts& run, const char* what, bool optimizer) 
 // Before a save's first collective: every rank of the group announces
 // itself in the job's store and waits for the others (RunParts::store).
 // Saves of one kind count their arrivals, so the n-th save of every rank
-// meets the n-th of the others; a rank deletes its key of the save before,
-// which every rank has passed once this one's keys are all there.
+// meets the n-th of the others.
 absl::Status every_rank_enters(const RunParts& run, const char* what) {
   if (run.store == nullptr || run.group == nullptr || run.group->size() == 1) return absl::OkStatus();
   comm::Store& store = *run.store;
   const int world = run.group->size();
   const std::string base = absl::StrCat("colossal/", what, "/");
   COLOSSAL_ASSIGN_OR_RETURN(int64_t arrival, store.add(base + "arrivals", 1));
-  const int64_t save = (arrival - 1) / world;
-  const auto key = [&](int64_t n, int rank) { return absl::StrCat(base, n, "/rank_", rank); };
-  COLOSSAL_RETURN_IF_ERROR(store.set(key(save, run.rank), "1"));
-  std::vector<std::string> keys;
-  for (int r = 0; r < world; ++r) keys.push_back(key(save, r));
-  const absl::Status waited = store.wait(keys, store.timeout());
-  if (!waited.ok()) {
-    std::vector<int> missing;
-    for (int r = 0; r < world; ++r) {
-      absl::StatusOr<bool> there = store.check({key(save, r)});
-      if (there.ok() && !*there) missing.push_back(r);
-    }
-    if (missing.empty()) return core::annotate(waited, absl::StrCat(what, ": waiting for every rank"));
-    return absl::DeadlineExceededError(absl::StrCat(
-        what, ": rank(s) ", absl::StrJoin(missing, ", "), " of ", world, " did not start this save within ",
-        absl::FormatDuration(store.timeout()),
-        "; every rank must save together (as the recipe loop does): a rank that skips a save "
-        "would leave the others waiting in its gathers"));
-  }
-  if (save > 0) store.delete_key(key(save - 1, run.rank)).IgnoreError();
-  return absl::OkStatus();
+  absl::StatusOr<comm::ExchangeRound> round = comm::exchange_round(
+      store, base, (arrival - 1) / world, run.rank, world, "1", store.timeout());
+  if (!round.ok()) return core::annotate(round.status(), absl::StrCat(what, ": waiting for every rank"));
+  if (round->missing.empty()) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      what, ": rank(s) ", absl::StrJoin(round->missing, ", "), " of ", world,
+      " did not start this save within ", absl::FormatDuration(store.timeout()),
+      "; every rank must save together (as the recipe loop does): a rank that skips a save "
+      "would leave the others waiting in its gathers"));
 }
 
 // After rank 0 wrote (`written`: its outcome there, OK elsewhere): every
