@@ -27,6 +27,7 @@ struct ZeroGradReduction::InFlight {
 };
 
 namespace {
+
 // Partitioned stage 2: buckets whose collectives may still run while the
 // backward goes on. Older ones are retired as the next is launched (see
 // retire_beyond), so a backward holds the buckets it writes and these, not
@@ -34,9 +35,21 @@ namespace {
 // behind the backward (a bucket reduces far faster than the backward fills
 // the next one over NVLink or InfiniBand).
 constexpr size_t kInFlightBuckets = 4;
-}  // namespace
 
-namespace {
+// Work enqueued on `waiter` from now on runs after the work enqueued on
+// `producer` so far: on the device between CUDA streams, else (no event, or
+// a CPU waiter) the host waits for `producer`. CPU work is done when enqueued.
+void order_after(const core::Stream& waiter, const core::Stream& producer) {
+  if (!producer.is_cuda() || (waiter.is_cuda() && waiter.handle() == producer.handle())) return;
+  if (waiter.is_cuda()) {
+    absl::StatusOr<core::Event> event = core::Event::create(producer.device());
+    if (event.ok()) {
+      core::wait_stream(waiter, producer, *event);
+      return;
+    }
+  }
+  producer.synchronize();
+}
 
 // dst[i] += src[i], i < n, on `on`'s device (the host for the CPU stream).
 absl::Status add_into(void* dst, const void* src, int64_t n, core::DType dtype,
@@ -310,32 +323,15 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   const core::Stream add_on = !on.is_cuda() && stream_.is_cuda() ? stream_ : on;
   absl::Status first;
   // The parts retired during the backward were added on its stream.
-  if (retired_on_.has_value()) {
-    if (retired_on_->is_cuda() && retired_on_->handle() != add_on.handle()) {
-      absl::StatusOr<core::Event> added = core::Event::create(retired_on_->device());
-      if (added.ok()) {
-        core::wait_stream(add_on, *retired_on_, *added);
-      } else {
-        retired_on_->synchronize();  // no event: the host waits instead
-      }
-    }
-    retired_on_.reset();
-  }
+  if (retired_on_.has_value()) order_after(add_on, *retired_on_);
+  retired_on_.reset();
   for (const InFlight& f : pending_) {
     const absl::Status s = add_part(f, add_on);
     if (first.ok() && !s.ok()) first = s;
   }
   // The buffers go back to the pool on their allocation stream: it must
   // first wait for the additions (and so the collectives) done on `add_on`.
-  const bool buffers = !pending_.empty();
-  if (buffers && buffer_stream_.is_cuda() && buffer_stream_.handle() != add_on.handle()) {
-    absl::StatusOr<core::Event> done = core::Event::create(add_on.device());
-    if (done.ok()) {
-      core::wait_stream(buffer_stream_, add_on, *done);
-    } else {
-      add_on.synchronize();  // no event: the host waits instead
-    }
-  }
+  if (!pending_.empty()) order_after(buffer_stream_, add_on);
   pending_.clear();
   return first;
 }
