@@ -84,14 +84,11 @@ TEST_P(ZeroEquivalence, MatchesOneProcessOnTheUnion) {
   const Family family = GetParam().family;
   const EquivalenceRun ref = adam_reference_run(W, family);
   ASSERT_EQ(ref.loss.size(), static_cast<size_t>(kSteps));
-  std::vector<ZeroRun> runs(W);
   LowLevelZeroOptions o;
   o.reduce_bucket_size_in_m = GetParam().reduce_bucket_size_in_m;
   o.stage = stage;
   o.cpu_offload = GetParam().cpu_offload;
-  run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-    runs[r] = zero_rank_run(std::move(pg), o, family);
-  });
+  const std::vector<ZeroRun> runs = zero_runs(W, o, family);
   for (int r = 0; r < W; ++r) ASSERT_EQ(runs[r].run.loss.size(), static_cast<size_t>(kSteps));
 
   int clipped = 0;
@@ -198,14 +195,9 @@ TEST(LowLevelZero, OverlappedGatherIsBitwiseTheStepsGather) {
     LowLevelZeroOptions o;
     o.stage = stage;
     o.reduce_bucket_size_in_m = 1.0 / 4096;
-    std::vector<ZeroRun> overlapped(world), at_step(world);
-    run_ranks(world, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-      overlapped[r] = zero_rank_run(std::move(pg), o, family);
-    });
+    const std::vector<ZeroRun> overlapped = zero_runs(world, o, family);
     o.overlap_allgather = false;
-    run_ranks(world, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-      at_step[r] = zero_rank_run(std::move(pg), o, family);
-    });
+    const std::vector<ZeroRun> at_step = zero_runs(world, o, family);
     const std::string what = absl::StrCat("stage ", stage, " world ", world, family_suffix(family));
     for (int r = 0; r < world; ++r) {
       ASSERT_EQ(overlapped[r].run.loss.size(), static_cast<size_t>(kSteps)) << what;
@@ -510,13 +502,8 @@ TEST(LowLevelZero, MaterializedByThePluginWithADeclaredOptimizerTrainsTheSame) {
     LowLevelZeroOptions o;
     o.stage = stage;
     o.reduce_bucket_size_in_m = 1.0 / 4096;
-    std::vector<ZeroRun> whole(W), by_plugin(W);
-    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-      whole[r] = zero_rank_run(std::move(pg), o, family);
-    });
-    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
-      by_plugin[r] = zero_rank_run(std::move(pg), o, family, /*by_plugin=*/true);
-    });
+    const std::vector<ZeroRun> whole = zero_runs(W, o, family);
+    const std::vector<ZeroRun> by_plugin = zero_runs(W, o, family, /*by_plugin=*/true);
     for (int r = 0; r < W; ++r) {
       EXPECT_FALSE(whole[r].declared_optimizer);
       EXPECT_TRUE(by_plugin[r].declared_optimizer) << "rank " << r;
@@ -629,13 +616,12 @@ TEST(ZeroGradReductionTest, OwnedBucketsReducedInPlaceGiveTheReduceScatterShard)
 TEST(ZeroOverlapCommunication, ReducingAfterTheBackwardGivesTheSameBits) {
   constexpr int W = 2;
   for (int stage : {1, 2}) {
-    std::vector<ZeroRun> on(W), off(W);
     LowLevelZeroOptions o;
     o.stage = stage;
     o.reduce_bucket_size_in_m = 0.05;
-    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) { on[r] = zero_rank_run(std::move(pg), o); });
+    const std::vector<ZeroRun> on = zero_runs(W, o);
     o.overlap_communication = false;
-    run_ranks(W, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) { off[r] = zero_rank_run(std::move(pg), o); });
+    const std::vector<ZeroRun> off = zero_runs(W, o);
     for (int r = 0; r < W; ++r) {
       ASSERT_EQ(off[r].run.loss.size(), static_cast<size_t>(kSteps)) << "stage " << stage;
       EXPECT_EQ(off[r].run.loss, on[r].run.loss) << "stage " << stage << " rank " << r;

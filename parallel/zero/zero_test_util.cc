@@ -85,4 +85,13 @@ ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZero
                   by_plugin);
 }
 
+std::vector<ZeroRun> zero_runs(int world, const LowLevelZeroOptions& options, Family family,
+                               bool by_plugin) {
+  std::vector<ZeroRun> runs(world);
+  run_ranks(world, [&](int r, std::shared_ptr<comm::ProcessGroup> pg) {
+    runs[r] = zero_rank_run(std::move(pg), options, family, by_plugin);
+  });
+  return runs;
+}
+
 }  // namespace colossal::parallel::testing

@@ -121,6 +121,9 @@ ZeroRun rank_run(std::shared_ptr<comm::ProcessGroup> pg, std::unique_ptr<Plugin>
 // rank_run with a low_level_zero plugin of `options`.
 ZeroRun zero_rank_run(std::shared_ptr<comm::ProcessGroup> pg, const LowLevelZeroOptions& options,
                       Family family = Family::kGpt2, bool by_plugin = false);
+// zero_rank_run on each of `world` ranks (threads, run_ranks), by rank.
+std::vector<ZeroRun> zero_runs(int world, const LowLevelZeroOptions& options,
+                               Family family = Family::kGpt2, bool by_plugin = false);
 
 }  // namespace colossal::parallel::testing
 
