@@ -112,9 +112,7 @@ absl::StatusOr<core::Tensor> host_tensor(const std::vector<float>& v) {
 absl::Status LowLevelZeroPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
                                              const core::Stream& stream) {
   State& s = *state_;
-  if (s.options.stage != 2 || (stream.is_cuda() && s.pg->size() == 1)) {
-    return Plugin::materialize(store, seed, stream);
-  }
+  if (!s.partitions_grads(stream.is_cuda())) return Plugin::materialize(store, seed, stream);
   COLOSSAL_RETURN_IF_ERROR(store.allocate(stream, nn::ParameterStore::Gradients::kPlugin));
   return store.initialize(seed, stream);
 }
@@ -163,7 +161,7 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
         " but the optimizer's stream is not a CUDA stream of that device"));
   }
   const bool sixteen = dtype != core::DType::kF32;
-  const bool partitioned = s.options.stage == 2 && !(cuda && s.pg->size() == 1);
+  const bool partitioned = s.partitions_grads(cuda);
   if (store.grads_released() && !partitioned) {
     return absl::FailedPreconditionError(absl::StrCat(
         "low_level_zero: the model's gradients have no flat buffer, which stage ",

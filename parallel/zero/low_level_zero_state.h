@@ -78,6 +78,11 @@ struct LowLevelZeroPlugin::State {
   std::unique_ptr<ZeroOffload> offload;
 
   bool sixteen_bit() const { return dtype != core::DType::kF32; }
+  // Stage 2 keeps only its gradient shard, except on one CUDA rank, where the
+  // model's flat gradient buffer is the shard (`local`).
+  bool partitions_grads(bool on_cuda) const {
+    return options.stage == 2 && !(on_cuda && pg->size() == 1);
+  }
   int64_t esize() const { return static_cast<int64_t>(core::dtype_size(dtype)); }
 
   // Checkpoint calls: boosted, with the boosted optimizer.
