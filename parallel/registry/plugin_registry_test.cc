@@ -217,13 +217,15 @@ TEST(PluginRegistry, BadOptionsNameTheirKey) {
       {{{"precision", "fp8"}}, "precision"},
       {{{"max_norm", "-1"}}, "max_norm"},
       {{{"reduce_bucket_size_in_m", "0"}}, "reduce_bucket_size_in_m"},
-      {{{"communication_dtype", "fp16"}}, "communication_dtype"},
       {{{"communication_dtype", "fp8"}}, "communication_dtype"},
       {{{"stage", "4294967298"}}, "stage"},  // past int: would wrap to 2
   };
   for (const auto& [values, key] : cases) expect_bad_option("low_level_zero", values, key);
   // Colossal-AI's overlap_communication = false is taken (buckets reduced
   // after the backward), by both plugins that reduce buckets over dp.
+  // communication_dtype other than the precision: gradients reduced in it.
+  MapOptions bf16_wire(std::map<std::string, std::string>{{"communication_dtype", "bf16"}});
+  EXPECT_TRUE(make_plugin_spec("low_level_zero", bf16_wire).ok());
   MapOptions no_overlap(std::map<std::string, std::string>{{"overlap_communication", "false"}});
   EXPECT_TRUE(make_plugin_spec("low_level_zero", no_overlap).ok());
   MapOptions hybrid_no_overlap(std::map<std::string, std::string>{{"overlap_communication", "false"}});

@@ -34,6 +34,13 @@ absl::StatusOr<std::unique_ptr<LowLevelZeroPlugin>> LowLevelZeroPlugin::create(
     return absl::InvalidArgumentError(
         absl::StrCat("low_level_zero: stage must be 1 or 2, got ", options.stage));
   }
+  if (options.communication_dtype.has_value() && *options.communication_dtype != core::DType::kF32 &&
+      *options.communication_dtype != core::DType::kBF16 &&
+      *options.communication_dtype != core::DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("low_level_zero: communication_dtype must be float32, bfloat16 or float16, got ",
+                     core::dtype_name(*options.communication_dtype)));
+  }
   auto state = std::make_unique<State>();
   state->pg = std::move(pg);
   state->options = options;
@@ -223,6 +230,8 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
   ro.reduce_owned_buckets = cuda;
   ro.shard_is_flat_buffer = s.local;
   ro.overlap_communication = s.options.overlap_communication;
+  // One rank sends nothing: its gradients stay as the backward wrote them.
+  if (s.pg->size() > 1) ro.communication_dtype = s.options.communication_dtype;
   COLOSSAL_ASSIGN_OR_RETURN(s.grads, ZeroGradReduction::create(s.pg, model, store, dtype, s.shard,
                                                                cuda ? s.stream : core::Stream::cpu(),
                                                                ro));

@@ -73,12 +73,15 @@
 //     reduce-scatter it; a bucket's memory and buffers come from the device
 //     pool for the bucket's lifetime only;
 //   * gradients are reduced in the gradient dtype (16-bit for a 16-bit
-//     model), as Colossal-AI's low-level ZeRO does: half the bytes of fp32,
-//     no cast buffers, and on one rank exactly nn::Adam's input. The price:
-//     the average is rounded to 16 bits (the per-element sum over ranks in
-//     NCCL, and stage 2's accumulation of micro-batch shards, round once per
-//     addition), and an fp16 sum can overflow, which the loss scaler then
-//     treats as an overflow (skip, back off);
+//     model) unless communication_dtype says otherwise, as Colossal-AI's
+//     low-level ZeRO does: half the bytes of fp32, no cast buffers, and on
+//     one rank exactly nn::Adam's input. The price: the average is rounded
+//     to 16 bits (the per-element sum over ranks in NCCL, and stage 2's
+//     accumulation of micro-batch shards, round once per addition), and an
+//     fp16 sum can overflow, which the loss scaler then treats as an
+//     overflow (skip, back off). communication_dtype = float32 sums in
+//     float32 and rounds the average once (twice the bytes, a converted copy
+//     of each bucket in flight);
 //   * step (on the optimizer's stream, a CUDA stream of the model's device):
 //     kernels/multi_tensor's l2_norm of the gradient slice and its found_inf
 //     flag, squared on the device, one NCCL all_reduce(sum) of
@@ -161,6 +164,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -205,6 +209,15 @@ struct LowLevelZeroOptions {
   // CPU Adam's OpenMP threads with cpu_offload (0: OpenMP's default). Give each
   // process of a host its share of the cores.
   int cpu_offload_threads = 0;
+  // Colossal-AI's communication_dtype: the dtype gradient buckets cross
+  // between ranks in (float32, bfloat16 or float16); unset: the parameters'.
+  // Each bucket is converted before its collective and the average back to
+  // the parameters' dtype after it (zero_grad_reduction.h): float32 for a
+  // 16-bit model sums and averages the ranks' gradients in float32 at twice
+  // the bytes (one rounding instead of one per addition, and no float16
+  // overflow in the sum); bfloat16 for a float32 model halves the bytes.
+  // At world size 1 nothing is sent and it changes nothing.
+  std::optional<core::DType> communication_dtype;
   // Under hybrid parallelism (parallel/hybrid) this plugin's group is one
   // data-parallel group and other ranks hold other parameters (tensor-parallel
   // pieces): the gradient norm's sum of squares is summed over `norm_group`

@@ -72,10 +72,7 @@ absl::StatusOr<std::unique_ptr<PluginSpec>> make_low_level_zero_spec(OptionSourc
   if (max_norm < 0) return option_error("max_norm", "must be >= 0 (0: no clipping)");
   if (!(o.reduce_bucket_size_in_m > 0)) return option_error("reduce_bucket_size_in_m", "must be positive");
   if (comm_dtype != precision) {
-    return option_error("communication_dtype",
-                        absl::StrCat("= \"", comm_dtype, "\" is not available: gradients are reduced in the "
-                                     "parameters' dtype (precision = \"", precision,
-                                     "\"), Colossal-AI's default; leave it out or set it to that"));
+    COLOSSAL_ASSIGN_OR_RETURN(o.communication_dtype, core::parse_dtype(comm_dtype));
   }
   COLOSSAL_ASSIGN_OR_RETURN(const nn::DynamicLossScalerOptions s, scaler);
   return std::unique_ptr<PluginSpec>(std::make_unique<LowLevelZeroSpec>(o, precision, max_norm, s));

@@ -5,7 +5,8 @@
 //   overlap_communication (true; false: buckets reduced after the backward),
 //   cpu_offload (false), overlap_allgather (true here, false in Colossal-AI:
 //   the weights' gather after the step overlaps the next forward, with the
-//   same results), communication_dtype (the precision; another is refused),
+//   same results), communication_dtype ("fp32" | "bf16" | "fp16"; the
+//   dtype gradients are reduced in, by default the precision's),
 //   fp16 loss scaling: initial_scale (2^32), min_scale, max_scale (2^32),
 //   growth_factor, backoff_factor, growth_interval, hysteresis.
 // It owns the precision, supports no_sync at stage 1 only, clips by norm only.

@@ -20,8 +20,9 @@ struct ZeroGradReduction::Bucket {
 
 struct ZeroGradReduction::InFlight {
   size_t bucket = 0;
-  core::Tensor grads;       // a bucket reduced in place: its memory
-  core::Tensor send, recv;  // a reduce-scattered bucket's buffers
+  core::Tensor grads;       // a stage-2 bucket reduced in place: its memory
+  core::Tensor wire;        // converting, a bucket reduced in place: its converted copy
+  core::Tensor send, recv;  // a reduce-scattered bucket's buffers (in the wire dtype)
   comm::WorkPtr work;       // its collective
   bool in_shard = false;    // `grads` is the shard's own range: nothing to add
 };
@@ -70,6 +71,42 @@ absl::Status add_into(void* dst, const void* src, int64_t n, core::DType dtype,
   return core::from_kernel_status(s, "accumulating the gradient shard");
 }
 
+// dst = src converted, n elements of the given dtypes, on `on`'s device.
+absl::Status cast_on(void* dst, core::DType dst_dtype, const void* src, core::DType src_dtype,
+                     int64_t n, const core::Stream& on) {
+  kernels::KernelStatus s;
+  if (!on.is_cuda()) {
+    s = kernels::elementwise::cast_cpu(dst, src, n, dst_dtype, src_dtype);
+  } else {
+#if COLOSSAL_WITH_CUDA
+    core::DeviceGuard guard(on.device());
+    s = kernels::elementwise::cast_cuda(dst, src, n, dst_dtype, src_dtype, on.handle());
+#else
+    s = kernels::KernelStatus::unsupported("CUDA work in a build without CUDA");
+#endif
+  }
+  return core::from_kernel_status(s, "converting gradients for communication_dtype");
+}
+
+// A new tensor of `dtype` on `on` holding `src` converted.
+absl::StatusOr<core::Tensor> converted(const core::Tensor& src, core::DType dtype,
+                                       const core::Stream& on) {
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
+                            core::Tensor::empty({std::max<int64_t>(src.numel(), 1)}, dtype, on));
+  COLOSSAL_RETURN_IF_ERROR(cast_on(t.raw_data(), dtype, src.raw_data(), src.dtype(), src.numel(), on));
+  return t;
+}
+
+// comm::Buffer over the first `count` elements of `t`.
+comm::Buffer buffer_of(const core::Tensor& t, int64_t count) {
+  comm::Buffer buffer;
+  buffer.data = t.raw_data();
+  buffer.count = count;
+  buffer.dtype = t.dtype();
+  buffer.device = t.device();
+  return buffer;
+}
+
 }  // namespace
 
 absl::StatusOr<core::Tensor> zero_filled(int64_t n, core::DType dtype, const core::Stream& stream) {
@@ -89,6 +126,11 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
   r->options_ = options;
   r->store_ = store;
   r->dtype_ = dtype;
+  r->wire_dtype_ = options.communication_dtype.value_or(dtype);
+  if (r->wire_dtype_ != dtype && options.shard_is_flat_buffer) {
+    return absl::InvalidArgumentError(
+        "low_level_zero: communication_dtype with shard_is_flat_buffer (nothing is reduced)");
+  }
   r->shard_ = shard;
   r->numel_ = store.table().buffer_numel(dtype);
   r->stream_ = stream;
@@ -224,37 +266,53 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
   comm::CollectiveOptions co = o;
   if (stream_.is_cuda() && (!co.stream.has_value() || !co.stream->is_cuda())) co.stream = stream_;
   const core::Stream in = co.stream.has_value() ? *co.stream : core::Stream::cpu();
-  if (options_.stage == 1 || options_.shard_is_flat_buffer) {
-    const core::Tensor flat = store_.flat_grads(dtype_);
-    comm::Buffer buffer;
-    buffer.data = static_cast<char*>(flat.raw_data()) + bucket.offset * esize();
-    buffer.count = bucket.count;
-    buffer.dtype = dtype_;
-    buffer.device = flat.device();
-    return pg_->all_reduce(buffer, comm::ReduceOp::kAvg, co);
-  }
-  COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
-  InFlight f{b, take_memory(b), {}, {}, {}, in_shard(b)};
-  const Bucket& sc = buckets_[b];
-  if (sc.owner >= 0) {
-    // The owner's memory receives the average (the others' is left
-    // unspecified); wait() adds it to the owner's shard.
-    comm::Buffer buffer;
-    buffer.data = f.grads.raw_data();
-    buffer.count = bucket.count;
-    buffer.dtype = dtype_;
-    buffer.device = f.grads.device();
-    absl::StatusOr<comm::WorkPtr> w = pg_->reduce(buffer, comm::ReduceOp::kAvg, sc.owner, co);
+  const bool converts = wire_dtype_ != dtype_;
+  // Issues `f`'s collective, keeps it in flight and retires older ones.
+  const auto issue = [&](InFlight f, absl::StatusOr<comm::WorkPtr> w) -> absl::StatusOr<comm::WorkPtr> {
     if (!w.ok()) return w;
     f.work = *w;
+    buffer_stream_ = in;
     pending_.push_back(std::move(f));
     COLOSSAL_RETURN_IF_ERROR(retire_beyond(kInFlightBuckets, in));
     return w;
+  };
+  if (options_.stage == 1 || options_.shard_is_flat_buffer) {
+    COLOSSAL_ASSIGN_OR_RETURN(
+        const core::Tensor range,
+        store_.flat_grads(dtype_).slice(bucket.offset, bucket.offset + bucket.count));
+    if (!converts) return pg_->all_reduce(buffer_of(range, bucket.count), comm::ReduceOp::kAvg, co);
+    // The converted copy is averaged; land() writes it back.
+    InFlight f;
+    f.bucket = b;
+    COLOSSAL_ASSIGN_OR_RETURN(f.wire, converted(range, wire_dtype_, in));
+    absl::StatusOr<comm::WorkPtr> w = pg_->all_reduce(buffer_of(f.wire, bucket.count),
+                                                      comm::ReduceOp::kAvg, co);
+    return issue(std::move(f), std::move(w));
+  }
+  COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
+  InFlight f;
+  f.bucket = b;
+  f.grads = take_memory(b);
+  f.in_shard = in_shard(b);
+  const Bucket& sc = buckets_[b];
+  if (sc.owner >= 0) {
+    // The owner's memory (converting: its converted copy) receives the
+    // average (the others' is left unspecified); land() adds it to the
+    // owner's shard.
+    if (converts) {
+      COLOSSAL_ASSIGN_OR_RETURN(f.wire, converted(f.grads, wire_dtype_, in));
+      f.grads = core::Tensor();  // back to the pool, after the conversion on `in`
+    }
+    const core::Tensor& reduced = converts ? f.wire : f.grads;
+    absl::StatusOr<comm::WorkPtr> w =
+        pg_->reduce(buffer_of(reduced, bucket.count), comm::ReduceOp::kAvg, sc.owner, co);
+    return issue(std::move(f), std::move(w));
   }
   const int world = pg_->size();
   COLOSSAL_ASSIGN_OR_RETURN(f.send, core::Tensor::empty({std::max<int64_t>(sc.chunk * world, 1)},
-                                                        dtype_, in));
-  COLOSSAL_ASSIGN_OR_RETURN(f.recv, core::Tensor::empty({std::max<int64_t>(sc.chunk, 1)}, dtype_, in));
+                                                        wire_dtype_, in));
+  COLOSSAL_ASSIGN_OR_RETURN(f.recv,
+                            core::Tensor::empty({std::max<int64_t>(sc.chunk, 1)}, wire_dtype_, in));
   buffer_stream_ = in;
   COLOSSAL_RETURN_IF_ERROR(f.send.set_zero(in));
   for (int j = 0; j < world; ++j) {
@@ -264,29 +322,39 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dst, f.send.slice(j * sc.chunk, j * sc.chunk + n));
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
                               f.grads.slice(lo - bucket.offset, lo - bucket.offset + n));
-    COLOSSAL_RETURN_IF_ERROR(dst.copy_from(src, in));
+    COLOSSAL_RETURN_IF_ERROR(
+        converts ? cast_on(dst.raw_data(), wire_dtype_, src.raw_data(), dtype_, n, in)
+                 : dst.copy_from(src, in));
   }
   f.grads = core::Tensor();  // packed: back to the pool, after the copies on `in`
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, f.recv.slice(0, sc.chunk));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor send, f.send.slice(0, sc.chunk * world));
   absl::StatusOr<comm::WorkPtr> w = pg_->reduce_scatter(recv, send, comm::ReduceOp::kAvg, co);
-  if (!w.ok()) return w;
-  f.work = *w;
-  pending_.push_back(std::move(f));
-  COLOSSAL_RETURN_IF_ERROR(retire_beyond(kInFlightBuckets, in));
-  return w;
+  return issue(std::move(f), std::move(w));
 }
 
-absl::Status ZeroGradReduction::add_part(const InFlight& f, const core::Stream& on) {
+absl::Status ZeroGradReduction::land(const InFlight& f, const core::Stream& on) {
+  const GradBucket& bucket = reducer_->buckets()[f.bucket];
+  if (options_.stage == 1) {
+    COLOSSAL_ASSIGN_OR_RETURN(
+        const core::Tensor range,
+        store_.flat_grads(dtype_).slice(bucket.offset, bucket.offset + bucket.count));
+    return cast_on(range.raw_data(), dtype_, f.wire.raw_data(), wire_dtype_, bucket.count, on);
+  }
   const Bucket& sc = buckets_[f.bucket];
   if (sc.mine_n == 0 || f.in_shard) return absl::OkStatus();
-  const GradBucket& bucket = reducer_->buckets()[f.bucket];
-  // A bucket reduced in place to this rank: its average is in its memory.
-  const char* src = f.grads.defined() ? static_cast<const char*>(f.grads.raw_data()) +
-                                            (sc.mine_lo - bucket.offset) * esize()
+  // A bucket reduced in place to this rank: its average is in its memory (or
+  // its converted copy); else in the receive buffer. All in the wire dtype.
+  const int64_t wsize = static_cast<int64_t>(core::dtype_size(wire_dtype_));
+  const core::Tensor& reduced = f.wire.defined() ? f.wire : f.grads;
+  const char* src = reduced.defined() ? static_cast<const char*>(reduced.raw_data()) +
+                                            (sc.mine_lo - bucket.offset) * wsize
                                       : static_cast<const char*>(f.recv.raw_data());
   char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
-  return add_into(dst, src, sc.mine_n, dtype_, on);
+  if (wire_dtype_ == dtype_) return add_into(dst, src, sc.mine_n, dtype_, on);
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor part, core::Tensor::empty({sc.mine_n}, dtype_, on));
+  COLOSSAL_RETURN_IF_ERROR(cast_on(part.raw_data(), dtype_, src, wire_dtype_, sc.mine_n, on));
+  return add_into(dst, part.raw_data(), sc.mine_n, dtype_, on);
 }
 
 absl::Status ZeroGradReduction::retire_beyond(size_t keep, const core::Stream& on) {
@@ -299,7 +367,7 @@ absl::Status ZeroGradReduction::retire_beyond(size_t keep, const core::Stream& o
   while (pending_.size() > keep) {
     const InFlight& f = pending_.front();
     COLOSSAL_RETURN_IF_ERROR(f.work->wait_on(on));  // CUDA: the stream waits; the CPU: the host
-    COLOSSAL_RETURN_IF_ERROR(add_part(f, on));
+    COLOSSAL_RETURN_IF_ERROR(land(f, on));
     pending_.pop_front();
     retired_on_ = on;
   }
@@ -326,7 +394,7 @@ absl::Status ZeroGradReduction::wait(const core::Stream& on) {
   if (retired_on_.has_value()) order_after(add_on, *retired_on_);
   retired_on_.reset();
   for (const InFlight& f : pending_) {
-    const absl::Status s = add_part(f, add_on);
+    const absl::Status s = land(f, add_on);
     if (first.ok() && !s.ok()) first = s;
   }
   // The buffers go back to the pool on their allocation stream: it must
@@ -348,7 +416,8 @@ absl::Status ZeroGradReduction::begin_backward(const core::Stream& compute, bool
 }
 
 bool ZeroGradReduction::in_shard(size_t b) const {
-  return first_since_zero_ && buckets_[b].owner == pg_->rank();
+  // (Converting, the average arrives in another dtype: it is added.)
+  return first_since_zero_ && buckets_[b].owner == pg_->rank() && wire_dtype_ == dtype_;
 }
 
 absl::Status ZeroGradReduction::end_backward(bool ok) {

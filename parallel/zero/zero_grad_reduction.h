@@ -79,6 +79,16 @@ struct ZeroGradReductionOptions {
   // false: buckets are reduced when the backward returns, none beside it
   // (BucketedGradReducer's overlap; Colossal-AI's overlap_communication).
   bool overlap_communication = true;
+  // The dtype the gradients cross between ranks in (Colossal-AI's
+  // communication_dtype); unset: the gradients' own. Another one converts
+  // each bucket into a buffer of it before its collective and the result back
+  // after: stage 1 writes the average back into the flat buffer, stage 2 adds
+  // it to the shard (both in the gradients' dtype, so the conversion rounds
+  // once each way). float32 for 16-bit gradients sums and averages the ranks'
+  // gradients in float32 (twice the bytes); a 16-bit one for float32
+  // gradients halves the bytes at 16-bit precision. Not with
+  // shard_is_flat_buffer (nothing is reduced there).
+  std::optional<core::DType> communication_dtype;
 };
 
 class ZeroGradReduction {
@@ -103,8 +113,9 @@ class ZeroGradReduction {
   absl::Status begin_backward(const core::Stream& compute, bool sync);
   absl::Status end_backward(bool ok);
   // Waits for the issued collectives on `on` (the CPU stream: the host waits)
-  // and adds stage 2's received parts to the shard there. Errors: the first
-  // collective's or addition's.
+  // and lands the buckets still in flight there (stage 2 adds their parts to
+  // the shard; converting stage 1 writes their averages back). Errors: the
+  // first collective's, addition's or conversion's.
   absl::Status wait(const core::Stream& on);
   // Stage 2: zeroes the shard (shard_is_flat_buffer: the flat buffer, which
   // its owner zeroes).
@@ -144,12 +155,13 @@ class ZeroGradReduction {
   bool in_shard(size_t b) const;
   // Stage 2: bucket `b`'s parameters lose their gradient views; returns its memory.
   core::Tensor take_memory(size_t b);
-  // Stage 2: adds in-flight bucket `f`'s part to the shard on `on` (its
-  // collective done there).
-  absl::Status add_part(const InFlight& f, const core::Stream& on);
-  // Stage 2: retires the oldest in-flight buckets beyond `keep`: `on` (the
-  // stream their buffers came from) waits for each one's collective and adds
-  // its part; the buffers go back to the pool in `on`'s order.
+  // Lands in-flight bucket `f` on `on` (its collective done there): stage 2
+  // adds its part to the shard; stage 1 (converting) writes its average back
+  // into the flat buffer.
+  absl::Status land(const InFlight& f, const core::Stream& on);
+  // Retires the oldest in-flight buckets beyond `keep`: `on` (the stream
+  // their buffers came from) waits for each one's collective and lands it;
+  // the buffers go back to the pool in `on`'s order.
   absl::Status retire_beyond(size_t keep, const core::Stream& on);
   // Rank j's part [lo, lo + n) of flat range [a, e).
   void part(int64_t a, int64_t e, int j, int64_t* lo, int64_t* n) const;
@@ -159,13 +171,15 @@ class ZeroGradReduction {
   ZeroGradReductionOptions options_;
   nn::ParameterStore store_;
   core::DType dtype_ = core::DType::kF32;
+  core::DType wire_dtype_ = core::DType::kF32;  // communication_dtype, or dtype_
   ZeroShard shard_;
   int64_t numel_ = 0;
   core::Stream stream_;
   std::shared_ptr<BucketedGradReducer> reducer_;
   std::vector<Bucket> buckets_;
   bool partitioned_ = false;       // stage 2 without shard_is_flat_buffer
-  std::deque<InFlight> pending_;  // stage 2: issued, not yet added to the shard
+  // Issued, not yet landed: stage 2's buckets, and stage 1's when converting.
+  std::deque<InFlight> pending_;
   core::Stream buffer_stream_;    // where the pending buffers were allocated
   std::optional<core::Stream> retired_on_;  // where retire_beyond added parts since wait()
   int64_t most_in_flight_ = 0;
