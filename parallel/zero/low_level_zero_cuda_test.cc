@@ -34,7 +34,8 @@
 // in place in the weights; the cpu_offload cases gather into a buffer and
 // copy (the path of worlds that pad).
 // ZeroCudaPartitioned runs stage 2's partitioned gradients (bucket memory,
-// in-place reduces, retiring) on one GPU.
+// in-place reduces, retiring) on one GPU, and communication_dtype's
+// conversions (stage 1 and 2, both directions).
 // Without 1 (or 2) GPUs every case skips (COLOSSAL_REQUIRE_GPUS).
 #include <gtest/gtest.h>
 
@@ -45,6 +46,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -215,13 +217,17 @@ struct CudaCase {
   bool fp16_overflow = false;  // the loss-scaler case (float16 only)
   bool offload = false;        // cpu_offload: CPU Adam on pinned host shards
   bool gather_at_step = false; // overlap_allgather off: one all_gather in the step
+  // communication_dtype; at world 2 a float32 wire averages two 16-bit
+  // gradients exactly and rounds once: averaged_grads' values again.
+  std::optional<DType> wire;
 };
 
 std::string case_name(const ::testing::TestParamInfo<CudaCase>& info) {
   const CudaCase& c = info.param;
   return absl::StrCat("W", c.world, "Stage", c.stage, core::dtype_name(c.dtype),
                       c.fp16_overflow ? "Overflow" : "", c.offload ? "Offload" : "",
-                      c.gather_at_step ? "GatherAtStep" : "");
+                      c.gather_at_step ? "GatherAtStep" : "",
+                      c.wire ? absl::StrCat("Wire", core::dtype_name(*c.wire)) : "");
 }
 
 struct StepLog {
@@ -374,6 +380,7 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   zo.cpu_offload = c.offload;
   zo.cpu_offload_threads = 2;
   zo.overlap_allgather = !c.gather_at_step;
+  zo.communication_dtype = c.wire;
   auto plugin_or = LowLevelZeroPlugin::create(*pg, zo);
   ASSERT_TRUE(plugin_or.ok()) << plugin_or.status();
   LowLevelZeroPlugin& zero = **plugin_or;
@@ -557,6 +564,72 @@ TEST(ZeroCudaPartitioned, OneRankReducesBucketsInPlaceIntoTheShard) {
   }
 }
 
+// communication_dtype on one GPU (NCCL at world 1 averages nothing away, so
+// what is left is the conversions): float32 gradients over a bfloat16 wire
+// arrive as their bfloat16 rounding (stage 1 in the flat buffer; stage 2
+// added to the shard, twice over two backwards: exactly twice it); bfloat16
+// gradients over a float32 wire arrive unchanged (2g: exact). Every bucket
+// goes through a converted buffer, the stage-2 ones reduced in place and
+// landed while later ones are launched.
+TEST(ZeroCudaPartitioned, CommunicationDtypeConvertsEachBucketAndBack) {
+  COLOSSAL_REQUIRE_GPUS(1);
+  auto master = serve_loopback_store();
+  ASSERT_TRUE(master.ok()) << master.status();
+  const core::Device dev = core::Device::cuda(0);
+  core::DeviceGuard guard(dev);
+  std::unique_ptr<core::Context> ctx = std::move(*core::Context::create(dev));
+  const Stream stream = ctx->compute_stream();
+  comm::TcpStoreOptions so;
+  so.host = "127.0.0.1";
+  so.port = (*master)->port();
+  auto store_client = comm::TcpStore::create(so);
+  ASSERT_TRUE(store_client.ok()) << store_client.status();
+  comm::NcclOptions no;
+  no.device = dev;
+  auto pg = comm::ProcessGroupNccl::create(std::shared_ptr<comm::Store>(std::move(*store_client)),
+                                           0, 1, no);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  const std::pair<DType, DType> kinds[] = {{DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32}};
+  for (const auto& [dtype, wire] : kinds) {
+    for (int stage : {1, 2}) {
+      SCOPED_TRACE(absl::StrCat(core::dtype_name(dtype), " over ", core::dtype_name(wire),
+                                ", stage ", stage));
+      auto model = make_zero_model(kSeed);  // the module tree for the hooks
+      const nn::ParameterTable table = table_in(model->store().table(), dtype);
+      auto store = nn::ParameterStore::declare(table);
+      ASSERT_TRUE(store
+                      .allocate(stream, stage == 2 ? nn::ParameterStore::Gradients::kPlugin
+                                                   : nn::ParameterStore::Gradients::kFlat)
+                      .ok());
+      const int64_t numel = table.buffer_numel(dtype);
+      if (stage == 1) ASSERT_TRUE(store.flat_grads(dtype).set_zero(stream).ok());
+      ZeroGradReductionOptions o;
+      o.stage = stage;
+      o.bucket_bytes = 40 * static_cast<int64_t>(core::dtype_size(dtype));
+      o.reduce_owned_buckets = true;
+      o.communication_dtype = wire;
+      auto grads = ZeroGradReduction::create(*pg, *model, store, dtype, zero_shard(numel, 1, 0),
+                                             stream, o);
+      ASSERT_TRUE(grads.ok()) << grads.status();
+      const std::vector<float> g = rank_grads(table, 0, 0, dtype, 1.0f);
+      const int backwards = stage == 2 ? 2 : 1;
+      for (int backward = 0; backward < backwards; ++backward) {
+        ASSERT_TRUE((*grads)->begin_backward(stream, /*sync=*/true).ok());
+        ASSERT_NO_FATAL_FAILURE(add_to_grads(store, g, stream));
+        ASSERT_TRUE((*grads)->end_backward(true).ok());
+      }
+      ASSERT_TRUE((*grads)->wait(stream).ok());
+      if (stage == 2) EXPECT_EQ((*grads)->most_in_flight(), 4);
+      const std::vector<float> arrived = round_to(g, DType::kBF16);  // g itself for bf16 gradients
+      std::vector<float> want(g.size());
+      for (size_t i = 0; i < g.size(); ++i) want[i] = static_cast<float>(backwards) * arrived[i];
+      if (dtype == DType::kF32) EXPECT_NE(arrived, g);  // the wire's rounding shows
+      const Tensor got = stage == 2 ? *(*grads)->slice_grads() : store.flat_grads(dtype);
+      EXPECT_EQ(download(got, stream), want);
+    }
+  }
+}
+
 class ZeroCuda : public ::testing::TestWithParam<CudaCase> {};
 
 TEST_P(ZeroCuda, MatchesAdamOnOneDevice) {
@@ -649,7 +722,10 @@ INSTANTIATE_TEST_SUITE_P(
                       CudaCase{2, 2, DType::kF16, true, true},
                       // The weights gathered in the step (one all_gather) instead.
                       CudaCase{2, 1, DType::kF32, false, false, true},
-                      CudaCase{2, 2, DType::kBF16, false, false, true}),
+                      CudaCase{2, 2, DType::kBF16, false, false, true},
+                      CudaCase{2, 1, DType::kBF16, false, false, false, DType::kF32},
+                      CudaCase{2, 2, DType::kBF16, false, false, false, DType::kF32},
+                      CudaCase{2, 2, DType::kF16, true, false, false, DType::kF32}),
     case_name);
 
 #endif  // COLOSSAL_WITH_CUDA
