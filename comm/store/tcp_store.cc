@@ -255,45 +255,42 @@ absl::Status TcpStore::wait(absl::Span<const std::string> keys, absl::Duration t
   return absl::DataLossError(absl::StrCat(describe(), ": malformed reply to wait"));
 }
 
+absl::StatusOr<int64_t> TcpStore::call_for_count(const std::string& request,
+                                                 absl::string_view what, absl::string_view name) {
+  // The reply is read where it lies (not moved out first: GCC's -O2
+  // maybe-uninitialized analysis misreads a moved-into short string).
+  const absl::StatusOr<std::string> body = call(request, absl::ZeroDuration(), what);
+  if (!body.ok()) return body.status();
+  Reader r(*body);
+  const auto code = r.u8();
+  const auto v = r.i64();
+  if (code != static_cast<uint8_t>(Reply::kOk) || !v) {
+    return absl::DataLossError(absl::StrCat(describe(), ": malformed reply to ", name));
+  }
+  return *v;
+}
+
 absl::StatusOr<bool> TcpStore::check(absl::Span<const std::string> keys) {
   Writer w;
   w.u8(static_cast<uint8_t>(Command::kCheck)).i64(static_cast<int64_t>(keys.size()));
   for (const std::string& k : keys) w.str(k);
-  COLOSSAL_ASSIGN_OR_RETURN(std::string body, call(w.frame(), absl::ZeroDuration(), "check"));
-  Reader r(body);
-  const auto code = r.u8();
-  auto v = r.i64();
-  if (code != static_cast<uint8_t>(Reply::kOk) || !v) {
-    return absl::DataLossError(absl::StrCat(describe(), ": malformed reply to check"));
-  }
-  return *v != 0;
+  COLOSSAL_ASSIGN_OR_RETURN(const int64_t all_there, call_for_count(w.frame(), "check", "check"));
+  return all_there != 0;
 }
 
 absl::StatusOr<bool> TcpStore::delete_key(absl::string_view key) {
   Writer w;
   w.u8(static_cast<uint8_t>(Command::kDelete)).str(key);
   COLOSSAL_ASSIGN_OR_RETURN(
-      std::string body, call(w.frame(), absl::ZeroDuration(), absl::StrCat("delete '", key, "'")));
-  Reader r(body);
-  const auto code = r.u8();
-  auto v = r.i64();
-  if (code != static_cast<uint8_t>(Reply::kOk) || !v) {
-    return absl::DataLossError(absl::StrCat(describe(), ": malformed reply to delete"));
-  }
-  return *v != 0;
+      const int64_t deleted,
+      call_for_count(w.frame(), absl::StrCat("delete '", key, "'"), "delete"));
+  return deleted != 0;
 }
 
 absl::StatusOr<int64_t> TcpStore::num_keys() {
   Writer w;
   w.u8(static_cast<uint8_t>(Command::kNumKeys));
-  COLOSSAL_ASSIGN_OR_RETURN(std::string body, call(w.frame(), absl::ZeroDuration(), "num_keys"));
-  Reader r(body);
-  const auto code = r.u8();
-  auto v = r.i64();
-  if (code != static_cast<uint8_t>(Reply::kOk) || !v) {
-    return absl::DataLossError(absl::StrCat(describe(), ": malformed reply to num_keys"));
-  }
-  return *v;
+  return call_for_count(w.frame(), "num_keys", "num_keys");
 }
 
 }  // namespace colossal::comm

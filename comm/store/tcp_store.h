@@ -123,6 +123,11 @@ class TcpStore : public Store {
   // for messages.
   absl::StatusOr<std::string> call(const std::string& request, absl::Duration server_wait,
                                    absl::string_view what);
+  // call() for a request whose reply is kOk and one integer (check, delete,
+  // num_keys): that integer. `name` names the request in a malformed reply's
+  // message.
+  absl::StatusOr<int64_t> call_for_count(const std::string& request, absl::string_view what,
+                                         absl::string_view name);
   absl::Status connect(absl::Time deadline);
 
   const std::string host_;
