@@ -143,7 +143,9 @@
 //     One step count for the whole slice (every parameter steps together), so
 //     a checkpoint whose parameters took different step counts is refused;
 //   * a parameter whose gradient is written after its owner module's
-//     backward hook would be reduced early (as for ddp).
+//     backward hook is reduced early at stage 1 (as for ddp: the late part
+//     is lost); stage 2 above one CUDA rank refuses the late write
+//     (FailedPrecondition naming the parameter, the backward fails).
 //
 // Checkpoints (Booster::optimizer_state_dict / load_optimizer_state_dict;
 // parallel/zero/low_level_zero_checkpoint.h): the slices are gathered into

@@ -38,6 +38,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/context/context.h"
+#include "core/status/status.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/models/gpt2/gpt2.h"
 #include "nn/optim/adam.h"
@@ -561,6 +562,74 @@ TEST(LowLevelZero, Stage2UnusedParameterGetsAZeroGradient) {
       }
     }
   });
+}
+
+// One linear layer, whose parent's backward writes the layer's weight
+// gradient once more after the layer's backward (and so its backward hook):
+// a parameter used by a module whose backward runs after the one declaring it.
+class LateWrite : public nn::Module {
+ public:
+  LateWrite() : Module("net"), layer_("net.layer", 4, 4, {}) { register_child(&layer_); }
+  const char* type() const override { return "LateWrite"; }
+  void set_store(const nn::ParameterStore* store) { store_ = store; }
+
+ protected:
+  absl::StatusOr<nn::ForwardResult> forward_impl(core::Context& ctx, const Tensor& x) override {
+    return layer_.forward(ctx, x);
+  }
+  absl::StatusOr<Tensor> backward_impl(core::Context& ctx, nn::Saved& saved,
+                                       const Tensor& dy) override {
+    COLOSSAL_ASSIGN_OR_RETURN(Tensor dx, layer_.backward(ctx, saved, dy));
+    COLOSSAL_ASSIGN_OR_RETURN(nn::ParameterHandle h, store_->handle("net.layer.weight"));
+    COLOSSAL_ASSIGN_OR_RETURN(Tensor g, h.grad());
+    for (int64_t i = 0; i < g.numel(); ++i) g.data<float>()[i] += 1.0f;
+    return dx;
+  }
+
+ private:
+  nn::Linear layer_;
+  const nn::ParameterStore* store_ = nullptr;
+};
+
+// Stage 2 refuses a gradient written after its bucket was reduced (the part
+// would be lost), naming the parameter: the backward fails. Reduced after the
+// backward (overlap_communication = false), the same write is in time.
+TEST(LowLevelZero, Stage2RefusesAGradientWrittenAfterItsBucketWasReduced) {
+  for (const bool overlap : {true, false}) {
+    run_ranks(2, [&](int, std::shared_ptr<comm::ProcessGroup> pg) {
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      LateWrite net;
+      nn::ParameterTable table;
+      ASSERT_TRUE(net.declare(table).ok());
+      nn::ParameterStore store = nn::ParameterStore::declare(table);
+      ASSERT_TRUE(net.bind(store).ok());
+      net.set_store(&store);
+      LowLevelZeroOptions o;
+      o.stage = 2;
+      o.overlap_communication = overlap;
+      auto plugin = LowLevelZeroPlugin::create(std::move(pg), o);
+      ASSERT_TRUE(plugin.ok()) << plugin.status();
+      Booster booster(std::move(*plugin));
+      ASSERT_TRUE(booster.materialize(store, 7, Stream::cpu()).ok());
+      auto adam = *nn::make_adamw({nn::ParamGroup{nn::declared_params(table)}}, {});
+      ASSERT_TRUE(booster.boost(net, store, *adam).ok());
+      Tensor x = *Tensor::empty({2, 4}, DType::kF32, Stream::cpu());
+      for (int i = 0; i < 8; ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i + 1);
+      ASSERT_TRUE(booster.zero_grad().ok());
+      auto out = booster.forward(*ctx, net, x);
+      ASSERT_TRUE(out.ok()) << out.status();
+      const absl::Status s = booster.backward(*ctx, net, *out->saved, out->output).status();
+      if (overlap) {
+        EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+        EXPECT_NE(s.message().find("\"net.layer.weight\" is written after its gradient bucket was "
+                                   "reduced"),
+                  std::string::npos)
+            << s;
+      } else {
+        EXPECT_TRUE(s.ok()) << s;
+      }
+    });
+  }
 }
 
 // The CUDA policy of reducing a bucket that lies in one rank's slice to that

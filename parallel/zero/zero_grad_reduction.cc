@@ -176,6 +176,7 @@ absl::StatusOr<std::unique_ptr<ZeroGradReduction>> ZeroGradReduction::create(
     r->bucket_params_.push_back(std::move(own));
   }
   r->live_.resize(r->bucket_params_.size());
+  r->launched_.assign(r->bucket_params_.size(), 0);
   r->self_ = std::make_shared<ZeroGradReduction*>(raw);
   std::weak_ptr<ZeroGradReduction*> self = r->self_;
   r->store_.set_fetcher([self](size_t index, bool want_grad) -> absl::Status {
@@ -202,7 +203,17 @@ absl::Status ZeroGradReduction::fetch_grad(size_t index, bool want_grad) {
         store_.table().entries()[index].name,
         "\" has a whole gradient only during a backward (Booster::backward)"));
   }
-  return give_memory(static_cast<size_t>(bucket_of_[index]), *backward_stream_);
+  const size_t b = static_cast<size_t>(bucket_of_[index]);
+  if (launched_[b]) {
+    // Its memory went to the collective: a new one would be dropped unread.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "low_level_zero stage 2: parameter \"", store_.table().entries()[index].name,
+        "\" is written after its gradient bucket was reduced (the backward of the module that "
+        "declares it had finished), so that part of its gradient would be lost: a parameter "
+        "used by a module whose backward runs later must be declared by the module that "
+        "uses it last in the backward"));
+  }
+  return give_memory(b, *backward_stream_);
 }
 
 absl::Status ZeroGradReduction::give_memory(size_t b, const core::Stream& on) {
@@ -290,6 +301,7 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     return issue(std::move(f), std::move(w));
   }
   COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
+  launched_[b] = 1;
   InFlight f;
   f.bucket = b;
   f.grads = take_memory(b);
@@ -408,6 +420,7 @@ absl::Status ZeroGradReduction::begin_backward(const core::Stream& compute, bool
   COLOSSAL_RETURN_IF_ERROR(wait(compute));
   COLOSSAL_RETURN_IF_ERROR(reducer_->begin_backward(compute, sync));
   if (partitioned_) {
+    std::fill(launched_.begin(), launched_.end(), 0);
     backward_stream_ = compute;
     first_since_zero_ = !shard_written_;
     shard_written_ = true;

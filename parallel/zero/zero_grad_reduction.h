@@ -108,8 +108,10 @@ class ZeroGradReduction {
   // Around the model's backward (sync false: accumulate locally, stage 1
   // only). begin_backward first waits (on `compute`) for the previous
   // backward's collectives, whose results this one adds to. Stage 2's
-  // gradients have memory only in between: a layer asking for one outside
-  // gets FailedPrecondition naming the parameter.
+  // gradients have memory only in between: a layer asking for one outside,
+  // or for one whose bucket was already reduced in this backward (a
+  // parameter written after its declaring module's backward hook, whose late
+  // part would be lost), gets FailedPrecondition naming the parameter.
   absl::Status begin_backward(const core::Stream& compute, bool sync);
   absl::Status end_backward(bool ok);
   // Waits for the issued collectives on `on` (the CPU stream: the host waits)
@@ -191,6 +193,7 @@ class ZeroGradReduction {
   std::vector<std::vector<size_t>> bucket_params_;
   std::vector<int> bucket_of_;  // per table entry (-1: another dtype)
   std::vector<core::Tensor> live_;
+  std::vector<char> launched_;  // per bucket: its collective issued in this backward
   std::optional<core::Stream> backward_stream_;  // set between begin_ and end_backward
   std::shared_ptr<ZeroGradReduction*> self_;     // the fetcher's weak link to this object
 };
