@@ -369,6 +369,7 @@ int Config(lua_State* L) {
                         {"num_key_value_heads", c.kv_heads()},
                         {"head_dim", c.head_size()},
                         {"max_position_embeddings", c.max_position_embeddings},
+                        {"sliding_window", c.sliding_window},
                         {"rms_norm_eps", c.rms_norm_eps},
                         {"rope_theta", c.rope_theta},
                         {"checkpoint_ratio", c.checkpoint_ratio},

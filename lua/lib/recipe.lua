@@ -323,8 +323,13 @@ function recipe.run(t, file, bench)
   local model = call(file, "model", r.model, colossal.model[family], model_cfg)
   local cfg = model:config()
   if d.seq_len > cfg.max_seq_len then
-    usage_error(file, "data.seq_len", string.format("%d is longer than the model's context (%d)",
-      d.seq_len, cfg.max_seq_len))
+    local why = ""
+    if (cfg.sliding_window or 0) > 0 and cfg.sliding_window == cfg.max_seq_len then
+      why = ": its sliding_window; longer sequences need sliding-window attention, which this "
+        .. "build does not have"
+    end
+    usage_error(file, "data.seq_len", string.format("%d is longer than the model's context (%d%s)",
+      d.seq_len, cfg.max_seq_len, why))
   end
   -- The largest activation of a micro-batch, its logits, must fit one tensor
   -- (2^48 elements), checked before anything of that size is allocated.

@@ -212,6 +212,30 @@ elif run_recipe "$name" 0 pretrained "${sets[@]}" --set "model.from_pretrained=$
   fi
 fi
 
+# The same directory as a Mistral with a sliding window (config.json edited):
+# a window of seq_len (8) trains; a window of 4 is the model's context, so
+# seq_len 8 is refused naming both keys.
+for window in 8 4; do
+  mistral="$tmp/mistral_$window"
+  rm -rf "$mistral" && cp -r "$ckpt" "$mistral" &&
+    sed -i "s/\"model_type\": \"llama\"/\"model_type\": \"mistral\", \"sliding_window\": $window/" \
+      "$mistral/config.json"
+  want=0; [[ $window == 4 ]] && want=2
+  if run_recipe "$name" "$want" "mistral$window" "${sets[@]}" --set "model.from_pretrained=$mistral" \
+      --set checkpoint.dir=checkpoints/mistral; then
+    if [[ $window == 8 ]] && grep -qE '^step +2/2 ' "$tmp/$name.mistral$window.out"; then
+      echo "ok: recipes/$name.lua fine-tunes a Mistral whose sliding window covers seq_len"
+    elif [[ $window == 4 ]] && grep -qF "data.seq_len" "$tmp/$name.mistral$window.err" &&
+        grep -qF "sliding_window" "$tmp/$name.mistral$window.err"; then
+      echo "ok: recipes/$name.lua refuses a seq_len past a Mistral's sliding window"
+    else
+      echo "FAIL: recipes/$name.lua with a Mistral of window $window:"
+      cat "$tmp/$name.mistral$window.out" "$tmp/$name.mistral$window.err"
+      failures=$((failures + 1))
+    fi
+  fi
+done
+
 if ((failures != 0)); then
   echo "$failures failure(s)"
   exit 1

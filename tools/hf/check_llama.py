@@ -5,12 +5,15 @@ the GPU host (torch, transformers, safetensors; nothing downloaded).
     python3 tools/hf/check_llama.py --case-bin bazel-bin/tools/hf/llama_hf_case --work /tmp/llama_check
 
 For each of two tiny random LlamaForCausalLM (2 layers, hidden 256, 8 query /
-2 key-value heads, Llama-3 rope scaling; untied and tied embeddings):
+2 key-value heads, Llama-3 rope scaling; untied and tied embeddings) and a
+MistralForCausalLM of that shape with a sliding window of 128 (longer than the
+97 tokens: there full causal attention is the window's):
   1. transformers saves it (save_pretrained, float32) with fixed tokens;
   2. colossal (llama_hf_case) loads the directory, writes its float32 logits on
      the CPU and the GPU, and saves its own checkpoint;
   3. transformers' logits on the same tokens are compared with colossal's, and
-     LlamaForCausalLM.from_pretrained(colossal's checkpoint) must give them again.
+     AutoModelForCausalLM.from_pretrained(colossal's checkpoint) must be the same
+     class (Mistral keeps its window) and give them again.
 Prints one line per comparison: max |ours - theirs| / max |theirs|; exit 1 when any
 is 1e-4 or more (--tolerance).
 """
@@ -30,30 +33,36 @@ def main():
     import torch
     import transformers
     from safetensors.torch import load_file, save_file
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     worst = 0.0
-    for tied in (False, True):
-        torch.manual_seed(1234 + tied)
-        config = LlamaConfig(
-            vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
-            num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
-            rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=tied,
-            rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                          "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
-            attn_implementation="eager")
-        model = LlamaForCausalLM(config).float().eval()
+    shape = dict(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+                 num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+                 rms_norm_eps=1e-5, attn_implementation="eager")
+    for seed, name in enumerate(("untied", "tied", "mistral")):
+        torch.manual_seed(1234 + seed)
+        if name == "mistral":
+            config = MistralConfig(rope_theta=10000.0, sliding_window=128, **shape)
+            model = MistralForCausalLM(config).float().eval()
+        else:
+            config = LlamaConfig(
+                rope_theta=500000.0, tie_word_embeddings=name == "tied",
+                rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                **shape)
+            model = LlamaForCausalLM(config).float().eval()
         with torch.no_grad():  # norms away from 1 so a mix-up between them shows
             for name, p in model.named_parameters():
                 if p.dim() == 1:
                     p.add_(0.2 * torch.randn_like(p))
                 else:
                     p.mul_(5.0)  # 0.02 init is too flat for a meaningful comparison
-        hf_dir = os.path.join(args.work, f"hf_{'tied' if tied else 'untied'}")
-        out_root = os.path.join(args.work, f"ours_{'tied' if tied else 'untied'}")
+        hf_dir = os.path.join(args.work, f"hf_{name}")
+        out_root = os.path.join(args.work, f"ours_{name}")
         os.makedirs(hf_dir, exist_ok=True)
         model.save_pretrained(hf_dir, safe_serialization=True)
         tokens = torch.randint(0, config.vocab_size, (2, 97), dtype=torch.int32)
@@ -66,15 +75,20 @@ def main():
         for key in sorted(ours):
             err = (ours[key] - theirs).abs().max().item() / scale
             worst = max(worst, err)
-            print(f"{'tied' if tied else 'untied'}: transformers -> colossal ({key}): {err:.2e}")
+            print(f"{name}: transformers -> colossal ({key}): {err:.2e}")
         step_dir = os.path.join(out_root, "step_000001")
-        back = LlamaForCausalLM.from_pretrained(step_dir, torch_dtype=torch.float32,
-                                                attn_implementation="eager").eval()
+        back = AutoModelForCausalLM.from_pretrained(step_dir, torch_dtype=torch.float32,
+                                                    attn_implementation="eager").eval()
+        if type(back) is not type(model) or (
+                name == "mistral" and back.config.sliding_window != config.sliding_window):
+            print(f"{name}: colossal checkpoint loads as {type(back).__name__} "
+                  f"(sliding_window {getattr(back.config, 'sliding_window', None)})")
+            worst = float("inf")
         with torch.no_grad():
             again = back(tokens.long()).logits.float()
         err = (again - theirs).abs().max().item() / scale
         worst = max(worst, err)
-        print(f"{'tied' if tied else 'untied'}: colossal checkpoint -> transformers: {err:.2e}")
+        print(f"{name}: colossal checkpoint -> transformers ({type(back).__name__}): {err:.2e}")
     print(f"llama parity: worst {worst:.2e} (tolerance {args.tolerance:.0e}): "
           f"{'PASS' if worst < args.tolerance else 'FAIL'}")
     return 0 if worst < args.tolerance else 1

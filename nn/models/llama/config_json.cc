@@ -81,6 +81,13 @@ std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& c, core::DType dtype
       {"torch_dtype", core::dtype_name(dtype)},
       {"colossal_padded_vocab_multiple", c.padded_vocab_multiple},
   };
+  if (c.sliding_window > 0) {
+    // Only Mistral's class has the window: transformers then computes what
+    // the original checkpoint does past it too.
+    j["architectures"] = {"MistralForCausalLM"};
+    j["model_type"] = "mistral";
+    j["sliding_window"] = c.sliding_window;
+  }
   if (c.rope_scaling.has_value()) {
     j["rope_scaling"] = Json{
         {"rope_type", "llama3"},
@@ -106,12 +113,18 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
                      absl::StrCat("is ", type == j.end() ? std::string("missing") : type->dump(),
                                   "; expected \"llama\" (or \"mistral\")"));
   }
+  LlamaConfig c;  // transformers' defaults for absent keys
   const auto window = j.find("sliding_window");
   if (window != j.end() && !window->is_null()) {
-    return key_error(what, "sliding_window",
-                     "is set: sliding-window attention is not supported (full causal only)");
+    if (*type != "mistral") {
+      return key_error(what, "sliding_window", "is set for model_type \"llama\", which has none");
+    }
+    if (absl::Status s = read(j, "sliding_window", &c.sliding_window, what); !s.ok()) return s;
+    if (c.sliding_window <= 0) {
+      return key_error(what, "sliding_window", absl::StrCat("is ", c.sliding_window,
+                                                            "; it must be positive or null"));
+    }
   }
-  LlamaConfig c;  // transformers' defaults for absent keys
   struct IntField { const char* key; int64_t* out; };
   for (IntField f : {IntField{"vocab_size", &c.vocab_size}, IntField{"hidden_size", &c.hidden_size},
                      IntField{"intermediate_size", &c.intermediate_size},

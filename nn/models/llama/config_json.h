@@ -17,13 +17,17 @@
 
 namespace colossal::nn {
 
-// config.json for LlamaForCausalLM with weights of `dtype`.
+// config.json for LlamaForCausalLM with weights of `dtype` (MistralForCausalLM,
+// model_type "mistral", with a sliding_window).
 std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& config, core::DType dtype);
 
 // The LlamaConfig a config.json describes. InvalidArgument naming `what` (the
 // file) and the key: a wrong type, a model_type other than "llama" or
-// "mistral" without sliding windows, a rope_scaling type other than "llama3",
-// a config validate() refuses.
+// "mistral", a sliding_window that is not positive (or set for "llama"), a
+// rope_scaling type other than "llama3", a config validate() refuses. A
+// Mistral's sliding_window becomes LlamaConfig::sliding_window: the model's
+// context is then at most the window (full causal attention is the same up to
+// there).
 absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text,
                                                            std::string_view what);
 

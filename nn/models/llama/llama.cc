@@ -116,6 +116,10 @@ absl::Status LlamaConfig::validate() const {
       return field_error(field, absl::StrCat("is ", value, "; the limit is 2^31 - 1"));
     }
   }
+  if (sliding_window < 0) {
+    return field_error("sliding_window", absl::StrCat("is ", sliding_window,
+                                                      "; it must be positive (0: none)"));
+  }
   if (num_key_value_heads < 0 || head_dim < 0) {
     return field_error(num_key_value_heads < 0 ? "num_key_value_heads" : "head_dim",
                        "is negative (0 means the Hugging Face default)");
@@ -321,10 +325,13 @@ ChunkModules Llama::chunk_modules(int c) {
 
 absl::StatusOr<ForwardResult> Llama::forward_chunk(core::Context& ctx, int c,
                                                    const core::Tensor& input) {
-  if (input.rank() >= 2 && input.dim(1) > config_.max_position_embeddings) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the input is ", input.to_string(), "; the model takes at most ",
-                     config_.max_position_embeddings, " positions (max_position_embeddings)"));
+  if (input.rank() >= 2 && input.dim(1) > config_.context()) {
+    const bool window = config_.context() < config_.max_position_embeddings;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the input is ", input.to_string(), "; the model takes at most ", config_.context(),
+        window ? " positions (its sliding_window: longer sequences need sliding-window "
+                 "attention, which this build does not have)"
+               : " positions (max_position_embeddings)"));
   }
   return forward_chunk_through(ctx, split_, c, chunk_modules(c), input);
 }

@@ -35,6 +35,7 @@
 #ifndef COLOSSAL_NN_MODELS_LLAMA_LLAMA_H_
 #define COLOSSAL_NN_MODELS_LLAMA_LLAMA_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -68,6 +69,11 @@ struct LlamaConfig {
   // 0 means hidden_size / num_attention_heads (Hugging Face's None).
   int64_t head_dim = 0;
   int64_t max_position_embeddings = 2048;
+  // Mistral's sliding_window (0: none, Hugging Face's null). A position
+  // attends to itself and the sliding_window - 1 before it; this build has
+  // only full causal attention, which is the same up to sliding_window
+  // positions, so the model's context (max_seq_len) is the smaller of the two.
+  int64_t sliding_window = 0;
   double initializer_range = 0.02;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
@@ -89,6 +95,11 @@ struct LlamaConfig {
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   int64_t padded_vocab_size() const {
     return (vocab_size + padded_vocab_multiple - 1) / padded_vocab_multiple * padded_vocab_multiple;
+  }
+  // The longest sequence the model computes exactly (see sliding_window).
+  int64_t context() const {
+    return sliding_window > 0 ? std::min(sliding_window, max_position_embeddings)
+                              : max_position_embeddings;
   }
   int64_t checkpointed_layers() const {
     return static_cast<int64_t>(checkpoint_ratio * static_cast<double>(num_hidden_layers));
@@ -130,7 +141,7 @@ class Llama : public CausalLM {
   core::DType dtype() const override { return dtype_; }
   int64_t vocab_size() const override { return config_.vocab_size; }
   int64_t padded_vocab_size() const override { return config_.padded_vocab_size(); }
-  int64_t max_seq_len() const override { return config_.max_position_embeddings; }
+  int64_t max_seq_len() const override { return config_.context(); }
   ParameterStore& store() override { return store_; }
   const ParameterStore& store() const override { return store_; }
   Sequential& blocks() override { return blocks_; }

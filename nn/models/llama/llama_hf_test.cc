@@ -8,6 +8,8 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "core/context/context.h"
+#include "core/tensor/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/common/half.h"
 #include "nn/models/causal_lm/hugging_face.h"
@@ -58,6 +60,7 @@ void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.kv_heads(), b.kv_heads());
   EXPECT_EQ(a.head_size(), b.head_size());
   EXPECT_EQ(a.max_position_embeddings, b.max_position_embeddings);
+  EXPECT_EQ(a.sliding_window, b.sliding_window);
   EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
@@ -100,7 +103,9 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
            Case{R"({"model_type": "llama", "rope_parameters": {"rope_type": "linear", "factor": 2}})",
                 "rope_parameters"},
            Case{R"({"model_type": "llama", "rope_parameters": {"rope_theta": "big"}})", "rope_theta"},
-           Case{R"({"model_type": "mistral", "sliding_window": 4096})", "sliding_window"},
+           Case{R"({"model_type": "mistral", "sliding_window": 0})", "sliding_window"},
+           Case{R"({"model_type": "mistral", "sliding_window": "wide"})", "sliding_window"},
+           Case{R"({"model_type": "llama", "sliding_window": 4096})", "sliding_window"},
            Case{R"({"model_type": "llama", "num_key_value_heads": 5})", "num_attention_heads"},
            Case{R"([1, 2])", "JSON object"},
        }) {
@@ -109,6 +114,63 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
     EXPECT_TRUE(absl::StrContains(r.status().message(), "dir/config.json")) << r.status();
     EXPECT_TRUE(absl::StrContains(r.status().message(), c.key)) << r.status();
   }
+}
+
+// Mistral-7B-v0.1's config.json (transformers' Hub copy).
+constexpr char kMistral7B[] = R"({
+  "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+  "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32000
+})";
+
+// A Mistral with a sliding window loads: full causal attention is the same up
+// to the window, so the model's context is the window; its config.json is
+// written back as Mistral's (transformers then applies the window past it).
+// Without a window (null) it is a Llama.
+TEST(LlamaHuggingFace, MistralsSlidingWindowIsTheContext) {
+  absl::StatusOr<LlamaConfig> c = LlamaConfigFromHuggingFaceJson(kMistral7B, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+  EXPECT_EQ(c->context(), 4096);
+  const std::string written = LlamaConfigToHuggingFaceJson(*c, DType::kBF16);
+  EXPECT_TRUE(absl::StrContains(written, R"("model_type": "mistral")")) << written;
+  EXPECT_TRUE(absl::StrContains(written, R"("sliding_window": 4096)")) << written;
+  absl::StatusOr<LlamaConfig> back = LlamaConfigFromHuggingFaceJson(written, "x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  expect_same(*back, *c);
+  absl::StatusOr<LlamaConfig> unwindowed = LlamaConfigFromHuggingFaceJson(
+      R"({"model_type": "mistral", "sliding_window": null, "max_position_embeddings": 32768})", "x");
+  ASSERT_TRUE(unwindowed.ok()) << unwindowed.status();
+  EXPECT_EQ(unwindowed->context(), 32768);
+  EXPECT_FALSE(absl::StrContains(LlamaConfigToHuggingFaceJson(*unwindowed, DType::kBF16), "mistral"));
+
+  // A tiny windowed model: the window is its max_seq_len, and a longer input
+  // is refused naming the window.
+  LlamaConfig small;
+  small.vocab_size = 50, small.padded_vocab_multiple = 16, small.hidden_size = 16;
+  small.intermediate_size = 24, small.num_hidden_layers = 1, small.num_attention_heads = 2;
+  small.max_position_embeddings = 32, small.sliding_window = 8;
+  auto model = *Llama::create(small, DType::kF32, Stream::cpu());
+  ASSERT_TRUE(model->init(3).ok());
+  EXPECT_EQ(model->max_seq_len(), 8);
+  auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+  for (int64_t t : {8, 9}) {
+    core::Tensor tokens = *core::Tensor::empty({1, t}, DType::kI32, Stream::cpu());
+    for (int64_t i = 0; i < t; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(i % 50);
+    absl::StatusOr<ForwardResult> out = model->forward(*ctx, tokens);
+    if (t == 8) {
+      EXPECT_TRUE(out.ok()) << out.status();
+    } else {
+      ASSERT_FALSE(out.ok());
+      EXPECT_TRUE(absl::StrContains(out.status().message(), "sliding_window")) << out.status();
+    }
+  }
+  small.sliding_window = -1;
+  EXPECT_TRUE(absl::StrContains(small.validate().message(), "sliding_window"));
 }
 
 LlamaConfig tiny(bool tied) {
