@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status/check.h"
@@ -128,6 +129,19 @@ absl::StatusOr<bool> collective_check_from_env() {
   return absl::InvalidArgumentError(absl::StrCat(
       "COLOSSAL_CHECK_COLLECTIVES=\"", v, "\": want 1 (check that every rank issues the same "
       "collectives) or 0"));
+}
+
+absl::StatusOr<std::optional<absl::Duration>> timeout_from_env() {
+  const char* v = std::getenv("COLOSSAL_TIMEOUT");
+  if (v == nullptr || std::string(v).empty()) return std::nullopt;
+  double seconds = 0;
+  constexpr double kWeek = 7 * 24 * 3600.0;
+  if (!absl::SimpleAtod(v, &seconds) || !(seconds > 0) || seconds > kWeek) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "COLOSSAL_TIMEOUT=\"", v, "\": want the seconds a collective or a wait for the other "
+        "ranks may take, a positive number up to a week (", kWeek, ")"));
+  }
+  return absl::Seconds(seconds);
 }
 
 void ProcessGroup::check_collectives_through(std::shared_ptr<Store> store,

@@ -107,6 +107,13 @@ const char* op_type_name(OpType type);
 // comment). Errors: another value, naming it.
 absl::StatusOr<bool> collective_check_from_env();
 
+// COLOSSAL_TIMEOUT: seconds (a positive number, at most a week) that a
+// collective, and a wait in the job's store (the rendezvous, a save's
+// every-rank check, COLOSSAL_CHECK_COLLECTIVES' exchanges), may take before
+// the job fails naming what did not come; unset or empty: nullopt (each
+// backend's and the store's own defaults). Errors: another value, naming it.
+absl::StatusOr<std::optional<absl::Duration>> timeout_from_env();
+
 // One operation of batch_send_recv.
 struct P2POp {
   enum class Kind { kSend, kRecv };

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/tensor/tensor.h"
@@ -222,6 +225,29 @@ TEST(ProcessGroupTest, Names) {
   EXPECT_STREQ(op_type_name(OpType::kReduceScatter), "reduce_scatter");
   std::vector<float> v(3);
   EXPECT_EQ(Buffer::cpu(v.data(), 3).to_string(), "float32 x 3 on cpu");
+}
+
+// COLOSSAL_TIMEOUT: seconds, positive, at most a week; unset or empty is
+// nullopt (the defaults); anything else names the value.
+TEST(ProcessGroupTest, TimeoutFromEnvironment) {
+  unsetenv("COLOSSAL_TIMEOUT");
+  ASSERT_TRUE(timeout_from_env().ok());
+  EXPECT_EQ(*timeout_from_env(), std::nullopt);
+  setenv("COLOSSAL_TIMEOUT", "", 1);
+  EXPECT_EQ(*timeout_from_env(), std::nullopt);
+  setenv("COLOSSAL_TIMEOUT", "90", 1);
+  EXPECT_EQ(*timeout_from_env(), absl::Seconds(90));
+  setenv("COLOSSAL_TIMEOUT", "2.5", 1);
+  EXPECT_EQ(*timeout_from_env(), absl::Milliseconds(2500));
+  for (const char* bad : {"0", "-5", "ten", "1e9", "nan", "inf", "30s"}) {
+    setenv("COLOSSAL_TIMEOUT", bad, 1);
+    const absl::StatusOr<std::optional<absl::Duration>> t = timeout_from_env();
+    ASSERT_FALSE(t.ok()) << bad;
+    EXPECT_NE(t.status().message().find(std::string("COLOSSAL_TIMEOUT=\"") + bad + "\""),
+              std::string::npos)
+        << t.status();
+  }
+  unsetenv("COLOSSAL_TIMEOUT");
 }
 
 }  // namespace

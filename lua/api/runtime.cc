@@ -32,7 +32,10 @@ std::shared_ptr<Runtime>* Holder(lua_State* L) {
 
 absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
   if (pg_) return pg_;
+  // ReadEnvironment checked it.
+  const std::optional<absl::Duration> timeout = comm::timeout_from_env().value_or(std::nullopt);
   comm::TcpStoreOptions so;
+  if (timeout) so.timeout = *timeout;
   so.host = rank.master_addr;
   // One process: a port of its own, so that jobs on one machine never meet.
   so.port = rank.world_size == 1 ? 0 : rank.master_port;
@@ -48,6 +51,7 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
     comm::NcclOptions no;
     no.device = device;
     no.compute_stream = ctx->compute_stream();
+    if (timeout) no.timeout = *timeout;
     COLOSSAL_ASSIGN_OR_RETURN(pg_, comm::ProcessGroupNccl::create(store, rank.rank,
                                                                   rank.world_size, no));
   } else {
@@ -55,6 +59,7 @@ absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> Runtime::process_group() {
     bo.transport = rank.local_world_size == rank.world_size ? comm::TransportKind::kShm
                                                             : comm::TransportKind::kTcp;
     bo.tcp.route_to = rank.master_addr;
+    if (timeout) bo.timeout = *timeout;
     COLOSSAL_ASSIGN_OR_RETURN(pg_, comm::ProcessGroupBuiltin::create(store, rank.rank,
                                                                      rank.world_size, bo));
   }
@@ -68,6 +73,7 @@ absl::StatusOr<comm::RankInfo> ReadEnvironment() {
   // context) or at the first forward (the attention).
   COLOSSAL_RETURN_IF_ERROR(core::parse_deterministic(std::getenv("COLOSSAL_DETERMINISTIC")).status());
   COLOSSAL_RETURN_IF_ERROR(comm::collective_check_from_env().status());
+  COLOSSAL_RETURN_IF_ERROR(comm::timeout_from_env().status());
   COLOSSAL_RETURN_IF_ERROR(core::parse_gemm_autotune(std::getenv("COLOSSAL_GEMM_AUTOTUNE")).status());
   COLOSSAL_RETURN_IF_ERROR(nn::attention_impl_from_env().status());
   return rank;

@@ -197,7 +197,8 @@ for case in "RANK=x WORLD_SIZE=2|RANK='x' is not an integer" \
   "COLOSSAL_DETERMINISTIC=maybe|COLOSSAL_DETERMINISTIC=\"maybe\"" \
   "COLOSSAL_GEMM_AUTOTUNE=sometimes|COLOSSAL_GEMM_AUTOTUNE=\"sometimes\"" \
   "COLOSSAL_ATTENTION=bogus|COLOSSAL_ATTENTION=\"bogus\"" \
-  "COLOSSAL_CHECK_COLLECTIVES=yes|COLOSSAL_CHECK_COLLECTIVES=\"yes\""; do
+  "COLOSSAL_CHECK_COLLECTIVES=yes|COLOSSAL_CHECK_COLLECTIVES=\"yes\"" \
+  "COLOSSAL_TIMEOUT=0|COLOSSAL_TIMEOUT=\"0\""; do
   IFS='|' read -r vars message <<<"$case"
   # shellcheck disable=SC2086
   (cd "$tmp/straight" && env $vars "$bin" "$tiny" --set steps=8 >"$out" 2>"$err")
@@ -241,6 +242,16 @@ train "$tmp/blocked" 1 run --nproc_per_node 2 --master_port $(port) "$tiny" &&
   cat "$out" "$err" >"$tmp/blocked.all" &&
   expect "$tmp/blocked.all" "^\\[rank 0\\] .*cannot rename checkpoint folder to '.*step_000002'" &&
   expect "$tmp/blocked.all" '^\[rank 1\] .*rank 0 could not write the checkpoint'
+# A script that saves on rank 0 only: with COLOSSAL_TIMEOUT=10 rank 0's save
+# names rank 1 after 10 s instead of the store's default 5 minutes (the
+# command's own limit is below that).
+mkdir -p "$tmp/rank0_save" && cp -r "$here/lua/testdata/corpus" "$tmp/rank0_save/corpus"
+(cd "$tmp/rank0_save" && COLOSSAL_TIMEOUT=10 timeout 120 "$bin" run --nproc_per_node 2 \
+  --master_port $(port) "$here/lua/testdata/save_on_rank0.lua" >"$out" 2>"$err")
+code=$?
+[[ $code == 1 ]] || { echo "FAIL: a save on rank 0 only: exit $code, want 1"; cat "$out" "$err"; failures=$((failures + 1)); }
+cat "$out" "$err" >"$tmp/rank0_save.all"
+expect "$tmp/rank0_save.all" '^\[rank 0\] .*rank\(s\) 1 of 2 did not start this save within 10s'
 # A worker killed mid-run: the launcher stops the other and exits non-zero
 # naming it, and the last checkpoint resumes (saves are atomic).
 children() { for st in /proc/[0-9]*/stat; do read -r pid _ _ ppid _ <"$st" 2>/dev/null && [[ "$ppid" == "$1" ]] && echo "$pid"; done; }
