@@ -56,7 +56,7 @@ def main():
                 **shape)
             model = LlamaForCausalLM(config).float().eval()
         with torch.no_grad():  # norms away from 1 so a mix-up between them shows
-            for name, p in model.named_parameters():
+            for p in model.parameters():
                 if p.dim() == 1:
                     p.add_(0.2 * torch.randn_like(p))
                 else:
