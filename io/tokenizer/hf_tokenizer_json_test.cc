@@ -222,6 +222,30 @@ TEST(HfTokenizerJsonTest, FolderChoosesTokenizerJsonThenModel) {
   EXPECT_TRUE(absl::StrContains(bad.status().message(), "eos_token \"<|nope|>\"")) << bad.status();
 
   EXPECT_EQ(LoadTokenizer(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
+
+  // Llama 2's and Mistral's folders: tokenizer.model and transformers'
+  // conversion of it (spm_tiny/converted_tokenizer.json: transformers 4.46's
+  // LlamaTokenizerFast(vocab_file=tokenizer.model, from_slow=True)
+  // .save_pretrained; a normalizer and byte fallback), which this reader
+  // refuses: the tokenizer.model serves. With neither readable, both errors.
+  const std::string llama2 = dir + "/llama2";
+  ::mkdir(llama2.c_str(), 0755);
+  absl::StatusOr<std::string> converted =
+      ReadFileToString("io/tokenizer/testdata/spm_tiny/converted_tokenizer.json");
+  ASSERT_TRUE(converted.ok());
+  WriteFile(llama2 + "/tokenizer.json", *converted);
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> json_alone = LoadTokenizer(llama2);
+  EXPECT_FALSE(json_alone.ok());
+  EXPECT_TRUE(absl::StrContains(json_alone.status().message(), "normalizer")) << json_alone.status();
+  WriteFile(llama2 + "/tokenizer.model", *model);
+  std::unique_ptr<TextTokenizer> original = LoadOrDie(llama2);
+  ASSERT_NE(original, nullptr);
+  EXPECT_EQ(original->kind(), "sentencepiece");
+  WriteFile(llama2 + "/tokenizer.model", "not a model");
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> neither = LoadTokenizer(llama2);
+  EXPECT_TRUE(absl::StrContains(neither.status().message(), "normalizer")) << neither.status();
+  EXPECT_TRUE(absl::StrContains(neither.status().message(), "not a SentencePiece model")) << neither.status();
+
   WriteFile(dir + "/vocab.txt", "x");
   EXPECT_TRUE(absl::StrContains(LoadTokenizer(dir + "/vocab.txt").status().message(), "expected a model folder"));
 }

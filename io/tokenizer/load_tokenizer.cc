@@ -74,6 +74,19 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& 
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot open tokenizer", path);
   if (!S_ISDIR(st.st_mode)) return LoadFile(path);
+  const std::string json = absl::StrCat(path, "/tokenizer.json");
+  const std::string model = absl::StrCat(path, "/tokenizer.model");
+  if (IsFile(json) && IsFile(model)) {
+    // Llama 2's and Mistral's folders hold their SentencePiece model and
+    // transformers' conversion of it, whose normalizer and byte fallback
+    // tokenizer.json support here lacks: the original then serves.
+    absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = LoadFile(json);
+    if (tok.ok() || !absl::IsInvalidArgument(tok.status())) return tok;
+    absl::StatusOr<std::unique_ptr<TextTokenizer>> original = LoadFile(model);
+    if (original.ok()) return original;
+    return absl::InvalidArgumentError(absl::StrCat(tok.status().message(), "; and ",
+                                                   original.status().message()));
+  }
   if (std::optional<std::string> file = TokenizerFileIn(path)) return LoadFile(*file);
   return absl::NotFoundError(
       absl::StrCat("tokenizer folder '", path,

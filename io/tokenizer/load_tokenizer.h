@@ -10,6 +10,10 @@
 //  * a folder (a Hugging Face model folder): its tokenizer.json if there is
 //    one (preferred, as transformers' fast tokenizers), else its
 //    tokenizer.model, else OpenAI's GPT-2 files encoder.json + vocab.bpe;
+//    with both of the first two, a tokenizer.json this reader refuses (a
+//    SentencePiece model's conversion, as Llama 2 and Mistral ship beside
+//    their tokenizer.model: a normalizer, byte fallback) gives way to the
+//    tokenizer.model;
 //    tokenizer_config.json beside them, when present, names
 //    bos_token/eos_token and, for tokenizer.model only, add_bos_token
 //    (default true) and add_eos_token (default false), as Llama 2's
