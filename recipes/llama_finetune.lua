@@ -32,7 +32,9 @@ return {
            tie_word_embeddings = true },
 
   data = {
-    corpus = "shakespeare",
+    -- Placeholders for --set: prepared token shards of your own (globs). Empty,
+    -- the recipe trains on the built-in Shakespeare corpus.
+    train = "", val = "",
     micro_batch_size = gpu and 4 or 8,
     seq_len = gpu and 2048 or 128,
   },

@@ -183,13 +183,24 @@ local function without(t, drop)
 end
 
 local function datasets(file, d)
+  -- "" is a placeholder a recipe leaves for --set (llama_finetune.lua's
+  -- train and val, as from_pretrained = ""): not given.
+  local placeholder = d.train == "" or d.val == ""
+  if d.train == "" then d.train = nil end
+  if d.val == "" then d.val = nil end
+  if d.val and not d.train then
+    usage_error(file, "data.val", "is given without data.train (the training shards it goes with)")
+  end
   local ways = (d.corpus and 1 or 0) + (d.input and 1 or 0) + ((d.train or d.val) and 1 or 0)
   if ways > 1 then
     usage_error(file, "data", "give exactly one of `corpus` (\"shakespeare\"), `input` (text files "
       .. "to tokenize) or `train` (+ `val`: prepared token shards)")
   end
   -- No data named: the built-in corpus, tokenized on first use.
-  if ways == 0 then d.corpus = "shakespeare" end
+  if ways == 0 then
+    d.corpus = "shakespeare"
+    d.placeholder_note = placeholder
+  end
   if d.train then return d.train, d.val end
   local name = d.name or d.corpus or "data"
   local input = d.input
@@ -353,6 +364,10 @@ function recipe.run(t, file, bench)
       .. "model's vocabulary %d: token ids up to %d would fall outside it; give the model "
       .. "vocab_size >= %d, or prepare the data with the model's tokenizer", data_vocab,
       cfg.vocab_size, data_vocab - 1, data_vocab))
+  end
+  if d.placeholder_note then
+    say("colossal: data.train is empty (a placeholder for --set data.train=... data.val=...): "
+      .. "training on the built-in Shakespeare corpus")
   end
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {

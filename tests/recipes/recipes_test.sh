@@ -212,6 +212,25 @@ elif run_recipe "$name" 0 pretrained "${sets[@]}" --set "model.from_pretrained=$
   fi
 fi
 
+# The recipe's documented fine-tune command names token shards of one's own
+# (--set data.train=GLOB --set data.val=GLOB, placeholders in the recipe): the
+# shards its first run prepared from the corpus serve here. Without them it
+# said it trains on the built-in corpus.
+if ! grep -qF "data.train is empty" "$tmp/$name.cpu.out"; then
+  echo "FAIL: recipes/$name.lua without data.train did not say it trains on the built-in corpus:"
+  cat "$tmp/$name.cpu.out"
+  failures=$((failures + 1))
+elif run_recipe "$name" 0 shards "${sets[@]}" --set "data.train=data/shakespeare/*_train_*.bin" \
+    --set "data.val=data/shakespeare/*_val_*.bin" --set checkpoint.dir=checkpoints/shards; then
+  if grep -qE '^step +2/2 ' "$tmp/$name.shards.out" && ! grep -qF "data.train is empty" "$tmp/$name.shards.out"; then
+    echo "ok: recipes/$name.lua trains on token shards given by --set data.train / data.val"
+  else
+    echo "FAIL: recipes/$name.lua with --set data.train / data.val:"
+    cat "$tmp/$name.shards.out" "$tmp/$name.shards.err"
+    failures=$((failures + 1))
+  fi
+fi
+
 # The same directory as a Mistral with a sliding window (config.json edited):
 # a window of seq_len (8) trains; a window of 4 is the model's context, so
 # seq_len 8 is refused naming both keys.
