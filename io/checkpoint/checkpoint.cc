@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/status/suggest.h"
 #include "core/dtype/dtype.h"
@@ -324,6 +325,20 @@ absl::Status WriteContents(const std::string& dir, const CheckpointToSave& save,
   if (!s.ok()) return s;
   if (save.optimizer != nullptr) {
     s = WriteOptimizerFiles(dir, *save.optimizer, calls.optimizer);
+    if (!s.ok()) return s;
+  }
+  for (const std::string& path : save.files_to_copy) {
+    const size_t slash = path.rfind('/');
+    const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+    if (name.empty() || name == kConfigFile || name == kTrainerState || name == kOptimizerMeta ||
+        name == kOptimizerTensors || name == "latest" || absl::EndsWith(name, ".safetensors") ||
+        absl::EndsWith(name, ".safetensors.index.json")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", path, "' would replace a file of the checkpoint's own"));
+    }
+    absl::StatusOr<std::string> bytes = ReadFileToString(path);
+    if (!bytes.ok()) return bytes.status();
+    s = WriteFileAtomically(dir + "/" + name, *bytes);
     if (!s.ok()) return s;
   }
   TrainerState trainer = save.trainer;

@@ -167,6 +167,11 @@ struct CheckpointToSave {
   std::string config_json;                   // required: config.json
   const OptimizerFiles* optimizer = nullptr;  // optional
   TrainerState trainer;                      // trainer.step is set to `step`
+  // Files copied into the step directory under their own names, as they are
+  // (a model folder's tokenizer files, so the step directory is a whole
+  // Hugging Face folder). A name the checkpoint writes itself, or a file that
+  // cannot be read, fails the save (naming it) before anything is published.
+  std::vector<std::string> files_to_copy;
 };
 
 struct CheckpointOptions {

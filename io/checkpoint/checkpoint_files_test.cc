@@ -5,6 +5,7 @@
 #include "io/checkpoint/checkpoint.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -262,6 +263,35 @@ CheckpointToSave OneTensorStep() {
   const Tensor w = Filled({4}, 1.0f);
   save.model = {{"w", w, w.shape()}};
   return save;
+}
+
+// files_to_copy land in the step directory under their names, byte for byte
+// (a tokenizer's). A file that cannot be read, or one named as a file the
+// checkpoint writes itself, fails the save naming it, and nothing is
+// published.
+TEST(CheckpointFiles, CopiedFilesArriveWholeAndBadOnesFailTheSave) {
+  const std::string root = TestRoot("copied");
+  const std::string src = TestRoot("copied_src");
+  ASSERT_EQ(::mkdir(src.c_str(), 0755), 0);
+  std::string bytes;
+  for (int i = 0; i < 5000; ++i) bytes.push_back(static_cast<char>(i * 7 % 251));
+  ASSERT_TRUE(WriteFileAtomically(src + "/tokenizer.model", bytes).ok());
+  ASSERT_TRUE(WriteFileAtomically(src + "/tokenizer_config.json", "{\"bos_token\": \"<s>\"}").ok());
+  CheckpointToSave save = OneTensorStep();
+  save.files_to_copy = {src + "/tokenizer.model", src + "/tokenizer_config.json"};
+  absl::StatusOr<std::string> dir = SaveCheckpoint(root, save);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ(*ReadFileToString(*dir + "/tokenizer.model"), bytes);
+  EXPECT_EQ(*ReadFileToString(*dir + "/tokenizer_config.json"), "{\"bos_token\": \"<s>\"}");
+  ASSERT_TRUE(WriteFileAtomically(src + "/config.json", "{}").ok());
+  for (const std::string& bad : {src + "/missing.json", src + "/config.json"}) {
+    save.step = 2;
+    save.files_to_copy = {src + "/tokenizer.model", bad};
+    absl::StatusOr<std::string> failed = SaveCheckpoint(root, save);
+    ASSERT_FALSE(failed.ok()) << bad;
+    EXPECT_TRUE(absl::StrContains(failed.status().message(), bad)) << failed.status();
+    EXPECT_EQ(*ResolveCheckpoint(root), *dir);
+  }
 }
 
 // A model file written by an older version, which saved diverged runs: the

@@ -60,6 +60,16 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadFile(const std::string& file)
 
 }  // namespace
 
+std::vector<std::string> TokenizerFilesIn(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const char* name :
+       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+    std::string file = absl::StrCat(folder, "/", name);
+    if (IsFile(file)) files.push_back(std::move(file));
+  }
+  return files;
+}
+
 std::optional<std::string> TokenizerFileIn(const std::string& folder) {
   for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
     std::string file = absl::StrCat(folder, "/", name);

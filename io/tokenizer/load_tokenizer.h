@@ -33,6 +33,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "io/tokenizer/text_tokenizer.h"
@@ -40,6 +41,12 @@
 namespace colossal::io {
 
 absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& path);
+
+// The files of a model folder's tokenizer that are there, as paths:
+// tokenizer.json, tokenizer.model, tokenizer_config.json,
+// special_tokens_map.json (what a checkpoint copies so that its step
+// directory carries the tokenizer its model was trained with).
+std::vector<std::string> TokenizerFilesIn(const std::string& folder);
 
 // The file LoadTokenizer(folder) reads in a model folder: folder/tokenizer.json,
 // else folder/tokenizer.model, else folder/encoder.json when vocab.bpe is

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "io/checkpoint/checkpoint.h"
+#include "io/tokenizer/load_tokenizer.h"
 #include "lua/api/lua_util.h"
 #include "lua/api/objects.h"
 #include "parallel/checkpoint/run_checkpoint.h"
@@ -51,6 +52,8 @@ parallel::RunParts Parts(lua_State* L, BoosterObject& b, const char* what) {
   if (b.scaler) run.scaler = &*b.scaler;
   run.context = b.rt->ctx.get();
   if (b.loader) run.loader = b.loader->loader.get();
+  // A fine-tune's step directories carry its tokenizer (generate, transformers).
+  if (!b.model->pretrained_dir.empty()) run.files_to_copy = io::TokenizerFilesIn(b.model->pretrained_dir);
   return run;
 }
 

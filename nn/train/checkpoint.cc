@@ -102,6 +102,7 @@ absl::StatusOr<std::string> SaveCheckpoint(const std::string& root, const Checkp
   if (save.streamed_optimizer != nullptr) optimizer = streamed_optimizer_files(*save.streamed_optimizer);
   if (optimizer) files.optimizer = &*optimizer;
   files.trainer = to_io(save.trainer);
+  files.files_to_copy = save.files_to_copy;
   return io::SaveCheckpoint(root, files, options);
 }
 

@@ -34,6 +34,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -75,6 +76,8 @@ struct CheckpointToSave {
   const OptimizerStateDict* optimizer = nullptr;               // optional
   const StreamedOptimizerState* streamed_optimizer = nullptr;  // or this
   TrainerState trainer;                           // trainer.step is set to `step`
+  // Copied into the step directory as they are (io::CheckpointToSave's).
+  std::vector<std::string> files_to_copy;
 };
 
 // Saves as described above; returns the step directory's path (see

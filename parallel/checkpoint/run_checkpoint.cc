@@ -209,6 +209,7 @@ absl::StatusOr<std::string> save_run_checkpoint(const std::string& root, int64_t
     if (run.scaler != nullptr) save.trainer.loss_scaler = run.scaler->state();
     if (run.context != nullptr) save.trainer.rng = run.context->rng_state();
     if (run.loader != nullptr) save.trainer.data_loader = run.loader->state();
+    save.files_to_copy = run.files_to_copy;
     absl::StatusOr<std::string> saved = nn::SaveCheckpoint(root, save, options);
     written = saved.status();
     if (saved.ok()) path = *std::move(saved);

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -64,6 +65,9 @@ struct RunParts {
   nn::DynamicLossScaler* scaler = nullptr;
   core::Context* context = nullptr;  // its RNG state
   io::DataLoader* loader = nullptr;
+  // Copied into each step directory by rank 0 (a from_pretrained folder's
+  // tokenizer files: io::TokenizerFilesIn).
+  std::vector<std::string> files_to_copy;
 };
 
 // Saves step `step` under `root` (model, optimizer, scheduler, scaler, RNG,
