@@ -96,8 +96,11 @@ std::string Describe(const nn::CausalLM& model) {
 }
 
 // The generation itself; errors are runtime failures (exit code 1).
+// `default_tokenizer`: tokenizer_path is GPT-2's, taken because neither
+// --tokenizer nor the checkpoint folder named one.
 absl::Status Generate(const std::string& checkpoint, const std::string& tokenizer_path,
-                      const std::string& prompt, int max_new_tokens, const SamplingOptions& o) {
+                      bool default_tokenizer, const std::string& prompt, int max_new_tokens,
+                      const SamplingOptions& o) {
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(checkpoint);
   if (!dir.ok()) return dir.status();
   absl::StatusOr<std::unique_ptr<nn::CausalLM>> model =
@@ -107,6 +110,15 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
   if (!tokenizer.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("tokenizer ", tokenizer_path, ": ", tokenizer.status().message()));
+  }
+  if (default_tokenizer && (*tokenizer)->vocab_size() != (*model)->vocab_size()) {
+    // Another family's tokenizer would encode the prompt into, and decode the
+    // text from, ids that mean other words to this model.
+    return absl::FailedPreconditionError(absl::StrCat(
+        *dir, " holds no tokenizer, and GPT-2's (", tokenizer_path, ", ",
+        (*tokenizer)->vocab_size(), " tokens) does not fit the model's vocabulary of ",
+        (*model)->vocab_size(), ": pass --tokenizer (the one the model was trained with, e.g. the "
+        "folder it was fine-tuned from)"));
   }
   if (absl::Status s = (*model)->store().allocate(core::Stream::cpu()); !s.ok()) {
     return absl::FailedPreconditionError(
@@ -205,6 +217,7 @@ int GenerateCommand(const Args& args) {
     absl::StatusOr<std::string> dir = io::ResolveCheckpoint(flags->value("--checkpoint"));
     if (dir.ok() && io::TokenizerFileIn(*dir)) tokenizer = *dir;
   }
+  const bool default_tokenizer = tokenizer.empty();
   if (tokenizer.empty()) {
     tokenizer = DefaultTokenizerPath();
     struct stat st;
@@ -217,8 +230,8 @@ int GenerateCommand(const Args& args) {
                   kExitFailure);
     }
   }
-  absl::Status s = Generate(flags->value("--checkpoint"), tokenizer, flags->value("--prompt"),
-                            *max_new, sampling);
+  absl::Status s = Generate(flags->value("--checkpoint"), tokenizer, default_tokenizer,
+                            flags->value("--prompt"), *max_new, sampling);
   if (!s.ok()) return Fail("generate", s.message(), kExitFailure);
   return kExitOk;
 }

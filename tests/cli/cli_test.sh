@@ -399,6 +399,13 @@ run_cli 1 generate --checkpoint "$tmp/empty_ckpt" --tokenizer "$tok" --prompt hi
   expect "$err" "^colossal generate: no checkpoint in '$tmp/empty_ckpt'"
 COLOSSAL_DATA="$tmp/nothing" run_cli 1 generate --checkpoint "$ckpt" --prompt hi &&
   expect "$err" "^colossal generate: no GPT-2 tokenizer at $tmp/nothing/gpt2.tiktoken; fetch it with tools/data/fetch_gpt2_ranks.sh"
+# No --tokenizer and none in the checkpoint folder: GPT-2's ($COLOSSAL_DATA's,
+# here the byte ranks with GPT-2's <|endoftext|> at 50256) must fit the
+# model's vocabulary (256), or the ids would mean other words: refused, saying
+# what to pass.
+mkdir -p "$tmp/gen_data" && cp "$tok" "$tmp/gen_data/gpt2.tiktoken"
+COLOSSAL_DATA="$tmp/gen_data" run_cli 1 generate --checkpoint "$ckpt" --prompt hi &&
+  expect "$err" "^colossal generate: .*/step_000007 holds no tokenizer, and GPT-2's \(.*gpt2\.tiktoken, 50257 tokens\) does not fit the model's vocabulary of 256: pass --tokenizer"
 run_cli 2 generate --checkpoint "$ckpt" --tokenizer "$tmp/absent.tiktoken" --prompt hi &&
   expect "$err" "^colossal generate: --tokenizer $tmp/absent.tiktoken: no such file or folder"
 # A config.json that does not match the weights.
