@@ -88,23 +88,12 @@ absl::Status cast_on(void* dst, core::DType dst_dtype, const void* src, core::DT
   return core::from_kernel_status(s, "converting gradients for communication_dtype");
 }
 
-// A new tensor of `dtype` on `on` holding `src` converted.
+// A new tensor of `dtype` on `on` holding `src` converted (as many elements).
 absl::StatusOr<core::Tensor> converted(const core::Tensor& src, core::DType dtype,
                                        const core::Stream& on) {
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t,
-                            core::Tensor::empty({std::max<int64_t>(src.numel(), 1)}, dtype, on));
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({src.numel()}, dtype, on));
   COLOSSAL_RETURN_IF_ERROR(cast_on(t.raw_data(), dtype, src.raw_data(), src.dtype(), src.numel(), on));
   return t;
-}
-
-// comm::Buffer over the first `count` elements of `t`.
-comm::Buffer buffer_of(const core::Tensor& t, int64_t count) {
-  comm::Buffer buffer;
-  buffer.data = t.raw_data();
-  buffer.count = count;
-  buffer.dtype = t.dtype();
-  buffer.device = t.device();
-  return buffer;
 }
 
 }  // namespace
@@ -291,13 +280,12 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     COLOSSAL_ASSIGN_OR_RETURN(
         const core::Tensor range,
         store_.flat_grads(dtype_).slice(bucket.offset, bucket.offset + bucket.count));
-    if (!converts) return pg_->all_reduce(buffer_of(range, bucket.count), comm::ReduceOp::kAvg, co);
+    if (!converts) return pg_->all_reduce(range, comm::ReduceOp::kAvg, co);
     // The converted copy is averaged; land() writes it back.
     InFlight f;
     f.bucket = b;
     COLOSSAL_ASSIGN_OR_RETURN(f.wire, converted(range, wire_dtype_, in));
-    absl::StatusOr<comm::WorkPtr> w = pg_->all_reduce(buffer_of(f.wire, bucket.count),
-                                                      comm::ReduceOp::kAvg, co);
+    absl::StatusOr<comm::WorkPtr> w = pg_->all_reduce(f.wire, comm::ReduceOp::kAvg, co);
     return issue(std::move(f), std::move(w));
   }
   COLOSSAL_RETURN_IF_ERROR(give_memory(b, in));
@@ -317,7 +305,7 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     }
     const core::Tensor& reduced = converts ? f.wire : f.grads;
     absl::StatusOr<comm::WorkPtr> w =
-        pg_->reduce(buffer_of(reduced, bucket.count), comm::ReduceOp::kAvg, sc.owner, co);
+        pg_->reduce(reduced, comm::ReduceOp::kAvg, sc.owner, co);
     return issue(std::move(f), std::move(w));
   }
   const int world = pg_->size();
