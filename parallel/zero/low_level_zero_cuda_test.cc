@@ -508,6 +508,35 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
   out->done = true;
 }
 
+// One rank's NCCL group on cuda:0 over a loopback store, and a context there:
+// what the ZeroCudaPartitioned cases reduce over.
+struct OneGpuGroup {
+  std::unique_ptr<comm::TcpStore> master;
+  std::unique_ptr<core::Context> ctx;
+  std::shared_ptr<comm::ProcessGroup> pg;
+
+  void start() {
+    auto served = serve_loopback_store();
+    ASSERT_TRUE(served.ok()) << served.status();
+    master = std::move(*served);
+    const core::Device dev = core::Device::cuda(0);
+    core::DeviceGuard guard(dev);
+    auto created = core::Context::create(dev);
+    ASSERT_TRUE(created.ok()) << created.status();
+    ctx = std::move(*created);
+    comm::TcpStoreOptions so;
+    so.host = "127.0.0.1";
+    so.port = master->port();
+    auto client = comm::TcpStore::create(so);
+    ASSERT_TRUE(client.ok()) << client.status();
+    comm::NcclOptions no;
+    no.device = dev;
+    auto group = comm::ProcessGroupNccl::create(std::shared_ptr<comm::Store>(std::move(*client)), 0, 1, no);
+    ASSERT_TRUE(group.ok()) << group.status();
+    pg = std::move(*group);
+  }
+};
+
 // ZeRO-2's partitioned gradients on the GPU, on one: a world-1 NCCL group
 // with the shard kept apart from the gradients (the layout of larger worlds,
 // which the plugin uses above one GPU). Buckets of 40 elements, all this
@@ -518,22 +547,11 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
 // (x + x is exact); between backwards no parameter has a gradient.
 TEST(ZeroCudaPartitioned, OneRankReducesBucketsInPlaceIntoTheShard) {
   COLOSSAL_REQUIRE_GPUS(1);
-  auto master = serve_loopback_store();
-  ASSERT_TRUE(master.ok()) << master.status();
-  const core::Device dev = core::Device::cuda(0);
-  core::DeviceGuard guard(dev);
-  std::unique_ptr<core::Context> ctx = std::move(*core::Context::create(dev));
-  const Stream stream = ctx->compute_stream();
-  comm::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = (*master)->port();
-  auto store_client = comm::TcpStore::create(so);
-  ASSERT_TRUE(store_client.ok()) << store_client.status();
-  comm::NcclOptions no;
-  no.device = dev;
-  auto pg = comm::ProcessGroupNccl::create(std::shared_ptr<comm::Store>(std::move(*store_client)),
-                                           0, 1, no);
-  ASSERT_TRUE(pg.ok()) << pg.status();
+  OneGpuGroup one;
+  ASSERT_NO_FATAL_FAILURE(one.start());
+  core::DeviceGuard guard(one.ctx->device());
+  const Stream stream = one.ctx->compute_stream();
+  const std::shared_ptr<comm::ProcessGroup> pg = one.pg;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     SCOPED_TRACE(core::dtype_name(dtype));
     auto model = make_zero_model(kSeed);  // the module tree for the hooks
@@ -545,7 +563,7 @@ TEST(ZeroCudaPartitioned, OneRankReducesBucketsInPlaceIntoTheShard) {
     o.stage = 2;
     o.bucket_bytes = 40 * static_cast<int64_t>(core::dtype_size(dtype));
     o.reduce_owned_buckets = true;
-    auto grads = ZeroGradReduction::create(*pg, *model, store, dtype, zero_shard(numel, 1, 0),
+    auto grads = ZeroGradReduction::create(pg, *model, store, dtype, zero_shard(numel, 1, 0),
                                            stream, o);
     ASSERT_TRUE(grads.ok()) << grads.status();
     const std::vector<float> g = rank_grads(table, 0, 0, dtype, 1.0f);
@@ -573,22 +591,11 @@ TEST(ZeroCudaPartitioned, OneRankReducesBucketsInPlaceIntoTheShard) {
 // landed while later ones are launched.
 TEST(ZeroCudaPartitioned, CommunicationDtypeConvertsEachBucketAndBack) {
   COLOSSAL_REQUIRE_GPUS(1);
-  auto master = serve_loopback_store();
-  ASSERT_TRUE(master.ok()) << master.status();
-  const core::Device dev = core::Device::cuda(0);
-  core::DeviceGuard guard(dev);
-  std::unique_ptr<core::Context> ctx = std::move(*core::Context::create(dev));
-  const Stream stream = ctx->compute_stream();
-  comm::TcpStoreOptions so;
-  so.host = "127.0.0.1";
-  so.port = (*master)->port();
-  auto store_client = comm::TcpStore::create(so);
-  ASSERT_TRUE(store_client.ok()) << store_client.status();
-  comm::NcclOptions no;
-  no.device = dev;
-  auto pg = comm::ProcessGroupNccl::create(std::shared_ptr<comm::Store>(std::move(*store_client)),
-                                           0, 1, no);
-  ASSERT_TRUE(pg.ok()) << pg.status();
+  OneGpuGroup one;
+  ASSERT_NO_FATAL_FAILURE(one.start());
+  core::DeviceGuard guard(one.ctx->device());
+  const Stream stream = one.ctx->compute_stream();
+  const std::shared_ptr<comm::ProcessGroup> pg = one.pg;
   const std::pair<DType, DType> kinds[] = {{DType::kF32, DType::kBF16}, {DType::kBF16, DType::kF32}};
   for (const auto& [dtype, wire] : kinds) {
     for (int stage : {1, 2}) {
@@ -608,7 +615,7 @@ TEST(ZeroCudaPartitioned, CommunicationDtypeConvertsEachBucketAndBack) {
       o.bucket_bytes = 40 * static_cast<int64_t>(core::dtype_size(dtype));
       o.reduce_owned_buckets = true;
       o.communication_dtype = wire;
-      auto grads = ZeroGradReduction::create(*pg, *model, store, dtype, zero_shard(numel, 1, 0),
+      auto grads = ZeroGradReduction::create(pg, *model, store, dtype, zero_shard(numel, 1, 0),
                                              stream, o);
       ASSERT_TRUE(grads.ok()) << grads.status();
       const std::vector<float> g = rank_grads(table, 0, 0, dtype, 1.0f);
