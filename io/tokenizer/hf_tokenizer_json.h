@@ -1,5 +1,5 @@
 // colossal::io — Hugging Face tokenizer.json files of byte-level BPE models
-// (Llama 3, GPT-2) on the BPE engine of tokenizer.h.
+// (Llama 3, Qwen2, GPT-2) on the BPE engine of tokenizer.h.
 //
 //   absl::StatusOr<colossal::io::HfTokenizerJson> hf =
 //       colossal::io::ReadHfTokenizerJson("Meta-Llama-3-8B/tokenizer.json");
@@ -15,7 +15,10 @@
 //    list exactly (bpe_merge.h), as the `tokenizers` library does.
 //  * pre_tokenizer: ByteLevel with use_regex (GPT-2's pattern), or Llama 3's
 //    Sequence of Split (its pattern, behavior Isolated) and ByteLevel without
-//    regex (GPT-2's pattern in the Split works too).
+//    regex (GPT-2's or Qwen2's pattern in the Split works too).
+//  * normalizer: none, or NFC (Qwen2), alone or as the only member of a
+//    Sequence: the text between special tokens is put in NFC (nfc.h) before
+//    it is cut, so Decode(Encode(x)) is x's NFC form.
 //  * added_tokens: every one is recognized in input text by Encode(kAllow),
 //    as transformers does by default (split_special_tokens=False): the
 //    earliest match wins, the longest on a tie; EncodeOrdinary leaves them
@@ -32,7 +35,7 @@
 //  * truncation and padding are ignored (transformers sets its own per call).
 // Anything else is an InvalidArgument error naming the file and the JSON key:
 // another model type, BPE dropout, byte_fallback, a subword prefix or
-// suffix, a normalizer, another pre-tokenizer or pattern, add_prefix_space,
+// suffix, another normalizer, another pre-tokenizer or pattern, add_prefix_space,
 // added tokens with lstrip/rstrip/single_word, another post-processor or
 // decoder. Unicode classes are those of unicode_class.h (Unicode 16.0.0);
 // the `tokenizers` library's engine may know an older version, which only
@@ -55,7 +58,7 @@ struct HfTokenizerJson {
   // Special token ids the post-processor adds before and after one text.
   std::vector<int32_t> prefix_ids;
   std::vector<int32_t> suffix_ids;
-  // The pre-tokenizer found (kGpt2 or kLlama3).
+  // The pre-tokenizer found.
   Pretokenizer pretokenizer = Pretokenizer::kGpt2;
 };
 
@@ -64,11 +67,13 @@ absl::StatusOr<HfTokenizerJson> ParseHfTokenizerJson(std::string_view contents, 
                                                      size_t cache_entries = TokenizerOptions().cache_entries);
 absl::StatusOr<HfTokenizerJson> ReadHfTokenizerJson(const std::string& path);
 
-// The two patterns recognized in a Split pre-tokenizer, as tokenizer.json spells them.
+// The patterns recognized in a Split pre-tokenizer, as tokenizer.json spells them.
 inline constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 inline constexpr std::string_view kLlama3Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+inline constexpr std::string_view kQwen2Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 }  // namespace colossal::io
 

@@ -23,6 +23,8 @@ using Json = nlohmann::json;
 constexpr char kLlama3Dir[] = "io/tokenizer/testdata/llama3_tiny";
 constexpr char kLlama3Json[] = "io/tokenizer/testdata/llama3_tiny/tokenizer.json";
 constexpr char kLlama3Vectors[] = "io/tokenizer/testdata/llama3_tiny_vectors.json";
+constexpr char kQwen2Dir[] = "io/tokenizer/testdata/qwen2_tiny";
+constexpr char kQwen2Vectors[] = "io/tokenizer/testdata/qwen2_tiny_vectors.json";
 constexpr char kGpt2Json[] = "io/tokenizer/testdata/gpt2_tiny/tokenizer.json";
 constexpr char kGpt2Vectors[] = "io/tokenizer/testdata/gpt2_tiny_vectors.json";
 
@@ -55,7 +57,8 @@ std::unique_ptr<TextTokenizer> LoadOrDie(const std::string& path) {
 
 // Every case of a vectors file from tools/data/make_llama3_tokenizer_fixture.py:
 // the `tokenizers` library's ids with and without special tokens, its decode,
-// and our round trip.
+// and our round trip (to the text's NFC form, when the file lists it: the
+// tokenizer normalizes).
 void ExpectMatchesVectors(const TextTokenizer& tok, const std::string& vectors_path) {
   const Json vectors = ReadJson(vectors_path);
   ASSERT_TRUE(vectors.contains("cases"));
@@ -74,7 +77,7 @@ void ExpectMatchesVectors(const TextTokenizer& tok, const std::string& vectors_p
     EXPECT_EQ(*decoded, c["decoded"].get<std::string>());
     absl::StatusOr<std::string> round_trip = tok.Decode(tok.EncodeOrdinary(text));
     ASSERT_TRUE(round_trip.ok());
-    EXPECT_EQ(*round_trip, text);
+    EXPECT_EQ(*round_trip, c.value("nfc", text));
     ++checked;
   }
   EXPECT_GT(checked, 50);
@@ -91,6 +94,40 @@ TEST(HfTokenizerJsonTest, Llama3StyleFolderMatchesTokenizersLibrary) {
   EXPECT_TRUE(tok->adds_bos());
   EXPECT_EQ(tok->document_delimiter(), 600);
   ExpectMatchesVectors(*tok, kLlama3Vectors);
+}
+
+// Qwen2's tokenizer.json: NFC, one number a piece, no BOS, <|endoftext|>
+// between documents (tokenizer_config.json's eos_token).
+TEST(HfTokenizerJsonTest, Qwen2StyleFolderMatchesTokenizersLibrary) {
+  std::unique_ptr<TextTokenizer> tok = LoadOrDie(kQwen2Dir);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(tok->kind(), "tokenizer.json");
+  EXPECT_EQ(tok->vocab_size(), 643);
+  EXPECT_EQ(tok->bos_id(), std::nullopt);
+  EXPECT_FALSE(tok->adds_bos());
+  EXPECT_EQ(tok->eos_id(), 640);  // <|endoftext|>
+  EXPECT_EQ(tok->document_delimiter(), 640);
+  ExpectMatchesVectors(*tok, kQwen2Vectors);
+}
+
+TEST(HfTokenizerJsonTest, Qwen2NormalizesTextButNotSpecialTokens) {
+  std::unique_ptr<TextTokenizer> tok = LoadOrDie(kQwen2Dir);
+  ASSERT_NE(tok, nullptr);
+  // "e" + U+0301 and U+00E9 are one text to a tokenizer with NFC.
+  EXPECT_EQ(tok->EncodeOrdinary("caf\u00e9"), tok->EncodeOrdinary("cafe\u0301"));
+  absl::StatusOr<std::vector<int32_t>> chat = tok->Encode("<|im_start|>e\u0301<|im_end|>", false);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_GE(chat->size(), 3u);
+  EXPECT_EQ(chat->front(), 641);
+  EXPECT_EQ(chat->back(), 642);
+  EXPECT_EQ(std::vector<int32_t>(chat->begin() + 1, chat->end() - 1), tok->EncodeOrdinary("\u00e9"));
+  // Without the normalizer (the same file, NFC removed) the two differ.
+  Json plain = ReadJson(absl::StrCat(kQwen2Dir, "/tokenizer.json"));
+  plain["normalizer"] = nullptr;
+  absl::StatusOr<HfTokenizerJson> raw = ParseHfTokenizerJson(plain.dump(), "qwen2 without NFC");
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(raw->pretokenizer, Pretokenizer::kQwen2);
+  EXPECT_NE(raw->tokenizer.EncodeOrdinary("caf\u00e9"), raw->tokenizer.EncodeOrdinary("cafe\u0301"));
 }
 
 TEST(HfTokenizerJsonTest, SpecialTokensInTextAreRecognizedLikeTransformers) {
@@ -153,7 +190,11 @@ const BadCase kBadCases[] = {
      "\"zzzq\" is not in model.vocab"},
     {"merge_result", [](Json& j) { j["model"]["merges"][0] = Json::array({"q", "q"}); }, "model.merges[0]",
      "the merged token \"qq\" is not in model.vocab"},
-    {"normalizer", [](Json& j) { j["normalizer"] = {{"type", "NFC"}}; }, "normalizer.type", "\"NFC\" is not supported"},
+    {"normalizer", [](Json& j) { j["normalizer"] = {{"type", "NFKC"}}; }, "normalizer.type", "\"NFKC\" is not supported"},
+    {"normalizers", [](Json& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}}; },
+     "normalizer.normalizers", "at most one normalizer"},
+    {"normalizer_in_sequence", [](Json& j) { j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFD"}}}}}; },
+     "normalizer.normalizers[0].type", "\"NFD\" is not supported"},
     {"pattern", [](Json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\s+"; },
      "pre_tokenizer.pretokenizers[0].pattern.Regex", "is not supported"},
     {"pre_tokenizer_type", [](Json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer.type",

@@ -115,7 +115,11 @@ size_t Gpt2MatchAt(std::string_view text, size_t p) {
   return last;
 }
 
-size_t Llama3MatchAt(std::string_view text, size_t p) {
+namespace {
+
+// Llama 3's pattern with \p{N}{1,max_digits} as its third alternative.
+template <int kMaxDigits>
+size_t Cl100kStyleMatchAt(std::string_view text, size_t p) {
   const size_t n = text.size();
   // 1. (?i:'s|'t|'re|'ve|'m|'ll|'d)
   if (const size_t end = CaseInsensitiveContractionEnd(text, p)) return end;
@@ -129,8 +133,8 @@ size_t Llama3MatchAt(std::string_view text, size_t p) {
       return RunEnd(text, p + first.length + next.length, CharClass::kLetter);
     }
   }
-  // 3. \p{N}{1,3}
-  if (first.cls == CharClass::kNumber) return BoundedRunEnd(text, p, CharClass::kNumber, 3);
+  // 3. \p{N}{1,3} (Qwen2: \p{N})
+  if (first.cls == CharClass::kNumber) return BoundedRunEnd(text, p, CharClass::kNumber, kMaxDigits);
   // 4.  ?[^\s\p{L}\p{N}]+[\r\n]*
   size_t symbols = first.cls == CharClass::kOther ? p : n;
   if (text[p] == ' ' && p + 1 < n && ClassAt(text, p + 1).cls == CharClass::kOther) symbols = p + 1;
@@ -157,9 +161,15 @@ size_t Llama3MatchAt(std::string_view text, size_t p) {
   return last;
 }
 
+}  // namespace
+
+size_t Llama3MatchAt(std::string_view text, size_t p) { return Cl100kStyleMatchAt<3>(text, p); }
+size_t Qwen2MatchAt(std::string_view text, size_t p) { return Cl100kStyleMatchAt<1>(text, p); }
+
 }  // namespace pretokenizer_internal
 
 std::vector<std::string_view> SplitGpt2(std::string_view text) { return SplitAll<Gpt2Splitter>(text); }
 std::vector<std::string_view> SplitLlama3(std::string_view text) { return SplitAll<Llama3Splitter>(text); }
+std::vector<std::string_view> SplitQwen2(std::string_view text) { return SplitAll<Qwen2Splitter>(text); }
 
 }  // namespace colossal::io

@@ -1,4 +1,4 @@
-// colossal::io — GPT-2's and Llama 3's pre-tokenisation: text into the pieces BPE works on.
+// colossal::io — GPT-2's, Llama 3's and Qwen2's pre-tokenisation: text into the pieces BPE works on.
 //
 // GPT-2 (and tiktoken's "gpt2"/r50k_base encoding) first cuts text with
 //
@@ -34,6 +34,7 @@ namespace pretokenizer_internal {
 // The end of the piece that starts at byte p (< text.size()), per pattern.
 size_t Gpt2MatchAt(std::string_view text, size_t p);
 size_t Llama3MatchAt(std::string_view text, size_t p);
+size_t Qwen2MatchAt(std::string_view text, size_t p);
 }  // namespace pretokenizer_internal
 
 // Cuts text into pieces, each ending where `MatchAt` says.
@@ -87,6 +88,14 @@ std::vector<std::string_view> SplitGpt2(std::string_view text);
 using Llama3Splitter = PatternSplitter<&pretokenizer_internal::Llama3MatchAt>;
 
 std::vector<std::string_view> SplitLlama3(std::string_view text);
+
+// Qwen2's pattern (Qwen2 / Qwen2.5 tokenizer.json): Llama 3's with \p{N} in
+// place of \p{N}{1,3}, so every number is a piece of its own ("2024" is four).
+//
+//   colossal::io::Qwen2Splitter split("Hi 2024");   // "Hi", " ", "2", "0", "2", "4"
+using Qwen2Splitter = PatternSplitter<&pretokenizer_internal::Qwen2MatchAt>;
+
+std::vector<std::string_view> SplitQwen2(std::string_view text);
 
 }  // namespace colossal::io
 

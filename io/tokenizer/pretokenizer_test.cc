@@ -181,6 +181,32 @@ TEST(Llama3SplitterTest, MatchesTokenizersLibrary) {
   EXPECT_GT(checked, 100);
 }
 
+// Qwen2's pattern: Llama 3's with one number a piece, against the same
+// library's Split (qwen2_split_vectors.json, the same curated texts).
+TEST(Qwen2SplitterTest, MatchesTokenizersLibrary) {
+  absl::StatusOr<std::string> text = ReadFileToString("io/tokenizer/testdata/qwen2_split_vectors.json");
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json vectors = nlohmann::json::parse(*text);
+  int checked = 0;
+  int differs_from_llama3 = 0;
+  for (const nlohmann::json& c : vectors["cases"]) {
+    const std::string input = c["text"].get<std::string>();
+    Pieces qwen2;
+    for (std::string_view p : SplitQwen2(input)) qwen2.emplace_back(p);
+    EXPECT_EQ(qwen2, c["pieces"].get<Pieces>()) << c["name"].get<std::string>();
+    differs_from_llama3 += qwen2 != SplitL3(input);
+    ++checked;
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(differs_from_llama3, 5);  // the digit cases, at least
+}
+
+TEST(Qwen2SplitterTest, EveryNumberIsAPiece) {
+  Pieces pieces;
+  for (std::string_view p : SplitQwen2("Hi 2024 x\u0663\u0664")) pieces.emplace_back(p);
+  EXPECT_EQ(pieces, (Pieces{"Hi", " ", "2", "0", "2", "4", " x", "\u0663", "\u0664"}));
+}
+
 TEST(Llama3SplitterTest, PiecesTileRandomBytes) {
   std::mt19937 rng(11);
   const std::string_view alphabet[] = {"a", "Z", "1", " ", "\r", "\n", "\t", "'", "'S", "!", "\xC3\xA9",

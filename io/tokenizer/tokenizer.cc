@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "io/common/absl_view.h"
 #include "io/tokenizer/bpe_merge.h"
+#include "io/tokenizer/nfc.h"
 #include "io/tokenizer/pretokenizer.h"
 
 namespace colossal::io {
@@ -70,6 +71,7 @@ struct Tokenizer::State {
   BpeMerges merges;  // merges.tokens: token bytes -> id; pairs used only if use_pairs
   bool use_pairs = false;
   Pretokenizer pretokenizer = Pretokenizer::kGpt2;
+  Normalizer normalizer = Normalizer::kNone;
   bool whole_piece_lookup = true;
   std::vector<std::string> id_bytes;  // id -> token bytes; empty: no such id
   std::vector<std::pair<std::string, int32_t>> specials;
@@ -119,6 +121,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Build(BpeMerges merges, bool use_pairs, std
   state->merges = std::move(merges);
   state->use_pairs = use_pairs;
   state->pretokenizer = options.pretokenizer;
+  state->normalizer = options.normalizer;
   state->whole_piece_lookup = options.whole_piece_lookup;
   const BpeRankMap& tokens = state->merges.tokens;
   // In id order, so that errors name the same token on every run.
@@ -197,10 +200,18 @@ void Tokenizer::EncodePieces(std::string_view text, std::vector<int32_t>* out) c
 }
 
 void Tokenizer::EncodeOrdinaryTo(std::string_view text, std::vector<int32_t>* out) const {
-  if (state_->pretokenizer == Pretokenizer::kLlama3) {
-    EncodePieces<Llama3Splitter>(text, out);
-  } else {
-    EncodePieces<Gpt2Splitter>(text, out);
+  std::string normalized;
+  if (state_->normalizer == Normalizer::kNfc) text = ToNfc(text, &normalized);
+  switch (state_->pretokenizer) {
+    case Pretokenizer::kGpt2:
+      EncodePieces<Gpt2Splitter>(text, out);
+      return;
+    case Pretokenizer::kLlama3:
+      EncodePieces<Llama3Splitter>(text, out);
+      return;
+    case Pretokenizer::kQwen2:
+      EncodePieces<Qwen2Splitter>(text, out);
+      return;
   }
 }
 

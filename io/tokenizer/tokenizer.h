@@ -17,14 +17,16 @@
 //   absl::StatusOr<std::string> text = tok->Decode(ids);           // "Hello world"
 //
 // The same engine runs a Hugging Face tokenizer.json (FromMerges): pieces by
-// GPT-2's or Llama 3's pattern (Pretokenizer), merges by the file's pair list
-// (bpe_merge.h), special tokens from its added_tokens.
+// GPT-2's, Llama 3's or Qwen2's pattern (Pretokenizer), merges by the file's
+// pair list (bpe_merge.h), special tokens from its added_tokens, and the text
+// between special tokens in NFC first when the file asks (Normalizer, Qwen2).
 //
 // Contracts:
 //  * Encoding takes any bytes. For valid UTF-8 the ids equal tiktoken's
 //    (io/tokenizer/testdata/gpt2_vectors.json, checked by gpt2_vectors_test);
 //    invalid UTF-8 bytes are symbols like U+FFFD would be (pretokenizer.h).
-//  * Decode(Encode(x)) == x byte for byte, for every byte string x; Decode
+//  * Decode(Encode(x)) == x byte for byte, for every byte string x (with
+//    Normalizer::kNfc: == x's NFC form, nfc.h); Decode
 //    concatenates token bytes, so it may return invalid UTF-8 for a slice of
 //    ids that cuts a character (as tiktoken's decode_bytes does).
 //  * Special tokens are never produced from text unless asked (kAllow).
@@ -67,6 +69,13 @@ enum class SpecialTokens {
 enum class Pretokenizer {
   kGpt2,    // GPT-2 / r50k_base
   kLlama3,  // Llama 3 / cl100k_base-like, \p{N}{1,3}
+  kQwen2,   // Qwen2 / Qwen2.5: Llama 3's with \p{N} (one number a piece)
+};
+
+// What happens to text before it is cut into pieces.
+enum class Normalizer {
+  kNone,
+  kNfc,  // Unicode NFC (nfc.h): Qwen2's tokenizer.json
 };
 
 struct TokenizerOptions {
@@ -75,6 +84,9 @@ struct TokenizerOptions {
   // <|endoftext|> in both).
   std::vector<std::pair<std::string, int32_t>> special_tokens = {{std::string(kEndOfText), kGpt2EndOfTextId}};
   Pretokenizer pretokenizer = Pretokenizer::kGpt2;
+  // Applied to ordinary text only: special tokens are matched in the text as
+  // given (Hugging Face's added tokens with normalized = false).
+  Normalizer normalizer = Normalizer::kNone;
   // A piece that is itself a token becomes that token without merging
   // (tiktoken does; Hugging Face's BPE when its ignore_merges is true). With
   // merges (FromMerges) and false, every piece goes through the merge list.

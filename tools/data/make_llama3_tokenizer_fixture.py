@@ -22,6 +22,14 @@ Writes, under --out:
                                <unk> <s> </s> = 0 1 2, add_dummy_prefix), trained here
   spm_tiny_vectors.json        ids from the sentencepiece library, without and with BOS
                                (Llama-2's LlamaTokenizer prepends it: add_bos_token)
+  qwen2_tiny/tokenizer.json    a small Qwen2-style tokenizer: NFC normalizer, Qwen2's Split
+                               pattern (one number a piece) + ByteLevel, no BOS, ByteLevel
+                               post-processor, <|endoftext|> <|im_start|> <|im_end|> after
+                               the vocabulary (normalized false), ignore_merges false
+  qwen2_tiny/tokenizer_config.json   as transformers writes it (eos <|endoftext|>, no bos)
+  qwen2_tiny_vectors.json      per text: ids, decoded text, and the text's NFC form
+  qwen2_split_vectors.json     Qwen2's pattern alone: text -> pieces
+`--only NAME` (llama3, gpt2, spm, qwen2) writes one family's files and leaves the others.
 Every random choice is seeded; running it twice gives the same files with the same
 library versions (recorded in each vectors file's "meta").
 """
@@ -34,7 +42,7 @@ import random
 import sentencepiece as spm
 import tokenizers
 import transformers
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -264,13 +272,97 @@ def make_spm(out):
           "cases": cases})
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+# NFC's corners: decomposed letters, Hangul jamo, singletons (U+212B Angstrom
+# -> U+00C5), reordered marks, compatibility characters NFC leaves alone.
+QWEN2_CASES = [
+    ("nfd_latin", "cafe\u0301 nai\u0308ve re\u0301sume\u0301 E\u0301TE\u0301"),
+    ("nfc_latin", "caf\u00e9 na\u00efve r\u00e9sum\u00e9"),
+    ("hangul_jamo", "\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af \ud55c\uad6d\uc5b4"),
+    ("singletons", "\u212b \u2126 \u212a \u0344 \u0958"),
+    ("mark_order", "a\u0323\u0302 a\u0302\u0323 q\u0307\u0323 \u1e0b\u0323"),
+    ("compat_untouched", "\ufb01 \u2460 \uff21 \u00b2 \u2126"),
+    ("lone_marks", "\u0301\u0301x \u0308"),
+    ("digits_one_each", "2024-05-20 1234567 3.14159 \u0663\u0664\u0665 \u00b2\u00b3"),
+    ("chat", "<|im_start|>user\nHi, ce\u0301st 42?<|im_end|>\n<|im_start|>assistant\n<|endoftext|>"),
+    ("special_partial", "<|im_start <|endoftext| |im_end|>"),
+]
+
+
+def make_qwen2(out):
+    import unicodedata
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=640, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator((TRAINING_TEXT + QWEN2_TRAINING_TEXT).splitlines(keepends=True), trainer)
+    tok.add_special_tokens(QWEN2_SPECIALS)
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    data = json.loads(tok.to_str())
+    data["model"]["ignore_merges"] = False  # as Qwen2.5's tokenizer.json
+    folder = os.path.join(out, "qwen2_tiny")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer.json")
+
+    def write_json():
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+    write_json()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=path, eos_token="<|endoftext|>",
+                                                pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+    fast.save_pretrained(folder)
+    for extra in ("special_tokens_map.json", "chat_template.jinja"):
+        if os.path.exists(os.path.join(folder, extra)):
+            os.remove(os.path.join(folder, extra))
+    write_json()  # save_pretrained rewrites it; keep ours
+    tok = Tokenizer.from_file(path)
+    cases = []
+    for name, text in CASES + QWEN2_CASES + random_texts(random.Random(20250919), 60, 40):
+        ids = tok.encode(text).ids
+        plain = tok.encode(text, add_special_tokens=False).ids
+        hf_ids = fast(text)["input_ids"]
+        assert hf_ids == ids == plain, (name, hf_ids, ids, plain)  # no BOS, no EOS
+        cases.append({"name": name, "text": text, "ids": ids, "ids_no_special": plain,
+                      "decoded": tok.decode(plain, skip_special_tokens=False),
+                      "nfc": unicodedata.normalize("NFC", text)})
+    dump(os.path.join(out, "qwen2_tiny_vectors.json"),
+         {"meta": meta({"tokenizer": "qwen2_tiny/tokenizer.json", "eos_id": tok.token_to_id("<|endoftext|>"),
+                        "vocab_size": tok.get_vocab_size(), "pattern": QWEN2_PATTERN,
+                        "unicode_version": unicodedata.unidata_version}),
+          "cases": cases})
+
+    split = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False)
+    split_cases = []
+    for name, text in SPLIT_CASES + random_texts(random.Random(11), 80, 30):
+        split_cases.append({"name": name, "text": text, "pieces": [p for p, _ in split.pre_tokenize_str(text)]})
+    dump(os.path.join(out, "qwen2_split_vectors.json"),
+         {"meta": meta({"pattern": QWEN2_PATTERN}), "cases": split_cases})
+
+
+QWEN2_TRAINING_TEXT = """
+Qwen2 \u4f60\u597d\uff0c\u4e16\u754c\uff01\u8fd9\u662f\u4e00\u4e2a\u6d4b\u8bd5\u3002 caf\u00e9 na\u00efve \ud55c\uad6d\uc5b4 2024 12345
+<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!<|im_end|>
+""" * 3
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", choices=["llama3", "gpt2", "spm", "qwen2"])
     args = parser.parse_args()
-    make_llama3(args.out)
-    make_gpt2(args.out)
-    make_spm(args.out)
+    makers = {"llama3": make_llama3, "gpt2": make_gpt2, "spm": make_spm, "qwen2": make_qwen2}
+    for name, make in makers.items():
+        if args.only in (None, name):
+            make(args.out)
 
 
 if __name__ == "__main__":
