@@ -118,12 +118,13 @@ int Llama(lua_State* L) {
   table_config.tie_word_embeddings = o.boolean("tie_word_embeddings", config.tie_word_embeddings);
   table_config.attention_bias = o.boolean("attention_bias", config.attention_bias);
   table_config.mlp_bias = o.boolean("mlp_bias", config.mlp_bias);
+  table_config.qkv_bias = o.boolean("qkv_bias", config.qkv_bias);
   table_config.rms_norm_eps = o.number("rms_norm_eps", config.rms_norm_eps);
   table_config.rope_theta = o.number("rope_theta", config.rope_theta);
   std::vector<std::string> ignored;
   for (const char* key : {"preset", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                           "num_attention_heads", "num_key_value_heads", "head_dim",
-                          "tie_word_embeddings", "attention_bias", "mlp_bias", "rms_norm_eps",
+                          "tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "rms_norm_eps",
                           "rope_theta"}) {
     if (o.has(key)) ignored.push_back(key);
   }
@@ -375,8 +376,12 @@ int Config(lua_State* L) {
                         {"checkpoint_ratio", c.checkpoint_ratio},
                         {"bos_token_id", c.bos_token_id},
                         {"eos_token_id", c.eos_token_id}});
-    lua_pushboolean(L, c.tie_word_embeddings);
-    lua_setfield(L, -2, "tie_word_embeddings");
+    for (const auto& [key, value] : {std::pair{"tie_word_embeddings", c.tie_word_embeddings},
+                                     std::pair{"attention_bias", c.attention_bias},
+                                     std::pair{"mlp_bias", c.mlp_bias}, std::pair{"qkv_bias", c.qkv_bias}}) {
+      lua_pushboolean(L, value);
+      lua_setfield(L, -2, key);
+    }
   } else {
     lua_newtable(L);
   }

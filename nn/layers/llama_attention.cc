@@ -35,13 +35,13 @@ LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 3)),
       q_proj_(name + ".q_proj", shape.hidden, shape.heads * shape.head_dim,
-              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.qkv_bias, dtype, Parallel::kColumn, tp, region_grad_)),
       k_proj_(name + ".k_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.qkv_bias, dtype, Parallel::kColumn, tp, region_grad_)),
       v_proj_(name + ".v_proj", shape.hidden, shape.kv_heads * shape.head_dim,
-              llama_projection(shape.bias, dtype, Parallel::kColumn, tp, region_grad_)),
+              llama_projection(shape.qkv_bias, dtype, Parallel::kColumn, tp, region_grad_)),
       o_proj_(name + ".o_proj", shape.heads * shape.head_dim, shape.hidden,
-              llama_projection(shape.bias, dtype, Parallel::kRow, tp)) {
+              llama_projection(shape.o_bias, dtype, Parallel::kRow, tp)) {
   register_child(&q_proj_);
   register_child(&k_proj_);
   register_child(&v_proj_);

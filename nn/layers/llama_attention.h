@@ -9,14 +9,14 @@
 //
 // Children (Linear, WeightLayout::kOutIn: torch.nn.Linear's [out, in]):
 // "<name>.q_proj" [H D, C], "<name>.k_proj" and "<name>.v_proj" [KV D, C],
-// "<name>.o_proj" [C, H D]; biases on q/k/v/o with attention_bias (Hugging
-// Face's flag). With name "model.layers.<i>.self_attn" these are Hugging
+// "<name>.o_proj" [C, H D]; biases on q/k/v with qkv_bias and on o with
+// o_bias (Hugging Face's attention_bias sets both; Qwen2 has q/k/v's only). With name "model.layers.<i>.self_attn" these are Hugging
 // Face's names. Input [B, T, C] -> [B, T, C]. Positions are 0 .. T-1 of each
 // sequence. The backward rotates dq, dk back (the transpose of the rotation)
 // and sums the three projections' input gradients.
 //
 //   auto rope = *RotaryTable::create(64, 500000.0, std::nullopt);
-//   LlamaAttention attn("model.layers.0.self_attn", {2048, 32, 8, 64, false}, rope, DType::kF32);
+//   LlamaAttention attn("model.layers.0.self_attn", {2048, 32, 8, 64}, rope, DType::kF32);
 #ifndef COLOSSAL_NN_LAYERS_LLAMA_ATTENTION_H_
 #define COLOSSAL_NN_LAYERS_LLAMA_ATTENTION_H_
 
@@ -37,7 +37,8 @@ struct LlamaAttentionShape {
   int64_t heads = 0;     // H
   int64_t kv_heads = 0;  // KV (H a multiple of it)
   int64_t head_dim = 0;  // D (even)
-  bool bias = false;     // attention_bias
+  bool qkv_bias = false;  // q/k/v_proj biases (attention_bias, or Qwen2's)
+  bool o_bias = false;    // o_proj's (attention_bias)
 };
 
 class LlamaAttention : public Module {

@@ -89,11 +89,12 @@ TEST_F(LlamaLayersTest, MlpGradients) {
 }
 
 TEST_F(LlamaLayersTest, AttentionGradients) {
-  struct Case { int64_t heads, kv_heads, head_dim; bool bias, llama3; };
-  for (const Case& c : {Case{4, 2, 6, true, true}, Case{2, 2, 4, false, false},
-                        Case{4, 1, 4, false, true}}) {
+  // Biases: none, attention_bias's (q/k/v/o), Qwen2's (q/k/v only).
+  struct Case { int64_t heads, kv_heads, head_dim; bool qkv_bias, o_bias, llama3; };
+  for (const Case& c : {Case{4, 2, 6, true, true, true}, Case{2, 2, 4, false, false, false},
+                        Case{4, 1, 4, false, false, true}, Case{4, 2, 4, true, false, false}}) {
     LlamaAttention attn("attn", {.hidden = 8, .heads = c.heads, .kv_heads = c.kv_heads,
-                                 .head_dim = c.head_dim, .bias = c.bias},
+                                 .head_dim = c.head_dim, .qkv_bias = c.qkv_bias, .o_bias = c.o_bias},
                         rope(c.head_dim, c.llama3), DType::kF64);
     SCOPED_TRACE(::testing::Message() << c.heads << "/" << c.kv_heads << " heads of " << c.head_dim);
     expect_gradcheck(attn, random({2, 5, 8}, 3));

@@ -260,6 +260,45 @@ for window in 8 4; do
   fi
 done
 
+# A Qwen2 (a Llama with q/k/v biases): the recipe's tiny model with qkv_bias
+# (a copy of the recipe with the key added) trains and saves a Qwen2ForCausalLM
+# folder with the biases; that folder, with a Qwen2 tokenizer.json beside it,
+# is fine-tuned through from_pretrained and its steps say qwen2 again.
+qwen="$tmp/work_qwen2"
+mkdir -p "$qwen/recipes"
+sed 's/tie_word_embeddings = true },/tie_word_embeddings = true, qkv_bias = true },/' \
+  "$root/recipes/llama_finetune.lua" >"$qwen/recipes/llama_finetune.lua"
+qwen_saved="$qwen/checkpoints/llama_finetune/step_000002"
+if ! grep -qF "qkv_bias = true" "$qwen/recipes/llama_finetune.lua"; then
+  echo "FAIL: recipes/llama_finetune.lua's CPU model no longer ends in 'tie_word_embeddings = true },'" \
+    "(this test adds qkv_bias there)"
+  failures=$((failures + 1))
+elif ! (cd "$qwen" && timeout 300 "$bin" recipes/llama_finetune.lua "${sets[@]}" >"$tmp/qwen2.out" 2>&1); then
+  echo "FAIL: the tiny Qwen2 did not train:"; tail -n 20 "$tmp/qwen2.out"
+  failures=$((failures + 1))
+elif ! grep -qF '"model_type": "qwen2"' "$qwen_saved/config.json" ||
+    ! head -c 65536 "$qwen_saved/model.safetensors" | grep -qaF "self_attn.q_proj.bias" ||
+    head -c 65536 "$qwen_saved/model.safetensors" | grep -qaF "self_attn.o_proj.bias"; then
+  echo "FAIL: the tiny Qwen2's step is not a Qwen2 folder (model_type qwen2, q_proj but no o_proj bias):"
+  cat "$qwen_saved/config.json"
+  failures=$((failures + 1))
+else
+  rm -rf "$tmp/qwen2_hf" && cp -r "$qwen_saved" "$tmp/qwen2_hf" &&
+    cp "$root"/io/tokenizer/testdata/qwen2_tiny/tokenizer*.json "$tmp/qwen2_hf/"
+  if run_recipe "$name" 0 qwen2 "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+      --set checkpoint.dir=checkpoints/qwen2; then
+    saved="$tmp/work_$name/checkpoints/qwen2/step_000002"
+    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2.out" && grep -qF '"model_type": "qwen2"' "$saved/config.json" &&
+        cmp -s "$tmp/qwen2_hf/tokenizer.json" "$saved/tokenizer.json"; then
+      echo "ok: recipes/$name.lua fine-tunes a Qwen2 folder; its steps are Qwen2's and carry its tokenizer.json"
+    else
+      echo "FAIL: recipes/$name.lua with a Qwen2 folder:"
+      cat "$tmp/$name.qwen2.out" "$tmp/$name.qwen2.err" "$saved/config.json"
+      failures=$((failures + 1))
+    fi
+  fi
+fi
+
 if ((failures != 0)); then
   echo "$failures failure(s)"
   exit 1

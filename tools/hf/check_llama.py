@@ -7,7 +7,8 @@ the GPU host (torch, transformers, safetensors; nothing downloaded).
 For each of two tiny random LlamaForCausalLM (2 layers, hidden 256, 8 query /
 2 key-value heads, Llama-3 rope scaling; untied and tied embeddings) and a
 MistralForCausalLM of that shape with a sliding window of 128 (longer than the
-97 tokens: there full causal attention is the window's):
+97 tokens: there full causal attention is the window's), and a Qwen2ForCausalLM
+of that shape (q/k/v biases, tied, rope_theta 1e6):
   1. transformers saves it (save_pretrained, float32) with fixed tokens;
   2. colossal (llama_hf_case) loads the directory, writes its float32 logits on
      the CPU and the GPU, and saves its own checkpoint;
@@ -34,7 +35,7 @@ def main():
     import transformers
     from safetensors.torch import load_file, save_file
     from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
-                              MistralConfig, MistralForCausalLM)
+                              MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -43,9 +44,13 @@ def main():
     shape = dict(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
                  rms_norm_eps=1e-5, attn_implementation="eager")
-    for seed, name in enumerate(("untied", "tied", "mistral")):
+    for seed, name in enumerate(("untied", "tied", "mistral", "qwen2")):
         torch.manual_seed(1234 + seed)
-        if name == "mistral":
+        if name == "qwen2":
+            config = Qwen2Config(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
+                                 **shape)
+            model = Qwen2ForCausalLM(config).float().eval()
+        elif name == "mistral":
             config = MistralConfig(rope_theta=10000.0, sliding_window=128, **shape)
             model = MistralForCausalLM(config).float().eval()
         else:
@@ -55,7 +60,7 @@ def main():
                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
                 **shape)
             model = LlamaForCausalLM(config).float().eval()
-        with torch.no_grad():  # norms away from 1 so a mix-up between them shows
+        with torch.no_grad():  # norms away from 1 (biases from 0) so a mix-up between them shows
             for p in model.parameters():
                 if p.dim() == 1:
                     p.add_(0.2 * torch.randn_like(p))

@@ -81,6 +81,18 @@ std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& c, core::DType dtype
       {"torch_dtype", core::dtype_name(dtype)},
       {"colossal_padded_vocab_multiple", c.padded_vocab_multiple},
   };
+  if (c.qkv_bias && !c.attention_bias) {
+    // Qwen2's class: q/k/v biases, none on o_proj or the MLP (validate()
+    // refuses mlp_bias and a window beside qkv_bias).
+    j["architectures"] = {"Qwen2ForCausalLM"};
+    j["model_type"] = "qwen2";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j.erase("pretraining_tp");
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+    j["max_window_layers"] = c.num_hidden_layers;
+  }
   if (c.sliding_window > 0) {
     // Only Mistral's class has the window: transformers then computes what
     // the original checkpoint does past it too.
@@ -108,14 +120,27 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
   }
   const auto type = j.find("model_type");
   if (type == j.end() || !type->is_string() ||
-      (*type != "llama" && *type != "mistral")) {
+      (*type != "llama" && *type != "mistral" && *type != "qwen2")) {
     return key_error(what, "model_type",
                      absl::StrCat("is ", type == j.end() ? std::string("missing") : type->dump(),
-                                  "; expected \"llama\" (or \"mistral\")"));
+                                  "; expected \"llama\" (or \"mistral\", \"qwen2\")"));
   }
   LlamaConfig c;  // transformers' defaults for absent keys
+  const bool qwen2 = *type == "qwen2";
+  if (qwen2) {
+    // Qwen2 / Qwen2.5: a Llama with q/k/v biases. Its window applies only
+    // with use_sliding_window (false in every published checkpoint).
+    c.qkv_bias = true;
+    bool windowed = false;
+    if (absl::Status s = read(j, "use_sliding_window", &windowed, what); !s.ok()) return s;
+    if (windowed) {
+      return key_error(what, "use_sliding_window",
+                       "is true; sliding-window attention is not supported (Qwen2 here attends to every "
+                       "earlier position in every layer)");
+    }
+  }
   const auto window = j.find("sliding_window");
-  if (window != j.end() && !window->is_null()) {
+  if (!qwen2 && window != j.end() && !window->is_null()) {
     if (*type != "mistral") {
       return key_error(what, "sliding_window", "is set for model_type \"llama\", which has none");
     }
@@ -145,10 +170,13 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
                           std::pair{"rope_theta", &c.rope_theta}}) {
     if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
   }
-  for (auto [key, out] : {std::pair{"tie_word_embeddings", &c.tie_word_embeddings},
-                          std::pair{"attention_bias", &c.attention_bias},
-                          std::pair{"mlp_bias", &c.mlp_bias}}) {
-    if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
+  if (absl::Status s = read(j, "tie_word_embeddings", &c.tie_word_embeddings, what); !s.ok()) return s;
+  // Qwen2's class has its biases fixed; transformers ignores these keys there.
+  if (!qwen2) {
+    for (auto [key, out] : {std::pair{"attention_bias", &c.attention_bias},
+                            std::pair{"mlp_bias", &c.mlp_bias}}) {
+      if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
+    }
   }
   const auto act = j.find("hidden_act");
   if (act != j.end() && *act != "silu") {

@@ -18,16 +18,19 @@
 namespace colossal::nn {
 
 // config.json for LlamaForCausalLM with weights of `dtype` (MistralForCausalLM,
-// model_type "mistral", with a sliding_window).
+// model_type "mistral", with a sliding_window; Qwen2ForCausalLM, model_type
+// "qwen2", with qkv_bias and no attention_bias).
 std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& config, core::DType dtype);
 
 // The LlamaConfig a config.json describes. InvalidArgument naming `what` (the
-// file) and the key: a wrong type, a model_type other than "llama" or
-// "mistral", a sliding_window that is not positive (or set for "llama"), a
-// rope_scaling type other than "llama3", a config validate() refuses. A
-// Mistral's sliding_window becomes LlamaConfig::sliding_window: the model's
-// context is then at most the window (full causal attention is the same up to
-// there).
+// file) and the key: a wrong type, a model_type other than "llama",
+// "mistral" or "qwen2", a sliding_window that is not positive (or set for
+// "llama"), a Qwen2 with use_sliding_window, a rope_scaling type other than
+// "llama3", a config validate() refuses. A Mistral's sliding_window becomes
+// LlamaConfig::sliding_window: the model's context is then at most the window
+// (full causal attention is the same up to there). "qwen2" sets qkv_bias and
+// reads no attention_bias or mlp_bias (transformers' Qwen2 has fixed biases);
+// its sliding_window without use_sliding_window is unused, as in transformers.
 absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text,
                                                            std::string_view what);
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/gemm/gemm.h"
 #include "core/status/status.h"
 #include "core/status/suggest.h"
@@ -57,6 +58,21 @@ std::vector<Preset> presets() {
   c.num_attention_heads = 64, c.num_key_value_heads = 8, c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-5;
   p.push_back({"llama2-70b", c});
+  // Qwen/Qwen2.5-*: q/k/v biases, rope_theta 1e6, <|endoftext|> as bos and
+  // eos (there is no BOS in the text); the three small ones tie the head.
+  auto qwen2 = [](int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads, int64_t kv_heads,
+                  int64_t max_positions, bool tied) {
+    LlamaConfig q;
+    q.vocab_size = tied ? 151936 : 152064, q.hidden_size = hidden, q.intermediate_size = intermediate;
+    q.num_hidden_layers = layers, q.num_attention_heads = heads, q.num_key_value_heads = kv_heads;
+    q.max_position_embeddings = max_positions, q.rms_norm_eps = 1e-6, q.rope_theta = 1000000.0;
+    q.tie_word_embeddings = tied, q.qkv_bias = true, q.bos_token_id = 151643, q.eos_token_id = 151643;
+    return q;
+  };
+  p.push_back({"qwen2.5-0.5b", qwen2(896, 4864, 24, 14, 2, 32768, true)});
+  p.push_back({"qwen2.5-1.5b", qwen2(1536, 8960, 28, 12, 2, 131072, true)});
+  p.push_back({"qwen2.5-3b", qwen2(2048, 11008, 36, 16, 2, 32768, true)});
+  p.push_back({"qwen2.5-7b", qwen2(3584, 18944, 28, 28, 4, 131072, false)});
   return p;
 }
 
@@ -77,7 +93,8 @@ long double count_parameters(const LlamaConfig& c, int64_t vocab_rows) {
   const long double C = c.hidden_size, D = c.head_size(), H = c.num_attention_heads,
                     KV = c.kv_heads(), I = c.intermediate_size;
   const long double attention =
-      2 * C * H * D + 2 * C * KV * D + (c.attention_bias ? H * D + 2 * KV * D + C : 0);
+      2 * C * H * D + 2 * C * KV * D + (c.attention_bias || c.qkv_bias ? H * D + 2 * KV * D : 0) +
+      (c.attention_bias ? C : 0);
   const long double mlp = 3 * C * I + (c.mlp_bias ? 2 * I + C : 0);
   return static_cast<long double>(vocab_rows) * C * (c.tie_word_embeddings ? 1 : 2) +
          static_cast<long double>(c.num_hidden_layers) * (attention + mlp + 2 * C) + C;
@@ -98,7 +115,7 @@ absl::StatusOr<LlamaConfig> LlamaConfig::preset(absl::string_view name) {
   }
   return absl::NotFoundError(absl::StrCat(
       "unknown Llama preset \"", name, "\"", core::did_you_mean(name, names),
-      " (known: tinyllama-1.1b, llama3.2-1b, llama3.2-3b, llama2-7b, llama3-8b, llama2-70b)"));
+      " (known: ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::Status LlamaConfig::validate() const {
@@ -119,6 +136,13 @@ absl::Status LlamaConfig::validate() const {
   if (sliding_window < 0) {
     return field_error("sliding_window", absl::StrCat("is ", sliding_window,
                                                       "; it must be positive (0: none)"));
+  }
+  if (qkv_bias && mlp_bias) {
+    return field_error("qkv_bias", "(Qwen2's) with mlp_bias is not supported: Qwen2's MLP has no biases");
+  }
+  if (qkv_bias && sliding_window > 0) {
+    return field_error("qkv_bias", "(Qwen2's) with a sliding_window is not supported: a Qwen2 here has "
+                                   "full causal attention in every layer (use_sliding_window false)");
   }
   if (num_key_value_heads < 0 || head_dim < 0) {
     return field_error(num_key_value_heads < 0 ? "num_key_value_heads" : "head_dim",
@@ -183,7 +207,8 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
                     .heads = config.num_attention_heads,
                     .kv_heads = config.kv_heads(),
                     .head_dim = config.head_size(),
-                    .bias = config.attention_bias},
+                    .qkv_bias = config.attention_bias || config.qkv_bias,
+                    .o_bias = config.attention_bias},
       .intermediate = config.intermediate_size,
       .mlp_bias = config.mlp_bias,
       .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};

@@ -1,5 +1,6 @@
-// colossal::nn — the Llama family (Llama 2/3, TinyLlama, Mistral-style
-// grouped-query attention) built from nn/layers, under Hugging Face's names.
+// colossal::nn — the Llama family (Llama 2/3, TinyLlama, Mistral, and Qwen2 /
+// Qwen2.5, a Llama with q/k/v biases) built from nn/layers, under Hugging
+// Face's names.
 //
 //   tokens [B, T] int32 -> embed_tokens [B, T, C] -> num_hidden_layers
 //   LlamaBlocks (pre-RMSNorm, rotary positions, grouped-query attention,
@@ -9,9 +10,9 @@
 // (torch.nn.Linear layout [out, in]):
 //   model.embed_tokens.weight [Vp, C]     (HF: [V, C], the first V rows)
 //   model.layers.<i>.input_layernorm.weight [C]
-//   model.layers.<i>.self_attn.q_proj.weight [H D, C]   (+ .bias with attention_bias)
+//   model.layers.<i>.self_attn.q_proj.weight [H D, C]   (+ .bias with attention_bias or qkv_bias)
 //   model.layers.<i>.self_attn.k_proj.weight [KV D, C]  v_proj the same
-//   model.layers.<i>.self_attn.o_proj.weight [C, H D]
+//   model.layers.<i>.self_attn.o_proj.weight [C, H D]   (+ .bias with attention_bias)
 //   model.layers.<i>.post_attention_layernorm.weight [C]
 //   model.layers.<i>.mlp.gate_proj.weight [I, C]  up_proj the same, down_proj [C, I]
 //   model.norm.weight [C]
@@ -84,6 +85,10 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   bool attention_bias = false;
   bool mlp_bias = false;
+  // Qwen2's biases on q/k/v_proj only (attention_bias puts one on o_proj
+  // too). Hugging Face has no such field: config.json says model_type
+  // "qwen2" (Qwen2 and Qwen2.5), which sets it.
+  bool qkv_bias = false;
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
   // Ours: the embedding and head rows are vocab_size rounded up to a multiple
@@ -108,7 +113,8 @@ struct LlamaConfig {
   int64_t parameter_count() const;
 
   // "tinyllama-1.1b", "llama3.2-1b", "llama3.2-3b", "llama2-7b", "llama3-8b",
-  // "llama2-70b": Hugging Face's config.json of those checkpoints. NotFound
+  // "llama2-70b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b":
+  // Hugging Face's config.json of those checkpoints. NotFound
   // with the closest name otherwise.
   static absl::StatusOr<LlamaConfig> preset(absl::string_view name);
   // InvalidArgumentError naming the field: sizes positive; heads a multiple of

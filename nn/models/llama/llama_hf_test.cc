@@ -51,6 +51,17 @@ constexpr char kLlama32_1B_v5[] = R"({
   "tie_word_embeddings": true, "dtype": "bfloat16", "transformers_version": "5.17.0",
   "use_cache": true, "vocab_size": 128256})";
 
+// Qwen/Qwen2.5-0.5B's config.json as published.
+constexpr char kQwen25_05B[] = R"({
+  "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+  "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+  "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+  "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+  "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+  "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
+  "vocab_size": 151936})";
+
 void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.hidden_size, b.hidden_size);
@@ -64,6 +75,9 @@ void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
   EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
   EXPECT_EQ(a.rope_theta, b.rope_theta);
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+  EXPECT_EQ(a.attention_bias, b.attention_bias);
+  EXPECT_EQ(a.mlp_bias, b.mlp_bias);
+  EXPECT_EQ(a.qkv_bias, b.qkv_bias);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
   ASSERT_EQ(a.rope_scaling.has_value(), b.rope_scaling.has_value());
@@ -83,7 +97,7 @@ TEST(LlamaHuggingFace, PublishedConfigEqualsThePresetAndRoundTrips) {
   absl::StatusOr<LlamaConfig> v5 = LlamaConfigFromHuggingFaceJson(kLlama32_1B_v5, "config.json");
   ASSERT_TRUE(v5.ok()) << v5.status();
   expect_same(*v5, *LlamaConfig::preset("llama3.2-1b"));
-  for (const char* name : {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b"}) {
+  for (const char* name : {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b", "qwen2.5-0.5b", "qwen2.5-7b"}) {
     const LlamaConfig c = *LlamaConfig::preset(name);
     absl::StatusOr<LlamaConfig> back =
         LlamaConfigFromHuggingFaceJson(LlamaConfigToHuggingFaceJson(c, DType::kBF16), "x");
@@ -107,6 +121,8 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
            Case{R"({"model_type": "mistral", "sliding_window": "wide"})", "sliding_window"},
            Case{R"({"model_type": "llama", "sliding_window": 4096})", "sliding_window"},
            Case{R"({"model_type": "llama", "num_key_value_heads": 5})", "num_attention_heads"},
+           Case{R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window"},
+           Case{R"({"model_type": "qwen2", "use_sliding_window": "no"})", "use_sliding_window"},
            Case{R"([1, 2])", "JSON object"},
        }) {
     absl::StatusOr<LlamaConfig> r = LlamaConfigFromHuggingFaceJson(c.json, "dir/config.json");
@@ -114,6 +130,29 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
     EXPECT_TRUE(absl::StrContains(r.status().message(), "dir/config.json")) << r.status();
     EXPECT_TRUE(absl::StrContains(r.status().message(), c.key)) << r.status();
   }
+}
+
+// A Qwen2 is a Llama with q/k/v biases: its window is unused without
+// use_sliding_window, attention_bias (which transformers' Qwen2 ignores)
+// is not read, and it is written back as Qwen2ForCausalLM.
+TEST(LlamaHuggingFace, Qwen2ReadsAsALlamaWithQueryKeyValueBiases) {
+  absl::StatusOr<LlamaConfig> c = LlamaConfigFromHuggingFaceJson(kQwen25_05B, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  expect_same(*c, *LlamaConfig::preset("qwen2.5-0.5b"));
+  EXPECT_TRUE(c->qkv_bias);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->context(), 32768);
+  const std::string written = LlamaConfigToHuggingFaceJson(*c, DType::kBF16);
+  for (const char* text : {R"("model_type": "qwen2")", R"("Qwen2ForCausalLM")", R"("use_sliding_window": false)"}) {
+    EXPECT_TRUE(absl::StrContains(written, text)) << text << " in " << written;
+  }
+  EXPECT_FALSE(absl::StrContains(written, "attention_bias")) << written;
+  absl::StatusOr<LlamaConfig> odd = LlamaConfigFromHuggingFaceJson(
+      R"({"model_type": "qwen2", "attention_bias": true, "mlp_bias": true})", "x");
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_FALSE(odd->attention_bias);
+  EXPECT_FALSE(odd->mlp_bias);
+  EXPECT_TRUE(odd->qkv_bias);
 }
 
 // Mistral-7B-v0.1's config.json (transformers' Hub copy).

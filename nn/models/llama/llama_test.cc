@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nn/models/causal_lm/testing.h"
 #include "nn/module/gradcheck.h"
@@ -46,7 +47,9 @@ TEST_F(LlamaTest, PresetsMatchPublishedParameterCounts) {
   struct Case { const char* name; int64_t parameters; };
   for (const Case& c : {Case{"tinyllama-1.1b", 1100048384}, Case{"llama3.2-1b", 1235814400},
                         Case{"llama3.2-3b", 3212749824}, Case{"llama2-7b", 6738415616},
-                        Case{"llama3-8b", 8030261248}, Case{"llama2-70b", 68976648192}}) {
+                        Case{"llama3-8b", 8030261248}, Case{"llama2-70b", 68976648192},
+                        Case{"qwen2.5-0.5b", 494032768}, Case{"qwen2.5-1.5b", 1543714304},
+                        Case{"qwen2.5-3b", 3085938688}, Case{"qwen2.5-7b", 7615616512}}) {
     absl::StatusOr<LlamaConfig> config = LlamaConfig::preset(c.name);
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->parameter_count(), c.parameters) << c.name;
@@ -83,6 +86,23 @@ TEST_F(LlamaTest, HuggingFaceNamesAndShapes) {
   EXPECT_EQ(std::string(tied->family()), "llama");
 }
 
+// Qwen2's biases: q/k/v_proj have them, o_proj and the MLP do not.
+TEST_F(LlamaTest, Qwen2HasBiasesOnQueryKeyValueOnly) {
+  LlamaConfig c = tiny_config(/*tied=*/true);
+  c.qkv_bias = true;
+  auto model = *Llama::declare(c, DType::kF32);
+  const ParameterTable& t = model->table();
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    const ParameterEntry* bias = t.find(absl::StrCat("model.layers.1.self_attn.", proj, ".bias"));
+    ASSERT_NE(bias, nullptr) << proj;
+    EXPECT_EQ(bias->shape, (core::Shape{t.find(absl::StrCat("model.layers.1.self_attn.", proj, ".weight"))->shape[0]}));
+  }
+  EXPECT_EQ(t.find("model.layers.1.self_attn.o_proj.bias"), nullptr);
+  EXPECT_EQ(t.find("model.layers.1.mlp.down_proj.bias"), nullptr);
+  c.attention_bias = true;  // Llama's flag adds o_proj's too
+  EXPECT_NE(Llama::declare(c, DType::kF32).value()->table().find("model.layers.1.self_attn.o_proj.bias"), nullptr);
+}
+
 TEST_F(LlamaTest, InitFollowsTransformers) {
   LlamaConfig c = tiny_config(false);
   c.hidden_size = 64, c.num_attention_heads = 4, c.intermediate_size = 128;
@@ -106,7 +126,9 @@ TEST_F(LlamaTest, InitFollowsTransformers) {
 
 TEST_F(LlamaTest, TinyModelGradientsMatchFiniteDifferences) {
   for (bool tied : {false, true}) {
-    auto model = *Llama::create(tiny_config(tied), DType::kF64, Stream::cpu());
+    LlamaConfig config = tiny_config(tied);
+    config.qkv_bias = tied;  // the tied model as a Qwen2
+    auto model = *Llama::create(config, DType::kF64, Stream::cpu());
     ASSERT_TRUE(model->init(7).ok());
     std::mt19937_64 rng(3);
     std::normal_distribution<double> normal(0.0, 0.3);
@@ -131,6 +153,8 @@ TEST_F(LlamaTest, ConfigErrorsNameTheField) {
       {[](LlamaConfig& c) { c.rms_norm_eps = 0; }, "rms_norm_eps"},
       {[](LlamaConfig& c) { c.checkpoint_ratio = 2; }, "checkpoint_ratio"},
       {[](LlamaConfig& c) { c.rope_scaling->high_freq_factor = 0.5; }, "rope_scaling"},
+      {[](LlamaConfig& c) { c.qkv_bias = true, c.mlp_bias = true; }, "qkv_bias"},
+      {[](LlamaConfig& c) { c.qkv_bias = true, c.sliding_window = 8; }, "qkv_bias"},
       {[](LlamaConfig& c) { c.num_hidden_layers = int64_t{1} << 30, c.hidden_size = 1 << 16; },
        "num_hidden_layers"},
   };

@@ -36,14 +36,14 @@ absl::StatusOr<std::unique_ptr<CausalLM>> DeclareHuggingFaceModel(const std::str
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, GPT2::declare(*config, dtype));
     return std::unique_ptr<CausalLM>(std::move(model));
   }
-  if (model_type == "llama" || model_type == "mistral") {
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
     COLOSSAL_ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHuggingFaceJson(text, path));
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, Llama::declare(config, dtype));
     return std::unique_ptr<CausalLM>(std::move(model));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "'", path, "': \"model_type\" is ", type == j.end() ? std::string("missing") : type->dump(),
-      "; colossal reads \"gpt2\", \"llama\" and \"mistral\""));
+      "; colossal reads \"gpt2\", \"llama\", \"mistral\" and \"qwen2\""));
 }
 
 }  // namespace colossal::nn
