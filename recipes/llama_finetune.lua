@@ -1,4 +1,4 @@
--- Fine-tune a Llama-family model (Llama 2/3, TinyLlama) from a Hugging Face
+-- Fine-tune a Llama-family model (Llama 2/3, TinyLlama, Mistral, Qwen2/Qwen2.5) from a Hugging Face
 -- directory (config.json + model.safetensors), with ZeRO stage 2.
 --
 --   ./colossal recipes/llama_finetune.lua                    a tiny random Llama (CPU) or
@@ -13,8 +13,10 @@
 --   colossal data prepare --tokenizer /models/Llama-3.2-1B --input my.txt --output data/mine
 -- Without a directory the recipe trains the model it describes below on the
 -- built-in Shakespeare corpus (GPT-2's tokenizer: the vocabulary covers it).
--- Checkpoints are Hugging Face directories: transformers' LlamaForCausalLM
--- loads checkpoints/llama_finetune/step_N directly.
+-- Checkpoints are Hugging Face directories: transformers loads
+-- checkpoints/llama_finetune/step_N directly (as LlamaForCausalLM, or the
+-- folder's own Mistral/Qwen2 class). On a GPU, a Qwen2.5 of random weights:
+--   --set model.preset=qwen2.5-0.5b
 local colossal = require("colossal")
 local env = colossal.env()
 local gpu = env.device ~= "cpu"

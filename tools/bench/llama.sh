@@ -13,9 +13,10 @@
 #   parity     tools/hf/check_llama.py: transformers' tiny Llama in and out (fp32 logits)
 #   tokenizer  Llama-3 tokenizer ids against transformers' (the tiny tokenizer.json fixture)
 #   kernels    rope, SwiGLU and GQA attention benchmarks beside tools/bench/torch_llama_kernels.py
-#   model      Llama-3.2-1B shape, bf16, T 2048: colossal bench recipes/llama_finetune.lua beside
+#   model      Llama-3.2-1B shape (or LLAMA_SHAPE's), bf16, T 2048: colossal bench recipes/llama_finetune.lua beside
 #              tools/bench/torch_llama_train.py (transformers eager and torch.compile)
-# Env: LLAMA_BATCHES (default "4 8"), LLAMA_CKPT (checkpoint_ratio, default 0).
+# Env: LLAMA_BATCHES (default "4 8"), LLAMA_CKPT (checkpoint_ratio, default 0), LLAMA_SHAPE (a
+# preset both sides know: llama3.2-1b (default), tinyllama-1.1b, qwen2.5-0.5b, qwen2.5-1.5b).
 set -uo pipefail
 B="$1"
 shift
@@ -60,11 +61,14 @@ if has kernels; then
   (cd tools/bench && python3 torch_llama_kernels.py)
 fi
 if has model; then
+  shape="${LLAMA_SHAPE:-llama3.2-1b}"
+  : >/tmp/torch_llama.out
   for b in ${LLAMA_BATCHES:-4 8}; do
     line=$("$bin/lua_colossal" bench recipes/llama_finetune.lua --steps 10 --warmup 3 \
+      --set "model.preset=$shape" \
       --set "data.micro_batch_size=$b" --set "model.checkpoint_ratio=${LLAMA_CKPT:-0}" 2>&1 | grep '^bench:' | head -1)
-    note "colossal llama3.2-1b B$b: ${line:-failed}"
-    (cd tools/bench && python3 torch_llama_train.py --batch "$b" --seq 2048 \
+    note "colossal $shape B$b: ${line:-failed}"
+    (cd tools/bench && python3 torch_llama_train.py --shape "$shape" --batch "$b" --seq 2048 \
       ${LLAMA_TORCH_CKPT:+--checkpointing}) 2>&1 | grep -E "^torch (eager|compile)" | while read -r l; do
       echo "$l"; done | tee -a /tmp/torch_llama.out
   done

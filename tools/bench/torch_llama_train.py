@@ -1,5 +1,5 @@
 """PyTorch reference for the Llama training benchmark (issue #17): transformers'
-LlamaForCausalLM at a published shape, one optimizer step timed, beside
+LlamaForCausalLM (or Qwen2ForCausalLM) at a published shape, one optimizer step timed, beside
 `colossal bench recipes/llama_finetune.lua` in the same call.
 
 The model: LlamaForCausalLM(LlamaConfig of --shape) with random weights (transformers'
@@ -38,15 +38,25 @@ SHAPES = {
     "tinyllama-1.1b": dict(vocab_size=32000, hidden_size=2048, intermediate_size=5632,
                            num_hidden_layers=22, num_attention_heads=32, num_key_value_heads=4,
                            max_position_embeddings=2048, rms_norm_eps=1e-5),
+    # Qwen2ForCausalLM (q/k/v biases), as colossal's qwen2.5-* presets.
+    "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                         num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                         max_position_embeddings=32768, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         tie_word_embeddings=True, use_sliding_window=False),
+    "qwen2.5-1.5b": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                         num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                         max_position_embeddings=131072, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         tie_word_embeddings=True, use_sliding_window=False),
 }
 
 
 def run(variant, args):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(**SHAPES[args.shape], attn_implementation="sdpa")
-    model = LlamaForCausalLM(config).cuda()
+    qwen2 = args.shape.startswith("qwen2")
+    config = (Qwen2Config if qwen2 else LlamaConfig)(**SHAPES[args.shape], attn_implementation="sdpa")
+    model = (Qwen2ForCausalLM if qwen2 else LlamaForCausalLM)(config).cuda()
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
