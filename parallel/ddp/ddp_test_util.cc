@@ -43,6 +43,8 @@ const char* family_name(Family family) {
       return "llama";
     case Family::kLlamaTied:
       return "llama_tied";
+    case Family::kQwen2:
+      return "qwen2";
   }
   return "?";
 }
@@ -71,6 +73,12 @@ nn::LlamaConfig tiny_llama_config(bool tied, double checkpoint_ratio) {
   };
 }
 
+nn::LlamaConfig tiny_llama_config(Family family, double checkpoint_ratio) {
+  nn::LlamaConfig c = tiny_llama_config(family != Family::kLlama, checkpoint_ratio);
+  c.qkv_bias = family == Family::kQwen2;
+  return c;
+}
+
 nn::MicroBatch micro_batch(int step, int rank, int micro) {
   Tensor in = *Tensor::empty({kRows, kT}, DType::kI32, Stream::cpu());
   Tensor tg = *Tensor::empty({kRows, kT}, DType::kI32, Stream::cpu());
@@ -93,8 +101,7 @@ nn::MicroBatch micro_batch(int step, int rank, int micro) {
 
 std::unique_ptr<nn::CausalLM> declare_model(Family family, double checkpoint_ratio) {
   if (family == Family::kGpt2) return *nn::GPT2::declare(tiny_config(checkpoint_ratio), DType::kF32);
-  return *nn::Llama::declare(tiny_llama_config(family == Family::kLlamaTied, checkpoint_ratio),
-                             DType::kF32);
+  return *nn::Llama::declare(tiny_llama_config(family, checkpoint_ratio), DType::kF32);
 }
 
 std::unique_ptr<nn::GPT2> make_model(uint64_t seed, double checkpoint_ratio) {

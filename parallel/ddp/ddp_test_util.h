@@ -49,8 +49,9 @@ constexpr double kWeightDecay = 0.1;
 
 // The model families every plugin is tested on: GPT-2 (its head tied to wte)
 // and Llama with an untied head (lm_head) or a tied one (reads embed_tokens).
-enum class Family { kGpt2, kLlama, kLlamaTied };
-// "gpt2", "llama", "llama_tied".
+// kQwen2: the tied tiny Llama with Qwen2's q/k/v biases.
+enum class Family { kGpt2, kLlama, kLlamaTied, kQwen2 };
+// "gpt2", "llama", "llama_tied", "qwen2".
 const char* family_name(Family family);
 // What test and scenario names end with: "" for GPT-2 (the names the tests
 // had before Llama), else "_" + family_name.
@@ -63,6 +64,8 @@ nn::GPT2Config tiny_config(double checkpoint_ratio = 0.0);
 // SwiGLU 24, rope_theta 100 with Llama 3 scaling that changes both
 // frequencies (factor 8 over an original range of 8 positions).
 nn::LlamaConfig tiny_llama_config(bool tied, double checkpoint_ratio = 0.0);
+// tiny_llama_config of a Llama family (kQwen2: tied, with qkv_bias).
+nn::LlamaConfig tiny_llama_config(Family family, double checkpoint_ratio = 0.0);
 // kRows rows of kT (+1) tokens below 11, a function of (step, rank, micro) only.
 nn::MicroBatch micro_batch(int step, int rank, int micro);
 // The tiny model of `family` (tiny_config, tiny_llama_config), declared: no memory.

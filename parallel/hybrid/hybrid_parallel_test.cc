@@ -115,6 +115,15 @@ std::vector<HybridCase> cases() {
     out.push_back({f, 4, 1, 1, 2, 2, 2, false, 1, kMicro, 2});
     if (f == Family::kGpt2) out.push_back({f, 4, 2, 1, 1, 2, 4, false, 1, kMicro, 2});
   }
+  // Qwen2's q/k/v biases split with their projections' columns (tp2, with
+  // split_gather, over ZeRO-2 copies) and travel through a2a and pipeline
+  // stages like the weights.
+  const Family q = Family::kQwen2;
+  out.push_back({q, 2, 2, 0});
+  out.push_back({q, 4, 2, 2});
+  out.push_back({q, 4, 2, 1, 1, 2, 2, true});
+  out.push_back({q, 4, 2, 1, 2});
+  out.push_back({q, 4, 1, 1, 1, 2, 2, false, 1, kMicro, 2});
   return out;
 }
 
@@ -192,6 +201,12 @@ void expect_checkpoint_continues(const HybridCase& first, const HybridCase& then
 // ... and loaded into tp4 x dp2 through the plugin, it continues the same way.
 TEST(Hybrid, CheckpointOfTp2Pp2Dp2LoadsIntoTp4) {
   expect_checkpoint_continues({Family::kGpt2, 8, 2, 1, 2, 2, 4}, {Family::kGpt2, 8, 4, 1, 1, 2, 4});
+}
+
+// A Qwen2's checkpoint at tp2 x dp2 (its q/k/v biases gathered over tp like
+// the weights) continues at dp2 without tensor parallelism.
+TEST(Hybrid, Qwen2CheckpointOfTp2Dp2LoadsIntoDp2) {
+  expect_checkpoint_continues({Family::kQwen2, 4, 2, 1}, {Family::kQwen2, 2, 1, 1});
 }
 
 // A checkpoint of the interleaved schedule (tp2 x pp2 x dp2, two chunks per

@@ -28,7 +28,7 @@ std::unique_ptr<nn::CausalLM> declare_case_model(const HybridCase& c) {
     g.n_embd = 4 * c.heads;
     return *nn::GPT2::declare(g, DType::kF32);
   }
-  nn::LlamaConfig l = tiny_llama_config(c.family == Family::kLlamaTied);
+  nn::LlamaConfig l = tiny_llama_config(c.family);
   l.num_hidden_layers = c.layers;
   return *nn::Llama::declare(l, DType::kF32);
 }
@@ -50,7 +50,7 @@ std::vector<int64_t> layers_per_stage(const HybridCase& c) {
 }
 
 absl::StatusOr<HybridCase> case_of(const std::string& name) {
-  for (Family f : {Family::kGpt2, Family::kLlama, Family::kLlamaTied}) {
+  for (Family f : {Family::kGpt2, Family::kLlama, Family::kLlamaTied, Family::kQwen2}) {
     for (int world : {1, 2, 4, 8}) {
       for (int tp : {1, 2, 4}) {
         for (int pp : {1, 2, 4}) {
