@@ -146,6 +146,35 @@ absl::StatusOr<Tensor> cast(Context& ctx, const Tensor& in, DType dtype) {
   return out;
 }
 
+absl::Status cast(const Stream& stream, const Tensor& out, const Tensor& in) {
+  constexpr const char* op = "cast";
+  if (!in.defined() || !out.defined()) return invalid(op, in.defined() ? "out is undefined" : "in is undefined");
+  if (out.device() != in.device() || out.numel() != in.numel()) {
+    return invalid(op, absl::StrCat("in (", internal::describe(in), ") and out (", internal::describe(out),
+                                    ") must be on one device with as many elements"));
+  }
+  if (internal::overlaps(out, in) && !internal::same_memory(out, in)) {
+    return invalid(op, absl::StrCat("out (", internal::describe(out), ") overlaps in (", internal::describe(in),
+                                    ") without being the same memory"));
+  }
+  if (out.device().is_cpu()) {
+    return from_kernel_status(ke::cast_cpu(out.raw_data(), in.raw_data(), out.numel(), out.dtype(), in.dtype()),
+                              op);
+  }
+  if (stream.device() != out.device()) {
+    return invalid(op, absl::StrCat("the tensors are on ", out.device().to_string(), ", the stream on ",
+                                    stream.device().to_string()));
+  }
+#if COLOSSAL_WITH_CUDA
+  DeviceGuard guard(out.device());
+  return from_kernel_status(
+      ke::cast_cuda(out.raw_data(), in.raw_data(), out.numel(), out.dtype(), in.dtype(), stream.handle()), op);
+#else
+  return absl::FailedPreconditionError(absl::StrCat(op, ": a ", out.device().to_string(),
+                                                    " tensor in a build without CUDA"));
+#endif
+}
+
 absl::Status fill(Context& ctx, Tensor& out, double value) {
   constexpr const char* op = "fill";
   COLOSSAL_RETURN_IF_ERROR(check_operand(ctx, op, "out", out));

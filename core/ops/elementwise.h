@@ -34,6 +34,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
+#include "core/device/stream.h"
 #include "core/dtype/dtype.h"
 #include "core/tensor/shape.h"
 #include "core/tensor/tensor.h"
@@ -70,6 +71,13 @@ absl::Status cast(Context& ctx, Tensor& out, const Tensor& in);
 // other frameworks — but always a new tensor, also when dtype == in.dtype()
 // (then a copy), so writing to the result never changes `in`.
 absl::StatusOr<Tensor> cast(Context& ctx, const Tensor& in, DType dtype);
+// cast() for code that runs on streams of its own rather than a Context's
+// (ZeRO's gradient buckets, Gemini's chunks, optimizer masters): out and in
+// on one device with as many elements (shapes may differ: flat views of a
+// buffer). CUDA tensors are converted on `stream`, which must be of their
+// device (enqueued, not synchronised); CPU tensors at once, whatever the
+// stream. Aliasing and conversion rules as cast().
+absl::Status cast(const Stream& stream, const Tensor& out, const Tensor& in);
 
 // Every element of out = value converted to out's dtype with cast's rules
 // (e.g. 2.7 -> int32 2, 300 -> uint8 255). Every dtype.

@@ -401,6 +401,21 @@ TEST(OpsCpuTest, CastInPlaceBetweenSameSizeDtypes) {
   EXPECT_TRUE(same_bits(as_int, want));
 }
 
+// The stream-taking cast: the Context one's values over flat views of any
+// shapes with as many elements; mismatches are errors, never a partial copy.
+TEST(OpsCpuTest, CastOnAStreamMatchesTheContextsCast) {
+  auto ctx = cpu_context();
+  const Tensor x = random_tensor({6, 7}, DType::kF32, 21, -3, 3);
+  const Tensor want = must(cast(*ctx, x, DType::kBF16));
+  Tensor flat = must(Tensor::empty({42}, DType::kBF16, Stream::cpu()));
+  ASSERT_TRUE(fill(*ctx, flat, 7.0).ok());
+  ASSERT_TRUE(cast(Stream::cpu(), flat, x).ok());
+  EXPECT_TRUE(same_bits(must(Tensor::from_storage(flat.storage(), flat.byte_offset(), {6, 7}, DType::kBF16)), want));
+  const Tensor short_out = must(Tensor::empty({41}, DType::kBF16, Stream::cpu()));
+  EXPECT_TRUE(contains(cast(Stream::cpu(), short_out, x).message(), "as many elements"));
+  EXPECT_TRUE(contains(cast(Stream::cpu(), Tensor(), x).message(), "out is undefined"));
+}
+
 TEST(OpsCpuTest, FillAndFull) {
   auto ctx = cpu_context();
   for (DType t : kAllTypes) {
@@ -776,7 +791,15 @@ TEST(OpsCudaTest, ElementwiseIsBitIdenticalToCpu) {
         for (DType to : kAllTypes) {
           EXPECT_TRUE(same_bits(to_host(*gpu, must(cast(*gpu, da, to))), must(cast(*cpu, a, to))))
               << what << " cast to " << dtype_name(to);
+          Tensor on_stream = must(Tensor::empty({s.numel()}, to, gpu->compute_stream()));
+          ASSERT_TRUE(cast(gpu->compute_stream(), on_stream, da).ok()) << what;
+          EXPECT_TRUE(same_bits(to_host(*gpu, on_stream), must(cast(*cpu, must(Tensor::from_storage(
+              a.storage(), a.byte_offset(), {s.numel()}, t)), to))))
+              << what << " cast on a stream to " << dtype_name(to);
         }
+        // A CUDA tensor and a CPU stream, or tensors on two devices, are refused.
+        EXPECT_FALSE(cast(Stream::cpu(), to_device(*gpu, a), da).ok()) << what;
+        EXPECT_FALSE(cast(gpu->compute_stream(), must(Tensor::empty(s, t, Stream::cpu())), da).ok()) << what;
         Tensor filled = to_device(*gpu, a, misalign);
         ASSERT_TRUE(fill(*gpu, filled, -123.456).ok());
         EXPECT_TRUE(same_bits(to_host(*gpu, filled), must(full(*cpu, s, t, -123.456)))) << what;

@@ -8,9 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/ops/elementwise.h"
 #include "core/status/check.h"
 #include "core/status/status.h"
-#include "kernels/elementwise/elementwise.h"
 #include "nn/optim/device_util.h"
 
 namespace colossal::nn {
@@ -552,20 +552,9 @@ absl::Status Optimizer::load_state_dict(const OptimizerStateDict& state) {
         COLOSSAL_ASSIGN_OR_RETURN(m, m.to(slot.ref.model_copy.device(), stream_));
       }
       if (!slot.ref.model_copy.defined()) continue;
-      core::Tensor& c = slot.ref.model_copy;
-      kernels::KernelStatus ks;
-      if (m.device().is_cpu()) {
-        ks = kernels::elementwise::cast_cpu(c.raw_data(), m.raw_data(), m.numel(), c.dtype(),
-                                            core::DType::kF32);
-      } else {
-#if COLOSSAL_WITH_CUDA
-        core::DeviceGuard guard(stream_.device());
-        ks = kernels::elementwise::cast_cuda(c.raw_data(), m.raw_data(), m.numel(), c.dtype(),
-                                             core::DType::kF32, stream_.handle());
-#endif
-      }
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          ks, absl::StrCat("load_state_dict: model copy of ", param_what(slot.ref.name))));
+      COLOSSAL_RETURN_IF_ERROR(core::annotate(
+          core::ops::cast(stream_, slot.ref.model_copy, m),
+          absl::StrCat("load_state_dict: model copy of ", param_what(slot.ref.name))));
     }
   }
   return absl::OkStatus();

@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
-#include "kernels/elementwise/elementwise.h"
 #include "nn/optim/device_util.h"
 
 namespace colossal::nn {
@@ -38,18 +38,8 @@ absl::StatusOr<ParamRef> make_master_param(std::string name, const core::Tensor&
   COLOSSAL_ASSIGN_OR_RETURN(core::Stream s, internal::stream_for(model_weight.device(), stream, what));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master,
                             core::Tensor::empty(model_weight.shape(), core::DType::kF32, s));
-  kernels::KernelStatus ks;
-  if (model_weight.device().is_cpu()) {
-    ks = kernels::elementwise::cast_cpu(master.raw_data(), model_weight.raw_data(),
-                                        model_weight.numel(), core::DType::kF32, dt);
-  } else {
-#if COLOSSAL_WITH_CUDA
-    core::DeviceGuard guard(s.device());
-    ks = kernels::elementwise::cast_cuda(master.raw_data(), model_weight.raw_data(),
-                                         model_weight.numel(), core::DType::kF32, dt, s.handle());
-#endif
-  }
-  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(ks, absl::StrCat(what, ": master copy")));
+  COLOSSAL_RETURN_IF_ERROR(
+      core::annotate(core::ops::cast(s, master, model_weight), absl::StrCat(what, ": master copy")));
   return ParamRef{std::move(name), std::move(master), std::move(grad), model_weight, {}};
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "nn/optim/state_dict.h"
 #include "parallel/gemini/gemini_plugin.h"
@@ -95,7 +96,7 @@ absl::Status GeminiPlugin::load_model_state_dict(nn::ParameterStore& store,
           // (split masters: low halves of zero).
           COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master, k.master.slice(at_shard, at_shard + hi - lo));
           if (s.split_master()) return master.set_zero(at);
-          return cast_into(master, dst, at);
+          return core::ops::cast(at, master, dst);
         }));
   }
   if (s.cuda) s.stream.synchronize();
@@ -243,7 +244,7 @@ absl::Status GeminiPlugin::load_optimizer_state_dict(nn::Optimizer& optimizer,
             COLOSSAL_RETURN_IF_ERROR(d.copy_from(src, s.stream));
             if (!master) return absl::OkStatus();
             // The 16-bit values follow the loaded master (its rounding).
-            return cast_into(value, d, k.on_device ? s.stream : core::Stream::cpu());
+            return core::ops::cast(k.on_device ? s.stream : core::Stream::cpu(), value, d);
           }));
     }
   }

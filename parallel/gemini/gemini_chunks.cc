@@ -15,7 +15,6 @@
 #include "core/status/status.h"
 #include "core/trace/trace.h"
 #include "kernels/adam/adam.h"
-#include "kernels/elementwise/elementwise.h"
 #include "parallel/gemini/gemini_state.h"
 
 namespace colossal::parallel {
@@ -26,22 +25,6 @@ std::string bytes(int64_t n) {
 }
 
 }  // namespace
-
-absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const core::Stream& stream) {
-  if (dst.numel() != src.numel()) return absl::InternalError("gemini: cast of tensors of different lengths");
-#if COLOSSAL_WITH_CUDA
-  if (dst.device().is_cuda()) {
-    return core::from_kernel_status(
-        kernels::elementwise::cast_cuda(dst.raw_data(), src.raw_data(),
-                                        dst.numel(), dst.dtype(), src.dtype(), stream.handle()),
-        "gemini: cast");
-  }
-#endif
-  return core::from_kernel_status(
-      kernels::elementwise::cast_cpu(dst.raw_data(), src.raw_data(),
-                                     dst.numel(), dst.dtype(), src.dtype()),
-      "gemini: cast");
-}
 
 namespace {
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/alloc/default_allocator.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "nn/module/parameter_init.h"
 #include "nn/optim/state_dict.h"
@@ -172,7 +173,7 @@ absl::Status GeminiPlugin::materialize(nn::ParameterStore& store, uint64_t seed,
       COLOSSAL_RETURN_IF_ERROR(split_into(k.value, k.master, draws, at));
       if (k.on_device) stream.synchronize();  // draws is freed next
     } else if (s.sixteen_bit()) {
-      COLOSSAL_RETURN_IF_ERROR(cast_into(k.value, k.master, at));
+      COLOSSAL_RETURN_IF_ERROR(core::ops::cast(at, k.value, k.master));
     }
   }
   if (s.cuda) stream.synchronize();  // host shards are read by the host next

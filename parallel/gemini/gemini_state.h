@@ -121,9 +121,6 @@ absl::Status for_each_shard_part(const GeminiChunk& k, const nn::ParameterTable&
   return absl::OkStatus();
 }
 
-// dst = src converted to dst's dtype (same length), on the device of `stream`
-// for CUDA tensors, on the host otherwise.
-absl::Status cast_into(const core::Tensor& dst, const core::Tensor& src, const core::Stream& stream);
 // Split masters (kernels/adam split_master.h), all of one length and device:
 // float32 `master` into the bfloat16 `hi` and uint16 `lo`, and back.
 absl::Status split_into(const core::Tensor& hi, const core::Tensor& lo, const core::Tensor& master,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
 #include "core/device/device.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -71,28 +72,16 @@ absl::Status add_into(void* dst, const void* src, int64_t n, core::DType dtype,
   return core::from_kernel_status(s, "accumulating the gradient shard");
 }
 
-// dst = src converted, n elements of the given dtypes, on `on`'s device.
-absl::Status cast_on(void* dst, core::DType dst_dtype, const void* src, core::DType src_dtype,
-                     int64_t n, const core::Stream& on) {
-  kernels::KernelStatus s;
-  if (!on.is_cuda()) {
-    s = kernels::elementwise::cast_cpu(dst, src, n, dst_dtype, src_dtype);
-  } else {
-#if COLOSSAL_WITH_CUDA
-    core::DeviceGuard guard(on.device());
-    s = kernels::elementwise::cast_cuda(dst, src, n, dst_dtype, src_dtype, on.handle());
-#else
-    s = kernels::KernelStatus::unsupported("CUDA work in a build without CUDA");
-#endif
-  }
-  return core::from_kernel_status(s, "converting gradients for communication_dtype");
+// dst = src converted (as many elements), on `on`.
+absl::Status cast_on(const core::Tensor& dst, const core::Tensor& src, const core::Stream& on) {
+  return core::annotate(core::ops::cast(on, dst, src), "converting gradients for communication_dtype");
 }
 
 // A new tensor of `dtype` on `on` holding `src` converted (as many elements).
 absl::StatusOr<core::Tensor> converted(const core::Tensor& src, core::DType dtype,
                                        const core::Stream& on) {
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor t, core::Tensor::empty({src.numel()}, dtype, on));
-  COLOSSAL_RETURN_IF_ERROR(cast_on(t.raw_data(), dtype, src.raw_data(), src.dtype(), src.numel(), on));
+  COLOSSAL_RETURN_IF_ERROR(cast_on(t, src, on));
   return t;
 }
 
@@ -323,8 +312,7 @@ absl::StatusOr<comm::WorkPtr> ZeroGradReduction::launch_bucket(size_t b,
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor src,
                               f.grads.slice(lo - bucket.offset, lo - bucket.offset + n));
     COLOSSAL_RETURN_IF_ERROR(
-        converts ? cast_on(dst.raw_data(), wire_dtype_, src.raw_data(), dtype_, n, in)
-                 : dst.copy_from(src, in));
+        converts ? cast_on(dst, src, in) : dst.copy_from(src, in));
   }
   f.grads = core::Tensor();  // packed: back to the pool, after the copies on `in`
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor recv, f.recv.slice(0, sc.chunk));
@@ -339,21 +327,20 @@ absl::Status ZeroGradReduction::land(const InFlight& f, const core::Stream& on) 
     COLOSSAL_ASSIGN_OR_RETURN(
         const core::Tensor range,
         store_.flat_grads(dtype_).slice(bucket.offset, bucket.offset + bucket.count));
-    return cast_on(range.raw_data(), dtype_, f.wire.raw_data(), wire_dtype_, bucket.count, on);
+    return cast_on(range, f.wire, on);
   }
   const Bucket& sc = buckets_[f.bucket];
   if (sc.mine_n == 0 || f.in_shard) return absl::OkStatus();
   // A bucket reduced in place to this rank: its average is in its memory (or
   // its converted copy); else in the receive buffer. All in the wire dtype.
-  const int64_t wsize = static_cast<int64_t>(core::dtype_size(wire_dtype_));
   const core::Tensor& reduced = f.wire.defined() ? f.wire : f.grads;
-  const char* src = reduced.defined() ? static_cast<const char*>(reduced.raw_data()) +
-                                            (sc.mine_lo - bucket.offset) * wsize
-                                      : static_cast<const char*>(f.recv.raw_data());
+  const int64_t first = reduced.defined() ? sc.mine_lo - bucket.offset : 0;
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor mine,
+                            (reduced.defined() ? reduced : f.recv).slice(first, first + sc.mine_n));
   char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
-  if (wire_dtype_ == dtype_) return add_into(dst, src, sc.mine_n, dtype_, on);
+  if (wire_dtype_ == dtype_) return add_into(dst, mine.raw_data(), sc.mine_n, dtype_, on);
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor part, core::Tensor::empty({sc.mine_n}, dtype_, on));
-  COLOSSAL_RETURN_IF_ERROR(cast_on(part.raw_data(), dtype_, src, wire_dtype_, sc.mine_n, on));
+  COLOSSAL_RETURN_IF_ERROR(cast_on(part, mine, on));
   return add_into(dst, part.raw_data(), sc.mine_n, dtype_, on);
 }
 
