@@ -3,6 +3,7 @@
 #include "core/ops/elementwise.h"
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "absl/strings/str_cat.h"
 #include "core/ops/ops_internal.h"
@@ -146,32 +147,74 @@ absl::StatusOr<Tensor> cast(Context& ctx, const Tensor& in, DType dtype) {
   return out;
 }
 
+namespace {
+
+// The stream ops' checks: `out` and each input defined, on one device, with
+// as many elements, in place or disjoint; a CUDA device the stream's.
+absl::Status check_on_stream(const char* op, const Stream& stream, const Tensor& out,
+                             std::initializer_list<const Tensor*> inputs) {
+  if (!out.defined()) return invalid(op, "out is undefined");
+  for (const Tensor* in : inputs) {
+    if (!in->defined()) return invalid(op, "an input is undefined");
+    if (in->device() != out.device() || in->numel() != out.numel()) {
+      return invalid(op, absl::StrCat("in (", internal::describe(*in), ") and out (", internal::describe(out),
+                                      ") must be on one device with as many elements"));
+    }
+    if (internal::overlaps(out, *in) && !internal::same_memory(out, *in)) {
+      return invalid(op, absl::StrCat("out (", internal::describe(out), ") overlaps in (",
+                                      internal::describe(*in), ") without being the same memory"));
+    }
+  }
+  if (out.device().is_cuda() && stream.device() != out.device()) {
+    return invalid(op, absl::StrCat("the tensors are on ", out.device().to_string(), ", the stream on ",
+                                    stream.device().to_string()));
+  }
+  return absl::OkStatus();
+}
+
+#if !COLOSSAL_WITH_CUDA
+absl::Status no_cuda(const char* op) {
+  return absl::FailedPreconditionError(absl::StrCat(op, ": CUDA tensors in a build without CUDA"));
+}
+#endif
+
+}  // namespace
+
+absl::Status add(const Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b) {
+  constexpr const char* op = "add";
+  COLOSSAL_RETURN_IF_ERROR(check_on_stream(op, stream, out, {&a, &b}));
+  if (a.dtype() != out.dtype() || b.dtype() != out.dtype()) {
+    return invalid(op, absl::StrCat("dtypes ", dtype_name(a.dtype()), ", ", dtype_name(b.dtype()), " and ",
+                                    dtype_name(out.dtype()), " (out) differ"));
+  }
+  if (out.device().is_cpu()) {
+    return from_kernel_status(ke::binary_cpu(out.raw_data(), a.raw_data(), b.raw_data(), out.numel(),
+                                             out.dtype(), ke::BinaryOp::kAdd),
+                              op);
+  }
+#if COLOSSAL_WITH_CUDA
+  DeviceGuard guard(out.device());
+  return from_kernel_status(ke::binary_cuda(out.raw_data(), a.raw_data(), b.raw_data(), out.numel(),
+                                            out.dtype(), ke::BinaryOp::kAdd, stream.handle()),
+                            op);
+#else
+  return no_cuda(op);
+#endif
+}
+
 absl::Status cast(const Stream& stream, const Tensor& out, const Tensor& in) {
   constexpr const char* op = "cast";
-  if (!in.defined() || !out.defined()) return invalid(op, in.defined() ? "out is undefined" : "in is undefined");
-  if (out.device() != in.device() || out.numel() != in.numel()) {
-    return invalid(op, absl::StrCat("in (", internal::describe(in), ") and out (", internal::describe(out),
-                                    ") must be on one device with as many elements"));
-  }
-  if (internal::overlaps(out, in) && !internal::same_memory(out, in)) {
-    return invalid(op, absl::StrCat("out (", internal::describe(out), ") overlaps in (", internal::describe(in),
-                                    ") without being the same memory"));
-  }
+  COLOSSAL_RETURN_IF_ERROR(check_on_stream(op, stream, out, {&in}));
   if (out.device().is_cpu()) {
     return from_kernel_status(ke::cast_cpu(out.raw_data(), in.raw_data(), out.numel(), out.dtype(), in.dtype()),
                               op);
-  }
-  if (stream.device() != out.device()) {
-    return invalid(op, absl::StrCat("the tensors are on ", out.device().to_string(), ", the stream on ",
-                                    stream.device().to_string()));
   }
 #if COLOSSAL_WITH_CUDA
   DeviceGuard guard(out.device());
   return from_kernel_status(
       ke::cast_cuda(out.raw_data(), in.raw_data(), out.numel(), out.dtype(), in.dtype(), stream.handle()), op);
 #else
-  return absl::FailedPreconditionError(absl::StrCat(op, ": a ", out.device().to_string(),
-                                                    " tensor in a build without CUDA"));
+  return no_cuda(op);
 #endif
 }
 

@@ -49,6 +49,10 @@ absl::Status mul(Context& ctx, Tensor& out, const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> add(Context& ctx, const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> sub(Context& ctx, const Tensor& a, const Tensor& b);
 absl::StatusOr<Tensor> mul(Context& ctx, const Tensor& a, const Tensor& b);
+// add() on `stream`, for code with streams of its own (see the stream cast
+// below): out, a and b on one device, of one dtype and as many elements.
+// CUDA tensors are added on `stream` (of their device); CPU ones at once.
+absl::Status add(const Stream& stream, const Tensor& out, const Tensor& a, const Tensor& b);
 
 // out = alpha * a. Floating dtypes only (float32, float16, bfloat16, float64);
 // alpha is rounded once to the math type (float32, or float64 for float64).
@@ -76,7 +80,8 @@ absl::StatusOr<Tensor> cast(Context& ctx, const Tensor& in, DType dtype);
 // on one device with as many elements (shapes may differ: flat views of a
 // buffer). CUDA tensors are converted on `stream`, which must be of their
 // device (enqueued, not synchronised); CPU tensors at once, whatever the
-// stream. Aliasing and conversion rules as cast().
+// stream. Aliasing and conversion rules as cast(). InvalidArgument, and
+// nothing written, for anything else.
 absl::Status cast(const Stream& stream, const Tensor& out, const Tensor& in);
 
 // Every element of out = value converted to out's dtype with cast's rules

@@ -401,9 +401,9 @@ TEST(OpsCpuTest, CastInPlaceBetweenSameSizeDtypes) {
   EXPECT_TRUE(same_bits(as_int, want));
 }
 
-// The stream-taking cast: the Context one's values over flat views of any
-// shapes with as many elements; mismatches are errors, never a partial copy.
-TEST(OpsCpuTest, CastOnAStreamMatchesTheContextsCast) {
+// The stream-taking cast and add: the Context ones' values over flat views of
+// any shapes with as many elements; mismatches are errors, never a partial copy.
+TEST(OpsCpuTest, CastAndAddOnAStreamMatchTheContexts) {
   auto ctx = cpu_context();
   const Tensor x = random_tensor({6, 7}, DType::kF32, 21, -3, 3);
   const Tensor want = must(cast(*ctx, x, DType::kBF16));
@@ -414,6 +414,16 @@ TEST(OpsCpuTest, CastOnAStreamMatchesTheContextsCast) {
   const Tensor short_out = must(Tensor::empty({41}, DType::kBF16, Stream::cpu()));
   EXPECT_TRUE(contains(cast(Stream::cpu(), short_out, x).message(), "as many elements"));
   EXPECT_TRUE(contains(cast(Stream::cpu(), Tensor(), x).message(), "out is undefined"));
+
+  const Tensor y = random_tensor({42}, DType::kF32, 22, -3, 3);
+  Tensor sum = must(Tensor::from_storage(x.storage(), x.byte_offset(), {42}, DType::kF32));
+  const Tensor want_sum = must(add(*ctx, sum, y));
+  ASSERT_TRUE(add(Stream::cpu(), sum, sum, y).ok());  // in place, as ZeRO accumulates
+  EXPECT_TRUE(same_bits(sum, want_sum));
+  EXPECT_TRUE(contains(add(Stream::cpu(), sum, sum, flat).message(), "differ"));  // bfloat16 into float32
+  EXPECT_TRUE(contains(add(Stream::cpu(), sum, sum, must(Tensor::empty({41}, DType::kF32, Stream::cpu())))
+                           .message(),
+                       "as many elements"));
 }
 
 TEST(OpsCpuTest, FillAndFull) {
@@ -797,6 +807,9 @@ TEST(OpsCudaTest, ElementwiseIsBitIdenticalToCpu) {
               a.storage(), a.byte_offset(), {s.numel()}, t)), to))))
               << what << " cast on a stream to " << dtype_name(to);
         }
+        Tensor sum = to_device(*gpu, a, misalign);
+        ASSERT_TRUE(add(gpu->compute_stream(), sum, sum, db).ok()) << what;
+        EXPECT_TRUE(same_bits(to_host(*gpu, sum), must(add(*cpu, a, b)))) << what << " add on a stream";
         // A CUDA tensor and a CPU stream, or tensors on two devices, are refused.
         EXPECT_FALSE(cast(Stream::cpu(), to_device(*gpu, a), da).ok()) << what;
         EXPECT_FALSE(cast(gpu->compute_stream(), must(Tensor::empty(s, t, Stream::cpu())), da).ok()) << what;

@@ -9,9 +9,9 @@
 #include "bazel/cuda_config.h"
 #include "core/alloc/allocator.h"
 #include "core/alloc/default_allocator.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "core/trace/trace.h"
-#include "kernels/elementwise/elementwise.h"
 #include "kernels/multi_tensor/multi_tensor.h"
 #include "parallel/gemini/gemini_state.h"
 
@@ -297,21 +297,10 @@ absl::Status GeminiPlugin::State::finish_reduce(Reduction r) {
     }
   } else if (k.on_device || !cuda) {
     // The CPU build adds on the host; CUDA adds on the device in the model's dtype.
-#if COLOSSAL_WITH_CUDA
-    if (cuda) {
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::binary_cuda(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
-                                            k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd,
-                                            stream.handle()),
-          what));
-    }
-#endif
-    if (!cuda) {
-      COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-          kernels::elementwise::binary_cpu(k.grad.raw_data(), k.grad.raw_data(), part.raw_data(),
-                                           k.shard_size, dtype, kernels::elementwise::BinaryOp::kAdd),
-          what));
-    }
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor mine, part.slice(0, k.shard_size));
+    COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor into, k.grad.slice(0, k.shard_size));
+    COLOSSAL_RETURN_IF_ERROR(
+        core::annotate(core::ops::add(cuda ? stream : core::Stream::cpu(), into, into, mine), what));
   } else {
     // A host chunk: the part crosses PCIe in 16 bits on the gradient stream,
     // into the gradient shard itself after zero_grad, else into the chunk's

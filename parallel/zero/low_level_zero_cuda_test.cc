@@ -219,7 +219,7 @@ struct CudaCase {
   bool gather_at_step = false; // overlap_allgather off: one all_gather in the step
   // communication_dtype; at world 2 a float32 wire averages two 16-bit
   // gradients exactly and rounds once: averaged_grads' values again.
-  std::optional<DType> wire;
+  std::optional<DType> wire = std::nullopt;
 };
 
 std::string case_name(const ::testing::TestParamInfo<CudaCase>& info) {
@@ -418,7 +418,9 @@ void rank_run(const CudaCase& c, int rank, int port, const Reference& ref, RankR
       ASSERT_TRUE(zero.end_backward(true).ok());
     }
     // Partitioned gradients: none outside a backward (no flat buffer).
-    if (c.stage == 2 && c.world > 1) ASSERT_FALSE(store->flat_grads(c.dtype).defined());
+    if (c.stage == 2 && c.world > 1) {
+      ASSERT_FALSE(store->flat_grads(c.dtype).defined());
+    }
     ASSERT_TRUE(zero.before_step(adam->stream()).ok());
     if (c.fp16_overflow && step == kOverflowStep) {
       ASSERT_TRUE(zero.sync_weights().ok());  // the last step's pieces (overlap_allgather)
@@ -609,7 +611,9 @@ TEST(ZeroCudaPartitioned, CommunicationDtypeConvertsEachBucketAndBack) {
                                                    : nn::ParameterStore::Gradients::kFlat)
                       .ok());
       const int64_t numel = table.buffer_numel(dtype);
-      if (stage == 1) ASSERT_TRUE(store.flat_grads(dtype).set_zero(stream).ok());
+      if (stage == 1) {
+        ASSERT_TRUE(store.flat_grads(dtype).set_zero(stream).ok());
+      }
       ZeroGradReductionOptions o;
       o.stage = stage;
       o.bucket_bytes = 40 * static_cast<int64_t>(core::dtype_size(dtype));
@@ -626,11 +630,15 @@ TEST(ZeroCudaPartitioned, CommunicationDtypeConvertsEachBucketAndBack) {
         ASSERT_TRUE((*grads)->end_backward(true).ok());
       }
       ASSERT_TRUE((*grads)->wait(stream).ok());
-      if (stage == 2) EXPECT_EQ((*grads)->most_in_flight(), 4);
+      if (stage == 2) {
+        EXPECT_EQ((*grads)->most_in_flight(), 4);
+      }
       const std::vector<float> arrived = round_to(g, DType::kBF16);  // g itself for bf16 gradients
       std::vector<float> want(g.size());
       for (size_t i = 0; i < g.size(); ++i) want[i] = static_cast<float>(backwards) * arrived[i];
-      if (dtype == DType::kF32) EXPECT_NE(arrived, g);  // the wire's rounding shows
+      if (dtype == DType::kF32) {  // the wire's rounding shows
+        EXPECT_NE(arrived, g);
+      }
       const Tensor got = stage == 2 ? *(*grads)->slice_grads() : store.flat_grads(dtype);
       EXPECT_EQ(download(got, stream), want);
     }

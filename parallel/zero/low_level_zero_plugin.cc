@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "bazel/cuda_config.h"
 #include "core/device/device.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "core/tensor/tensor.h"
 #include "kernels/adam/adam.h"
-#include "kernels/elementwise/elementwise.h"
 #include "kernels/multi_tensor/multi_tensor.h"
 #include "nn/optim/adam.h"
 #include "parallel/zero/low_level_zero_checkpoint.h"
@@ -302,11 +302,8 @@ absl::Status LowLevelZeroPlugin::boost(nn::Module& model, const nn::ParameterSto
     // The master slice: the (broadcast) weights, exactly (a 16-bit value
     // widens to float32 without rounding).
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor v, values.slice(s.shard.begin, s.shard.end));
-    core::DeviceGuard guard(st.device());
-    COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-        kernels::elementwise::cast_cuda(s.d_master.raw_data(), v.raw_data(), n,
-                                        core::DType::kF32, dtype, st.handle()),
-        "low_level_zero: the master slice"));
+    COLOSSAL_ASSIGN_OR_RETURN(core::Tensor master, s.d_master.slice(0, n));
+    COLOSSAL_RETURN_IF_ERROR(core::annotate(core::ops::cast(st, master, v), "low_level_zero: the master slice"));
   }
   st.synchronize();
   // This plugin keeps the master slice: the optimizer's full-size float32

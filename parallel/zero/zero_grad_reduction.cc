@@ -4,11 +4,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "bazel/cuda_config.h"
 #include "core/device/device.h"
 #include "core/ops/elementwise.h"
 #include "core/status/status.h"
-#include "kernels/elementwise/elementwise.h"
 
 namespace colossal::parallel {
 
@@ -51,25 +49,6 @@ void order_after(const core::Stream& waiter, const core::Stream& producer) {
     }
   }
   producer.synchronize();
-}
-
-// dst[i] += src[i], i < n, on `on`'s device (the host for the CPU stream).
-absl::Status add_into(void* dst, const void* src, int64_t n, core::DType dtype,
-                      const core::Stream& on) {
-  kernels::KernelStatus s;
-  if (!on.is_cuda()) {
-    s = kernels::elementwise::binary_cpu(dst, dst, src, n, dtype,
-                                         kernels::elementwise::BinaryOp::kAdd);
-  } else {
-#if COLOSSAL_WITH_CUDA
-    core::DeviceGuard guard(on.device());
-    s = kernels::elementwise::binary_cuda(dst, dst, src, n, dtype,
-                                          kernels::elementwise::BinaryOp::kAdd, on.handle());
-#else
-    s = kernels::KernelStatus::unsupported("CUDA work in a build without CUDA");
-#endif
-  }
-  return core::from_kernel_status(s, "accumulating the gradient shard");
 }
 
 // dst = src converted (as many elements), on `on`.
@@ -337,11 +316,14 @@ absl::Status ZeroGradReduction::land(const InFlight& f, const core::Stream& on) 
   const int64_t first = reduced.defined() ? sc.mine_lo - bucket.offset : 0;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor mine,
                             (reduced.defined() ? reduced : f.recv).slice(first, first + sc.mine_n));
-  char* dst = static_cast<char*>(grad_shard_.raw_data()) + (sc.mine_lo - shard_.begin) * esize();
-  if (wire_dtype_ == dtype_) return add_into(dst, mine.raw_data(), sc.mine_n, dtype_, on);
-  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor part, core::Tensor::empty({sc.mine_n}, dtype_, on));
-  COLOSSAL_RETURN_IF_ERROR(cast_on(part, mine, on));
-  return add_into(dst, part.raw_data(), sc.mine_n, dtype_, on);
+  const int64_t at = sc.mine_lo - shard_.begin;
+  COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor dst, grad_shard_.slice(at, at + sc.mine_n));
+  core::Tensor addend = mine;
+  if (wire_dtype_ != dtype_) {
+    COLOSSAL_ASSIGN_OR_RETURN(addend, core::Tensor::empty({sc.mine_n}, dtype_, on));
+    COLOSSAL_RETURN_IF_ERROR(cast_on(addend, mine, on));
+  }
+  return core::annotate(core::ops::add(on, dst, dst, addend), "accumulating the gradient shard");
 }
 
 absl::Status ZeroGradReduction::retire_beyond(size_t keep, const core::Stream& on) {
