@@ -1,6 +1,7 @@
 #include "nn/layers/embedding.h"
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "kernels/embedding/embedding.h"
 #include "nn/layers/tensor_util.h"
@@ -175,7 +176,7 @@ absl::StatusOr<ForwardResult> Embedding::forward_vocab_parallel(core::Context& c
                 pos.raw_data(), ids.data<int32_t>(), wpe.raw_data(), n, channels_, max_seq_len_, 0,
                 dtype_, cuda_stream(ctx))),
         "position embedding forward"));
-    COLOSSAL_ASSIGN_OR_RETURN(out, add(ctx, out, pos));
+    COLOSSAL_ASSIGN_OR_RETURN(out, core::ops::add(ctx, out, pos));
   }
   auto saved = std::make_unique<EmbeddingSaved>();
   saved->tokens = tokens;

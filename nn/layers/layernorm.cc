@@ -1,5 +1,6 @@
 #include "nn/layers/layernorm.h"
 
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "kernels/layernorm/layernorm.h"
 #include "nn/layers/tensor_util.h"
@@ -127,7 +128,7 @@ absl::StatusOr<RowNorm::AddResult> RowNorm::forward_add(core::Context& ctx, cons
                                                         const core::Tensor& residual) {
   AddResult r;
   if (checkpoint()) {  // the context keeps the norm's input: it must exist before the forward
-    COLOSSAL_ASSIGN_OR_RETURN(r.sum, add(ctx, x, residual));
+    COLOSSAL_ASSIGN_OR_RETURN(r.sum, core::ops::add(ctx, x, residual));
     COLOSSAL_ASSIGN_OR_RETURN(r.normed, forward(ctx, r.sum));
     return r;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "core/ops/elementwise.h"
 #include "gtest/gtest.h"
 #include "nn/layers/attention.h"
 #include "nn/layers/block.h"
@@ -161,7 +162,7 @@ TEST_F(LayersTest, NormsFuseTheResidualAdd) {
 
         absl::StatusOr<RowNorm::AddResult> f = fused->forward_add(*ctx_, x, r);
         ASSERT_TRUE(f.ok()) << f.status();
-        const Tensor sum = *add(*ctx_, x, r);
+        const Tensor sum = *core::ops::add(*ctx_, x, r);
         absl::StatusOr<ForwardResult> p = plain->forward(*ctx_, sum);
         ASSERT_TRUE(p.ok()) << p.status();
         ASSERT_EQ(f->sum.nbytes(), sum.nbytes());
@@ -172,7 +173,7 @@ TEST_F(LayersTest, NormsFuseTheResidualAdd) {
         ASSERT_TRUE(dx.ok()) << dx.status();
         // Checkpointed: the recomputation runs the forward hooks again.
         EXPECT_EQ(hooks, checkpoint ? 6 : 4);
-        const Tensor want = *add(*ctx_, *plain->backward(*ctx_, *p->saved, dy), dr);
+        const Tensor want = *core::ops::add(*ctx_, *plain->backward(*ctx_, *p->saved, dy), dr);
         const double tol = dtype == DType::kF64 ? 1e-14 : 1e-6;  // one rounding of |dx| <~ 10
         for (int64_t i = 0; i < want.numel(); ++i) {
           const double got_i = dtype == DType::kF64 ? dx->data<double>()[i] : dx->data<float>()[i];
@@ -224,7 +225,7 @@ TEST_F(LayersTest, LinearAndMlpAddTheResidualInTheirGemm) {
       const Tensor r = random({2, 3, 8}, 33, dtype);
       const double tol = dtype == DType::kF64 ? 1e-13 : 1e-5;
       auto expect_sum = [&](Module& m, const ForwardResult& fused, const Tensor& in) {
-        const Tensor want = *add(*ctx_, m.forward(*ctx_, in)->output, r);
+        const Tensor want = *core::ops::add(*ctx_, m.forward(*ctx_, in)->output, r);
         ASSERT_EQ(fused.output.shape(), want.shape());
         for (int64_t i = 0; i < want.numel(); ++i) {
           const double got_i =

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "nn/layers/tensor_util.h"
 
@@ -181,7 +182,7 @@ absl::StatusOr<core::Tensor> pad_sequence(core::Context& ctx, const TensorParall
   const int64_t Tc = s.Tc;
   COLOSSAL_ASSIGN_OR_RETURN(core::Shape shape, core::Shape::make(with_dim1(chunk, s.T)));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, shape, chunk.dtype()));
-  COLOSSAL_RETURN_IF_ERROR(fill(ctx, out, 0.0));
+  COLOSSAL_RETURN_IF_ERROR(core::ops::fill(ctx, out, 0.0));
   COLOSSAL_RETURN_IF_ERROR(copy_2d(ctx, static_cast<char*>(out.raw_data()) + g.rank * Tc * s.row,
                                    s.T * s.row, chunk.raw_data(), Tc * s.row, Tc * s.row, s.B));
   return out;

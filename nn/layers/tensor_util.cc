@@ -2,9 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/gemm/gemm.h"
+#include "core/ops/elementwise.h"
 #include "core/status/status.h"
 #include "kernels/copy/copy.h"
-#include "kernels/elementwise/elementwise.h"
 
 namespace colossal::nn {
 
@@ -49,46 +49,18 @@ absl::Status require_like(const core::Context& ctx, const core::Tensor& x, core:
       absl::StrCat(what, " ", x.shape().to_string(), " does not match ", like_what, " ", like.to_string()));
 }
 
-absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("add: ", a.to_string(), " and ", b.to_string(), " differ"));
-  }
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor out, empty(ctx, a.shape(), a.dtype()));
-  using kernels::elementwise::BinaryOp;
-  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
-      COLOSSAL_NN_ON_DEVICE(ctx,
-                            kernels::elementwise::binary_cpu(out.raw_data(), a.raw_data(),
-                                                             b.raw_data(), a.numel(), a.dtype(),
-                                                             BinaryOp::kAdd),
-                            kernels::elementwise::binary_cuda(out.raw_data(), a.raw_data(),
-                                                              b.raw_data(), a.numel(), a.dtype(),
-                                                              BinaryOp::kAdd, cuda_stream(ctx))),
-      "add"));
-  return out;
-}
-
 absl::StatusOr<ForwardResult> forward_then_add(core::Context& ctx, Module& module,
                                                const core::Tensor& x, const core::Tensor& residual) {
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult r, module.forward(ctx, x));
-  COLOSSAL_ASSIGN_OR_RETURN(r.output, add(ctx, r.output, residual));
+  COLOSSAL_ASSIGN_OR_RETURN(r.output, core::ops::add(ctx, r.output, residual));
   return r;
-}
-
-absl::Status fill(core::Context& ctx, core::Tensor& x, double value) {
-  return core::from_kernel_status(
-      COLOSSAL_NN_ON_DEVICE(
-          ctx, kernels::elementwise::fill_cpu(x.raw_data(), value, x.numel(), x.dtype()),
-          kernels::elementwise::fill_cuda(x.raw_data(), value, x.numel(), x.dtype(),
-                                          cuda_stream(ctx))),
-      "fill");
 }
 
 absl::Status accumulate_column_sums(core::Context& ctx, const core::Tensor& dy,
                                     core::Tensor& dbias) {
   const int64_t rows = dy.dim(0), n = dy.dim(1);
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor ones, empty(ctx, {1, rows}, dy.dtype()));
-  COLOSSAL_RETURN_IF_ERROR(fill(ctx, ones, 1.0));
+  COLOSSAL_RETURN_IF_ERROR(core::ops::fill(ctx, ones, 1.0));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db2, dbias.reshape({1, n}));
   return core::gemm::gemm(ctx, ones, dy, db2, {.beta = 1.0});
 }

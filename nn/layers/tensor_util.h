@@ -11,7 +11,6 @@
 //
 //   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, x, "input"));
 //   COLOSSAL_ASSIGN_OR_RETURN(Tensor x2, as_rows(x, in_features, "input"));   // [N, in]
-//   COLOSSAL_ASSIGN_OR_RETURN(Tensor y, add(ctx, a, b));                      // a + b
 //   kernels::KernelStatus s = COLOSSAL_NN_ON_DEVICE(ctx,
 //       gelu_forward_cpu(y, x, n, dtype), gelu_forward_cuda(y, x, n, dtype, cuda_stream(ctx)));
 #ifndef COLOSSAL_NN_LAYERS_TENSOR_UTIL_H_
@@ -66,17 +65,12 @@ absl::Status require_dtype(const core::Tensor& x, core::DType dtype, absl::strin
 absl::Status require_like(const core::Context& ctx, const core::Tensor& x, core::DType dtype, absl::string_view what,
                           const core::Shape& like, absl::string_view like_what);
 
-// A new a + b (same shape and dtype).
-absl::StatusOr<core::Tensor> add(core::Context& ctx, const core::Tensor& a, const core::Tensor& b);
-
 // module.forward(x) with `residual` added to its output after: the unfused
 // path of the layers' forward_add entry points (which add a residual as
 // their last kernel writes).
 absl::StatusOr<ForwardResult> forward_then_add(core::Context& ctx, Module& module,
                                                const core::Tensor& x, const core::Tensor& residual);
 
-// Sets every element of `x` to `value`.
-absl::Status fill(core::Context& ctx, core::Tensor& x, double value);
 
 // dbias[j] += sum_i dy[i, j]; dy [rows, n], dbias [n] (a GEMM with a ones vector).
 absl::Status accumulate_column_sums(core::Context& ctx, const core::Tensor& dy, core::Tensor& dbias);
