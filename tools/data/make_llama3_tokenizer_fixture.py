@@ -150,14 +150,47 @@ def meta(extra):
     return out
 
 
-def train_byte_level(pre_tokenizer, vocab_size):
+def train_byte_level(pre_tokenizer, vocab_size, normalizer=None, text=TRAINING_TEXT):
     tok = Tokenizer(models.BPE())
+    if normalizer is not None:
+        tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(TRAINING_TEXT.splitlines(keepends=True), trainer)
+    tok.train_from_iterator(text.splitlines(keepends=True), trainer)
     return tok
+
+
+def write_folder(out, name, data, **special_tokens):
+    """Writes tokenizer.json (`data`) and transformers' tokenizer_config.json into out/name;
+    returns the file's Tokenizer and transformers' fast tokenizer of it."""
+    folder = os.path.join(out, name)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer.json")
+
+    def write_json():
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(data, f, ensure_ascii=False, indent=2)
+            f.write("\n")
+
+    write_json()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=path, clean_up_tokenization_spaces=False,
+                                                **special_tokens)
+    fast.save_pretrained(folder)  # tokenizer_config.json (+ special_tokens_map.json with older versions)
+    for extra in ("special_tokens_map.json", "chat_template.jinja"):
+        if os.path.exists(os.path.join(folder, extra)):
+            os.remove(os.path.join(folder, extra))
+    write_json()  # save_pretrained rewrites it; keep ours
+    return Tokenizer.from_file(path), fast
+
+
+def dump_split_vectors(out, name, pattern, seed):
+    """`pattern` alone (Split, isolated) on SPLIT_CASES and seeded random texts: text -> pieces."""
+    split = pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False)
+    cases = [{"name": n, "text": t, "pieces": [p for p, _ in split.pre_tokenize_str(t)]}
+             for n, t in SPLIT_CASES + random_texts(random.Random(seed), 80, 30)]
+    dump(os.path.join(out, name), {"meta": meta({"pattern": pattern}), "cases": cases})
 
 
 def make_llama3(out):
@@ -172,23 +205,7 @@ def make_llama3(out):
                                       special_tokens=[("<|begin_of_text|>", bos)])])
     data = json.loads(tok.to_str())
     data["model"]["ignore_merges"] = True  # as Llama-3's tokenizer.json
-    folder = os.path.join(out, "llama3_tiny")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "tokenizer.json")
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False, indent=2)
-        f.write("\n")
-    tok = Tokenizer.from_file(path)
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=path, bos_token="<|begin_of_text|>",
-                                                eos_token="<|end_of_text|>",
-                                                clean_up_tokenization_spaces=False)
-    fast.save_pretrained(folder)  # tokenizer_config.json (+ special_tokens_map.json with older versions)
-    for extra in ("special_tokens_map.json", "chat_template.jinja"):
-        if os.path.exists(os.path.join(folder, extra)):
-            os.remove(os.path.join(folder, extra))
-    with open(path, "w", encoding="utf-8") as f:  # save_pretrained rewrites it; keep ours
-        json.dump(data, f, ensure_ascii=False, indent=2)
-        f.write("\n")
+    tok, fast = write_folder(out, "llama3_tiny", data, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
     cases = []
     for name, text in CASES + random_texts(random.Random(20240801), 60, 40):
         with_bos = tok.encode(text).ids
@@ -203,12 +220,7 @@ def make_llama3(out):
                         "pattern": LLAMA3_PATTERN}),
           "cases": cases})
 
-    split = pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False)
-    split_cases = []
-    for name, text in SPLIT_CASES + random_texts(random.Random(7), 80, 30):
-        split_cases.append({"name": name, "text": text, "pieces": [p for p, _ in split.pre_tokenize_str(text)]})
-    dump(os.path.join(out, "llama3_split_vectors.json"),
-         {"meta": meta({"pattern": LLAMA3_PATTERN}), "cases": split_cases})
+    dump_split_vectors(out, "llama3_split_vectors.json", LLAMA3_PATTERN, seed=7)
 
 
 def make_gpt2(out):
@@ -294,37 +306,15 @@ QWEN2_CASES = [
 
 def make_qwen2(out):
     import unicodedata
-    tok = Tokenizer(models.BPE())
-    tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    tok = train_byte_level(pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=640, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator((TRAINING_TEXT + QWEN2_TRAINING_TEXT).splitlines(keepends=True), trainer)
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)]), 640,
+        normalizer=normalizers.NFC(), text=TRAINING_TEXT + QWEN2_TRAINING_TEXT)
     tok.add_special_tokens(QWEN2_SPECIALS)
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     data = json.loads(tok.to_str())
     data["model"]["ignore_merges"] = False  # as Qwen2.5's tokenizer.json
-    folder = os.path.join(out, "qwen2_tiny")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, "tokenizer.json")
-
-    def write_json():
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump(data, f, ensure_ascii=False, indent=2)
-            f.write("\n")
-
-    write_json()
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=path, eos_token="<|endoftext|>",
-                                                pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
-    fast.save_pretrained(folder)
-    for extra in ("special_tokens_map.json", "chat_template.jinja"):
-        if os.path.exists(os.path.join(folder, extra)):
-            os.remove(os.path.join(folder, extra))
-    write_json()  # save_pretrained rewrites it; keep ours
-    tok = Tokenizer.from_file(path)
+    tok, fast = write_folder(out, "qwen2_tiny", data, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     cases = []
     for name, text in CASES + QWEN2_CASES + random_texts(random.Random(20250919), 60, 40):
         ids = tok.encode(text).ids
@@ -340,12 +330,7 @@ def make_qwen2(out):
                         "unicode_version": unicodedata.unidata_version}),
           "cases": cases})
 
-    split = pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False)
-    split_cases = []
-    for name, text in SPLIT_CASES + random_texts(random.Random(11), 80, 30):
-        split_cases.append({"name": name, "text": text, "pieces": [p for p, _ in split.pre_tokenize_str(text)]})
-    dump(os.path.join(out, "qwen2_split_vectors.json"),
-         {"meta": meta({"pattern": QWEN2_PATTERN}), "cases": split_cases})
+    dump_split_vectors(out, "qwen2_split_vectors.json", QWEN2_PATTERN, seed=11)
 
 
 QWEN2_TRAINING_TEXT = """
