@@ -1,10 +1,5 @@
 #include "io/shards/token_shard.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -12,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "io/common/file_util.h"
 
 namespace colossal::io {
 
@@ -91,41 +85,21 @@ const char* TokenWidthName(TokenWidth width) { return width == TokenWidth::kUint
 // TokenShard
 
 absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open token shard", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return ErrnoStatus(err, "cannot stat token shard", path);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat("token shard '", path, "' is not a regular file"));
-  }
-  const uint64_t bytes = static_cast<uint64_t>(st.st_size);
-  if (bytes < kTokenShardHeaderBytes) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat("token shard '", path, "' has ", bytes, " bytes, fewer than its ",
+  absl::StatusOr<MappedFile> file = MappedFile::Open(path, "token shard");
+  if (!file.ok()) return file.status();
+  if (file->size() < kTokenShardHeaderBytes) {
+    return absl::DataLossError(absl::StrCat("token shard '", path, "' has ", file->size(), " bytes, fewer than its ",
                                             kTokenShardHeaderBytes, "-byte header (truncated or not a shard)"));
   }
-  void* mapping = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
-  const int err = errno;
-  ::close(fd);  // the mapping keeps the file
-  if (mapping == MAP_FAILED) return ErrnoStatus(err, "cannot mmap token shard", path);
-  absl::StatusOr<Header> header = ValidateHeader(static_cast<const int32_t*>(mapping), bytes, path);
-  if (!header.ok()) {
-    ::munmap(mapping, bytes);
-    return header.status();
-  }
-  return TokenShard(path, mapping, bytes, header->count, header->width);
+  absl::StatusOr<Header> header = ValidateHeader(reinterpret_cast<const int32_t*>(file->data()), file->size(), path);
+  if (!header.ok()) return header.status();
+  return TokenShard(path, *std::move(file), header->count, header->width);
 }
 
-TokenShard::TokenShard(std::string path, void* mapping, size_t mapping_bytes, int64_t num_tokens, TokenWidth width)
+TokenShard::TokenShard(std::string path, MappedFile file, int64_t num_tokens, TokenWidth width)
     : path_(std::move(path)),
-      mapping_(mapping),
-      mapping_bytes_(mapping_bytes),
-      tokens_(static_cast<const char*>(mapping) + kTokenShardHeaderBytes),
+      file_(std::move(file)),
+      tokens_(file_.data() + kTokenShardHeaderBytes),
       num_tokens_(num_tokens),
       width_(width) {}
 
@@ -141,31 +115,20 @@ void TokenShard::CopyTokens(int64_t first, int64_t count, int32_t* out) const {
 
 TokenShard::TokenShard(TokenShard&& other) noexcept
     : path_(std::move(other.path_)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mapping_bytes_(std::exchange(other.mapping_bytes_, 0)),
+      file_(std::move(other.file_)),
       tokens_(std::exchange(other.tokens_, nullptr)),
       num_tokens_(std::exchange(other.num_tokens_, 0)),
       width_(other.width_) {}
 
 TokenShard& TokenShard::operator=(TokenShard&& other) noexcept {
   if (this != &other) {
-    Unmap();
     path_ = std::move(other.path_);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_bytes_ = std::exchange(other.mapping_bytes_, 0);
+    file_ = std::move(other.file_);
     tokens_ = std::exchange(other.tokens_, nullptr);
     num_tokens_ = std::exchange(other.num_tokens_, 0);
     width_ = other.width_;
   }
   return *this;
-}
-
-TokenShard::~TokenShard() { Unmap(); }
-
-void TokenShard::Unmap() {
-  if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
-  mapping_ = nullptr;
-  tokens_ = nullptr;
 }
 
 // ---------------------------------------------------------------------------

@@ -54,6 +54,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "io/common/atomic_file.h"
+#include "io/common/mapped_file.h"
 
 namespace colossal::io {
 
@@ -79,11 +80,11 @@ class TokenShard {
  public:
   static absl::StatusOr<TokenShard> Open(const std::string& path);
 
+  // A moved-from shard is empty (no tokens).
   TokenShard(TokenShard&& other) noexcept;
   TokenShard& operator=(TokenShard&& other) noexcept;
   TokenShard(const TokenShard&) = delete;
   TokenShard& operator=(const TokenShard&) = delete;
-  ~TokenShard();
 
   TokenWidth width() const { return width_; }
   // The ids in place; empty unless the shard has that width.
@@ -107,14 +108,12 @@ class TokenShard {
   const std::string& path() const { return path_; }
 
  private:
-  TokenShard(std::string path, void* mapping, size_t mapping_bytes, int64_t num_tokens, TokenWidth width);
-  void Unmap();
+  TokenShard(std::string path, MappedFile file, int64_t num_tokens, TokenWidth width);
   size_t Count() const { return static_cast<size_t>(num_tokens_); }
 
   std::string path_;
-  void* mapping_ = nullptr;
-  size_t mapping_bytes_ = 0;
-  const void* tokens_ = nullptr;
+  MappedFile file_;
+  const void* tokens_ = nullptr;  // inside file_'s mapping, which a move keeps in place
   int64_t num_tokens_ = 0;
   TokenWidth width_ = TokenWidth::kUint16;
 };
