@@ -1,6 +1,7 @@
 #include "io/loader/data_loader.h"
 
 #include <glob.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -69,6 +70,34 @@ absl::StatusOr<std::vector<std::string>> Glob(const std::string& pattern) {
   }
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+// The loss masks beside `shards` (loss_mask.h): one per shard, or none.
+absl::StatusOr<std::vector<LossMask>> OpenLossMasks(const std::vector<std::string>& paths,
+                                                    const std::vector<TokenShard>& shards) {
+  std::vector<LossMask> masks;
+  size_t first_without = paths.size();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const std::string path = LossMaskPathFor(paths[i]);
+    if (::access(path.c_str(), F_OK) != 0) {
+      first_without = std::min(first_without, i);
+      continue;
+    }
+    absl::StatusOr<LossMask> mask = LossMask::Open(path);
+    if (!mask.ok()) return mask.status();
+    if (mask->num_tokens() != shards[i].num_tokens()) {
+      return absl::DataLossError(absl::StrCat("data loader: loss mask '", path, "' holds ", mask->num_tokens(),
+                                              " tokens, its shard '", paths[i], "' ", shards[i].num_tokens()));
+    }
+    masks.push_back(*std::move(mask));
+  }
+  if (!masks.empty() && first_without < paths.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data loader: shard '", paths[first_without], "' has no loss mask beside it (",
+        LossMaskPathFor(paths[first_without]), ") but ", masks.front().path(),
+        " is there: either every shard has one (chat data) or none does; prepare the data again"));
+  }
+  return masks;
 }
 
 }  // namespace
@@ -166,6 +195,8 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
     }
     shards.push_back(*std::move(shard));
   }
+  absl::StatusOr<std::vector<LossMask>> masks = OpenLossMasks(*paths, shards);
+  if (!masks.ok()) return masks.status();
   std::shared_ptr<core::Allocator> allocator = core::cpu_allocator();
   if (options.device.is_cuda()) {
     absl::StatusOr<std::shared_ptr<core::Allocator>> pinned = core::pinned_host_allocator();
@@ -176,7 +207,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
     allocator = *std::move(pinned);
   }
   std::unique_ptr<DataLoader> loader(
-      new DataLoader(options, *std::move(paths), std::move(shards), std::move(allocator)));
+      new DataLoader(options, *std::move(paths), std::move(shards), *std::move(masks), std::move(allocator)));
   if (loader->batches_per_epoch_ == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data loader: the shards matching '", options.pattern, "' hold ", loader->total_windows_,
@@ -188,9 +219,9 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
 }
 
 DataLoader::DataLoader(DataLoaderOptions options, std::vector<std::string> paths, std::vector<TokenShard> shards,
-                       std::shared_ptr<core::Allocator> allocator)
+                       std::vector<LossMask> masks, std::shared_ptr<core::Allocator> allocator)
     : options_(std::move(options)), paths_(std::move(paths)), shards_(std::move(shards)),
-      allocator_(std::move(allocator)) {
+      masks_(std::move(masks)), allocator_(std::move(allocator)) {
   for (const TokenShard& s : shards_) {
     const int64_t w = (s.num_tokens() - 1) / options_.seq_len;
     shard_windows_.push_back(w);
@@ -280,6 +311,13 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
               "): the shard was made with another tokenizer (prepare it with the model's, or give "
               "the model a vocabulary that holds it)"));
         }
+      }
+    }
+    if (!masks_.empty()) {
+      // Target t is the window's token t + 1.
+      const LossMask& mask = masks_[shard];
+      for (int64_t t = 0; t < T; ++t) {
+        if (!mask.counted(window * T + 1 + t)) tg[r * T + t] = options_.ignore_index;
       }
     }
   }

@@ -52,6 +52,13 @@
 // seed, seq_len and num_windows; set_state() checks them and says which
 // differs.
 //
+// Loss masks. When the shards have loss masks beside them (a .mask file per
+// .bin, io/shards/loss_mask.h: `data prepare --format chat` writes them), a
+// target whose token the mask does not count is ignore_index in the batch
+// (the inputs are unchanged): the loss skips it. Either every shard has a
+// mask or none does (FailedPrecondition naming the first shard without one),
+// and a mask holds as many tokens as its shard.
+//
 // Prefetch. With prefetch_depth > 0 a thread prepares up to that many batches
 // ahead. Batches live in host memory from core's pinned host allocator when
 // `device` is a CUDA device (so host->device copies are asynchronous), plain
@@ -79,6 +86,7 @@
 #include "core/alloc/allocator.h"
 #include "core/device/device.h"
 #include "core/tensor/tensor.h"
+#include "io/shards/loss_mask.h"
 #include "io/shards/token_shard.h"
 #include "nlohmann/json.hpp"
 
@@ -103,6 +111,8 @@ struct DataLoaderOptions {
   // position) instead of reaching the embedding, which on a GPU cannot stop
   // the run there. Shards made with another tokenizer are the usual cause.
   int64_t vocab_size = 0;
+  // The target a loss mask's 0 becomes (the loss's ignore_index).
+  int32_t ignore_index = -100;
 };
 
 // Where a loader is: the next batch this rank hands out is batch `batch` of
@@ -168,6 +178,8 @@ class DataLoader {
   // Batches in a whole epoch (the epoch a state resumed in may have fewer).
   int64_t batches_per_epoch() const { return batches_per_epoch_; }
   const std::vector<std::string>& shard_paths() const { return paths_; }
+  // Whether the shards have loss masks (targets may be ignore_index).
+  bool has_loss_masks() const { return !masks_.empty(); }
 
   // (shard index, window index in the shard) of row `row` of batch `batch`
   // of epoch `epoch` for this rank: the order described above, for tests and tools.
@@ -175,7 +187,7 @@ class DataLoader {
 
  private:
   DataLoader(DataLoaderOptions options, std::vector<std::string> paths, std::vector<TokenShard> shards,
-             std::shared_ptr<core::Allocator> allocator);
+             std::vector<LossMask> masks, std::shared_ptr<core::Allocator> allocator);
 
   // Position of a window within an epoch's order.
   struct Cursor {
@@ -199,6 +211,7 @@ class DataLoader {
   const DataLoaderOptions options_;
   const std::vector<std::string> paths_;
   const std::vector<TokenShard> shards_;
+  const std::vector<LossMask> masks_;  // one per shard, or none
   std::vector<int64_t> shard_windows_;
   int64_t total_windows_ = 0;
   int64_t batches_per_epoch_ = 0;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "core/alloc/default_allocator.h"
 #include "gtest/gtest.h"
+#include "io/shards/loss_mask.h"
 #include "io/shards/token_shard.h"
 
 namespace colossal::io {
@@ -493,6 +495,89 @@ TEST(DataLoader, SavedStateOutOfRangeIsRefusedNamingTheKey) {
   EXPECT_EQ(DataLoaderStateFromJson(old)->window, 2 * 2 * 2);
   old["batch"] = INT64_MAX / 2;
   EXPECT_TRUE(absl::StrContains(DataLoaderStateFromJson(old).status().message(), "overflows"));
+}
+
+}  // namespace
+}  // namespace colossal::io
+
+namespace colossal::io {
+namespace {
+
+void WriteMask(const std::string& path, const std::vector<uint8_t>& values) {
+  absl::StatusOr<LossMaskWriter> w = LossMaskWriter::Create(path);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_TRUE(w->Append(values).ok());
+  ASSERT_TRUE(w->Finish().ok());
+}
+
+// Every row of every batch, shuffled and on two ranks: a target is
+// ignore_index exactly where the mask beside its shard says 0 for it (the
+// window's token t + 1), the shard's token elsewhere; the inputs are the
+// unmasked tokens. Random masks, so a shifted or ignored mask shows.
+TEST(DataLoader, LossMasksMakeUncountedTargetsIgnoreIndex) {
+  const std::string dir = MakeTestDir();
+  const std::string pattern = WriteShards(dir, {301, 157});
+  std::mt19937 rng(11);
+  std::vector<std::vector<uint8_t>> masks;
+  for (int s = 0; s < 2; ++s) {
+    masks.emplace_back(s == 0 ? 301 : 157);
+    for (uint8_t& v : masks.back()) v = (rng() % 3) != 0;
+    WriteMask(absl::StrFormat("%s/train_%06d.mask", dir, s), masks.back());
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    DataLoaderOptions o = Options(pattern, 3, 10);
+    o.rank = rank;
+    o.world_size = 2;
+    o.ignore_index = -7;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    EXPECT_TRUE(l->has_loss_masks());
+    int64_t ignored = 0;
+    for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
+      absl::StatusOr<Batch> batch = l->next_batch();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      for (int64_t r = 0; r < 3; ++r) {
+        const auto [shard, window] = l->WindowAt(0, b, r);
+        for (int64_t t = 0; t < 10; ++t) {
+          const int64_t at = window * 10 + t;
+          EXPECT_EQ(batch->inputs.data<int32_t>()[r * 10 + t], TokenAt(static_cast<int>(shard), at));
+          const int32_t target = batch->targets.data<int32_t>()[r * 10 + t];
+          if (masks[shard][at + 1] != 0) {
+            EXPECT_EQ(target, TokenAt(static_cast<int>(shard), at + 1)) << "shard " << shard << " token " << at + 1;
+          } else {
+            EXPECT_EQ(target, -7) << "shard " << shard << " token " << at + 1;
+            ++ignored;
+          }
+        }
+      }
+    }
+    EXPECT_GT(ignored, 0);
+  }
+  // Without masks nothing is ignored.
+  const std::string plain = MakeTestDir() + "/plain";
+  ::mkdir(plain.c_str(), 0755);
+  std::unique_ptr<DataLoader> l = OpenOrDie(Options(WriteShards(plain, {50}), 2, 8));
+  ASSERT_NE(l, nullptr);
+  EXPECT_FALSE(l->has_loss_masks());
+}
+
+TEST(DataLoader, LossMasksMustCoverEveryShardWithItsLength) {
+  const std::string dir = MakeTestDir();
+  const std::string pattern = WriteShards(dir, {40, 40});
+  WriteMask(dir + "/train_000001.mask", std::vector<uint8_t>(40, 1));
+  absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(Options(pattern, 1, 8));
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "train_000000.bin' has no loss mask")) << l.status();
+
+  WriteMask(dir + "/train_000000.mask", std::vector<uint8_t>(39, 1));
+  l = DataLoader::Open(Options(pattern, 1, 8));
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "holds 39 tokens")) << l.status();
+
+  WriteMask(dir + "/train_000000.mask", std::vector<uint8_t>(40, 1));
+  EXPECT_TRUE(DataLoader::Open(Options(pattern, 1, 8)).ok());
 }
 
 }  // namespace
