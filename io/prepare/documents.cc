@@ -49,10 +49,48 @@ class ParagraphScanner {
   uint64_t run_start_ = 0;  // where it starts
 };
 
-absl::Status ScanFile(const InputFile& file, std::vector<std::pair<uint64_t, uint64_t>>* ranges) {
+// Finds lines in text fed in pieces: a line ends at '\n' (a '\r' before it
+// is left out); empty lines are dropped, but counted in the line numbers.
+class LineScanner {
+ public:
+  explicit LineScanner(std::vector<std::pair<uint64_t, uint64_t>>* out, std::vector<uint64_t>* numbers)
+      : out_(out), numbers_(numbers) {}
+
+  void Feed(std::string_view chunk) {
+    for (size_t i = 0; i < chunk.size(); ++i, ++pos_) {
+      if (chunk[i] == '\n') {
+        Emit();
+        start_ = pos_ + 1;
+        ++line_;
+      }
+      last_ = chunk[i];
+    }
+  }
+
+  void Finish() { Emit(); }
+
+ private:
+  void Emit() {
+    uint64_t end = pos_;
+    if (end > start_ && last_ == '\r') --end;
+    if (end > start_) {
+      out_->emplace_back(start_, end);
+      numbers_->push_back(line_);
+    }
+  }
+
+  std::vector<std::pair<uint64_t, uint64_t>>* out_;
+  std::vector<uint64_t>* numbers_;
+  uint64_t pos_ = 0;
+  uint64_t start_ = 0;
+  uint64_t line_ = 1;
+  char last_ = 0;  // the byte before pos_
+};
+
+template <typename Scanner>
+absl::Status ScanFile(const InputFile& file, Scanner& scanner) {
   const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, "cannot read input", file.path);
-  ParagraphScanner scanner(ranges);
   std::vector<char> buffer(1 << 20);
   while (true) {
     const ssize_t n = ::read(fd, buffer.data(), buffer.size());
@@ -93,12 +131,18 @@ uint64_t DocumentHash(std::string_view name, uint64_t paragraph) {
 }
 
 const char* DocumentSplitName(DocumentSplit split) {
-  return split == DocumentSplit::kFile ? "file" : "paragraph";
+  switch (split) {
+    case DocumentSplit::kFile: return "file";
+    case DocumentSplit::kParagraph: return "paragraph";
+    case DocumentSplit::kLine: return "line";
+  }
+  return "?";
 }
 
 std::optional<DocumentSplit> DocumentSplitFromName(std::string_view name) {
   if (name == "file") return DocumentSplit::kFile;
   if (name == "paragraph") return DocumentSplit::kParagraph;
+  if (name == "line") return DocumentSplit::kLine;
   return std::nullopt;
 }
 
@@ -110,7 +154,18 @@ absl::StatusOr<std::vector<Document>> SplitDocuments(std::span<const InputFile> 
       continue;
     }
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
-    if (absl::Status s = ScanFile(files[f], &ranges); !s.ok()) return s;
+    if (split == DocumentSplit::kLine) {
+      std::vector<uint64_t> numbers;
+      LineScanner scanner(&ranges, &numbers);
+      if (absl::Status s = ScanFile(files[f], scanner); !s.ok()) return s;
+      for (size_t l = 0; l < ranges.size(); ++l) {
+        documents.push_back(
+            {f, ranges[l].first, ranges[l].second, DocumentHash(files[f].name, numbers[l]), false, numbers[l]});
+      }
+      continue;
+    }
+    ParagraphScanner scanner(&ranges);
+    if (absl::Status s = ScanFile(files[f], scanner); !s.ok()) return s;
     for (uint64_t p = 0; p < ranges.size(); ++p) {
       documents.push_back({f, ranges[p].first, ranges[p].second, DocumentHash(files[f].name, p), false});
     }

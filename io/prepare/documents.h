@@ -5,7 +5,9 @@
 // is one document (DocumentSplit::kFile), or each paragraph is
 // (kParagraph): paragraphs are separated by blank lines, i.e. runs of two or
 // more '\n' (llm.c's tinyshakespeare.py splits on "\n\n" alike), separators
-// left out; empty documents are dropped. "\r\n\r\n" is not a separator.
+// left out; empty documents are dropped. "\r\n\r\n" is not a separator. Or
+// each line is (kLine: JSON Lines, one conversation a line): a line ends at
+// '\n', a '\r' before it is left out, empty lines are dropped.
 //
 //   absl::StatusOr<std::vector<colossal::io::Document>> docs =
 //       colossal::io::SplitDocuments(files, colossal::io::DocumentSplit::kParagraph);
@@ -13,7 +15,7 @@
 //
 // Validation documents are picked by hash, not by position: each document
 // gets a 64-bit hash of its file's name (InputFile::name, independent of
-// where the data lives) and its paragraph number; documents are taken in
+// where the data lives) and its paragraph (or line) number; documents are taken in
 // hash order while that brings the val bytes nearer to val_fraction of all
 // bytes. So the split is deterministic, does not depend on input order or
 // thread count, spreads val over the corpus, and a document stays on its side
@@ -35,9 +37,10 @@ namespace colossal::io {
 enum class DocumentSplit {
   kFile,       // one file = one document
   kParagraph,  // one paragraph (blank-line separated) = one document
+  kLine,       // one non-empty line = one document
 };
 
-// "file" / "paragraph": the names the manifest, `data prepare --split` and
+// "file" / "paragraph" / "line": the names the manifest, `data prepare --split` and
 // recipes' data.split use. nullopt for any other name.
 const char* DocumentSplitName(DocumentSplit split);
 std::optional<DocumentSplit> DocumentSplitFromName(std::string_view name);
@@ -48,6 +51,7 @@ struct Document {
   uint64_t end = 0;
   uint64_t hash = 0;   // DocumentHash(file name, paragraph number)
   bool val = false;
+  uint64_t line = 0;   // kLine: the line's number in its file (1-based); else 0
 
   uint64_t bytes() const { return end - begin; }
 };

@@ -31,6 +31,24 @@ TEST(DocumentsTest, ParagraphsAreSeparatedByBlankLines) {
   EXPECT_EQ(Paragraphs("\n"), (P{"\n"}));
 }
 
+// kLine: each non-empty line, without its "\r\n" or "\n", numbered as an
+// editor numbers it (empty lines count), so errors can name file:line.
+TEST(DocumentsTest, SplitsLinesKeepingTheirNumbers) {
+  const std::string dir = testing::MakeTestDir();
+  const std::string text = "{\"a\": 1}\r\n\n\nsecond\nthird\r\n\r\nlast";
+  testing::WriteFile(dir + "/c.jsonl", text);
+  const std::vector<InputFile> files = {{dir + "/c.jsonl", "c.jsonl", text.size()}};
+  absl::StatusOr<std::vector<Document>> docs = SplitDocuments(files, DocumentSplit::kLine);
+  ASSERT_TRUE(docs.ok()) << docs.status();
+  std::vector<std::pair<std::string, uint64_t>> got;
+  for (const Document& d : *docs) got.emplace_back(text.substr(d.begin, d.bytes()), d.line);
+  EXPECT_EQ(got, (std::vector<std::pair<std::string, uint64_t>>{
+                     {"{\"a\": 1}", 1}, {"second", 4}, {"third", 5}, {"last", 7}}));
+  EXPECT_EQ((*docs)[1].hash, DocumentHash("c.jsonl", 4));
+  EXPECT_EQ(DocumentSplitFromName("line"), DocumentSplit::kLine);
+  EXPECT_STREQ(DocumentSplitName(DocumentSplit::kLine), "line");
+}
+
 TEST(DocumentsTest, SplitsFilesOrParagraphs) {
   const std::string dir = testing::MakeTestDir();
   testing::WriteFile(dir + "/a.txt", "one\n\ntwo\n\n\nthree");

@@ -30,16 +30,18 @@ struct FileId {
 
 class Resolver {
  public:
+  explicit Resolver(std::string_view extension) : extension_(extension) {}
   absl::Status Add(const std::string& input);
   std::vector<InputFile> Take() { return std::move(files_); }
 
  private:
   absl::Status AddFile(const std::string& path, std::string name, const struct stat& st);
-  // Adds the *.txt files under `dir`; returns how many.
+  // Adds the files under `dir` named *<extension>; returns how many.
   absl::StatusOr<size_t> AddFolder(const std::string& dir);
   absl::Status Walk(const std::string& dir, const std::string& relative, std::set<FileId>* ancestors,
                     size_t* found);
 
+  std::string extension_;  // ".txt", ".jsonl"
   std::vector<InputFile> files_;
   std::set<FileId> seen_;
 };
@@ -79,7 +81,7 @@ absl::Status Resolver::Walk(const std::string& dir, const std::string& relative,
   for (const std::string& name : names) {
     const std::string path = JoinPath(dir, name);
     const std::string rel = relative.empty() ? name : absl::StrCat(relative, "/", name);
-    const bool txt = absl::EndsWith(name, ".txt");
+    const bool txt = absl::EndsWith(name, extension_);
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
       if (txt) return ErrnoStatus(errno, "cannot read input", path);
@@ -138,7 +140,8 @@ absl::Status Resolver::Add(const std::string& given) {
     if (!found.ok()) return found.status();
     if (*found == 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("input folder '", input, "' has no .txt files (searched recursively; name files directly, ",
+          absl::StrCat("input folder '", input, "' has no ", extension_,
+                       " files (searched recursively; name files directly, ",
                        "or with a pattern like '", JoinPath(input, "*.md"), "', to use other names)"));
     }
     return absl::OkStatus();
@@ -157,9 +160,10 @@ std::string ExpandHome(const std::string& path) {
   return path;
 }
 
-absl::StatusOr<std::vector<InputFile>> ResolveInputs(std::span<const std::string> inputs) {
+absl::StatusOr<std::vector<InputFile>> ResolveInputs(std::span<const std::string> inputs,
+                                                      std::string_view extension) {
   if (inputs.empty()) return absl::InvalidArgumentError("no inputs given: name text files, folders or patterns");
-  Resolver resolver;
+  Resolver resolver(extension);
   for (const std::string& input : inputs) {
     if (absl::Status s = resolver.Add(input); !s.ok()) return s;
   }

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,7 +46,10 @@ struct InputFile {
   uint64_t bytes = 0;
 };
 
-absl::StatusOr<std::vector<InputFile>> ResolveInputs(std::span<const std::string> inputs);
+// `extension`: the files a folder contributes (".jsonl" for chat data);
+// what is said above of *.txt holds for it.
+absl::StatusOr<std::vector<InputFile>> ResolveInputs(std::span<const std::string> inputs,
+                                                      std::string_view extension = ".txt");
 
 // `path` with a leading "~" or "~/" replaced by $HOME (when set).
 std::string ExpandHome(const std::string& path);

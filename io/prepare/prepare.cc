@@ -51,6 +51,10 @@ absl::Status CheckOptions(const PrepareOptions& o) {
   }
   if (o.threads < 0) return Invalid(absl::StrCat("threads ", o.threads, " must be 0 (one per core) or more"));
   if (o.batch_bytes == 0) return Invalid("batch_bytes must be positive");
+  if (o.format == DataFormat::kChat && o.split != DocumentSplit::kLine) {
+    return Invalid(absl::StrCat("chat data is one conversation a line: split must be \"line\", not \"",
+                                DocumentSplitName(o.split), "\""));
+  }
   return absl::OkStatus();
 }
 
@@ -104,6 +108,7 @@ struct Batch {
 struct BatchResult {
   absl::Status status;
   std::vector<int32_t> tokens;     // every document's tokens, back to back
+  std::vector<uint8_t> counted;    // chat: a loss-mask value per token
   std::vector<size_t> doc_tokens;  // tokens per document
 };
 
@@ -121,8 +126,22 @@ std::vector<Batch> MakeBatches(const std::vector<Document>& docs, uint64_t batch
   return batches;
 }
 
-BatchResult TokenizeBatch(const TextTokenizer& tok, int32_t eot, std::span<const InputFile> files,
-                          std::span<const Document> docs) {
+// Appends one conversation (a JSON line) to `result`.
+absl::Status RenderConversation(const ChatRenderer& chat, const InputFile& file, const Document& doc,
+                                std::string_view line, BatchResult* result) {
+  absl::StatusOr<std::vector<ChatMessage>> conversation = ParseConversation(line);
+  if (!conversation.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path, ":", doc.line, ": ", conversation.status().message()));
+  }
+  chat.Render(*conversation, &result->tokens, &result->counted);
+  return absl::OkStatus();
+}
+
+// Text documents start with `eot`; with `chat` each document is a
+// conversation rendered by its template.
+BatchResult TokenizeBatch(const TextTokenizer& tok, int32_t eot, const ChatRenderer* chat,
+                          std::span<const InputFile> files, std::span<const Document> docs) {
   BatchResult result;
   std::string text;
   size_t i = 0;
@@ -135,9 +154,14 @@ BatchResult TokenizeBatch(const TextTokenizer& tok, int32_t eot, std::span<const
     if (!result.status.ok()) return result;
     for (size_t d = i; d < j; ++d) {
       const size_t before = result.tokens.size();
-      result.tokens.push_back(eot);
-      tok.EncodeOrdinaryTo(std::string_view(text).substr(docs[d].begin - docs[i].begin, docs[d].bytes()),
-                           &result.tokens);
+      const std::string_view doc = std::string_view(text).substr(docs[d].begin - docs[i].begin, docs[d].bytes());
+      if (chat != nullptr) {
+        result.status = RenderConversation(*chat, file, docs[d], doc, &result);
+        if (!result.status.ok()) return result;
+      } else {
+        result.tokens.push_back(eot);
+        tok.EncodeOrdinaryTo(doc, &result.tokens);
+      }
       result.doc_tokens.push_back(result.tokens.size() - before);
     }
     i = j;
@@ -196,7 +220,7 @@ absl::Status TokenizeInOrder(int threads, size_t num_batches, const std::functio
   return status;
 }
 
-// Removes <name>_{train,val}_NNNNNN.bin files that `keep` does not list.
+// Removes <name>_{train,val}_NNNNNN.bin and .mask files that `keep` does not list.
 absl::Status RemoveStaleShards(const std::string& dir, const std::string& name, const std::set<std::string>& keep) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return ErrnoStatus(errno, "cannot list output folder", dir);
@@ -206,9 +230,14 @@ absl::Status RemoveStaleShards(const std::string& dir, const std::string& name, 
     if (keep.count(file) != 0) continue;
     for (const char* split : {"train", "val"}) {
       const std::string prefix = absl::StrCat(name, "_", split, "_");
-      if (file.size() == prefix.size() + 10 && absl::StartsWith(file, prefix) && absl::EndsWith(file, ".bin") &&
-          std::all_of(file.begin() + prefix.size(), file.end() - 4, [](char c) { return c >= '0' && c <= '9'; })) {
-        stale.push_back(file);
+      for (const std::string_view ext : {std::string_view(".bin"), std::string_view(".mask")}) {
+        const size_t digits_end = file.size() - ext.size();
+        if (file.size() == prefix.size() + 6 + ext.size() && absl::StartsWith(file, prefix) &&
+            absl::EndsWith(file, ToAbsl(ext)) &&
+            std::all_of(file.begin() + prefix.size(), file.begin() + digits_end,
+                        [](char c) { return c >= '0' && c <= '9'; })) {
+          stale.push_back(file);
+        }
       }
     }
   }
@@ -236,7 +265,9 @@ std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_s
                            {"token_dtype", TokenWidthName(width)}};
   manifest["options"] = {{"val_fraction", o.val_fraction},
                          {"shard_tokens", o.shard_tokens},
-                         {"split", DocumentSplitName(o.split)}};
+                         {"split", DocumentSplitName(o.split)},
+                         {"format", DataFormatName(o.format)}};
+  if (r.chat_template) manifest["options"]["chat_template"] = ChatTemplateName(*r.chat_template);
   manifest["inputs"] = o.inputs;
   std::vector<int64_t> documents(files.size(), 0), val_documents(files.size(), 0);
   for (const Document& d : docs) {
@@ -254,14 +285,31 @@ std::string ManifestText(const PrepareOptions& o, const std::string& tokenizer_s
   manifest["documents"] = {{"train", r.train_documents}, {"val", r.val_documents}};
   manifest["bytes"] = {{"train", r.train_bytes}, {"val", r.val_bytes}};
   manifest["tokens"] = {{"train", r.train_tokens}, {"val", r.val_tokens}};
+  // Chat: the tokens the loss masks count (the replies the model learns).
+  if (r.chat_template) manifest["counted_tokens"] = {{"train", r.train_counted_tokens}, {"val", r.val_counted_tokens}};
   OrderedJson shards = OrderedJson::array();
-  for (const PreparedShard& s : r.shards) shards.push_back({{"file", s.file}, {"split", s.split}, {"tokens", s.tokens}});
+  for (const PreparedShard& s : r.shards) {
+    OrderedJson entry = {{"file", s.file}, {"split", s.split}, {"tokens", s.tokens}};
+    if (!s.mask_file.empty()) {
+      entry["mask"] = s.mask_file;
+      entry["counted"] = s.counted;
+    }
+    shards.push_back(std::move(entry));
+  }
   manifest["shards"] = std::move(shards);
   // Paths are bytes; anything not UTF-8 becomes U+FFFD rather than failing.
   return manifest.dump(2, ' ', false, OrderedJson::error_handler_t::replace) + "\n";
 }
 
 }  // namespace
+
+const char* DataFormatName(DataFormat format) { return format == DataFormat::kChat ? "chat" : "text"; }
+
+std::optional<DataFormat> DataFormatFromName(std::string_view name) {
+  if (name == "text") return DataFormat::kText;
+  if (name == "chat") return DataFormat::kChat;
+  return std::nullopt;
+}
 
 absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   if (absl::Status s = CheckOptions(options); !s.ok()) return s;
@@ -280,7 +328,20 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   absl::StatusOr<std::string> tokenizer_sha256 = Sha256OfFile(tok->path());
   if (!tokenizer_sha256.ok()) return tokenizer_sha256.status();
 
-  absl::StatusOr<std::vector<InputFile>> files = ResolveInputs(options.inputs);
+  const bool chat_data = options.format == DataFormat::kChat;
+  std::optional<ChatRenderer> chat;
+  PrepareResult result;
+  if (chat_data) {
+    absl::StatusOr<ChatTemplate> t =
+        options.chat_template ? absl::StatusOr<ChatTemplate>(*options.chat_template) : DetectChatTemplate(tok->path());
+    if (!t.ok()) return t.status();
+    absl::StatusOr<ChatRenderer> renderer = ChatRenderer::Create(*tok, *t);
+    if (!renderer.ok()) return renderer.status();
+    chat.emplace(*std::move(renderer));
+    result.chat_template = *t;
+  }
+
+  absl::StatusOr<std::vector<InputFile>> files = ResolveInputs(options.inputs, chat_data ? ".jsonl" : ".txt");
   if (!files.ok()) return files.status();
   absl::StatusOr<std::vector<Document>> docs = SplitDocuments(*files, options.split);
   if (!docs.ok()) return docs.status();
@@ -301,14 +362,13 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   for (const Document& d : *docs) progress.bytes_total += d.bytes();
   if (options.progress) options.progress(progress);
 
-  PrepareResult result;
-  SplitWriter train(output_dir, options.name, "train", options.shard_tokens, width);
-  SplitWriter val(output_dir, options.name, "val", options.shard_tokens, width);
+  SplitWriter train(output_dir, options.name, "train", options.shard_tokens, width, chat_data);
+  SplitWriter val(output_dir, options.name, "val", options.shard_tokens, width, chat_data);
   const std::vector<Batch> batches = MakeBatches(*docs, options.batch_bytes);
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   auto work = [&](size_t b) {
-    return TokenizeBatch(*tok, *eot, *files,
+    return TokenizeBatch(*tok, *eot, chat ? &*chat : nullptr, *files,
                          std::span<const Document>(*docs).subspan(batches[b].first, batches[b].last - batches[b].first));
   };
   auto consume = [&](size_t b, BatchResult& batch) -> absl::Status {
@@ -317,7 +377,11 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
       const Document& d = (*docs)[i];
       const size_t n = batch.doc_tokens[i - batches[b].first];
       SplitWriter& out = d.val ? val : train;
-      if (absl::Status s = out.Append(std::span<const int32_t>(batch.tokens).subspan(offset, n)); !s.ok()) return s;
+      const std::span<const uint8_t> counted =
+          chat_data ? std::span<const uint8_t>(batch.counted).subspan(offset, n) : std::span<const uint8_t>();
+      if (absl::Status s = out.Append(std::span<const int32_t>(batch.tokens).subspan(offset, n), counted); !s.ok()) {
+        return s;
+      }
       offset += n;
       (d.val ? result.val_documents : result.train_documents) += 1;
       (d.val ? result.val_bytes : result.train_bytes) += d.bytes();
@@ -334,10 +398,15 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
 
   result.val_tokens = val.tokens();
   result.train_tokens = train.tokens();
+  result.val_counted_tokens = val.counted();
+  result.train_counted_tokens = train.counted();
   result.shards = val.shards();
   result.shards.insert(result.shards.end(), train.shards().begin(), train.shards().end());
   std::set<std::string> keep;
-  for (const PreparedShard& s : result.shards) keep.insert(s.file);
+  for (const PreparedShard& s : result.shards) {
+    keep.insert(s.file);
+    if (!s.mask_file.empty()) keep.insert(s.mask_file);
+  }
   if (absl::Status s = RemoveStaleShards(output_dir, options.name, keep); !s.ok()) return s;
 
   result.manifest_path = absl::StrCat(output_dir, "/manifest.json");

@@ -44,6 +44,18 @@
 //     that varies between runs (no times, no thread count, no absolute paths
 //     beyond those given).
 //
+// Chat data (format = DataFormat::kChat, for supervised fine-tuning): the
+// inputs are JSON Lines files (folders contribute *.jsonl), each non-empty
+// line one conversation (io/prepare/chat.h), and the split is by line. Each
+// conversation is rendered with the chat template (chat_template, or the one
+// the tokenizer folder's tokenizer_config.json names) in place of the
+// delimiter + text of step 3, and each shard gets a loss mask beside it
+// (<name>_train_000000.mask: io/shards/loss_mask.h) that counts the
+// assistant's replies only; the data loader makes the other targets
+// ignore_index. A line that is not a conversation fails naming file:line and
+// the key. The manifest records the format, the template and how many tokens
+// the masks count.
+//
 // Errors (absl::Status, naming the path): InvalidArgument for bad options,
 // no inputs, an input folder without *.txt files, a pattern matching nothing,
 // inputs with no text, or val_fraction > 0 with a single document (with a
@@ -57,9 +69,11 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "io/prepare/chat.h"
 #include "io/prepare/documents.h"
 #include "io/prepare/split_writer.h"
 
@@ -72,6 +86,12 @@ struct PrepareProgress {
   int64_t documents_total = 0;
   int64_t tokens_done = 0;
 };
+
+// What the inputs hold: plain text, or chat conversations in JSON Lines.
+enum class DataFormat { kText, kChat };
+// "text" / "chat"; FromName: nullopt for any other name.
+const char* DataFormatName(DataFormat format);
+std::optional<DataFormat> DataFormatFromName(std::string_view name);
 
 struct PrepareOptions {
   // Files, folders (recursive *.txt) and glob patterns; "~/" is $HOME.
@@ -91,7 +111,10 @@ struct PrepareOptions {
   int64_t shard_tokens = 10'000'000;
   // Tokenizing threads; 0 for one per core.
   int threads = 0;
-  DocumentSplit split = DocumentSplit::kFile;
+  DocumentSplit split = DocumentSplit::kFile;  // kChat: must be kLine
+  DataFormat format = DataFormat::kText;
+  // kChat: the template; nullopt takes the tokenizer folder's (chat.h).
+  std::optional<ChatTemplate> chat_template;
   // Text per unit of work: documents are grouped until a group has this many
   // bytes (a larger document is a group of its own).
   uint64_t batch_bytes = 1 << 20;
@@ -108,6 +131,10 @@ struct PrepareResult {
   int64_t val_documents = 0;
   uint64_t train_bytes = 0;
   uint64_t val_bytes = 0;
+  // kChat: the tokens the loss masks count (the assistant's replies).
+  int64_t train_counted_tokens = 0;
+  int64_t val_counted_tokens = 0;
+  std::optional<ChatTemplate> chat_template;  // the one used (kChat)
   std::string manifest_path;
 };
 

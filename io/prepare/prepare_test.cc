@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -15,6 +16,7 @@
 #include "io/common/absl_view.h"
 #include "io/common/sha256.h"
 #include "io/prepare/test_util.h"
+#include "io/shards/loss_mask.h"
 #include "io/shards/token_shard.h"
 #include "io/tokenizer/load_tokenizer.h"
 #include "io/tokenizer/tokenizer.h"
@@ -363,6 +365,114 @@ TEST(PrepareDatasetTest, SentencePieceModelStartsDocumentsWithBos) {
   const std::vector<uint16_t> ids = SplitTokens(dir + "/out", *result, "train");
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 1), 6);  // one <s> per document
   EXPECT_EQ(ids.front(), 1);
+}
+
+}  // namespace
+}  // namespace colossal::io
+
+namespace colossal::io {
+namespace {
+
+// Chat data: every conversation rendered by its template, in line order over
+// shards of 64 tokens, each with a loss mask equal to the renderer's; the
+// manifest says so; a text prepare into the same folder removes the masks.
+TEST(PrepareDatasetTest, ChatLinesBecomeShardsWithLossMasks) {
+  const std::string dir = MakeTestDir();
+  std::vector<std::string> lines;
+  for (int i = 0; i < 12; ++i) {
+    lines.push_back(nlohmann::json{{"messages",
+                                    {{{"role", "user"}, {"content", absl::StrCat("question ", i, "?")}},
+                                     {{"role", "assistant"}, {"content", absl::StrCat("answer number ", i * 7)}}}}}
+                        .dump());
+  }
+  std::string jsonl;
+  for (size_t i = 0; i < lines.size(); ++i) jsonl += lines[i] + (i == 4 ? "\r\n\n" : "\n");  // CRLF, a blank line
+  WriteFile(dir + "/chats/a.jsonl", jsonl);
+  WriteFile(dir + "/chats/notes.txt", "not *.jsonl: ignored");
+  PrepareOptions o = Options(dir + "/chats", dir + "/out");
+  o.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
+  o.format = DataFormat::kChat;
+  o.split = DocumentSplit::kLine;
+  o.chat_template = ChatTemplate::kChatMl;
+  o.val_fraction = 0;
+  o.shard_tokens = 64;
+  absl::StatusOr<PrepareResult> r = PrepareDataset(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> tok = LoadTokenizer(o.tokenizer_path);
+  ASSERT_TRUE(tok.ok());
+  absl::StatusOr<ChatRenderer> chat = ChatRenderer::Create(**tok, ChatTemplate::kChatMl);
+  ASSERT_TRUE(chat.ok());
+  std::vector<int32_t> want_ids;
+  std::vector<uint8_t> want_counted;
+  for (const std::string& line : lines) chat->Render(ParseConversation(line).value(), &want_ids, &want_counted);
+
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> counted;
+  int64_t manifest_counted = 0;
+  ASSERT_GT(r->shards.size(), 2u);
+  for (const PreparedShard& s : r->shards) {
+    EXPECT_EQ(s.split, "train");
+    EXPECT_EQ(s.mask_file, absl::StrCat(s.file.substr(0, s.file.size() - 4), ".mask"));
+    absl::StatusOr<TokenShard> shard = TokenShard::Open(dir + "/out/" + s.file);
+    absl::StatusOr<LossMask> mask = LossMask::Open(dir + "/out/" + s.mask_file);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    ASSERT_TRUE(mask.ok()) << mask.status();
+    ASSERT_EQ(shard->num_tokens(), mask->num_tokens());
+    for (int64_t i = 0; i < shard->num_tokens(); ++i) ids.push_back(shard->token(i));
+    counted.insert(counted.end(), mask->values().begin(), mask->values().end());
+    manifest_counted += s.counted;
+  }
+  EXPECT_EQ(ids, want_ids);
+  EXPECT_EQ(counted, want_counted);
+  const int64_t total_counted = std::count(want_counted.begin(), want_counted.end(), uint8_t{1});
+  EXPECT_EQ(r->train_counted_tokens, total_counted);
+  EXPECT_EQ(manifest_counted, total_counted);
+  EXPECT_EQ(r->train_documents, 12);
+  const nlohmann::json m = nlohmann::json::parse(ReadAll(r->manifest_path));
+  EXPECT_EQ(m["options"]["format"], "chat");
+  EXPECT_EQ(m["options"]["split"], "line");
+  EXPECT_EQ(m["options"]["chat_template"], "chatml");
+  EXPECT_EQ(m["counted_tokens"]["train"], total_counted);
+  EXPECT_EQ(m["shards"][0]["mask"], r->shards[0].mask_file);
+
+  // Text into the same folder and name: the old shards and masks go.
+  WriteFile(dir + "/text/a.txt", MakeText(1, 2));
+  PrepareOptions text = Options(dir + "/text", dir + "/out");
+  text.val_fraction = 0;
+  ASSERT_TRUE(PrepareDataset(text).ok());
+  for (const std::string& name : ListDir(dir + "/out")) EXPECT_FALSE(absl::EndsWith(name, ".mask")) << name;
+}
+
+TEST(PrepareDatasetTest, ChatErrorsNameTheLineAndTheKey) {
+  const std::string dir = MakeTestDir();
+  WriteFile(dir + "/c.jsonl",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n"
+            "\n"
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"robot\", \"content\": \"a\"}]}\n");
+  PrepareOptions o = Options(dir + "/c.jsonl", dir + "/out");
+  o.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
+  o.format = DataFormat::kChat;
+  o.split = DocumentSplit::kLine;
+  o.chat_template = ChatTemplate::kChatMl;
+  o.val_fraction = 0;
+  absl::StatusOr<PrepareResult> r = PrepareDataset(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "/c.jsonl:3: messages[1].role: unknown role \"robot\""))
+      << r.status();
+  struct stat st;
+  EXPECT_NE(::stat((dir + "/out/manifest.json").c_str(), &st), 0);
+
+  o.split = DocumentSplit::kParagraph;
+  EXPECT_TRUE(absl::StrContains(PrepareDataset(o).status().message(), "split must be \"line\""));
+  o.split = DocumentSplit::kLine;
+  o.chat_template = std::nullopt;  // the fixture folder names no template
+  EXPECT_TRUE(absl::StrContains(PrepareDataset(o).status().message(), "has no chat template"));
+  o.chat_template = ChatTemplate::kLlama3;  // Qwen2's tokenizer lacks Llama 3's tokens
+  EXPECT_TRUE(absl::StrContains(PrepareDataset(o).status().message(), "has no special token <|start_header_id|>"));
+  EXPECT_EQ(DataFormatFromName("chat"), DataFormat::kChat);
+  EXPECT_EQ(DataFormatFromName("jsonl"), std::nullopt);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "io/shards/loss_mask.h"
 #include "io/shards/token_shard.h"
 
 namespace colossal::io {
@@ -29,6 +30,8 @@ struct PreparedShard {
   std::string file;   // name within the output folder
   std::string split;  // "train" or "val"
   int64_t tokens = 0;
+  std::string mask_file;  // its loss mask's name, or empty
+  int64_t counted = 0;    // tokens its mask counts (with a mask)
 };
 
 // "<name>_<split>_<index, 6 digits>.bin", llm.c's naming.
@@ -39,16 +42,18 @@ class SplitWriter {
   // Shards store ids with `width` (token_shard.h: uint16 is llm.c's GPT-2
   // header, uint32 its Llama 3 one).
   SplitWriter(std::string dir, std::string name, std::string split, int64_t shard_tokens,
-              TokenWidth width = TokenWidth::kUint16);
+              TokenWidth width = TokenWidth::kUint16, bool loss_masks = false);
 
-  // Ids must fit the width (TokenShardWriter checks).
-  absl::Status Append(std::span<const int32_t> ids);
+  // Ids must fit the width (TokenShardWriter checks). With loss masks,
+  // `counted` holds a 0/1 per id (InvalidArgument otherwise); without, it is empty.
+  absl::Status Append(std::span<const int32_t> ids, std::span<const uint8_t> counted = {});
   // Finishes the open shard, if any.
   absl::Status Finish();
 
   // Shards finished so far, in order.
   const std::vector<PreparedShard>& shards() const { return shards_; }
   int64_t tokens() const { return tokens_; }
+  int64_t counted() const { return counted_; }
 
  private:
   absl::Status FinishShard();
@@ -58,9 +63,13 @@ class SplitWriter {
   std::string split_;
   int64_t shard_tokens_;
   TokenWidth width_;
+  bool loss_masks_;
   std::optional<TokenShardWriter> writer_;
+  std::optional<LossMaskWriter> mask_writer_;
+  int64_t shard_counted_ = 0;
   std::vector<PreparedShard> shards_;
   int64_t tokens_ = 0;
+  int64_t counted_ = 0;
 };
 
 }  // namespace colossal::io

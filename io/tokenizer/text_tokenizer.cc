@@ -105,6 +105,21 @@ absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path) {
     if (!it->is_boolean()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", key, ": expected true or false"));
     *out = it->get<bool>();
   }
+  if (const auto it = j.find("chat_template"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      config.chat_template = it->get<std::string>();
+    } else if (it->is_array()) {
+      for (const nlohmann::json& entry : *it) {
+        if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+            entry["template"].is_string()) {
+          config.chat_template = entry["template"].get<std::string>();
+        }
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": chat_template: expected a string or a list of {\"name\", \"template\"}"));
+    }
+  }
   return config;
 }
 

@@ -60,6 +60,10 @@ class TextTokenizer {
   // tokenizer adds one (Llama 2 and 3, as llm.c's Llama 3 shards), else the
   // EOS (GPT-2's <|endoftext|>, as llm.c's GPT-2 shards); nullopt if neither.
   std::optional<int32_t> document_delimiter() const { return adds_bos_ && bos_id_ ? bos_id_ : eos_id_; }
+  // The id of the special token whose text is `text` ("<|eot_id|>"), or
+  // nullopt: not one of its special tokens. A SentencePiece model has none
+  // (its control tokens are never matched in text).
+  virtual std::optional<int32_t> special_token_id(std::string_view text) const { return std::nullopt; }
   // "tiktoken", "encoder.json", "tokenizer.json" or "sentencepiece".
   virtual std::string_view kind() const = 0;
   // The file it was read from.
@@ -97,6 +101,9 @@ class BpeTextTokenizer final : public TextTokenizer {
   void EncodeOrdinaryTo(std::string_view text, std::vector<int32_t>* out) const override;
   absl::StatusOr<std::string> Decode(std::span<const int32_t> ids) const override;
   int32_t vocab_size() const override { return tokenizer_.vocab_size(); }
+  std::optional<int32_t> special_token_id(std::string_view text) const override {
+    return tokenizer_.special_token_id(text);
+  }
   std::string_view kind() const override { return kind_; }
   const Tokenizer& bpe() const { return tokenizer_; }
 
@@ -117,6 +124,9 @@ struct TokenizerConfig {
   std::string eos_token;
   std::optional<bool> add_bos_token;
   std::optional<bool> add_eos_token;
+  // The Jinja chat template: a string, or the entry named "default" of a
+  // list of {"name", "template"}; empty when absent.
+  std::string chat_template;
 };
 absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& path);
 
