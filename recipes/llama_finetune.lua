@@ -13,6 +13,12 @@
 --   colossal data prepare --tokenizer /models/Llama-3.2-1B --input my.txt --output data/mine
 -- Without a directory the recipe trains the model it describes below on the
 -- built-in Shakespeare corpus (GPT-2's tokenizer: the vocabulary covers it).
+-- Chat fine-tuning (SFT): conversations in JSON Lines, one a line,
+--   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}
+-- are rendered with the folder's chat template (Llama 3's or ChatML, Qwen2's) and
+-- the loss counts the assistant's replies only:
+--   ./colossal recipes/llama_finetune.lua --set model.from_pretrained=/models/Qwen2.5-0.5B-Instruct \
+--       --set data.input=chats.jsonl --set data.format=chat
 -- Checkpoints are Hugging Face directories: transformers loads
 -- checkpoints/llama_finetune/step_N directly (as LlamaForCausalLM, or the
 -- folder's own Mistral/Qwen2 class). On a GPU, a Qwen2.5 of random weights:
@@ -34,9 +40,12 @@ return {
            tie_word_embeddings = true },
 
   data = {
-    -- Placeholders for --set: prepared token shards of your own (globs). Empty,
-    -- the recipe trains on the built-in Shakespeare corpus.
-    train = "", val = "",
+    -- Placeholders for --set: prepared token shards of your own (globs), or
+    -- text / chat files to tokenize with the model folder's tokenizer on first
+    -- use (`input`; format = "chat" for JSON Lines conversations). Empty, the
+    -- recipe trains on the built-in Shakespeare corpus.
+    train = "", val = "", input = "",
+    format = "text",
     micro_batch_size = gpu and 4 or 8,
     seq_len = gpu and 2048 or 128,
   },

@@ -186,4 +186,17 @@ void ChatRenderer::Render(std::span<const ChatMessage> conversation, std::vector
   }
 }
 
+void ChatRenderer::RenderPrompt(std::span<const ChatMessage> conversation, std::vector<int32_t>* ids) const {
+  std::vector<uint8_t> counted;
+  Render(conversation, ids, &counted);
+  ids->push_back(begin_);
+  if (template_ == ChatTemplate::kLlama3) {
+    tokenizer_->EncodeOrdinaryTo("assistant", ids);
+    ids->push_back(mid_);
+    tokenizer_->EncodeOrdinaryTo("\n\n", ids);
+  } else {
+    tokenizer_->EncodeOrdinaryTo("assistant\n", ids);
+  }
+}
+
 }  // namespace colossal::io

@@ -79,12 +79,18 @@ class ChatRenderer {
  public:
   // InvalidArgument naming the tokenizer file and the token when it lacks a
   // special token the template needs (a Llama 2 SentencePiece model has none
-  // of them), or, for kLlama3, a BOS.
+  // of them), or, for kLlama3, a BOS. The renderer keeps a pointer to
+  // `tokenizer`, which must outlive it.
   static absl::StatusOr<ChatRenderer> Create(const TextTokenizer& tokenizer, ChatTemplate t);
 
   // Appends the conversation's ids to *ids and one 0/1 a token to *counted.
   void Render(std::span<const ChatMessage> conversation, std::vector<int32_t>* ids,
               std::vector<uint8_t>* counted) const;
+  // Appends what a model continues with its reply: the conversation, then the
+  // assistant's header (transformers' add_generation_prompt=True).
+  void RenderPrompt(std::span<const ChatMessage> conversation, std::vector<int32_t>* ids) const;
+  // The token that ends a message (<|eot_id|>, <|im_end|>): generation stops there.
+  int32_t end_token() const { return end_; }
 
   ChatTemplate chat_template() const { return template_; }
 

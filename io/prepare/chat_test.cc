@@ -34,12 +34,13 @@ std::vector<ChatMessage> Parse(const nlohmann::json& line) {
 
 // Every conversation's ids equal transformers' apply_chat_template with the
 // family's template (tools/data/make_chat_vectors.py), and the counted tokens
-// decode to each assistant reply followed by its end token, nothing else.
+// decode to each assistant reply followed by its end token, nothing else;
+// prompts for generation equal add_generation_prompt=True's.
 TEST(ChatTest, IdsEqualTransformersAndTheMaskCountsTheReplies) {
   absl::StatusOr<std::string> text = ReadFileToString(kVectors);
   ASSERT_TRUE(text.ok()) << text.status();
   const nlohmann::json vectors = nlohmann::json::parse(*text);
-  int checked = 0;
+  int checked = 0, prompts = 0;
   for (const nlohmann::json& c : vectors["cases"]) {
     const std::unique_ptr<TextTokenizer> tok = Load(c["tokenizer"].get<std::string>());
     ASSERT_NE(tok, nullptr);
@@ -47,6 +48,20 @@ TEST(ChatTest, IdsEqualTransformersAndTheMaskCountsTheReplies) {
     ASSERT_TRUE(t.has_value());
     absl::StatusOr<ChatRenderer> chat = ChatRenderer::Create(*tok, *t);
     ASSERT_TRUE(chat.ok()) << chat.status();
+    if (c.value("add_generation_prompt", false)) {
+      std::vector<ChatMessage> prompt;
+      for (const nlohmann::json& m : c["messages"]) {
+        prompt.push_back({m["role"] == "system" ? ChatRole::kSystem
+                          : m["role"] == "user" ? ChatRole::kUser : ChatRole::kAssistant,
+                          m["content"].get<std::string>()});
+      }
+      std::vector<int32_t> ids = {-5};  // RenderPrompt appends
+      chat->RenderPrompt(prompt, &ids);
+      EXPECT_EQ(std::vector<int32_t>(ids.begin() + 1, ids.end()), c["ids"].get<std::vector<int32_t>>())
+          << c["messages"].dump();
+      ++prompts;
+      continue;
+    }
     const std::vector<ChatMessage> conv = Parse({{"messages", c["messages"]}});
     std::vector<int32_t> ids = {-5};  // Render appends
     std::vector<uint8_t> counted = {1};
@@ -83,6 +98,7 @@ TEST(ChatTest, IdsEqualTransformersAndTheMaskCountsTheReplies) {
     ++checked;
   }
   EXPECT_EQ(checked, 52);
+  EXPECT_EQ(prompts, 12);
 }
 
 TEST(ChatTest, SpecialTokenTextInContentStaysText) {

@@ -97,10 +97,13 @@ int State(lua_State* L) {
   return 1;
 }
 
-// colossal.data.prepare{input, output, name, val_fraction, tokenizer, split} -> {train, val,
-// prepared_now, vocab_size (the tokenizer's, from the manifest)}
-// split: "file" (each file is a document, the default) or "paragraph" (each
-// blank-line-separated paragraph is one: one long text can then give a val split).
+// colossal.data.prepare{input, output, name, val_fraction, tokenizer, split, format,
+// chat_template} -> {train, val, prepared_now, vocab_size (the tokenizer's, from the manifest)}
+// split: "file" (each file is a document, the default), "paragraph" (each
+// blank-line-separated paragraph is one: one long text can then give a val
+// split) or "line". format: "text" (the default) or "chat" (JSON Lines
+// conversations, split by line, with loss masks: io/prepare/prepare.h);
+// chat_template: "llama3" or "chatml" (default: the tokenizer folder's).
 int Prepare(lua_State* L) {
   OptionTable o(L, 1, "colossal.data.prepare");
   io::PrepareOptions options;
@@ -110,11 +113,26 @@ int Prepare(lua_State* L) {
   options.val_fraction = o.number("val_fraction", options.val_fraction);
   const bool default_tokenizer = !o.has("tokenizer");
   options.tokenizer_path = o.string("tokenizer", DefaultTokenizerPath());
-  const std::string split = o.string("split", "file");
+  const std::string format = o.string("format", "text");
+  if (std::optional<io::DataFormat> f = io::DataFormatFromName(format)) {
+    options.format = *f;
+  } else {
+    o.fail("format", absl::StrCat("must be \"text\" or \"chat\", got \"", format, "\""));
+  }
+  const bool chat = options.format == io::DataFormat::kChat;
+  if (o.has("chat_template")) {
+    const std::string name = o.string("chat_template", "");
+    if (!chat) o.fail("chat_template", "goes with format = \"chat\"");
+    options.chat_template = io::ChatTemplateFromName(name);
+    if (!options.chat_template) {
+      o.fail("chat_template", absl::StrCat("must be \"llama3\" or \"chatml\", got \"", name, "\""));
+    }
+  }
+  const std::string split = o.string("split", chat ? "line" : "file");
   if (std::optional<io::DocumentSplit> s = io::DocumentSplitFromName(split)) {
     options.split = *s;
   } else {
-    o.fail("split", absl::StrCat("must be \"file\" or \"paragraph\", got \"", split, "\""));
+    o.fail("split", absl::StrCat("must be \"file\", \"paragraph\" or \"line\", got \"", split, "\""));
   }
   o.finish();
   if (input.empty()) o.fail("input", "is required (text files, folders or glob patterns)");

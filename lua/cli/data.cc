@@ -26,7 +26,7 @@ constexpr char kDataUsage[] =
     "  prepare    tokenize text into llm.c token shards and a manifest.json\n";
 
 constexpr FlagSpec kPrepareFlags[] = {
-    {"--input", FlagKind::kList, "PATH...", "text files, folders (*.txt, recursive) or globs"},
+    {"--input", FlagKind::kList, "PATH...", "text files, folders (*.txt, recursive; *.jsonl with --format chat) or globs"},
     {"--output", FlagKind::kValue, "DIR", "where the shards and manifest.json go"},
     {"--val_fraction", FlagKind::kValue, "F", "share of the text for validation (0.05)"},
     {"--tokenizer", FlagKind::kValue, "DIR|FILE",
@@ -34,8 +34,12 @@ constexpr FlagSpec kPrepareFlags[] = {
      "GPT-2 ranks (default $COLOSSAL_DATA/gpt2.tiktoken) or OpenAI's encoder.json with its vocab.bpe"},
     {"--threads", FlagKind::kValue, "N", "tokenizing threads (0: one per core)"},
     {"--name", FlagKind::kValue, "NAME", "shard file prefix: NAME_train_000000.bin (data)"},
-    {"--split", FlagKind::kValue, "file|paragraph",
-     "a document is a file (default) or a blank-line-separated paragraph"},
+    {"--split", FlagKind::kValue, "file|paragraph|line",
+     "a document is a file (default), a blank-line-separated paragraph or a line"},
+    {"--format", FlagKind::kValue, "text|chat",
+     "text (default), or chat: JSON Lines conversations (*.jsonl) for fine-tuning, with loss masks"},
+    {"--chat_template", FlagKind::kValue, "llama3|chatml",
+     "chat: the template (default: the one the tokenizer folder's tokenizer_config.json has)"},
 };
 
 std::string PrepareUsage() {
@@ -46,7 +50,13 @@ std::string PrepareUsage() {
       "GPT-2's BPE by default, or a Hugging Face model's (--tokenizer DIR): each\n"
       "document starts with its BOS (Llama: <|begin_of_text|>, <s>) or else its EOS\n"
       "(GPT-2: <|endoftext|>); ids are uint16 (llm.c's GPT-2 header) when the\n"
-      "vocabulary has at most 65536 ids, else uint32 (llm.c's Llama 3 header).\n\n",
+      "vocabulary has at most 65536 ids, else uint32 (llm.c's Llama 3 header).\n\n"
+      "--format chat reads one conversation a line, {\"messages\": [{\"role\": \"user\",\n"
+      "\"content\": ...}, {\"role\": \"assistant\", ...}]} (or ShareGPT's \"conversations\"),\n"
+      "renders it with the model's chat template (Llama 3's or ChatML, Qwen2's) and\n"
+      "writes a loss mask beside each shard (NAME_train_000000.mask) that counts the\n"
+      "assistant's replies only: training on the shards learns the answers, not the\n"
+      "questions.\n\n",
       FlagHelp(kPrepareFlags));
 }
 
@@ -108,11 +118,28 @@ int Prepare(const Args& args) {
                 kExitUsage, usage);
   }
   options.val_fraction = *val;
-  const std::string split = flags->value("--split", "file");
+  const std::string format = flags->value("--format", "text");
+  if (std::optional<io::DataFormat> f = io::DataFormatFromName(format)) {
+    options.format = *f;
+  } else {
+    return Fail("data prepare", absl::StrCat("--format must be text or chat, got '", format, "'"), kExitUsage,
+                usage);
+  }
+  const bool chat = options.format == io::DataFormat::kChat;
+  if (flags->has("--chat_template")) {
+    const std::string name = flags->value("--chat_template");
+    if (!chat) return Fail("data prepare", "--chat_template goes with --format chat", kExitUsage, usage);
+    options.chat_template = io::ChatTemplateFromName(name);
+    if (!options.chat_template) {
+      return Fail("data prepare", absl::StrCat("--chat_template must be llama3 or chatml, got '", name, "'"),
+                  kExitUsage, usage);
+    }
+  }
+  const std::string split = flags->value("--split", chat ? "line" : "file");
   if (std::optional<io::DocumentSplit> s = io::DocumentSplitFromName(split)) {
     options.split = *s;
   } else {
-    return Fail("data prepare", absl::StrCat("--split must be file or paragraph, got '", split, "'"),
+    return Fail("data prepare", absl::StrCat("--split must be file, paragraph or line, got '", split, "'"),
                 kExitUsage, usage);
   }
   auto threads = IntFlag(*flags, "--threads", 0, 0, 4096);
@@ -142,6 +169,12 @@ int Prepare(const Args& args) {
               static_cast<long long>(result->val_documents),
               static_cast<unsigned long long>(result->val_bytes),
               static_cast<long long>(result->val_tokens));
+  if (result->chat_template) {
+    std::printf("chat (%s): the loss counts %lld train and %lld val tokens (the replies)\n",
+                io::ChatTemplateName(*result->chat_template),
+                static_cast<long long>(result->train_counted_tokens),
+                static_cast<long long>(result->val_counted_tokens));
+  }
   std::printf("%zu shards, manifest %s\n", result->shards.size(), result->manifest_path.c_str());
   return kExitOk;
 }

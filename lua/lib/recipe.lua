@@ -157,7 +157,10 @@ local DATA = {
   seq_len = { "integer", required = true, check = positive },
   shuffle = { "boolean", true },
   val_fraction = { "number" },
-  split = { "string", check = one_of("file", "paragraph") },
+  split = { "string", check = one_of("file", "paragraph", "line") },
+  format = { "string", check = one_of("text", "chat") },
+  chat_template = { "string", check = one_of("llama3", "chatml") },
+  tokenizer = { "string", check = function(v) if v == "" then return "must not be empty" end end },
 }
 local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }
 local function non_empty(v) if v == "" then return "must not be empty" end end
@@ -182,12 +185,13 @@ local function without(t, drop)
   return out
 end
 
-local function datasets(file, d)
+local function datasets(file, d, m)
   -- "" is a placeholder a recipe leaves for --set (llama_finetune.lua's
-  -- train and val, as from_pretrained = ""): not given.
+  -- train, val and input, as from_pretrained = ""): not given.
   local placeholder = d.train == "" or d.val == ""
   if d.train == "" then d.train = nil end
   if d.val == "" then d.val = nil end
+  if d.input == "" then d.input = nil end
   if d.val and not d.train then
     usage_error(file, "data.val", "is given without data.train (the training shards it goes with)")
   end
@@ -201,13 +205,26 @@ local function datasets(file, d)
     d.corpus = "shakespeare"
     d.placeholder_note = placeholder
   end
+  if d.format == "chat" and not d.input then
+    usage_error(file, "data.format", "\"chat\" tokenizes conversations: give data.input (JSON Lines "
+      .. "files or a folder of *.jsonl); prepared chat shards go in data.train with their .mask files")
+  end
   if d.train then return d.train, d.val end
   local name = d.name or d.corpus or "data"
   local input = d.input
   if d.corpus then input = call(file, "data.corpus", d, colossal.data.default_corpus) end
+  -- A model from a Hugging Face folder tokenizes its data with the folder's tokenizer.
+  local tokenizer = d.tokenizer
+  if not tokenizer and m.from_pretrained and m.from_pretrained ~= "" and not d.corpus then
+    tokenizer = m.from_pretrained
+  end
+  if d.format == "chat" and not tokenizer then
+    usage_error(file, "data.format", "\"chat\" needs the model's tokenizer, which has the chat template's "
+      .. "tokens: set model.from_pretrained (a Hugging Face folder) or data.tokenizer")
+  end
   local paths = call(file, d.corpus and "data.corpus" or "data.input", d, colossal.data.prepare, {
     input = input, output = d.output or ("data/" .. name), name = name, val_fraction = d.val_fraction,
-    split = d.split,
+    split = d.split, tokenizer = tokenizer, format = d.format, chat_template = d.chat_template,
   })
   return paths.train, paths.val, paths.prepared_now and (d.output or ("data/" .. name)), paths.vocab_size
 end
@@ -357,7 +374,7 @@ function recipe.run(t, file, bench)
     colossal.lr_scheduler[r.lr_scheduler.name], optimizer, without(r.lr_scheduler, "name"))
   local booster = call(file, "plugin", r.plugin, colossal.booster,
     { plugin = plugin, mixed_precision = (not caps.owns_precision) and r.precision or nil })
-  local train_pattern, val_pattern, prepared_into, data_vocab = datasets(file, d)
+  local train_pattern, val_pattern, prepared_into, data_vocab = datasets(file, d, r.model)
   -- Token ids past the model's vocabulary would stop the run at step 1's embedding.
   if data_vocab and data_vocab > cfg.vocab_size then
     usage_error(file, "model.vocab_size", string.format("the data's tokenizer has %d tokens, the "

@@ -297,6 +297,41 @@ else
       failures=$((failures + 1))
     fi
   fi
+  # Chat fine-tuning (SFT) of the same folder: JSON Lines conversations are
+  # tokenized with its tokenizer (from_pretrained) and the ChatML template, each
+  # shard with a loss mask beside it, and two steps train on them.
+  # The folder's tokenizer_config.json names its template, as Qwen2's do.
+  cat >"$tmp/qwen2_hf/tokenizer_config.json" <<'JSON'
+{"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+ "chat_template": "{% for m in messages %}{{'<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n'}}{% endfor %}"}
+JSON
+  chats="$tmp/chats.jsonl"
+  : >"$chats"
+  for i in $(seq 1 40); do
+    printf '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is %d + %d?"}, {"role": "assistant", "content": "%d."}]}\n' \
+      "$i" "$i" $((2 * i)) >>"$chats"
+  done
+  if run_recipe "$name" 0 qwen2chat "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+      --set "data.input=$chats" --set data.format=chat --set checkpoint.dir=checkpoints/qwen2chat; then
+    prepared="$tmp/work_$name/data/data"
+    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2chat.out" && [[ -f "$prepared/data_train_000000.mask" ]] &&
+        grep -qF '"format": "chat"' "$prepared/manifest.json" && grep -qF '"chat_template": "chatml"' "$prepared/manifest.json" &&
+        grep -qF '"counted_tokens"' "$prepared/manifest.json"; then
+      echo "ok: recipes/$name.lua fine-tunes a Qwen2 folder on chat data (loss masks beside the shards)"
+    else
+      echo "FAIL: recipes/$name.lua on chat data:"
+      cat "$tmp/$name.qwen2chat.out" "$tmp/$name.qwen2chat.err"; ls "$prepared"
+      failures=$((failures + 1))
+    fi
+  fi
+  # Chat data without the model's tokenizer (GPT-2's has no chat tokens) is refused naming the key.
+  if run_recipe "$name" 2 chatnotok "${sets[@]}" --set "data.input=$chats" --set data.format=chat; then
+    if ! grep -qF "data.format" "$tmp/$name.chatnotok.err"; then
+      echo "FAIL: chat data without a tokenizer: the error does not name data.format:"
+      cat "$tmp/$name.chatnotok.err"
+      failures=$((failures + 1))
+    fi
+  fi
 fi
 
 if ((failures != 0)); then

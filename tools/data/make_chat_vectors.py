@@ -9,8 +9,9 @@ For the tiny Llama 3 and Qwen2 tokenizers of io/tokenizer/testdata, each convers
 ids from transformers' apply_chat_template(messages, tokenize=True) with the family's
 template: Meta-Llama-3-8B-Instruct's (bos_token, then per message a header and the
 trimmed content ending in <|eot_id|>) and ChatML as Qwen2's template renders it when the
-conversation has a system message. io/prepare:chat_test renders the same conversations
-and compares ids. Content never holds special-token text here: transformers would read
+conversation has a system message; and, for six conversations cut before their last reply,
+the ids with add_generation_prompt=True (what generation continues). io/prepare:chat_test
+renders the same conversations and compares ids. Content never holds special-token text here: transformers would read
 it as the special token, colossal keeps it text (chat_test checks that separately).
 """
 import argparse
@@ -75,6 +76,13 @@ def main():
         for messages in conversations():
             ids = tok.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=False)
             cases.append({"template": family, "tokenizer": folder, "messages": messages, "ids": list(ids)})
+        # Prompts for generation: the conversation up to a user turn, then the assistant's header.
+        for messages in conversations()[:6]:
+            prompt = messages[:-1]
+            ids = tok.apply_chat_template(prompt, chat_template=template, tokenize=True, return_dict=False,
+                                          add_generation_prompt=True)
+            cases.append({"template": family, "tokenizer": folder, "messages": prompt, "ids": list(ids),
+                          "add_generation_prompt": True})
     meta = {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump({"meta": meta, "cases": cases}, f, ensure_ascii=False, indent=0)
