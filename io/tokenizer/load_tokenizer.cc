@@ -63,7 +63,8 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadFile(const std::string& file)
 std::vector<std::string> TokenizerFilesIn(const std::string& folder) {
   std::vector<std::string> files;
   for (const char* name :
-       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}) {
+       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+        "chat_template.jinja"}) {
     std::string file = absl::StrCat(folder, "/", name);
     if (IsFile(file)) files.push_back(std::move(file));
   }

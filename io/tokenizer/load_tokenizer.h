@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadTokenizer(const std::string& 
 
 // The files of a model folder's tokenizer that are there, as paths:
 // tokenizer.json, tokenizer.model, tokenizer_config.json,
-// special_tokens_map.json (what a checkpoint copies so that its step
+// special_tokens_map.json, chat_template.jinja (what a checkpoint copies so that its step
 // directory carries the tokenizer its model was trained with).
 std::vector<std::string> TokenizerFilesIn(const std::string& folder);
 

@@ -12,7 +12,10 @@
 // --seed (stream element i for the i-th new token, kernels/random/philox.h),
 // so the same flags give the same text. The prompt and then each new token's
 // bytes go to stdout as they are produced; it stops at <|endoftext|> (not
-// printed) or after --max_new_tokens tokens.
+// printed) or after --max_new_tokens tokens. With --chat the prompt is a user
+// message: it is rendered with the tokenizer folder's chat template (or
+// --chat_template's; io/prepare/chat.h) and the assistant's header, only the
+// reply is printed, and generation stops at the end of the message.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -37,6 +40,7 @@
 #include "io/common/file_util.h"
 #include "nn/train/checkpoint.h"
 #include "io/tokenizer/load_tokenizer.h"
+#include "io/prepare/chat.h"
 #include "io/tokenizer/text_tokenizer.h"
 #include "core/ops/elementwise.h"
 #include "lua/api/generation.h"
@@ -60,6 +64,10 @@ constexpr FlagSpec kGenerateFlags[] = {
     {"--tokenizer", FlagKind::kValue, "FILE|DIR",
      "gpt2.tiktoken, tokenizer.json, tokenizer.model, encoder.json (vocab.bpe beside it) or a "
      "folder holding one (the checkpoint's own, else $COLOSSAL_DATA/gpt2.tiktoken)"},
+    {"--chat", FlagKind::kBool, "", "TEXT is a user message: answer it with the tokenizer's chat template"},
+    {"--chat_template", FlagKind::kValue, "llama3|chatml",
+     "the chat template (implies --chat; default: the one the tokenizer's folder names)"},
+    {"--system", FlagKind::kValue, "TEXT", "a system message before the user's (with --chat)"},
 };
 
 std::string GenerateUsage() {
@@ -68,7 +76,9 @@ std::string GenerateUsage() {
       "Continues TEXT with the model of a checkpoint (GPT-2 or Llama: a step directory\n"
       "or a Hugging Face model folder), on the CPU (float32), printing the prompt and\n"
       "each new token to stdout as it is produced. It stops at the tokenizer's end of\n"
-      "text or after --max_new_tokens tokens. The same flags give the same\n"
+      "text or after --max_new_tokens tokens. With --chat, TEXT is a user message\n"
+      "rendered with the model's chat template (Llama 3's or ChatML) and the reply alone\n"
+      "is printed, ending at the end of the message. The same flags give the same\n"
       "text. Exit codes: 0 ok, 1 runtime failure (checkpoint, tokenizer, model),\n"
       "2 usage error.\n\n",
       FlagHelp(kGenerateFlags));
@@ -98,9 +108,38 @@ std::string Describe(const nn::CausalLM& model) {
 // The generation itself; errors are runtime failures (exit code 1).
 // `default_tokenizer`: tokenizer_path is GPT-2's, taken because neither
 // --tokenizer nor the checkpoint folder named one.
+// How a --chat prompt is rendered (chat.h); `chat` false: plain text.
+struct ChatPrompt {
+  bool chat = false;
+  std::optional<io::ChatTemplate> chat_template;  // nullopt: the tokenizer folder's
+  std::string system;                             // empty: none
+};
+
+// The prompt's ids and the token generation stops at.
+absl::StatusOr<std::pair<std::vector<int32_t>, int32_t>> EncodePrompt(const io::TextTokenizer& tokenizer,
+                                                                      const std::string& prompt,
+                                                                      const ChatPrompt& chat) {
+  if (!chat.chat) {
+    absl::StatusOr<std::vector<int32_t>> ids = tokenizer.Encode(prompt, /*add_special_tokens=*/true);
+    if (!ids.ok()) return ids.status();
+    return std::make_pair(*std::move(ids), tokenizer.eos_id().value_or(-1));
+  }
+  absl::StatusOr<io::ChatTemplate> t =
+      chat.chat_template ? absl::StatusOr<io::ChatTemplate>(*chat.chat_template) : io::DetectChatTemplate(tokenizer.path());
+  if (!t.ok()) return t.status();
+  absl::StatusOr<io::ChatRenderer> renderer = io::ChatRenderer::Create(tokenizer, *t);
+  if (!renderer.ok()) return renderer.status();
+  std::vector<io::ChatMessage> messages;
+  if (!chat.system.empty()) messages.push_back({io::ChatRole::kSystem, chat.system});
+  messages.push_back({io::ChatRole::kUser, prompt});
+  std::vector<int32_t> ids;
+  renderer->RenderPrompt(messages, &ids);
+  return std::make_pair(std::move(ids), renderer->end_token());
+}
+
 absl::Status Generate(const std::string& checkpoint, const std::string& tokenizer_path,
                       bool default_tokenizer, const std::string& prompt, int max_new_tokens,
-                      const SamplingOptions& o) {
+                      const SamplingOptions& o, const ChatPrompt& chat) {
   absl::StatusOr<std::string> dir = io::ResolveCheckpoint(checkpoint);
   if (!dir.ok()) return dir.status();
   absl::StatusOr<std::unique_ptr<nn::CausalLM>> model =
@@ -131,18 +170,23 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
   absl::StatusOr<std::unique_ptr<core::Context>> ctx = core::Context::create(core::Device::cpu());
   if (!ctx.ok()) return ctx.status();
 
-  absl::StatusOr<std::vector<int32_t>> encoded = (*tokenizer)->Encode(prompt, /*add_special_tokens=*/true);
-  if (!encoded.ok()) return encoded.status();
-  std::vector<int32_t> tokens = *std::move(encoded);
+  absl::StatusOr<std::pair<std::vector<int32_t>, int32_t>> encoded = EncodePrompt(**tokenizer, prompt, chat);
+  if (!encoded.ok()) return absl::FailedPreconditionError(encoded.status().message());
+  std::vector<int32_t> tokens = std::move(encoded->first);
+  const int32_t stop_token = encoded->second;
   const size_t prompt_tokens = tokens.size();
-  std::fprintf(stderr, "generate: %s: %s; CPU, float32; %zu prompt tokens\n", dir->c_str(),
-               Describe(**model).c_str(), prompt_tokens);
-  Emit(prompt);
+  std::fprintf(stderr, "generate: %s: %s; CPU, float32; %zu prompt tokens%s\n", dir->c_str(),
+               Describe(**model).c_str(), prompt_tokens, chat.chat ? " (a chat turn)" : "");
+  if (!chat.chat) Emit(prompt);
   // Each new token's text is what decoding all the new tokens adds to the
   // text so far (SentencePiece pieces carry their spaces that way).
   std::string emitted;
+  // A vocabulary padded past the tokenizer's (Qwen2.5: 151936 rows, 151665
+  // tokens) has rows no text belongs to: never sample them.
+  SamplingOptions sampling = o;
+  if ((*tokenizer)->vocab_size() < (*model)->vocab_size()) sampling.vocab_limit = (*tokenizer)->vocab_size();
   absl::StatusOr<int> generated = GenerateTokens(
-      **ctx, **model, tokens, max_new_tokens, o, (*tokenizer)->eos_id().value_or(-1),
+      **ctx, **model, tokens, max_new_tokens, sampling, stop_token,
       [&](int32_t) -> absl::Status {
         absl::StatusOr<std::string> text =
             (*tokenizer)->Decode(std::span<const int32_t>(tokens).subspan(prompt_tokens));
@@ -160,7 +204,7 @@ absl::Status Generate(const std::string& checkpoint, const std::string& tokenize
   if (!generated.ok()) return generated.status();
   Emit("\n");
   std::fprintf(stderr, "generate: %d new tokens%s\n", *generated,
-               *generated < max_new_tokens ? " (end of text)" : "");
+               *generated < max_new_tokens ? (chat.chat ? " (end of the reply)" : " (end of text)") : "");
   return absl::OkStatus();
 }
 
@@ -230,8 +274,22 @@ int GenerateCommand(const Args& args) {
                   kExitFailure);
     }
   }
+  ChatPrompt chat;
+  chat.chat = flags->has("--chat") || flags->has("--chat_template");
+  if (flags->has("--chat_template")) {
+    chat.chat_template = io::ChatTemplateFromName(flags->value("--chat_template"));
+    if (!chat.chat_template) {
+      return Fail("generate",
+                  absl::StrCat("--chat_template must be llama3 or chatml, got '", flags->value("--chat_template"), "'"),
+                  kExitUsage, usage);
+    }
+  }
+  if (flags->has("--system")) {
+    if (!chat.chat) return Fail("generate", "--system goes with --chat", kExitUsage, usage);
+    chat.system = flags->value("--system");
+  }
   absl::Status s = Generate(flags->value("--checkpoint"), tokenizer, default_tokenizer,
-                            flags->value("--prompt"), *max_new, sampling);
+                            flags->value("--prompt"), *max_new, sampling, chat);
   if (!s.ok()) return Fail("generate", s.message(), kExitFailure);
   return kExitOk;
 }

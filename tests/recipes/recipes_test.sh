@@ -318,6 +318,18 @@ JSON
         grep -qF '"format": "chat"' "$prepared/manifest.json" && grep -qF '"chat_template": "chatml"' "$prepared/manifest.json" &&
         grep -qF '"counted_tokens"' "$prepared/manifest.json"; then
       echo "ok: recipes/$name.lua fine-tunes a Qwen2 folder on chat data (loss masks beside the shards)"
+      # Its step answers a chat turn: the folder's template (carried in its
+      # tokenizer_config.json), the reply alone on stdout.
+      if (cd "$tmp/work_$name" && timeout 120 "$bin" generate --checkpoint checkpoints/qwen2chat --chat \
+            --system "Be brief." --prompt "What is 3 + 3?" --max_new_tokens 3 --temperature 0 \
+            >"$tmp/chatgen.out" 2>"$tmp/chatgen.err") && grep -qF "(a chat turn)" "$tmp/chatgen.err" &&
+          ! grep -qF "What is" "$tmp/chatgen.out"; then
+        echo "ok: colossal generate --chat answers a user message with the step's chat template"
+      else
+        echo "FAIL: colossal generate --chat on the chat fine-tune's step:"
+        cat "$tmp/chatgen.out" "$tmp/chatgen.err"
+        failures=$((failures + 1))
+      fi
     else
       echo "FAIL: recipes/$name.lua on chat data:"
       cat "$tmp/$name.qwen2chat.out" "$tmp/$name.qwen2chat.err"; ls "$prepared"
