@@ -46,6 +46,10 @@ return {
     -- recipe trains on the built-in Shakespeare corpus.
     train = "", val = "", input = "",
     format = "text",
+    -- true: rows are windows of the token stream (conversations packed back to
+    -- back); false: one conversation a row, padded, attending to itself only
+    -- (chat data; Colossal-AI's SFT pads the same way).
+    packing = true,
     micro_batch_size = gpu and 4 or 8,
     seq_len = gpu and 2048 or 128,
   },

@@ -188,7 +188,7 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
   for (const std::string& p : *paths) {
     absl::StatusOr<TokenShard> shard = TokenShard::Open(p);
     if (!shard.ok()) return shard.status();
-    if (shard->num_tokens() < options.seq_len + 1) {
+    if (options.pack && shard->num_tokens() < options.seq_len + 1) {
       return absl::InvalidArgumentError(absl::StrCat("data loader: shard '", p, "' has ", shard->num_tokens(),
                                                      " tokens, fewer than one window of seq_len + 1 = ",
                                                      options.seq_len + 1));
@@ -197,6 +197,12 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
   }
   absl::StatusOr<std::vector<LossMask>> masks = OpenLossMasks(*paths, shards);
   if (!masks.ok()) return masks.status();
+  if (!options.pack && masks->empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data loader: one document a row (packing = false) needs to know where documents start: the shards "
+        "matching '", options.pattern, "' have no loss masks beside them (chat data prepared with "
+        "`data prepare --format chat` has)"));
+  }
   std::shared_ptr<core::Allocator> allocator = core::cpu_allocator();
   if (options.device.is_cuda()) {
     absl::StatusOr<std::shared_ptr<core::Allocator>> pinned = core::pinned_host_allocator();
@@ -211,7 +217,8 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const DataLoaderOpt
   if (loader->batches_per_epoch_ == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "data loader: the shards matching '", options.pattern, "' hold ", loader->total_windows_,
-        " windows of ", options.seq_len + 1, " tokens, fewer than one global batch of world_size x batch_size = ",
+        options.pack ? absl::StrCat(" windows of ", options.seq_len + 1, " tokens") : std::string(" documents"),
+        ", fewer than one global batch of world_size x batch_size = ",
         options.world_size * options.batch_size));
   }
   loader->StartPrefetch();
@@ -222,8 +229,16 @@ DataLoader::DataLoader(DataLoaderOptions options, std::vector<std::string> paths
                        std::vector<LossMask> masks, std::shared_ptr<core::Allocator> allocator)
     : options_(std::move(options)), paths_(std::move(paths)), shards_(std::move(shards)),
       masks_(std::move(masks)), allocator_(std::move(allocator)) {
-  for (const TokenShard& s : shards_) {
-    const int64_t w = (s.num_tokens() - 1) / options_.seq_len;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    int64_t w = (shards_[i].num_tokens() - 1) / options_.seq_len;
+    if (!options_.pack) {
+      // One row a document: the documents that start in this shard.
+      std::vector<int64_t>& starts = doc_starts_.emplace_back();
+      for (int64_t t = 0; t < masks_[i].num_tokens(); ++t) {
+        if (masks_[i].starts_document(t)) starts.push_back(t);
+      }
+      w = static_cast<int64_t>(starts.size());
+    }
     shard_windows_.push_back(w);
     total_windows_ += w;
   }
@@ -293,37 +308,64 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
   if (!targets.ok()) return targets.status();
   int32_t* in = inputs->data<int32_t>();
   int32_t* tg = targets->data<int32_t>();
+  std::vector<int32_t> tokens(static_cast<size_t>(T + 1));
+  std::vector<uint8_t> flags(static_cast<size_t>(T + 1), kCounted);
   for (int64_t r = 0; r < B; ++r) {
     const int64_t g = first_window(epoch) + (batch * options_.world_size + options_.rank) * B + r;
     const auto [shard, window] = Locate(cursor, epoch, g);
-    // The window's T + 1 tokens, as int32 whatever the shard's width.
-    shards_[shard].CopyTokens(window * T, T, in + r * T);
-    shards_[shard].CopyTokens(window * T + 1, T, tg + r * T);
+    // The row's tokens, as int32 whatever the shard's width: a window's T + 1,
+    // or a document's first (up to T + 1).
+    int64_t n = T + 1, first = window * T;
+    if (options_.pack) {
+      shards_[shard].CopyTokens(first, n, tokens.data());
+      if (!masks_.empty()) std::copy_n(masks_[shard].values().begin() + first, n, flags.begin());
+    } else {
+      first = doc_starts_[shard][window];
+      n = ReadDocument(shard, first, T + 1, tokens.data(), flags.data());
+    }
     if (options_.vocab_size > 0) {
-      // The row's T + 1 tokens: the inputs and the last target.
-      for (int64_t i = 0; i <= T; ++i) {
-        const int32_t id = i < T ? in[r * T + i] : tg[r * T + T - 1];
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t id = tokens[i];
         if (id < 0 || id >= options_.vocab_size) {
           return absl::InvalidArgumentError(absl::StrCat(
               "data loader: token id ", static_cast<uint32_t>(id),  // as the shard holds it
-              " at token ", window * T + i, " of shard '", shards_[shard].path(),
-              "' is outside the model's vocabulary [0, ", options_.vocab_size,
+              " at token ", first + i, " of shard '", shards_[shard].path(),
+              options_.pack ? "'" : "' (or a later one, where the document continues)",
+              " is outside the model's vocabulary [0, ",
+              options_.vocab_size,
               "): the shard was made with another tokenizer (prepare it with the model's, or give "
               "the model a vocabulary that holds it)"));
         }
       }
     }
-    if (!masks_.empty()) {
-      // Target t is the window's token t + 1.
-      const LossMask& mask = masks_[shard];
-      for (int64_t t = 0; t < T; ++t) {
-        if (!mask.counted(window * T + 1 + t)) tg[r * T + t] = options_.ignore_index;
-      }
+    // Input t is token t, target t token t + 1 unless the mask does not count
+    // it; past a short document's end, inputs are 0 and targets ignored (the
+    // causal model's real positions never see them).
+    for (int64_t t = 0; t < T; ++t) {
+      in[r * T + t] = t < n ? tokens[t] : 0;
+      tg[r * T + t] = t + 1 < n && (flags[t + 1] & kCounted) != 0 ? tokens[t + 1] : options_.ignore_index;
     }
   }
   out.inputs = *std::move(inputs);
   out.targets = *std::move(targets);
   return out;
+}
+
+int64_t DataLoader::ReadDocument(int64_t shard, int64_t offset, int64_t max, int32_t* tokens,
+                                 uint8_t* flags) const {
+  int64_t n = 0;
+  for (int64_t s = shard, p = offset; n < max; ++p) {
+    if (p == shards_[s].num_tokens()) {  // the document continues in the next shard (path order)
+      if (++s == static_cast<int64_t>(shards_.size())) break;
+      p = 0;
+    }
+    if (shards_[s].num_tokens() == 0) continue;
+    if (n > 0 && masks_[s].starts_document(p)) break;
+    tokens[n] = shards_[s].token(p);
+    flags[n] = masks_[s].values()[p];
+    ++n;
+  }
+  return n;
 }
 
 void DataLoader::StartPrefetch() {

@@ -59,6 +59,14 @@
 // mask or none does (FailedPrecondition naming the first shard without one),
 // and a mask holds as many tokens as its shard.
 //
+// Documents (pack = false). Each row is one document from its start: its
+// first T + 1 tokens, or all of a shorter one followed by inputs 0 whose
+// targets are ignore_index, so no row attends across documents (Colossal-AI's
+// SFT pads each sample the same way). Documents start where the loss masks
+// say (loss_mask.h: kDocumentStart); one may continue into the next shard (in
+// path order). The "windows" above are then the documents, each counted in
+// the shard it starts in: the order, the ranks and the state work alike.
+//
 // Prefetch. With prefetch_depth > 0 a thread prepares up to that many batches
 // ahead. Batches live in host memory from core's pinned host allocator when
 // `device` is a CUDA device (so host->device copies are asynchronous), plain
@@ -113,6 +121,9 @@ struct DataLoaderOptions {
   int64_t vocab_size = 0;
   // The target a loss mask's 0 becomes (the loss's ignore_index).
   int32_t ignore_index = -100;
+  // true: rows are windows of the shards (above). false: each row is one
+  // document (see "Documents"); needs shards with loss masks.
+  bool pack = true;
 };
 
 // Where a loader is: the next batch this rank hands out is batch `batch` of
@@ -203,6 +214,9 @@ class DataLoader {
   int64_t first_window(int64_t epoch) const { return epoch == base_epoch_ ? base_window_ : 0; }
   int64_t batches_in(int64_t epoch) const;
   absl::StatusOr<Batch> MakeBatch(Cursor& cursor, int64_t epoch, int64_t batch);
+  // A document's first tokens (at most `max`) from token `offset` of `shard`,
+  // with their mask flags; returns how many (it ends at the next document start).
+  int64_t ReadDocument(int64_t shard, int64_t offset, int64_t max, int32_t* tokens, uint8_t* flags) const;
   absl::StatusOr<std::shared_ptr<core::Storage>> AcquireStorage();
   void StartPrefetch();
   void StopPrefetch();
@@ -213,6 +227,7 @@ class DataLoader {
   const std::vector<TokenShard> shards_;
   const std::vector<LossMask> masks_;  // one per shard, or none
   std::vector<int64_t> shard_windows_;
+  std::vector<std::vector<int64_t>> doc_starts_;  // pack = false: each shard's document starts
   int64_t total_windows_ = 0;
   int64_t batches_per_epoch_ = 0;
   std::shared_ptr<core::Allocator> allocator_;

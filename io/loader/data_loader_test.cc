@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -578,6 +579,81 @@ TEST(DataLoader, LossMasksMustCoverEveryShardWithItsLength) {
 
   WriteMask(dir + "/train_000000.mask", std::vector<uint8_t>(40, 1));
   EXPECT_TRUE(DataLoader::Open(Options(pattern, 1, 8)).ok());
+}
+
+}  // namespace
+}  // namespace colossal::io
+
+namespace colossal::io {
+namespace {
+
+// pack = false: each row is one document from its start (where the mask's
+// kDocumentStart says), cut at T + 1 tokens or padded with inputs 0 and
+// ignored targets; a document continues into the next shard; every document
+// comes once an epoch, on two ranks; masked targets stay ignored.
+TEST(DataLoader, DocumentRowsStartAtDocumentsAndNeverCrossThem) {
+  const std::string dir = MakeTestDir();
+  // Two shards of ids 1000 + i (i counts over both), documents of random
+  // lengths 1..20 over the concatenation, so some straddle the shards.
+  const std::vector<int64_t> sizes = {97, 64};
+  std::mt19937 rng(5);
+  std::vector<uint8_t> flags(161);
+  std::vector<int64_t> starts;
+  for (int64_t i = 0; i < 161; i += 1 + static_cast<int64_t>(rng() % 20)) starts.push_back(i);
+  for (size_t i = 0; i < flags.size(); ++i) flags[i] = (rng() % 4 != 0) ? kCounted : 0;
+  for (int64_t s : starts) flags[s] |= kDocumentStart;
+  int64_t at = 0;
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    std::vector<int32_t> ids(sizes[s]);
+    for (int64_t i = 0; i < sizes[s]; ++i) ids[i] = static_cast<int32_t>(1000 + at + i);
+    ASSERT_TRUE(WriteTokenShard(absl::StrFormat("%s/train_%06d.bin", dir, s), ids, TokenWidth::kUint16).ok());
+    WriteMask(absl::StrFormat("%s/train_%06d.mask", dir, s),
+              std::vector<uint8_t>(flags.begin() + at, flags.begin() + at + sizes[s]));
+    at += sizes[s];
+  }
+  const int64_t T = 12;
+  std::multiset<int64_t> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    DataLoaderOptions o = Options(dir + "/train_*.bin", 2, T);
+    o.pack = false;
+    o.rank = rank;
+    o.world_size = 2;
+    o.vocab_size = 2000;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->num_windows(), static_cast<int64_t>(starts.size()));
+    for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
+      absl::StatusOr<Batch> batch = l->next_batch();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      for (int64_t r = 0; r < 2; ++r) {
+        const int32_t first = batch->inputs.data<int32_t>()[r * T];
+        const int64_t start = first - 1000;
+        ASSERT_TRUE(std::binary_search(starts.begin(), starts.end(), start)) << "row starts at token " << start;
+        seen.insert(start);
+        const auto next = std::upper_bound(starts.begin(), starts.end(), start);
+        const int64_t end = next == starts.end() ? 161 : *next;
+        const int64_t n = std::min<int64_t>(end - start, T + 1);  // the row's tokens
+        for (int64_t t = 0; t < T; ++t) {
+          EXPECT_EQ(batch->inputs.data<int32_t>()[r * T + t], t < n ? 1000 + start + t : 0) << start << " " << t;
+          const bool counted = t + 1 < n && (flags[start + t + 1] & kCounted) != 0;
+          EXPECT_EQ(batch->targets.data<int32_t>()[r * T + t], counted ? 1000 + start + t + 1 : -100)
+              << start << " " << t;
+        }
+      }
+    }
+  }
+  // 2 ranks x 2 rows a batch: every document but the epoch's leftover, once.
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), static_cast<int64_t>(starts.size()) / 4 * 4);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), seen.size());
+
+  // Without masks there is nothing to find documents by.
+  const std::string plain = dir + "/plain";
+  ::mkdir(plain.c_str(), 0755);
+  DataLoaderOptions o = Options(WriteShards(plain, {50}), 2, 8);
+  o.pack = false;
+  absl::StatusOr<std::unique_ptr<DataLoader>> l = DataLoader::Open(o);
+  ASSERT_FALSE(l.ok());
+  EXPECT_TRUE(absl::StrContains(l.status().message(), "packing = false")) << l.status();
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "io/common/file_util.h"
 #include "io/common/sha256.h"
 #include "io/prepare/inputs.h"
+#include "io/shards/loss_mask.h"
 #include "io/shards/token_shard.h"
 #include "io/tokenizer/load_tokenizer.h"
 #include "nlohmann/json.hpp"
@@ -134,7 +135,9 @@ absl::Status RenderConversation(const ChatRenderer& chat, const InputFile& file,
     return absl::InvalidArgumentError(
         absl::StrCat(file.path, ":", doc.line, ": ", conversation.status().message()));
   }
+  const size_t first = result->counted.size();
   chat.Render(*conversation, &result->tokens, &result->counted);
+  if (result->counted.size() > first) result->counted[first] |= kDocumentStart;  // the loader's row cuts
   return absl::OkStatus();
 }
 

@@ -51,7 +51,7 @@
 // the tokenizer folder's tokenizer_config.json names) in place of the
 // delimiter + text of step 3, and each shard gets a loss mask beside it
 // (<name>_train_000000.mask: io/shards/loss_mask.h) that counts the
-// assistant's replies only; the data loader makes the other targets
+// assistant's replies only and marks where each conversation starts; the data loader makes the other targets
 // ignore_index. A line that is not a conversation fails naming file:line and
 // the key. The manifest records the format, the template and how many tokens
 // the masks count.

@@ -405,7 +405,11 @@ TEST(PrepareDatasetTest, ChatLinesBecomeShardsWithLossMasks) {
   ASSERT_TRUE(chat.ok());
   std::vector<int32_t> want_ids;
   std::vector<uint8_t> want_counted;
-  for (const std::string& line : lines) chat->Render(ParseConversation(line).value(), &want_ids, &want_counted);
+  for (const std::string& line : lines) {
+    const size_t first = want_counted.size();
+    chat->Render(ParseConversation(line).value(), &want_ids, &want_counted);
+    want_counted[first] |= kDocumentStart;  // each conversation's first token
+  }
 
   std::vector<int32_t> ids;
   std::vector<uint8_t> counted;
@@ -425,7 +429,8 @@ TEST(PrepareDatasetTest, ChatLinesBecomeShardsWithLossMasks) {
   }
   EXPECT_EQ(ids, want_ids);
   EXPECT_EQ(counted, want_counted);
-  const int64_t total_counted = std::count(want_counted.begin(), want_counted.end(), uint8_t{1});
+  const int64_t total_counted =
+      std::count_if(want_counted.begin(), want_counted.end(), [](uint8_t f) { return (f & kCounted) != 0; });
   EXPECT_EQ(r->train_counted_tokens, total_counted);
   EXPECT_EQ(manifest_counted, total_counted);
   EXPECT_EQ(r->train_documents, 12);

@@ -48,7 +48,8 @@ absl::Status SplitWriter::Append(std::span<const int32_t> ids, std::span<const u
     if (absl::Status s = writer_->Append(ids.first(n)); !s.ok()) return s;
     if (loss_masks_) {
       if (absl::Status s = mask_writer_->Append(counted.first(n)); !s.ok()) return s;
-      const int64_t c = std::count(counted.begin(), counted.begin() + static_cast<ptrdiff_t>(n), uint8_t{1});
+      const int64_t c = std::count_if(counted.begin(), counted.begin() + static_cast<ptrdiff_t>(n),
+                                      [](uint8_t f) { return (f & kCounted) != 0; });
       shard_counted_ += c;
       counted_ += c;
       counted = counted.subspan(n);

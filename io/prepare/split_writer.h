@@ -45,7 +45,8 @@ class SplitWriter {
               TokenWidth width = TokenWidth::kUint16, bool loss_masks = false);
 
   // Ids must fit the width (TokenShardWriter checks). With loss masks,
-  // `counted` holds a 0/1 per id (InvalidArgument otherwise); without, it is empty.
+  // `counted` holds each id's flags (loss_mask.h: kCounted, kDocumentStart;
+  // InvalidArgument otherwise); without, it is empty.
   absl::Status Append(std::span<const int32_t> ids, std::span<const uint8_t> counted = {});
   // Finishes the open shard, if any.
   absl::Status Finish();

@@ -51,9 +51,9 @@ absl::StatusOr<LossMask> LossMask::Open(const std::string& path) {
   }
   const uint8_t* values = reinterpret_cast<const uint8_t*>(file->data() + kTokenShardHeaderBytes);
   for (int64_t i = 0; i < count; ++i) {
-    if (values[i] > 1) {
+    if ((values[i] & ~kLossMaskFlags) != 0) {
       return absl::DataLossError(absl::StrCat("loss mask '", path, "': value ", static_cast<int>(values[i]), " at token ", i,
-                                              " (each is 0 or 1)"));
+                                              " (flags: 1 counted, 2 document start)"));
     }
   }
   return LossMask(path, *std::move(file), count);
@@ -95,9 +95,9 @@ absl::Status LossMaskWriter::Append(std::span<const uint8_t> values) {
   if (!error_.ok()) return error_;
   if (finished_) return absl::FailedPreconditionError(absl::StrCat("loss mask '", path(), "' is already finished"));
   for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i] > 1) {
+    if ((values[i] & ~kLossMaskFlags) != 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("loss mask '", path(), "': value ", static_cast<int>(values[i]), " at index ", i, " (each is 0 or 1)"));
+          absl::StrCat("loss mask '", path(), "': value ", static_cast<int>(values[i]), " at index ", i, " (flags: 1 counted, 2 document start)"));
     }
   }
   if (num_tokens_ + static_cast<int64_t>(values.size()) > kTokenShardMaxTokens) {

@@ -4,19 +4,20 @@
 // system and user turns and of the template's headers are context, not
 // targets. `data prepare --format chat` writes, beside each token shard
 // <name>_<split>_NNNNNN.bin, a mask file <name>_<split>_NNNNNN.mask with one
-// byte per token of that shard: 1 when the token is a target the loss counts
-// (the model learns to predict it from the tokens before it), 0 when it is
-// not. The data loader (io/loader/data_loader.h) turns a 0 into the loss's
-// ignore_index. llm.c's shard format stays untouched, so the .bin files are
+// byte of flags per token of that shard: bit 0 (kCounted) when the token is a
+// target the loss counts (the model learns to predict it from the tokens
+// before it), bit 1 (kDocumentStart) when a document (a conversation) starts
+// at it. The data loader (io/loader/data_loader.h) turns an uncounted target
+// into the loss's ignore_index, and can cut rows at document starts. llm.c's shard format stays untouched, so the .bin files are
 // still llm.c's and other tools read them as they did.
 //
 // The file: a header of 256 little-endian int32 (1024 bytes, as a token
 // shard's) with [0] magic 20261201, [1] version 1, [2] the number of tokens
-// N, [3..255] 0, then the N bytes, each 0 or 1.
+// N, [3..255] 0, then the N bytes, each a combination of the two flags (0..3).
 //
 //   absl::StatusOr<colossal::io::LossMaskWriter> w =
 //       colossal::io::LossMaskWriter::Create(colossal::io::LossMaskPathFor("out/data_train_000000.bin"));
-//   absl::Status s = w->Append(bits);          // uint8 0/1, any number of calls
+//   absl::Status s = w->Append(flags);         // uint8 0..3, any number of calls
 //   if (s.ok()) s = w->Finish();               // only now does out/data_train_000000.mask appear
 //   absl::StatusOr<colossal::io::LossMask> m = colossal::io::LossMask::Open("out/data_train_000000.mask");
 //   bool counted = m->counted(i);
@@ -24,7 +25,7 @@
 // Contracts: Open maps the file read-only and checks all of it before
 // returning: InvalidArgument for another magic or version or a negative
 // count, DataLoss for a size that disagrees with the header or a byte other
-// than 0 and 1 (naming its index); every message names the file. Writing is
+// with other bits set (naming its index); every message names the file. Writing is
 // atomic as for token shards (temporary file, fsync, rename, fsync the
 // folder); a writer destroyed before Finish() leaves the destination as it was.
 #ifndef COLOSSAL_IO_SHARDS_LOSS_MASK_H_
@@ -45,6 +46,10 @@ namespace colossal::io {
 
 inline constexpr int32_t kLossMaskMagic = 20261201;
 inline constexpr int32_t kLossMaskVersion = 1;
+// A token's flags.
+inline constexpr uint8_t kCounted = 1;        // the loss counts it as a target
+inline constexpr uint8_t kDocumentStart = 2;  // a document starts at it
+inline constexpr uint8_t kLossMaskFlags = kCounted | kDocumentStart;
 
 // The mask file of a token shard: "x.bin" -> "x.mask" (any other name gets
 // ".mask" appended).
@@ -61,7 +66,9 @@ class LossMask {
 
   int64_t num_tokens() const { return num_tokens_; }
   // Whether token i (0 <= i < num_tokens()) is a target the loss counts.
-  bool counted(int64_t i) const { return values_[i] != 0; }
+  bool counted(int64_t i) const { return (values_[i] & kCounted) != 0; }
+  // Whether a document starts at token i.
+  bool starts_document(int64_t i) const { return (values_[i] & kDocumentStart) != 0; }
   std::span<const uint8_t> values() const { return {values_, static_cast<size_t>(num_tokens_)}; }
   const std::string& path() const { return path_; }
 
@@ -83,7 +90,8 @@ class LossMaskWriter {
   LossMaskWriter(LossMaskWriter&&) noexcept = default;
   LossMaskWriter& operator=(LossMaskWriter&&) noexcept = default;
 
-  // InvalidArgument (naming the index, appending nothing) for a value other than 0 and 1.
+  // InvalidArgument (naming the index, appending nothing) for a value with
+  // bits other than the two flags.
   absl::Status Append(std::span<const uint8_t> values);
   // Writes the header, fsyncs, renames into place. Finished afterwards, whatever the result.
   absl::Status Finish();

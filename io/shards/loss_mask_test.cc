@@ -51,7 +51,7 @@ TEST(LossMaskTest, WrittenInPiecesReadsBackAndMatchesTheFormat) {
   const std::string path = MakeTestDir() + "/a.mask";
   std::mt19937 rng(7);
   std::vector<uint8_t> values(3 * 1000 * 1000 + 17);  // past the writer's 1 MiB buffer
-  for (uint8_t& v : values) v = rng() & 1;
+  for (uint8_t& v : values) v = rng() & 3;
   absl::StatusOr<LossMaskWriter> w = LossMaskWriter::Create(path);
   ASSERT_TRUE(w.ok()) << w.status();
   ASSERT_TRUE(w->Append(std::span<const uint8_t>(values).first(5)).ok());
@@ -64,7 +64,10 @@ TEST(LossMaskTest, WrittenInPiecesReadsBackAndMatchesTheFormat) {
   ASSERT_TRUE(m.ok()) << m.status();
   ASSERT_EQ(m->num_tokens(), static_cast<int64_t>(values.size()));
   EXPECT_TRUE(std::equal(values.begin(), values.end(), m->values().begin()));
-  for (int64_t i : {int64_t{0}, int64_t{4}, int64_t{5}, m->num_tokens() - 1}) EXPECT_EQ(m->counted(i), values[i] == 1);
+  for (int64_t i : {int64_t{0}, int64_t{4}, int64_t{5}, m->num_tokens() - 1}) {
+    EXPECT_EQ(m->counted(i), (values[i] & 1) != 0);
+    EXPECT_EQ(m->starts_document(i), (values[i] & 2) != 0);
+  }
   // The same bytes as the format described in the header, built by hand.
   std::string raw(values.begin(), values.end());
   const std::string expected = MaskBytes(kLossMaskMagic, kLossMaskVersion, static_cast<int32_t>(values.size()), raw);
@@ -76,19 +79,19 @@ TEST(LossMaskTest, WrittenInPiecesReadsBackAndMatchesTheFormat) {
   EXPECT_TRUE(got == expected);
   // A move keeps the values where they are.
   LossMask moved = *std::move(m);
-  EXPECT_EQ(moved.counted(4), values[4] == 1);
+  EXPECT_EQ(moved.counted(4), (values[4] & 1) != 0);
   EXPECT_EQ(m->num_tokens(), 0);  // NOLINT(bugprone-use-after-move): moved-from is empty
 }
 
-TEST(LossMaskTest, WriterRefusesValuesOtherThanZeroAndOne) {
+TEST(LossMaskTest, WriterRefusesBitsOtherThanTheFlags) {
   const std::string path = MakeTestDir() + "/b.mask";
   {
     absl::StatusOr<LossMaskWriter> w = LossMaskWriter::Create(path);
     ASSERT_TRUE(w.ok());
-    const std::vector<uint8_t> bad = {1, 0, 2};
+    const std::vector<uint8_t> bad = {1, 0, 3, 2, 4};
     absl::Status s = w->Append(bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_TRUE(absl::StrContains(s.message(), "value 2 at index 2")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "value 4 at index 4")) << s;
     EXPECT_EQ(w->num_tokens(), 0);
   }  // destroyed unfinished: nothing appears
   EXPECT_NE(::access(path.c_str(), F_OK), 0);
@@ -110,7 +113,7 @@ TEST(LossMaskTest, OpenChecksTheHeaderTheSizeAndEveryValue) {
        absl::StatusCode::kDataLoss, "(truncated)"},
       {"long.mask", MaskBytes(kLossMaskMagic, kLossMaskVersion, 1, std::string("\1\0", 2)),
        absl::StatusCode::kDataLoss, "has 2 bytes after it"},
-      {"value.mask", MaskBytes(kLossMaskMagic, kLossMaskVersion, 3, std::string("\1\0\7", 3)),
+      {"value.mask", MaskBytes(kLossMaskMagic, kLossMaskVersion, 3, std::string("\3\0\7", 3)),
        absl::StatusCode::kDataLoss, "value 7 at token 2"},
       {"header.mask", std::string(100, '\0'), absl::StatusCode::kDataLoss, "fewer than its 1024-byte header"},
   };

@@ -5,6 +5,7 @@
 //   -- paths.train = "data/shakespeare/shakespeare_train_*.bin", paths.val = ...
 //   local loader = colossal.data.loader{ pattern = paths.train, batch_size = 8, seq_len = 1024 }
 //   local batch = loader:next()        -- inputs/targets [8, 1024]; this rank's rows
+//   -- packing = false: one document (conversation) a row, padded; chat shards only
 //
 // A loader hands each process of the job its own rows of every global batch
 // (rank and world size from the launcher: io/loader/data_loader.h).
@@ -54,6 +55,7 @@ int MakeLoader(lua_State* L) {
   options.seed = static_cast<uint64_t>(o.integer("seed", static_cast<int64_t>(rt->seed)));
   options.prefetch_depth = o.int32("prefetch", 2);
   options.vocab_size = o.integer("vocab_size", 0);  // the model's: ids past it are refused
+  options.pack = o.boolean("packing", true);         // false: one document a row (chat shards)
   o.finish();
   if (options.pattern.empty()) o.fail("pattern", "is required (a glob of token shards)");
   if (options.batch_size <= 0) o.fail("batch_size", "must be a positive integer");

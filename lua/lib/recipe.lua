@@ -156,6 +156,7 @@ local DATA = {
   micro_batch_size = { "integer", required = true, check = positive },
   seq_len = { "integer", required = true, check = positive },
   shuffle = { "boolean", true },
+  packing = { "boolean", true },
   val_fraction = { "number" },
   split = { "string", check = one_of("file", "paragraph", "line") },
   format = { "string", check = one_of("text", "chat") },
@@ -389,7 +390,7 @@ function recipe.run(t, file, bench)
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
-    vocab_size = cfg.vocab_size,
+    vocab_size = cfg.vocab_size, packing = d.packing,
   })
   -- Boost gives the model its memory: without a plugin, what fails there
   -- (a model larger than the machine) is the model's.
@@ -431,7 +432,7 @@ function recipe.run(t, file, bench)
   local function open_val()
     return call(file, "data.val", d, colossal.data.loader, {
       pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
-      prefetch = 0, vocab_size = cfg.vocab_size,
+      prefetch = 0, vocab_size = cfg.vocab_size, packing = d.packing,
     })
   end
   -- A batch the loader refuses (a token id past the model's vocabulary: the

@@ -336,6 +336,18 @@ JSON
       failures=$((failures + 1))
     fi
   fi
+  # The same data one conversation a row (packing = false): the prepared shards' masks say
+  # where each starts.
+  if run_recipe "$name" 0 qwen2chatrows "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+      --set "data.input=$chats" --set data.format=chat --set data.packing=false \
+      --set checkpoint.dir=checkpoints/qwen2chatrows; then
+    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2chatrows.out"; then
+      echo "ok: recipes/$name.lua trains chat data one conversation a row"
+    else
+      echo "FAIL: recipes/$name.lua with packing = false:"; cat "$tmp/$name.qwen2chatrows.out"
+      failures=$((failures + 1))
+    fi
+  fi
   # Chat data without the model's tokenizer (GPT-2's has no chat tokens) is refused naming the key.
   if run_recipe "$name" 2 chatnotok "${sets[@]}" --set "data.input=$chats" --set data.format=chat; then
     if ! grep -qF "data.format" "$tmp/$name.chatnotok.err"; then
