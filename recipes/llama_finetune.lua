@@ -46,6 +46,7 @@ return {
     -- recipe trains on the built-in Shakespeare corpus.
     train = "", val = "", input = "",
     format = "text",
+    tokenizer = "",   -- for `input`: a model folder or tokenizer file; "": from_pretrained's
     -- true: rows are windows of the token stream (conversations packed back to
     -- back); false: one conversation a row, padded, attending to itself only
     -- (chat data; Colossal-AI's SFT pads the same way).

@@ -161,7 +161,7 @@ local DATA = {
   split = { "string", check = one_of("file", "paragraph", "line") },
   format = { "string", check = one_of("text", "chat") },
   chat_template = { "string", check = one_of("llama3", "chatml") },
-  tokenizer = { "string", check = function(v) if v == "" then return "must not be empty" end end },
+  tokenizer = { "string" },
 }
 local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }
 local function non_empty(v) if v == "" then return "must not be empty" end end
@@ -188,11 +188,12 @@ end
 
 local function datasets(file, d, m)
   -- "" is a placeholder a recipe leaves for --set (llama_finetune.lua's
-  -- train, val and input, as from_pretrained = ""): not given.
+  -- train, val, input and tokenizer, as from_pretrained = ""): not given.
   local placeholder = d.train == "" or d.val == ""
   if d.train == "" then d.train = nil end
   if d.val == "" then d.val = nil end
   if d.input == "" then d.input = nil end
+  if d.tokenizer == "" then d.tokenizer = nil end
   if d.val and not d.train then
     usage_error(file, "data.val", "is given without data.train (the training shards it goes with)")
   end
@@ -582,7 +583,8 @@ function recipe.run(t, file, bench)
   -- splits or shards the model runs collectives in each forward. Rank 0 prints.
   if sm then
     local text = call(file, "sample", r.sample, model.generate, model, sm.prompt, {
-      max_new_tokens = sm.max_new_tokens, temperature = sm.temperature, top_k = sm.top_k, seed = r.seed })
+      max_new_tokens = sm.max_new_tokens, temperature = sm.temperature, top_k = sm.top_k, seed = r.seed,
+      tokenizer = d.tokenizer })   -- the data's tokenizer when the recipe names one
     if main then
       print("--- sample ---")
       print(text)
