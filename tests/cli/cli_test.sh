@@ -98,7 +98,17 @@ run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book1" --tokenizer
 run_cli 0 data prepare --input "$tmp/book.txt" --output "$tmp/book2" --tokenizer "$tok" --split paragraph \
   --val_fraction 0.3 && expect "$out" '^train: +[0-9]+ documents' && expect "$out" '^val: +[1-9][0-9]* documents'
 run_cli 2 data prepare --input "$tmp/book.txt" --output "$tmp/book3" --split chapter &&
-  expect "$err" "^colossal data prepare: --split must be file or paragraph, got 'chapter'"
+  expect "$err" "^colossal data prepare: --split must be file, paragraph or line, got 'chapter'"
+# Chat data: the flags are checked, and a tokenizer without the template's tokens is refused.
+printf '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n' >"$tmp/chat.jsonl"
+run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --format json &&
+  expect "$err" "^colossal data prepare: --format must be text or chat, got 'json'"
+run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --chat_template chatml &&
+  expect "$err" "^colossal data prepare: --chat_template goes with --format chat"
+run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --format chat \
+  --chat_template vicuna && expect "$err" "^colossal data prepare: --chat_template must be llama3 or chatml, got 'vicuna'"
+run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --format chat \
+  --chat_template chatml && expect "$err" "has no special token <\|im_start\|> that the chatml chat template needs"
 
 # --- run: two workers --------------------------------------------------------
 run_cli 0 run --nproc_per_node 2 --master_port $(port) check &&
