@@ -373,6 +373,17 @@ TEST(PrepareDatasetTest, SentencePieceModelStartsDocumentsWithBos) {
 namespace colossal::io {
 namespace {
 
+// Chat data with the Qwen2 fixture tokenizer and ChatML, all of it train.
+PrepareOptions ChatOptions(const std::string& input, const std::string& out) {
+  PrepareOptions o = Options(input, out);
+  o.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
+  o.format = DataFormat::kChat;
+  o.split = DocumentSplit::kLine;
+  o.chat_template = ChatTemplate::kChatMl;
+  o.val_fraction = 0;
+  return o;
+}
+
 // Chat data: every conversation rendered by its template, in line order over
 // shards of 64 tokens, each with a loss mask equal to the renderer's; the
 // manifest says so; a text prepare into the same folder removes the masks.
@@ -389,12 +400,7 @@ TEST(PrepareDatasetTest, ChatLinesBecomeShardsWithLossMasks) {
   for (size_t i = 0; i < lines.size(); ++i) jsonl += lines[i] + (i == 4 ? "\r\n\n" : "\n");  // CRLF, a blank line
   WriteFile(dir + "/chats/a.jsonl", jsonl);
   WriteFile(dir + "/chats/notes.txt", "not *.jsonl: ignored");
-  PrepareOptions o = Options(dir + "/chats", dir + "/out");
-  o.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
-  o.format = DataFormat::kChat;
-  o.split = DocumentSplit::kLine;
-  o.chat_template = ChatTemplate::kChatMl;
-  o.val_fraction = 0;
+  PrepareOptions o = ChatOptions(dir + "/chats", dir + "/out");
   o.shard_tokens = 64;
   absl::StatusOr<PrepareResult> r = PrepareDataset(o);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -455,12 +461,7 @@ TEST(PrepareDatasetTest, ChatErrorsNameTheLineAndTheKey) {
             "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"a\"}]}\n"
             "\n"
             "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"robot\", \"content\": \"a\"}]}\n");
-  PrepareOptions o = Options(dir + "/c.jsonl", dir + "/out");
-  o.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
-  o.format = DataFormat::kChat;
-  o.split = DocumentSplit::kLine;
-  o.chat_template = ChatTemplate::kChatMl;
-  o.val_fraction = 0;
+  PrepareOptions o = ChatOptions(dir + "/c.jsonl", dir + "/out");
   absl::StatusOr<PrepareResult> r = PrepareDataset(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
