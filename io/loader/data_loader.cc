@@ -353,17 +353,17 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
 
 int64_t DataLoader::ReadDocument(int64_t shard, int64_t offset, int64_t max, int32_t* tokens,
                                  uint8_t* flags) const {
-  int64_t n = 0;
-  for (int64_t s = shard, p = offset; n < max; ++p) {
-    if (p == shards_[s].num_tokens()) {  // the document continues in the next shard (path order)
-      if (++s == static_cast<int64_t>(shards_.size())) break;
+  int64_t n = 0, s = shard, p = offset;
+  while (n < max) {
+    while (p == shards_[s].num_tokens()) {  // the document continues in the next shard (path order)
+      if (++s == static_cast<int64_t>(shards_.size())) return n;
       p = 0;
     }
-    if (shards_[s].num_tokens() == 0) continue;
     if (n > 0 && masks_[s].starts_document(p)) break;
     tokens[n] = shards_[s].token(p);
     flags[n] = masks_[s].values()[p];
     ++n;
+    ++p;
   }
   return n;
 }

@@ -593,9 +593,10 @@ namespace {
 // comes once an epoch, on two ranks; masked targets stay ignored.
 TEST(DataLoader, DocumentRowsStartAtDocumentsAndNeverCrossThem) {
   const std::string dir = MakeTestDir();
-  // Two shards of ids 1000 + i (i counts over both), documents of random
-  // lengths 1..20 over the concatenation, so some straddle the shards.
-  const std::vector<int64_t> sizes = {97, 64};
+  // Shards of ids 1000 + i (i counts over all), documents of random lengths
+  // 1..20 over the concatenation, so some straddle the shards (one across an
+  // empty shard).
+  const std::vector<int64_t> sizes = {97, 0, 64};
   std::mt19937 rng(5);
   std::vector<uint8_t> flags(161);
   std::vector<int64_t> starts;
