@@ -15,7 +15,7 @@
 -- built-in Shakespeare corpus (GPT-2's tokenizer: the vocabulary covers it).
 -- Chat fine-tuning (SFT): conversations in JSON Lines, one a line,
 --   {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}
--- are rendered with the folder's chat template (Llama 3's or ChatML, Qwen2's) and
+-- are rendered with the folder's chat template (Llama 3's, 3.1's, Qwen2's, Qwen2.5's) and
 -- the loss counts the assistant's replies only:
 --   ./colossal recipes/llama_finetune.lua --set model.from_pretrained=/models/Qwen2.5-0.5B-Instruct \
 --       --set data.input=chats.jsonl --set data.format=chat

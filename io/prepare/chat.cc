@@ -48,12 +48,36 @@ const nlohmann::json* Field(const nlohmann::json& message, std::initializer_list
 
 }  // namespace
 
-const char* ChatTemplateName(ChatTemplate t) { return t == ChatTemplate::kLlama3 ? "llama3" : "chatml"; }
+namespace {
+
+constexpr std::pair<ChatTemplate, const char*> kTemplateNames[] = {
+    {ChatTemplate::kLlama3, "llama3"}, {ChatTemplate::kLlama31, "llama3.1"}, {ChatTemplate::kChatMl, "chatml"},
+    {ChatTemplate::kQwen2, "qwen2"},   {ChatTemplate::kQwen25, "qwen2.5"}};
+
+constexpr char kLlama31System[] = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+constexpr char kQwen2System[] = "You are a helpful assistant.";
+constexpr char kQwen25System[] = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
+}  // namespace
+
+const char* ChatTemplateName(ChatTemplate t) {
+  for (const auto& [kind, name] : kTemplateNames) {
+    if (kind == t) return name;
+  }
+  return "?";
+}
 
 std::optional<ChatTemplate> ChatTemplateFromName(std::string_view name) {
-  if (name == "llama3") return ChatTemplate::kLlama3;
-  if (name == "chatml") return ChatTemplate::kChatMl;
+  for (const auto& [kind, n] : kTemplateNames) {
+    if (name == n) return kind;
+  }
   return std::nullopt;
+}
+
+std::string ChatTemplateNames() {
+  std::string out;
+  for (const auto& [kind, name] : kTemplateNames) absl::StrAppend(&out, out.empty() ? "" : ", ", name);
+  return out;
 }
 
 absl::StatusOr<ChatTemplate> DetectChatTemplate(const std::string& tokenizer_file) {
@@ -73,13 +97,19 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(const std::string& tokenizer_fil
       from = jinja;
     }
   }
-  const std::string choose = "; name the template instead (llama3 or chatml)";
+  const std::string choose = absl::StrCat("; name the template instead (", ChatTemplateNames(), ")");
   if (text.empty()) {
     return Invalid(absl::StrCat("the tokenizer's folder ", dir, " has no chat template (tokenizer_config.json's ",
                                 "chat_template, or chat_template.jinja)", choose));
   }
-  if (absl::StrContains(text, "<|start_header_id|>")) return ChatTemplate::kLlama3;
-  if (absl::StrContains(text, "<|im_start|>")) return ChatTemplate::kChatMl;
+  if (absl::StrContains(text, "<|start_header_id|>")) {
+    return absl::StrContains(text, "Cutting Knowledge Date") ? ChatTemplate::kLlama31 : ChatTemplate::kLlama3;
+  }
+  if (absl::StrContains(text, "<|im_start|>")) {
+    if (absl::StrContains(text, kQwen25System)) return ChatTemplate::kQwen25;
+    if (absl::StrContains(text, kQwen2System)) return ChatTemplate::kQwen2;
+    return ChatTemplate::kChatMl;
+  }
   return Invalid(absl::StrCat(from, ": the chat template is neither Llama 3's (<|start_header_id|>) nor ChatML ",
                               "(<|im_start|>), the two colossal renders", choose));
 }
@@ -123,7 +153,10 @@ absl::StatusOr<std::vector<ChatMessage>> ParseConversation(std::string_view line
 
 absl::StatusOr<ChatRenderer> ChatRenderer::Create(const TextTokenizer& tokenizer, ChatTemplate t) {
   ChatRenderer r(tokenizer, t);
-  const bool llama3 = t == ChatTemplate::kLlama3;
+  const bool llama3 = t == ChatTemplate::kLlama3 || t == ChatTemplate::kLlama31;
+  r.llama_ = llama3;
+  if (t == ChatTemplate::kQwen2) r.default_system_ = kQwen2System;
+  if (t == ChatTemplate::kQwen25) r.default_system_ = kQwen25System;
   std::vector<std::pair<const char*, int32_t*>> needed = {
       {llama3 ? "<|start_header_id|>" : "<|im_start|>", &r.begin_},
       {llama3 ? "<|eot_id|>" : "<|im_end|>", &r.end_}};
@@ -169,28 +202,39 @@ void ChatRenderer::Render(std::span<const ChatMessage> conversation, std::vector
     ids->push_back(id);
     counted->push_back(count ? 1 : 0);
   };
-  if (template_ == ChatTemplate::kLlama3) special(bos_, false);
-  for (const ChatMessage& m : conversation) {
-    const bool answer = m.role == ChatRole::kAssistant;
+  // Llama's templates trim the content; the dated system text is already.
+  auto message = [&](ChatRole role, std::string_view content, bool trim = true) {
+    const bool answer = role == ChatRole::kAssistant;
     special(begin_, false);
-    if (template_ == ChatTemplate::kLlama3) {
-      AppendText("", RoleName(m.role), false, ids, counted);
+    if (llama_) {
+      AppendText("", RoleName(role), false, ids, counted);
       special(mid_, false);
-      AppendText("\n\n", Trim(m.content), answer, ids, counted);
-      special(end_, answer);
+      AppendText("\n\n", trim ? Trim(content) : content, answer, ids, counted);
     } else {
-      AppendText(absl::StrCat(RoleName(m.role), "\n"), m.content, answer, ids, counted);
-      special(end_, answer);
-      AppendText("", "\n", false, ids, counted);
+      AppendText(absl::StrCat(RoleName(role), "\n"), content, answer, ids, counted);
     }
+    special(end_, answer);
+    if (!llama_) AppendText("", "\n", false, ids, counted);
+  };
+  if (llama_) special(bos_, false);
+  const bool has_system = !conversation.empty() && conversation[0].role == ChatRole::kSystem;
+  if (template_ == ChatTemplate::kLlama31) {
+    // The dated system message, with the conversation's own after the date.
+    message(ChatRole::kSystem,
+            absl::StrCat(kLlama31System, ToAbsl(has_system ? Trim(conversation[0].content) : std::string_view())),
+            /*trim=*/false);
+    if (has_system) conversation = conversation.subspan(1);
+  } else if (!default_system_.empty() && !has_system) {
+    message(ChatRole::kSystem, default_system_);
   }
+  for (const ChatMessage& m : conversation) message(m.role, m.content);
 }
 
 void ChatRenderer::RenderPrompt(std::span<const ChatMessage> conversation, std::vector<int32_t>* ids) const {
   std::vector<uint8_t> counted;
   Render(conversation, ids, &counted);
   ids->push_back(begin_);
-  if (template_ == ChatTemplate::kLlama3) {
+  if (llama_) {
     tokenizer_->EncodeOrdinaryTo("assistant", ids);
     ids->push_back(mid_);
     tokenizer_->EncodeOrdinaryTo("\n\n", ids);

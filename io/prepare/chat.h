@@ -19,14 +19,21 @@
 //
 // Templates (what transformers' apply_chat_template(messages) gives with the
 // model's own template; chat_test checks ids against it):
-//   kLlama3  Llama 3's: <|begin_of_text|> once, then per message
-//            <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>,
-//            CONTENT with whitespace trimmed at both ends (as its template's
-//            `| trim`). Llama 3.1's and later templates add a dated system
-//            message of their own; this one does not.
-//   kChatMl  Qwen2's (ChatML): per message <|im_start|>ROLE\nCONTENT<|im_end|>\n.
-//            No system message is added when the conversation has none
-//            (Qwen2's own template adds "You are a helpful assistant.").
+//   kLlama3   Llama 3's ("llama3"): <|begin_of_text|> once, then per message
+//             <|start_header_id|>ROLE<|end_header_id|>\n\nCONTENT<|eot_id|>,
+//             CONTENT with whitespace trimmed at both ends (as its template's
+//             `| trim`).
+//   kLlama31  Llama 3.1's and 3.2's ("llama3.1"): the same, but the first
+//             message is always a system one that starts "Cutting Knowledge
+//             Date: December 2023\nToday Date: 26 Jul 2024\n\n" (then the
+//             conversation's system message, if it has one). 26 Jul 2024 is the
+//             templates' own default date: transformers fills in today's for
+//             3.2's, which would make data prepared on two days differ.
+//   kChatMl   ChatML ("chatml"): per message <|im_start|>ROLE\nCONTENT<|im_end|>\n.
+//   kQwen2    Qwen2's ("qwen2"): ChatML, with the system message "You are a
+//             helpful assistant." first when the conversation has none.
+//   kQwen25   Qwen2.5's ("qwen2.5"): ChatML, with "You are Qwen, created by
+//             Alibaba Cloud. You are a helpful assistant." in that case.
 // The loss counts the tokens of each assistant CONTENT and the end token after
 // it (<|eot_id|>, <|im_end|>): the model learns to answer and to stop. Headers,
 // system and user turns are context. Text between special tokens is tokenized
@@ -48,15 +55,19 @@
 
 namespace colossal::io {
 
-enum class ChatTemplate { kLlama3, kChatMl };
+enum class ChatTemplate { kLlama3, kLlama31, kChatMl, kQwen2, kQwen25 };
 
-// "llama3" / "chatml"; FromName: nullopt for any other name.
+// "llama3", "llama3.1", "chatml", "qwen2", "qwen2.5"; FromName: nullopt for
+// any other name. ChatTemplateNames: those, for messages ("llama3, ...").
 const char* ChatTemplateName(ChatTemplate t);
 std::optional<ChatTemplate> ChatTemplateFromName(std::string_view name);
+std::string ChatTemplateNames();
 
 // The template a model folder's tokenizer uses: its tokenizer_config.json's
 // chat_template (or chat_template.jinja beside it) is recognized by its
-// markers (<|start_header_id|>: kLlama3; <|im_start|>: kChatMl).
+// markers: <|start_header_id|> is Llama 3's (kLlama31 when it has "Cutting
+// Knowledge Date"); <|im_start|> ChatML (kQwen25 or kQwen2 when it holds
+// their default system message).
 // `tokenizer_file` is the file the tokenizer was read from; the folder is its
 // own. InvalidArgument naming the file when there is no template or it is
 // neither (give one by name then).
@@ -79,7 +90,7 @@ class ChatRenderer {
  public:
   // InvalidArgument naming the tokenizer file and the token when it lacks a
   // special token the template needs (a Llama 2 SentencePiece model has none
-  // of them), or, for kLlama3, a BOS. The renderer keeps a pointer to
+  // of them), or, for Llama's, a BOS. The renderer keeps a pointer to
   // `tokenizer`, which must outlive it.
   static absl::StatusOr<ChatRenderer> Create(const TextTokenizer& tokenizer, ChatTemplate t);
 
@@ -105,8 +116,10 @@ class ChatRenderer {
   ChatTemplate template_;
   int32_t bos_ = -1;
   int32_t begin_ = -1;    // <|start_header_id|> / <|im_start|>
-  int32_t mid_ = -1;      // <|end_header_id|> (kLlama3)
+  int32_t mid_ = -1;      // <|end_header_id|> (Llama's)
   int32_t end_ = -1;      // <|eot_id|> / <|im_end|>
+  bool llama_ = false;    // Llama's headers, else ChatML
+  std::string default_system_;  // ChatML: the system message when a conversation has none
 };
 
 }  // namespace colossal::io

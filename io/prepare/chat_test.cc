@@ -71,7 +71,7 @@ TEST(ChatTest, IdsEqualTransformersAndTheMaskCountsTheReplies) {
         << c["messages"].dump();
 
     // What the mask counts, decoded run by run, against the replies.
-    const bool llama3 = *t == ChatTemplate::kLlama3;
+    const bool llama3 = *t == ChatTemplate::kLlama3 || *t == ChatTemplate::kLlama31;
     std::vector<std::string> replies, runs;
     for (const nlohmann::json& m : c["messages"]) {
       if (m["role"] != "assistant") continue;
@@ -97,8 +97,8 @@ TEST(ChatTest, IdsEqualTransformersAndTheMaskCountsTheReplies) {
     EXPECT_EQ(runs, replies) << c["messages"].dump();
     ++checked;
   }
-  EXPECT_EQ(checked, 52);
-  EXPECT_EQ(prompts, 12);
+  EXPECT_EQ(checked, 5 * 26);  // five templates
+  EXPECT_EQ(prompts, 5 * 6);
 }
 
 TEST(ChatTest, SpecialTokenTextInContentStaysText) {
@@ -179,7 +179,10 @@ TEST(ChatTest, TemplatesNeedTheirSpecialTokens) {
 TEST(ChatTest, TheTemplateIsDetectedFromTheTokenizersFolder) {
   EXPECT_EQ(ChatTemplateFromName("llama3"), ChatTemplate::kLlama3);
   EXPECT_EQ(ChatTemplateFromName("chatml"), ChatTemplate::kChatMl);
+  EXPECT_EQ(ChatTemplateFromName("llama3.1"), ChatTemplate::kLlama31);
+  EXPECT_EQ(ChatTemplateFromName("qwen2.5"), ChatTemplate::kQwen25);
   EXPECT_EQ(ChatTemplateFromName("llama2"), std::nullopt);
+  EXPECT_EQ(ChatTemplateNames(), "llama3, llama3.1, chatml, qwen2, qwen2.5");
   const std::string dir = MakeTestDir();
   WriteFile(dir + "/a/tokenizer_config.json", R"({"chat_template": "{{ '<|start_header_id|>' }}"})");
   WriteFile(dir + "/b/tokenizer_config.json",
@@ -188,6 +191,15 @@ TEST(ChatTest, TheTemplateIsDetectedFromTheTokenizersFolder) {
   WriteFile(dir + "/c/chat_template.jinja", "{{ '<|im_start|>' + message['role'] }}");
   WriteFile(dir + "/d/tokenizer_config.json", R"({"chat_template": "[INST] {{ m }} [/INST]"})");
   WriteFile(dir + "/e/tokenizer_config.json", R"({"chat_template": 5})");
+  WriteFile(dir + "/f/tokenizer_config.json",
+            R"({"chat_template": "{{- \"<|start_header_id|>system\" }}{{- \"Cutting Knowledge Date: December 2023\\n\" }}"})");
+  WriteFile(dir + "/g/tokenizer_config.json",
+            R"({"chat_template": "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>' }}"})");
+  WriteFile(dir + "/h/tokenizer_config.json",
+            R"({"chat_template": "{{ '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>' }}"})");
+  EXPECT_EQ(DetectChatTemplate(dir + "/f/tokenizer.json").value(), ChatTemplate::kLlama31);
+  EXPECT_EQ(DetectChatTemplate(dir + "/g/tokenizer.json").value(), ChatTemplate::kQwen2);
+  EXPECT_EQ(DetectChatTemplate(dir + "/h/tokenizer.json").value(), ChatTemplate::kQwen25);
   EXPECT_EQ(DetectChatTemplate(dir + "/a/tokenizer.json").value(), ChatTemplate::kLlama3);
   EXPECT_EQ(DetectChatTemplate(dir + "/b/tokenizer.json").value(), ChatTemplate::kChatMl);
   EXPECT_EQ(DetectChatTemplate(dir + "/c/tokenizer.json").value(), ChatTemplate::kChatMl);

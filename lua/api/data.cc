@@ -127,7 +127,7 @@ int Prepare(lua_State* L) {
     if (!chat) o.fail("chat_template", "goes with format = \"chat\"");
     options.chat_template = io::ChatTemplateFromName(name);
     if (!options.chat_template) {
-      o.fail("chat_template", absl::StrCat("must be \"llama3\" or \"chatml\", got \"", name, "\""));
+      o.fail("chat_template", absl::StrCat("must be one of ", io::ChatTemplateNames(), ", got \"", name, "\""));
     }
   }
   const std::string split = o.string("split", chat ? "line" : "file");

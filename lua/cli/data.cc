@@ -38,8 +38,9 @@ constexpr FlagSpec kPrepareFlags[] = {
      "a document is a file (default), a blank-line-separated paragraph or a line"},
     {"--format", FlagKind::kValue, "text|chat",
      "text (default), or chat: JSON Lines conversations (*.jsonl) for fine-tuning, with loss masks"},
-    {"--chat_template", FlagKind::kValue, "llama3|chatml",
-     "chat: the template (default: the one the tokenizer folder's tokenizer_config.json has)"},
+    {"--chat_template", FlagKind::kValue, "NAME",
+     "chat: llama3, llama3.1 (also 3.2's), chatml, qwen2 or qwen2.5 (default: the tokenizer folder's "
+     "tokenizer_config.json's)"},
 };
 
 std::string PrepareUsage() {
@@ -53,7 +54,7 @@ std::string PrepareUsage() {
       "vocabulary has at most 65536 ids, else uint32 (llm.c's Llama 3 header).\n\n"
       "--format chat reads one conversation a line, {\"messages\": [{\"role\": \"user\",\n"
       "\"content\": ...}, {\"role\": \"assistant\", ...}]} (or ShareGPT's \"conversations\"),\n"
-      "renders it with the model's chat template (Llama 3's or ChatML, Qwen2's) and\n"
+      "renders it with the model's chat template (Llama 3's, 3.1's, Qwen2's, ...) and\n"
       "writes a loss mask beside each shard (NAME_train_000000.mask) that counts the\n"
       "assistant's replies only: training on the shards learns the answers, not the\n"
       "questions.\n\n",
@@ -131,7 +132,7 @@ int Prepare(const Args& args) {
     if (!chat) return Fail("data prepare", "--chat_template goes with --format chat", kExitUsage, usage);
     options.chat_template = io::ChatTemplateFromName(name);
     if (!options.chat_template) {
-      return Fail("data prepare", absl::StrCat("--chat_template must be llama3 or chatml, got '", name, "'"),
+      return Fail("data prepare", absl::StrCat("--chat_template must be one of ", io::ChatTemplateNames(), ", got '", name, "'"),
                   kExitUsage, usage);
     }
   }

@@ -65,8 +65,9 @@ constexpr FlagSpec kGenerateFlags[] = {
      "gpt2.tiktoken, tokenizer.json, tokenizer.model, encoder.json (vocab.bpe beside it) or a "
      "folder holding one (the checkpoint's own, else $COLOSSAL_DATA/gpt2.tiktoken)"},
     {"--chat", FlagKind::kBool, "", "TEXT is a user message: answer it with the tokenizer's chat template"},
-    {"--chat_template", FlagKind::kValue, "llama3|chatml",
-     "the chat template (implies --chat; default: the one the tokenizer's folder names)"},
+    {"--chat_template", FlagKind::kValue, "NAME",
+     "the chat template: llama3, llama3.1, chatml, qwen2, qwen2.5 (implies --chat; default: the "
+     "tokenizer folder's)"},
     {"--system", FlagKind::kValue, "TEXT", "a system message before the user's (with --chat)"},
 };
 
@@ -77,7 +78,7 @@ std::string GenerateUsage() {
       "or a Hugging Face model folder), on the CPU (float32), printing the prompt and\n"
       "each new token to stdout as it is produced. It stops at the tokenizer's end of\n"
       "text or after --max_new_tokens tokens. With --chat, TEXT is a user message\n"
-      "rendered with the model's chat template (Llama 3's or ChatML) and the reply alone\n"
+      "rendered with the model's chat template (Llama 3's, Qwen2's, ...) and the reply alone\n"
       "is printed, ending at the end of the message. The same flags give the same\n"
       "text. Exit codes: 0 ok, 1 runtime failure (checkpoint, tokenizer, model),\n"
       "2 usage error.\n\n",
@@ -280,7 +281,8 @@ int GenerateCommand(const Args& args) {
     chat.chat_template = io::ChatTemplateFromName(flags->value("--chat_template"));
     if (!chat.chat_template) {
       return Fail("generate",
-                  absl::StrCat("--chat_template must be llama3 or chatml, got '", flags->value("--chat_template"), "'"),
+                  absl::StrCat("--chat_template must be one of ", io::ChatTemplateNames(), ", got '",
+                               flags->value("--chat_template"), "'"),
                   kExitUsage, usage);
     }
   }

@@ -160,7 +160,7 @@ local DATA = {
   val_fraction = { "number" },
   split = { "string", check = one_of("file", "paragraph", "line") },
   format = { "string", check = one_of("text", "chat") },
-  chat_template = { "string", check = one_of("llama3", "chatml") },
+  chat_template = { "string", check = one_of("llama3", "llama3.1", "chatml", "qwen2", "qwen2.5") },
   tokenizer = { "string" },
 }
 local EVAL = { every_steps = { "integer", 0, check = non_negative }, batches = { "integer", 10, check = positive } }

@@ -106,7 +106,7 @@ run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokeniz
 run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --chat_template chatml &&
   expect "$err" "^colossal data prepare: --chat_template goes with --format chat"
 run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --format chat \
-  --chat_template vicuna && expect "$err" "^colossal data prepare: --chat_template must be llama3 or chatml, got 'vicuna'"
+  --chat_template vicuna && expect "$err" "^colossal data prepare: --chat_template must be one of llama3, llama3.1, chatml, qwen2, qwen2.5, got 'vicuna'"
 run_cli 2 data prepare --input "$tmp/chat.jsonl" --output "$tmp/chat1" --tokenizer "$tok" --format chat \
   --chat_template chatml && expect "$err" "has no special token <\|im_start\|> that the chatml chat template needs"
 

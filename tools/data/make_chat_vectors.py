@@ -6,10 +6,10 @@
         --tokenizers io/tokenizer/testdata --out io/prepare/testdata/chat_vectors.json
 
 For the tiny Llama 3 and Qwen2 tokenizers of io/tokenizer/testdata, each conversation's
-ids from transformers' apply_chat_template(messages, tokenize=True) with the family's
-template: Meta-Llama-3-8B-Instruct's (bos_token, then per message a header and the
-trimmed content ending in <|eot_id|>) and ChatML as Qwen2's template renders it when the
-conversation has a system message; and, for six conversations cut before their last reply,
+ids from transformers' apply_chat_template(messages, tokenize=True) with each template:
+Meta-Llama-3-8B-Instruct's (bos_token, then per message a header and the trimmed content
+ending in <|eot_id|>), Llama 3.1's / 3.2's (a dated system message first), plain ChatML,
+Qwen2-Instruct's and Qwen2.5-Instruct's (ChatML with their default system messages); and, for six conversations cut before their last reply,
 the ids with add_generation_prompt=True (what generation continues). io/prepare:chat_test
 renders the same conversations and compares ids. Content never holds special-token text here: transformers would read
 it as the special token, colossal keeps it text (chat_test checks that separately).
@@ -30,6 +30,50 @@ LLAMA3 = (
     "{{ content }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
+# Llama 3.1's and 3.2's, without their tool branches (inert without tools); the date is
+# passed as date_string, the templates' own default.
+LLAMA31 = r"""{{- bos_token }}
+{%- if not date_string is defined %}{%- set date_string = "26 Jul 2024" %}{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
+{{- "Cutting Knowledge Date: December 2023\n" }}
+{{- "Today Date: " + date_string + "\n\n" }}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- for message in messages %}
+    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
+{%- endif %}
+"""
+# Qwen2-Instruct's.
+QWEN2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Qwen2.5-Instruct's, without its tool branches.
+QWEN25 = r"""{%- if messages[0]['role'] == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
+{%- else %}
+    {{- '<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n' }}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant") %}
+        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+{%- endif %}
+"""
 CHATML = (
     "{% for message in messages %}"
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
@@ -71,16 +115,19 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     cases = []
-    for family, folder, template in [("llama3", "llama3_tiny", LLAMA3), ("chatml", "qwen2_tiny", CHATML)]:
+    families = [("llama3", "llama3_tiny", LLAMA3), ("llama3.1", "llama3_tiny", LLAMA31),
+                ("chatml", "qwen2_tiny", CHATML), ("qwen2", "qwen2_tiny", QWEN2), ("qwen2.5", "qwen2_tiny", QWEN25)]
+    for family, folder, template in families:
         tok = transformers.AutoTokenizer.from_pretrained(f"{args.tokenizers}/{folder}")
         for messages in conversations():
-            ids = tok.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=False)
+            ids = tok.apply_chat_template(messages, chat_template=template, tokenize=True, return_dict=False,
+                                          date_string="26 Jul 2024")
             cases.append({"template": family, "tokenizer": folder, "messages": messages, "ids": list(ids)})
         # Prompts for generation: the conversation up to a user turn, then the assistant's header.
         for messages in conversations()[:6]:
             prompt = messages[:-1]
             ids = tok.apply_chat_template(prompt, chat_template=template, tokenize=True, return_dict=False,
-                                          add_generation_prompt=True)
+                                          add_generation_prompt=True, date_string="26 Jul 2024")
             cases.append({"template": family, "tokenizer": folder, "messages": prompt, "ids": list(ids),
                           "add_generation_prompt": True})
     meta = {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__}
