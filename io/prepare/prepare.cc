@@ -418,6 +418,49 @@ absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options) {
   return result;
 }
 
+absl::Status CheckManifestMatches(const std::string& manifest_path, const PrepareOptions& options) {
+  absl::StatusOr<std::string> text = ReadFileToString(manifest_path);
+  if (!text.ok()) return text.status();
+  const nlohmann::json m = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object()) return absl::DataLossError(absl::StrCat(manifest_path, ": not a JSON object"));
+  const nlohmann::json none;
+  const nlohmann::json& opts = m.contains("options") ? m["options"] : none;
+  const nlohmann::json& tok = m.contains("tokenizer") ? m["tokenizer"] : none;
+  auto field = [](const nlohmann::json& j, const char* key, nlohmann::json fallback) {
+    return j.is_object() && j.contains(key) ? j[key] : fallback;
+  };
+  // What this request would record, against what the folder holds. Manifests
+  // from before chat data have no format: text.
+  const std::pair<std::string, std::pair<nlohmann::json, nlohmann::json>> fields[] = {
+      {"inputs", {field(m, "inputs", none), nlohmann::json(options.inputs)}},
+      {"format", {field(opts, "format", "text"), nlohmann::json(DataFormatName(options.format))}},
+      {"split", {field(opts, "split", none), nlohmann::json(DocumentSplitName(options.split))}},
+      {"val_fraction", {field(opts, "val_fraction", none), nlohmann::json(options.val_fraction)}},
+      {"chat_template",
+       {field(opts, "chat_template", none),
+        options.chat_template ? nlohmann::json(ChatTemplateName(*options.chat_template)) : field(opts, "chat_template", none)}},
+  };
+  auto differs = [&](const std::string& name, const nlohmann::json& was, const nlohmann::json& now) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        manifest_path, " says its shards were prepared with ", name, " ", was.dump(), ", not ", now.dump(),
+        ": remove the folder to prepare them again, or give this data another output"));
+  };
+  for (const auto& [name, values] : fields) {
+    if (values.first != values.second) return differs(name, values.first, values.second);
+  }
+  // The tokenizer: the same path, or a file with the same contents (a folder moved).
+  const nlohmann::json was = field(tok, "path", none);
+  if (was != nlohmann::json(options.tokenizer_path)) {
+    const std::string path = ExpandHome(options.tokenizer_path);
+    const std::string file = TokenizerFileIn(path).value_or(path);
+    absl::StatusOr<std::string> sha = Sha256OfFile(file);
+    if (!sha.ok() || nlohmann::json(*sha) != field(tok, "sha256", none)) {
+      return differs("tokenizer", was, options.tokenizer_path);
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::optional<int64_t> ManifestVocabSize(const std::string& manifest_path) {
   absl::StatusOr<std::string> text = ReadFileToString(manifest_path);
   if (!text.ok()) return std::nullopt;

@@ -140,6 +140,14 @@ struct PrepareResult {
 
 absl::StatusOr<PrepareResult> PrepareDataset(const PrepareOptions& options);
 
+// OK when the manifest.json at `manifest_path` records what `options` would
+// (inputs, tokenizer path, format, split, val_fraction and a named
+// chat_template; the tokenizer by path, or by its file's sha256 when it
+// moved), so its folder's shards are this request's; else AlreadyExists
+// naming the first field that differs and both values.
+// Front ends that skip an already prepared folder call it first.
+absl::Status CheckManifestMatches(const std::string& manifest_path, const PrepareOptions& options);
+
 // The tokenizer's vocabulary size a manifest.json records (tokenizer.vocab_size),
 // or nullopt when the file is unreadable or records none.
 std::optional<int64_t> ManifestVocabSize(const std::string& manifest_path);

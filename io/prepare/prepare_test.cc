@@ -483,3 +483,48 @@ TEST(PrepareDatasetTest, ChatErrorsNameTheLineAndTheKey) {
 
 }  // namespace
 }  // namespace colossal::io
+
+namespace colossal::io {
+namespace {
+
+// A folder prepared once is reused only for the same request: other inputs,
+// format or split are refused naming the field; a tokenizer that moved (same
+// bytes) is the same.
+TEST(PrepareDatasetTest, ManifestMatchesOnlyTheRequestThatMadeIt) {
+  const std::string dir = MakeTestDir();
+  WriteFile(dir + "/a.txt", MakeText(1, 4));
+  WriteFile(dir + "/b.txt", MakeText(2, 4));
+  PrepareOptions o = Options(dir + "/a.txt", dir + "/out");
+  o.split = DocumentSplit::kParagraph;
+  absl::StatusOr<PrepareResult> r = PrepareDataset(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(CheckManifestMatches(r->manifest_path, o).ok());
+
+  PrepareOptions other = o;
+  other.inputs = {dir + "/b.txt"};
+  absl::Status s = CheckManifestMatches(r->manifest_path, other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(absl::StrContains(s.message(), "prepared with inputs [\"" + dir + "/a.txt\"], not [\"" + dir + "/b.txt\"]"))
+      << s;
+  other = o;
+  other.format = DataFormat::kChat;
+  other.split = DocumentSplit::kLine;
+  EXPECT_TRUE(absl::StrContains(CheckManifestMatches(r->manifest_path, other).message(),
+                                "prepared with format \"text\", not \"chat\""));
+  other = o;
+  other.split = DocumentSplit::kFile;
+  EXPECT_TRUE(absl::StrContains(CheckManifestMatches(r->manifest_path, other).message(), "with split"));
+  other = o;
+  other.val_fraction = 0.2;
+  EXPECT_TRUE(absl::StrContains(CheckManifestMatches(r->manifest_path, other).message(), "with val_fraction"));
+
+  WriteFile(dir + "/moved/tiny.tiktoken", ReadAll(kTinyTiktoken));
+  other = o;
+  other.tokenizer_path = dir + "/moved/tiny.tiktoken";
+  EXPECT_TRUE(CheckManifestMatches(r->manifest_path, other).ok());
+  other.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
+  EXPECT_TRUE(absl::StrContains(CheckManifestMatches(r->manifest_path, other).message(), "with tokenizer"));
+}
+
+}  // namespace
+}  // namespace colossal::io

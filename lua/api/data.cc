@@ -143,7 +143,11 @@ int Prepare(lua_State* L) {
   std::shared_ptr<Runtime> rt = GetRuntime(L);
   const std::string manifest = absl::StrCat(options.output_dir, "/manifest.json");
   bool prepared_now = false;
-  if (!Exists(manifest)) {
+  if (Exists(manifest)) {
+    // Shards of other inputs (or another tokenizer, format, ...) under the
+    // same folder would be trained on as if they were these.
+    ThrowIfError(L, "colossal.data.prepare", io::CheckManifestMatches(manifest, options));
+  } else {
     if (rt->rank.rank == 0) {
       // A machine without the default tokenizer: said as `data prepare` says it.
       if (default_tokenizer) ThrowIfError(L, "colossal.data.prepare", DefaultTokenizerInstalled());

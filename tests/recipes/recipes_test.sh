@@ -348,6 +348,18 @@ JSON
       failures=$((failures + 1))
     fi
   fi
+  # Other conversations into the folder those were prepared in (the recipe's default
+  # data/data) are refused, naming the key, rather than trained on as the old ones.
+  cp "$chats" "$tmp/chats2.jsonl"
+  if run_recipe "$name" 2 otherchats "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+      --set "data.input=$tmp/chats2.jsonl" --set data.format=chat; then
+    if ! grep -qF "data.input" "$tmp/$name.otherchats.err" ||
+        ! grep -qF "says its shards were prepared with inputs" "$tmp/$name.otherchats.err"; then
+      echo "FAIL: other inputs into a prepared folder: the error does not say so:"
+      cat "$tmp/$name.otherchats.err"
+      failures=$((failures + 1))
+    fi
+  fi
   # Chat data without the model's tokenizer (GPT-2's has no chat tokens) is refused naming the key.
   if run_recipe "$name" 2 chatnotok "${sets[@]}" --set "data.input=$chats" --set data.format=chat; then
     if ! grep -qF "data.format" "$tmp/$name.chatnotok.err"; then
