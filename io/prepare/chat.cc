@@ -115,10 +115,15 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(const std::string& tokenizer_fil
 }
 
 absl::StatusOr<std::vector<ChatMessage>> ParseConversation(std::string_view line) {
-  const nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return Invalid("not a JSON object (one conversation a line: {\"messages\": [{\"role\": ..., \"content\": ...}]})");
+  constexpr char kLayout[] = "one conversation a line: {\"messages\": [{\"role\": ..., \"content\": ...}]}";
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line.begin(), line.end());
+  } catch (const nlohmann::json::parse_error& e) {
+    // nlohmann's message says where (the byte) and what (bad UTF-8 too).
+    return Invalid(absl::StrCat("not JSON (", e.what(), "; ", kLayout, ")"));
   }
+  if (!j.is_object()) return Invalid(absl::StrCat("not a JSON object (", kLayout, ")"));
   const char* list_key = j.contains("messages") ? "messages" : "conversations";
   const auto list = j.find(list_key);
   if (list == j.end()) return Invalid("no \"messages\" (or ShareGPT's \"conversations\") list");

@@ -139,7 +139,8 @@ TEST(ChatTest, BothLayoutsAndTheirRoleNamesParseAlike) {
 
 TEST(ChatTest, BadLinesAreRefusedNamingTheKey) {
   const std::pair<const char*, const char*> cases[] = {
-      {"not json", "not a JSON object"},
+      {"not json", "not JSON ([json.exception.parse_error.101] parse error at line 1, column 2"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\"}]}", "invalid string: ill-formed UTF-8"},
       {"[1, 2]", "not a JSON object"},
       {R"({"text": "hi"})", "no \"messages\""},
       {R"({"messages": []})", "messages: expected a non-empty list"},
