@@ -467,7 +467,7 @@ absl::Status DataLoader::set_state(const DataLoaderState& s) {
   };
   if (s.seed != mine.seed) return differs("seed", s.seed, mine.seed);
   if (s.seq_len != mine.seq_len) return differs("seq_len", s.seq_len, mine.seq_len);
-  if (s.num_windows != mine.num_windows) return differs("num_windows (the shards changed?)", s.num_windows, mine.num_windows);
+  if (s.num_windows != mine.num_windows) return differs("num_windows (the shards, or packing, changed?)", s.num_windows, mine.num_windows);
   if (s.epoch < 0 || s.window < 0 || s.window > total_windows_) {
     return absl::InvalidArgumentError(absl::StrCat("data loader state: epoch ", s.epoch, ", window ", s.window,
                                                    " is outside [0, ", total_windows_, "] windows per epoch"));
