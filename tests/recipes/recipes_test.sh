@@ -276,9 +276,12 @@ if ! grep -qF "qkv_bias = true" "$qwen/recipes/llama_finetune.lua"; then
 elif ! (cd "$qwen" && timeout 300 "$bin" recipes/llama_finetune.lua "${sets[@]}" >"$tmp/qwen2.out" 2>&1); then
   echo "FAIL: the tiny Qwen2 did not train:"; tail -n 20 "$tmp/qwen2.out"
   failures=$((failures + 1))
-elif ! grep -qF '"model_type": "qwen2"' "$qwen_saved/config.json" ||
-    ! head -c 65536 "$qwen_saved/model.safetensors" | grep -qaF "self_attn.q_proj.bias" ||
-    head -c 65536 "$qwen_saved/model.safetensors" | grep -qaF "self_attn.o_proj.bias"; then
+# The safetensors header (its tensor names), read into a file: `head | grep -q` under
+# pipefail fails whenever grep exits before head has written everything (SIGPIPE).
+elif ! head -c 65536 "$qwen_saved/model.safetensors" >"$tmp/qwen2_header" ||
+    ! grep -qF '"model_type": "qwen2"' "$qwen_saved/config.json" ||
+    ! grep -qaF "self_attn.q_proj.bias" "$tmp/qwen2_header" ||
+    grep -qaF "self_attn.o_proj.bias" "$tmp/qwen2_header"; then
   echo "FAIL: the tiny Qwen2's step is not a Qwen2 folder (model_type qwen2, q_proj but no o_proj bias):"
   cat "$qwen_saved/config.json"
   failures=$((failures + 1))
