@@ -111,7 +111,7 @@ absl::StatusOr<ChatTemplate> DetectChatTemplate(const std::string& tokenizer_fil
     return ChatTemplate::kChatMl;
   }
   return Invalid(absl::StrCat(from, ": the chat template is neither Llama 3's (<|start_header_id|>) nor ChatML ",
-                              "(<|im_start|>), the two colossal renders", choose));
+                              "(<|im_start|>), the families colossal renders", choose));
 }
 
 absl::StatusOr<std::vector<ChatMessage>> ParseConversation(std::string_view line) {
@@ -176,7 +176,8 @@ absl::StatusOr<ChatRenderer> ChatRenderer::Create(const TextTokenizer& tokenizer
   }
   if (llama3) {
     if (!tokenizer.bos_id()) {
-      return Invalid(absl::StrCat("tokenizer '", tokenizer.path(), "' has no BOS for the llama3 chat template"));
+      return Invalid(absl::StrCat("tokenizer '", tokenizer.path(), "' has no BOS for the ", ChatTemplateName(t),
+                                  " chat template"));
     }
     r.bos_ = *tokenizer.bos_id();
   }
