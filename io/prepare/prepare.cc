@@ -446,11 +446,12 @@ absl::Status CheckManifestMatches(const std::string& manifest_path, const Prepar
         ": remove the folder to prepare them again, or give this data another output"));
   };
   for (const auto& [name, values] : fields) {
-    if (values.first != values.second) return differs(name, values.first, values.second);
+    // A field an older manifest does not record is not held against it.
+    if (!values.first.is_null() && values.first != values.second) return differs(name, values.first, values.second);
   }
   // The tokenizer: the same path, or a file with the same contents (a folder moved).
   const nlohmann::json was = field(tok, "path", none);
-  if (was != nlohmann::json(options.tokenizer_path)) {
+  if (!was.is_null() && was != nlohmann::json(options.tokenizer_path)) {
     const std::string path = ExpandHome(options.tokenizer_path);
     const std::string file = TokenizerFileIn(path).value_or(path);
     absl::StatusOr<std::string> sha = Sha256OfFile(file);
