@@ -524,6 +524,14 @@ TEST(PrepareDatasetTest, ManifestMatchesOnlyTheRequestThatMadeIt) {
   EXPECT_TRUE(CheckManifestMatches(r->manifest_path, other).ok());
   other.tokenizer_path = "io/tokenizer/testdata/qwen2_tiny";
   EXPECT_TRUE(absl::StrContains(CheckManifestMatches(r->manifest_path, other).message(), "with tokenizer"));
+
+  // An older manifest, without the fields added since, is taken for what it records.
+  WriteFile(dir + "/old/manifest.json", R"({"format": "colossal.prepare/1", "inputs": [")" + dir + R"(/a.txt"]})");
+  EXPECT_TRUE(CheckManifestMatches(dir + "/old/manifest.json", o).ok());
+  other = o;
+  other.format = DataFormat::kChat;
+  other.split = DocumentSplit::kLine;
+  EXPECT_FALSE(CheckManifestMatches(dir + "/old/manifest.json", other).ok());  // no format: text
 }
 
 }  // namespace
