@@ -105,7 +105,7 @@ int State(lua_State* L) {
 // blank-line-separated paragraph is one: one long text can then give a val
 // split) or "line". format: "text" (the default) or "chat" (JSON Lines
 // conversations, split by line, with loss masks: io/prepare/prepare.h);
-// chat_template: "llama3" or "chatml" (default: the tokenizer folder's).
+// chat_template: llama3, llama3.1, chatml, qwen2 or qwen2.5 (default: the tokenizer folder's).
 int Prepare(lua_State* L) {
   OptionTable o(L, 1, "colossal.data.prepare");
   io::PrepareOptions options;
