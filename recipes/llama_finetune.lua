@@ -79,6 +79,9 @@ return {
   },
 
   steps = gpu and 1000 or 200,
+  -- Micro-batches a step. With chat data a step's loss is the mean over every
+  -- target it counts (the replies' tokens), however they fall into micro-batches.
+  accumulation_steps = 1,
   eval = { every_steps = gpu and 250 or 50, batches = gpu and 10 or 4 },
   log = { every_steps = 10 },
   checkpoint = { dir = "checkpoints/llama_finetune", every_steps = gpu and 500 or 100, keep = 2 },

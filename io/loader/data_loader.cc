@@ -342,8 +342,10 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
     // it; past a short document's end, inputs are 0 and targets ignored (the
     // causal model's real positions never see them).
     for (int64_t t = 0; t < T; ++t) {
+      const bool counted = t + 1 < n && (flags[t + 1] & kCounted) != 0;
       in[r * T + t] = t < n ? tokens[t] : 0;
-      tg[r * T + t] = t + 1 < n && (flags[t + 1] & kCounted) != 0 ? tokens[t + 1] : options_.ignore_index;
+      tg[r * T + t] = counted ? tokens[t + 1] : options_.ignore_index;
+      out.counted += counted ? 1 : 0;
     }
   }
   out.inputs = *std::move(inputs);

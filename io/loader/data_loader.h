@@ -151,10 +151,14 @@ nlohmann::json DataLoaderStateToJson(const DataLoaderState& state);
 absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& json);
 
 // One batch: inputs and targets, int32 [B, T] on the host (views of one
-// allocation). epoch and batch say which batch it is.
+// allocation). epoch and batch say which batch it is; counted is how many
+// targets are not ignore_index (B * T without loss masks): the loss's
+// denominator, which weights the batch in a step of several (a step's loss is
+// the mean over every target it counts).
 struct Batch {
   core::Tensor inputs;
   core::Tensor targets;
+  int64_t counted = 0;
   int64_t epoch = 0;
   int64_t batch = 0;
 };

@@ -537,6 +537,7 @@ TEST(DataLoader, LossMasksMakeUncountedTargetsIgnoreIndex) {
     for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
       absl::StatusOr<Batch> batch = l->next_batch();
       ASSERT_TRUE(batch.ok()) << batch.status();
+      int64_t counted = 0;
       for (int64_t r = 0; r < 3; ++r) {
         const auto [shard, window] = l->WindowAt(0, b, r);
         for (int64_t t = 0; t < 10; ++t) {
@@ -545,12 +546,14 @@ TEST(DataLoader, LossMasksMakeUncountedTargetsIgnoreIndex) {
           const int32_t target = batch->targets.data<int32_t>()[r * 10 + t];
           if (masks[shard][at + 1] != 0) {
             EXPECT_EQ(target, TokenAt(static_cast<int>(shard), at + 1)) << "shard " << shard << " token " << at + 1;
+            ++counted;
           } else {
             EXPECT_EQ(target, -7) << "shard " << shard << " token " << at + 1;
             ++ignored;
           }
         }
       }
+      EXPECT_EQ(batch->counted, counted) << "batch " << b;
     }
     EXPECT_GT(ignored, 0);
   }
@@ -560,6 +563,9 @@ TEST(DataLoader, LossMasksMakeUncountedTargetsIgnoreIndex) {
   std::unique_ptr<DataLoader> l = OpenOrDie(Options(WriteShards(plain, {50}), 2, 8));
   ASSERT_NE(l, nullptr);
   EXPECT_FALSE(l->has_loss_masks());
+  absl::StatusOr<Batch> batch = l->next_batch();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->counted, 2 * 8);
 }
 
 TEST(DataLoader, LossMasksMustCoverEveryShardWithItsLength) {
@@ -626,6 +632,7 @@ TEST(DataLoader, DocumentRowsStartAtDocumentsAndNeverCrossThem) {
     for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
       absl::StatusOr<Batch> batch = l->next_batch();
       ASSERT_TRUE(batch.ok()) << batch.status();
+      int64_t n_counted = 0;
       for (int64_t r = 0; r < 2; ++r) {
         const int32_t first = batch->inputs.data<int32_t>()[r * T];
         const int64_t start = first - 1000;
@@ -639,8 +646,10 @@ TEST(DataLoader, DocumentRowsStartAtDocumentsAndNeverCrossThem) {
           const bool counted = t + 1 < n && (flags[start + t + 1] & kCounted) != 0;
           EXPECT_EQ(batch->targets.data<int32_t>()[r * T + t], counted ? 1000 + start + t + 1 : -100)
               << start << " " << t;
+          n_counted += counted ? 1 : 0;
         }
       }
+      EXPECT_EQ(batch->counted, n_counted) << "batch " << b;
     }
   }
   // 2 ranks x 2 rows a batch: every document but the epoch's leftover, once.

@@ -26,6 +26,7 @@
 // adds a dynamic loss scaler with the plugin's initial_scale, growth_factor,
 // backoff_factor, growth_interval, hysteresis, min_scale and max_scale.
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -331,9 +332,13 @@ int Backward(lua_State* L) {
   return 0;
 }
 
-// booster:execute_pipeline(model, {batch, ...}) -> the mean loss: one step's
-// micro-batches through the plugin's pipeline stages (1F1B or interleaved,
-// parallel/booster/pipeline.h), forward and backward; every stage gets the loss.
+// booster:execute_pipeline(model, {batch, ...} [, {weight, ...}]) -> the step's
+// loss: one step's micro-batches through the plugin's pipeline stages (1F1B or
+// interleaved, parallel/booster/pipeline.h), forward and backward; every stage
+// gets the loss. Without weights each micro-batch counts 1 / n and the loss is
+// their mean; with them (one a batch, finite, >= 0) micro-batch i's gradient is
+// scaled by weight i and the loss is the weighted sum (the recipe loop's
+// token-weighted steps).
 int ExecutePipeline(lua_State* L) {
   std::shared_ptr<BoosterObject> b = CheckHandle<BoosterObject>(L, 1);
   std::shared_ptr<Model> model = CheckHandle<Model>(L, 2);
@@ -358,6 +363,25 @@ int ExecutePipeline(lua_State* L) {
   }
   parallel::PipelineStepOptions o;
   o.loss_scale = b->scaler ? b->scaler->scale() : 1.0f;
+  if (!lua_isnoneornil(L, 4)) {
+    luaL_checktype(L, 4, LUA_TTABLE);
+    if (luaL_len(L, 4) != n) {
+      RaiseError(L, absl::StrCat("booster:execute_pipeline: ", luaL_len(L, 4), " weights for ", n,
+                                 " micro-batches"),
+                 kErrorUsage);
+    }
+    for (lua_Integer i = 1; i <= n; ++i) {
+      lua_geti(L, 4, i);
+      int ok = 0;
+      const double w = lua_tonumberx(L, -1, &ok);
+      lua_pop(L, 1);
+      if (!ok || !(w >= 0) || !std::isfinite(w)) {
+        RaiseError(L, absl::StrCat("booster:execute_pipeline: weight ", i, " must be a finite number >= 0"),
+                   kErrorUsage);
+      }
+      o.weights.push_back(w);
+    }
+  }
   absl::StatusOr<parallel::PipelineStepResult> r =
       parallel::execute_pipeline(*rt.ctx, *b->booster, *model->net, mbs, o);
   ThrowIfError(L, "booster:execute_pipeline", r.status());

@@ -6,6 +6,7 @@
 //   local loader = colossal.data.loader{ pattern = paths.train, batch_size = 8, seq_len = 1024 }
 //   local batch = loader:next()        -- inputs/targets [8, 1024]; this rank's rows
 //   -- packing = false: one document (conversation) a row, padded; chat shards only
+//   -- batch:counted(): its targets the loss counts (loader:has_loss_masks())
 //
 // A loader hands each process of the job its own rows of every global batch
 // (rank and world size from the launcher: io/loader/data_loader.h).
@@ -88,6 +89,13 @@ int Next(lua_State* L) {
 
 int BatchesPerEpoch(lua_State* L) {
   lua_pushinteger(L, CheckHandle<Loader>(L, 1)->loader->batches_per_epoch());
+  return 1;
+}
+
+// loader:has_loss_masks() -> whether the shards have loss masks (targets may
+// be ignored: a step then weights its micro-batches by batch:counted()).
+int HasLossMasks(lua_State* L) {
+  lua_pushboolean(L, CheckHandle<Loader>(L, 1)->loader->has_loss_masks());
   return 1;
 }
 
@@ -207,6 +215,7 @@ int OpenData(lua_State* L) {
   static const luaL_Reg kLoaderMethods[] = {{"next", Protected<Next>},
                                             {"batches_per_epoch", Protected<BatchesPerEpoch>},
                                             {"state", Protected<State>},
+                                            {"has_loss_masks", Protected<HasLossMasks>},
                                             {nullptr, nullptr}};
   RegisterType<Loader>(L, kLoaderMethods);
   static const luaL_Reg kFunctions[] = {{"loader", Protected<MakeLoader>},

@@ -8,8 +8,11 @@
 //   local model = colossal.model.llama{ hidden_size = 256, num_hidden_layers = 2, ... }
 //   local loss = model(batch)            -- forward + fused cross-entropy; loss:item()
 //   booster:backward(loss / accumulation_steps, optimizer)
+//   -- with loss masks (chat data) weight by counted targets instead, so the
+//   -- step's loss is the mean over all of them: loss * (batch:counted() / step_counted)
 //   local v = model:evaluate(batch)      -- mean loss, no backward
 //   print(model:generate("To be", { max_new_tokens = 32, temperature = 0.8 }))
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -431,6 +434,21 @@ int Div(lua_State* L) {
   return 1;
 }
 
+// loss * w, w * loss -> a loss whose backward is scaled by w: a micro-batch's
+// share of a step (batch:counted() / the step's count). w = 0 is allowed (a
+// micro-batch whose targets are all ignored adds nothing).
+int Mul(lua_State* L) {
+  const int loss_at = luaL_testudata(L, 1, Loss::kMetatable) != nullptr ? 1 : 2;
+  std::shared_ptr<Loss> loss = CheckHandle<Loss>(L, loss_at);
+  int ok = 0;
+  const double w = lua_tonumberx(L, 3 - loss_at, &ok);
+  if (!ok || !std::isfinite(w)) RaiseError(L, "loss * x: x must be a finite number", kErrorUsage);
+  auto scaled = std::make_shared<Loss>(*loss);
+  scaled->scale = loss->scale * w;
+  PushHandle(L, std::move(scaled));
+  return 1;
+}
+
 int LossToString(lua_State* L) {
   std::shared_ptr<Loss> loss = CheckHandle<Loss>(L, 1);
   lua_pushstring(L, absl::StrFormat("loss(%.6f)", loss->state->value * loss->scale).c_str());
@@ -441,6 +459,13 @@ int LossToString(lua_State* L) {
 int BatchTokens(lua_State* L) {
   std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, 1);
   lua_pushinteger(L, batch->batch.inputs.numel());
+  return 1;
+}
+
+// batch:counted() -> the targets the loss counts (not ignore_index): its mean's
+// denominator
+int BatchCounted(lua_State* L) {
+  lua_pushinteger(L, CheckHandle<Batch>(L, 1)->batch.counted);
   return 1;
 }
 
@@ -482,10 +507,12 @@ int OpenModel(lua_State* L) {
   RegisterType<Model>(L, kModelMethods, kModelMeta);
   static const luaL_Reg kLossMethods[] = {{"item", Protected<Item>}, {nullptr, nullptr}};
   static const luaL_Reg kLossMeta[] = {{"__div", Protected<Div>},
+                                       {"__mul", Protected<Mul>},
                                        {"__tostring", Protected<LossToString>},
                                        {nullptr, nullptr}};
   RegisterType<Loss>(L, kLossMethods, kLossMeta);
-  static const luaL_Reg kBatchMethods[] = {{"tokens", Protected<BatchTokens>}, {nullptr, nullptr}};
+  static const luaL_Reg kBatchMethods[] = {
+      {"tokens", Protected<BatchTokens>}, {"counted", Protected<BatchCounted>}, {nullptr, nullptr}};
   RegisterType<Batch>(L, kBatchMethods);
   static const luaL_Reg kFunctions[] = {
       {"gpt2", Protected<Gpt2>}, {"llama", Protected<Llama>}, {nullptr, nullptr}};

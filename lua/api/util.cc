@@ -102,32 +102,37 @@ int CatchStopSignals(lua_State* L) {
   return 0;
 }
 
+// One int64 reduced over every process of the job (a collective: all of them
+// call it at the same point), through the runtime's process group on its
+// device. With one process, `value` itself.
+int64_t AllReduceInt(lua_State* L, int64_t value, comm::ReduceOp op, const char* what) {
+  std::shared_ptr<Runtime> rt = GetRuntime(L);
+  if (rt->rank.world_size == 1) return value;
+  absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = rt->process_group();
+  ThrowIfError(L, what, pg.status());
+  const core::Stream& stream = rt->ctx->compute_stream();
+  absl::StatusOr<core::Tensor> host = core::Tensor::empty({1}, core::DType::kI64, core::Stream::cpu());
+  ThrowIfError(L, what, host.status());
+  *host->data<int64_t>() = value;
+  absl::StatusOr<core::Tensor> on_device = host->to(rt->device, stream);
+  ThrowIfError(L, what, on_device.status());
+  absl::StatusOr<comm::Buffer> buffer = comm::Buffer::of(*on_device);
+  ThrowIfError(L, what, buffer.status());
+  absl::StatusOr<comm::WorkPtr> work = (*pg)->all_reduce(*buffer, op, {.stream = stream});
+  ThrowIfError(L, what, work.status());
+  ThrowIfError(L, what, (*work)->wait_on(stream));
+  absl::StatusOr<core::Tensor> back = on_device->to(core::Device::cpu(), stream);
+  ThrowIfError(L, what, back.status());
+  stream.synchronize();
+  return *back->data<int64_t>();
+}
+
 // colossal.stop_requested() -> "SIGTERM" | "SIGINT" | nil: whether any
 // process of the job received one (since catch_stop_signals). With several
 // processes a collective (a one-element max over every rank) that all of
 // them call at the same point, so they agree on the step they stop at.
 int StopRequested(lua_State* L) {
-  float signo = static_cast<float>(comm::StopSignal());
-  std::shared_ptr<Runtime> rt = GetRuntime(L);
-  if (rt->rank.world_size > 1) {
-    absl::StatusOr<std::shared_ptr<comm::ProcessGroup>> pg = rt->process_group();
-    ThrowIfError(L, "colossal.stop_requested", pg.status());
-    const core::Stream& stream = rt->ctx->compute_stream();
-    absl::StatusOr<core::Tensor> host = core::Tensor::empty({1}, core::DType::kF32, core::Stream::cpu());
-    ThrowIfError(L, "colossal.stop_requested", host.status());
-    *host->data<float>() = signo;
-    absl::StatusOr<core::Tensor> flag = host->to(rt->device, stream);
-    ThrowIfError(L, "colossal.stop_requested", flag.status());
-    absl::StatusOr<comm::Buffer> buffer = comm::Buffer::of(*flag);
-    ThrowIfError(L, "colossal.stop_requested", buffer.status());
-    absl::StatusOr<comm::WorkPtr> work = (*pg)->all_reduce(*buffer, comm::ReduceOp::kMax, {.stream = stream});
-    ThrowIfError(L, "colossal.stop_requested", work.status());
-    ThrowIfError(L, "colossal.stop_requested", (*work)->wait_on(stream));
-    absl::StatusOr<core::Tensor> back = flag->to(core::Device::cpu(), stream);
-    ThrowIfError(L, "colossal.stop_requested", back.status());
-    stream.synchronize();
-    signo = *back->data<float>();
-  }
+  const int64_t signo = AllReduceInt(L, comm::StopSignal(), comm::ReduceOp::kMax, "colossal.stop_requested");
   if (signo == SIGTERM) {
     lua_pushstring(L, "SIGTERM");
   } else if (signo == SIGINT) {
@@ -135,6 +140,17 @@ int StopRequested(lua_State* L) {
   } else {
     lua_pushnil(L);
   }
+  return 1;
+}
+
+// colossal.all_reduce(n) -> the integer n summed over every process of the job
+// (a collective: every process calls it at the same point; n itself with one
+// process). The recipe loop sums a step's counted targets with it.
+int AllReduce(lua_State* L) {
+  int ok = 0;
+  const lua_Integer n = lua_tointegerx(L, 1, &ok);
+  if (!ok) RaiseError(L, "colossal.all_reduce: takes an integer", kErrorUsage);
+  lua_pushinteger(L, AllReduceInt(L, n, comm::ReduceOp::kSum, "colossal.all_reduce"));
   return 1;
 }
 
@@ -526,6 +542,7 @@ int OpenUtil(lua_State* L) {
                                 {"clock", Clock},
                                 {"catch_stop_signals", Protected<CatchStopSignals>},
                                 {"stop_requested", Protected<StopRequested>},
+                                {"all_reduce", Protected<AllReduce>},
                                 {"memory", Protected<Memory>},
                                 {"reset_peak_memory", Protected<ResetPeakMemory>},
                                 {"trace_start", Protected<TraceStart>},

@@ -443,12 +443,22 @@ function recipe.run(t, file, bench)
   -- split (a fresh, unshuffled loader each time, as llm.c resets its val
   -- loader): val losses compare across steps, and a resumed run's equal an
   -- uninterrupted one's.
+  -- With loss masks (chat data) batches count different numbers of targets:
+  -- the val loss is then the mean over every counted target, not of the
+  -- batches' means.
   local function evaluate()
     if not val_pattern then return nil end
     local val_loader = open_val()
-    local sum = 0
-    for _ = 1, ev.batches do sum = sum + model:evaluate(next_batch(val_loader, "data.val")) end
-    return sum / ev.batches
+    local sum, counted = 0, 0
+    for _ = 1, ev.batches do
+      local batch = next_batch(val_loader, "data.val")
+      if val_loader:has_loss_masks() then
+        sum, counted = sum + model:evaluate(batch) * batch:counted(), counted + batch:counted()
+      else
+        sum, counted = sum + model:evaluate(batch), counted + 1
+      end
+    end
+    return counted > 0 and sum / counted or 0
   end
 
   if val_pattern and ev.every_steps > 0 then open_val() end  -- a bad val split fails before step 1
@@ -470,6 +480,27 @@ function recipe.run(t, file, bench)
     say("saved %s (%.1f s)", path, colossal.clock() - t_save)
   end
 
+  -- A step's loss is the mean over every target it counts. Without loss
+  -- masks every micro-batch counts B x T of them, so that is the mean of the
+  -- micro-batches' means (loss / accum). With masks (chat data) they count
+  -- different numbers: micro-batch i's mean is weighted by counted_i / N, N
+  -- the step's count over the data-parallel copies, times dp because the
+  -- plugins average gradients over the copies (Hugging Face's
+  -- num_items_in_batch). Every rank of a copy (its tp and pp ranks) reads
+  -- the same batches, so the world's sum counts each copy world / dp times.
+  -- Returns the weights (nil without masks) and what turns the step's
+  -- weighted loss into this rank's own token mean (the loss it logs).
+  local masked = loader:has_loss_masks()
+  local function step_weights(batches)
+    if not masked then return nil end
+    local dp, mine = booster:dp_size(), 0
+    for _, b in ipairs(batches) do mine = mine + b:counted() end
+    local n = colossal.all_reduce(mine) // (world // dp)
+    local weights = {}
+    for i, b in ipairs(batches) do weights[i] = n > 0 and dp * b:counted() / n or 0 end
+    return weights, mine > 0 and n / (dp * mine) or 0
+  end
+
   local first_loss, last_loss, stopped_by
   local t0 = colossal.clock()
   for step = start + 1, r.steps do
@@ -477,14 +508,15 @@ function recipe.run(t, file, bench)
     if tracing then colossal.trace_start() end
     optimizer:zero_grad()
     local loss_sum = 0
+    local batches = {}
+    for micro = 1, accum do batches[micro] = next_batch(loader, "data.train") end
+    local weights, weight_to_local = step_weights(batches)
     if caps.pipeline then
-      -- The step's micro-batches through the stages (1F1B); the mean loss back.
-      local batches = {}
-      for micro = 1, accum do batches[micro] = next_batch(loader, "data.train") end
-      loss_sum = booster:execute_pipeline(model, batches)
+      -- The step's micro-batches through the stages (1F1B); the step's loss back.
+      loss_sum = booster:execute_pipeline(model, batches, weights)
     end
     for micro = 1, caps.pipeline and 0 or accum do
-      local loss = model(next_batch(loader, "data.train")) / accum
+      local loss = weights and model(batches[micro]) * weights[micro] or model(batches[micro]) / accum
       if micro < accum and caps.supports_no_sync then
         local _ <close> = booster:no_sync(model)
         booster:backward(loss, optimizer)
@@ -493,6 +525,7 @@ function recipe.run(t, file, bench)
       end
       loss_sum = loss_sum + loss:item()
     end
+    if weights then loss_sum = loss_sum * weight_to_local end
     if r.clip_value > 0 then optimizer:clip_grad_by_value(r.clip_value) end
     if max_norm > 0 then optimizer:clip_grad_by_norm(max_norm) end
     local result = optimizer:step()

@@ -1,6 +1,7 @@
 #include "parallel/booster/pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -74,13 +75,16 @@ absl::StatusOr<core::Tensor> StageRunner::forward(int c, size_t i, const core::T
   core::Tensor grad;
   if (gives_logits(c)) {
     nn::CrossEntropyOptions ce;
-    ce.dloss = static_cast<float>(static_cast<double>(options_.loss_scale) / mbs_.size());
+    // Micro-batch i's share of the step: its weight, or 1 / M.
+    const bool weighted = !options_.weights.empty();
+    ce.dloss = static_cast<float>(weighted ? options_.loss_scale * options_.weights[i]
+                                           : static_cast<double>(options_.loss_scale) / mbs_.size());
     ce.ignore_index = options_.ignore_index;
     ce.in_place = true;
     absl::StatusOr<nn::CrossEntropyResult> loss =
         model_.loss(ctx_, out->output, mbs_[i].targets, ce);
     if (!loss.ok()) return core::annotate(loss.status(), where(c, i));
-    loss_sum_ += loss->loss;
+    loss_sum_ += weighted ? options_.weights[i] * loss->loss : loss->loss;
     grad = loss->dlogits;
   }
   in_flight_[c].push_back({std::move(out->saved), grad});
@@ -225,7 +229,7 @@ absl::StatusOr<PipelineStepResult> run_one_f_one_b(StageRunner& st,
   PipelineStepResult r;
   r.micro_batches = static_cast<int64_t>(M);
   COLOSSAL_ASSIGN_OR_RETURN(
-      r.loss, pipeline_internal::share_loss(st.ctx(), pipe, last ? st.loss_sum() / M : 0.0));
+      r.loss, pipeline_internal::share_loss(st.ctx(), pipe, last ? st.step_loss() : 0.0));
   return r;
 }
 
@@ -237,6 +241,19 @@ absl::StatusOr<PipelineStepResult> execute_pipeline(core::Context& ctx, Booster&
                                                     const PipelineStepOptions& options) {
   COLOSSAL_ASSIGN_OR_RETURN(const Plugin::Pipeline* pipe,
                             check_pipeline("execute_pipeline", booster, model, micro_batches));
+  if (!options.weights.empty()) {
+    if (options.weights.size() != micro_batches.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("execute_pipeline: ", options.weights.size(),
+                                                     " weights for ", micro_batches.size(),
+                                                     " micro-batches"));
+    }
+    for (double w : options.weights) {
+      if (!(w >= 0) || !std::isfinite(w)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("execute_pipeline: a micro-batch weight must be finite and >= 0, got ", w));
+      }
+    }
+  }
   StageRunner st(ctx, booster, model, *pipe, micro_batches, options);
   if (pipe->chunks > 1) return pipeline_internal::run_interleaved(st, micro_batches);
   return run_one_f_one_b(st, micro_batches);

@@ -28,6 +28,7 @@
 #define COLOSSAL_PARALLEL_BOOSTER_PIPELINE_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -41,10 +42,16 @@ namespace colossal::parallel {
 struct PipelineStepOptions {
   float loss_scale = 1.0f;  // fp16: the loss scaler's scale
   int32_t ignore_index = -100;
+  // Each micro-batch's share of the step's loss (its mean loss's gradient is
+  // scaled by it; finite, >= 0, one per micro-batch). Empty: 1 / M each.
+  // Token-weighted steps give counted_i / (the step's counted targets), so
+  // the step's loss is the mean over all of them (execute_pipeline only).
+  std::vector<double> weights;
 };
 
 struct PipelineStepResult {
-  float loss = 0.0f;  // mean over the micro-batches (every stage gets it)
+  float loss = 0.0f;  // sum of weights[i] * micro-batch i's mean loss; their mean without weights
+                      // (every stage gets it)
   int64_t micro_batches = 0;
 };
 

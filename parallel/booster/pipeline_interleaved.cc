@@ -128,7 +128,7 @@ class Interleaved {
     result.micro_batches = static_cast<int64_t>(M);
     COLOSSAL_ASSIGN_OR_RETURN(
         result.loss,
-        share_loss(st_.ctx(), st_.pipe(), st_.gives_logits(C_ - 1) ? st_.loss_sum() / M : 0.0));
+        share_loss(st_.ctx(), st_.pipe(), st_.gives_logits(C_ - 1) ? st_.step_loss() : 0.0));
     return result;
   }
 

@@ -72,7 +72,9 @@ class StageRunner {
   // chunk gives them) returned as it is (generation).
   absl::StatusOr<core::Tensor> forward_output(int c, size_t i, const core::Tensor& input);
 
-  double loss_sum() const { return loss_sum_; }
+  // The step's loss so far: the micro-batches' mean losses weighted by
+  // options.weights (their mean without weights, once every one has run).
+  double step_loss() const { return options_.weights.empty() ? loss_sum_ / mbs_.size() : loss_sum_; }
 
  private:
   struct InFlight {

@@ -271,6 +271,57 @@ TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
   });
 }
 
+// Token-weighted steps: execute_pipeline scales micro-batch i's gradient by
+// weights[i] (one of them 0) and returns sum_i weights[i] * loss_i, as one
+// process does with dloss = weights[i] (1F1B and interleaved); weights that
+// do not fit the micro-batches are refused.
+TEST(Hybrid, PipelineWeightsEachMicroBatch) {
+  const std::vector<double> weights = {0.5, 0.0, 1.25, 2.25};
+  for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 1, 0, 2, 2, 2, false, 1, 4},
+                              HybridCase{Family::kLlama, 2, 1, 0, 2, 4, 2, false, 2, 4}}) {
+    SCOPED_TRACE(case_name(c));
+    std::vector<nn::MicroBatch> mbs;
+    for (int i = 0; i < c.micro; ++i) mbs.push_back(testing::micro_batch(0, 0, i));
+    double ref_loss = 0;
+    float ref_norm = 0;
+    HybridCase one = c;
+    one.world = 1;
+    one.pp = 1;
+    one.chunks = 1;
+    testing::run_ranks(1, [&](int, std::shared_ptr<comm::ProcessGroup> pg) {
+      testing::BoostedCase boosted = testing::boost_case(pg, one);
+      ASSERT_NE(boosted.model, nullptr);
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      for (int i = 0; i < c.micro; ++i) {
+        ref_loss += weights[i] * testing::booster_micro_step(*ctx, *boosted.booster, *boosted.model,
+                                                             mbs[i], static_cast<float>(weights[i]));
+      }
+      auto r = boosted.booster->step({.max_norm = kMaxNorm});
+      ASSERT_TRUE(r.ok()) << r.status();
+      ref_norm = r->grad_norm;
+    });
+    ASSERT_GT(ref_norm, 0.0f);
+    testing::run_ranks(c.world, [&](int rank, std::shared_ptr<comm::ProcessGroup> pg) {
+      testing::BoostedCase boosted = testing::boost_case(pg, c);
+      ASSERT_NE(boosted.model, nullptr);
+      auto ctx = std::move(*core::Context::create(core::Device::cpu()));
+      PipelineStepOptions o;
+      o.weights = {1.0, 2.0};
+      auto bad = execute_pipeline(*ctx, *boosted.booster, *boosted.model, mbs, o);
+      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+      o.weights = weights;
+      auto r = execute_pipeline(*ctx, *boosted.booster, *boosted.model, mbs, o);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_LE(std::abs(r->loss - ref_loss), kRelTol * ref_loss) << "rank " << rank << ": " << r->loss
+                                                                  << " vs " << ref_loss;
+      auto step = boosted.booster->step({.max_norm = kMaxNorm});
+      ASSERT_TRUE(step.ok()) << step.status();
+      EXPECT_LE(std::abs(step->grad_norm - ref_norm), kRelTol * ref_norm)
+          << "rank " << rank << ": " << step->grad_norm << " vs " << ref_norm;
+    });
+  }
+}
+
 // Generation through the stages: every stage gets the last stage's logits,
 // equal to one process's (1F1B, interleaved, and with tp2 each
 // tensor-parallel rank's columns of them).

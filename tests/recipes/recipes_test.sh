@@ -188,6 +188,71 @@ for name_plugin in gpt2_zero:low_level_zero gpt2_hybrid:hybrid_parallel:gpt2pp \
   fi
 done
 
+# A step's loss is the mean over every target it counts, however the step's
+# rows fall into micro-batches and processes: replies of 1 to 12 words, one
+# conversation a row, so rows count very different numbers of targets. Four
+# rows a step as one micro-batch (A), as four micro-batches (B) and as two on
+# each of two processes (C) give the same gradient norms (every step) and A
+# and B the same losses. Averaging the micro-batches' means instead weights a
+# short reply's tokens several times a long one's: B's norms then differ from
+# A's by far more than the tolerance. Tolerances: float32 sums in another
+# order (other GEMM shapes, the all-reduce) differ by ~1e-6 relative; 1e-4
+# for step 1, and 1e-3 after AdamW steps taken from those gradients.
+token_weighted_steps() {
+  local work="$tmp/work_weighted" data="$tmp/weighted.jsonl" i words
+  mkdir -p "$work" && ln -sfn "$root/recipes" "$work/recipes"
+  : >"$data"
+  # 120 of them: the val split (5% of the bytes) must fill a batch of 4 rows.
+  for i in $(seq 1 120); do
+    words="$(printf 'ok %.0s' $(seq 1 $((1 + (i * 7) % 12))))"
+    printf '{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%s"}]}\n' \
+      "$i" "${words% }" >>"$data"
+  done
+  local common=("${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" --set "data.input=$data"
+    --set data.format=chat --set data.packing=false --set data.seq_len=64
+    --set model.max_position_embeddings=128 --set steps=3 --set lr_scheduler.total_steps=3
+    --set checkpoint.every_steps=0)
+  local run label ok=1
+  for run in "A 1 4 1" "B 1 1 4" "C 2 1 2"; do
+    read -r label procs micro accum <<<"$run"
+    local args=("${common[@]}" --set "data.micro_batch_size=$micro" --set "accumulation_steps=$accum"
+      --set "checkpoint.dir=checkpoints/$label")
+    if ((procs == 1)); then
+      (cd "$work" && timeout 300 "$bin" recipes/llama_finetune.lua "${args[@]}" >"$tmp/weighted.$label.out" 2>&1)
+    else
+      (cd "$work" && timeout 300 "$bin" run --nproc_per_node 2 --master_port $((20000 + RANDOM % 12000)) \
+        recipes/llama_finetune.lua "${args[@]}" >"$tmp/weighted.$label.out" 2>&1)
+    fi || { echo "FAIL: the token-weighted run $label failed:"; tail -n 20 "$tmp/weighted.$label.out"; ok=0; }
+  done
+  ((ok)) || { failures=$((failures + 1)); return; }
+  # step, loss and grad_norm of each logged step
+  local field
+  for label in A B C; do
+    perl -ne 'print "$1 $2 $3\n" if /"grad_norm":\s*([-0-9.eE+]+).*"loss":\s*([-0-9.eE+]+).*"step":\s*(\d+)/' \
+      "$work/checkpoints/$label/log.jsonl" >"$tmp/weighted.$label.txt"
+  done
+  if ! perl -e '
+      sub rows { open(my $f, "<", $_[0]) or die; my @r = map { [split] } <$f>; return @r }
+      my @a = rows($ARGV[0]); my @b = rows($ARGV[1]); my @c = rows($ARGV[2]);
+      die "want 3 logged steps each\n" unless @a == 3 && @b == 3 && @c == 3;
+      my $bad = 0;
+      for my $s (0 .. 2) {
+        my $tol = $s == 0 ? 1e-4 : 1e-3;
+        my ($na, $la) = @{$a[$s]}; my ($nb, $lb) = @{$b[$s]}; my ($nc) = @{$c[$s]};
+        for my $p (["B norm", $nb, $na], ["C norm", $nc, $na], ["B loss", $lb, $la]) {
+          my ($what, $got, $want) = @$p;
+          if (abs($got - $want) > $tol * abs($want)) { print "step ", $s + 1, ": $what $got vs A $want\n"; $bad = 1 }
+        }
+      }
+      exit $bad' "$tmp/weighted.A.txt" "$tmp/weighted.B.txt" "$tmp/weighted.C.txt"; then
+    echo "FAIL: a step's loss is not the mean over its counted targets (grad_norm loss step, A B C):"
+    cat "$tmp/weighted.A.txt" "$tmp/weighted.B.txt" "$tmp/weighted.C.txt"
+    failures=$((failures + 1))
+  else
+    echo "ok: token-weighted steps: one micro-batch, four, and two on each of two processes agree"
+  fi
+}
+
 # Fine-tuning from a Hugging Face directory: the tiny Llama's own step
 # directory (config.json + model.safetensors) as from_pretrained. Its
 # config.json fixes the architecture (the recipe's sizes are not used, and a
@@ -371,6 +436,7 @@ JSON
       failures=$((failures + 1))
     fi
   fi
+  token_weighted_steps
 fi
 
 if ((failures != 0)); then
