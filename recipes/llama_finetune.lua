@@ -48,9 +48,12 @@ return {
     format = "text",
     tokenizer = "",   -- for `input`: a model folder or tokenizer file; "": from_pretrained's
     -- true: rows are windows of the token stream (conversations packed back to
-    -- back); false: one conversation a row, padded, attending to itself only
-    -- (chat data; Colossal-AI's SFT pads the same way).
+    -- back); false: one conversation a row, padded (chat data; Colossal-AI's
+    -- SFT pads the same way). Either way a conversation attends to itself
+    -- only: in packed rows its positions start at 0 and attention stops at its
+    -- edges (document_attention; false lets a row attend across them).
     packing = true,
+    document_attention = true,
     micro_batch_size = gpu and 4 or 8,
     seq_len = gpu and 2048 or 128,
   },

@@ -278,7 +278,9 @@ std::pair<int64_t, int64_t> DataLoader::WindowAt(int64_t epoch, int64_t batch, i
 }
 
 absl::StatusOr<std::shared_ptr<core::Storage>> DataLoader::AcquireStorage() {
-  const size_t bytes = 2 * static_cast<size_t>(options_.batch_size * options_.seq_len) * sizeof(int32_t);
+  // inputs, targets and, with document positions, positions.
+  const size_t planes = positions() ? 3 : 2;
+  const size_t bytes = planes * static_cast<size_t>(options_.batch_size * options_.seq_len) * sizeof(int32_t);
   std::lock_guard<std::mutex> lock(pool_mu_);
   for (const std::shared_ptr<core::Storage>& s : pool_) {
     if (s.use_count() == 1) {  // no Tensor views it any more
@@ -308,6 +310,14 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
   if (!targets.ok()) return targets.status();
   int32_t* in = inputs->data<int32_t>();
   int32_t* tg = targets->data<int32_t>();
+  int32_t* pos = nullptr;
+  if (positions()) {
+    absl::StatusOr<core::Tensor> p = core::Tensor::from_storage(
+        *storage, 2 * static_cast<size_t>(B * T) * sizeof(int32_t), core::Shape({B, T}), core::DType::kI32);
+    if (!p.ok()) return p.status();
+    out.positions = *std::move(p);
+    pos = out.positions.data<int32_t>();
+  }
   std::vector<int32_t> tokens(static_cast<size_t>(T + 1));
   std::vector<uint8_t> flags(static_cast<size_t>(T + 1), kCounted);
   for (int64_t r = 0; r < B; ++r) {
@@ -346,6 +356,8 @@ absl::StatusOr<Batch> DataLoader::MakeBatch(Cursor& cursor, int64_t epoch, int64
       in[r * T + t] = t < n ? tokens[t] : 0;
       tg[r * T + t] = counted ? tokens[t + 1] : options_.ignore_index;
       out.counted += counted ? 1 : 0;
+      // A document starts at the row's first token and at each flagged one.
+      if (pos != nullptr) pos[r * T + t] = t == 0 || (flags[t] & kDocumentStart) != 0 ? 0 : pos[r * T + t - 1] + 1;
     }
   }
   out.inputs = *std::move(inputs);

@@ -124,6 +124,11 @@ struct DataLoaderOptions {
   // true: rows are windows of the shards (above). false: each row is one
   // document (see "Documents"); needs shards with loss masks.
   bool pack = true;
+  // With pack and shards with loss masks, batches carry `positions`: each
+  // input token's position in its document (0 at the row's first token and
+  // at every document start), so a model can attend within each document
+  // (nn/layers/documents.h). Ignored otherwise.
+  bool document_positions = false;
 };
 
 // Where a loader is: the next batch this rank hands out is batch `batch` of
@@ -158,6 +163,7 @@ absl::StatusOr<DataLoaderState> DataLoaderStateFromJson(const nlohmann::json& js
 struct Batch {
   core::Tensor inputs;
   core::Tensor targets;
+  core::Tensor positions;  // int32 [B, T] (DataLoaderOptions::document_positions), else empty
   int64_t counted = 0;
   int64_t epoch = 0;
   int64_t batch = 0;
@@ -195,6 +201,8 @@ class DataLoader {
   const std::vector<std::string>& shard_paths() const { return paths_; }
   // Whether the shards have loss masks (targets may be ignore_index).
   bool has_loss_masks() const { return !masks_.empty(); }
+  // Whether batches carry document positions (see document_positions).
+  bool positions() const { return options_.document_positions && options_.pack && has_loss_masks(); }
 
   // (shard index, window index in the shard) of row `row` of batch `batch`
   // of epoch `epoch` for this rank: the order described above, for tests and tools.

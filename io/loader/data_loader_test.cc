@@ -593,6 +593,44 @@ TEST(DataLoader, LossMasksMustCoverEveryShardWithItsLength) {
 namespace colossal::io {
 namespace {
 
+// document_positions: each input token's position in its document, 0 at the
+// row's first token and at each document start the mask flags; none without
+// the option.
+TEST(DataLoader, DocumentPositionsRestartAtEachDocument) {
+  const std::string dir = MakeTestDir();
+  const int64_t N = 200, T = 16;
+  std::vector<int32_t> ids(N);
+  for (int64_t i = 0; i < N; ++i) ids[i] = static_cast<int32_t>(1000 + i);
+  ASSERT_TRUE(WriteTokenShard(dir + "/train_000000.bin", ids, TokenWidth::kUint16).ok());
+  std::mt19937 rng(9);
+  std::vector<uint8_t> flags(N, kCounted);
+  for (int64_t i = 0; i < N; i += 1 + static_cast<int64_t>(rng() % 9)) flags[i] |= kDocumentStart;
+  WriteMask(dir + "/train_000000.mask", flags);
+  for (bool want : {true, false}) {
+    DataLoaderOptions o = Options(dir + "/train_*.bin", 3, T);
+    o.document_positions = want;
+    std::unique_ptr<DataLoader> l = OpenOrDie(o);
+    ASSERT_NE(l, nullptr);
+    for (int64_t b = 0; b < l->batches_per_epoch(); ++b) {
+      absl::StatusOr<Batch> batch = l->next_batch();
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      if (!want) {
+        EXPECT_FALSE(batch->positions.defined());
+        continue;
+      }
+      ASSERT_EQ(batch->positions.shape(), core::Shape({3, T}));
+      for (int64_t r = 0; r < 3; ++r) {
+        const int64_t first = l->WindowAt(0, b, r).second * T;
+        int32_t expected = 0;
+        for (int64_t t = 0; t < T; ++t) {
+          expected = t == 0 || (flags[first + t] & kDocumentStart) != 0 ? 0 : expected + 1;
+          EXPECT_EQ(batch->positions.data<int32_t>()[r * T + t], expected) << "token " << first + t;
+        }
+      }
+    }
+  }
+}
+
 // pack = false: each row is one document from its start (where the mask's
 // kDocumentStart says), cut at T + 1 tokens or padded with inputs 0 and
 // ignored targets; a document continues into the next shard; every document

@@ -49,6 +49,7 @@ struct Buffers {
 
 struct Dims {
   int64_t rows, seq;
+  const int32_t* positions;  // or null: row % seq
   int q_heads, kv_heads, head_dim;
   int half_packs;  // (head_dim / 2) / N
   int groups;      // ceil(packed heads / kHeadsPerThread)
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(kThreads) rope_pack_kernel(Buffers<T> b, const
 
   float cs[N], sn[N];
   if (h0 < rotated) {
-    const float t = static_cast<float>(row % d.seq);
+    const float t = static_cast<float>(d.positions != nullptr ? int64_t{__ldg(d.positions + row)} : row % d.seq);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
       sincosf(__fmul_rn(t, __ldg(inv_freq + i0 + k)), &sn[k], &cs[k]);
@@ -126,6 +127,7 @@ KernelStatus launch(const Buffers<T>& b, const float* inv_freq, const Shape& s, 
   Dims d;
   d.rows = s.rows();
   d.seq = s.seq;
+  d.positions = s.positions;
   d.q_heads = static_cast<int>(s.q_heads);
   d.kv_heads = static_cast<int>(s.kv_heads);
   d.head_dim = static_cast<int>(s.head_dim);
@@ -161,21 +163,21 @@ KernelStatus rope_pack(void* packed, void* q, void* k, void* v, const float* inv
 }  // namespace
 
 KernelStatus rope_pack_forward_cuda(void* qkv, const void* q, const void* k, const void* v,
-                                    const float* inv_freq, int64_t batch, int64_t seq,
-                                    int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                    const float* inv_freq, const int32_t* positions, int64_t batch,
+                                    int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                     DType dtype, cudaStream_t stream) {
   // q, k and v are only read (kToPacked).
   return rope_pack<true>(qkv, const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), inv_freq,
-                         Shape{batch, seq, q_heads, kv_heads, head_dim}, dtype, stream);
+                         Shape{batch, seq, q_heads, kv_heads, head_dim, positions}, dtype, stream);
 }
 
 KernelStatus rope_pack_backward_cuda(void* dq, void* dk, void* dv, const void* dqkv,
-                                     const float* inv_freq, int64_t batch, int64_t seq,
-                                     int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                     const float* inv_freq, const int32_t* positions, int64_t batch,
+                                     int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                      DType dtype, cudaStream_t stream) {
   // dqkv is only read (!kToPacked).
   return rope_pack<false>(const_cast<void*>(dqkv), dq, dk, dv, inv_freq,
-                          Shape{batch, seq, q_heads, kv_heads, head_dim}, dtype, stream);
+                          Shape{batch, seq, q_heads, kv_heads, head_dim, positions}, dtype, stream);
 }
 
 }  // namespace colossal::kernels::rope

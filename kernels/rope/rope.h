@@ -3,7 +3,9 @@
 // kernels/attention reads.
 //
 // For head dimension D (even) and pair i in [0, D/2), a row at position t of
-// its sequence (row r = b * seq + t) is rotated by the angle
+// its sequence (row r = b * seq + t; or t = positions[r] when the call is given
+// positions, int32 [batch * seq]: packed documents whose positions restart at
+// each document's first row) is rotated by the angle
 //
 //   a = float(t) * inv_freq[i]     (one float32 product, as Hugging Face's float32 matmul)
 //   out[i]       = x[i] * cos(a) - x[i + D/2] * sin(a)
@@ -21,6 +23,9 @@
 //
 // inv_freq is float32 [D/2]: host memory for the CPU functions, device memory
 // for the CUDA ones. rope_inv_freq fills it the way transformers does.
+// positions may be null (row r's position is r % seq); else int32 [batch *
+// seq] in the same memory as inv_freq, any values (the angle is float(t) times
+// inv_freq[i] whatever t is).
 //
 // Precision:
 //   * CPU (reference and CPU backend): float32, float64, float16, bfloat16. The
@@ -39,10 +44,10 @@
 //   float inv_freq[32];
 //   const rope::Llama3RopeScaling s{32.0, 1.0, 4.0, 8192};
 //   KernelStatus st = rope::rope_inv_freq(inv_freq, 64, 500000.0, &s);
-//   st = rope::rope_pack_forward_cpu(qkv, q, k, v, inv_freq, B, T, 32, 8, 64, DType::kF32);
-//   st = rope::rope_pack_backward_cpu(dq, dk, dv, dqkv, inv_freq, B, T, 32, 8, 64, DType::kF32);
+//   st = rope::rope_pack_forward_cpu(qkv, q, k, v, inv_freq, nullptr, B, T, 32, 8, 64, DType::kF32);
+//   st = rope::rope_pack_backward_cpu(dq, dk, dv, dqkv, inv_freq, nullptr, B, T, 32, 8, 64, DType::kF32);
 //   #if COLOSSAL_WITH_CUDA
-//   st = rope::rope_pack_forward_cuda(d_qkv, d_q, d_k, d_v, d_inv_freq, B, T, 32, 8, 64,
+//   st = rope::rope_pack_forward_cuda(d_qkv, d_q, d_k, d_v, d_inv_freq, nullptr, B, T, 32, 8, 64,
 //                                     DType::kBF16, stream);
 //   #endif
 #ifndef COLOSSAL_KERNELS_ROPE_ROPE_H_
@@ -93,14 +98,14 @@ KernelStatus rope_inv_freq(float* inv_freq, int64_t head_dim, double theta,
 // qkv [batch*seq, (q_heads + 2*kv_heads)*head_dim]: per row, the q heads rotated, then the k
 // heads rotated, then v copied.
 KernelStatus rope_pack_forward_cpu(void* qkv, const void* q, const void* k, const void* v,
-                                   const float* inv_freq, int64_t batch, int64_t seq,
+                                   const float* inv_freq, const int32_t* positions, int64_t batch, int64_t seq,
                                    int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                    DType dtype);
 
 // The transpose: from dqkv (same packed layout) writes dq, dk (rotated back: angle -a) and dv
 // (copied). Overwritten.
 KernelStatus rope_pack_backward_cpu(void* dq, void* dk, void* dv, const void* dqkv,
-                                    const float* inv_freq, int64_t batch, int64_t seq,
+                                    const float* inv_freq, const int32_t* positions, int64_t batch, int64_t seq,
                                     int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                     DType dtype);
 
@@ -110,12 +115,12 @@ KernelStatus rope_pack_backward_cpu(void* dq, void* dk, void* dv, const void* dq
 // Contracts as the CPU functions above.
 
 KernelStatus rope_pack_forward_cuda(void* qkv, const void* q, const void* k, const void* v,
-                                    const float* inv_freq, int64_t batch, int64_t seq,
+                                    const float* inv_freq, const int32_t* positions, int64_t batch, int64_t seq,
                                     int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                     DType dtype, cudaStream_t stream);
 
 KernelStatus rope_pack_backward_cuda(void* dq, void* dk, void* dv, const void* dqkv,
-                                     const float* inv_freq, int64_t batch, int64_t seq,
+                                     const float* inv_freq, const int32_t* positions, int64_t batch, int64_t seq,
                                      int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                      DType dtype, cudaStream_t stream);
 #endif

@@ -15,6 +15,7 @@ namespace colossal::kernels::rope::internal {
 // the first rotated_heads() are rotated, the v heads copied.
 struct Shape {
   int64_t batch, seq, q_heads, kv_heads, head_dim;
+  const int32_t* positions;  // row r's position, or null: r % seq
   int64_t rows() const { return batch * seq; }
   int64_t rotated_heads() const { return q_heads + kv_heads; }
   int64_t packed_heads() const { return q_heads + 2 * kv_heads; }

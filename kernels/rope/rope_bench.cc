@@ -77,9 +77,9 @@ void BM_RopeCpu(benchmark::State& state) {
                        v = random_bytes(dtype, d.kv_elems(), 3), qkv = random_bytes(dtype, d.packed_elems(), 4);
   for (auto _ : state) {
     const KernelStatus s =
-        kBackward ? rope_pack_backward_cpu(q.data(), k.data(), v.data(), qkv.data(), inv.data(), d.batch, d.seq,
+        kBackward ? rope_pack_backward_cpu(q.data(), k.data(), v.data(), qkv.data(), inv.data(), nullptr, d.batch, d.seq,
                                            d.q_heads, d.kv_heads, d.head_dim, dtype)
-                  : rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv.data(), d.batch, d.seq,
+                  : rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv.data(), nullptr, d.batch, d.seq,
                                           d.q_heads, d.kv_heads, d.head_dim, dtype);
     if (!s.ok()) {
       state.SkipWithError(s.message());
@@ -119,9 +119,9 @@ void BM_RopeCuda(benchmark::State& state) {
   testing::CudaBenchTimer timer;
   for (auto _ : state) {
     const bool ok = timer.time(state, [&] {
-      return kBackward ? rope_pack_backward_cuda(q, k, v, qkv, inv_d, d.batch, d.seq, d.q_heads,
+      return kBackward ? rope_pack_backward_cuda(q, k, v, qkv, inv_d, nullptr, d.batch, d.seq, d.q_heads,
                                                  d.kv_heads, d.head_dim, dtype, nullptr)
-                       : rope_pack_forward_cuda(qkv, q, k, v, inv_d, d.batch, d.seq, d.q_heads,
+                       : rope_pack_forward_cuda(qkv, q, k, v, inv_d, nullptr, d.batch, d.seq, d.q_heads,
                                                 d.kv_heads, d.head_dim, dtype, nullptr);
     });
     if (!ok) break;

@@ -44,7 +44,7 @@ void rope_rows(T* packed, T* const compact[3], const float* inv_freq, const Shap
     std::vector<double> cs(half), sn(half);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < s.rows(); ++r) {
-      const float t = static_cast<float>(r % s.seq);
+      const float t = static_cast<float>(s.positions != nullptr ? int64_t{s.positions[r]} : r % s.seq);
       for (int64_t i = 0; i < half; ++i) {
         const float a = t * inv_freq[i];  // the float32 angle
         cs[i] = std::cos(static_cast<double>(a));
@@ -133,21 +133,21 @@ KernelStatus rope_inv_freq(float* inv_freq, int64_t head_dim, double theta,
 }
 
 KernelStatus rope_pack_forward_cpu(void* qkv, const void* q, const void* k, const void* v,
-                                   const float* inv_freq, int64_t batch, int64_t seq,
-                                   int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                   const float* inv_freq, const int32_t* positions, int64_t batch,
+                                   int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                    DType dtype) {
   // q, k and v are only read (kToPacked).
   return rope_pack_cpu<true>(qkv, const_cast<void*>(q), const_cast<void*>(k), const_cast<void*>(v), inv_freq,
-                             Shape{batch, seq, q_heads, kv_heads, head_dim}, dtype);
+                             Shape{batch, seq, q_heads, kv_heads, head_dim, positions}, dtype);
 }
 
 KernelStatus rope_pack_backward_cpu(void* dq, void* dk, void* dv, const void* dqkv,
-                                    const float* inv_freq, int64_t batch, int64_t seq,
-                                    int64_t q_heads, int64_t kv_heads, int64_t head_dim,
+                                    const float* inv_freq, const int32_t* positions, int64_t batch,
+                                    int64_t seq, int64_t q_heads, int64_t kv_heads, int64_t head_dim,
                                     DType dtype) {
   // dqkv is only read (!kToPacked).
   return rope_pack_cpu<false>(const_cast<void*>(dqkv), dq, dk, dv, inv_freq,
-                              Shape{batch, seq, q_heads, kv_heads, head_dim}, dtype);
+                              Shape{batch, seq, q_heads, kv_heads, head_dim, positions}, dtype);
 }
 
 }  // namespace colossal::kernels::rope

@@ -136,9 +136,9 @@ TEST(RopeCpuTest, ForwardAndBackwardMatchReference) {
       const Buf dqkv = Buf::random(dtype, np, seed++, -3.0f, 3.0f);
       Buf qkv(dtype, np), dq(dtype, nq), dk(dtype, nk), dv(dtype, nk);
       for (Buf* b : {&qkv, &dq, &dk, &dv}) poison_nan(b);
-      ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), c.batch,
+      ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), nullptr, c.batch,
                                         c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
-      ASSERT_TRUE(rope_pack_backward_cpu(dq.data(), dk.data(), dv.data(), dqkv.data(), inv_freq.data(),
+      ASSERT_TRUE(rope_pack_backward_cpu(dq.data(), dk.data(), dv.data(), dqkv.data(), inv_freq.data(), nullptr,
                                          c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
       const Buf* compact_in[3] = {&q, &k, &v};
       const Buf* compact_out[3] = {&dq, &dk, &dv};
@@ -195,9 +195,9 @@ TEST(RopeCpuTest, BackwardIsTheTransposeFloat64) {
               v = Buf::random(f64, nk, seed++), dqkv = Buf::random(f64, np, seed++);
     Buf qkv(f64, np), dq(f64, nq), dk(f64, nk), dv(f64, nk);
     for (Buf* b : {&qkv, &dq, &dk, &dv}) poison_nan(b);
-    ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), c.batch,
+    ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), nullptr, c.batch,
                                       c.seq, c.q_heads, c.kv_heads, D, f64).ok());
-    ASSERT_TRUE(rope_pack_backward_cpu(dq.data(), dk.data(), dv.data(), dqkv.data(), inv_freq.data(),
+    ASSERT_TRUE(rope_pack_backward_cpu(dq.data(), dk.data(), dv.data(), dqkv.data(), inv_freq.data(), nullptr,
                                        c.batch, c.seq, c.q_heads, c.kv_heads, D, f64).ok());
     long double lhs = 0, rhs = 0, mag = 0;
     for (int64_t i = 0; i < np; ++i) {
@@ -225,7 +225,7 @@ TEST(RopeCpuTest, SameBitsWhateverTheThreadCount) {
               v = Buf::random(dtype, rows * c.kv_heads * D, 902);
     Buf qkv(dtype, rows * R * D);
     poison_nan(&qkv);
-    ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), c.batch,
+    ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), nullptr, c.batch,
                                       c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
     const size_t es = dtype_size(dtype);
     for (int64_t r : {int64_t{0}, int64_t{5}, int64_t{20}, int64_t{2048 + 3}, int64_t{2048 + 20}}) {
@@ -240,13 +240,71 @@ TEST(RopeCpuTest, SameBitsWhateverTheThreadCount) {
                   static_cast<const uint8_t*>(k.data()) + r * c.kv_heads * D * es, c.kv_heads * D * es);
       std::memcpy(static_cast<uint8_t*>(v1.data()) + t * c.kv_heads * D * es,
                   static_cast<const uint8_t*>(v.data()) + r * c.kv_heads * D * es, c.kv_heads * D * es);
-      ASSERT_TRUE(rope_pack_forward_cpu(out1.data(), q1.data(), k1.data(), v1.data(), inv_freq.data(), 1, seq1,
+      ASSERT_TRUE(rope_pack_forward_cpu(out1.data(), q1.data(), k1.data(), v1.data(), inv_freq.data(), nullptr, 1, seq1,
                                         c.q_heads, c.kv_heads, D, dtype).ok());
       EXPECT_EQ(std::memcmp(static_cast<const uint8_t*>(out1.data()) + t * R * D * es,
                             static_cast<const uint8_t*>(qkv.data()) + r * R * D * es, R * D * es),
                 0)
           << dtype_name(dtype) << " row " << r;
     }
+  }
+}
+
+// Given positions, row r is rotated by positions[r]: bit for bit the row of a
+// batch-1 call at that position (forward and backward), and positions r % seq
+// are the call without them.
+TEST(RopeCpuTest, PositionsRotateEachRowByItsOwn) {
+  const Case c{2, 37, 8, 2, 64, 500000.0, true};
+  const std::vector<float> inv_freq = inv_freq_for(c);
+  const int64_t rows = c.batch * c.seq, D = c.head_dim, R = c.q_heads + 2 * c.kv_heads;
+  std::vector<int32_t> positions(rows), plain(rows);
+  uint32_t state = 12345;
+  for (int64_t r = 0; r < rows; ++r) {
+    state = state * 1664525u + 1013904223u;
+    positions[r] = static_cast<int32_t>(state >> 8) % 300;
+    plain[r] = static_cast<int32_t>(r % c.seq);
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const size_t es = dtype_size(dtype);
+    const Buf q = Buf::random(dtype, rows * c.q_heads * D, 31), k = Buf::random(dtype, rows * c.kv_heads * D, 32),
+              v = Buf::random(dtype, rows * c.kv_heads * D, 33), dqkv = Buf::random(dtype, rows * R * D, 34);
+    Buf qkv(dtype, rows * R * D), dq(dtype, rows * c.q_heads * D), dk(dtype, rows * c.kv_heads * D),
+        dv(dtype, rows * c.kv_heads * D);
+    for (Buf* b : {&qkv, &dq, &dk, &dv}) poison_nan(b);
+    ASSERT_TRUE(rope_pack_forward_cpu(qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), positions.data(),
+                                      c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+    ASSERT_TRUE(rope_pack_backward_cpu(dq.data(), dk.data(), dv.data(), dqkv.data(), inv_freq.data(),
+                                       positions.data(), c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+    for (int64_t r = 0; r < rows; r += 5) {
+      const int64_t t = positions[r], seq1 = t + 1;
+      auto row_at_t = [&](const Buf& from, int64_t width) {
+        Buf one(dtype, seq1 * width);
+        std::memcpy(static_cast<uint8_t*>(one.data()) + t * width * es,
+                    static_cast<const uint8_t*>(from.data()) + r * width * es, width * es);
+        return one;
+      };
+      const Buf q1 = row_at_t(q, c.q_heads * D), k1 = row_at_t(k, c.kv_heads * D), v1 = row_at_t(v, c.kv_heads * D),
+                g1 = row_at_t(dqkv, R * D);
+      Buf out1(dtype, seq1 * R * D), dq1(dtype, seq1 * c.q_heads * D), dk1(dtype, seq1 * c.kv_heads * D),
+          dv1(dtype, seq1 * c.kv_heads * D);
+      ASSERT_TRUE(rope_pack_forward_cpu(out1.data(), q1.data(), k1.data(), v1.data(), inv_freq.data(), nullptr, 1,
+                                        seq1, c.q_heads, c.kv_heads, D, dtype).ok());
+      ASSERT_TRUE(rope_pack_backward_cpu(dq1.data(), dk1.data(), dv1.data(), g1.data(), inv_freq.data(), nullptr, 1,
+                                         seq1, c.q_heads, c.kv_heads, D, dtype).ok());
+      auto same_row = [&](const Buf& one, const Buf& all, int64_t width) {
+        return std::memcmp(static_cast<const uint8_t*>(one.data()) + t * width * es,
+                           static_cast<const uint8_t*>(all.data()) + r * width * es, width * es) == 0;
+      };
+      EXPECT_TRUE(same_row(out1, qkv, R * D)) << dtype_name(dtype) << " row " << r << " position " << t;
+      EXPECT_TRUE(same_row(dq1, dq, c.q_heads * D)) << dtype_name(dtype) << " row " << r;
+      EXPECT_TRUE(same_row(dk1, dk, c.kv_heads * D)) << dtype_name(dtype) << " row " << r;
+    }
+    Buf with(dtype, rows * R * D), without(dtype, rows * R * D);
+    ASSERT_TRUE(rope_pack_forward_cpu(with.data(), q.data(), k.data(), v.data(), inv_freq.data(), plain.data(),
+                                      c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+    ASSERT_TRUE(rope_pack_forward_cpu(without.data(), q.data(), k.data(), v.data(), inv_freq.data(), nullptr,
+                                      c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+    EXPECT_TRUE(with.same_bits(without)) << dtype_name(dtype);
   }
 }
 
@@ -297,20 +355,20 @@ TEST(RopeCpuTest, RejectsBadArguments) {
   using Code = KernelStatus::Code;
   float a[64] = {1}, b[64] = {1}, c[64] = {1}, d[64] = {1}, inv[4] = {1, 0.5f, 0.25f, 0.125f};
   // head_dim odd, sizes non-positive, null pointers.
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, 1, 1, 1, 3, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 0, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, -1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, 1, 0, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, 1, 1, 0, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, 1, 1, 1, 0, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(nullptr, b, c, d, inv, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, nullptr, d, inv, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, 1, 1, 1, 1, 2, DType::kI32).code(), Code::kUnsupported);
-  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, d, inv, 1, 1, 1, 1, 5, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_backward_cpu(a, nullptr, c, d, inv, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, nullptr, inv, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
-  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, d, inv, 1, 1, 1, 1, 2, DType::kU8).code(), Code::kUnsupported);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 1, 3, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 0, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, -1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, 1, 0, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 0, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 1, 0, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(nullptr, b, c, d, inv, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, nullptr, d, inv, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, nullptr, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_forward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 1, 2, DType::kI32).code(), Code::kUnsupported);
+  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 1, 5, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_backward_cpu(a, nullptr, c, d, inv, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, nullptr, inv, nullptr, 1, 1, 1, 1, 2, DType::kF32).code(), Code::kInvalidArgument);
+  EXPECT_EQ(rope_pack_backward_cpu(a, b, c, d, inv, nullptr, 1, 1, 1, 1, 2, DType::kU8).code(), Code::kUnsupported);
   EXPECT_EQ(a[0], 1.0f);  // nothing written on an error
   float f[4];
   EXPECT_EQ(rope_inv_freq(nullptr, 8, 10000.0, nullptr).code(), Code::kInvalidArgument);
@@ -383,10 +441,10 @@ TEST(RopeCudaTest, MatchesCpu) {
         const Buf q = Buf::random(dtype, nq, seed++, -2.0f, 2.0f), k = Buf::random(dtype, nk, seed++, -2.0f, 2.0f),
                   v = Buf::random(dtype, nk, seed++, -2.0f, 2.0f), dqkv = Buf::random(dtype, np, seed++, -3.0f, 3.0f);
         Buf want_qkv(dtype, np), want_dq(dtype, nq), want_dk(dtype, nk), want_dv(dtype, nk);
-        ASSERT_TRUE(rope_pack_forward_cpu(want_qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), c.batch,
+        ASSERT_TRUE(rope_pack_forward_cpu(want_qkv.data(), q.data(), k.data(), v.data(), inv_freq.data(), nullptr, c.batch,
                                           c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
         ASSERT_TRUE(rope_pack_backward_cpu(want_dq.data(), want_dk.data(), want_dv.data(), dqkv.data(),
-                                           inv_freq.data(), c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+                                           inv_freq.data(), nullptr, c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
         Buf out_qkv(dtype, np), out_dq(dtype, nq), out_dk(dtype, nk), out_dv(dtype, nk);
         void *pq, *pk, *pv, *pdqkv, *pqkv, *pdq, *pdk, *pdv;
         for (Buf* b : {&out_qkv, &out_dq, &out_dk, &out_dv}) poison_nan(b);
@@ -395,9 +453,9 @@ TEST(RopeCudaTest, MatchesCpu) {
                   o6 = to_device(out_dq, offset, &pdq), o7 = to_device(out_dk, offset, &pdk),
                   o8 = to_device(out_dv, offset, &pdv);
         ASSERT_TRUE(o1 && o2 && o3 && o4 && o5 && o6 && o7 && o8) << what;
-        ASSERT_TRUE(rope_pack_forward_cuda(pqkv, pq, pk, pv, static_cast<const float*>(d_inv), c.batch, c.seq,
+        ASSERT_TRUE(rope_pack_forward_cuda(pqkv, pq, pk, pv, static_cast<const float*>(d_inv), nullptr, c.batch, c.seq,
                                            c.q_heads, c.kv_heads, D, dtype, nullptr).ok());
-        ASSERT_TRUE(rope_pack_backward_cuda(pdq, pdk, pdv, pdqkv, static_cast<const float*>(d_inv), c.batch,
+        ASSERT_TRUE(rope_pack_backward_cuda(pdq, pdk, pdv, pdqkv, static_cast<const float*>(d_inv), nullptr, c.batch,
                                             c.seq, c.q_heads, c.kv_heads, D, dtype, nullptr).ok());
         CUDA_OK(cudaDeviceSynchronize());
         from_device(&out_qkv, pqkv);
@@ -445,6 +503,58 @@ TEST(RopeCudaTest, MatchesCpu) {
 #endif
 }
 
+// Positions on the device: the CUDA call with them against the CPU call with
+// the same positions (the tolerance of MatchesCpu, which this case's rows keep).
+TEST(RopeCudaTest, PositionsMatchCpu) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  const Case c{2, 45, 8, 2, 64, 500000.0, true};
+  const std::vector<float> inv_freq = inv_freq_for(c);
+  const int64_t rows = c.batch * c.seq, D = c.head_dim, R = c.q_heads + 2 * c.kv_heads, half = D / 2;
+  std::vector<int32_t> positions(rows);
+  for (int64_t r = 0; r < rows; ++r) positions[r] = static_cast<int32_t>((r * 7919) % 3001);
+  void *d_inv = nullptr, *d_pos = nullptr;
+  CUDA_OK(cudaMalloc(&d_inv, inv_freq.size() * sizeof(float)));
+  DevicePtr inv_owner(static_cast<uint8_t*>(d_inv));
+  CUDA_OK(cudaMalloc(&d_pos, rows * sizeof(int32_t)));
+  DevicePtr pos_owner(static_cast<uint8_t*>(d_pos));
+  CUDA_OK(cudaMemcpy(d_inv, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(d_pos, positions.data(), rows * sizeof(int32_t), cudaMemcpyHostToDevice));
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const Buf q = Buf::random(dtype, rows * c.q_heads * D, 41, -2.0f, 2.0f),
+              k = Buf::random(dtype, rows * c.kv_heads * D, 42, -2.0f, 2.0f),
+              v = Buf::random(dtype, rows * c.kv_heads * D, 43, -2.0f, 2.0f);
+    Buf want(dtype, rows * R * D), got(dtype, rows * R * D);
+    poison_nan(&got);
+    ASSERT_TRUE(rope_pack_forward_cpu(want.data(), q.data(), k.data(), v.data(), inv_freq.data(), positions.data(),
+                                      c.batch, c.seq, c.q_heads, c.kv_heads, D, dtype).ok());
+    void *pq, *pk, *pv, *pqkv;
+    DevicePtr o1 = to_device(q, 0, &pq), o2 = to_device(k, 0, &pk), o3 = to_device(v, 0, &pv),
+              o4 = to_device(got, 0, &pqkv);
+    ASSERT_TRUE(o1 && o2 && o3 && o4);
+    ASSERT_TRUE(rope_pack_forward_cuda(pqkv, pq, pk, pv, static_cast<const float*>(d_inv),
+                                       static_cast<const int32_t*>(d_pos), c.batch, c.seq, c.q_heads, c.kv_heads,
+                                       D, dtype, nullptr).ok());
+    CUDA_OK(cudaDeviceSynchronize());
+    from_device(&got, pqkv);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < c.q_heads + c.kv_heads; ++h) {
+        const Buf& in = h < c.q_heads ? q : k;
+        const int64_t width = h < c.q_heads ? c.q_heads : c.kv_heads, hh = h < c.q_heads ? h : h - c.q_heads;
+        for (int64_t j = 0; j < D; ++j) {
+          const int64_t base = (r * width + hh) * D, i = j % half;
+          const double scale = std::fabs(in.get(base + i)) + std::fabs(in.get(base + i + half));
+          const int64_t idx = (r * R + h) * D + j;
+          expect_close(got.get(idx), want.get(idx), scale, dtype, kCudaMath,
+                       std::string(dtype_name(dtype)) + " row " + std::to_string(r));
+          if (::testing::Test::HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+#endif
+}
+
 TEST(RopeCudaTest, RejectsBadArguments) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
@@ -454,10 +564,10 @@ TEST(RopeCudaTest, RejectsBadArguments) {
   ASSERT_TRUE(owner);
   const float* inv = static_cast<const float*>(p);
   auto forward = [&](const void* q, int64_t seq, int64_t head_dim, DType dtype) {
-    return rope_pack_forward_cuda(p, q, p, p, inv, 1, seq, 1, 1, head_dim, dtype, nullptr).code();
+    return rope_pack_forward_cuda(p, q, p, p, inv, nullptr, 1, seq, 1, 1, head_dim, dtype, nullptr).code();
   };
   auto backward = [&](const float* f, int64_t q_heads) {
-    return rope_pack_backward_cuda(p, p, p, p, f, 1, 1, q_heads, 1, 2, DType::kF32, nullptr).code();
+    return rope_pack_backward_cuda(p, p, p, p, f, nullptr, 1, 1, q_heads, 1, 2, DType::kF32, nullptr).code();
   };
   EXPECT_EQ(forward(p, 1, 3, DType::kF32), Code::kInvalidArgument);        // odd head_dim
   EXPECT_EQ(forward(p, 0, 2, DType::kF32), Code::kInvalidArgument);        // seq 0

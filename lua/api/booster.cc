@@ -323,6 +323,7 @@ int Backward(lua_State* L) {
                  core::ops::scale(*rt.ctx, state.dlogits, state.dlogits, factor));
   }
   state.consumed = true;
+  ThrowIfError(L, "booster:backward", b->model->net->set_documents(state.documents));
   absl::Status status =
       b->booster ? b->booster->backward(*rt.ctx, *b->model->net, *state.saved, state.dlogits).status()
                  : b->model->net->backward(*rt.ctx, *state.saved, state.dlogits).status();
@@ -358,7 +359,8 @@ int ExecutePipeline(lua_State* L) {
   for (lua_Integer i = 1; i <= n; ++i) {
     lua_geti(L, 3, i);
     std::shared_ptr<Batch> batch = CheckHandle<Batch>(L, -1);
-    mbs.push_back({ToDevice(L, rt, batch->batch.inputs), ToDevice(L, rt, batch->batch.targets)});
+    mbs.push_back({ToDevice(L, rt, batch->batch.inputs), ToDevice(L, rt, batch->batch.targets),
+                   BatchDocuments(L, rt, *batch)});
     lua_pop(L, 1);
   }
   parallel::PipelineStepOptions o;

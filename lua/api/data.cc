@@ -6,6 +6,8 @@
 //   local loader = colossal.data.loader{ pattern = paths.train, batch_size = 8, seq_len = 1024 }
 //   local batch = loader:next()        -- inputs/targets [8, 1024]; this rank's rows
 //   -- packing = false: one document (conversation) a row, padded; chat shards only
+//   -- document_attention = true: packed rows of chat shards carry each token's
+//   -- position in its conversation, and the model attends within each (Llama family)
 //   -- batch:counted(): its targets the loss counts (loader:has_loss_masks())
 //
 // A loader hands each process of the job its own rows of every global batch
@@ -43,7 +45,8 @@ std::string DataDir() {
   return absl::StrCat(home ? home : "", "/.cache/colossal/data");
 }
 
-// colossal.data.loader{pattern, batch_size, seq_len, shuffle, seed, prefetch, vocab_size} -> DataLoader
+// colossal.data.loader{pattern, batch_size, seq_len, shuffle, seed, prefetch, vocab_size, packing,
+// document_attention} -> DataLoader
 int MakeLoader(lua_State* L) {
   OptionTable o(L, 1, "colossal.data.loader");
   std::shared_ptr<Runtime> rt = GetRuntime(L);
@@ -57,6 +60,8 @@ int MakeLoader(lua_State* L) {
   options.prefetch_depth = o.int32("prefetch", 2);
   options.vocab_size = o.integer("vocab_size", 0);  // the model's: ids past it are refused
   options.pack = o.boolean("packing", true);         // false: one document a row (chat shards)
+  // Packed rows of chat shards: each document attends to itself only.
+  options.document_positions = o.boolean("document_attention", false);
   o.finish();
   if (options.pattern.empty()) o.fail("pattern", "is required (a glob of token shards)");
   if (options.batch_size <= 0) o.fail("batch_size", "must be a positive integer");

@@ -44,6 +44,14 @@ core::Tensor ToDevice(lua_State* L, Runtime& rt, const core::Tensor& host) {
   return *std::move(t);
 }
 
+std::shared_ptr<const nn::Documents> BatchDocuments(lua_State* L, Runtime& rt, const Batch& batch) {
+  if (!batch.batch.positions.defined()) return nullptr;
+  absl::StatusOr<std::shared_ptr<const nn::Documents>> docs =
+      nn::Documents::from_positions(*rt.ctx, batch.batch.positions);
+  ThrowIfError(L, "the batch's documents", docs.status());
+  return *std::move(docs);
+}
+
 namespace {
 
 // colossal.model.gpt2{...} -> Model
@@ -187,6 +195,7 @@ absl::StatusOr<nn::ForwardResult> Forward(Model& model, const core::Tensor& toke
 struct ForwardLoss {
   nn::ForwardResult out;
   nn::CrossEntropyResult ce;
+  std::shared_ptr<const nn::Documents> documents;
 };
 ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const char* what,
                        bool gradient) {
@@ -194,6 +203,10 @@ ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const cha
   MaterializeModel(L, model);
   const core::Tensor tokens = ToDevice(L, rt, batch.batch.inputs);
   const core::Tensor targets = ToDevice(L, rt, batch.batch.targets);
+  // Packed documents (the loader's document_attention) attend within
+  // themselves; a batch without them is one sequence a row.
+  std::shared_ptr<const nn::Documents> documents = BatchDocuments(L, rt, batch);
+  ThrowIfError(L, absl::StrCat(what, " forward"), model.net->set_documents(documents));
   absl::StatusOr<nn::ForwardResult> out = Forward(model, tokens);
   ThrowIfError(L, absl::StrCat(what, " forward"), out.status());
   nn::CrossEntropyOptions options;
@@ -202,7 +215,7 @@ ForwardLoss RunForward(lua_State* L, Model& model, const Batch& batch, const cha
   absl::StatusOr<nn::CrossEntropyResult> ce =
       model.net->loss(*rt.ctx, out->output, targets, options);
   ThrowIfError(L, absl::StrCat(what, " loss"), ce.status());
-  return ForwardLoss{*std::move(out), *std::move(ce)};
+  return ForwardLoss{*std::move(out), *std::move(ce), std::move(documents)};
 }
 
 // model(batch) -> Loss
@@ -215,6 +228,7 @@ int Call(lua_State* L) {
   loss->state->saved = std::move(f.out.saved);
   loss->state->dlogits = std::move(f.ce.dlogits);
   loss->state->value = f.ce.loss;
+  loss->state->documents = std::move(f.documents);
   PushHandle(L, std::move(loss));
   return 1;
 }
@@ -235,7 +249,7 @@ int Evaluate(lua_State* L) {
       b && b->booster && b->booster->plugin().pipeline() != nullptr) {
     Runtime& rt = *model->rt;
     const nn::MicroBatch mb{ToDevice(L, rt, batch->batch.inputs),
-                            ToDevice(L, rt, batch->batch.targets)};
+                            ToDevice(L, rt, batch->batch.targets), BatchDocuments(L, rt, *batch)};
     absl::StatusOr<float> loss =
         parallel::evaluate_pipeline(*rt.ctx, *b->booster, *model->net, absl::MakeConstSpan(&mb, 1));
     ThrowIfError(L, "model:evaluate", loss.status());
@@ -273,6 +287,8 @@ int Generate(lua_State* L) {
   const std::string path = o.string("tokenizer", DefaultTokenizerFor(*model));
   o.finish();
   if (max_new < 0 || max_new > (1 << 20)) o.fail("max_new_tokens", "must be in [0, 2^20]");
+  // Generation attends over the whole prompt, not a training batch's documents.
+  ThrowIfError(L, "model:generate", model->net->set_documents(nullptr));
   // A pipeline stage's model generates through its booster's stages.
   std::shared_ptr<BoosterObject> booster = model->booster.lock();
   const bool pipeline = model->net->pipeline_stage().count > 1;

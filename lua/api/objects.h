@@ -72,6 +72,9 @@ void LoadPretrainedWeights(lua_State* L, Model& model, parallel::Booster* booste
 struct LossState {
   std::unique_ptr<nn::Saved> saved;
   core::Tensor dlogits;
+  // The batch's packed documents (null: none): set again for the backward,
+  // whose activation-checkpointing recompute reads them.
+  std::shared_ptr<const nn::Documents> documents;
   float value = 0.0f;
   bool consumed = false;
 };
@@ -158,6 +161,9 @@ struct BoosterObject {
 
 // A batch tensor (host) on the runtime's device; raises on failure.
 core::Tensor ToDevice(lua_State* L, Runtime& rt, const core::Tensor& host);
+// The batch's packed documents on the runtime's device (null when the loader
+// gave no positions); raises on failure.
+std::shared_ptr<const nn::Documents> BatchDocuments(lua_State* L, Runtime& rt, const Batch& batch);
 
 // Module pieces: each pushes its table of functions (and registers its
 // metatables). module.cc assembles them into `colossal`.

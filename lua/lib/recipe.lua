@@ -157,6 +157,7 @@ local DATA = {
   seq_len = { "integer", required = true, check = positive },
   shuffle = { "boolean", true },
   packing = { "boolean", true },
+  document_attention = { "boolean", true },
   val_fraction = { "number" },
   split = { "string", check = one_of("file", "paragraph", "line") },
   format = { "string", check = one_of("text", "chat") },
@@ -391,8 +392,21 @@ function recipe.run(t, file, bench)
   if prepared_into then say("colossal: tokenized the %s text into %s (first use)", d.corpus or "input", prepared_into) end
   local loader = call(file, "data.train", d, colossal.data.loader, {
     pattern = train_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = d.shuffle,
-    vocab_size = cfg.vocab_size, packing = d.packing,
+    vocab_size = cfg.vocab_size, packing = d.packing, document_attention = d.document_attention,
   })
+  -- Packed chat rows attend within each conversation (the loader marks
+  -- where they start): Llama-family models, through the fused kernels on a GPU.
+  if d.document_attention and d.packing and loader:has_loss_masks() then
+    if family ~= "llama" then
+      usage_error(file, "data.document_attention", string.format("%s models attend across the conversations "
+        .. "packed into a row; set data.document_attention = false (or data.packing = false)", family))
+    end
+    if env.device ~= "cpu" and precision == "fp32" then
+      usage_error(file, "data.document_attention", "attention within the conversations of a packed row runs "
+        .. "the fused kernels on a GPU, which take bf16 or fp16: set the precision, or "
+        .. "data.document_attention = false (or data.packing = false)")
+    end
+  end
   -- Boost gives the model its memory: without a plugin, what fails there
   -- (a model larger than the machine) is the model's.
   model, optimizer, loader, scheduler = call(file, r.plugin and "plugin" or "model", r.plugin or r.model,
@@ -433,7 +447,7 @@ function recipe.run(t, file, bench)
   local function open_val()
     return call(file, "data.val", d, colossal.data.loader, {
       pattern = val_pattern, batch_size = d.micro_batch_size, seq_len = d.seq_len, shuffle = false,
-      prefetch = 0, vocab_size = cfg.vocab_size, packing = d.packing,
+      prefetch = 0, vocab_size = cfg.vocab_size, packing = d.packing, document_attention = d.document_attention,
     })
   end
   -- A batch the loader refuses (a token id past the model's vocabulary: the

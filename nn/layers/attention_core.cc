@@ -58,6 +58,72 @@ float softmax_scale(int64_t D) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 }
 
+// Each document of `documents` attending to itself (the varlen kernels over
+// the B * T rows): fused on CUDA, the double-precision reference on the CPU.
+absl::StatusOr<core::Tensor> documents_forward(core::Context& ctx, const core::Tensor& qkv,
+                                               AttentionHeads shape, std::shared_ptr<const Documents> documents,
+                                               AttentionCoreSaved& saved) {
+  namespace ka = kernels::attention;
+  const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
+  const int64_t B = qkv.dim(0), T = qkv.dim(1), rows = B * T, row_heads = H + 2 * KV;
+  const core::DType dtype = qkv.dtype();
+  const size_t head = static_cast<size_t>(D) * core::dtype_size(dtype);
+  saved.fused = true;
+  saved.qkv = qkv;
+  saved.documents = std::move(documents);
+  const Documents& docs = *saved.documents;
+  COLOSSAL_ASSIGN_OR_RETURN(saved.y, empty(ctx, {B, T, H * D}, dtype));
+  COLOSSAL_ASSIGN_OR_RETURN(saved.lse, empty(ctx, {H, rows}, core::DType::kF32));
+  const char* base = static_cast<const char*>(qkv.raw_data());
+  COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx,
+          ka::attention_varlen_forward_cpu(saved.y.raw_data(), saved.lse.data<float>(), base, base + H * head,
+                                           base + (H + KV) * head, docs.cu_seqlens_host.data(),
+                                           docs.num_documents(), rows, H, KV, D, row_heads * D, H * D, dtype,
+                                           softmax_scale(D), ka::AttentionMask::kCausal),
+          ka::attention_varlen_forward_cuda(saved.y.raw_data(), saved.lse.data<float>(), base, base + H * head,
+                                            base + (H + KV) * head, docs.cu_seqlens.data<int32_t>(),
+                                            docs.num_documents(), rows, docs.max_seqlen, H, KV, D,
+                                            row_heads * D, H * D, dtype, softmax_scale(D),
+                                            ka::AttentionMask::kCausal, cuda_stream(ctx))),
+      "causal attention forward within documents"));
+  return saved.y;
+}
+
+absl::Status documents_backward(core::Context& ctx, const AttentionCoreSaved& saved, const core::Tensor& dy,
+                                core::Tensor& dqkv) {
+  namespace ka = kernels::attention;
+  const int64_t H = saved.shape.heads, KV = saved.shape.kv_heads, D = saved.shape.head_dim;
+  const int64_t rows = saved.qkv.dim(0) * saved.qkv.dim(1), row_heads = H + 2 * KV;
+  const core::DType dtype = saved.qkv.dtype();
+  const size_t head = static_cast<size_t>(D) * core::dtype_size(dtype);
+  const Documents& docs = *saved.documents;
+  const char* x = static_cast<const char*>(saved.qkv.raw_data());
+  char* d = static_cast<char*>(dqkv.raw_data());
+  core::Tensor workspace;
+  if (!ctx.device().is_cpu()) {
+#if COLOSSAL_WITH_CUDA
+    COLOSSAL_ASSIGN_OR_RETURN(workspace, scratch(ctx, ka::attention_varlen_backward_workspace_bytes(H, rows)));
+#endif
+  }
+  return core::from_kernel_status(
+      COLOSSAL_NN_ON_DEVICE(
+          ctx,
+          ka::attention_varlen_backward_cpu(d, d + H * head, d + (H + KV) * head, dy.raw_data(), x, x + H * head,
+                                            x + (H + KV) * head, saved.y.raw_data(), saved.lse.data<float>(),
+                                            docs.cu_seqlens_host.data(), docs.num_documents(), rows, H, KV, D,
+                                            row_heads * D, H * D, dtype, softmax_scale(D),
+                                            ka::AttentionMask::kCausal),
+          ka::attention_varlen_backward_cuda(d, d + H * head, d + (H + KV) * head, dy.raw_data(), x,
+                                             x + H * head, x + (H + KV) * head, saved.y.raw_data(),
+                                             saved.lse.data<float>(), workspace.raw_data(),
+                                             docs.cu_seqlens.data<int32_t>(), docs.num_documents(), rows,
+                                             docs.max_seqlen, H, KV, D, row_heads * D, H * D, dtype,
+                                             softmax_scale(D), ka::AttentionMask::kCausal, cuda_stream(ctx))),
+      "causal attention backward within documents");
+}
+
 }  // namespace
 
 absl::StatusOr<AttentionImpl> attention_impl_from_env() {
@@ -71,7 +137,8 @@ absl::StatusOr<AttentionImpl> attention_impl_from_env() {
 
 absl::StatusOr<core::Tensor> attention_core_forward(core::Context& ctx, const core::Tensor& qkv,
                                                     AttentionHeads shape, AttentionImpl impl,
-                                                    AttentionCoreSaved& saved) {
+                                                    AttentionCoreSaved& saved,
+                                                    std::shared_ptr<const Documents> documents) {
   COLOSSAL_RETURN_IF_ERROR(require_device(ctx, qkv, "qkv"));
   const int64_t H = shape.heads, KV = shape.kv_heads, D = shape.head_dim;
   if (H <= 0 || KV <= 0 || D <= 0 || H % KV != 0) {
@@ -92,6 +159,20 @@ absl::StatusOr<core::Tensor> attention_core_forward(core::Context& ctx, const co
   saved.shape = shape;
   if (impl == AttentionImpl::kAuto) {
     COLOSSAL_ASSIGN_OR_RETURN(impl, attention_impl_from_env());
+  }
+  if (documents != nullptr) {
+    if (documents->batch != B || documents->seq != T) {
+      return absl::InvalidArgumentError(absl::StrCat("attention: documents of ", documents->batch, " x ",
+                                                     documents->seq, " tokens for qkv ", qkv.to_string()));
+    }
+    const bool fused = impl == AttentionImpl::kAuto && use_fused(ctx, dtype, B, H, T, D, qkv.raw_data());
+    if (!ctx.device().is_cpu() && !fused) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "attention within packed documents on CUDA runs the fused kernels only (bfloat16 or float16, head size "
+          "64 or 128, not COLOSSAL_ATTENTION=explicit); this call is ", core::dtype_name(dtype), " with head size ",
+          D, " (train with packing = false, or document_attention = false)"));
+    }
+    return documents_forward(ctx, qkv, shape, std::move(documents), saved);
   }
   if (impl == AttentionImpl::kAuto && use_fused(ctx, dtype, B, H, T, D, qkv.raw_data())) {
 #if COLOSSAL_WITH_CUDA
@@ -161,6 +242,10 @@ absl::StatusOr<core::Tensor> attention_core_backward(core::Context& ctx,
   const float scale = softmax_scale(D);
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dqkv, empty(ctx, {B, T, row_heads * D}, dtype));
   char* d = static_cast<char*>(dqkv.raw_data());
+  if (saved.documents != nullptr) {
+    COLOSSAL_RETURN_IF_ERROR(documents_backward(ctx, saved, dy, dqkv));
+    return dqkv;
+  }
   if (saved.fused) {
 #if COLOSSAL_WITH_CUDA
     const size_t head = static_cast<size_t>(D) * elem;  // one head's row, in bytes

@@ -19,6 +19,11 @@
 //     dv = p^T dy sum over the group by the same GEMMs. Saves q, k, v and the
 //     probabilities [B*H, T, T].
 //
+// With packed documents (documents.h) each document attends to itself only:
+// the varlen kernels (kernels/attention), fused on CUDA (bfloat16/float16,
+// head size 64 or 128; anything else there is refused) and the CPU reference
+// (any float type, computed in double) on the CPU. lse is then [H, B*T].
+//
 //   AttentionCoreSaved saved;
 //   COLOSSAL_ASSIGN_OR_RETURN(Tensor y, attention_core_forward(ctx, qkv, {12, 12, 64},
 //                                                              AttentionImpl::kAuto, saved));
@@ -27,10 +32,12 @@
 #define COLOSSAL_NN_LAYERS_ATTENTION_CORE_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
+#include "nn/layers/documents.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
@@ -55,17 +62,20 @@ struct AttentionCoreSaved {
   // y is not counted: it is the output projection's saved input, counted there.
   SavedStats stats() const { return saved_stats({q, k, v, probs, qkv, lse}); }
   AttentionHeads shape;
-  bool fused = false;
+  bool fused = false;  // qkv, y and lse saved (the fused kernels, or documents)
+  std::shared_ptr<const Documents> documents;  // the forward's, or null
   core::Tensor q, k, v, probs;  // explicit: [B*H|B*KV, T, D] x3 and [B*H, T, T]
   core::Tensor qkv, y, lse;     // fused: the input, the output and [B, H, T] float32
 };
 
 // qkv [B, T, (H + 2 KV) D] of the attention's dtype -> y [B, T, H D].
 // kAuto also honours COLOSSAL_ATTENTION. InvalidArgumentError for shapes that
-// do not fit `shape` or H not a multiple of KV.
+// do not fit `shape` or H not a multiple of KV, and documents of another
+// [B, T]; FailedPrecondition for documents on CUDA the fused kernels do not take.
 absl::StatusOr<core::Tensor> attention_core_forward(core::Context& ctx, const core::Tensor& qkv,
                                                     AttentionHeads shape, AttentionImpl impl,
-                                                    AttentionCoreSaved& saved);
+                                                    AttentionCoreSaved& saved,
+                                                    std::shared_ptr<const Documents> documents = nullptr);
 
 // dy [B, T, H D] -> dqkv [B, T, (H + 2 KV) D] (a new tensor).
 absl::StatusOr<core::Tensor> attention_core_backward(core::Context& ctx,

@@ -27,10 +27,11 @@ using internal::llama_projection;
 
 LlamaAttention::LlamaAttention(std::string name, LlamaAttentionShape shape,
                                std::shared_ptr<RotaryTable> rope, core::DType dtype,
-                               const TensorParallel& tp)
+                               const TensorParallel& tp, std::shared_ptr<const DocumentsSlot> documents)
     : Module(name),
       shape_(shape),
       rope_(std::move(rope)),
+      documents_(std::move(documents)),
       dtype_(dtype),
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 3)),
@@ -86,19 +87,25 @@ absl::StatusOr<ForwardResult> LlamaAttention::forward_impl(core::Context& ctx,
   const int64_t B = qh.dim(0), T = qh.dim(1), H = tp_.local_heads(shape_.heads),
                 KV = tp_.local_heads(shape_.kv_heads), D = shape_.head_dim;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
+  std::shared_ptr<const Documents> docs = documents_ != nullptr ? documents_->current : nullptr;
+  if (docs != nullptr && (docs->batch != B || docs->seq != T)) {
+    return absl::InvalidArgumentError(absl::StrCat(name(), ": the packed documents are ", docs->batch, " x ",
+                                                   docs->seq, " tokens; the input is ", B, " x ", T));
+  }
+  const int32_t* positions = docs != nullptr ? docs->positions.data<int32_t>() : nullptr;
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor qkv, empty(ctx, {B, T, (H + 2 * KV) * D}, dtype_));
   COLOSSAL_RETURN_IF_ERROR(core::from_kernel_status(
       COLOSSAL_NN_ON_DEVICE(
           ctx,
           kernels::rope::rope_pack_forward_cpu(qkv.raw_data(), qh.raw_data(), kh.raw_data(),
-                                               vh.raw_data(), inv_freq.data<float>(), B, T, H, KV,
-                                               D, dtype_),
+                                               vh.raw_data(), inv_freq.data<float>(), positions, B, T, H,
+                                               KV, D, dtype_),
           kernels::rope::rope_pack_forward_cuda(qkv.raw_data(), qh.raw_data(), kh.raw_data(),
-                                                vh.raw_data(), inv_freq.data<float>(), B, T, H,
-                                                KV, D, dtype_, cuda_stream(ctx))),
+                                                vh.raw_data(), inv_freq.data<float>(), positions, B, T,
+                                                H, KV, D, dtype_, cuda_stream(ctx))),
       "rotary embedding forward"));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor y,
-                            attention_core_forward(ctx, qkv, {H, KV, D}, impl_, saved->core));
+                            attention_core_forward(ctx, qkv, {H, KV, D}, impl_, saved->core, docs));
   COLOSSAL_ASSIGN_OR_RETURN(y, heads_to_seq(ctx, tp_, y, 1));
   COLOSSAL_ASSIGN_OR_RETURN(ForwardResult out, o_proj_.forward(ctx, y));
   saved->o_proj = std::move(out.saved);
@@ -115,6 +122,9 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
   const int64_t B = dqkv.dim(0), T = dqkv.dim(1), H = tp_.local_heads(shape_.heads),
                 KV = tp_.local_heads(shape_.kv_heads), D = shape_.head_dim;
   COLOSSAL_ASSIGN_OR_RETURN(const core::Tensor inv_freq, rope_->on_device(ctx));
+  // The forward's documents (the slot may hold another micro-batch's by now).
+  const int32_t* positions =
+      s->core.documents != nullptr ? s->core.documents->positions.data<int32_t>() : nullptr;
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dq, empty(ctx, {B, T, H * D}, dtype_));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dk, empty(ctx, {B, T, KV * D}, dtype_));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dv, empty(ctx, {B, T, KV * D}, dtype_));
@@ -122,11 +132,11 @@ absl::StatusOr<core::Tensor> LlamaAttention::backward_impl(core::Context& ctx, S
       COLOSSAL_NN_ON_DEVICE(
           ctx,
           kernels::rope::rope_pack_backward_cpu(dq.raw_data(), dk.raw_data(), dv.raw_data(),
-                                                dqkv.raw_data(), inv_freq.data<float>(), B, T, H,
-                                                KV, D, dtype_),
+                                                dqkv.raw_data(), inv_freq.data<float>(), positions, B,
+                                                T, H, KV, D, dtype_),
           kernels::rope::rope_pack_backward_cuda(dq.raw_data(), dk.raw_data(), dv.raw_data(),
-                                                 dqkv.raw_data(), inv_freq.data<float>(), B, T,
-                                                 H, KV, D, dtype_, cuda_stream(ctx))),
+                                                 dqkv.raw_data(), inv_freq.data<float>(), positions, B,
+                                                 T, H, KV, D, dtype_, cuda_stream(ctx))),
       "rotary embedding backward"));
   dqkv = core::Tensor();  // free it before the projections' backward
   COLOSSAL_ASSIGN_OR_RETURN(dq, heads_to_seq(ctx, tp_, dq, 1));

@@ -12,7 +12,7 @@
 // "<name>.o_proj" [C, H D]; biases on q/k/v with qkv_bias and on o with
 // o_bias (Hugging Face's attention_bias sets both; Qwen2 has q/k/v's only). With name "model.layers.<i>.self_attn" these are Hugging
 // Face's names. Input [B, T, C] -> [B, T, C]. Positions are 0 .. T-1 of each
-// sequence. The backward rotates dq, dk back (the transpose of the rotation)
+// sequence (of each document, with packed documents). The backward rotates dq, dk back (the transpose of the rotation)
 // and sums the three projections' input gradients.
 //
 //   auto rope = *RotaryTable::create(64, 500000.0, std::nullopt);
@@ -25,6 +25,7 @@
 #include <string>
 
 #include "nn/layers/attention_core.h"
+#include "nn/layers/documents.h"
 #include "nn/layers/linear.h"
 #include "nn/layers/tensor_parallel.h"
 #include "nn/layers/rotary.h"
@@ -48,8 +49,12 @@ class LlamaAttention : public Module {
   // heads, whole heads, so grouping is unchanged), o_proj row-parallel, and the
   // backward sums the input gradient over the group. Both head counts must be
   // multiples of the group's size (checked in forward).
+  // `documents` (may be null): the model's packed documents; while it holds
+  // some, rope takes their positions and each document attends to itself
+  // only (documents.h).
   LlamaAttention(std::string name, LlamaAttentionShape shape, std::shared_ptr<RotaryTable> rope,
-                 core::DType dtype, const TensorParallel& tp = {});
+                 core::DType dtype, const TensorParallel& tp = {},
+                 std::shared_ptr<const DocumentsSlot> documents = nullptr);
   const char* type() const override { return "LlamaAttention"; }
   void set_impl(AttentionImpl impl) { impl_ = impl; }
 
@@ -61,6 +66,7 @@ class LlamaAttention : public Module {
  private:
   LlamaAttentionShape shape_;
   std::shared_ptr<RotaryTable> rope_;
+  std::shared_ptr<const DocumentsSlot> documents_;
   core::DType dtype_;
   TensorParallel tp_;
   AttentionImpl impl_ = AttentionImpl::kAuto;

@@ -19,11 +19,11 @@ struct LlamaBlockSaved : Saved {
 
 LlamaBlock::LlamaBlock(std::string name, const LlamaBlockShape& shape,
                        std::shared_ptr<RotaryTable> rope, core::DType dtype,
-                       const TensorParallel& tp)
+                       const TensorParallel& tp, std::shared_ptr<const DocumentsSlot> documents)
     : Module(name),
       input_layernorm_(name + ".input_layernorm", shape.attention.hidden,
                        {.eps = shape.rms_norm_eps, .dtype = dtype}),
-      self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype, tp),
+      self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype, tp, std::move(documents)),
       post_attention_layernorm_(name + ".post_attention_layernorm", shape.attention.hidden,
                                 {.eps = shape.rms_norm_eps, .dtype = dtype}),
       mlp_(name + ".mlp", shape.attention.hidden, shape.intermediate, shape.mlp_bias, dtype, tp) {

@@ -30,9 +30,11 @@ struct LlamaBlockShape {
 
 class LlamaBlock : public Module {
  public:
-  // tp: the attention and the MLP split over it (see their headers).
+  // tp: the attention and the MLP split over it (see their headers);
+  // documents: the model's packed documents (LlamaAttention).
   LlamaBlock(std::string name, const LlamaBlockShape& shape, std::shared_ptr<RotaryTable> rope,
-             core::DType dtype, const TensorParallel& tp = {});
+             core::DType dtype, const TensorParallel& tp = {},
+             std::shared_ptr<const DocumentsSlot> documents = nullptr);
   const char* type() const override { return "LlamaBlock"; }
   LlamaAttention& self_attn() { return self_attn_; }
 

@@ -35,6 +35,7 @@
 #define COLOSSAL_NN_TRAIN_TRAIN_STEP_H_
 
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -42,6 +43,7 @@
 #include "core/tensor/tensor.h"
 #include "nn/amp/loss_scaler.h"
 #include "nn/amp/mixed_precision_step.h"
+#include "nn/layers/documents.h"
 #include "nn/module/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -50,6 +52,8 @@ namespace colossal::nn {
 struct MicroBatch {
   core::Tensor tokens;   // int32 [b, T] on the context's device
   core::Tensor targets;  // int32 [b, T]; ignore_index rows are not counted
+  // Packed documents to attend within (CausalLM::set_documents); null: none.
+  std::shared_ptr<const Documents> documents;
 };
 
 struct AccumulateOptions {

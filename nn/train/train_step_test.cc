@@ -105,7 +105,7 @@ class TrainStepTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) {
       std::vector<int32_t> a(in_.begin() + i * rows * 4, in_.begin() + (i + 1) * rows * 4);
       std::vector<int32_t> b(target_.begin() + i * rows * 4, target_.begin() + (i + 1) * rows * 4);
-      out.push_back({tokens_of(a, rows, 4), tokens_of(b, rows, 4)});
+      out.push_back({tokens_of(a, rows, 4), tokens_of(b, rows, 4), nullptr});
     }
     return out;
   }

@@ -70,6 +70,7 @@ std::string StageRunner::where(int c, size_t i) const {
 }
 
 absl::StatusOr<core::Tensor> StageRunner::forward(int c, size_t i, const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(model_.set_documents(mbs_[i].documents), where(c, i)));
   absl::StatusOr<nn::ForwardResult> out = booster_.forward(ctx_, runner(c), input);
   if (!out.ok()) return core::annotate(out.status(), where(c, i));
   core::Tensor grad;
@@ -101,6 +102,8 @@ absl::StatusOr<core::Tensor> StageRunner::backward(int c, size_t i, const core::
   in_flight_[c].pop_front();
   std::optional<Booster::NoSync> no_sync;
   if (!sync) no_sync.emplace(booster_.no_sync());
+  // Its documents again: activation checkpointing runs the forward here.
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(model_.set_documents(mbs_[i].documents), where(c, i)));
   absl::StatusOr<core::Tensor> dx =
       booster_.backward(ctx_, runner(c), *f.saved, gives_logits(c) ? f.loss_grad : grad);
   if (!dx.ok()) return core::annotate(dx.status(), where(c, i));
@@ -108,6 +111,7 @@ absl::StatusOr<core::Tensor> StageRunner::backward(int c, size_t i, const core::
 }
 
 absl::StatusOr<float> StageRunner::forward_only(int c, size_t i, const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(model_.set_documents(mbs_[i].documents), where(c, i)));
   absl::StatusOr<nn::ForwardResult> out = booster_.forward(ctx_, runner(c), input);
   if (!out.ok()) return core::annotate(out.status(), where(c, i));
   if (!gives_logits(c)) {
@@ -125,6 +129,7 @@ absl::StatusOr<float> StageRunner::forward_only(int c, size_t i, const core::Ten
 
 absl::StatusOr<core::Tensor> StageRunner::forward_output(int c, size_t i,
                                                          const core::Tensor& input) {
+  COLOSSAL_RETURN_IF_ERROR(core::annotate(model_.set_documents(mbs_[i].documents), where(c, i)));
   absl::StatusOr<nn::ForwardResult> out = booster_.forward(ctx_, runner(c), input);
   if (!out.ok()) return core::annotate(out.status(), where(c, i));
   return out->output;
@@ -295,7 +300,7 @@ absl::StatusOr<core::Tensor> pipeline_logits(core::Context& ctx, Booster& booste
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline_logits: tokens are ", tokens.to_string(), ", not [B, T]"));
   }
-  const nn::MicroBatch mb{tokens, tokens};  // no loss: the targets are not read
+  const nn::MicroBatch mb{tokens, tokens, nullptr};  // no loss: the targets are not read
   const absl::Span<const nn::MicroBatch> mbs(&mb, 1);
   COLOSSAL_ASSIGN_OR_RETURN(const Plugin::Pipeline* pipe,
                             check_pipeline("pipeline_logits", booster, model, mbs));

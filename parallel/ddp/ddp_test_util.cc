@@ -96,7 +96,7 @@ nn::MicroBatch micro_batch(int step, int rank, int micro) {
       prev = cur;
     }
   }
-  return {in, tg};
+  return {in, tg, nullptr};
 }
 
 std::unique_ptr<nn::CausalLM> declare_model(Family family, double checkpoint_ratio) {

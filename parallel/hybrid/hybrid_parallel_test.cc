@@ -274,14 +274,29 @@ TEST(Hybrid, InterleavedRefusesMicroBatchesNotAMultipleOfStages) {
 // Token-weighted steps: execute_pipeline scales micro-batch i's gradient by
 // weights[i] (one of them 0) and returns sum_i weights[i] * loss_i, as one
 // process does with dloss = weights[i] (1F1B and interleaved); weights that
-// do not fit the micro-batches are refused.
+// do not fit the micro-batches are refused. The Llama's micro-batches hold
+// two packed documents a row: each stage attends within them, forward and
+// backward, as one process does.
 TEST(Hybrid, PipelineWeightsEachMicroBatch) {
   const std::vector<double> weights = {0.5, 0.0, 1.25, 2.25};
   for (const HybridCase& c : {HybridCase{Family::kGpt2, 2, 1, 0, 2, 2, 2, false, 1, 4},
                               HybridCase{Family::kLlama, 2, 1, 0, 2, 4, 2, false, 2, 4}}) {
     SCOPED_TRACE(case_name(c));
     std::vector<nn::MicroBatch> mbs;
-    for (int i = 0; i < c.micro; ++i) mbs.push_back(testing::micro_batch(0, 0, i));
+    auto host = std::move(*core::Context::create(core::Device::cpu()));
+    for (int i = 0; i < c.micro; ++i) {
+      mbs.push_back(testing::micro_batch(0, 0, i));
+      if (c.family != Family::kLlama) continue;
+      const int64_t B = mbs[i].tokens.dim(0), T = mbs[i].tokens.dim(1);
+      core::Tensor positions = *core::Tensor::empty({B, T}, DType::kI32, Stream::cpu());
+      for (int64_t r = 0; r < B * T; ++r) {
+        const int64_t t = r % T, split = 1 + (r / T + i) % (T - 1);  // the second document's start
+        positions.data<int32_t>()[r] = static_cast<int32_t>(t < split ? t : t - split);
+      }
+      auto docs = nn::Documents::from_positions(*host, positions);
+      ASSERT_TRUE(docs.ok()) << docs.status();
+      mbs[i].documents = *docs;
+    }
     double ref_loss = 0;
     float ref_norm = 0;
     HybridCase one = c;
@@ -293,6 +308,7 @@ TEST(Hybrid, PipelineWeightsEachMicroBatch) {
       ASSERT_NE(boosted.model, nullptr);
       auto ctx = std::move(*core::Context::create(core::Device::cpu()));
       for (int i = 0; i < c.micro; ++i) {
+        ASSERT_TRUE(boosted.model->set_documents(mbs[i].documents).ok());
         ref_loss += weights[i] * testing::booster_micro_step(*ctx, *boosted.booster, *boosted.model,
                                                              mbs[i], static_cast<float>(weights[i]));
       }

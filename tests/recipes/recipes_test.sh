@@ -193,7 +193,8 @@ done
 # conversation a row, so rows count very different numbers of targets. Four
 # rows a step as one micro-batch (A), as four micro-batches (B) and as two on
 # each of two processes (C) give the same gradient norms (every step) and A
-# and B the same losses. Averaging the micro-batches' means instead weights a
+# and B the same losses; D and E are A and B over packed rows (several
+# conversations a row, each attending to itself). Averaging the micro-batches' means instead weights a
 # short reply's tokens several times a long one's: B's norms then differ from
 # A's by far more than the tolerance. Tolerances: float32 sums in another
 # order (other GEMM shapes, the all-reduce) differ by ~1e-6 relative; 1e-4
@@ -202,21 +203,22 @@ token_weighted_steps() {
   local work="$tmp/work_weighted" data="$tmp/weighted.jsonl" i words
   mkdir -p "$work" && ln -sfn "$root/recipes" "$work/recipes"
   : >"$data"
-  # 120 of them: the val split (5% of the bytes) must fill a batch of 4 rows.
-  for i in $(seq 1 120); do
+  # 240 of them: the val split (5% of the bytes) must fill a batch of 4 packed rows.
+  for i in $(seq 1 240); do
     words="$(printf 'ok %.0s' $(seq 1 $((1 + (i * 7) % 12))))"
     printf '{"messages": [{"role": "user", "content": "Say %d."}, {"role": "assistant", "content": "%s"}]}\n' \
       "$i" "${words% }" >>"$data"
   done
   local common=("${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" --set "data.input=$data"
-    --set data.format=chat --set data.packing=false --set data.seq_len=64
+    --set data.format=chat --set data.seq_len=64
     --set model.max_position_embeddings=128 --set steps=3 --set lr_scheduler.total_steps=3
     --set checkpoint.every_steps=0)
   local run label ok=1
-  for run in "A 1 4 1" "B 1 1 4" "C 2 1 2"; do
-    read -r label procs micro accum <<<"$run"
+  # D and E: packed rows (several conversations a row, each attending to itself).
+  for run in "A 1 4 1 false" "B 1 1 4 false" "C 2 1 2 false" "D 1 4 1 true" "E 1 1 4 true"; do
+    read -r label procs micro accum packing <<<"$run"
     local args=("${common[@]}" --set "data.micro_batch_size=$micro" --set "accumulation_steps=$accum"
-      --set "checkpoint.dir=checkpoints/$label")
+      --set "data.packing=$packing" --set "checkpoint.dir=checkpoints/$label")
     if ((procs == 1)); then
       (cd "$work" && timeout 300 "$bin" recipes/llama_finetune.lua "${args[@]}" >"$tmp/weighted.$label.out" 2>&1)
     else
@@ -227,29 +229,33 @@ token_weighted_steps() {
   ((ok)) || { failures=$((failures + 1)); return; }
   # step, loss and grad_norm of each logged step
   local field
-  for label in A B C; do
+  for label in A B C D E; do
     perl -ne 'print "$1 $2 $3\n" if /"grad_norm":\s*([-0-9.eE+]+).*"loss":\s*([-0-9.eE+]+).*"step":\s*(\d+)/' \
       "$work/checkpoints/$label/log.jsonl" >"$tmp/weighted.$label.txt"
   done
   if ! perl -e '
       sub rows { open(my $f, "<", $_[0]) or die; my @r = map { [split] } <$f>; return @r }
       my @a = rows($ARGV[0]); my @b = rows($ARGV[1]); my @c = rows($ARGV[2]);
-      die "want 3 logged steps each\n" unless @a == 3 && @b == 3 && @c == 3;
+      my @d = rows($ARGV[3]); my @e = rows($ARGV[4]);
+      die "want 3 logged steps each\n" unless @a == 3 && @b == 3 && @c == 3 && @d == 3 && @e == 3;
       my $bad = 0;
       for my $s (0 .. 2) {
         my $tol = $s == 0 ? 1e-4 : 1e-3;
         my ($na, $la) = @{$a[$s]}; my ($nb, $lb) = @{$b[$s]}; my ($nc) = @{$c[$s]};
-        for my $p (["B norm", $nb, $na], ["C norm", $nc, $na], ["B loss", $lb, $la]) {
+        my ($nd, $ld) = @{$d[$s]}; my ($ne, $le) = @{$e[$s]};
+        for my $p (["B norm", $nb, $na], ["C norm", $nc, $na], ["B loss", $lb, $la],
+                   ["E norm", $ne, $nd], ["E loss", $le, $ld]) {
           my ($what, $got, $want) = @$p;
           if (abs($got - $want) > $tol * abs($want)) { print "step ", $s + 1, ": $what $got vs A $want\n"; $bad = 1 }
         }
       }
-      exit $bad' "$tmp/weighted.A.txt" "$tmp/weighted.B.txt" "$tmp/weighted.C.txt"; then
-    echo "FAIL: a step's loss is not the mean over its counted targets (grad_norm loss step, A B C):"
-    cat "$tmp/weighted.A.txt" "$tmp/weighted.B.txt" "$tmp/weighted.C.txt"
+      exit $bad' "$tmp"/weighted.{A,B,C,D,E}.txt; then
+    echo "FAIL: a step's loss is not the mean over its counted targets (grad_norm loss step, A B C D E):"
+    cat "$tmp"/weighted.{A,B,C,D,E}.txt
     failures=$((failures + 1))
   else
-    echo "ok: token-weighted steps: one micro-batch, four, and two on each of two processes agree"
+    echo "ok: token-weighted steps: one micro-batch, four, and two on each of two processes agree" \
+      "(one conversation a row, and packed rows attending within each conversation)"
   fi
 }
 
@@ -401,6 +407,17 @@ JSON
     else
       echo "FAIL: recipes/$name.lua on chat data:"
       cat "$tmp/$name.qwen2chat.out" "$tmp/$name.qwen2chat.err"; ls "$prepared"
+      failures=$((failures + 1))
+    fi
+  fi
+  # Packed rows attending across their conversations (document_attention = false).
+  if run_recipe "$name" 0 qwen2chatacross "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+      --set "data.input=$chats" --set data.format=chat --set data.document_attention=false \
+      --set checkpoint.dir=checkpoints/qwen2chatacross; then
+    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2chatacross.out"; then
+      echo "ok: recipes/$name.lua trains packed chat rows attending across their conversations"
+    else
+      echo "FAIL: recipes/$name.lua with document_attention = false:"; cat "$tmp/$name.qwen2chatacross.out"
       failures=$((failures + 1))
     fi
   fi

@@ -154,7 +154,7 @@ struct Run {
     for (int i = 0; i < kMicroBatches; ++i) {
       absl::StatusOr<io::Batch> b = loader->next_batch();
       EXPECT_TRUE(b.ok()) << b.status();
-      mbs.push_back({b->inputs, b->targets});
+      mbs.push_back({b->inputs, b->targets, nullptr});
     }
     nn::TrainStepOptions o;
     o.max_norm = 1.0f;

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/device/stream.h"
@@ -32,6 +33,7 @@
 #include "core/context/context.h"
 #include "core/tensor/tensor.h"
 #include "nn/layers/cross_entropy.h"
+#include "nn/layers/documents.h"
 #include "nn/layers/tensor_parallel.h"
 #include "nn/module/module.h"
 #include "nn/module/parameter.h"
@@ -166,6 +168,19 @@ class CausalLM : public Module {
   }
   // One line for logs: family, sizes, dtype.
   virtual std::string describe() const = 0;
+
+  // The packed documents (nn/layers/documents.h) the next forwards and
+  // backwards attend within, until set again; null: each row is one sequence
+  // (the default). Whoever runs the model sets them before each micro-batch's
+  // forward and again before its backward. Families that cannot attend within
+  // documents (GPT-2: learned positions) take null only: Unimplemented
+  // otherwise.
+  virtual absl::Status set_documents(std::shared_ptr<const Documents> documents) {
+    if (documents == nullptr) return absl::OkStatus();
+    return absl::UnimplementedError(absl::StrCat(
+        family(), " models attend across the documents packed into a row: train them with "
+                  "document_attention = false (or packing = false)"));
+  }
 
   // Model chunk `c` of this rank's pipeline stage as a Module of its own (the
   // interleaved schedule runs each chunk's forward and backward): its

@@ -217,7 +217,7 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
     const int64_t end = chunk.end < 0 ? config.num_hidden_layers : chunk.end;
     for (int64_t i = chunk.first; i < end; ++i) {
       Module* block = blocks_.append(std::make_unique<LlamaBlock>(
-          absl::StrCat("model.layers.", i), shape, rope_, dtype, split.tp));
+          absl::StrCat("model.layers.", i), shape, rope_, dtype, split.tp, documents_));
       block->set_checkpoint(i < config.checkpointed_layers());
     }
     chunk_blocks_.push_back(blocks_.size());

@@ -164,6 +164,10 @@ class Llama : public CausalLM {
   absl::StatusOr<std::unique_ptr<CausalLM>> redeclare(core::DType dtype,
                                                       const ModelSplit& split) const override;
   std::string describe() const override;
+  absl::Status set_documents(std::shared_ptr<const Documents> documents) override {
+    documents_->current = std::move(documents);
+    return absl::OkStatus();
+  }
 
  protected:
   // Chunk c (CausalLM::chunk; the whole model by default): tokens int32
@@ -184,6 +188,7 @@ class Llama : public CausalLM {
   core::DType dtype_;
   ModelSplit split_;
   std::shared_ptr<RotaryTable> rope_;
+  std::shared_ptr<DocumentsSlot> documents_ = std::make_shared<DocumentsSlot>();  // the attention layers'
   std::unique_ptr<Embedding> embed_tokens_;  // the first pipeline stage's
   Sequential blocks_;  // every chunk's, in layer order
   // Chunk c's blocks: blocks_ [chunk_blocks_[c], chunk_blocks_[c + 1]).

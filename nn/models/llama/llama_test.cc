@@ -1,5 +1,6 @@
 #include "nn/models/llama/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -141,6 +142,90 @@ TEST_F(LlamaTest, TinyModelGradientsMatchFiniteDifferences) {
     EXPECT_EQ(r->checked, model->table().parameter_count());
     EXPECT_LT(r->max_error, 1e-5) << (tied ? "tied: " : "untied: ") << r->worst;
   }
+}
+
+// Packed documents (float64, CPU): rows of two documents each give every
+// document's logits and its share of the parameters' gradients as the
+// document alone in a row of its own does; with activation checkpointing too
+// (the recompute reads the model's documents again). A row's positions must
+// count up from 0 within each document.
+TEST_F(LlamaTest, PackedDocumentsEqualEachDocumentAlone) {
+  for (double ratio : {0.0, 1.0}) {
+    LlamaConfig config = tiny_config(false);
+    config.checkpoint_ratio = ratio;
+    auto model = *Llama::create(config, DType::kF64, Stream::cpu());
+    ASSERT_TRUE(model->init(7).ok());
+    std::mt19937_64 rng(5);
+    std::normal_distribution<double> normal(0.0, 0.3);
+    for (const Parameter& p : model->store().parameters()) {
+      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
+    }
+    const int64_t B = 2, T = 8, V = model->padded_vocab_size();
+    const std::vector<int32_t> ids = {1, 10, 3, 3, 0, 7, 2, 9, 4, 4, 5, 6, 8, 1, 2, 3};
+    // Row 0: documents of 3 and 5 tokens; row 1: 6 and 2.
+    const std::vector<std::vector<int64_t>> lengths = {{3, 5}, {6, 2}};
+    Tensor positions = tokens_of(std::vector<int32_t>(B * T, 0), B, T);
+    for (int64_t b = 0, at = 0; b < B; ++b) {
+      for (int64_t n : lengths[b]) {
+        for (int64_t t = 0; t < n; ++t) positions.data<int32_t>()[at++] = static_cast<int32_t>(t);
+      }
+    }
+    auto docs = Documents::from_positions(*ctx_, positions);
+    ASSERT_TRUE(docs.ok()) << docs.status();
+    EXPECT_EQ((*docs)->cu_seqlens_host, (std::vector<int32_t>{0, 3, 8, 14, 16}));
+    EXPECT_EQ((*docs)->max_seqlen, 6);
+    std::vector<double> dlogits(B * T * V);
+    for (double& g : dlogits) g = normal(rng);
+
+    ASSERT_TRUE(model->store().zero_grad(Stream::cpu()).ok());
+    ASSERT_TRUE(model->set_documents(*docs).ok());
+    auto packed = model->forward(*ctx_, tokens_of(ids, B, T));
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    Tensor g = *Tensor::empty({B, T, V}, DType::kF64, Stream::cpu());
+    std::copy(dlogits.begin(), dlogits.end(), g.data<double>());
+    ASSERT_TRUE(model->backward(*ctx_, *packed->saved, g).ok());
+    std::vector<std::vector<double>> packed_grads;
+    for (const Parameter& p : model->store().parameters()) {
+      packed_grads.emplace_back(p.grad.data<double>(), p.grad.data<double>() + p.grad.numel());
+    }
+
+    ASSERT_TRUE(model->set_documents(nullptr).ok());
+    ASSERT_TRUE(model->store().zero_grad(Stream::cpu()).ok());
+    double worst_logit = 0;
+    for (int64_t b = 0, start = 0; b < B; ++b, start = b * T) {
+      for (int64_t n : lengths[b]) {
+        const std::vector<int32_t> doc(ids.begin() + start, ids.begin() + start + n);
+        auto alone = model->forward(*ctx_, tokens_of(doc, 1, n));
+        ASSERT_TRUE(alone.ok()) << alone.status();
+        for (int64_t i = 0; i < n * V; ++i) {
+          worst_logit = std::max(worst_logit, std::abs(alone->output.data<double>()[i] -
+                                                       packed->output.data<double>()[start * V + i]));
+        }
+        Tensor gd = *Tensor::empty({1, n, V}, DType::kF64, Stream::cpu());
+        std::copy(dlogits.begin() + start * V, dlogits.begin() + (start + n) * V, gd.data<double>());
+        ASSERT_TRUE(model->backward(*ctx_, *alone->saved, gd).ok());
+        start += n;
+      }
+    }
+    EXPECT_LT(worst_logit, 1e-12) << "checkpoint_ratio " << ratio;
+    size_t k = 0;
+    for (const Parameter& p : model->store().parameters()) {
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < p.grad.numel(); ++i) {
+        worst = std::max(worst, std::abs(p.grad.data<double>()[i] - packed_grads[k][i]));
+        scale = std::max(scale, std::abs(packed_grads[k][i]));
+      }
+      EXPECT_LE(worst, 1e-12 * std::max(scale, 1.0)) << p.name << " checkpoint_ratio " << ratio;
+      ++k;
+    }
+  }
+  // Positions that skip are refused, naming the row and position.
+  Tensor bad = tokens_of({0, 1, 2, 4}, 1, 4);
+  auto docs = Documents::from_positions(*ctx_, bad);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("row 0 position 3 is 4"), std::string::npos) << docs.status();
+  bad = tokens_of({1, 2, 3, 4}, 1, 4);
+  EXPECT_FALSE(Documents::from_positions(*ctx_, bad).ok());
 }
 
 TEST_F(LlamaTest, ConfigErrorsNameTheField) {
