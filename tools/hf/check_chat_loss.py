@@ -8,11 +8,16 @@ transformers, safetensors; nothing downloaded).
    tokenizer (io/tokenizer/testdata/qwen2_tiny) and a ChatML chat_template;
 2. `colossal data prepare --format chat` tokenizes 200 seeded conversations with it;
 3. `colossal tools/bench/chat_loss.lua` prints the float32 loss of the first batches
-   (file order), packed windows and one conversation a row (packing = false);
+   (file order): packed windows attending across their conversations, packed windows
+   attending within each (document_attention; colossal on the CPU, whose reference
+   kernels run float32, and on the GPU in bf16, whose fused kernels take 16-bit types
+   only), and one conversation a row (packing = false);
 4. the same rows are rebuilt here from the shards and their .mask files as the format
    says (bit 0: the loss counts the target, bit 1: a conversation starts), and
    transformers' logits give the mean cross-entropy over the counted targets
-   (ignore_index -100), which must equal colossal's (relative 1e-4, --tolerance).
+   (ignore_index -100), which must equal colossal's (relative 1e-4, --tolerance; bf16
+   within --bf16_tolerance). Within conversations, transformers runs each
+   conversation's piece of a row on its own (positions from 0).
 It also checks the prepared ids against transformers' apply_chat_template.
 """
 import argparse
@@ -40,6 +45,7 @@ def main():
     parser.add_argument("--colossal", required=True)
     parser.add_argument("--work", default="/tmp/chat_check")
     parser.add_argument("--tolerance", type=float, default=1e-4)
+    parser.add_argument("--bf16_tolerance", type=float, default=2e-2)
     args = parser.parse_args()
     import torch
     import transformers
@@ -51,8 +57,9 @@ def main():
     shutil.rmtree(args.work, ignore_errors=True)
     model_dir = os.path.join(args.work, "qwen2")
     torch.manual_seed(7)
+    # Heads of 64: the size the fused GPU kernels take (bf16 within conversations).
     config = Qwen2Config(vocab_size=1024, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
-                         num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                          rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
                          attn_implementation="eager")
     model = Qwen2ForCausalLM(config).float().eval()
@@ -94,10 +101,15 @@ def main():
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = model.to(device)
-    B, T, batches = 2, 64, 4
+    # Rows of 256 tokens: a packed row holds the end of one conversation and the start of the next.
+    B, T, batches = 2, 256, 4
     starts = np.nonzero(flags & 2)[0]
-    worst, ok = 0.0, ids_equal
-    for packing in (True, False):
+    worst, worst_bf16, ok = 0.0, 0.0, ids_equal
+    # (packing, document_attention, precision, colossal on the GPU)
+    modes = [(True, False, "fp32", True), (True, True, "fp32", False), (False, False, "fp32", True)]
+    if device == "cuda":
+        modes.append((True, True, "bf16", True))
+    for packing, within, precision, on_gpu in modes:
         rows = []
         if packing:
             for w in range(B * batches):
@@ -107,11 +119,19 @@ def main():
                 end = starts[d + 1] if d + 1 < len(starts) else len(ids)
                 n = min(end - starts[d], T + 1)
                 rows.append((ids[starts[d]:starts[d] + n].astype(np.int64), flags[starts[d]:starts[d] + n]))
+        env = dict(os.environ)
+        if not on_gpu:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         result = subprocess.run([args.colossal, os.path.join(root, "tools/bench/chat_loss.lua"),
                                  "--set", f"model={model_dir}", "--set", f"pattern={out}/sft_train_*.bin",
                                  "--set", f"packing={'true' if packing else 'false'}", "--set", f"batches={batches}",
-                                 "--set", f"micro_batch_size={B}", "--set", f"seq_len={T}"],
-                                check=True, capture_output=True, text=True)
+                                 "--set", f"micro_batch_size={B}", "--set", f"seq_len={T}",
+                                 "--set", f"document_attention={'true' if within else 'false'}",
+                                 "--set", f"precision={precision}"],
+                                capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            print(result.stdout[-2000:], result.stderr[-2000:])
+            sys.exit(1)
         ours = [json.loads(line)["loss"] for line in result.stdout.splitlines() if line.startswith('{"batch"')]
         for b in range(batches):
             inputs = torch.zeros(B, T, dtype=torch.long)
@@ -123,17 +143,32 @@ def main():
                 for t in range(min(n - 1, T)):
                     if f[t + 1] & 1:
                         targets[r, t] = int(tokens[t + 1])
+            starts_inside = 0
             with torch.no_grad():
                 logits = model(inputs.to(device)).logits.float()
+                if within:
+                    # Each conversation's piece of a row on its own: the row's first token
+                    # and every flagged conversation start begin one.
+                    for r in range(B):
+                        tokens, f = rows[b * B + r]
+                        cuts = [0] + [t for t in range(1, min(len(tokens), T)) if f[t] & 2] + [T]
+                        starts_inside += len(cuts) - 2
+                        for lo, hi in zip(cuts, cuts[1:]):
+                            logits[r, lo:hi] = model(inputs[r:r + 1, lo:hi].to(device)).logits.float()[0]
             theirs = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
                                                        targets.to(device).reshape(-1), ignore_index=-100).item()
             err = abs(ours[b] - theirs) / abs(theirs)
-            worst = max(worst, err)
+            if precision == "bf16":
+                worst_bf16 = max(worst_bf16, err)
+            else:
+                worst = max(worst, err)
             counted = int((targets != -100).sum())
-            print(f"packing={packing!s:5} batch {b + 1}: colossal {ours[b]:.6f}  transformers {theirs:.6f}  "
-                  f"rel {err:.2e}  ({counted} of {B * T} targets counted)")
-    ok = ok and worst < args.tolerance
-    print(f"worst relative difference {worst:.2e}: {'PASS' if ok else 'FAIL'}")
+            inside = f", {starts_inside} conversations start inside its rows" if within else ""
+            print(f"packing={packing!s:5} within={within!s:5} {precision} {'gpu' if on_gpu and device == 'cuda' else 'cpu'}"
+                  f" batch {b + 1}: colossal {ours[b]:.6f}  transformers {theirs:.6f}  "
+                  f"rel {err:.2e}  ({counted} of {B * T} targets counted{inside})")
+    ok = ok and worst < args.tolerance and worst_bf16 < args.bf16_tolerance
+    print(f"worst relative difference {worst:.2e} (float32), {worst_bf16:.2e} (bf16): {'PASS' if ok else 'FAIL'}")
     sys.exit(0 if ok else 1)
 
 

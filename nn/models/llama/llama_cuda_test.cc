@@ -4,6 +4,7 @@
 // without a GPU.
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "core/ops/elementwise.h"
 #include "core/status/status.h"
@@ -98,6 +99,74 @@ TEST(LlamaCudaTest, Bfloat16FusedAttentionMatchesExplicitAndFloat32) {
   EXPECT_LT(relative_difference(fused, reference.output, core::Stream::cpu()), 3e-2);
   EXPECT_GT(relative_difference(fused, reference.output, core::Stream::cpu()), 0.0)
       << "bf16 equal to float32 bit for bit: the model did not run in bf16";
+#endif
+}
+
+// Packed documents in bfloat16 on the GPU (rope by position and the fused
+// varlen kernels, forward and backward) against the float32 CPU model over the
+// same documents (CPU reference kernels; llama_test checks those against each
+// document alone). Rows of 200 tokens hold documents of 1 to 150, across the
+// kernels' 64- and 128-row tiles. Tolerances: bf16's, as above, and for the
+// gradients (bf16 activations and products through two layers and back) 5e-2
+// of each gradient's largest element.
+TEST(LlamaCudaTest, Bfloat16PackedDocumentsMatchFloat32Cpu) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  LlamaConfig config = small_config(false);
+  config.max_position_embeddings = 256;
+  const int64_t B = 2, T = 200;
+  const std::vector<std::vector<int64_t>> lengths = {{70, 130}, {1, 150, 49}};
+  auto cpu_ctx = std::move(*core::Context::create(core::Device::cpu()));
+  auto gpu_ctx = std::move(*core::Context::create(core::Device::cuda(0)));
+  const core::Stream& stream = gpu_ctx->compute_stream();
+  Tensor tokens = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
+  Tensor targets = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
+  Tensor positions = *Tensor::empty({B, T}, DType::kI32, core::Stream::cpu());
+  for (int64_t i = 0; i < B * T; ++i) {
+    tokens.data<int32_t>()[i] = static_cast<int32_t>((i * 37 + 11) % config.vocab_size);
+    targets.data<int32_t>()[i] = static_cast<int32_t>((i * 53 + 7) % config.vocab_size);
+  }
+  for (int64_t b = 0, at = 0; b < B; ++b) {
+    for (int64_t n : lengths[b]) {
+      for (int64_t t = 0; t < n; ++t) positions.data<int32_t>()[at++] = static_cast<int32_t>(t);
+    }
+  }
+  auto cpu_model = *Llama::create(config, DType::kF32, core::Stream::cpu());
+  ASSERT_TRUE(cpu_model->init(11).ok());
+  auto gpu_model = *Llama::declare(config, DType::kBF16);
+  ASSERT_TRUE(gpu_model->store().allocate(stream).ok());
+  ASSERT_TRUE(gpu_model->init(11, stream).ok());
+  ASSERT_TRUE(cpu_model->set_documents(*Documents::from_positions(*cpu_ctx, positions)).ok());
+  ASSERT_TRUE(gpu_model->set_documents(*Documents::from_positions(*gpu_ctx, positions)).ok());
+
+  auto cpu_out = cpu_model->forward(*cpu_ctx, tokens);
+  ASSERT_TRUE(cpu_out.ok()) << cpu_out.status();
+  const Tensor gpu_tokens = *tokens.to(core::Device::cuda(0), stream);
+  const Tensor gpu_targets = *targets.to(core::Device::cuda(0), stream);
+  auto gpu_out = gpu_model->forward(*gpu_ctx, gpu_tokens);
+  ASSERT_TRUE(gpu_out.ok()) << gpu_out.status();
+  Tensor wide = *Tensor::empty(gpu_out->output.shape(), DType::kF32, stream);
+  ASSERT_TRUE(core::ops::cast(*gpu_ctx, wide, gpu_out->output).ok());
+  const double logits = relative_difference(wide, cpu_out->output, stream);
+  EXPECT_LT(logits, 3e-2);
+  EXPECT_GT(logits, 0.0) << "bf16 equal to float32 bit for bit: the model did not run in bf16";
+
+  CrossEntropyOptions ce;
+  ce.in_place = true;
+  auto cpu_ce = cpu_model->loss(*cpu_ctx, cpu_out->output, targets, ce);
+  auto gpu_ce = gpu_model->loss(*gpu_ctx, gpu_out->output, gpu_targets, ce);
+  ASSERT_TRUE(cpu_ce.ok() && gpu_ce.ok());
+  EXPECT_NEAR(gpu_ce->loss, cpu_ce->loss, 2e-2 * cpu_ce->loss);
+  ASSERT_TRUE(cpu_model->backward(*cpu_ctx, *cpu_out->saved, cpu_ce->dlogits).ok());
+  ASSERT_TRUE(gpu_model->backward(*gpu_ctx, *gpu_out->saved, gpu_ce->dlogits).ok());
+  const std::vector<Parameter> cpu_params = cpu_model->store().parameters();
+  const std::vector<Parameter> gpu_params = gpu_model->store().parameters();
+  ASSERT_EQ(cpu_params.size(), gpu_params.size());
+  for (size_t i = 0; i < cpu_params.size(); ++i) {
+    Tensor g = *Tensor::empty(gpu_params[i].grad.shape(), DType::kF32, stream);
+    ASSERT_TRUE(core::ops::cast(*gpu_ctx, g, gpu_params[i].grad).ok());
+    EXPECT_LT(relative_difference(g, cpu_params[i].grad, stream), 5e-2) << cpu_params[i].name;
+  }
 #endif
 }
 
