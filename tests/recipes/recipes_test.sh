@@ -410,29 +410,25 @@ JSON
       failures=$((failures + 1))
     fi
   fi
-  # Packed rows attending across their conversations (document_attention = false).
-  if run_recipe "$name" 0 qwen2chatacross "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
-      --set "data.input=$chats" --set data.format=chat --set data.document_attention=false \
-      --set checkpoint.dir=checkpoints/qwen2chatacross; then
-    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2chatacross.out"; then
-      echo "ok: recipes/$name.lua trains packed chat rows attending across their conversations"
-    else
-      echo "FAIL: recipes/$name.lua with document_attention = false:"; cat "$tmp/$name.qwen2chatacross.out"
-      failures=$((failures + 1))
+  # chat_trains LABEL WHAT SETS...: the same chat data trains two steps with SETS too.
+  chat_trains() {
+    local label="$1" what="$2"
+    shift 2
+    if run_recipe "$name" 0 "$label" "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
+        --set "data.input=$chats" --set data.format=chat --set "checkpoint.dir=checkpoints/$label" "$@"; then
+      if grep -qE '^step +2/2 ' "$tmp/$name.$label.out"; then
+        echo "ok: recipes/$name.lua trains $what"
+      else
+        echo "FAIL: recipes/$name.lua trains $what: no 'step 2/2' line:"; cat "$tmp/$name.$label.out"
+        failures=$((failures + 1))
+      fi
     fi
-  fi
-  # The same data one conversation a row (packing = false): the prepared shards' masks say
-  # where each starts.
-  if run_recipe "$name" 0 qwen2chatrows "${sets[@]}" --set "model.from_pretrained=$tmp/qwen2_hf" \
-      --set "data.input=$chats" --set data.format=chat --set data.packing=false \
-      --set checkpoint.dir=checkpoints/qwen2chatrows; then
-    if grep -qE '^step +2/2 ' "$tmp/$name.qwen2chatrows.out"; then
-      echo "ok: recipes/$name.lua trains chat data one conversation a row"
-    else
-      echo "FAIL: recipes/$name.lua with packing = false:"; cat "$tmp/$name.qwen2chatrows.out"
-      failures=$((failures + 1))
-    fi
-  fi
+  }
+  # Packed rows attending across their conversations; one conversation a row (packing =
+  # false: the prepared shards' masks say where each starts).
+  chat_trains qwen2chatacross "packed chat rows attending across their conversations" \
+    --set data.document_attention=false
+  chat_trains qwen2chatrows "chat data one conversation a row" --set data.packing=false
   # Other conversations into the folder those were prepared in (the recipe's default
   # data/data) are refused, naming the key, rather than trained on as the old ones.
   cp "$chats" "$tmp/chats2.jsonl"
