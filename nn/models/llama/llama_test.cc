@@ -36,6 +36,20 @@ LlamaConfig tiny_config(bool tied) {
   return c;
 }
 
+// A float64 CPU model of `config`, initialised (seed 7) and then moved off
+// the init's values by N(0, 0.3) noise drawn from `seed`, so every parameter
+// matters to the checks.
+std::unique_ptr<Llama> perturbed_float64_model(const LlamaConfig& config, uint64_t seed) {
+  auto model = *Llama::create(config, DType::kF64, Stream::cpu());
+  EXPECT_TRUE(model->init(7).ok());
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 0.3);
+  for (const Parameter& p : model->store().parameters()) {
+    for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
+  }
+  return model;
+}
+
 class LlamaTest : public ::testing::Test {
  protected:
   void SetUp() override { ctx_ = std::move(*core::Context::create(core::Device::cpu())); }
@@ -129,13 +143,7 @@ TEST_F(LlamaTest, TinyModelGradientsMatchFiniteDifferences) {
   for (bool tied : {false, true}) {
     LlamaConfig config = tiny_config(tied);
     config.qkv_bias = tied;  // the tied model as a Qwen2
-    auto model = *Llama::create(config, DType::kF64, Stream::cpu());
-    ASSERT_TRUE(model->init(7).ok());
-    std::mt19937_64 rng(3);
-    std::normal_distribution<double> normal(0.0, 0.3);
-    for (const Parameter& p : model->store().parameters()) {
-      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
-    }
+    auto model = perturbed_float64_model(config, 3);
     Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9, 4, 4}, 2, 5);
     absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, *model, model->store(), tokens, {});
     ASSERT_TRUE(r.ok()) << r.status();
@@ -153,13 +161,9 @@ TEST_F(LlamaTest, PackedDocumentsEqualEachDocumentAlone) {
   for (double ratio : {0.0, 1.0}) {
     LlamaConfig config = tiny_config(false);
     config.checkpoint_ratio = ratio;
-    auto model = *Llama::create(config, DType::kF64, Stream::cpu());
-    ASSERT_TRUE(model->init(7).ok());
-    std::mt19937_64 rng(5);
+    auto model = perturbed_float64_model(config, 5);
+    std::mt19937_64 rng(6);
     std::normal_distribution<double> normal(0.0, 0.3);
-    for (const Parameter& p : model->store().parameters()) {
-      for (int64_t i = 0; i < p.value.numel(); ++i) p.value.data<double>()[i] += normal(rng);
-    }
     const int64_t B = 2, T = 8, V = model->padded_vocab_size();
     const std::vector<int32_t> ids = {1, 10, 3, 3, 0, 7, 2, 9, 4, 4, 5, 6, 8, 1, 2, 3};
     // Row 0: documents of 3 and 5 tokens; row 1: 6 and 2.
