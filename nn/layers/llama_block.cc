@@ -25,12 +25,23 @@ LlamaBlock::LlamaBlock(std::string name, const LlamaBlockShape& shape,
                        {.eps = shape.rms_norm_eps, .dtype = dtype}),
       self_attn_(name + ".self_attn", shape.attention, std::move(rope), dtype, tp, std::move(documents)),
       post_attention_layernorm_(name + ".post_attention_layernorm", shape.attention.hidden,
-                                {.eps = shape.rms_norm_eps, .dtype = dtype}),
-      mlp_(name + ".mlp", shape.attention.hidden, shape.intermediate, shape.mlp_bias, dtype, tp) {
+                                {.eps = shape.rms_norm_eps, .dtype = dtype}) {
   register_child(&input_layernorm_);
   register_child(&self_attn_);
   register_child(&post_attention_layernorm_);
-  register_child(&mlp_);
+  if (shape.num_experts > 0) {
+    moe_ = std::make_unique<SparseMoe>(name + ".block_sparse_moe",
+                                       SparseMoeShape{.hidden = shape.attention.hidden,
+                                                      .intermediate = shape.intermediate,
+                                                      .num_experts = shape.num_experts,
+                                                      .top_k = shape.experts_per_token},
+                                       dtype);
+    register_child(moe_.get());
+  } else {
+    mlp_ = std::make_unique<LlamaMlp>(name + ".mlp", shape.attention.hidden, shape.intermediate,
+                                      shape.mlp_bias, dtype, tp);
+    register_child(mlp_.get());
+  }
 }
 
 absl::StatusOr<ForwardResult> LlamaBlock::forward_impl(core::Context& ctx,
@@ -44,8 +55,10 @@ absl::StatusOr<ForwardResult> LlamaBlock::forward_impl(core::Context& ctx,
   COLOSSAL_ASSIGN_OR_RETURN(RowNorm::AddResult b,
                             post_attention_layernorm_.forward_add(ctx, input, h.output));
   saved->post_attention_layernorm = std::move(b.normed.saved);
-  // y = r + mlp(...), the add in the MLP's last GEMM.
-  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, mlp_.forward_add(ctx, b.normed.output, b.sum));
+  // y = r + mlp(...), the add in the MLP's last GEMM (the experts' combining kernel).
+  COLOSSAL_ASSIGN_OR_RETURN(ForwardResult m, moe_ != nullptr
+                                                 ? moe_->forward_add(ctx, b.normed.output, b.sum)
+                                                 : mlp_->forward_add(ctx, b.normed.output, b.sum));
   saved->mlp = std::move(m.saved);
   return ForwardResult{m.output, std::move(saved)};
 }
@@ -54,7 +67,8 @@ absl::StatusOr<core::Tensor> LlamaBlock::backward_impl(core::Context& ctx, Saved
                                                        const core::Tensor& grad_output) {
   COLOSSAL_ASSIGN_OR_RETURN(LlamaBlockSaved * s, saved_as<LlamaBlockSaved>(saved));
   // y = r + mlp(norm_2(r)): dr = dy + norm_2'(mlp'(dy)), the add in norm_2's kernel.
-  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp_.backward(ctx, *s->mlp, grad_output));
+  Module& mlp = moe_ != nullptr ? static_cast<Module&>(*moe_) : *mlp_;
+  COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dm, mlp.backward(ctx, *s->mlp, grad_output));
   COLOSSAL_ASSIGN_OR_RETURN(core::Tensor dr, post_attention_layernorm_.backward_add(
                                                  ctx, *s->post_attention_layernorm, dm, grad_output));
   // r = x + attn(norm_1(x)): dx = dr + norm_1'(attn'(dr)).

@@ -5,8 +5,9 @@
 //
 // Children "<name>.input_layernorm" (RMSNorm), "<name>.self_attn"
 // (LlamaAttention), "<name>.post_attention_layernorm" (RMSNorm), "<name>.mlp"
-// (LlamaMlp); with name "model.layers.<i>" every parameter has its Hugging
-// Face Llama name. Input [B, T, C] -> [B, T, C].
+// (LlamaMlp), or with num_experts > 0 "<name>.block_sparse_moe" (SparseMoe,
+// Mixtral); with name "model.layers.<i>" every parameter has its Hugging
+// Face name. Input [B, T, C] -> [B, T, C].
 #ifndef COLOSSAL_NN_LAYERS_LLAMA_BLOCK_H_
 #define COLOSSAL_NN_LAYERS_LLAMA_BLOCK_H_
 
@@ -17,6 +18,7 @@
 #include "nn/layers/llama_attention.h"
 #include "nn/layers/llama_mlp.h"
 #include "nn/layers/rmsnorm.h"
+#include "nn/layers/sparse_moe.h"
 #include "nn/module/module.h"
 
 namespace colossal::nn {
@@ -26,6 +28,10 @@ struct LlamaBlockShape {
   int64_t intermediate = 0;  // I
   bool mlp_bias = false;
   float rms_norm_eps = 1e-6f;
+  // A sparse mixture of experts in place of the MLP when > 0 (each expert an
+  // MLP of width intermediate; no tensor parallelism).
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
 };
 
 class LlamaBlock : public Module {
@@ -47,7 +53,8 @@ class LlamaBlock : public Module {
   RMSNorm input_layernorm_;
   LlamaAttention self_attn_;
   RMSNorm post_attention_layernorm_;
-  LlamaMlp mlp_;
+  std::unique_ptr<LlamaMlp> mlp_;  // dense blocks
+  std::unique_ptr<SparseMoe> moe_;  // with num_experts > 0
 };
 
 }  // namespace colossal::nn

@@ -2,6 +2,7 @@
 // RMSNorm, the SwiGLU MLP, grouped-query attention with rotary embeddings and
 // the decoder block; and grouped-query attention equal to multi-head attention
 // with each key/value head repeated (Hugging Face's repeat_kv).
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "nn/layers/llama_mlp.h"
 #include "nn/layers/rmsnorm.h"
 #include "nn/layers/rotary.h"
+#include "nn/layers/sparse_moe.h"
 #include "nn/module/gradcheck.h"
 
 namespace colossal::nn {
@@ -107,6 +109,99 @@ TEST_F(LlamaLayersTest, BlockGradients) {
                     .intermediate = 12, .rms_norm_eps = 1e-5f},
                    rope(4, false), DType::kF64);
   expect_gradcheck(block, random({2, 4, 8}, 4));
+}
+
+TEST_F(LlamaLayersTest, MixtralBlockGradients) {
+  LlamaBlock block("model.layers.0",
+                   {.attention = {.hidden = 8, .heads = 4, .kv_heads = 2, .head_dim = 4},
+                    .intermediate = 6, .rms_norm_eps = 1e-5f, .num_experts = 4, .experts_per_token = 2},
+                   rope(4, false), DType::kF64);
+  ParameterTable table;
+  ASSERT_TRUE(block.declare(table).ok());
+  EXPECT_NE(table.find("model.layers.0.block_sparse_moe.gate.weight"), nullptr);
+  EXPECT_NE(table.find("model.layers.0.block_sparse_moe.experts.3.w2.weight"), nullptr);
+  EXPECT_EQ(table.find("model.layers.0.mlp.gate_proj.weight"), nullptr);
+  expect_gradcheck(block, random({2, 4, 8}, 4));
+}
+
+// The sparse MoE layer against its definition evaluated here token by token,
+// its gradients against finite differences, and an expert the router never
+// picks: it still runs forward and backward (on no rows), so per-module hooks
+// fire, and its gradients stay zero.
+TEST_F(LlamaLayersTest, SparseMoeMatchesDefinitionAndGradients) {
+  const int64_t C = 8, I = 6, E = 4, k = 2, N = 10;
+  for (bool normalize : {true, false}) {
+    SCOPED_TRACE(normalize ? "normalized top-k" : "softmax weights");
+    SparseMoe moe("moe", {.hidden = C, .intermediate = I, .num_experts = E, .top_k = k, .normalize_top_k = normalize},
+                  DType::kF64);
+    ParameterStore store = make_store(moe);
+    const Tensor gate = store.find("moe.gate.weight")->value;  // [E, C]
+    for (int64_t c = 0; c < C; ++c) gate.data<double>()[3 * C + c] = -5.0;
+    Tensor x = random({2, 5, C}, 4);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = std::fabs(x.data<double>()[i]) + 0.1;
+    int forwards = 0, backwards = 0;
+    Module* idle = moe.children()[1 + 3];  // the gate, then experts 0..3
+    idle->add_forward_hook([&](Module&, const Tensor& y) {
+      ++forwards;
+      EXPECT_EQ(y.dim(0), 0);
+      return absl::OkStatus();
+    });
+    idle->add_backward_hook([&](Module&, const Tensor&) {
+      ++backwards;
+      return absl::OkStatus();
+    });
+
+    absl::StatusOr<ForwardResult> out = moe.forward(*ctx_, x);
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto w = [&](const std::string& name) { return store.find(name)->value.data<double>(); };
+    for (int64_t t = 0; t < N; ++t) {
+      const double* xt = x.data<double>() + t * C;
+      std::vector<double> logits(E), p(E);
+      double m = -1e300, z = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        for (int64_t c = 0; c < C; ++c) logits[e] += gate.data<double>()[e * C + c] * xt[c];
+        m = std::max(m, logits[e]);
+      }
+      for (int64_t e = 0; e < E; ++e) z += std::exp(logits[e] - m);
+      for (int64_t e = 0; e < E; ++e) p[e] = std::exp(logits[e] - m) / z;
+      std::vector<int64_t> order = {0, 1, 2, 3};
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return logits[a] > logits[b]; });
+      const double S = p[order[0]] + p[order[1]];
+      ASSERT_NE(order[0], 3);
+      ASSERT_NE(order[1], 3);
+      std::vector<double> y(C, 0.0);
+      for (int64_t i = 0; i < k; ++i) {
+        const int64_t e = order[i];
+        const std::string pre = "moe.experts." + std::to_string(e) + ".";
+        const double *w1 = w(pre + "w1.weight"), *w3 = w(pre + "w3.weight"), *w2 = w(pre + "w2.weight");
+        std::vector<double> h(I);
+        for (int64_t j = 0; j < I; ++j) {
+          double g = 0, u = 0;
+          for (int64_t c = 0; c < C; ++c) g += w1[j * C + c] * xt[c], u += w3[j * C + c] * xt[c];
+          h[j] = g / (1 + std::exp(-g)) * u;
+        }
+        const double weight = normalize ? p[e] / S : p[e];
+        for (int64_t c = 0; c < C; ++c) {
+          double d = 0;
+          for (int64_t j = 0; j < I; ++j) d += w2[c * I + j] * h[j];
+          y[c] += weight * d;
+        }
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        EXPECT_NEAR(out->output.data<double>()[t * C + c], y[c], 1e-13 * (1 + std::fabs(y[c])));
+      }
+    }
+
+    absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, moe, store, x, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_LT(r->max_error, 1e-6) << r->worst;
+    EXPECT_GT(forwards, 1);
+    EXPECT_GT(backwards, 0);
+    for (const char* p : {"w1", "w2", "w3"}) {
+      const Tensor g = store.find(std::string("moe.experts.3.") + p + ".weight")->grad;
+      for (int64_t i = 0; i < g.numel(); ++i) ASSERT_EQ(g.data<double>()[i], 0.0) << p;
+    }
+  }
 }
 
 // Grouped-query attention on [B, T, (H + 2 KV) D] equals multi-head attention

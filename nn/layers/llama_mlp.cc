@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "core/status/status.h"
 #include "kernels/activation/activation.h"
 #include "nn/layers/llama_projection.h"
@@ -23,16 +24,16 @@ using internal::llama_projection;
 }  // namespace
 
 LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias,
-                   core::DType dtype, const TensorParallel& tp)
+                   core::DType dtype, const TensorParallel& tp, const LlamaMlpNames& names)
     : Module(name),
       dtype_(dtype),
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 2)),
-      gate_proj_(name + ".gate_proj", hidden, intermediate,
+      gate_proj_(absl::StrCat(name, ".", names.gate), hidden, intermediate,
                  llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
-      up_proj_(name + ".up_proj", hidden, intermediate,
+      up_proj_(absl::StrCat(name, ".", names.up), hidden, intermediate,
                llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
-      down_proj_(name + ".down_proj", intermediate, hidden,
+      down_proj_(absl::StrCat(name, ".", names.down), intermediate, hidden,
                  llama_projection(bias, dtype, Parallel::kRow, tp)) {
   register_child(&gate_proj_);
   register_child(&up_proj_);

@@ -3,7 +3,8 @@
 //   out = down_proj(silu(gate_proj(x)) * up_proj(x))
 //
 // Children (Linear, WeightLayout::kOutIn): "<name>.gate_proj" and
-// "<name>.up_proj" [I, C], "<name>.down_proj" [C, I], biases with mlp_bias
+// "<name>.up_proj" [I, C], "<name>.down_proj" [C, I] (other names through
+// LlamaMlpNames), biases with mlp_bias
 // (Hugging Face's flag); with name "model.layers.<i>.mlp" these are Hugging
 // Face's names. The product is kernels/activation's swiglu (one pass forward,
 // one pass backward). Saves the gate and up activations [B, T, I].
@@ -22,13 +23,21 @@
 
 namespace colossal::nn {
 
+// The projections' child names: Hugging Face Llama's by default; Mixtral's
+// experts call them w1 (gate), w3 (up) and w2 (down).
+struct LlamaMlpNames {
+  const char* gate = "gate_proj";
+  const char* up = "up_proj";
+  const char* down = "down_proj";
+};
+
 class LlamaMlp : public Module {
  public:
   // With tensor parallelism gate_proj and up_proj are column-parallel,
   // down_proj row-parallel, and the backward sums the input gradient over the
   // group; intermediate must split over it (the model checks).
   LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias, core::DType dtype,
-           const TensorParallel& tp = {});
+           const TensorParallel& tp = {}, const LlamaMlpNames& names = {});
   const char* type() const override { return "LlamaMlp"; }
 
   // residual + forward(x), the add in down_proj's GEMM (Linear::forward_add);
