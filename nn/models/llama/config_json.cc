@@ -100,6 +100,19 @@ std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& c, core::DType dtype
     j["model_type"] = "mistral";
     j["sliding_window"] = c.sliding_window;
   }
+  if (c.num_local_experts > 0) {
+    // Mixtral's class (a Mistral with experts): no biases, the window or null.
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    j.erase("attention_bias");
+    j.erase("mlp_bias");
+    j.erase("pretraining_tp");
+    j["sliding_window"] = c.sliding_window > 0 ? Json(c.sliding_window) : Json(nullptr);
+    j["num_local_experts"] = c.num_local_experts;
+    j["num_experts_per_tok"] = c.num_experts_per_tok;
+    j["output_router_logits"] = false;
+    j["router_jitter_noise"] = 0.0;
+  }
   if (c.rope_scaling.has_value()) {
     j["rope_scaling"] = Json{
         {"rope_type", "llama3"},
@@ -120,13 +133,36 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
   }
   const auto type = j.find("model_type");
   if (type == j.end() || !type->is_string() ||
-      (*type != "llama" && *type != "mistral" && *type != "qwen2")) {
+      (*type != "llama" && *type != "mistral" && *type != "qwen2" && *type != "mixtral")) {
     return key_error(what, "model_type",
                      absl::StrCat("is ", type == j.end() ? std::string("missing") : type->dump(),
-                                  "; expected \"llama\" (or \"mistral\", \"qwen2\")"));
+                                  "; expected \"llama\" (or \"mistral\", \"qwen2\", \"mixtral\")"));
   }
   LlamaConfig c;  // transformers' defaults for absent keys
   const bool qwen2 = *type == "qwen2";
+  const bool mixtral = *type == "mixtral";
+  if (mixtral) {
+    // MixtralConfig's defaults (Mixtral-8x7B's).
+    c.intermediate_size = 14336, c.num_key_value_heads = 8, c.max_position_embeddings = 4096 * 32;
+    c.rms_norm_eps = 1e-5, c.rope_theta = 1e6, c.num_local_experts = 8, c.num_experts_per_tok = 2;
+    for (auto [key, out] : {std::pair{"num_local_experts", &c.num_local_experts},
+                            std::pair{"num_experts_per_tok", &c.num_experts_per_tok}}) {
+      if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
+    }
+    bool router_logits = false;
+    if (absl::Status s = read(j, "output_router_logits", &router_logits, what); !s.ok()) return s;
+    if (router_logits) {
+      return key_error(what, "output_router_logits",
+                       "is true; the router's load-balancing loss is not in this build (set it false: "
+                       "the loss is then the language-model loss alone, as transformers computes it)");
+    }
+    double jitter = 0.0;
+    if (absl::Status s = read(j, "router_jitter_noise", &jitter, what); !s.ok()) return s;
+    if (jitter != 0.0) {
+      return key_error(what, "router_jitter_noise",
+                       absl::StrCat("is ", jitter, "; router jitter is not in this build (it must be 0)"));
+    }
+  }
   if (qwen2) {
     // Qwen2 / Qwen2.5: a Llama with q/k/v biases. Its window applies only
     // with use_sliding_window (false in every published checkpoint).
@@ -141,7 +177,7 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
   }
   const auto window = j.find("sliding_window");
   if (!qwen2 && window != j.end() && !window->is_null()) {
-    if (*type != "mistral") {
+    if (*type != "mistral" && !mixtral) {
       return key_error(what, "sliding_window", "is set for model_type \"llama\", which has none");
     }
     if (absl::Status s = read(j, "sliding_window", &c.sliding_window, what); !s.ok()) return s;
@@ -171,8 +207,9 @@ absl::StatusOr<LlamaConfig> LlamaConfigFromHuggingFaceJson(std::string_view text
     if (absl::Status s = read(j, key, out, what); !s.ok()) return s;
   }
   if (absl::Status s = read(j, "tie_word_embeddings", &c.tie_word_embeddings, what); !s.ok()) return s;
-  // Qwen2's class has its biases fixed; transformers ignores these keys there.
-  if (!qwen2) {
+  // Qwen2's and Mixtral's classes have their biases fixed; transformers
+  // ignores these keys there.
+  if (!qwen2 && !mixtral) {
     for (auto [key, out] : {std::pair{"attention_bias", &c.attention_bias},
                             std::pair{"mlp_bias", &c.mlp_bias}}) {
       if (absl::Status s = read(j, key, out, what); !s.ok()) return s;

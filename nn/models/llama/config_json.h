@@ -19,12 +19,14 @@ namespace colossal::nn {
 
 // config.json for LlamaForCausalLM with weights of `dtype` (MistralForCausalLM,
 // model_type "mistral", with a sliding_window; Qwen2ForCausalLM, model_type
-// "qwen2", with qkv_bias and no attention_bias).
+// "qwen2", with qkv_bias and no attention_bias; MixtralForCausalLM, model_type
+// "mixtral", with num_local_experts).
 std::string LlamaConfigToHuggingFaceJson(const LlamaConfig& config, core::DType dtype);
 
 // The LlamaConfig a config.json describes. InvalidArgument naming `what` (the
 // file) and the key: a wrong type, a model_type other than "llama",
-// "mistral" or "qwen2", a sliding_window that is not positive (or set for
+// "mistral", "qwen2" or "mixtral", a Mixtral with output_router_logits or
+// router_jitter_noise (not in this build), a sliding_window that is not positive (or set for
 // "llama"), a Qwen2 with use_sliding_window, a rope_scaling type other than
 // "llama3", a config validate() refuses. A Mistral's sliding_window becomes
 // LlamaConfig::sliding_window: the model's context is then at most the window

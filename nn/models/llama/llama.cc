@@ -1,5 +1,6 @@
 #include "nn/models/llama/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -73,6 +74,10 @@ std::vector<Preset> presets() {
   p.push_back({"qwen2.5-1.5b", qwen2(1536, 8960, 28, 12, 2, 131072, true)});
   p.push_back({"qwen2.5-3b", qwen2(2048, 11008, 36, 16, 2, 32768, true)});
   p.push_back({"qwen2.5-7b", qwen2(3584, 18944, 28, 28, 4, 131072, false)});
+  c = {};  // mistralai/Mixtral-8x7B-v0.1
+  c.intermediate_size = 14336, c.num_key_value_heads = 8, c.max_position_embeddings = 32768;
+  c.rms_norm_eps = 1e-5, c.rope_theta = 1000000.0, c.num_local_experts = 8, c.num_experts_per_tok = 2;
+  p.push_back({"mixtral-8x7b", c});
   return p;
 }
 
@@ -95,7 +100,8 @@ long double count_parameters(const LlamaConfig& c, int64_t vocab_rows) {
   const long double attention =
       2 * C * H * D + 2 * C * KV * D + (c.attention_bias || c.qkv_bias ? H * D + 2 * KV * D : 0) +
       (c.attention_bias ? C : 0);
-  const long double mlp = 3 * C * I + (c.mlp_bias ? 2 * I + C : 0);
+  const long double E = c.num_local_experts;
+  const long double mlp = E > 0 ? E * 3 * C * I + E * C : 3 * C * I + (c.mlp_bias ? 2 * I + C : 0);
   return static_cast<long double>(vocab_rows) * C * (c.tie_word_embeddings ? 1 : 2) +
          static_cast<long double>(c.num_hidden_layers) * (attention + mlp + 2 * C) + C;
 }
@@ -143,6 +149,21 @@ absl::Status LlamaConfig::validate() const {
   if (qkv_bias && sliding_window > 0) {
     return field_error("qkv_bias", "(Qwen2's) with a sliding_window is not supported: a Qwen2 here has "
                                    "full causal attention in every layer (use_sliding_window false)");
+  }
+  if (num_local_experts < 0 || num_local_experts > 1024) {
+    return field_error("num_local_experts",
+                       absl::StrCat("is ", num_local_experts, "; it must be in [0, 1024] (0: a dense MLP)"));
+  }
+  if (num_local_experts > 0) {
+    if (num_experts_per_tok < 1 || num_experts_per_tok > std::min<int64_t>(num_local_experts, 8)) {
+      return field_error("num_experts_per_tok",
+                         absl::StrCat("is ", num_experts_per_tok, "; it must be in [1, min(num_local_experts ",
+                                      num_local_experts, ", 8)]"));
+    }
+    if (mlp_bias || qkv_bias || attention_bias) {
+      return field_error(mlp_bias ? "mlp_bias" : qkv_bias ? "qkv_bias" : "attention_bias",
+                         "with num_local_experts is not supported: Mixtral has no biases");
+    }
   }
   if (num_key_value_heads < 0 || head_dim < 0) {
     return field_error(num_key_value_heads < 0 ? "num_key_value_heads" : "head_dim",
@@ -211,7 +232,9 @@ Llama::Llama(const LlamaConfig& config, core::DType dtype, std::shared_ptr<Rotar
                     .o_bias = config.attention_bias},
       .intermediate = config.intermediate_size,
       .mlp_bias = config.mlp_bias,
-      .rms_norm_eps = static_cast<float>(config.rms_norm_eps)};
+      .rms_norm_eps = static_cast<float>(config.rms_norm_eps),
+      .num_experts = config.num_local_experts,
+      .experts_per_token = config.num_experts_per_tok};
   chunk_blocks_.push_back(0);
   for (const LayerRange& chunk : stage.chunks) {
     const int64_t end = chunk.end < 0 ? config.num_hidden_layers : chunk.end;
@@ -265,6 +288,13 @@ absl::StatusOr<std::unique_ptr<Llama>> Llama::declare(const LlamaConfig& config,
                                                       const ModelSplit& split) {
   COLOSSAL_RETURN_IF_ERROR(config.validate());
   const TensorParallel& tp = split.tp;
+  if (config.num_local_experts > 0 && tp.size() > 1) {
+    return field_error("num_local_experts",
+                       absl::StrCat("is ", config.num_local_experts, " with tp_size ", tp.size(),
+                                    ": experts do not split over tensor-parallel ranks in this build "
+                                    "(train a mixture of experts with tp_size 1: data parallelism, "
+                                    "ZeRO, Gemini or pipeline stages)"));
+  }
   const std::pair<const char*, int64_t> widths[] = {
       {"num_attention_heads", config.num_attention_heads},
       {"num_key_value_heads", config.kv_heads()},
@@ -332,11 +362,14 @@ absl::StatusOr<std::unique_ptr<CausalLM>> Llama::redeclare(core::DType dtype,
 
 std::string Llama::describe() const {
   return absl::StrFormat(
-      "Llama(layers=%d, hidden=%d, heads=%d, kv_heads=%d, head_dim=%d, intermediate=%d, "
+      "Llama(layers=%d, hidden=%d, heads=%d, kv_heads=%d, head_dim=%d, intermediate=%d, %s"
       "vocab=%d, %s, %s)",
       config_.num_hidden_layers, config_.hidden_size, config_.num_attention_heads,
-      config_.kv_heads(), config_.head_size(), config_.intermediate_size, config_.vocab_size,
-      config_.tie_word_embeddings ? "tied" : "untied", core::dtype_name(dtype_));
+      config_.kv_heads(), config_.head_size(), config_.intermediate_size,
+      config_.num_local_experts > 0
+          ? absl::StrFormat("experts=%d, top_k=%d, ", config_.num_local_experts, config_.num_experts_per_tok)
+          : std::string(),
+      config_.vocab_size, config_.tie_word_embeddings ? "tied" : "untied", core::dtype_name(dtype_));
 }
 
 ChunkModules Llama::chunk_modules(int c) {

@@ -1,6 +1,6 @@
-// colossal::nn — the Llama family (Llama 2/3, TinyLlama, Mistral, and Qwen2 /
-// Qwen2.5, a Llama with q/k/v biases) built from nn/layers, under Hugging
-// Face's names.
+// colossal::nn — the Llama family (Llama 2/3, TinyLlama, Mistral, Qwen2 /
+// Qwen2.5, a Llama with q/k/v biases, and Mixtral, a Mistral whose MLPs are
+// sparse mixtures of experts) built from nn/layers, under Hugging Face's names.
 //
 //   tokens [B, T] int32 -> embed_tokens [B, T, C] -> num_hidden_layers
 //   LlamaBlocks (pre-RMSNorm, rotary positions, grouped-query attention,
@@ -15,6 +15,9 @@
 //   model.layers.<i>.self_attn.o_proj.weight [C, H D]   (+ .bias with attention_bias)
 //   model.layers.<i>.post_attention_layernorm.weight [C]
 //   model.layers.<i>.mlp.gate_proj.weight [I, C]  up_proj the same, down_proj [C, I]
+//   (Mixtral, num_local_experts E > 0, in place of the mlp:
+//    model.layers.<i>.block_sparse_moe.gate.weight [E, C]
+//    model.layers.<i>.block_sparse_moe.experts.<j>.w1.weight [I, C]  w3 the same, w2 [C, I])
 //   model.norm.weight [C]
 //   lm_head.weight [Vp, C]                (absent with tie_word_embeddings: the
 //                                          head reads embed_tokens)
@@ -89,6 +92,14 @@ struct LlamaConfig {
   // too). Hugging Face has no such field: config.json says model_type
   // "qwen2" (Qwen2 and Qwen2.5), which sets it.
   bool qkv_bias = false;
+  // Mixtral's sparse mixture of experts: every layer's MLP becomes
+  // num_local_experts SwiGLU experts of width intermediate_size, of which a
+  // router (block_sparse_moe.gate) picks num_experts_per_tok per token and
+  // weighs them by its softmax renormalised over the picks. 0: dense MLPs.
+  // Hugging Face's load-balancing loss (output_router_logits) is not in this
+  // build: config.json asking for it is refused.
+  int64_t num_local_experts = 0;
+  int64_t num_experts_per_tok = 2;
   int64_t bos_token_id = 1;
   int64_t eos_token_id = 2;
   // Ours: the embedding and head rows are vocab_size rounded up to a multiple
@@ -113,13 +124,16 @@ struct LlamaConfig {
   int64_t parameter_count() const;
 
   // "tinyllama-1.1b", "llama3.2-1b", "llama3.2-3b", "llama2-7b", "llama3-8b",
-  // "llama2-70b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b":
+  // "llama2-70b", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b",
+  // "mixtral-8x7b":
   // Hugging Face's config.json of those checkpoints. NotFound
   // with the closest name otherwise.
   static absl::StatusOr<LlamaConfig> preset(absl::string_view name);
   // InvalidArgumentError naming the field: sizes positive; heads a multiple of
   // key/value heads; head_dim even; hidden_size a multiple of heads when
-  // head_dim is not given; eps, theta positive; checkpoint_ratio in [0, 1].
+  // head_dim is not given; eps, theta positive; checkpoint_ratio in [0, 1];
+  // with experts: at most 1024, num_experts_per_tok in [1, min(experts, 8)],
+  // no biases.
   absl::Status validate() const;
 };
 
@@ -128,7 +142,8 @@ class Llama : public CausalLM {
   static absl::StatusOr<ParameterTable> parameter_table(const LlamaConfig& config, core::DType dtype);
   // Builds the model and its table, bound to store() with no memory. With
   // split.tp the blocks' attention and MLP split over its group (the
-  // embedding, norms and head stay whole on every rank); with split.stage
+  // embedding, norms and head stay whole on every rank; a model with experts
+  // is refused: tensor- and expert-parallel experts are not in this build); with split.stage
   // only that pipeline stage's modules are built (a tied head's last stage
   // declares model.embed_tokens.weight too). Errors: the config's; head counts
   // or intermediate_size not multiples of tp's size; a stage out of range.

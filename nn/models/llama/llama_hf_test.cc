@@ -62,7 +62,20 @@ constexpr char kQwen25_05B[] = R"({
   "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
   "vocab_size": 151936})";
 
+// mistralai/Mixtral-8x7B-v0.1's config.json.
+constexpr char kMixtral8x7B[] = R"({
+  "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+  "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+  "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+  "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+  "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.36.0.dev0", "use_cache": true, "vocab_size": 32000})";
+
 void expect_same(const LlamaConfig& a, const LlamaConfig& b) {
+  EXPECT_EQ(a.num_local_experts, b.num_local_experts);
+  EXPECT_EQ(a.num_experts_per_tok, b.num_experts_per_tok);
   EXPECT_EQ(a.vocab_size, b.vocab_size);
   EXPECT_EQ(a.hidden_size, b.hidden_size);
   EXPECT_EQ(a.intermediate_size, b.intermediate_size);
@@ -97,7 +110,11 @@ TEST(LlamaHuggingFace, PublishedConfigEqualsThePresetAndRoundTrips) {
   absl::StatusOr<LlamaConfig> v5 = LlamaConfigFromHuggingFaceJson(kLlama32_1B_v5, "config.json");
   ASSERT_TRUE(v5.ok()) << v5.status();
   expect_same(*v5, *LlamaConfig::preset("llama3.2-1b"));
-  for (const char* name : {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b", "qwen2.5-0.5b", "qwen2.5-7b"}) {
+  absl::StatusOr<LlamaConfig> mixtral = LlamaConfigFromHuggingFaceJson(kMixtral8x7B, "config.json");
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  expect_same(*mixtral, *LlamaConfig::preset("mixtral-8x7b"));
+  for (const char* name :
+       {"llama3.2-1b", "tinyllama-1.1b", "llama2-70b", "qwen2.5-0.5b", "qwen2.5-7b", "mixtral-8x7b"}) {
     const LlamaConfig c = *LlamaConfig::preset(name);
     absl::StatusOr<LlamaConfig> back =
         LlamaConfigFromHuggingFaceJson(LlamaConfigToHuggingFaceJson(c, DType::kBF16), "x");
@@ -123,6 +140,11 @@ TEST(LlamaHuggingFace, BadConfigsNameFileAndKey) {
            Case{R"({"model_type": "llama", "num_key_value_heads": 5})", "num_attention_heads"},
            Case{R"({"model_type": "qwen2", "use_sliding_window": true})", "use_sliding_window"},
            Case{R"({"model_type": "qwen2", "use_sliding_window": "no"})", "use_sliding_window"},
+           Case{R"({"model_type": "mixtral", "output_router_logits": true})", "output_router_logits"},
+           Case{R"({"model_type": "mixtral", "router_jitter_noise": 0.01})", "router_jitter_noise"},
+           Case{R"({"model_type": "mixtral", "num_experts_per_tok": 3, "num_local_experts": 2})",
+                "num_experts_per_tok"},
+           Case{R"({"model_type": "mixtral", "num_local_experts": "eight"})", "num_local_experts"},
            Case{R"([1, 2])", "JSON object"},
        }) {
     absl::StatusOr<LlamaConfig> r = LlamaConfigFromHuggingFaceJson(c.json, "dir/config.json");

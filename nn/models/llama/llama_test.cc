@@ -64,7 +64,8 @@ TEST_F(LlamaTest, PresetsMatchPublishedParameterCounts) {
                         Case{"llama3.2-3b", 3212749824}, Case{"llama2-7b", 6738415616},
                         Case{"llama3-8b", 8030261248}, Case{"llama2-70b", 68976648192},
                         Case{"qwen2.5-0.5b", 494032768}, Case{"qwen2.5-1.5b", 1543714304},
-                        Case{"qwen2.5-3b", 3085938688}, Case{"qwen2.5-7b", 7615616512}}) {
+                        Case{"qwen2.5-3b", 3085938688}, Case{"qwen2.5-7b", 7615616512},
+                        Case{"mixtral-8x7b", 46702792704}}) {
     absl::StatusOr<LlamaConfig> config = LlamaConfig::preset(c.name);
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_EQ(config->parameter_count(), c.parameters) << c.name;
@@ -150,6 +151,36 @@ TEST_F(LlamaTest, TinyModelGradientsMatchFiniteDifferences) {
     EXPECT_EQ(r->checked, model->table().parameter_count());
     EXPECT_LT(r->max_error, 1e-5) << (tied ? "tied: " : "untied: ") << r->worst;
   }
+}
+
+// Mixtral: every block's MLP a sparse mixture of experts under Hugging
+// Face's names; the whole model's gradients against finite differences (the
+// router's choice is held fixed by the perturbation's size); refused with
+// tensor parallelism.
+TEST_F(LlamaTest, TinyMixtralNamesAndGradients) {
+  LlamaConfig config = tiny_config(/*tied=*/false);
+  config.rope_scaling.reset();
+  config.num_local_experts = 4;
+  config.num_experts_per_tok = 2;
+  config.intermediate_size = 6;
+  auto model = perturbed_float64_model(config, 5);
+  const ParameterTable& t = model->table();
+  EXPECT_EQ(t.find("model.layers.1.block_sparse_moe.gate.weight")->shape, (core::Shape{4, 8}));
+  EXPECT_EQ(t.find("model.layers.1.block_sparse_moe.experts.3.w1.weight")->shape, (core::Shape{6, 8}));
+  EXPECT_EQ(t.find("model.layers.1.block_sparse_moe.experts.3.w2.weight")->shape, (core::Shape{8, 6}));
+  EXPECT_EQ(t.find("model.layers.0.mlp.gate_proj.weight"), nullptr);
+  const int64_t padding = (config.padded_vocab_size() - config.vocab_size) * config.hidden_size * 2;
+  EXPECT_EQ(t.parameter_count() - padding, config.parameter_count());
+  EXPECT_NE(model->describe().find("experts=4, top_k=2"), std::string::npos) << model->describe();
+  Tensor tokens = tokens_of({1, 10, 3, 3, 0, 7, 2, 9, 4, 4}, 2, 5);
+  absl::StatusOr<GradCheckReport> r = gradcheck(*ctx_, *model, model->store(), tokens, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->checked, t.parameter_count());
+  EXPECT_LT(r->max_error, 1e-5) << r->worst;
+
+  config.num_experts_per_tok = 5;
+  absl::Status bad = config.validate();
+  EXPECT_NE(std::string(bad.message()).find("num_experts_per_tok"), std::string::npos) << bad;
 }
 
 // Packed documents (float64, CPU): rows of two documents each give every
