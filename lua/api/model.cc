@@ -132,11 +132,13 @@ int Llama(lua_State* L) {
   table_config.qkv_bias = o.boolean("qkv_bias", config.qkv_bias);
   table_config.rms_norm_eps = o.number("rms_norm_eps", config.rms_norm_eps);
   table_config.rope_theta = o.number("rope_theta", config.rope_theta);
+  table_config.num_local_experts = o.integer("num_local_experts", config.num_local_experts);
+  table_config.num_experts_per_tok = o.integer("num_experts_per_tok", config.num_experts_per_tok);
   std::vector<std::string> ignored;
   for (const char* key : {"preset", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                           "num_attention_heads", "num_key_value_heads", "head_dim",
                           "tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "rms_norm_eps",
-                          "rope_theta"}) {
+                          "rope_theta", "num_local_experts", "num_experts_per_tok"}) {
     if (o.has(key)) ignored.push_back(key);
   }
   // An empty from_pretrained with nothing else describing the model is a
@@ -390,6 +392,8 @@ int Config(lua_State* L) {
                         {"head_dim", c.head_size()},
                         {"max_position_embeddings", c.max_position_embeddings},
                         {"sliding_window", c.sliding_window},
+                        {"num_local_experts", c.num_local_experts},
+                        {"num_experts_per_tok", c.num_experts_per_tok},
                         {"rms_norm_eps", c.rms_norm_eps},
                         {"rope_theta", c.rope_theta},
                         {"checkpoint_ratio", c.checkpoint_ratio},

@@ -36,14 +36,15 @@ absl::StatusOr<std::unique_ptr<CausalLM>> DeclareHuggingFaceModel(const std::str
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<GPT2> model, GPT2::declare(*config, dtype));
     return std::unique_ptr<CausalLM>(std::move(model));
   }
-  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2") {
+  if (model_type == "llama" || model_type == "mistral" || model_type == "qwen2" ||
+      model_type == "mixtral") {
     COLOSSAL_ASSIGN_OR_RETURN(LlamaConfig config, LlamaConfigFromHuggingFaceJson(text, path));
     COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<Llama> model, Llama::declare(config, dtype));
     return std::unique_ptr<CausalLM>(std::move(model));
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "'", path, "': \"model_type\" is ", type == j.end() ? std::string("missing") : type->dump(),
-      "; colossal reads \"gpt2\", \"llama\", \"mistral\" and \"qwen2\""));
+      "; colossal reads \"gpt2\", \"llama\", \"mistral\", \"qwen2\" and \"mixtral\""));
 }
 
 }  // namespace colossal::nn

@@ -1,5 +1,5 @@
 // colossal::nn — every model family by name: the model a Hugging Face
-// directory's config.json describes ("model_type": gpt2, llama, mistral),
+// directory's config.json describes ("model_type": gpt2, llama, mistral, qwen2, mixtral),
 // declared without memory.
 //
 //   COLOSSAL_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> model,

@@ -42,6 +42,13 @@ TEST(Registry, DeclaresTheFamilyOfTheConfig) {
   EXPECT_EQ(std::string((*llama)->family()), "llama");
   EXPECT_EQ((*llama)->dtype(), core::DType::kBF16);
   EXPECT_FALSE((*llama)->store().materialized());
+
+  l.num_local_experts = 4;  // a Mixtral: the Llama family with experts
+  absl::StatusOr<std::unique_ptr<CausalLM>> mixtral = DeclareHuggingFaceModel(
+      dir_with("mixtral", LlamaConfigToHuggingFaceJson(l, core::DType::kBF16)), core::DType::kBF16);
+  ASSERT_TRUE(mixtral.ok()) << mixtral.status();
+  EXPECT_EQ(std::string((*mixtral)->family()), "llama");
+  EXPECT_TRUE((*mixtral)->store().table().find("model.layers.1.block_sparse_moe.experts.3.w2.weight") != nullptr);
 }
 
 TEST(Registry, OtherModelTypesAndBrokenFilesNameTheFile) {
