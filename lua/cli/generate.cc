@@ -101,7 +101,10 @@ std::string Describe(const nn::CausalLM& model) {
     const nn::LlamaConfig& c = l->config();
     return absl::StrCat("Llama ", c.num_hidden_layers, " layers, ", c.num_attention_heads,
                         " heads (", c.kv_heads(), " key-value), hidden ", c.hidden_size, ", vocab ",
-                        c.vocab_size, ", context ", c.max_position_embeddings);
+                        c.vocab_size, ", context ", c.max_position_embeddings,
+                        c.num_local_experts > 0 ? absl::StrCat(", ", c.num_local_experts, " experts (",
+                                                               c.num_experts_per_tok, " per token)")
+                                                : std::string());
   }
   return model.describe();
 }

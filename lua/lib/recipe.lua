@@ -426,13 +426,24 @@ function recipe.run(t, file, bench)
   local accum, world = r.accumulation_steps, env.world_size
   -- Each data-parallel copy reads its own batch; tensor-parallel ranks share one.
   local tokens_per_step = d.micro_batch_size * d.seq_len * accum * booster:dp_size()
-  local flops_per_token = 6 * n_params + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
+  -- A mixture of experts computes with the experts its router picks only:
+  -- the active parameters count, not every expert's.
+  local experts = cfg.num_local_experts or 0
+  local active = n_params
+  if experts > 0 then
+    active = n_params - cfg.num_hidden_layers * (experts - cfg.num_experts_per_tok) * 3 * cfg.hidden_size
+      * cfg.intermediate_size
+  end
+  local flops_per_token = 6 * active + 12 * cfg.n_layer * cfg.n_embd * d.seq_len
   local info = colossal.device_info()
   local peak = (precision ~= "fp32") and info.peak_flops_16bit or nil
   local where_ = env.device == "cpu" and "the CPU" or (env.device .. " " .. info.name)
-  say("colossal: %s %s parameters (%d layers, %d heads, width %d) on %s x%d, %s, plugin %s",
-    family == "gpt2" and "GPT-2" or "Llama", human(n_params), cfg.n_layer, cfg.n_head, cfg.n_embd, where_, world,
-    precision, r.plugin and r.plugin.name or "none")
+  local moe = experts > 0
+      and string.format(", %d experts, %d per token: %s active", experts, cfg.num_experts_per_tok, human(active))
+      or ""
+  say("colossal: %s %s parameters (%d layers, %d heads, width %d%s) on %s x%d, %s, plugin %s",
+    family == "gpt2" and "GPT-2" or (experts > 0 and "Mixtral" or "Llama"), human(n_params), cfg.n_layer, cfg.n_head,
+    cfg.n_embd, moe, where_, world, precision, r.plugin and r.plugin.name or "none")
   say("colossal: %d steps of %s tokens (micro-batch %d x %d, accumulation %d)", r.steps,
     human(tokens_per_step), d.micro_batch_size, d.seq_len, accum)
 

@@ -33,6 +33,11 @@ declare -A OVERRIDES=(
     model.max_position_embeddings=16 data.micro_batch_size=2 data.seq_len=8
     lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2 eval.batches=1 checkpoint.every_steps=1
     sample.max_new_tokens=4"
+  [mixtral_zero]="steps=2 model.num_hidden_layers=1 model.num_attention_heads=2
+    model.num_key_value_heads=1 model.hidden_size=16 model.intermediate_size=32 model.num_local_experts=3
+    model.max_position_embeddings=16 data.micro_batch_size=2 data.seq_len=8
+    lr_scheduler.warmup_steps=1 lr_scheduler.total_steps=2 eval.batches=1 checkpoint.every_steps=1
+    sample.max_new_tokens=4"
   # llama_hybrid: a vocabulary beyond the GPT-2 tokenizer's (50257), so its samples
   # would draw ids the tokenizer cannot decode unless generation keeps to its ids.
   [llama_hybrid]="steps=2 model.num_hidden_layers=1 model.num_attention_heads=2
@@ -49,6 +54,7 @@ declare -A NEEDS_GPU=(
   [gpt2_gemini]="plugin.precision=bf16|bf16 needs a CUDA device"
   [llama_finetune]="plugin.precision=bf16|bf16 needs a CUDA device"
   [llama_hybrid]="plugin.precision=bf16|bf16 needs a CUDA device"
+  [mixtral_zero]="plugin.precision=bf16|bf16 needs a CUDA device"
   [gpt2_hybrid]="plugin.precision=bf16|bf16 needs a CUDA device"
 )
 

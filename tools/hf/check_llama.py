@@ -7,9 +7,12 @@ the GPU host (torch, transformers, safetensors; nothing downloaded).
 For each of two tiny random LlamaForCausalLM (2 layers, hidden 256, 8 query /
 2 key-value heads, Llama-3 rope scaling; untied and tied embeddings) and a
 MistralForCausalLM of that shape with a sliding window of 128 (longer than the
-97 tokens: there full causal attention is the window's), and a Qwen2ForCausalLM
-of that shape (q/k/v biases, tied, rope_theta 1e6):
-  1. transformers saves it (save_pretrained, float32) with fixed tokens;
+97 tokens: there full causal attention is the window's), a Qwen2ForCausalLM
+of that shape (q/k/v biases, tied, rope_theta 1e6), and a MixtralForCausalLM of
+that shape with 4 experts, 2 per token:
+  1. transformers saves it (save_pretrained, float32) with fixed tokens (a
+     Mixtral saved with transformers 5's fused experts is rewritten into the
+     published per-expert w1/w2/w3 form first);
   2. colossal (llama_hf_case) loads the directory, writes its float32 logits on
      the CPU and the GPU, and saves its own checkpoint;
   3. transformers' logits on the same tokens are compared with colossal's, and
@@ -24,6 +27,40 @@ import subprocess
 import sys
 
 
+def published_expert_form(hf_dir, load_file, save_file):
+    """Rewrites transformers 5's fused Mixtral experts (mlp.experts.gate_up_proj
+    [E, 2I, C] with the gate first, mlp.experts.down_proj [E, C, I], mlp.gate) into
+    the published checkpoints' block_sparse_moe.experts.<j>.w1/w3/w2 and
+    block_sparse_moe.gate; a directory already in that form is left alone."""
+    import glob
+    for path in glob.glob(os.path.join(hf_dir, "*.safetensors")):
+        tensors = load_file(path)
+        if not any(k.endswith("experts.gate_up_proj") for k in tensors):
+            continue
+        out = {}
+        for key, value in tensors.items():
+            prefix, _, leaf = key.rpartition(".mlp.")
+            if not prefix:
+                out[key] = value
+                continue
+            moe = prefix + ".block_sparse_moe."
+            if leaf == "experts.gate_up_proj":
+                inter = value.shape[1] // 2
+                for j in range(value.shape[0]):
+                    out[f"{moe}experts.{j}.w1.weight"] = value[j, :inter].contiguous()
+                    out[f"{moe}experts.{j}.w3.weight"] = value[j, inter:].contiguous()
+            elif leaf == "experts.down_proj":
+                for j in range(value.shape[0]):
+                    out[f"{moe}experts.{j}.w2.weight"] = value[j].contiguous()
+            elif leaf == "gate.weight":
+                out[moe + "gate.weight"] = value
+            else:
+                out[key] = value
+        if os.path.exists(os.path.join(hf_dir, "model.safetensors.index.json")):
+            sys.exit(f"{hf_dir}: a sharded save; the index would need rewriting too")
+        save_file(out, path, metadata={"format": "pt"})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--case-bin", required=True, help="the llama_hf_case binary")
@@ -35,7 +72,8 @@ def main():
     import transformers
     from safetensors.torch import load_file, save_file
     from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM,
-                              MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                              MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -44,9 +82,13 @@ def main():
     shape = dict(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
                  num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=512,
                  rms_norm_eps=1e-5, attn_implementation="eager")
-    for seed, name in enumerate(("untied", "tied", "mistral", "qwen2")):
+    for seed, name in enumerate(("untied", "tied", "mistral", "qwen2", "mixtral")):
         torch.manual_seed(1234 + seed)
-        if name == "qwen2":
+        if name == "mixtral":
+            config = MixtralConfig(rope_theta=1000000.0, sliding_window=None, num_local_experts=4,
+                                   num_experts_per_tok=2, **shape)
+            model = MixtralForCausalLM(config).float().eval()
+        elif name == "qwen2":
             config = Qwen2Config(rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
                                  **shape)
             model = Qwen2ForCausalLM(config).float().eval()
@@ -70,6 +112,8 @@ def main():
         out_root = os.path.join(args.work, f"ours_{name}")
         os.makedirs(hf_dir, exist_ok=True)
         model.save_pretrained(hf_dir, safe_serialization=True)
+        if name == "mixtral":
+            published_expert_form(hf_dir, load_file, save_file)
         tokens = torch.randint(0, config.vocab_size, (2, 97), dtype=torch.int32)
         save_file({"tokens": tokens}, os.path.join(hf_dir, "case.safetensors"))
         with torch.no_grad():
