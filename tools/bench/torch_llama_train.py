@@ -1,6 +1,8 @@
 """PyTorch reference for the Llama training benchmark (issue #17): transformers'
 LlamaForCausalLM (or Qwen2ForCausalLM) at a published shape, one optimizer step timed, beside
-`colossal bench recipes/llama_finetune.lua` in the same call.
+`colossal bench recipes/llama_finetune.lua` in the same call; or MixtralForCausalLM at
+recipes/mixtral_zero.lua's GPU shape (--shape mixtral_zero) beside `colossal bench
+recipes/mixtral_zero.lua`.
 
 The model: LlamaForCausalLM(LlamaConfig of --shape) with random weights (transformers'
 init), attn_implementation "sdpa" (F.scaled_dot_product_attention, flash backend)
@@ -47,16 +49,27 @@ SHAPES = {
                          num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
                          max_position_embeddings=131072, rms_norm_eps=1e-6, rope_theta=1000000.0,
                          tie_word_embeddings=True, use_sliding_window=False),
+    # MixtralForCausalLM as recipes/mixtral_zero.lua's GPU model: 8 experts, 2 a token.
+    "mixtral_zero": dict(vocab_size=50257, hidden_size=1024, intermediate_size=3584,
+                         num_hidden_layers=12, num_attention_heads=16, num_key_value_heads=4,
+                         num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=2048,
+                         rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None,
+                         tie_word_embeddings=False),
 }
 
 
 def run(variant, args):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM,
+                              Qwen2Config, Qwen2ForCausalLM)
 
     torch.manual_seed(0)
-    qwen2 = args.shape.startswith("qwen2")
-    config = (Qwen2Config if qwen2 else LlamaConfig)(**SHAPES[args.shape], attn_implementation="sdpa")
-    model = (Qwen2ForCausalLM if qwen2 else LlamaForCausalLM)(config).cuda()
+    config_class, model_class = LlamaConfig, LlamaForCausalLM
+    if args.shape.startswith("qwen2"):
+        config_class, model_class = Qwen2Config, Qwen2ForCausalLM
+    elif args.shape.startswith("mixtral"):
+        config_class, model_class = MixtralConfig, MixtralForCausalLM
+    config = config_class(**SHAPES[args.shape], attn_implementation="sdpa")
+    model = model_class(config).cuda()
     if args.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()

@@ -4,6 +4,7 @@
 // without a GPU.
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/ops/elementwise.h"
@@ -59,13 +60,21 @@ Tensor bf16_logits(CausalLM& model, CpuAndCuda& m, const Tensor& gpu_tokens) {
 }
 #endif
 
+// Untied, tied, and a Mixtral (4 experts, 2 a token: kernels/moe's CUDA
+// routing against the CPU's; in float32 the router picks the same experts).
 TEST(LlamaCudaTest, Float32MatchesCpuForwardAndBackward) {
   COLOSSAL_REQUIRE_GPU();
 #if COLOSSAL_WITH_CUDA
-  for (bool tied : {false, true}) {
-    SCOPED_TRACE(tied ? "tied" : "untied");
+  for (const char* kind : {"untied", "tied", "mixtral"}) {
+    SCOPED_TRACE(kind);
+    LlamaConfig config = small_config(std::string(kind) == "tied");
+    if (std::string(kind) == "mixtral") {
+      config.num_local_experts = 4;
+      config.num_experts_per_tok = 2;
+      config.intermediate_size = 128;
+    }
     CpuAndCuda m;
-    ASSERT_NO_FATAL_FAILURE(set_up(llama(small_config(tied)), 11, m));
+    ASSERT_NO_FATAL_FAILURE(set_up(llama(config), 11, m));
     Steps s;
     ASSERT_NO_FATAL_FAILURE(forward_both(m, s));
     EXPECT_NEAR(s.gpu_ce.loss, s.cpu_ce.loss, 1e-4 * s.cpu_ce.loss);
