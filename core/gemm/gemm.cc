@@ -193,6 +193,7 @@ absl::Status gemm(Context& ctx, const Tensor& a, const Tensor& b, Tensor& c,
   p.alpha = options.alpha;
   p.beta = options.beta;
   p.allow_tf32 = options.allow_tf32;
+  p.varying_size = options.varying_size;
   p.epilogue = options.epilogue;
   p.a = a.raw_data();
   p.b = b.raw_data();

@@ -104,6 +104,11 @@ struct GemmOptions {
   const Tensor* addend = nullptr;
   // float32 only: allow TF32 tensor cores on CUDA (ignored on the CPU).
   bool allow_tf32 = false;
+  // The problem's size changes from call to call (a mixture of experts: the
+  // rows each expert receives): on CUDA the algorithm is cuBLASLt's heuristic
+  // first choice, never autotuned, whose timing would recur with every new
+  // size. Cached per size as usual. Ignored on the CPU.
+  bool varying_size = false;
   Epilogue epilogue = Epilogue::kNone;
   // kBias / kBiasGelu: [n], C's dtype, C's device. Must be null otherwise.
   const Tensor* bias = nullptr;

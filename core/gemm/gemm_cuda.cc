@@ -507,7 +507,7 @@ absl::Status run_cuda(Context& ctx, const GemmProblem& p) {
   const MatmulAlgoKey key = matmul_algo_key(p);
   MatmulAlgoCache& cache = ctx.matmul_algo_cache();
   std::optional<MatmulAlgo> algo = cache.find(key);
-  const GemmAutotune autotune = ctx.gemm_autotune();
+  const GemmAutotune autotune = p.varying_size ? GemmAutotune::kOff : ctx.gemm_autotune();
   const CudaLibraryChoice library = cuda_library_for_testing();
   const bool cublas_ok = ctx.cublas_handle() != nullptr && cublas_can_run(p);
   const bool may_tune = autotune != GemmAutotune::kOff &&

@@ -24,6 +24,7 @@ struct GemmProblem {
   bool trans_a = false, trans_b = false;
   double alpha = 1.0, beta = 0.0;
   bool allow_tf32 = false;
+  bool varying_size = false;  // GemmOptions::varying_size: never autotuned
   Epilogue epilogue = Epilogue::kNone;
   const void* a = nullptr;
   const void* b = nullptr;

@@ -872,6 +872,42 @@ TEST(GemmCudaTest, AutotuneMatchesHeuristicChoice) {
 #endif
 }
 
+// varying_size (a mixture of experts' expert GEMMs, whose sizes change every
+// call): even with autotuning on, the problem takes cuBLASLt's heuristic
+// first choice, untimed, as autotuning off does: the same bits.
+TEST(GemmCudaTest, VaryingSizeIsNeverAutotuned) {
+  COLOSSAL_REQUIRE_GPU();
+#if COLOSSAL_WITH_CUDA
+  ContextOptions tuned_options, plain_options;
+  tuned_options.gemm_autotune = GemmAutotune::kOn;
+  plain_options.gemm_autotune = GemmAutotune::kOff;
+  absl::StatusOr<std::unique_ptr<Context>> tuned = Context::create(Device::cuda(0), tuned_options);
+  absl::StatusOr<std::unique_ptr<Context>> plain = Context::create(Device::cuda(0), plain_options);
+  ASSERT_TRUE(tuned.ok() && plain.ok());
+  std::mt19937 rng(78);
+  std::uniform_real_distribution<double> uniform(-1.0, 1.0);
+  const int64_t m = 333, n = 1024, k = 768;
+  const Tensor ha = host_tensor({m, k}, DType::kBF16, 0, [&](int64_t) { return uniform(rng); }, nullptr);
+  const Tensor hb = host_tensor({n, k}, DType::kBF16, 0, [&](int64_t) { return uniform(rng); }, nullptr);
+  GemmOptions options;
+  options.trans_b = true;
+  options.varying_size = true;
+  Tensor outs[2];
+  for (int i = 0; i < 2; ++i) {
+    Context& ctx = i == 0 ? **tuned : **plain;
+    absl::StatusOr<Tensor> c = matmul(ctx, on_device(ctx, ha, 0), on_device(ctx, hb, 0), options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    outs[i] = to_host(ctx, *c);
+  }
+  ASSERT_EQ((*tuned)->matmul_algo_cache().size(), 1u);
+  for (const auto& [key, algo] : (*tuned)->matmul_algo_cache().entries()) {
+    EXPECT_EQ(algo.source, MatmulAlgoSource::kHeuristic);
+    EXPECT_EQ(algo.library, MatmulAlgoLibrary::kCublasLt);
+  }
+  EXPECT_EQ(std::memcmp(outs[0].raw_data(), outs[1].raw_data(), outs[0].nbytes()), 0);
+#endif
+}
+
 // Problems of >= 1e11 flops also time tile / cluster / custom-option variants
 // of the heuristic's first algorithm (gemm_cuda.cc). Whichever wins, sampled
 // outputs match a float64 dot product within bf16's tolerance (the full

@@ -92,7 +92,9 @@ RefRoute ref_route(const Buf& logits, int64_t t, const Case& c) {
 }
 
 // dlogits of token t for upstream dweights, and the scale its rounding errors
-// are measured against: p_e (max_i |dp_i| + |sum_i dp_i p_i|).
+// are measured against: p_e (D + |sum_i dp_i p_i|), D the largest size of the
+// terms of a dp_i: max_i (|dw_i| + |dot|) / S with normalize (dp_i = (dw_i -
+// dot) / S may cancel to far below its terms), max_i |dw_i| without.
 void ref_route_backward(const RefRoute& r, const Buf& dw, int64_t t, const Case& c, std::vector<LD>* dl,
                         std::vector<LD>* scale) {
   std::vector<LD> dp(c.top_k);
@@ -102,7 +104,7 @@ void ref_route_backward(const RefRoute& r, const Buf& dw, int64_t t, const Case&
     const LD g = dw.get(t * c.top_k + i);
     dp[i] = c.normalize ? (g - dot) / r.S : g;
     pdp += dp[i] * r.p[r.expert[i]];
-    dpmax = std::max(dpmax, std::fabs(dp[i]));
+    dpmax = std::max(dpmax, c.normalize ? (std::fabs(g) + std::fabs(dot)) / r.S : std::fabs(g));
   }
   dl->assign(c.experts, 0);
   scale->assign(c.experts, 0);

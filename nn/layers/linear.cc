@@ -96,6 +96,7 @@ absl::StatusOr<ForwardResult> Linear::run_forward(core::Context& ctx, const core
   core::Tensor b;
   core::gemm::GemmOptions g;
   g.trans_b = options_.layout == WeightLayout::kOutIn;
+  g.varying_size = options_.varying_rows;
   // A row layer's ranks sum partial outputs: only rank 0 adds the bias.
   const bool row = options_.parallel == Parallel::kRow && options_.tp.enabled();
   if (options_.bias && (!row || options_.tp.rank() == 0)) {
@@ -197,7 +198,7 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     // reduction runs during the weight-gradient GEMM below.
     dx = region->sum();
     if (!dx.defined()) {
-      COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+      COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out, .varying_size = options_.varying_rows}));
       COLOSSAL_ASSIGN_OR_RETURN(dx, dx.reshape(s->input.shape().dims()));
     } else {
       COLOSSAL_ASSIGN_OR_RETURN(core::Tensor rows, as_rows(dx, local_in(), "the region's sum"));
@@ -207,7 +208,7 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
                                                 s->input.to_string()));
       }
       COLOSSAL_RETURN_IF_ERROR(
-          core::gemm::gemm(ctx, dy, w, rows, {.trans_b = in_out, .beta = 1.0}));
+          core::gemm::gemm(ctx, dy, w, rows, {.trans_b = in_out, .beta = 1.0, .varying_size = options_.varying_rows}));
     }
     COLOSSAL_RETURN_IF_ERROR(region->contributed(ctx, dx));
   }
@@ -215,10 +216,10 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
   // Weight gradient, accumulated: [in, out] += x^T dy, or [out, in] += dy^T x.
   if (in_out) {
     COLOSSAL_RETURN_IF_ERROR(
-        core::gemm::gemm(ctx, x, dy, dw, {.trans_a = true, .beta = 1.0}));
+        core::gemm::gemm(ctx, x, dy, dw, {.trans_a = true, .beta = 1.0, .varying_size = options_.varying_rows}));
   } else {
     COLOSSAL_RETURN_IF_ERROR(
-        core::gemm::gemm(ctx, dy, x, dw, {.trans_a = true, .beta = 1.0}));
+        core::gemm::gemm(ctx, dy, x, dw, {.trans_a = true, .beta = 1.0, .varying_size = options_.varying_rows}));
   }
   if (options_.bias && !(row && options_.tp.splits_sequence())) {
     COLOSSAL_ASSIGN_OR_RETURN(core::Tensor db, bias_.grad());
@@ -232,10 +233,11 @@ absl::StatusOr<core::Tensor> Linear::backward_impl(core::Context& ctx, Saved& sa
     COLOSSAL_ASSIGN_OR_RETURN(
         dx, core::gemm::matmul(ctx, dy, w,
                                {.trans_b = in_out,
+                                .varying_size = options_.varying_rows,
                                 .epilogue = core::gemm::Epilogue::kDGelu,
                                 .gelu_input = &pre}));
   } else {
-    COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out}));
+    COLOSSAL_ASSIGN_OR_RETURN(dx, core::gemm::matmul(ctx, dy, w, {.trans_b = in_out, .varying_size = options_.varying_rows}));
   }
   return dx.reshape(s->input.shape().dims());
 }

@@ -66,6 +66,9 @@ struct LinearOptions {
   // unreduced sum, which the region's owner replaces by region_grad->finish().
   std::shared_ptr<RegionGrad> region_grad{};
   Activation activation = Activation::kNone;  // applied to the output (see above)
+  // The number of input rows changes from call to call (a mixture of
+  // experts' expert): the GEMMs skip autotuning (core/gemm's varying_size).
+  bool varying_rows = false;
 };
 
 class Linear : public Module {

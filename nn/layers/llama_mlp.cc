@@ -24,17 +24,18 @@ using internal::llama_projection;
 }  // namespace
 
 LlamaMlp::LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias,
-                   core::DType dtype, const TensorParallel& tp, const LlamaMlpNames& names)
+                   core::DType dtype, const TensorParallel& tp, const LlamaMlpNames& names,
+                   bool varying_rows)
     : Module(name),
       dtype_(dtype),
       tp_(tp),
       region_grad_(std::make_shared<RegionGrad>(tp, 2)),
       gate_proj_(absl::StrCat(name, ".", names.gate), hidden, intermediate,
-                 llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
+                 llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_, varying_rows)),
       up_proj_(absl::StrCat(name, ".", names.up), hidden, intermediate,
-               llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_)),
+               llama_projection(bias, dtype, Parallel::kColumn, tp, region_grad_, varying_rows)),
       down_proj_(absl::StrCat(name, ".", names.down), intermediate, hidden,
-                 llama_projection(bias, dtype, Parallel::kRow, tp)) {
+                 llama_projection(bias, dtype, Parallel::kRow, tp, nullptr, varying_rows)) {
   register_child(&gate_proj_);
   register_child(&up_proj_);
   register_child(&down_proj_);

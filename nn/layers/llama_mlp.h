@@ -35,9 +35,10 @@ class LlamaMlp : public Module {
  public:
   // With tensor parallelism gate_proj and up_proj are column-parallel,
   // down_proj row-parallel, and the backward sums the input gradient over the
-  // group; intermediate must split over it (the model checks).
+  // group; intermediate must split over it (the model checks). varying_rows:
+  // an expert's, whose row count changes call to call (LinearOptions').
   LlamaMlp(std::string name, int64_t hidden, int64_t intermediate, bool bias, core::DType dtype,
-           const TensorParallel& tp = {}, const LlamaMlpNames& names = {});
+           const TensorParallel& tp = {}, const LlamaMlpNames& names = {}, bool varying_rows = false);
   const char* type() const override { return "LlamaMlp"; }
 
   // residual + forward(x), the add in down_proj's GEMM (Linear::forward_add);

@@ -10,16 +10,19 @@
 
 namespace colossal::nn::internal {
 
-// `region_grad`: the column projections that start a parallel region share it.
+// `region_grad`: the column projections that start a parallel region share it;
+// `varying_rows`: a mixture of experts' expert (LinearOptions::varying_rows).
 inline LinearOptions llama_projection(bool bias, core::DType dtype, Parallel parallel,
                                       const TensorParallel& tp,
-                                      std::shared_ptr<RegionGrad> region_grad = nullptr) {
+                                      std::shared_ptr<RegionGrad> region_grad = nullptr,
+                                      bool varying_rows = false) {
   return {.bias = bias,
           .layout = WeightLayout::kOutIn,
           .dtype = dtype,
           .parallel = parallel,
           .tp = tp,
-          .region_grad = std::move(region_grad)};
+          .region_grad = std::move(region_grad),
+          .varying_rows = varying_rows};
 }
 
 }  // namespace colossal::nn::internal

@@ -49,7 +49,8 @@ SparseMoe::SparseMoe(std::string name, const SparseMoeShape& shape, core::DType 
   for (int64_t j = 0; j < shape.num_experts; ++j) {
     experts_.push_back(std::make_unique<LlamaMlp>(absl::StrCat(name, ".experts.", j), shape.hidden,
                                                   shape.intermediate, /*bias=*/false, dtype,
-                                                  TensorParallel{}, LlamaMlpNames{"w1", "w3", "w2"}));
+                                                  TensorParallel{}, LlamaMlpNames{"w1", "w3", "w2"},
+                                                  /*varying_rows=*/true));
     register_child(experts_.back().get());
   }
 }
