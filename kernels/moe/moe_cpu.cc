@@ -37,21 +37,33 @@ KernelStatus dispatch_cpu_types(DType dtype, F&& f) {
   }
 }
 
+// One token's softmax over its E logits: p(l) = exp(l - max) / denom.
+struct Softmax {
+  double max = 0.0, denom = 0.0;
+  double p(double logit) const { return std::exp(logit - max) / denom; }
+};
+
+template <typename T>
+Softmax softmax_of(const T* l, int64_t E) {
+  Softmax s;
+  s.max = load(l, 0);
+  for (int64_t e = 1; e < E; ++e) s.max = std::fmax(s.max, load(l, e));
+  for (int64_t e = 0; e < E; ++e) s.denom += std::exp(load(l, e) - s.max);
+  return s;
+}
+
 // One token's routing: the chosen experts (by logit, ties to the lower
 // index), p = softmax(logits) of each, and their sum.
 struct Route {
   int32_t expert[kMaxTopK];
   double p[kMaxTopK];
   double selected_sum = 0.0;
-  double max = 0.0, denom = 0.0;  // softmax: p_e = exp(l_e - max) / denom
 };
 
 template <typename T>
 Route route_token(const T* l, int64_t E, int64_t k) {
   Route r;
-  r.max = load(l, 0);
-  for (int64_t e = 1; e < E; ++e) r.max = std::fmax(r.max, load(l, e));
-  for (int64_t e = 0; e < E; ++e) r.denom += std::exp(load(l, e) - r.max);
+  const Softmax softmax = softmax_of(l, E);
   for (int64_t i = 0; i < k; ++i) {
     int64_t best = -1;
     for (int64_t e = 0; e < E; ++e) {
@@ -61,7 +73,7 @@ Route route_token(const T* l, int64_t E, int64_t k) {
       if (best < 0 || load(l, e) > load(l, best)) best = e;
     }
     r.expert[i] = static_cast<int32_t>(best);
-    r.p[i] = std::exp(load(l, best) - r.max) / r.denom;
+    r.p[i] = softmax.p(load(l, best));
     r.selected_sum += r.p[i];
   }
   return r;
@@ -125,14 +137,12 @@ KernelStatus route_backward_cpu(void* dlogits, const void* dweights, const void*
       const T* l = static_cast<const T*>(logits) + t * num_experts;
       const W* dw = static_cast<const W*>(dweights) + t * top_k;
       const int32_t* ex = experts + t * top_k;
-      double max = load(l, 0), denom = 0.0;
-      for (int64_t e = 1; e < num_experts; ++e) max = std::fmax(max, load(l, e));
-      for (int64_t e = 0; e < num_experts; ++e) denom += std::exp(load(l, e) - max);
+      const Softmax softmax = softmax_of(l, num_experts);
       // dp_j, the gradient of p at the chosen experts; with normalize,
       // w_j = p_j / S gives dp_j = (dw_j - sum_i dw_i w_i) / S.
       double p[kMaxTopK], dp[kMaxTopK], S = 0.0, dot = 0.0;
       for (int64_t i = 0; i < top_k; ++i) {
-        p[i] = std::exp(load(l, ex[i]) - max) / denom;
+        p[i] = softmax.p(load(l, ex[i]));
         S += p[i];
       }
       for (int64_t i = 0; i < top_k; ++i) dot += static_cast<double>(dw[i]) * (p[i] / S);
@@ -148,7 +158,7 @@ KernelStatus route_backward_cpu(void* dlogits, const void* dweights, const void*
         for (int64_t i = 0; i < top_k; ++i) {
           if (ex[i] == e) g = dp[i];
         }
-        const double pe = std::exp(load(l, e) - max) / denom;
+        const double pe = softmax.p(load(l, e));
         dl[e] = round_once<T>(pe * (g - pdp));
       }
     }
